@@ -1,0 +1,8 @@
+"""ffnlab: choose a Transformer's feed-forward activation by measuring it."""
+from ffnlab.activations import ACTIVATIONS, get_activation
+from ffnlab.ffn import FFNS, build_ffn, ffn_hidden_dim, ffn_stats
+from ffnlab.model import ModelConfig, Transformer
+
+__version__ = "0.1.0"
+__all__ = ["ACTIVATIONS", "FFNS", "ModelConfig", "Transformer", "build_ffn", "ffn_hidden_dim", "ffn_stats",
+           "get_activation"]

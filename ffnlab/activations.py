@@ -1,0 +1,281 @@
+"""Activation registry: one table from name to spec, and `get_activation` to build a module.
+
+Every entry is a plain function `fn(x) -> y` (or a module factory for learnable ones), the formula
+as reports print it, the paper it comes from, a FLOPs-per-element estimate and the family used to
+pick an initialisation. Hugging Face names (`gelu_new`, `quick_gelu`, ...) are entries of their own
+that evaluate Hugging Face's exact expression, so swapping one in is bit-for-bit what
+`transformers.activations.ACT2FN` computes; `same_as` names the canonical function they equal
+mathematically, and the canonical entry lists them as its aliases.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Family = Literal["relu", "gelu", "swish", "other"]
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+SQRT1_2 = 1.0 / math.sqrt(2.0)
+
+
+@dataclass(frozen=True)
+class ActSpec:
+    """What the registry knows about one activation."""
+
+    name: str
+    fn: Callable[..., torch.Tensor] | None  # None only for learnable entries, which need a module
+    formula: str
+    paper: str
+    flops: int  # per element, counting exp/erf/tanh as one each: a rough cost, not a benchmark
+    family: Family
+    learnable: bool = False
+    module: Callable[..., nn.Module] | None = None  # factory for learnable entries
+    same_as: str | None = None  # canonical entry this one equals mathematically (HF aliases)
+    defaults: dict = field(default_factory=dict)  # keyword arguments of fn with their defaults
+
+
+# ---- plain functions -----------------------------------------------------------------------
+
+
+def relu2(x):
+    """Squared ReLU, relu(x)^2. So et al. 2021, Primer (arXiv:2109.08668)."""
+    return torch.square(F.relu(x))
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """Leaky ReLU, max(x, a*x). Maas et al. 2013."""
+    return F.leaky_relu(x, negative_slope)
+
+
+def gelu(x):
+    """Exact GELU, x*Phi(x) with the 1+erf form. Hendrycks & Gimpel 2016 (arXiv:1606.08415)."""
+    return F.gelu(x)
+
+
+def gelu_erfc(x):
+    """Exact GELU via erfc: 0.5*x*erfc(-x/sqrt2), free of the 1+erf cancellation in the negative tail.
+
+    NOTE: 1 + erf(x/sqrt2) loses every significant digit for x < -5.5 in fp32, where erf is -1 to
+    within one ulp; erfc(-x/sqrt2) computes the small tail directly.
+    """
+    return 0.5 * x * torch.erfc(-x * SQRT1_2)
+
+
+def gelu_tanh(x):
+    """GELU, tanh approximation 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))). Hendrycks & Gimpel 2016."""
+    return F.gelu(x, approximate="tanh")
+
+
+def gelu_sigmoid(x):
+    """GELU, sigmoid approximation x*sigmoid(1.702x). Hendrycks & Gimpel 2016."""
+    return x * torch.sigmoid(1.702 * x)
+
+
+def identity(x):
+    """Identity; the 'bilinear' GLU variant uses it. Shazeer 2020 (arXiv:2002.05202)."""
+    return x
+
+
+# Hugging Face's own expressions, kept verbatim so results match ACT2FN bit for bit.
+def hf_gelu_new(x):
+    """GPT-2's GELU ('gelu_new' in Hugging Face): tanh approximation written out with pow."""
+    return 0.5 * x * (1.0 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def hf_gelu_fast(x):
+    """Hugging Face 'gelu_fast': tanh approximation with the constant rounded to 0.7978845608."""
+    return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+def hf_gelu_accurate(x):
+    """Hugging Face 'gelu_accurate' (MEGA): tanh approximation, pow(x, 3) with an integer power."""
+    return 0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * torch.pow(x, 3))))
+
+
+def hf_gelu_python(x):
+    """Hugging Face 'gelu_python': the erf form written out, x*0.5*(1+erf(x/sqrt2))."""
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def hf_gelu_10(x):
+    """Hugging Face 'gelu_10': exact GELU clipped to [-10, 10] for quantisation (arXiv:2004.09602)."""
+    return torch.clip(F.gelu(x), -10, 10)
+
+
+# ---- learnable activations -----------------------------------------------------------------
+
+
+class SwishBeta(nn.Module):
+    """Swish x*sigmoid(beta*x) with learnable beta. Ramachandran et al. 2017 (arXiv:1710.05941)."""
+
+    def __init__(self, beta: float = 1.0):
+        super().__init__()
+        self.beta = nn.Parameter(torch.tensor(float(beta)))
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.beta * x)
+
+
+class TunableGELU(nn.Module):
+    """GELU with learnable temperature, x*Phi(x/tau). Hendrycks & Gimpel 2016, section on tau."""
+
+    def __init__(self, tau: float = 1.0):
+        super().__init__()
+        self.tau = nn.Parameter(torch.tensor(float(tau)))
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.erf(x / (self.tau * math.sqrt(2.0))))
+
+
+class Switch(nn.Module):
+    """Learned softmax-weighted mixture sum_i w_i f_i(x) of registered activations.
+
+    In the spirit of the activation search of Ramachandran et al. 2017 (arXiv:1710.05941);
+    the weights start equal (zero logits).
+    """
+
+    def __init__(self, acts: tuple[str, ...] | list[str] = ("relu", "gelu", "silu")):
+        super().__init__()
+        if len(acts) < 2:
+            raise ValueError(f"switch needs at least two activations, got {list(acts)}")
+        self.names = tuple(resolve(a) for a in acts)
+        self.acts = nn.ModuleList(get_activation(a) for a in self.names)
+        self.logits = nn.Parameter(torch.zeros(len(self.acts)))
+
+    def forward(self, x):
+        w = torch.softmax(self.logits, dim=0)
+        return sum(w[i] * act(x) for i, act in enumerate(self.acts))
+
+    def extra_repr(self):
+        return f"acts={list(self.names)}"
+
+
+# ---- the table -----------------------------------------------------------------------------
+
+_HG = "Hendrycks & Gimpel 2016, Gaussian Error Linear Units (arXiv:1606.08415)"
+_SWISH = "Ramachandran et al. 2017, Searching for Activation Functions (arXiv:1710.05941)"
+_HF = "Hugging Face transformers.activations"
+
+
+def _spec(name, fn, formula, paper, flops, family, **kw):
+    return ActSpec(name=name, fn=fn, formula=formula, paper=paper, flops=flops, family=family, **kw)
+
+
+ACTIVATIONS: dict[str, ActSpec] = {s.name: s for s in [
+    _spec("relu", F.relu, "max(0, x)", "Nair & Hinton 2010; Vaswani et al. 2017", 1, "relu"),
+    _spec("leaky_relu", leaky_relu, "max(x, a*x), a=0.01", "Maas et al. 2013, Rectifier Nonlinearities",
+          2, "relu", defaults={"negative_slope": 0.01}),
+    _spec("relu2", relu2, "max(0, x)^2", "So et al. 2021, Primer (arXiv:2109.08668)", 2, "relu"),
+    _spec("hardswish", F.hardswish, "x*relu6(x+3)/6", "Howard et al. 2019, MobileNetV3 (arXiv:1905.02244)",
+          5, "swish"),
+    _spec("mish", F.mish, "x*tanh(softplus(x))", "Misra 2019, Mish (arXiv:1908.08681)", 6, "swish"),
+    _spec("gelu", gelu, "x*Phi(x) = 0.5x(1+erf(x/sqrt2))", _HG, 6, "gelu"),
+    _spec("gelu_erfc", gelu_erfc, "0.5x*erfc(-x/sqrt2)", _HG + "; erfc form avoids tail cancellation",
+          6, "gelu"),
+    _spec("gelu_tanh", gelu_tanh, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HG, 9, "gelu"),
+    _spec("gelu_sigmoid", gelu_sigmoid, "x*sigmoid(1.702x)", _HG, 5, "gelu"),
+    _spec("silu", F.silu, "x*sigmoid(x)", "Elfwing et al. 2017 (arXiv:1702.03118); " + _SWISH, 4, "swish"),
+    _spec("sigmoid", torch.sigmoid, "sigmoid(x) = 1/(1+exp(-x))", "Dauphin et al. 2017, GLU (arXiv:1612.08083)",
+          3, "other"),
+    _spec("tanh", torch.tanh, "tanh(x)", "LeCun et al. 1998, Efficient BackProp", 1, "other"),
+    _spec("identity", identity, "x", "Shazeer 2020, GLU Variants (arXiv:2002.05202), bilinear", 0, "other"),
+    _spec("swish_beta", None, "x*sigmoid(beta*x), beta learnable (init 1)", _SWISH, 5, "swish",
+          learnable=True, module=SwishBeta),
+    _spec("tunable_gelu", None, "x*Phi(x/tau), tau learnable (init 1)", _HG, 7, "gelu",
+          learnable=True, module=TunableGELU),
+    _spec("switch", None, "sum_i softmax(w)_i f_i(x), w learnable", _SWISH, 20, "other",
+          learnable=True, module=Switch),
+    # Hugging Face names, evaluated with Hugging Face's own expressions.
+    _spec("gelu_new", hf_gelu_new, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HF + " (GPT-2)", 9, "gelu",
+          same_as="gelu_tanh"),
+    _spec("gelu_fast", hf_gelu_fast, "0.5x(1+tanh(0.7978845608x(1+0.044715x^2)))", _HF, 9, "gelu",
+          same_as="gelu_tanh"),
+    _spec("gelu_pytorch_tanh", gelu_tanh, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HF + " (Gemma)", 9,
+          "gelu", same_as="gelu_tanh"),
+    _spec("gelu_accurate", hf_gelu_accurate, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HF + " (MEGA)", 9,
+          "gelu", same_as="gelu_tanh"),
+    _spec("gelu_python", hf_gelu_python, "x*0.5(1+erf(x/sqrt2))", _HF, 6, "gelu", same_as="gelu"),
+    _spec("gelu_10", hf_gelu_10, "clip(gelu(x), -10, 10)", _HF + "; Wu et al. 2020 (arXiv:2004.09602)", 8,
+          "gelu"),
+    _spec("quick_gelu", gelu_sigmoid, "x*sigmoid(1.702x)", _HF + " (CLIP)", 5, "gelu", same_as="gelu_sigmoid"),
+    _spec("swish", F.silu, "x*sigmoid(x)", _HF, 4, "swish", same_as="silu"),
+]}
+
+
+def aliases(name: str) -> list[str]:
+    """Names that compute the same function as `name` (the Hugging Face aliases of a canonical entry)."""
+    return sorted(n for n, s in ACTIVATIONS.items() if s.same_as == name)
+
+
+def closest(name: str, choices) -> str:
+    """' (did you mean X?)' for the nearest valid name, or '' when nothing is close."""
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def resolve(name: str) -> str:
+    """Canonical registry key for `name` (case-insensitive, '-' accepted for '_'); ValueError if unknown."""
+    key = str(name).strip().lower().replace("-", "_")
+    if key not in ACTIVATIONS:
+        raise ValueError(f"unknown activation '{name}'{closest(key, ACTIVATIONS)}; "
+                         f"valid: {', '.join(ACTIVATIONS)}")
+    return key
+
+
+class Activation(nn.Module):
+    """A registered parameter-free activation as a module; `name` and kwargs show in repr."""
+
+    def __init__(self, name: str, **kwargs):
+        super().__init__()
+        spec = ACTIVATIONS[name]
+        unknown = set(kwargs) - set(spec.defaults)
+        if unknown:
+            valid = ", ".join(spec.defaults) or "none"
+            raise ValueError(f"activation '{name}' takes no argument {sorted(unknown)}; valid: {valid}")
+        self.name = name
+        self.kwargs = {**spec.defaults, **kwargs}
+        self.fn = functools.partial(spec.fn, **self.kwargs) if self.kwargs else spec.fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+    def extra_repr(self):
+        return ", ".join([self.name] + [f"{k}={v}" for k, v in self.kwargs.items()])
+
+
+def get_activation(name, **kwargs) -> nn.Module:
+    """Ready-to-use module for a registered activation name; modules and callables pass through.
+
+    >>> get_activation("GELU_tanh")(torch.zeros(2))
+    tensor([0., 0.])
+    """
+    if isinstance(name, nn.Module):
+        return name
+    if callable(name):
+        return _Lambda(name)
+    key = resolve(name)
+    spec = ACTIVATIONS[key]
+    if spec.learnable:
+        return spec.module(**kwargs)
+    return Activation(key, **kwargs)
+
+
+class _Lambda(nn.Module):
+    """Wraps a plain callable so it can sit in an nn.Sequential or a TransformerEncoderLayer."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+    def extra_repr(self):
+        return getattr(self.fn, "__name__", repr(self.fn))

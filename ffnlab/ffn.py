@@ -1,0 +1,307 @@
+"""Feed-forward variants: one dense class, one gated class, one table of named variants.
+
+    dense    y = W_out act(W_in x + b_in) + b_out               (Vaswani et al. 2017)
+    gated    y = W_down (act(W_gate x) * W_up x)                (Shazeer 2020, GLU Variants)
+    mix:a+b  y = (dense_a(x) + dense_b(x)) / 2, each at half width
+
+Every registered activation is also a dense FFN of the same name (`gelu`, `silu`, ...). Gated
+variants name their activation in `GATED`. Sizes come from `ffn_hidden_dim` (the conventional
+LLaMA-style rule) or, with `match="params"|"flops"`, from `matched_hidden_dim`, which equalises
+parameters or FLOPs with the dense 4x FFN so comparisons are fair.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ffnlab.activations import ACTIVATIONS, closest, get_activation
+
+Match = Literal["params", "flops", "none"]
+Init = Literal["auto", "he", "normal", "lecun"]
+MATCHES = ("params", "flops", "none")
+INITS = ("auto", "he", "normal", "lecun")
+
+SHAZEER = "Shazeer 2020, GLU Variants Improve Transformer (arXiv:2002.05202)"
+
+
+@dataclass(frozen=True)
+class FFNSpec:
+    """A named FFN variant: its structure, activation and where it comes from."""
+
+    name: str
+    kind: Literal["dense", "gated", "mix"]
+    acts: tuple[str, ...]  # one activation, or two for mix
+    formula: str
+    paper: str
+
+    @property
+    def gated(self) -> bool:
+        return self.kind == "gated"
+
+
+GATED: dict[str, FFNSpec] = {s.name: s for s in [
+    FFNSpec("glu", "gated", ("sigmoid",), "W_down(sigmoid(W_gate x) * W_up x)",
+            "Dauphin et al. 2017 (arXiv:1612.08083); " + SHAZEER),
+    FFNSpec("bilinear", "gated", ("identity",), "W_down(W_gate x * W_up x)", SHAZEER),
+    FFNSpec("reglu", "gated", ("relu",), "W_down(relu(W_gate x) * W_up x)", SHAZEER),
+    FFNSpec("geglu", "gated", ("gelu",), "W_down(gelu(W_gate x) * W_up x)", SHAZEER),
+    FFNSpec("geglu_tanh", "gated", ("gelu_tanh",), "W_down(gelu_tanh(W_gate x) * W_up x)", SHAZEER),
+    FFNSpec("swiglu", "gated", ("silu",), "W_down(silu(W_gate x) * W_up x)", SHAZEER + "; LLaMA, PaLM"),
+]}
+
+FFNS: dict[str, FFNSpec] = {
+    **{name: FFNSpec(name, "dense", (name,), f"W_out {name}(W_in x + b_in) + b_out", a.paper)
+       for name, a in ACTIVATIONS.items() if a.same_as is None},
+    **GATED,
+}
+
+
+def get_ffn_spec(name: str) -> FFNSpec:
+    """Spec for a variant name (case-insensitive), including `mix:a+b`; ValueError if unknown."""
+    key = str(name).strip().lower().replace("-", "_")
+    if key.startswith("mix:"):
+        parts = key[4:].split("+")
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"mixed FFN must be 'mix:ACT1+ACT2', got '{name}'")
+        specs = [get_ffn_spec(p) for p in parts]
+        if any(s.kind != "dense" for s in specs):
+            raise ValueError(f"mixed FFN takes two dense activations, got '{name}'")
+        acts = tuple(s.acts[0] for s in specs)
+        return FFNSpec(f"mix:{acts[0]}+{acts[1]}", "mix", acts,
+                       f"(dense_{acts[0]}(x) + dense_{acts[1]}(x)) / 2, half width each", "ffnlab")
+    if key in FFNS:
+        return FFNS[key]
+    if key in ACTIVATIONS:  # a Hugging Face alias such as gelu_new: dense FFN with that expression
+        return FFNSpec(key, "dense", (key,), f"W_out {key}(W_in x + b_in) + b_out", ACTIVATIONS[key].paper)
+    raise ValueError(f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, "
+                     f"or mix:ACT1+ACT2")
+
+
+# ---- sizing: pure arithmetic -----------------------------------------------------------------
+
+
+def ffn_hidden_dim(d_model: int, gated: bool, mult: float = 4, multiple_of: int = 64,
+                   ffn_dim_multiplier: float | None = None) -> int:
+    """Conventional hidden width d_ff of an FFN.
+
+    dense: mult * d_model (4x, Vaswani et al. 2017), times ffn_dim_multiplier if given.
+    gated: 2/3 * mult * d_model (so three matrices hold as many weights as the dense two), times
+    ffn_dim_multiplier, then rounded *up* to a multiple of `multiple_of`, as in LLaMA:
+    d_model=4096, multiple_of=256 gives 11008 (LLaMA-7B).
+    """
+    if d_model <= 0 or mult <= 0 or multiple_of <= 0:
+        raise ValueError(f"d_model, mult and multiple_of must be positive, got {d_model}, {mult}, {multiple_of}")
+    hidden = int(mult * d_model)
+    if not gated:
+        return int(ffn_dim_multiplier * hidden) if ffn_dim_multiplier else hidden
+    hidden = int(2 * hidden / 3)
+    if ffn_dim_multiplier is not None:
+        hidden = int(ffn_dim_multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def ffn_param_count(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
+    """Weights (and biases) of an FFN: dense 2*d*h (+h+d), gated 3*d*h (+2h+d), mix as dense."""
+    if kind == "gated":
+        return 3 * d_model * d_ff + (2 * d_ff + d_model if bias else 0)
+    n_halves = 2 if kind == "mix" else 1
+    h = d_ff // n_halves
+    return n_halves * (2 * d_model * h + (h + d_model if bias else 0))
+
+
+def ffn_flops_per_token(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> int:
+    """Forward FLOPs per token: 2 per multiply-add of each matmul, plus the activation's estimate,
+    plus the elementwise product of gated variants and the averaging of mixed ones."""
+    matmul = 2 * (ffn_param_count(spec.kind, d_model, d_ff, bias=False))
+    biases = (ffn_param_count(spec.kind, d_model, d_ff, bias) - ffn_param_count(spec.kind, d_model, d_ff, False))
+    if spec.kind == "gated":
+        act = (ACTIVATIONS[spec.acts[0]].flops + 1) * d_ff
+    elif spec.kind == "mix":
+        act = sum(ACTIVATIONS[a].flops for a in spec.acts) * (d_ff // 2) + 2 * d_model
+    else:
+        act = ACTIVATIONS[spec.acts[0]].flops * d_ff
+    return matmul + biases + act
+
+
+def matched_hidden_dim(spec: FFNSpec, d_model: int, match: Match = "params", bias: bool = False,
+                       mult: float = 4, tol: float = 0.01) -> int:
+    """d_ff that makes `spec` match the dense `mult`x FFN in parameters or FLOPs per token.
+
+    The exact real-valued width is rounded to the coarsest multiple among 64, 32, 16, 8, 2, 1 that
+    keeps the matched quantity within `tol` (1%) of the target, so large models get
+    hardware-friendly widths and tiny test models still match. `match="none"` returns the
+    conventional `ffn_hidden_dim` width instead. Mixed variants round to an even width.
+    """
+    if match == "none":
+        return ffn_hidden_dim(d_model, spec.gated, mult)
+    if match not in MATCHES:
+        raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
+    d_dense = int(mult * d_model)
+    if match == "params":
+        target = ffn_param_count("dense", d_model, d_dense, bias)
+        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)  # noqa: E731
+    else:  # the reference is the dense FFN with the same (first) activation: swiglu vs silu 4x
+        dense = FFNSpec("dense", "dense", spec.acts[:1], "", "")
+        target = ffn_flops_per_token(dense, d_model, d_dense, bias)
+        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)  # noqa: E731
+    # measure is affine in h: solve exactly, then round
+    m0, m1 = measure(0), measure(1000) - measure(0)
+    exact = (target - m0) * 1000 / m1
+    for step in (64, 32, 16, 8, 2, 1):
+        if spec.kind == "mix" and step == 1:
+            continue
+        h = max(step, step * round(exact / step))
+        if abs(measure(h) - target) <= tol * target:
+            return h
+    return max(2, 2 * round(exact / 2))
+
+
+# ---- modules ----------------------------------------------------------------------------------
+
+
+class DenseFFN(nn.Module):
+    """W_out act(W_in x): the Transformer's original position-wise feed-forward network."""
+
+    def __init__(self, d_model: int, d_ff: int, act="relu", bias: bool = True, **act_kwargs):
+        super().__init__()
+        self.w_in = nn.Linear(d_model, d_ff, bias=bias)
+        self.act = get_activation(act, **act_kwargs)
+        self.w_out = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x):  # (..., d_model) -> (..., d_model)
+        return self.w_out(self.act(self.w_in(x)))
+
+
+class GatedFFN(nn.Module):
+    """W_down(act(W_gate x) * W_up x): the GLU family. The gate goes through the activation,
+    the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj)."""
+
+    def __init__(self, d_model: int, d_ff: int, act="silu", bias: bool = False, **act_kwargs):
+        super().__init__()
+        self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
+        self.w_up = nn.Linear(d_model, d_ff, bias=bias)
+        self.act = get_activation(act, **act_kwargs)
+        self.w_down = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x):  # (..., d_model) -> (..., d_model)
+        return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
+
+
+class MixFFN(nn.Module):
+    """Mean of two dense FFNs with different activations, each at half the hidden width."""
+
+    def __init__(self, d_model: int, d_ff: int, acts=("gelu", "silu"), bias: bool = True):
+        super().__init__()
+        self.branches = nn.ModuleList(DenseFFN(d_model, d_ff // 2, a, bias) for a in acts)
+
+    def forward(self, x):
+        return sum(b(x) for b in self.branches) / len(self.branches)
+
+
+def build_ffn(name: str, d_model: int, d_ff: int | None = None, bias: bool | None = None,
+              match: Match = "params", init: Init = "auto", **act_kwargs) -> nn.Module:
+    """Build a registered FFN variant.
+
+    d_ff=None picks the width by `match` (see `matched_hidden_dim`). bias=None means the variant's
+    convention: on for dense and mixed FFNs, off for gated ones (Shazeer 2020). `init` chooses the
+    weight initialisation (see `init_ffn`). Extra keyword arguments go to the activation
+    (e.g. negative_slope=0.1 for leaky_relu).
+    """
+    spec = get_ffn_spec(name)
+    if d_model <= 0:
+        raise ValueError(f"d_model must be positive, got {d_model}")
+    if d_ff is not None and d_ff <= 0:
+        raise ValueError(f"d_ff must be positive, got {d_ff}")
+    if bias is None:
+        bias = not spec.gated
+    if d_ff is None:
+        d_ff = matched_hidden_dim(spec, d_model, match, bias)
+    if spec.kind == "gated":
+        ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, **act_kwargs)
+    elif spec.kind == "mix":
+        ffn = MixFFN(d_model, d_ff, spec.acts, bias)
+    else:
+        ffn = DenseFFN(d_model, d_ff, spec.acts[0], bias, **act_kwargs)
+    ffn.spec, ffn.d_ff = spec, d_ff
+    init_ffn(ffn, init)
+    return ffn
+
+
+# ---- initialisation ---------------------------------------------------------------------------
+
+INIT_BY_FAMILY = {"relu": "he", "gelu": "normal", "swish": "lecun", "other": "lecun"}
+
+
+def init_std(scheme: str, fan_in: int) -> float:
+    """Std of the normal init: he sqrt(2/fan_in) (He et al. 2015), normal 0.02 (BERT, GPT-2),
+    lecun sqrt(1/fan_in) (LeCun et al. 1998)."""
+    if scheme == "he":
+        return math.sqrt(2.0 / fan_in)
+    if scheme == "lecun":
+        return math.sqrt(1.0 / fan_in)
+    if scheme == "normal":
+        return 0.02
+    raise ValueError(f"unknown init '{scheme}'; valid: {', '.join(INITS)}")
+
+
+def init_scheme(spec: FFNSpec, init: Init = "auto") -> str:
+    """The concrete scheme `init` stands for: `auto` picks by the activation's family."""
+    if init not in INITS:
+        raise ValueError(f"unknown init '{init}'; valid: {', '.join(INITS)}")
+    return INIT_BY_FAMILY[ACTIVATIONS[spec.acts[0]].family] if init == "auto" else init
+
+
+@torch.no_grad()
+def init_ffn(ffn: nn.Module, init: Init = "auto", generator_for=None):
+    """Re-initialise every Linear of an FFN: normal(0, std) weights by scheme, zero biases.
+
+    `generator_for(name, shape) -> torch.Generator`, if given, gives each weight its own random
+    stream; the model uses it so that same-shaped weights start equal across variants.
+    """
+    scheme = init_scheme(ffn.spec, init)
+    for name, lin in ffn.named_modules():
+        if isinstance(lin, nn.Linear):
+            gen = generator_for(f"{name}.weight", lin.weight.shape) if generator_for else None
+            lin.weight.normal_(0.0, init_std(scheme, lin.in_features), generator=gen)
+            if lin.bias is not None:
+                lin.bias.zero_()
+
+
+# ---- measured statistics ------------------------------------------------------------------------
+
+
+def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict:
+    """Parameters per weight, FLOPs per token, and bytes kept for backward per token.
+
+    The saved bytes are measured, not estimated: one forward pass over `tokens` random tokens
+    under `torch.autograd.graph.saved_tensors_hooks`, counting each distinct tensor once and
+    leaving out the weights themselves (they are kept anyway).
+    """
+    spec = ffn.spec
+    d_model = next(p for n, p in ffn.named_parameters() if n.endswith("weight")).shape[1]
+    params = {n: p.numel() for n, p in ffn.named_parameters()}
+    bias = any(n.endswith("bias") for n in params)
+    weights = {p.untyped_storage().data_ptr() for p in ffn.parameters()}
+    seen, saved = set(), 0
+
+    def pack(t):
+        nonlocal saved
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape)
+        if key not in seen and key[0] not in weights:
+            seen.add(key)
+            saved += t.numel() * t.element_size()
+        return t
+
+    x = torch.randn(tokens, d_model, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        ffn(x)
+    return {
+        "ffn": spec.name, "gated": spec.gated, "d_model": d_model, "d_ff": ffn.d_ff,
+        "params": sum(params.values()), "params_per_weight": params,
+        "flops_per_token": ffn_flops_per_token(spec, d_model, ffn.d_ff, bias),
+        "saved_bytes_per_token": saved / tokens,
+    }

@@ -1,0 +1,247 @@
+"""A small configurable Transformer whose every FFN comes from the registry by name.
+
+Decoder-only causal LM (task="lm") or encoder classifier (task="cls", mean-pooled or CLS head);
+LayerNorm or RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ffnlab.activations import get_activation
+from ffnlab.ffn import INITS, MATCHES, build_ffn, get_ffn_spec, init_ffn
+
+
+@dataclass
+class ModelConfig:
+    """Shape and options of the Transformer; serialised with `asdict` beside every result."""
+
+    vocab_size: int = 96
+    context: int = 128  # maximum sequence length (learned positions and RoPE tables)
+    n_layers: int = 4
+    n_heads: int = 4
+    d_model: int = 128
+    ffn: str = "gelu"  # any name `ffnlab list` shows, or mix:ACT1+ACT2
+    d_ff: int | None = None  # None: chosen by ffn_match
+    ffn_match: Literal["params", "flops", "none"] = "params"  # equal to the dense 4x FFN
+    ffn_bias: bool | None = None  # None: variant's convention (dense on, gated off)
+    init: Literal["auto", "he", "normal", "lecun"] = "auto"  # FFN init; auto picks by activation
+    dropout: float = 0.0
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    placement: Literal["pre", "post"] = "pre"
+    pos: Literal["learned", "rope"] = "learned"
+    tie_embeddings: bool = True
+    task: Literal["lm", "cls"] = "lm"
+    n_classes: int = 2
+    pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token
+    attn_proj_act: str | None = None  # activation on Q/K/V projections; off in standard Transformers
+
+    def __post_init__(self):
+        check_config(self)
+
+
+CHOICES = {
+    "norm": ("layernorm", "rmsnorm"), "placement": ("pre", "post"), "pos": ("learned", "rope"),
+    "task": ("lm", "cls"), "pool": ("mean", "cls"), "ffn_match": MATCHES, "init": INITS,
+}
+
+
+def check_config(cfg: ModelConfig):
+    """Raise ValueError naming the first invalid field and its valid choices."""
+    for name in ("vocab_size", "context", "n_layers", "n_heads", "d_model", "n_classes"):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
+    if cfg.d_ff is not None and cfg.d_ff <= 0:
+        raise ValueError(f"d_ff must be positive, got {cfg.d_ff}")
+    if cfg.d_model % cfg.n_heads:
+        raise ValueError(f"d_model ({cfg.d_model}) must be divisible by n_heads ({cfg.n_heads})")
+    if cfg.pos == "rope" and (cfg.d_model // cfg.n_heads) % 2:
+        raise ValueError(f"rope needs an even head size, got d_model/n_heads = {cfg.d_model // cfg.n_heads}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    for name, valid in CHOICES.items():
+        if getattr(cfg, name) not in valid:
+            raise ValueError(f"unknown {name} '{getattr(cfg, name)}'; valid: {', '.join(valid)}")
+    get_ffn_spec(cfg.ffn)
+    if cfg.attn_proj_act is not None:
+        get_activation(cfg.attn_proj_act)
+
+
+def rope_tables(context: int, head_dim: int, base: float = 10000.0):
+    """cos and sin tables (context, head_dim/2) for rotary embeddings (Su et al. 2021, RoFormer)."""
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(context, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x, cos, sin):  # x: (B, nh, T, hs)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    T = x.shape[-2]
+    cos, sin = cos[:T], sin[:T]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with scaled_dot_product_attention; causal for the LM."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.causal = cfg.n_heads, cfg.task == "lm"
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.proj_act = get_activation(cfg.attn_proj_act) if cfg.attn_proj_act else None
+        self.dropout = cfg.dropout
+
+    def heads(self, x, rope=None):
+        """q, k, v as (B, nh, T, hs), with the optional projection activation and RoPE applied."""
+        B, T, C = x.shape
+        qkv = self.qkv(x)
+        if self.proj_act is not None:
+            qkv = self.proj_act(qkv)
+        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in qkv.split(C, dim=2))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        return q, k, v
+
+    def forward(self, x, rope=None):  # (B, T, C) -> (B, T, C)
+        B, T, C = x.shape
+        q, k, v = self.heads(x, rope)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def weights(self, x, rope=None):
+        """Attention probabilities (B, nh, T, T), for plots; same math as forward."""
+        q, k, _ = self.heads(x, rope)
+        att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if self.causal:
+            T = x.shape[1]
+            att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return att.softmax(dim=-1)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    return nn.LayerNorm(cfg.d_model) if cfg.norm == "layernorm" else nn.RMSNorm(cfg.d_model, eps=1e-6)
+
+
+class Block(nn.Module):
+    """Attention and FFN sub-layers with residuals; norm before (pre) or after (post) each."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pre = cfg.placement == "pre"
+        self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
+        self.attn = Attention(cfg)
+        self.ffn = build_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, cfg.init)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, rope=None):
+        if self.pre:
+            x = x + self.drop(self.attn(self.norm1(x), rope))
+            return x + self.drop(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.attn(x, rope)))
+        return self.norm2(x + self.drop(self.ffn(x)))
+
+
+class Transformer(nn.Module):
+    """Token embeddings, n_layers blocks, final norm, and an LM or classification head."""
+
+    def __init__(self, cfg: ModelConfig, seed: int = 0):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.context, cfg.d_model) if cfg.pos == "learned" else None
+        if cfg.pos == "rope":
+            cos, sin = rope_tables(cfg.context, cfg.d_model // cfg.n_heads)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = make_norm(cfg) if cfg.placement == "pre" else nn.Identity()
+        if cfg.task == "lm":
+            self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            if cfg.tie_embeddings:
+                self.head.weight = self.tok_emb.weight
+        else:
+            self.head = nn.Linear(cfg.d_model, cfg.n_classes)
+        init_weights(self, seed)
+
+    def rope(self):
+        return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
+
+    def embed(self, idx, noise_std: float = 0.0):  # idx: (B, T) -> (B, T, C)
+        T = idx.shape[1]
+        if T > self.cfg.context:
+            raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+        if noise_std:  # robustness probe: Gaussian noise on the embeddings
+            x = x + noise_std * torch.randn_like(x)
+        return self.drop(x)
+
+    def forward(self, idx, targets=None, noise_std: float = 0.0):
+        """idx (B, T) token ids -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss."""
+        x = self.embed(idx, noise_std)
+        rope = self.rope()
+        for block in self.blocks:
+            x = block(x, rope)
+        x = self.norm(x)
+        if self.cfg.task == "cls":
+            x = x.mean(dim=1) if self.cfg.pool == "mean" else x[:, 0]
+        logits = self.head(x)
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+    @torch.no_grad()
+    def attention_maps(self, idx, layer: int = 0):
+        """Attention probabilities (B, nh, T, T) at one layer for a fixed input."""
+        x, rope = self.embed(idx), self.rope()
+        for block in self.blocks[:layer]:
+            x = block(x, rope)
+        block = self.blocks[layer]
+        return block.attn.weights(block.norm1(x) if block.pre else x, rope)
+
+
+def _param_seed(seed: int, name: str, shape) -> int:
+    digest = hashlib.sha256(f"{seed}/{name}/{tuple(shape)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+@torch.no_grad()
+def init_weights(model: Transformer, seed: int = 0):
+    """Initialise each parameter from its own generator, seeded by (seed, name, shape).
+
+    Same-named, same-shaped parameters therefore start identical whatever the FFN variant: with
+    one seed, relu and swiglu models share embeddings and attention weights, so a seed pairs runs.
+    Non-FFN weights: normal(0, 0.02) (GPT-2); residual output projections scaled by
+    1/sqrt(2*n_layers) (GPT-2); FFN weights by the FFN's scheme (`init_ffn`); biases zero.
+    """
+    cfg = model.cfg
+
+    def generator(name, shape):
+        return torch.Generator().manual_seed(_param_seed(seed, name, shape))
+
+    for name, module in model.named_modules():
+        if name.endswith(".ffn"):
+            init_ffn(module, cfg.init, lambda n, shape, prefix=name: generator(f"{prefix}.{n}", shape))
+        elif isinstance(module, (nn.Linear, nn.Embedding)) and ".ffn." not in name:
+            if module is model.head and cfg.task == "lm" and cfg.tie_embeddings:
+                continue
+            std = 0.02 / math.sqrt(2 * cfg.n_layers) if name.endswith("attn.proj") else 0.02
+            module.weight.normal_(0.0, std, generator=generator(f"{name}.weight", module.weight.shape))
+            if getattr(module, "bias", None) is not None:
+                module.bias.zero_()
+
+
+def param_count(model: nn.Module) -> int:
+    """Distinct parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+

@@ -1,0 +1,114 @@
+import pytest
+import torch
+
+from ffnlab.ffn import (FFNS, GATED, build_ffn, ffn_flops_per_token, ffn_hidden_dim, ffn_param_count, ffn_stats,
+                        get_ffn_spec, init_scheme, matched_hidden_dim)
+from tests.conftest import assert_close
+
+
+def n_params(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("d_model,multiple_of,ffn_dim_multiplier,expected", [
+    (4096, 256, None, 11008),   # LLaMA-7B
+    (5120, 256, None, 13824),   # LLaMA-13B
+    (8192, 4096, 1.3, 28672),   # LLaMA-2-70B
+    (4096, 1024, 1.3, 14336),   # LLaMA-3-8B
+    (768, 64, None, 2048),      # 8/3 * 768 = 2048 exactly
+])
+def test_ffn_hidden_dim_reproduces_llama_sizes(d_model, multiple_of, ffn_dim_multiplier, expected):
+    assert ffn_hidden_dim(d_model, True, multiple_of=multiple_of, ffn_dim_multiplier=ffn_dim_multiplier) == expected
+
+
+def test_ffn_hidden_dim_dense_and_default_rounding():
+    assert ffn_hidden_dim(512, gated=False) == 2048
+    assert ffn_hidden_dim(100, gated=True) == 320  # 266 rounded up to a multiple of 64
+    with pytest.raises(ValueError):
+        ffn_hidden_dim(0, True)
+
+
+@pytest.mark.parametrize("name", list(GATED) + ["mix:gelu+silu"])
+@pytest.mark.parametrize("d_model", [64, 256, 1024])
+def test_params_match_dense_4x_within_one_percent(name, d_model):
+    for bias in (False, True):
+        dense = n_params(build_ffn("relu", d_model, bias=bias))
+        other = n_params(build_ffn(name, d_model, bias=bias, match="params"))
+        assert abs(other - dense) / dense <= 0.01, (name, bias, other, dense)
+
+
+@pytest.mark.parametrize("name", list(GATED))
+def test_flops_match_dense_same_activation(name):
+    spec = get_ffn_spec(name)
+    ffn = build_ffn(name, 256, match="flops")
+    dense = build_ffn(spec.acts[0], 256, bias=False)
+    a = ffn_flops_per_token(spec, 256, ffn.d_ff, False)
+    b = ffn_flops_per_token(dense.spec, 256, dense.d_ff, False)
+    assert abs(a - b) / b <= 0.01
+
+
+def test_match_none_uses_conventional_width():
+    assert build_ffn("swiglu", 4096, match="none").d_ff == 11008 - 64  # multiple_of 64: 10944
+    assert build_ffn("gelu", 128, match="none").d_ff == 512
+    with pytest.raises(ValueError, match="valid: params, flops, none"):
+        build_ffn("swiglu", 64, match="both")
+
+
+def test_param_count_formula_agrees_with_modules():
+    for name, spec in list(FFNS.items())[:6] + list(GATED.items()):
+        for bias in (False, True):
+            m = build_ffn(name, 48, d_ff=96, bias=bias)
+            assert n_params(m) - sum(p.numel() for n, p in m.named_parameters() if "act" in n) == \
+                ffn_param_count(spec.kind, 48, 96, bias)
+
+
+@pytest.mark.parametrize("name", list(GATED))
+def test_gated_forward_is_down_of_act_gate_times_up(name):
+    ffn = build_ffn(name, 32).double()
+    x = torch.randn(3, 7, 32, dtype=torch.float64)
+    act = ffn.act
+    expected = ffn.w_down(act(x @ ffn.w_gate.weight.T) * (x @ ffn.w_up.weight.T))
+    assert_close(ffn(x), expected)
+    assert ffn.w_gate.bias is None  # bias off by default
+
+
+def test_mix_is_mean_of_two_half_width_dense():
+    ffn = build_ffn("mix:gelu+silu", 32).double()
+    x = torch.randn(5, 32, dtype=torch.float64)
+    a, b = ffn.branches
+    assert a.w_in.out_features == ffn.d_ff // 2 and a.act.name == "gelu" and b.act.name == "silu"
+    assert_close(ffn(x), (a(x) + b(x)) / 2)
+
+
+def test_unknown_ffn_names():
+    with pytest.raises(ValueError, match="did you mean 'swiglu'"):
+        get_ffn_spec("swiglue")
+    with pytest.raises(ValueError, match="mix:ACT1\\+ACT2"):
+        get_ffn_spec("mix:gelu")
+    with pytest.raises(ValueError, match="two dense"):
+        get_ffn_spec("mix:gelu+swiglu")
+    with pytest.raises(ValueError, match="positive"):
+        build_ffn("gelu", 0)
+
+
+def test_stats_measures_saved_bytes():
+    d, h, tokens = 64, 128, 8
+    dense = ffn_stats(build_ffn("gelu", d, d_ff=h), tokens)
+    assert dense["saved_bytes_per_token"] == 4 * (d + 2 * h)  # input, pre-activation, post-activation
+    gated = ffn_stats(build_ffn("swiglu", d, d_ff=h), tokens)
+    assert gated["saved_bytes_per_token"] == 4 * (d + 4 * h)  # input, gate, act(gate), up, product
+    assert gated["params_per_weight"] == {"w_gate.weight": d * h, "w_up.weight": d * h, "w_down.weight": d * h}
+    assert gated["flops_per_token"] == 2 * 3 * d * h + (4 + 1) * h  # matmuls, silu, product
+
+
+def test_init_schemes():
+    assert init_scheme(get_ffn_spec("relu")) == "he"
+    assert init_scheme(get_ffn_spec("gelu")) == "normal"
+    assert init_scheme(get_ffn_spec("swiglu")) == "lecun"
+    torch.manual_seed(0)
+    w = build_ffn("relu", 256, d_ff=4096, init="he").w_in.weight
+    assert abs(w.std().item() - (2 / 256) ** 0.5) < 0.01
+    w = build_ffn("relu", 256, d_ff=4096, init="normal").w_in.weight
+    assert abs(w.std().item() - 0.02) < 0.002
+    with pytest.raises(ValueError, match="unknown init"):
+        build_ffn("relu", 64, init="xavier")

@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from ffnlab.model import ModelConfig, Transformer, param_count
+
+SMALL = dict(vocab_size=50, context=16, n_layers=2, n_heads=2, d_model=32)
+
+
+@pytest.mark.parametrize("opts", [
+    dict(ffn="swiglu", pos="rope", norm="rmsnorm"),
+    dict(ffn="gelu", placement="post"),
+    dict(ffn="mix:gelu+silu", attn_proj_act="silu"),
+    dict(ffn="relu", tie_embeddings=False, dropout=0.1),
+])
+def test_causal_masking(opts):
+    model = Transformer(ModelConfig(**SMALL, **opts)).eval()
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    y = x.clone()
+    y[:, 10:] = (y[:, 10:] + 7) % 50  # change only future tokens
+    a, _ = model(x)
+    b, _ = model(y)
+    assert torch.equal(a[:, :10], b[:, :10])
+    assert not torch.equal(a[:, 10:], b[:, 10:])
+
+
+def test_same_seed_gives_bitwise_identical_initial_loss():
+    x = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(1))
+    losses = [Transformer(ModelConfig(**SMALL, ffn="swiglu"), seed=3)(x, x)[1] for _ in range(2)]
+    assert torch.equal(losses[0], losses[1])
+    other = Transformer(ModelConfig(**SMALL, ffn="swiglu"), seed=4)(x, x)[1]
+    assert not torch.equal(losses[0], other)
+
+
+def test_same_seed_shares_non_ffn_weights_across_variants():
+    a = Transformer(ModelConfig(**SMALL, ffn="relu"), seed=5)
+    b = Transformer(ModelConfig(**SMALL, ffn="swiglu"), seed=5)
+    assert torch.equal(a.tok_emb.weight, b.tok_emb.weight)
+    assert torch.equal(a.blocks[1].attn.qkv.weight, b.blocks[1].attn.qkv.weight)
+
+
+def test_classifier_head_and_pooling():
+    for pool in ("mean", "cls"):
+        model = Transformer(ModelConfig(**SMALL, task="cls", n_classes=3, pool=pool))
+        x = torch.randint(0, 50, (4, 16))
+        logits, loss = model(x, torch.tensor([0, 1, 2, 0]))
+        assert logits.shape == (4, 3) and loss.ndim == 0
+        loss.backward()
+
+
+def test_tied_embeddings_counted_once():
+    tied = Transformer(ModelConfig(**SMALL, tie_embeddings=True))
+    untied = Transformer(ModelConfig(**SMALL, tie_embeddings=False))
+    assert param_count(untied) - param_count(tied) == 50 * 32
+    assert tied.head.weight is tied.tok_emb.weight
+
+
+def test_attention_maps_are_causal_distributions():
+    model = Transformer(ModelConfig(**SMALL, pos="rope"))
+    att = model.attention_maps(torch.randint(0, 50, (1, 8)), layer=1)
+    assert att.shape == (1, 2, 8, 8)
+    torch.testing.assert_close(att.sum(-1), torch.ones(1, 2, 8))
+    assert torch.equal(att.triu(1), torch.zeros_like(att))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(d_model=30, n_heads=4), "divisible by n_heads"),
+    (dict(n_layers=0), "n_layers must be positive"),
+    (dict(ffn="swiglue"), "did you mean 'swiglu'"),
+    (dict(norm="batchnorm"), "valid: layernorm, rmsnorm"),
+    (dict(d_ff=-1), "d_ff must be positive"),
+    (dict(dropout=1.5), "dropout"),
+])
+def test_bad_config(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(**{**SMALL, **bad})
+
+
+def test_too_long_sequence():
+    model = Transformer(ModelConfig(**SMALL))
+    with pytest.raises(ValueError, match="exceeds the model's context"):
+        model(torch.zeros(1, 17, dtype=torch.long))

@@ -71,6 +71,215 @@ def cmd_list(args):
     print("\nmix:ACT1+ACT2 mixes two dense FFNs at half width each, e.g. mix:gelu+silu")
 
 
+# ---- train ------------------------------------------------------------------------------------
+
+
+def add_run_args(p):
+    """Flags shared by `train` and `compare`: data, model shape and budget. Their defaults are
+    None: a flag the user did not give leaves the base config (or the preset) as it is."""
+    from ffnlab.model import CHOICES
+
+    p.add_argument("--data", help="bundled corpus (shakespeare), a local path, or a Hugging Face name")
+    p.add_argument("--task", choices=CHOICES["task"], help="lm (default) or cls")
+    p.add_argument("--tokenizer", choices=("char", "byte", "bpe"), help="default char")
+    p.add_argument("--bpe-vocab", type=positive_int)
+    p.add_argument("--text-field")
+    p.add_argument("--label-field")
+    p.add_argument("--layers", type=positive_int)
+    p.add_argument("--heads", type=positive_int)
+    p.add_argument("--d-model", type=positive_int)
+    p.add_argument("--d-ff", type=positive_int, help="hidden width; default: matched by --match")
+    p.add_argument("--context", type=positive_int)
+    p.add_argument("--dropout", type=float)
+    p.add_argument("--norm", choices=CHOICES["norm"])
+    p.add_argument("--placement", choices=CHOICES["placement"])
+    p.add_argument("--pos", choices=CHOICES["pos"])
+    p.add_argument("--match", choices=CHOICES["ffn_match"], help="params (default), flops or none")
+    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--steps", type=positive_int, help="optimizer steps")
+    p.add_argument("--max-tokens", type=positive_int, help="token budget (overrides --steps)")
+    p.add_argument("--max-seconds", type=float, help="wall-clock budget per run")
+    p.add_argument("--lr", type=float, help="peak learning rate (the cosine ends at lr/10)")
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--eval-every", type=positive_int)
+    p.add_argument("--precision", choices=("fp32", "bf16"))
+    p.add_argument("--device", choices=("cpu", "cuda", "auto"))
+    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+
+
+MODEL_FLAGS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "d_ff": "d_ff", "context": "context",
+               "dropout": "dropout", "norm": "norm", "placement": "placement", "pos": "pos", "match": "ffn_match",
+               "task": "task"}
+RUN_FLAGS = {"data": "data", "tokenizer": "tokenizer", "bpe_vocab": "bpe_vocab", "text_field": "text_field",
+             "label_field": "label_field", "batch_size": "batch_size", "steps": "max_steps",
+             "max_tokens": "max_tokens", "max_seconds": "max_seconds", "lr": "lr", "warmup": "warmup_steps",
+             "eval_every": "eval_every", "precision": "precision", "device": "device", "compile": "compile"}
+
+
+def apply_run_flags(base, args):
+    """Copy of the TrainConfig `base` with every run flag the user gave; --max-seconds alone
+    lifts the step budget so that time is the only limit."""
+    from dataclasses import replace
+
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    model = replace(base.model, **{MODEL_FLAGS[k]: v for k, v in given.items() if k in MODEL_FLAGS})
+    run = {RUN_FLAGS[k]: v for k, v in given.items() if k in RUN_FLAGS}
+    if "lr" in given:
+        run["min_lr"] = given["lr"] / 10
+    if "max_seconds" in given and "steps" not in given and "max_tokens" not in given:
+        run["max_steps"] = 10**9
+    return replace(base, model=model, **run)
+
+
+def write_json_atomic(path: str, obj):
+    """Write JSON to `path` through a temporary file, so a failure leaves nothing half-written."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def cmd_train(args):
+    from ffnlab.train import progress_bar, train
+
+    from dataclasses import replace
+
+    from ffnlab.train import TrainConfig
+
+    cfg = apply_run_flags(TrainConfig(), args)
+    cfg = replace(cfg, seed=args.seed, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+                  model=replace(cfg.model, ffn=args.ffn))
+    show = None if args.quiet or args.json else progress_bar(f"{args.ffn} seed {args.seed}: ")
+    result = train(cfg, progress=show)
+    if args.out:
+        write_json_atomic(args.out, result)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k not in ("history", "config")}, indent=1))
+        return
+    first = result["history"]["val"][0] if result["history"]["val"] else None
+    print(f"{result['ffn']}: {result['status']} after {result['steps']} steps, "
+          f"val loss {result['final_val_loss'] if result['final_val_loss'] is None else round(result['final_val_loss'], 4)}"
+          + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
+          + f", {result['params']:,} params, {result['tokens_per_s'] or 0:,.0f} tokens/s, "
+          f"{result['train_seconds']:.1f} s")
+
+
+# ---- compare ----------------------------------------------------------------------------------
+
+
+def csv_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got '{text}'")
+    return items
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(t) for t in csv_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
+    return values
+
+
+def study_from_args(args):
+    """A Study from `compare` flags: the preset first, then every flag the user gave."""
+    from ffnlab.sweep import DEFAULT_VARIANTS, PRESETS, Study, preset_config
+
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")
+    base = apply_run_flags(preset_config(args.preset), args)
+    axes = {a: getattr(args, a) for a in ("depth", "width", "placement_axis", "norm_axis", "task_axis",
+                                          "data_axis") if getattr(args, a)}
+    axes = {a.removesuffix("_axis"): v for a, v in axes.items()}
+    if args.seeds < 2 and not args.no_stats:
+        raise UsageError(f"statistics need at least 2 seeds per variant, got --seeds {args.seeds}; "
+                         "use --seeds 2 or more, or --no-stats")
+    return Study(variants=args.variants or list(DEFAULT_VARIANTS), seeds=args.seeds, base=base, axes=axes, baseline=args.baseline,
+                 noise_floor=args.noise_floor)
+
+
+def format_table(summary: dict) -> str:
+    """The ranked table of each cell of a study, with the verdict under it."""
+    lines = []
+    for cell in summary["cells"]:
+        if cell["axes"]:
+            lines.append("  ".join(f"{k}={v}" for k, v in cell["axes"].items()))
+        metric = "val loss" if cell["metric"] == "final_val_loss" else "val acc"
+        lines.append(f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + summary['baseline'] + ' (95% CI)':<30}"
+                     f" {'p_adj':>7} {'params':>9} {'MFLOP/tok':>9} {'tok/s':>7} {'peak MB':>8} {'events':>6}"
+                     f" {'dead':>5} {'div':>3}")
+        for r in cell["variants"]:
+            f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+            ci = f"{f(r['mean'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
+            sig = "*" if r["significant"] else " "
+            delta = "baseline" if r["ffn"] == summary["baseline"] else \
+                f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}" if r["delta"] is not None else "-"
+            lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {f(r['p_adj'], 3):>7} "
+                         f"{r['params'] or 0:>9,} {(r['flops_per_token'] or 0) / 1e6:>9.2f} "
+                         f"{r['tokens_per_s'] or 0:>7,.0f} {(r['peak_mem_bytes'] or 0) / 2**20:>8.0f} "
+                         f"{r['stability_events']:>6} {f(r['dead_frac'], 2):>5} {r['diverged']:>3}")
+        lines.append(cell["verdict"])
+        if cell.get("noise_floor"):
+            nf = cell["noise_floor"]
+            lines.append(f"noise floor ({summary['baseline']}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_csv(summary: dict, path: str):
+    """One row per (cell, variant), written atomically."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    cols = ["ffn", "rank", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high",
+            "p", "p_adj", "significant", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes",
+            "stability_events", "dead_frac", "diverged"]
+    axes = sorted({k for c in summary["cells"] for k in c["axes"]})
+    writer = csv.DictWriter(buf, fieldnames=axes + cols, extrasaction="ignore")
+    writer.writeheader()
+    for cell in summary["cells"]:
+        for r in cell["variants"]:
+            writer.writerow({**cell["axes"], **r})
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", newline="") as fh:
+        fh.write(buf.getvalue())
+    os.replace(tmp, path)
+
+
+def cmd_compare(args):
+    from ffnlab.sweep import run_study
+
+    if args.log_to:
+        import importlib.util
+        module = {"mlflow": "mlflow", "tensorboard": "tensorboard"}[args.log_to]
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
+    study = study_from_args(args)
+    summary = run_study(study, args.store, jobs=args.jobs, backend=args.backend, address=args.address,
+                        quiet=args.quiet or args.json, log_to=args.log_to)
+    if args.csv:
+        write_csv(summary, args.csv)
+    if args.json:
+        keep = ("ffn", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p",
+                "p_adj", "significant", "rank", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes",
+                "diverged", "stability_events", "dead_frac", "ppl")
+        out = {"store": summary["store"], "baseline": summary["baseline"], "settings": summary["settings"],
+               "cells": [{**c, "variants": [{k: r.get(k) for k in keep} for r in c["variants"]]}
+                         for c in summary["cells"]]}
+        if "variants" in summary:
+            out["variants"] = out["cells"][0]["variants"]
+            out["verdict"] = summary["verdict"]
+        print(json.dumps(out, indent=1))
+    elif not args.quiet:
+        print(format_table(summary))
+        print(f"store: {summary['store']}")
+    return summary
+
+
 # ---- entry point --------------------------------------------------------------------------------
 
 
@@ -81,6 +290,41 @@ def build_parser() -> Parser:
     p.add_argument("--d-model", type=positive_int, default=512, help="width for the params column")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("train", help="train one model and print its result")
+    p.add_argument("--ffn", default="gelu", help="FFN variant (see ffnlab list)")
+    p.add_argument("--seed", type=int, default=0)
+    add_run_args(p)
+    p.add_argument("--checkpoint-dir", default=None, help="save checkpoints here and resume from them")
+    p.add_argument("--checkpoint-every", type=positive_int, default=100, help="steps between checkpoints")
+    p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
+    p.add_argument("--variants", type=csv_list, default=None, help="comma-separated FFN variants")
+    p.add_argument("--seeds", type=positive_int, default=3)
+    p.add_argument("--baseline", default="relu")
+    p.add_argument("--preset", default="standard", help="smoke | quick | standard | paper")
+    p.add_argument("--noise-floor", type=int, default=0, help="extra baseline-only seeds to show seed noise")
+    p.add_argument("--depth", type=int_list, default=None, help="axis: layer counts, e.g. 2,6,12")
+    p.add_argument("--width", type=int_list, default=None, help="axis: d_model values")
+    p.add_argument("--placement-axis", type=csv_list, default=None, help="axis: pre,post")
+    p.add_argument("--norm-axis", type=csv_list, default=None, help="axis: layernorm,rmsnorm")
+    p.add_argument("--task-axis", type=csv_list, default=None, help="axis: lm,cls")
+    p.add_argument("--data-axis", type=csv_list, default=None, help="axis: data sources")
+    add_run_args(p)
+    p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
+    p.add_argument("--jobs", type=positive_int, default=1, help="local worker processes")
+    p.add_argument("--backend", default="local", choices=("local", "ray"))
+    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
+    p.add_argument("--csv", default=None, help="also write the table to this CSV file")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
+    p.add_argument("--log-to", default=None, choices=("mlflow", "tensorboard"))
+    p.set_defaults(func=cmd_compare)
     return parser
 
 

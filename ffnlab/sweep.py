@@ -1,0 +1,425 @@
+"""The comparison engine: expand a study into runs, execute them crash-safely, summarise them.
+
+A study is variants x seeds x optional axes (depth, width, norm placement, task, data source).
+Each run is a `TrainConfig`; its identity is the hash of that config's JSON, so re-running a
+study skips finished runs, and a run killed half-way resumes from its checkpoint (kept under the
+store's folder until the run is finished). Runs execute in-process, in local worker processes
+(`jobs`), or as Ray tasks; every finished run goes to the SQLite store in one transaction.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import fcntl
+import hashlib
+import itertools
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from ffnlab.ffn import get_ffn_spec
+from ffnlab.stats import compare as compare_stats
+from ffnlab.stats import seed_noise
+from ffnlab.store import Store
+from ffnlab.train import TrainConfig, train
+
+DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
+DEFAULT_VARIANTS = ("relu", "gelu", "silu", "reglu", "geglu", "swiglu")
+
+# Model shapes and budgets per preset. `standard` is the default study: 6 variants x 3 seeds on
+# the bundled corpus in about 10 minutes on 2 CPU cores (see README). `paper` keeps the shape of
+# Shazeer 2020's setup (pre-norm, no dropout, gated widths matched to 4x dense in parameters,
+# equal steps, 6 layers) at the largest size one CPU can train in hours, not weeks.
+PRESETS: dict[str, dict] = {
+    "smoke": dict(model=dict(n_layers=1, n_heads=2, d_model=32, context=32), batch_size=8, max_steps=30,
+                  eval_every=10, eval_batches=2, warmup_steps=5, checkpoint_every=10),
+    "quick": dict(model=dict(n_layers=2, n_heads=2, d_model=64, context=64), batch_size=16, max_steps=150,
+                  eval_every=50, eval_batches=4, warmup_steps=10, checkpoint_every=50),
+    "standard": dict(model=dict(n_layers=2, n_heads=4, d_model=128, context=64), batch_size=16, max_steps=300,
+                     eval_every=50, eval_batches=8, warmup_steps=20, checkpoint_every=100),
+    "paper": dict(model=dict(n_layers=6, n_heads=8, d_model=256, context=256), batch_size=32, max_steps=5000,
+                  eval_every=250, eval_batches=16, warmup_steps=200, lr=1e-3, min_lr=1e-4, checkpoint_every=250),
+}
+# axis name -> the TrainConfig field it sets ("model." for the model config)
+AXES = {"depth": "model.n_layers", "width": "model.d_model", "placement": "model.placement",
+        "norm": "model.norm", "task": "model.task", "data": "data"}
+
+
+@dataclass
+class Study:
+    """What to compare: variants x seeds x axes on a base TrainConfig."""
+
+    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
+    seeds: int = 3
+    base: TrainConfig = field(default_factory=TrainConfig)
+    axes: dict[str, list] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
+    baseline: str = "relu"
+    noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
+
+    def __post_init__(self):
+        check_study(self)
+
+
+def check_study(study: Study):
+    """ValueError naming the first problem of a study and the valid choices."""
+    if not study.variants:
+        raise ValueError("no variants given; e.g. --variants relu,gelu,swiglu")
+    canon = [get_ffn_spec(v).name for v in study.variants]
+    if len(set(canon)) != len(canon):
+        raise ValueError(f"variants repeat: {', '.join(study.variants)}")
+    study.variants = canon
+    baseline = get_ffn_spec(study.baseline).name
+    if baseline not in canon:
+        raise ValueError(f"baseline '{study.baseline}' is not among the variants; valid: {', '.join(canon)}")
+    study.baseline = baseline
+    if study.seeds < 1 or study.noise_floor < 0:
+        raise ValueError(f"seeds must be >= 1 and noise floor >= 0, got {study.seeds}, {study.noise_floor}")
+    for axis, values in study.axes.items():
+        if axis not in AXES:
+            raise ValueError(f"unknown axis '{axis}'; valid: {', '.join(AXES)}")
+        if not values:
+            raise ValueError(f"axis '{axis}' has no values")
+
+
+def preset_config(name: str, **overrides) -> TrainConfig:
+    """TrainConfig of a preset, with `model=` and other fields overridden."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset '{name}'; valid: {', '.join(PRESETS)}")
+    p = copy.deepcopy(PRESETS[name])
+    model = {**p.pop("model"), **overrides.pop("model", {})}
+    from ffnlab.model import ModelConfig
+    return TrainConfig(model=ModelConfig(**model), **{**p, **overrides})
+
+
+def set_field(cfg: TrainConfig, path: str, value) -> TrainConfig:
+    """Copy of cfg with 'model.x' or 'x' set to value (validated by the dataclasses)."""
+    if path.startswith("model."):
+        return replace(cfg, model=replace(cfg.model, **{path[6:]: value}))
+    return replace(cfg, **{path: value})
+
+
+def run_id(cfg: TrainConfig) -> str:
+    """Identity of a run: sha256 of its config JSON (keys sorted), without where it checkpoints."""
+    d = cfg.to_dict()
+    d.pop("checkpoint_dir", None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan(study: Study) -> list[TrainConfig]:
+    """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds."""
+    axis_names = list(study.axes)
+    runs = []
+    for values in itertools.product(*(study.axes[a] for a in axis_names)):
+        cfg = study.base
+        for axis, value in zip(axis_names, values):
+            cfg = set_field(cfg, AXES[axis], value)
+        for variant in study.variants:
+            for seed in range(study.seeds):
+                runs.append(set_field(replace(cfg, seed=seed), "model.ffn", variant))
+        for seed in range(study.seeds, study.seeds + study.noise_floor):
+            runs.append(set_field(replace(cfg, seed=seed), "model.ffn", study.baseline))
+    return runs
+
+
+# ---- executing one run --------------------------------------------------------------------------
+
+
+def checkpoint_dir(store_path: Path, rid: str) -> Path:
+    return store_path.parent / "checkpoints" / rid
+
+
+@contextlib.contextmanager
+def run_lock(store_path: Path, rid: str, wait: bool):
+    """An exclusive lock on one run, so two sweeps on one store never train the same run at once.
+    Yields False (without waiting) when another process holds it and wait is False. The OS drops
+    the lock when its holder dies, even by kill -9."""
+    lock_path = store_path.parent / "checkpoints" / f"{rid}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def record(store: Store, rid: str, result: dict):
+    """Write a run's curves, events and result to the store; the status is written last."""
+    hist = result.pop("history")
+    rows = [(i + 1, "train_loss", v) for i, v in enumerate(hist["train_loss"])]
+    rows += [(i + 1, "grad_norm", v) for i, v in enumerate(hist["grad_norm"])]
+    for row in hist["val"]:
+        rows += [(row["step"], f"val_{k}", v) for k, v in row.items() if k != "step"]
+    for row in hist["grad_ffn"]:
+        rows += [(row["step"], k, v) for k, v in row.items() if k != "step"]
+    store.add_metrics(rid, rows)
+    store.add_events(rid, result.pop("events"))
+    store.finish(rid, "finished" if result["status"] == "finished" else "diverged", result)
+
+
+def execute(cfg_dict: dict, store_path: str, progress=None, threads: int | None = None) -> str:
+    """Run one config unless finished; resume from its checkpoint; store the result. Returns the
+    run's final status, or 'busy' when another process is training it right now."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = TrainConfig.from_dict(cfg_dict)
+    store_path = Path(store_path)
+    rid = run_id(cfg)
+    with Store(store_path) as store:
+        status = store.claim(rid, cfg.to_dict())
+        if status in ("finished", "diverged"):
+            return status
+        with run_lock(store_path, rid, wait=False) as locked:
+            if not locked:
+                return "busy"
+            status = store.get(rid)["status"]  # another sweep may have finished it meanwhile
+            if status in ("finished", "diverged"):
+                return status
+            ckpt = checkpoint_dir(store_path, rid)
+            store.start(rid)
+            try:
+                result = train(replace(cfg, checkpoint_dir=str(ckpt)), progress=progress)
+            except Exception as e:  # a bug or a bad input in one run must not stop the sweep
+                store.finish(rid, "failed", {"error": f"{type(e).__name__}: {e}", "ffn": cfg.model.ffn,
+                                             "seed": cfg.seed})
+                return "failed"
+            record(store, rid, result)
+            shutil.rmtree(ckpt, ignore_errors=True)
+            return store.get(rid)["status"]
+
+
+def wait_for(store_path: Path, rid: str):
+    """Block until the process holding a run's lock lets go (it finished or died)."""
+    with run_lock(store_path, rid, wait=True):
+        pass
+
+
+# ---- executing a study ----------------------------------------------------------------------------
+
+
+def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int = 1, backend: str = "local",
+              address: str | None = None, quiet: bool = False, log_to: str | None = None) -> dict:
+    """Execute every planned run (skipping finished ones) and return the summary."""
+    if backend not in ("local", "ray"):
+        raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    runs = plan(study)
+    store_path = Path(store_path)
+    with Store(store_path) as store:
+        for cfg in runs:
+            store.claim(run_id(cfg), cfg.to_dict())
+        todo = [cfg for cfg in runs if store.get(run_id(cfg))["status"] not in ("finished", "diverged")]
+    display = SweepProgress(len(runs), len(runs) - len(todo), quiet)
+    if backend == "ray":
+        run_on_ray(todo, store_path, address, display)
+    elif jobs > 1:
+        run_in_processes(todo, store_path, jobs, display)
+    else:
+        busy = []
+        for cfg in todo:
+            status = execute(cfg.to_dict(), str(store_path), display.run_progress(cfg))
+            busy.append(cfg) if status == "busy" else display.done(cfg, status)
+        for cfg in busy:  # trained by a concurrent sweep: wait for it, then retry (it may have died)
+            wait_for(store_path, run_id(cfg))
+            display.done(cfg, execute(cfg.to_dict(), str(store_path), display.run_progress(cfg)))
+    display.close()
+    if log_to:
+        mirror_runs(runs, store_path, log_to)
+    return summarize(study, store_path, runs)
+
+
+def run_in_processes(todo, store_path: Path, jobs: int, display):
+    """Local worker processes, each with an equal share of the cores."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing as mp
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(execute, cfg.to_dict(), str(store_path), None, threads): cfg for cfg in todo}
+        for fut in as_completed(futures):
+            display.done(futures[fut], fut.result())
+
+
+def run_on_ray(todo, store_path: Path, address, display):
+    """One Ray task per run with its CPU (or GPU) request; each task writes to the store itself,
+    so the store path must be reachable from the workers (a shared file system on a cluster)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 **({} if address else {"num_cpus": os.cpu_count()}))
+    try:
+        remote = ray.remote(execute)
+        refs = {}
+        for cfg in todo:
+            gpu = 1 if cfg.device == "cuda" else 0
+            ref = remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), str(store_path.resolve()), None, 1)
+            refs[ref] = cfg
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            display.done(refs[ready[0]], ray.get(ready[0]))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def mirror_runs(runs, store_path: Path, log_to: str):
+    """Copy finished runs' configs and curves to MLflow or TensorBoard, if installed."""
+    with Store(store_path) as store:
+        if log_to == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+            for cfg in runs:
+                rid = run_id(cfg)
+                with SummaryWriter(str(store_path.parent / "tensorboard" / rid)) as w:
+                    w.add_text("config", json.dumps(cfg.to_dict()))
+                    for step, name, value in store.metrics(rid):
+                        w.add_scalar(name, value, step)
+        elif log_to == "mlflow":
+            import mlflow
+            for cfg in runs:
+                rid = run_id(cfg)
+                with mlflow.start_run(run_name=f"{cfg.model.ffn}-s{cfg.seed}-{rid}"):
+                    mlflow.log_params({"ffn": cfg.model.ffn, "seed": cfg.seed, "run_id": rid})
+                    for step, name, value in store.metrics(rid):
+                        if math.isfinite(value):
+                            mlflow.log_metric(name.replace("/", "."), value, step=step)
+
+
+class SweepProgress:
+    """Runs done/total with ETA, and the current run's steps, on one terminal line."""
+
+    def __init__(self, total: int, done: int, quiet: bool):
+        self.total, self.done_n, self.quiet = total, done, quiet
+        self.t0, self.new_done, self.last = time.perf_counter(), 0, 0.0
+        self.live = sys.stderr.isatty()  # the per-step line only on a terminal
+        if not quiet and done:
+            print(f"ffnlab: {done}/{total} runs already in the store, skipped", file=sys.stderr)
+
+    def eta(self) -> str:
+        if not self.new_done:
+            return "?"
+        left = (time.perf_counter() - self.t0) / self.new_done * (self.total - self.done_n)
+        return f"{left / 60:.1f} min"
+
+    def run_progress(self, cfg):
+        if self.quiet or not self.live:
+            return None
+        head = f"[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed {cfg.seed}: "
+
+        def show(step, total, m):
+            if time.perf_counter() - self.last > 0.2:
+                self.last = time.perf_counter()
+                sys.stderr.write(f"\r{head}{step}/{total} steps, loss {m['loss']:.3f}   ")
+                sys.stderr.flush()
+        return show
+
+    def done(self, cfg, status):
+        self.done_n += 1
+        self.new_done += 1
+        if not self.quiet:
+            sys.stderr.write(f"{chr(13) if self.live else ''}[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed "
+                             f"{cfg.seed}: {status}".ljust(78) + "\n")
+
+    def close(self):
+        if not self.quiet:
+            sys.stderr.flush()
+
+
+# ---- summary --------------------------------------------------------------------------------------
+
+
+def group_key(cfg: TrainConfig, study: Study) -> tuple:
+    """The axis values of a run (its cell in the study), for grouping statistics."""
+    d = cfg.to_dict()
+    out = []
+    for axis in study.axes:
+        obj = d
+        for part in AXES[axis].split("."):
+            obj = obj[part]
+        out.append((axis, obj))
+    return tuple(out)
+
+
+def summarize(study: Study, store_path, runs=None) -> dict:
+    """Statistics per cell of the study: per-variant mean/CI and paired deltas vs the baseline."""
+    runs = plan(study) if runs is None else runs
+    cells: dict[tuple, list] = {}
+    with Store(Path(store_path), create=False) as store:
+        for cfg in runs:
+            rec = store.get(run_id(cfg))
+            cells.setdefault(group_key(cfg, study), []).append((cfg, rec))
+    out_cells = []
+    for key, items in cells.items():
+        task = items[0][0].model.task
+        metric = "final_val_loss" if task == "lm" else "final_val_acc"
+        values: dict[str, dict[int, float]] = {v: {} for v in study.variants}
+        diverged = {v: 0 for v in study.variants}
+        costs: dict[str, list[dict]] = {v: [] for v in study.variants}
+        noise = []
+        for cfg, rec in items:
+            v = cfg.model.ffn
+            if rec is None or rec["status"] not in ("finished", "diverged"):
+                continue
+            res = rec["result"]
+            if cfg.seed >= study.seeds:
+                if rec["status"] == "finished":
+                    noise.append(res[metric])
+                continue
+            if rec["status"] == "diverged":
+                diverged[v] += 1
+                values[v][cfg.seed] = float("nan")
+                continue
+            values[v][cfg.seed] = res[metric]
+            costs[v].append(res)
+        stats = compare_stats(values, study.baseline, higher_is_better=task == "cls", diverged=diverged)
+        for row in stats["variants"]:
+            rs = costs[row["ffn"]]
+            mean = lambda k: sum(r[k] for r in rs if r.get(k) is not None) / max(1, len(rs))  # noqa: E731
+            row.update({"params": rs[0]["params"] if rs else None,
+                        "flops_per_token": rs[0]["flops_per_token"] if rs else None,
+                        "tokens_per_s": mean("tokens_per_s") if rs else None,
+                        "peak_mem_bytes": max((r["peak_mem_bytes"] for r in rs), default=None),
+                        "stability_events": sum(r["n_grad_spikes"] + r["n_loss_spikes"] for r in rs),
+                        "dead_frac": mean("dead_frac") if rs and rs[0].get("dead_frac") is not None else None,
+                        "ppl": math.exp(row["mean"]) if task == "lm" and row["mean"] is not None else None})
+        cell = {"axes": dict(key), "metric": metric, **stats}
+        if study.noise_floor:
+            cell["noise_floor"] = seed_noise(noise + [values[study.baseline][s] for s in values[study.baseline]
+                                                      if math.isfinite(values[study.baseline][s])])
+        out_cells.append(cell)
+    summary = {"store": str(store_path), "baseline": study.baseline, "seeds": study.seeds,
+               "settings": settings_of(study), "cells": out_cells}
+    if len(out_cells) == 1:  # the common case: no extra axes
+        summary.update({k: out_cells[0][k] for k in ("variants", "verdict", "metric")})
+        if "noise_floor" in out_cells[0]:
+            summary["noise_floor"] = out_cells[0]["noise_floor"]
+    return summary
+
+
+def settings_of(study: Study) -> dict:
+    """The run settings a reader needs to judge a comparison."""
+    b = study.base
+    return {"data": b.data, "task": b.model.task, "tokenizer": b.tokenizer,
+            "model": {k: getattr(b.model, k) for k in ("n_layers", "n_heads", "d_model", "context", "norm",
+                                                         "placement", "pos", "dropout")},
+            "match": b.model.ffn_match, "batch_size": b.batch_size,
+            "budget": ({"max_seconds": b.max_seconds} if b.max_seconds else
+                       {"max_tokens": b.max_tokens} if b.max_tokens else {"max_steps": b.max_steps}),
+            "tokens_per_run": (b.max_tokens or b.max_steps * b.batch_size * b.model.context)
+            if not b.max_seconds else None,
+            "lr": b.lr, "precision": b.precision, "seeds": study.seeds, "variants": study.variants,
+            "axes": study.axes}

@@ -1,0 +1,498 @@
+"""One training run: `train(config) -> result`, a loop that reads top to bottom.
+
+AdamW, linear warm-up then cosine decay, gradient clipping, evaluation every `eval_every` steps
+on a fixed held-out set (the same batches for every variant and seed), budgets by steps, tokens
+or seconds, bf16 autocast as an option, safetensors checkpoints that resume to the same result,
+and stability monitors: gradient statistics of each FFN, gradient-norm and loss spikes, the
+first non-finite step (the run ends as `diverged`), dead units, sparsity, activation scale, and
+validation loss with noise on the embeddings.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ffnlab.ffn import DenseFFN, GatedFFN, ffn_flops_per_token
+from ffnlab.model import ModelConfig, Transformer, param_count
+
+PRECISIONS = ("fp32", "bf16")
+DEVICES = ("cpu", "cuda", "auto")
+EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run; `asdict` of it is stored beside the result."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)  # vocab_size is set from the tokenizer
+    data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
+    tokenizer: Literal["char", "byte", "bpe"] = "char"
+    bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
+    text_field: str = "text"
+    label_field: str = "label"
+    seed: int = 0
+    batch_size: int = 16
+    max_steps: int = 200
+    max_tokens: int | None = None  # overrides max_steps: steps = ceil(tokens / (batch * context))
+    max_seconds: float | None = None  # wall-clock budget: stops at whichever budget ends first, and
+    # the schedule follows the larger of step and time progress
+    lr: float = 2e-3
+    min_lr: float = 2e-4  # end of the cosine decay
+    warmup_steps: int = 20
+    weight_decay: float = 0.1  # on matrices only, not on biases, norms or learnable activations
+    beta2: float = 0.99  # small batches, few steps (nanoGPT's Shakespeare recipe)
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_batches: int = 8
+    log_every: int = 10  # FFN gradient statistics every this many steps
+    spike_factor: float = 4.0  # a spike is a value above this times the running median
+    noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
+    precision: Literal["fp32", "bf16"] = "fp32"
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    compile: bool = False
+    checkpoint_dir: str | None = None  # None: no checkpoints
+    checkpoint_every: int = 100
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelConfig(**self.model)
+        for name in ("batch_size", "max_steps", "eval_every", "eval_batches", "log_every", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("max_tokens", "max_seconds"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.lr > 0 or self.min_lr < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
+            raise ValueError("lr and grad_clip must be positive, min_lr and warmup_steps non-negative")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown device '{self.device}'; valid: {', '.join(DEVICES)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown config keys {sorted(unknown)}; valid: {', '.join(sorted(known))}")
+        return cls(**d)
+
+
+# ---- data -------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def load_data(data: str, task: str, tokenizer: str, bpe_vocab: int, text_field: str, label_field: str):
+    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps."""
+    from ffnlab.data import load_corpus
+    from ffnlab.tokenizer import build_tokenizer
+
+    corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
+    all_text = corpus.train + corpus.val + corpus.test
+    tok = build_tokenizer(tokenizer, all_text if tokenizer == "char" else corpus.train,
+                          vocab_size=bpe_vocab if tokenizer == "bpe" else None)
+    splits = {}
+    for split in ("train", "val", "test"):
+        if task == "lm":
+            splits[split] = torch.tensor(tok.encode(corpus.text(split)), dtype=torch.long)
+        else:
+            docs = [torch.tensor(tok.encode(t), dtype=torch.long) for t in getattr(corpus, split)]
+            splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=torch.long))
+    return corpus, tok, splits
+
+
+def check_data(splits, task: str, context: int, data: str):
+    """ValueError when a split is too small to cut one window of `context + 1` tokens."""
+    for split in ("train", "val"):
+        if task == "lm":
+            n = len(splits[split])
+            if n <= context + 1:
+                raise ValueError(f"the {split} split of '{data}' has {n} tokens, fewer than one context window "
+                                 f"({context + 1}); use more text or a smaller --context")
+        elif len(splits[split][0]) == 0:
+            raise ValueError(f"the {split} split of '{data}' has no labelled examples")
+
+
+def fit(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
+    """A window of `length` tokens from `ids` at `start`; short texts are repeated to fill it
+    (no padding token or mask needed for the pooled classifier)."""
+    if len(ids) == 0:
+        ids = torch.zeros(1, dtype=torch.long)
+    if len(ids) < length:
+        ids = ids.repeat(length // len(ids) + 1)
+    return ids[start:start + length]
+
+
+def get_batch(split_data, task: str, batch_size: int, context: int, gen: torch.Generator):
+    """Random (x, y): LM windows with next-token targets, or classification crops and labels."""
+    if task == "lm":
+        ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
+        x = torch.stack([split_data[i:i + context] for i in ix])  # (B, T)
+        y = torch.stack([split_data[i + 1:i + 1 + context] for i in ix])  # (B, T)
+        return x, y
+    docs, labels = split_data
+    ix = torch.randint(len(docs), (batch_size,), generator=gen)
+    starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
+    return torch.stack([fit(docs[i], context, s) for i, s in zip(ix, starts)]), labels[ix]
+
+
+def eval_set(split_data, task: str, n_batches: int, batch_size: int, context: int):
+    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification every
+    example once (first window), in order."""
+    if task == "lm":
+        gen = torch.Generator().manual_seed(EVAL_SEED)
+        return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
+    docs, labels = split_data
+    x = torch.stack([fit(d, context) for d in docs])
+    return [(x[i:i + batch_size], labels[i:i + batch_size]) for i in range(0, len(docs), batch_size)]
+
+
+# ---- schedule and optimiser ---------------------------------------------------------------------
+
+
+def lr_at(progress: float, step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up over `warmup_steps`, then cosine from lr to min_lr as progress goes 0 -> 1."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, device: str) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (>= 2 dims) only; fused where the build supports it."""
+    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), fused=True)
+    except (RuntimeError, TypeError):  # fused AdamW not built for this device
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2))
+
+
+# ---- monitors -----------------------------------------------------------------------------------
+
+
+def ffn_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) of every dense or gated FFN inside the model (mixed FFNs give their branches)."""
+    if hasattr(model, "ffn_modules"):
+        return list(model.ffn_modules())
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, (DenseFFN, GatedFFN))]
+
+
+def grad_stats(ffns) -> dict[str, float]:
+    """Mean, std and norm of the gradient of each FFN's weights, keyed 'grad_norm/<layer>' etc."""
+    out = {}
+    for name, ffn in ffns:
+        grads = [p.grad.detach().float().flatten() for p in ffn.parameters() if p.grad is not None]
+        if grads:
+            g = torch.cat(grads)
+            out[f"grad_mean/{name}"] = g.mean().item()
+            out[f"grad_std/{name}"] = g.std().item()
+            out[f"grad_norm/{name}"] = g.norm().item()
+    return out
+
+
+class ActivationProbe:
+    """Forward hooks that record, per FFN, which hidden units ever activate and how large the
+    activations are. Recomputes the pre-activation from the FFN's input, so it sees the same
+    numbers whether the FFN runs an eager or a fused kernel."""
+
+    def __init__(self, ffns):
+        self.stats, self.handles = {}, []
+        for name, ffn in ffns:
+            self.handles.append(ffn.register_forward_pre_hook(functools.partial(self.record, name)))
+
+    @torch.no_grad()
+    def record(self, name, ffn, inputs):
+        x = inputs[0].float()
+        w = ffn.w_gate if isinstance(ffn, GatedFFN) else ffn.w_in
+        pre = nn.functional.linear(x, w.weight.float(), None if w.bias is None else w.bias.float())
+        post = ffn.act(pre).flatten(0, -2)  # (tokens, d_ff)
+        pre = pre.flatten(0, -2)
+        s = self.stats.setdefault(name, {"active": torch.zeros(pre.shape[-1], dtype=torch.bool), "n": 0,
+                                         "zero": 0, "pos": 0, "pre": [0.0, 0.0], "post": [0.0, 0.0], "max": 0.0})
+        s["active"] |= (pre > 0).any(dim=0)
+        s["n"] += post.numel()
+        s["zero"] += (post == 0).sum().item()
+        s["pos"] += (pre > 0).sum().item()
+        for key, t in (("pre", pre), ("post", post)):
+            s[key][0] += t.sum().item()
+            s[key][1] += t.square().sum().item()
+        hidden = post * ffn.w_up(x).flatten(0, -2) if isinstance(ffn, GatedFFN) else post
+        s["max"] = max(s["max"], hidden.abs().max().item())
+
+    def summary(self) -> dict[str, dict]:
+        out = {}
+        for name, s in self.stats.items():
+            n = s["n"]
+            std = {k: math.sqrt(max(0.0, s[k][1] / n - (s[k][0] / n) ** 2)) for k in ("pre", "post")}
+            out[name] = {"dead_frac": 1.0 - s["active"].float().mean().item(),
+                         "zero_frac": s["zero"] / n, "inactive_frac": 1.0 - s["pos"] / n,
+                         "std_pre": std["pre"], "std_post": std["post"], "max_abs_hidden": s["max"]}
+        return out
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def spike(value: float, history: list[float], factor: float, window: int = 50) -> bool:
+    """True when value exceeds `factor` times the median of the last `window` values (>= 10 seen)."""
+    recent = history[-window:]
+    return len(recent) >= 10 and value > factor * statistics.median(recent)
+
+
+def model_flops_per_token(model: nn.Module, cfg: ModelConfig) -> int:
+    """Forward FLOPs per token: attention projections, scores over the full context, every FFN
+    built by `build_ffn` (by its formula), and the output head."""
+    d, T = cfg.d_model, cfg.context
+    attn = cfg.n_layers * (2 * 4 * d * d + 2 * 2 * T * d)
+    ffn = sum(ffn_flops_per_token(m.spec, d, m.d_ff, any(n.endswith("bias") for n, _ in m.named_parameters()))
+              for m in model.modules() if hasattr(m, "spec") and hasattr(m, "d_ff"))
+    head = 2 * d * (cfg.vocab_size if cfg.task == "lm" else cfg.n_classes)
+    return attn + ffn + head
+
+
+def peak_memory(device: str) -> int:
+    """Peak bytes: the CUDA allocator's peak, or the process's peak RSS on the CPU."""
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+
+
+def save_checkpoint(directory: Path, model: nn.Module, state: dict):
+    """Weights to safetensors and trainer state to a torch file, each written to a temporary
+    name and renamed; `latest.json` is switched last, so a kill leaves the previous pair usable."""
+    from safetensors.torch import save_model
+
+    directory.mkdir(parents=True, exist_ok=True)
+    step = state["step"]
+    for path, write in ((directory / f"model-{step}.safetensors", lambda p: save_model(model, p)),
+                        (directory / f"state-{step}.pt", lambda p: torch.save(state, p))):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        write(str(tmp))
+        os.replace(tmp, path)
+    tmp = directory / "latest.json.tmp"
+    tmp.write_text(json.dumps({"step": step}))
+    os.replace(tmp, directory / "latest.json")
+    for old in directory.glob("*-*.*"):  # older pairs are no longer needed
+        if old.stem.split("-")[-1] != str(step) and not old.name.endswith(".tmp"):
+            old.unlink(missing_ok=True)
+
+
+def load_checkpoint(directory: Path, model: nn.Module) -> dict | None:
+    """Trainer state of the latest checkpoint (weights loaded into `model`), or None."""
+    from safetensors.torch import load_model
+
+    latest = directory / "latest.json"
+    if not latest.exists():
+        return None
+    step = json.loads(latest.read_text())["step"]
+    load_model(model, str(directory / f"model-{step}.safetensors"))
+    return torch.load(directory / f"state-{step}.pt", weights_only=True)
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(model, batches, task: str, autocast, noise_std: float = 0.0) -> dict:
+    """Mean loss (and accuracy for classification) over fixed batches."""
+    model.eval()
+    losses, correct, n = [], 0, 0
+    gen_state = torch.get_rng_state()
+    if noise_std:
+        torch.manual_seed(EVAL_SEED)  # the same noise for every variant
+    for x, y in batches:
+        with autocast():
+            logits, loss = model(x, y, noise_std=noise_std) if noise_std else model(x, y)
+        losses.append(loss.float().item() * len(y))
+        n += len(y)
+        if task == "cls":
+            correct += (logits.argmax(-1) == y).sum().item()
+    torch.set_rng_state(gen_state)
+    model.train()
+    out = {"loss": sum(losses) / n}
+    if task == "cls":
+        out["acc"] = correct / n
+    return out
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available; valid here: cpu, auto")
+    return device
+
+
+def train(cfg: TrainConfig, progress=None, model_factory=None) -> dict:
+    """Run one training and return its result dict (JSON-serialisable).
+
+    `progress(step, total, metrics)` is called after every step (for a progress bar).
+    `model_factory(model_cfg, seed) -> nn.Module` replaces the built-in Transformer (e.g. a
+    Hugging Face architecture); the module must take (idx, targets) and return (logits, loss).
+    A run that hits a non-finite loss or gradient ends with status 'diverged'; it never raises.
+    """
+    t_start = time.perf_counter()
+    device = resolve_device(cfg.device)
+    task = cfg.model.task
+
+    # -- data and model
+    corpus, tok, splits = load_data(cfg.data, task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
+    mcfg = replace(cfg.model, vocab_size=tok.vocab_size,
+                   n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes)
+    check_data(splits, task, mcfg.context, cfg.data)
+    torch.manual_seed(cfg.seed)
+    model = (model_factory or Transformer)(mcfg, cfg.seed).to(device)
+    ffns = ffn_modules(model)
+    opt = make_optimizer(model, cfg, device)
+    gen = torch.Generator().manual_seed(cfg.seed)  # data order: same for every variant with this seed
+    val_batches = [(x.to(device), y.to(device)) for x, y in
+                   eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)]
+    tokens_per_step = cfg.batch_size * mcfg.context
+    total = math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps
+    autocast = functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16,
+                                 enabled=cfg.precision == "bf16")
+    step_fn = torch.compile(model) if cfg.compile else model
+
+    # -- resume
+    hist = {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
+    step, elapsed, status = 0, 0.0, "finished"
+    ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    if ckpt_dir is not None:
+        state = load_checkpoint(ckpt_dir, model)
+        if state is not None:
+            opt.load_state_dict(state["optimizer"])
+            gen.set_state(state["data_rng"])
+            torch.set_rng_state(state["torch_rng"])
+            step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
+
+    # -- train
+    model.train()
+    t0 = time.perf_counter() - elapsed
+    while step < total:
+        elapsed = time.perf_counter() - t0
+        if cfg.max_seconds and elapsed >= cfg.max_seconds:
+            break
+        t_step = time.perf_counter()
+        progress_frac = max(step / total, elapsed / cfg.max_seconds if cfg.max_seconds else 0.0)
+        lr = lr_at(progress_frac, step, cfg)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(splits["train"], task, cfg.batch_size, mcfg.context, gen)
+        x, y = x.to(device), y.to(device)
+        with autocast():
+            _, loss = step_fn(x, y)
+        loss.backward()
+        if step % cfg.log_every == 0:
+            hist["grad_ffn"].append({"step": step, **grad_stats(ffns)})
+        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
+        loss_value = loss.item()
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # stop before the update
+            hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(loss_value),
+                                   "grad_norm": str(grad_norm)})
+            status = "diverged"
+            opt.zero_grad(set_to_none=True)
+            break
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        for kind, value, series in (("grad_spike", grad_norm, hist["grad_norm"]),
+                                    ("loss_spike", loss_value, hist["train_loss"])):
+            if spike(value, series, cfg.spike_factor):
+                hist["events"].append({"step": step, "kind": kind, "value": value,
+                                       "median": statistics.median(series[-50:])})
+        hist["train_loss"].append(loss_value)
+        hist["grad_norm"].append(grad_norm)
+        hist["step_time"].append(time.perf_counter() - t_step)
+        step += 1
+        if step % cfg.eval_every == 0 or step == total:
+            hist["val"].append({"step": step, **evaluate(model, val_batches, task, autocast),
+                                "time": time.perf_counter() - t0})
+        if ckpt_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
+            save_checkpoint(ckpt_dir, model, {
+                "step": step, "elapsed": time.perf_counter() - t0, "hist": hist, "optimizer": opt.state_dict(),
+                "data_rng": gen.get_state(), "torch_rng": torch.get_rng_state()})
+        if progress is not None:
+            progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
+    train_seconds = time.perf_counter() - t0
+
+    # -- final evaluation and behaviour
+    behaviour, final, robust = {}, {}, {}
+    if status == "finished":
+        if not hist["val"] or hist["val"][-1]["step"] != step:
+            hist["val"].append({"step": step, **evaluate(model, val_batches, task, autocast),
+                                "time": train_seconds})
+        final = hist["val"][-1]
+        probe = ActivationProbe(ffns)
+        evaluate(model, val_batches, task, autocast)
+        probe.remove()
+        behaviour = probe.summary()
+        robust = evaluate(model, val_batches, task, autocast, noise_std=cfg.noise_std)
+        if not math.isfinite(final["loss"]):
+            status = "diverged"
+            hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(final["loss"])})
+    step_times = hist["step_time"][1:] or hist["step_time"]  # the first step includes warm-up
+    median_step = statistics.median(step_times) if step_times else float("nan")
+    n_params = param_count(model)
+    result = {
+        "ffn": mcfg.ffn, "seed": cfg.seed, "status": status, "task": task, "steps": step,
+        "final_val_loss": final.get("loss"), "final_val_ppl": math.exp(final["loss"]) if final else None,
+        "final_val_acc": final.get("acc"),
+        "noisy_val_loss": robust.get("loss"), "noisy_val_acc": robust.get("acc"),
+        "diverged_step": next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
+        "params": n_params, "ffn_params": sum(p.numel() for _, f in ffns for p in f.parameters()),
+        "flops_per_token": model_flops_per_token(model, mcfg),
+        "tokens": step * tokens_per_step, "tokens_per_s": tokens_per_step / median_step if step_times else None,
+        "step_time_s": median_step, "train_seconds": train_seconds,
+        "wall_seconds": time.perf_counter() - t_start, "peak_mem_bytes": peak_memory(device),
+        "n_grad_spikes": sum(e["kind"] == "grad_spike" for e in hist["events"]),
+        "n_loss_spikes": sum(e["kind"] == "loss_spike" for e in hist["events"]),
+        "behaviour": behaviour,
+        "dead_frac": statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
+        "vocab_size": tok.vocab_size, "device": device,
+        "history": {"train_loss": hist["train_loss"], "grad_norm": hist["grad_norm"], "val": hist["val"],
+                    "grad_ffn": hist["grad_ffn"]},
+        "events": hist["events"], "config": cfg.to_dict(),
+    }
+    return result
+
+
+# ---- progress bar -------------------------------------------------------------------------------
+
+
+def progress_bar(prefix: str = "", stream=sys.stderr):
+    """A one-line progress display: steps, ETA, loss and tokens/s; silent when not a terminal."""
+    last = [0.0]
+
+    def show(step, total, m):
+        now = time.perf_counter()
+        if now - last[0] < 0.2 and step != total:
+            return
+        last[0] = now
+        rate = step / m["elapsed"] if m["elapsed"] else 0.0
+        eta = f"{(total - step) / rate:5.0f}s" if total and rate else "    ?"
+        frac = f"{step}/{total}" if total else f"{step}"
+        stream.write(f"\r{prefix}{frac} steps  eta {eta}  loss {m['loss']:.4f}  lr {m['lr']:.2e}")
+        if step == total:
+            stream.write("\n")
+        stream.flush()
+    return show

@@ -133,14 +133,16 @@ def compare(results: dict[str, dict[int, float]], baseline: str, higher_is_bette
             alpha: float = 0.05, diverged: dict[str, int] | None = None, level: float = 0.95) -> dict:
     """Compare every variant with `baseline` over seeds: summary per variant, paired tests, Holm, ranking.
 
-    results: variant -> {seed: final metric}; a NaN/inf metric marks a diverged run. `diverged` adds
-    diverged runs that have no metric at all (variant -> count). Per variant row:
+    results: variant -> {seed: final metric}; a NaN/inf metric marks a diverged run. `diverged` is the
+    caller's total of diverged runs per variant (e.g. counted from run statuses, including runs that
+    left no metric); a variant's count is max(diverged[variant], its non-finite values), so a NaN that
+    is also in `diverged` is not counted twice. Per variant row:
       n_seeds, mean, std, ci_low, ci_high   mean_ci over its finite values
       delta, delta_ci_low, delta_ci_high, p paired_diff(variant, baseline): variant - baseline
       p_adj                                  holm over the non-baseline variants' p
       significant                            p_adj < alpha
       rank                                   1 = best mean (lowest, or highest if higher_is_better)
-      diverged                               non-finite values in results + diverged[variant]
+      diverged                               max(diverged[variant], non-finite values in results)
     The baseline row has delta 0, p None and significant False. Rows are sorted best first; variants
     with no finite value at all come last. `verdict` says in one or two sentences what is significant,
     or plainly that nothing is, or that statistics need >= 2 seeds.
@@ -159,7 +161,7 @@ def compare(results: dict[str, dict[int, float]], baseline: str, higher_is_bette
         row = {"ffn": name, "n_seeds": m["n"], "mean": m["mean"], "std": m["std"], "ci_low": m["ci_low"],
                "ci_high": m["ci_high"], "delta": 0.0, "delta_ci_low": 0.0, "delta_ci_high": 0.0, "n_pairs": m["n"],
                "p": None, "p_adj": None, "significant": False, "rank": None,
-               "diverged": len(runs) - len(finite[name]) + diverged.get(name, 0)}
+               "diverged": max(len(runs) - len(finite[name]), diverged.get(name, 0))}
         if name != baseline:
             d = paired_diff(finite[name], finite[baseline], level)
             row.update(delta=d["delta"], delta_ci_low=d["ci_low"], delta_ci_high=d["ci_high"], n_pairs=d["n"],
@@ -185,7 +187,7 @@ def _verdict(rows: list[dict], baseline: str, higher_is_better: bool, alpha: flo
     others = [r for r in rows if r["ffn"] != baseline]
     tested = [r for r in others if r["p"] is not None]
     diverged = [f"{r['ffn']} {r['diverged']}" for r in rows if r["diverged"]]
-    tail = f" Diverged runs left out: {', '.join(diverged)}." if diverged else ""
+    tail = f" Left out as diverged (runs): {', '.join(diverged)}." if diverged else ""
     if not others:
         return f"Only {baseline} was run; there is nothing to compare.{tail}"
     if not tested:

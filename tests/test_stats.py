@@ -148,6 +148,9 @@ def test_compare_excludes_and_counts_diverged_seeds():
     dead = rows["relu2"]
     assert dead["n_seeds"] == 0 and dead["mean"] is None and dead["diverged"] == 2 and dead["rank"] == 3
     assert "relu2 2" in c["verdict"] and "swiglu 2" in c["verdict"]
+    # a caller counting from run statuses passes the total, NaNs included: not counted twice
+    c = compare({"relu": RELU, "swiglu": swiglu}, "relu", diverged={"relu": 0, "swiglu": 2})
+    assert [r["diverged"] for r in c["variants"]] == [2, 0]
 
 
 def test_compare_unknown_baseline_lists_variants():

@@ -1,0 +1,377 @@
+"""Run store: one embedded SQLite file holding every run's config, status, metrics, events and environment.
+
+    runs     id (the caller's hash of the config), sweep, config, status, result, env, attempts, timestamps
+    metrics  (run_id, step, name) -> value          the loss/lr/grad-norm series
+    events   (run_id, step, kind) -> detail         stability events (spikes, NaN, clipping, ...)
+    meta     schema_version
+
+A run moves pending -> running -> finished | diverged | failed. A finished run is never overwritten:
+claim, start and finish leave it as it is, so a resumed sweep cannot clobber a result. Diverged and
+failed runs may be started again (attempts counts the starts).
+
+Durability: WAL journal, every write one BEGIN IMMEDIATE transaction, synchronous=FULL. WAL alone
+already makes a kill -9 harmless (a commit is in the WAL file before COMMIT returns; a half-written
+transaction is never seen). FULL also fsyncs the WAL at each commit, so a committed finished run
+survives a power cut or OS crash as well; at about a millisecond per commit and a handful of commits
+per training run, that cost is invisible next to the minutes of compute a lost result would waste.
+Several processes may write at once: SQLite serialises writers, and busy_timeout makes them wait
+instead of failing.
+
+JSON columns are json.dumps(sort_keys=True) text. NOTE: NaN and +-inf are written as the bare tokens
+NaN/Infinity/-Infinity (allow_nan), which Python's json reads back as floats but SQLite's json1
+functions reject. Metric values are REAL, and SQLite stores NaN as NULL; we read NULL back as NaN.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import pathlib
+import platform
+import sqlite3
+import subprocess
+import threading
+import time
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = pathlib.Path("ffnlab-runs") / "ffnlab.db"
+STATUSES = ("pending", "running", "finished", "diverged", "failed")
+FINAL = ("finished", "diverged", "failed")
+BUSY_TIMEOUT_S = 30.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    sweep TEXT,
+    config TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result TEXT,
+    env TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS runs_sweep ON runs (sweep, created_at);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    step INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    value REAL,  -- NULL is NaN: SQLite cannot store NaN in a REAL
+    PRIMARY KEY (run_id, step, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    step INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    PRIMARY KEY (run_id, step, kind)
+) WITHOUT ROWID;
+"""
+
+
+def _json_default(obj):
+    """Make numpy/torch scalars and arrays, paths and sets JSON-serialisable."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise TypeError(f"cannot store a {type(obj).__name__} as JSON")
+
+
+def dumps(obj) -> str:
+    """Canonical JSON text for a column: sorted keys, NaN/inf kept as NaN/Infinity tokens."""
+    return json.dumps(obj, sort_keys=True, allow_nan=True, default=_json_default)
+
+
+def loads(text: str | None):
+    return None if text is None else json.loads(text)
+
+
+class Store:
+    """The run store: one SQLite file, one connection per Store object (opened on first use)."""
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_PATH, create: bool = True):
+        self.path = pathlib.Path(path)
+        self.create = create
+        if not create and not self.path.is_file():
+            raise ValueError(f"no run store at {self.path}")
+        self._conn: sqlite3.Connection | None = None
+        self._pid = None
+        self._lock = threading.Lock()  # one transaction at a time on the shared connection
+
+    # ---- connection and transactions ----------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # NOTE: a connection must not cross a fork; a child process opens its own and leaves the
+        # parent's alone (closing it here could disturb the parent's locks).
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # checked before anything is written, so a foreign file is left untouched
+            if not self.create and not conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+                raise ValueError(f"{self.path} is not an ffnlab run store (no meta table)")
+            _set_wal(conn)
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            with _transaction(conn):  # several processes may open a new store at once: create inside the lock
+                for statement in SCHEMA.split(";"):  # not executescript, which would COMMIT first
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                             (str(SCHEMA_VERSION),))
+                version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise ValueError(f"run store {self.path} has schema version {version}; this ffnlab reads up to "
+                                 f"{SCHEMA_VERSION}: upgrade ffnlab")
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise ValueError(f"cannot open run store {self.path}: {e}") from None
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    @contextlib.contextmanager
+    def _write(self):
+        """One BEGIN IMMEDIATE transaction: takes the write lock up front so it never deadlocks midway."""
+        with self._lock:
+            conn = self._connect()
+            with _transaction(conn):
+                yield conn
+
+    def _read(self, sql: str, args=()) -> list[tuple]:
+        with self._lock:
+            return self._connect().execute(sql, args).fetchall()
+
+    def close(self):
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getstate__(self):  # picklable for multiprocessing/Ray: the copy opens its own connection
+        return {"path": self.path, "create": self.create}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"], state["create"])
+
+    def __repr__(self):
+        return f"Store('{self.path}')"
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    def claim(self, run_id: str, config: dict, sweep: str | None = None) -> str:
+        """Register a run as 'pending' unless it exists; return its current status. Never modifies an existing run."""
+        with self._write() as conn:
+            conn.execute("INSERT OR IGNORE INTO runs (id, sweep, config, status, created_at) VALUES (?, ?, ?, ?, ?)",
+                         (run_id, sweep, dumps(config), "pending", time.time()))
+            return conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+
+    def start(self, run_id: str) -> None:
+        """Mark a run 'running': started_at now, environment recorded, attempts + 1. No-op on a finished run."""
+        env = dumps(environment())  # outside the transaction: it may run git
+        with self._write() as conn:
+            _require(conn, run_id)
+            conn.execute("UPDATE runs SET status = 'running', started_at = ?, finished_at = NULL, env = ?, "
+                         "attempts = attempts + 1 WHERE id = ? AND status != 'finished'", (time.time(), env, run_id))
+
+    def add_metrics(self, run_id: str, rows: list[tuple[int, str, float]]) -> None:
+        """Store (step, name, value) rows; a row already there for (run, step, name) is replaced."""
+        rows = [(run_id, int(step), str(name), float(value)) for step, name, value in rows]
+        with self._write() as conn:
+            _require(conn, run_id)
+            conn.executemany("INSERT OR REPLACE INTO metrics (run_id, step, name, value) VALUES (?, ?, ?, ?)", rows)
+
+    def add_events(self, run_id: str, events: list[dict]) -> None:
+        """Store events {"step", "kind", ...detail}; one already there for (run, step, kind) is replaced."""
+        rows = []
+        for event in events:
+            if "step" not in event or "kind" not in event:
+                raise ValueError(f"an event needs 'step' and 'kind', got keys {sorted(event)}")
+            detail = {k: v for k, v in event.items() if k not in ("step", "kind")}
+            rows.append((run_id, int(event["step"]), str(event["kind"]), dumps(detail)))
+        with self._write() as conn:
+            _require(conn, run_id)
+            conn.executemany("INSERT OR REPLACE INTO events (run_id, step, kind, detail) VALUES (?, ?, ?, ?)", rows)
+
+    def finish(self, run_id: str, status: str, result: dict) -> None:
+        """Record a run's outcome and result in one transaction of its own. No-op on a run already finished."""
+        if status not in FINAL:
+            raise ValueError(f"finish status must be one of {', '.join(FINAL)}, got '{status}'")
+        result = dumps(result)
+        with self._write() as conn:
+            _require(conn, run_id)
+            conn.execute("UPDATE runs SET status = ?, result = ?, finished_at = ? WHERE id = ? AND status != 'finished'",
+                         (status, result, time.time(), run_id))
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> dict | None:
+        """One run as a dict (see `runs`), or None if the store has no such id."""
+        rows = self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return _run_dict(rows[0]) if rows else None
+
+    def runs(self, status: str | None = None, sweep: str | None = None) -> list[dict]:
+        """Runs as {"id","config","status","result","env","sweep","attempts","created_at","started_at","finished_at"},
+        oldest first (created_at, then id), optionally only one status and/or one sweep."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown run status '{status}'; valid: {', '.join(STATUSES)}")
+        # NULL matches every value of a filter that was not given
+        sql = (f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR sweep = ?2) "
+               "ORDER BY created_at, id")
+        return [_run_dict(row) for row in self._read(sql, (status, sweep))]
+
+    def metrics(self, run_id: str, name: str | None = None) -> list[tuple[int, str, float]]:
+        """The run's (step, name, value) rows ordered by step then name, optionally one metric only."""
+        if name is None:
+            rows = self._read("SELECT step, name, value FROM metrics WHERE run_id = ? ORDER BY step, name", (run_id,))
+        else:
+            rows = self._read("SELECT step, name, value FROM metrics WHERE run_id = ? AND name = ? ORDER BY step",
+                              (run_id, name))
+        return [(step, metric, math.nan if value is None else value) for step, metric, value in rows]
+
+    def events(self, run_id: str) -> list[dict]:
+        """The run's events as {"step", "kind", ...detail}, ordered by step then kind."""
+        rows = self._read("SELECT step, kind, detail FROM events WHERE run_id = ? ORDER BY step, kind", (run_id,))
+        return [{"step": step, "kind": kind, **loads(detail)} for step, kind, detail in rows]
+
+    def snapshot(self, ignore: tuple[str, ...] = ()) -> dict:
+        """Everything but timestamps, attempts and environment, as plain data that compares with ==.
+
+        For checking that two stores hold the same results (an interrupted and resumed sweep against
+        an uninterrupted one). `ignore` names result keys and metric names to leave out (wall-clock
+        timings differ between runs). NOTE: NaN != NaN, so non-finite floats appear as the strings
+        'nan', 'inf', '-inf'.
+        """
+        runs = {r["id"]: {"config": r["config"], "status": r["status"], "sweep": r["sweep"],
+                          "result": {k: v for k, v in r["result"].items() if k not in ignore}
+                          if isinstance(r["result"], dict) else r["result"]} for r in self.runs()}
+        metrics = {run_id: [] for run_id in runs}
+        for run_id, step, name, value in self._read(
+                "SELECT run_id, step, name, value FROM metrics ORDER BY run_id, step, name"):
+            if name not in ignore:
+                metrics[run_id].append((step, name, math.nan if value is None else value))
+        events = {run_id: self.events(run_id) for run_id in runs}
+        return _finite_or_str({"schema_version": SCHEMA_VERSION, "runs": runs, "metrics": metrics, "events": events})
+
+    def integrity_check(self) -> str:
+        """SQLite's own consistency check: 'ok' when the file is sound."""
+        return self._read("PRAGMA integrity_check")[0][0]
+
+
+RUN_COLUMNS = "id, config, status, result, env, sweep, attempts, created_at, started_at, finished_at"
+
+
+def _run_dict(row: tuple) -> dict:
+    run = dict(zip([c.strip() for c in RUN_COLUMNS.split(",")], row))
+    for key in ("config", "result", "env"):
+        run[key] = loads(run[key])
+    return run
+
+
+def _require(conn: sqlite3.Connection, run_id: str):
+    if not conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+        raise ValueError(f"no run '{run_id}' in the store; claim it first")
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection):
+    """BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any error; refuses to nest into a pending transaction."""
+    if conn.in_transaction:  # every write commits on its own; something pending here is a bug
+        raise RuntimeError("a transaction is already pending on this run store connection")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _set_wal(conn: sqlite3.Connection):
+    """Switch the file to WAL (a persistent setting of the file, so usually a no-op)."""
+    # NOTE: the first switch of a new file needs an exclusive lock, and SQLite reports a concurrent
+    # opener's lock as 'database is locked' without calling the busy handler; retry briefly.
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    if mode.lower() != "wal":
+        raise ValueError(f"run store needs WAL journaling, but its file system allows only '{mode}'")
+
+
+def _finite_or_str(obj):
+    """Copy of obj with non-finite floats as 'nan'/'inf'/'-inf' and tuples as lists, so == works."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite_or_str(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_or_str(v) for v in obj]
+    return obj
+
+
+# ---- environment ------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=os.getcwd(), capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> str:
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
+    git_rev = _git("rev-parse", "HEAD")
+    dirty = None if git_rev is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "device": device, "gpu": gpu,
+                  "cpu": _cpu_model(), "python": platform.python_version(), "platform": platform.platform(),
+                  "git_rev": git_rev, "git_dirty": dirty})
+
+
+def environment() -> dict:
+    """Where a run ran: torch/CUDA versions, device, GPU and CPU model, Python, platform, git revision of the cwd.
+
+    git_rev is `git rev-parse HEAD` of the current directory (None outside a repository, without git,
+    or after a 5 s timeout); git_dirty says whether tracked files differ from it. Computed once per process.
+    """
+    return json.loads(_environment())

@@ -1,0 +1,282 @@
+import math
+import os
+import pathlib
+import pickle
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ffnlab import store as store_module
+from ffnlab.store import SCHEMA_VERSION, Store, environment
+
+NAN, INF = float("nan"), float("inf")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# A writer process: waits for the go file, then claims, starts, logs and finishes runs, printing each
+# id only after its finish has committed.
+WRITER = """
+import os, sys, time
+from ffnlab.store import Store
+path, prefix, n, go, n_metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+while not os.path.exists(go):
+    time.sleep(0.005)
+store = Store(path)
+for i in range(n):
+    run_id = f"{prefix}-{i}"
+    store.claim(run_id, {"prefix": prefix, "i": i}, sweep=prefix)
+    store.start(run_id)
+    store.add_metrics(run_id, [(step, "loss", 1.0 / (step + 1)) for step in range(n_metrics)])
+    store.add_events(run_id, [{"step": 3, "kind": "spike", "ratio": 4.0}])
+    store.finish(run_id, "finished", {"val_loss": i / 1000, "prefix": prefix})
+    print(run_id, flush=True)
+    time.sleep(0.002)  # "training": without a gap, SQLite's sleeping busy handler lets one writer hog the lock
+"""
+
+
+def writer(path, prefix, n, go, n_metrics=10):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), prefix, str(n), str(go), str(n_metrics)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def raw(path, sql):
+    conn = sqlite3.connect(path)
+    try:
+        with conn:  # commits
+            return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "runs" / "ffnlab.db") as s:
+        yield s
+
+
+def test_schema_created_lazily_in_a_new_directory(tmp_path):
+    path = tmp_path / "deep" / "dir" / "ffnlab.db"
+    s = Store(path)
+    assert s.path == path and not path.parent.exists()  # nothing written before the first use
+    s.claim("a", {})
+    s.close()
+    tables = {name for (name,) in raw(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"meta", "runs", "metrics", "events"} <= tables
+    assert raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert raw(path, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_open_missing_or_foreign_file_with_create_false(tmp_path):
+    missing = tmp_path / "nope.db"
+    with pytest.raises(ValueError, match="no run store at"):
+        Store(missing, create=False)
+    assert not missing.exists()
+    other = tmp_path / "other.db"
+    raw(other, "CREATE TABLE t (x)")
+    with pytest.raises(ValueError, match="not an ffnlab run store"):
+        Store(other, create=False).runs()
+    assert raw(other, "PRAGMA journal_mode") == [("delete",)]  # left untouched
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ValueError, match="cannot open run store"):
+        Store(garbage).runs()
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        s.claim("a", {})
+    raw(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(ValueError, match="schema version 99"):
+        Store(path, create=False).get("a")
+
+
+def test_lifecycle_claim_start_finish(store):
+    config = {"ffn": "swiglu", "seed": 0, "lr": 3e-4}
+    assert store.claim("r1", config, sweep="s1") == "pending"
+    assert store.claim("r1", {"something": "else"}) == "pending"  # an existing run is left as it is
+    run = store.get("r1")
+    assert run["config"] == config and run["sweep"] == "s1" and run["attempts"] == 0 and run["started_at"] is None
+    store.start("r1")
+    run = store.get("r1")
+    assert run["status"] == "running" and run["attempts"] == 1 and run["started_at"] >= run["created_at"]
+    assert run["env"]["python"] and "torch" in run["env"] and "git_rev" in run["env"]
+    store.finish("r1", "finished", {"val_loss": 3.21})
+    run = store.get("r1")
+    assert run["status"] == "finished" and run["result"] == {"val_loss": 3.21}
+    assert run["finished_at"] >= run["started_at"]
+    assert set(run) == {"id", "config", "status", "result", "env", "sweep", "attempts", "created_at", "started_at",
+                        "finished_at"}
+    assert store.get("missing") is None
+
+
+def test_finished_run_is_never_overwritten(store):
+    store.claim("r1", {"a": 1})
+    store.start("r1")
+    store.finish("r1", "finished", {"val_loss": 1.0})
+    before = store.get("r1")
+    assert store.claim("r1", {"a": 2}) == "finished"
+    store.start("r1")
+    store.finish("r1", "failed", {"error": "late duplicate"})
+    assert store.get("r1") == before
+
+
+def test_diverged_or_failed_run_can_be_started_again(store):
+    store.claim("r1", {})
+    store.start("r1")
+    store.finish("r1", "diverged", {"val_loss": NAN})
+    store.start("r1")
+    run = store.get("r1")
+    assert run["status"] == "running" and run["attempts"] == 2 and run["finished_at"] is None
+
+
+def test_bad_arguments_raise_value_error(store):
+    with pytest.raises(ValueError, match="claim it first"):
+        store.start("ghost")
+    with pytest.raises(ValueError, match="claim it first"):
+        store.add_metrics("ghost", [(0, "loss", 1.0)])
+    store.claim("r1", {})
+    with pytest.raises(ValueError, match="finished, diverged, failed"):
+        store.finish("r1", "done", {})
+    with pytest.raises(ValueError, match="valid: pending, running"):
+        store.runs(status="done")
+    with pytest.raises(ValueError, match="'step' and 'kind'"):
+        store.add_events("r1", [{"step": 1}])
+    assert store.get("r1")["status"] == "pending"
+
+
+def test_runs_filters_and_order(store):
+    for run_id, sweep in [("b", "s1"), ("a", "s1"), ("c", "s2")]:
+        store.claim(run_id, {"id": run_id}, sweep=sweep)
+    store.finish("c", "failed", {"error": "boom"})
+    assert [r["id"] for r in store.runs()] == ["b", "a", "c"]  # created_at order, not id order
+    assert [r["id"] for r in store.runs(sweep="s1")] == ["b", "a"]
+    assert [r["id"] for r in store.runs(status="failed")] == ["c"]
+    assert store.runs(status="failed", sweep="s1") == []
+    raw(store.path, "UPDATE runs SET created_at = 0")  # equal timestamps fall back to id order
+    assert [r["id"] for r in store.runs()] == ["a", "b", "c"]
+
+
+def test_metrics_and_events_are_idempotent(store):
+    store.claim("r1", {})
+    rows = [(2, "loss", 2.5), (0, "loss", 3.0), (1, "loss", 2.8), (0, "lr", 1e-4)]
+    store.add_metrics("r1", rows)
+    store.add_metrics("r1", rows[:2])  # a resumed run re-logs steps it had logged
+    assert store.metrics("r1") == [(0, "loss", 3.0), (0, "lr", 1e-4), (1, "loss", 2.8), (2, "loss", 2.5)]
+    store.add_metrics("r1", [(2, "loss", 2.4)])
+    assert store.metrics("r1", "loss") == [(0, "loss", 3.0), (1, "loss", 2.8), (2, "loss", 2.4)]
+    events = [{"step": 5, "kind": "spike", "ratio": 6.0}, {"step": 2, "kind": "clip", "norm": 9.5}]
+    store.add_events("r1", events)
+    store.add_events("r1", events)
+    assert store.events("r1") == [events[1], events[0]]
+    store.add_events("r1", [{"step": 5, "kind": "spike", "ratio": 7.0}])
+    assert store.events("r1")[1]["ratio"] == 7.0 and len(store.events("r1")) == 2
+
+
+def test_nan_and_inf_round_trip(store):
+    store.claim("r1", {"x": NAN, "y": [INF, -INF]})
+    store.add_metrics("r1", [(0, "loss", NAN), (1, "loss", INF), (2, "loss", -INF)])
+    store.add_events("r1", [{"step": 1, "kind": "nan", "value": NAN}])
+    store.finish("r1", "diverged", {"val_loss": NAN, "max": INF})
+    run = store.get("r1")
+    assert math.isnan(run["config"]["x"]) and run["config"]["y"] == [INF, -INF]
+    assert math.isnan(run["result"]["val_loss"]) and run["result"]["max"] == INF
+    values = [v for _, _, v in store.metrics("r1")]
+    assert math.isnan(values[0]) and values[1:] == [INF, -INF]
+    assert math.isnan(store.events("r1")[0]["value"])
+
+
+def test_snapshot_compares_stores_regardless_of_order_and_time(tmp_path):
+    def fill(path, order, wall):
+        with Store(path) as s:
+            for run_id in order:
+                s.claim(run_id, {"id": run_id, "nan": NAN}, sweep="sw")
+                s.start(run_id)
+                s.add_metrics(run_id, [(0, "loss", 1.0), (0, "tokens_per_s", wall)])
+                s.finish(run_id, "finished", {"val_loss": NAN if run_id == "b" else 0.5, "wall_s": wall})
+            return s.snapshot(ignore=("wall_s", "tokens_per_s")), s.snapshot()
+
+    (a, a_full), (b, b_full) = fill(tmp_path / "a.db", ["a", "b"], 1.0), fill(tmp_path / "b.db", ["b", "a"], 2.0)
+    assert a == b and a_full != b_full
+    assert a["runs"]["b"]["result"] == {"val_loss": "nan"}
+    with Store(tmp_path / "b.db") as s:
+        s.add_metrics("a", [(1, "loss", 0.9)])
+        assert s.snapshot(ignore=("wall_s", "tokens_per_s")) != a
+
+
+def test_environment_and_git_revision(tmp_path, monkeypatch):
+    store_module._environment.cache_clear()
+    try:
+        env = environment()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=os.getcwd())
+        assert env["git_rev"] == (head.stdout.strip() if head.returncode == 0 else None)
+        assert env["python"] == sys.version.split()[0] and env["device"] in ("cpu", "cuda")
+        monkeypatch.chdir(tmp_path)  # not a repository
+        store_module._environment.cache_clear()
+        env = environment()
+        assert env["git_rev"] is None and env["git_dirty"] is None
+        env["torch"] = "mutated"
+        assert environment()["torch"] != "mutated"  # callers get a copy of the cached value
+    finally:
+        store_module._environment.cache_clear()
+
+
+def test_store_pickles_and_threads_share_it(store):
+    copy = pickle.loads(pickle.dumps(store))
+    copy.claim("from-copy", {})
+    assert store.get("from-copy")["status"] == "pending"
+
+    def work(k):
+        for i in range(25):
+            store.claim(f"t{k}-{i}", {"k": k})
+            store.add_metrics(f"t{k}-{i}", [(0, "loss", float(i))])
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(store.runs()) == 101 and store.integrity_check() == "ok"
+
+
+@pytest.mark.slow
+def test_two_processes_write_one_new_store(tmp_path):
+    path, go = tmp_path / "shared" / "ffnlab.db", tmp_path / "go"
+    procs = [writer(path, prefix, 200, go) for prefix in ("p", "q")]
+    time.sleep(0.2)
+    go.touch()  # both open the (not yet existing) store and write at the same time
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    with Store(path, create=False) as s:
+        assert s.integrity_check() == "ok"
+        runs = s.runs(status="finished")
+        assert len(runs) == 400 and {r["id"] for r in runs} == {f"{x}-{i}" for x in "pq" for i in range(200)}
+        assert all(len(s.metrics(r["id"])) == 10 and r["result"]["prefix"] == r["sweep"] for r in runs)
+        assert sum(len(s.events(r["id"])) for r in runs) == 400
+        # the two writers really interleaved: neither finished all of its runs before the other began
+        span = {x: [min(r["finished_at"] for r in runs if r["sweep"] == x),
+                    max(r["finished_at"] for r in runs if r["sweep"] == x)] for x in "pq"}
+        assert span["p"][0] < span["q"][1] and span["q"][0] < span["p"][1]
+
+
+def test_sigkill_mid_write_loses_no_committed_run(tmp_path):
+    path, go = tmp_path / "ffnlab.db", tmp_path / "go"
+    go.touch()
+    proc = writer(path, "k", 100_000, go, n_metrics=400)  # big batches: the kill likely lands inside one
+    done = [proc.stdout.readline() for _ in range(25)]
+    time.sleep(0.037)
+    proc.send_signal(signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    reported = [line.strip() for line in done + rest.splitlines(keepends=True) if line.endswith("\n")]
+    assert len(reported) >= 25
+    with Store(path, create=False) as s:
+        assert s.integrity_check() == "ok"
+        for run_id in reported:
+            run = s.get(run_id)
+            assert run["status"] == "finished" and run["result"] == {"val_loss": int(run_id[2:]) / 1000, "prefix": "k"}
+            assert len(s.metrics(run_id)) == 400
+        assert len(s.runs(status="finished")) in (len(reported), len(reported) + 1)  # killed before the print
+        assert {len(s.metrics(r["id"])) for r in s.runs()} <= {0, 400}  # a batch is all there or not at all

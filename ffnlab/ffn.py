@@ -178,17 +178,45 @@ class DenseFFN(nn.Module):
 
 class GatedFFN(nn.Module):
     """W_down(act(W_gate x) * W_up x): the GLU family. The gate goes through the activation,
-    the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj)."""
+    the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj).
 
-    def __init__(self, d_model: int, d_ff: int, act="silu", bias: bool = False, **act_kwargs):
+    Activations in `ffnlab.kernels.FUSED_ACTS` have a fused path that keeps only W_gate x and
+    W_up x for backward (`gated_down`). `fused`: None follows that table's measured default,
+    True forces it (ValueError if the activation has no kernel), False keeps the eager ops.
+    FFNLAB_EAGER=1 keeps the eager ops whatever `fused` says.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, act="silu", bias: bool = False, fused: bool | None = None,
+                 **act_kwargs):
+        from ffnlab.kernels import FUSED_ACTS
         super().__init__()
         self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
         self.w_up = nn.Linear(d_model, d_ff, bias=bias)
         self.act = get_activation(act, **act_kwargs)
         self.w_down = nn.Linear(d_ff, d_model, bias=bias)
+        # kernels exist for plain registered activations, not learnable ones or ones with arguments
+        name = getattr(self.act, "name", None)
+        self.fused_act = name if name in FUSED_ACTS and not getattr(self.act, "kwargs", None) else None
+        if fused and self.fused_act is None:
+            raise ValueError(f"fused=True needs an activation with a fused kernel, got {self.act}; "
+                             f"fused: {', '.join(FUSED_ACTS)}")
+        self.fused = fused
+
+    def use_fused(self) -> bool:
+        """Whether forward takes the fused path: `fused`, else the table default; never with FFNLAB_EAGER=1."""
+        from ffnlab.kernels import FUSED_ACTS, eager_forced
+        if self.fused_act is None or self.fused is False or eager_forced():
+            return False
+        return bool(self.fused) or FUSED_ACTS[self.fused_act].default
 
     def forward(self, x):  # (..., d_model) -> (..., d_model)
+        if self.use_fused():
+            from ffnlab.kernels import gated_down
+            return gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
         return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
+
+    def extra_repr(self):
+        return f"fused={self.use_fused()}"
 
 
 class MixFFN(nn.Module):

@@ -95,8 +95,10 @@ def test_stats_measures_saved_bytes():
     d, h, tokens = 64, 128, 8
     dense = ffn_stats(build_ffn("gelu", d, d_ff=h), tokens)
     assert dense["saved_bytes_per_token"] == 4 * (d + 2 * h)  # input, pre-activation, post-activation
-    gated = ffn_stats(build_ffn("swiglu", d, d_ff=h), tokens)
-    assert gated["saved_bytes_per_token"] == 4 * (d + 4 * h)  # input, gate, act(gate), up, product
+    eager = ffn_stats(build_ffn("swiglu", d, d_ff=h, fused=False), tokens)
+    assert eager["saved_bytes_per_token"] == 4 * (d + 4 * h)  # input, gate, act(gate), up, product
+    gated = ffn_stats(build_ffn("swiglu", d, d_ff=h, fused=True), tokens)
+    assert gated["saved_bytes_per_token"] == 4 * (d + 2 * h)  # fused: input, gate, up
     assert gated["params_per_weight"] == {"w_gate.weight": d * h, "w_up.weight": d * h, "w_down.weight": d * h}
     assert gated["flops_per_token"] == 2 * 3 * d * h + (4 + 1) * h  # matmuls, silu, product
 

@@ -1,0 +1,14 @@
+"""Fast paths: fused gated activations (torch.compile on CPU, Triton on CUDA).
+
+    gated_act(gate, up, act)                 act(gate) * up, keeping only gate and up for backward
+    gated_down(gate, up, w_down, b, act)     the same, then the down projection, still keeping only
+                                             gate and up: the second half of a gated FFN
+
+`FUSED_ACTS` is the table of activations with a fused kernel; `GatedFFN` uses it when the table's
+measured default or its `fused` argument says so, unless FFNLAB_EAGER=1.
+"""
+from ffnlab.kernels.fused import (BACKENDS, FUSED_ACTS, FusedAct, GatedAct, check_act, eager_forced, gated_act,
+                                  gated_backward, gated_down, gated_forward, pick_backend, triton_ready)
+
+__all__ = ["BACKENDS", "FUSED_ACTS", "FusedAct", "GatedAct", "check_act", "eager_forced", "gated_act",
+           "gated_backward", "gated_down", "gated_forward", "pick_backend", "triton_ready"]

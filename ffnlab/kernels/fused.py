@@ -1,0 +1,274 @@
+"""Fused gated activations: act(gate) * up [@ W_down^T], saving only gate and up for backward.
+
+Eager PyTorch keeps four tensors of the hidden width for backward of W_down(act(g) * u): the gate
+g (for act'), act(g) and u (for the product) and the product (for W_down's gradient). `GatedAct`
+keeps g and u, and recomputes act(g), act'(g) and the product in backward: one elementwise pass
+that reads g, u and the incoming gradient and writes both gradients (and the product).
+
+The math is one table, `FUSED_ACTS`: activation name -> (forward, derivative). It runs on one of
+three backends, picked per call by `pick_backend`:
+
+    triton    CUDA tensors with Triton installed: `ffnlab.kernels.triton_gated`
+    compiled  CPU tensors of at least COMPILE_MIN_NUMEL elements: the same table functions through
+              torch.compile, which emits one vectorised loop per direction (built once, seconds)
+    torch     everything else: the table functions as plain PyTorch ops (no build cost)
+
+Internal math is fp32 for fp16/bf16 inputs (fp64 for fp64), rounded once to the input dtype.
+Set FFNLAB_EAGER=1 to make every FFN take its unfused eager path instead (for debugging).
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+
+from ffnlab.activations import closest, identity
+
+Backend = Literal["torch", "compiled", "triton"]
+BACKENDS = ("torch", "compiled", "triton")
+
+SQRT1_2 = 1.0 / math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GELU_TANH_C = 0.044715
+
+# NOTE: below this many elements a torch.compile build (seconds, once per process) never pays
+# for itself; tests and tiny models stay on plain PyTorch ops.
+COMPILE_MIN_NUMEL = 1 << 16
+
+
+@dataclass(frozen=True)
+class FusedAct:
+    """One activation's forward f(g) and derivative f'(g), both on fp32 (or fp64) tensors."""
+
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    derivative: Callable[[torch.Tensor], torch.Tensor]
+    default: bool  # fused by default in GatedFFN: measured at least as fast as eager (benchmarks/README.md)
+
+
+def sigmoid_and_slope(x):
+    """(sigmoid(x), sigmoid(x) * (1 - sigmoid(x))) from one exp.
+
+    NOTE: the slope is e/(1 + e)^2 with e = exp(-|x|), not s*(1 - s): once s rounds to 1 in fp32
+    (x > 17; much earlier in relative terms) 1 - s cancels to nothing, e/(1 + e)^2 does not.
+    """
+    e = torch.exp(-x.abs())
+    return torch.where(x >= 0, 1.0, e) / (1 + e), e / ((1 + e) * (1 + e))
+
+
+def silu_derivative(g):
+    """d/dg g*sigmoid(g) = s + g*s(1 - s), s = sigmoid(g)."""
+    s, slope = sigmoid_and_slope(g)
+    return s + g * slope
+
+
+def gelu_derivative(g):
+    """d/dg g*Phi(g) = Phi(g) + g*phi(g), with the same 1+erf form as F.gelu."""
+    return 0.5 * (1 + torch.erf(g * SQRT1_2)) + g * torch.exp(-0.5 * g * g) * INV_SQRT_2PI
+
+
+def gelu_tanh_derivative(g):
+    """d/dg of 0.5g(1 + tanh z), z = sqrt(2/pi)(g + 0.044715g^3): with 0.5(1 + tanh z) = s = sigmoid(2z),
+    f' = s + g*s(1 - s)*2sqrt(2/pi)(1 + 3*0.044715g^2)."""
+    s, slope = sigmoid_and_slope(2 * SQRT_2_OVER_PI * (g + GELU_TANH_C * g * g * g))
+    return s + g * slope * 2 * SQRT_2_OVER_PI * (1 + 3 * GELU_TANH_C * g * g)
+
+
+def relu_derivative(g):
+    """1 where g > 0, else 0 (0 at g = 0, as PyTorch's relu backward)."""
+    return (g > 0).to(g.dtype)
+
+
+def sigmoid_derivative(g):
+    """sigmoid(g)(1 - sigmoid(g))."""
+    return sigmoid_and_slope(g)[1]
+
+
+def identity_derivative(g):
+    """1 everywhere (the bilinear variant)."""
+    return torch.ones_like(g)
+
+
+FUSED_ACTS: dict[str, FusedAct] = {
+    "silu": FusedAct(F.silu, silu_derivative, default=True),                                  # swiglu
+    "gelu": FusedAct(F.gelu, gelu_derivative, default=True),                                  # geglu
+    "gelu_tanh": FusedAct(lambda g: F.gelu(g, approximate="tanh"), gelu_tanh_derivative, default=True),
+    "relu": FusedAct(F.relu, relu_derivative, default=True),                                  # reglu
+    "sigmoid": FusedAct(torch.sigmoid, sigmoid_derivative, default=True),                     # glu
+    "identity": FusedAct(identity, identity_derivative, default=True),                        # bilinear
+}
+
+
+def check_act(act: str) -> str:
+    """`act` if it has a fused kernel; ValueError naming the ones that do otherwise."""
+    if act not in FUSED_ACTS:
+        raise ValueError(f"no fused kernel for activation '{act}'{closest(str(act), FUSED_ACTS)}; "
+                         f"fused: {', '.join(FUSED_ACTS)}")
+    return act
+
+
+def eager_forced() -> bool:
+    """True when FFNLAB_EAGER=1 asks every FFN to skip its fused path."""
+    return os.environ.get("FFNLAB_EAGER", "").strip() not in ("", "0")
+
+
+# ---- the elementwise math, one backend-independent definition ---------------------------------------
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def gated_forward(act: str, gate, up):
+    """act(gate) * up, computed in fp32 (fp64 for fp64 inputs) and rounded once to gate's dtype."""
+    spec, ct = FUSED_ACTS[act], _compute_dtype(gate.dtype)
+    return (spec.forward(gate.to(ct)) * up.to(ct)).to(gate.dtype)
+
+
+def gated_backward(act: str, gate, up, grad, need_h: bool):
+    """(d gate, d up) of act(gate) * up for output gradient `grad`, plus the product if `need_h`.
+
+    d gate = grad * up * act'(gate), d up = grad * act(gate); each rounded once to gate's dtype.
+    """
+    spec, ct = FUSED_ACTS[act], _compute_dtype(gate.dtype)
+    g, u, d = gate.to(ct), up.to(ct), grad.to(ct)
+    a = spec.forward(g)
+    dgate = (d * u * spec.derivative(g)).to(gate.dtype)
+    dup = (d * a).to(gate.dtype)
+    return dgate, dup, ((a * u).to(gate.dtype) if need_h else None)
+
+
+_compiled = {}  # gated_forward / gated_backward -> its torch.compile wrapper, made on first use
+_compile_failed: str | None = None  # why torch.compile could not build the kernels here, once known
+
+
+def _call_compiled(plain, *args):
+    """Run `plain` compiled (one graph per act, dtype, need_h; the length is symbolic), falling back
+    to the plain ops, with one warning, if the build fails."""
+    global _compile_failed
+    if _compile_failed is None:
+        try:
+            if plain not in _compiled:  # NOTE: lazily, since importing torch._dynamo takes a second
+                _compiled[plain] = torch.compile(plain, dynamic=True)
+            # NOTE: every (activation, dtype, need_h) is a cache entry of the same function; dynamo
+            # gives up (and silently runs uncompiled) past 8 of them unless told otherwise.
+            with torch._dynamo.config.patch(recompile_limit=64):
+                return _compiled[plain](*args)
+        except Exception as e:  # a missing C++ compiler, an inductor bug: the math still runs
+            _compile_failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            warnings.warn(f"ffnlab: torch.compile kernels unavailable ({_compile_failed}); using plain ops")
+    return plain(*args)
+
+
+def triton_ready() -> bool:
+    """True when the Triton kernels can run on CUDA tensors here."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pick_backend(t: torch.Tensor) -> Backend:
+    """Backend for tensors like `t`: triton on CUDA, compiled for large CPU tensors, else torch."""
+    if t.is_cuda and triton_ready():
+        return "triton"
+    if t.device.type == "cpu" and t.numel() >= COMPILE_MIN_NUMEL and not torch.compiler.is_compiling():
+        return "compiled"
+    return "torch"
+
+
+def _run_forward(backend: Backend, act, gate, up):
+    if backend == "triton":
+        from ffnlab.kernels import triton_gated
+        return triton_gated.forward(act, gate, up)
+    if backend == "compiled":
+        return _call_compiled(gated_forward, act, gate.reshape(-1), up.reshape(-1)).view(gate.shape)
+    return gated_forward(act, gate, up)
+
+
+def _run_backward(backend: Backend, act, gate, up, grad, need_h):
+    if backend == "triton":
+        from ffnlab.kernels import triton_gated
+        return triton_gated.backward(act, gate, up, grad, need_h)
+    if backend == "compiled":
+        out = _call_compiled(gated_backward, act, gate.reshape(-1), up.reshape(-1), grad.reshape(-1), need_h)
+        return tuple(None if t is None else t.view(gate.shape) for t in out)
+    return gated_backward(act, gate, up, grad, need_h)
+
+
+# ---- the autograd function --------------------------------------------------------------------------
+
+
+class GatedAct(torch.autograd.Function):
+    """h = act(gate) * up, and y = h @ w_down^T + b_down when w_down is given.
+
+    Saves gate and up (and the weight), never act(gate) or h: backward recomputes them in the same
+    pass that forms the gradients, so W_down's input is not kept either.
+    """
+
+    @staticmethod
+    def forward(ctx, gate, up, act, backend, w_down, b_down):
+        gate, up = gate.contiguous(), up.contiguous()  # the kernels walk flat memory
+        h = _run_forward(backend, act, gate, up) if gate.numel() else torch.empty_like(gate)
+        ctx.act, ctx.backend, ctx.has_bias = act, backend, b_down is not None
+        ctx.save_for_backward(gate, up, w_down)
+        return h if w_down is None else F.linear(h, w_down, b_down)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        gate, up, w_down = ctx.saved_tensors
+        need_w = w_down is not None and ctx.needs_input_grad[4]
+        if w_down is None:
+            grad_h = grad_out.contiguous()
+        else:
+            grad_h = (grad_out @ w_down).contiguous()  # (..., d_ff)
+        if gate.numel():
+            dgate, dup, h = _run_backward(ctx.backend, ctx.act, gate, up, grad_h, need_w)
+        else:
+            dgate, dup, h = torch.zeros_like(gate), torch.zeros_like(up), torch.zeros_like(gate)
+        dw = db = None
+        if w_down is not None:
+            tokens = math.prod(gate.shape[:-1])
+            dy = grad_out.reshape(tokens, w_down.shape[0])      # (tokens, d_model)
+            if need_w:
+                dw = dy.T @ h.reshape(tokens, gate.shape[-1])   # (d_model, d_ff)
+            if ctx.has_bias and ctx.needs_input_grad[5]:
+                db = dy.sum(0)
+        return dgate, dup, None, None, dw, db
+
+
+def gated_act(gate, up, act: str = "silu", backend: Backend | None = None):
+    """Fused act(gate) * up that keeps only gate and up for backward; `backend` None picks one."""
+    check_act(act)
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        raise ValueError(f"gate and up must match, got {tuple(gate.shape)} {gate.dtype} "
+                         f"and {tuple(up.shape)} {up.dtype}")
+    return GatedAct.apply(gate, up, act, _checked_backend(backend, gate), None, None)
+
+
+def gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backend | None = None):
+    """Fused (act(gate) * up) @ w_down^T + b_down: the second half of a gated FFN.
+
+    Keeps gate and up for backward (plus the weight, which is kept anyway), not the product.
+    """
+    check_act(act)
+    if gate.shape != up.shape or gate.dtype != up.dtype:
+        raise ValueError(f"gate and up must match, got {tuple(gate.shape)} {gate.dtype} "
+                         f"and {tuple(up.shape)} {up.dtype}")
+    return GatedAct.apply(gate, up, act, _checked_backend(backend, gate), w_down, b_down)
+
+
+def _checked_backend(backend, t) -> Backend:
+    if backend is None:
+        return pick_backend(t)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
+    return backend

@@ -109,7 +109,7 @@ def load_data(data: str, task: str, tokenizer: str, bpe_vocab: int, text_field: 
     splits = {}
     for split in ("train", "val", "test"):
         if task == "lm":
-            splits[split] = torch.tensor(tok.encode(corpus.text(split)), dtype=torch.long)
+            splits[split] = torch.from_numpy(tok.encode_array(corpus.text(split)))
         else:
             docs = [torch.tensor(tok.encode(t), dtype=torch.long) for t in getattr(corpus, split)]
             splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=torch.long))
@@ -152,14 +152,16 @@ def get_batch(split_data, task: str, batch_size: int, context: int, gen: torch.G
 
 
 def eval_set(split_data, task: str, n_batches: int, batch_size: int, context: int):
-    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification every
-    example once (first window), in order."""
+    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification
+    n_batches * batch_size examples evenly spaced over the split (first window of each)."""
     if task == "lm":
         gen = torch.Generator().manual_seed(EVAL_SEED)
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
     docs, labels = split_data
-    x = torch.stack([fit(d, context) for d in docs])
-    return [(x[i:i + batch_size], labels[i:i + batch_size]) for i in range(0, len(docs), batch_size)]
+    pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
+    x = torch.stack([fit(docs[i], context) for i in pick])
+    y = labels[pick]
+    return [(x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, len(pick), batch_size)]
 
 
 # ---- schedule and optimiser ---------------------------------------------------------------------
@@ -387,6 +389,8 @@ def train(cfg: TrainConfig, progress=None, model_factory=None) -> dict:
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
 
     # -- train
+    if step == 0:  # the untrained model's loss anchors every curve
+        hist["val"].append({"step": 0, **evaluate(model, val_batches, task, autocast), "time": 0.0})
     model.train()
     t0 = time.perf_counter() - elapsed
     while step < total:

@@ -1,0 +1,157 @@
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from ffnlab.store import Store
+from ffnlab.sweep import Study, plan, preset_config, run_id, run_study
+
+
+def smoke_study(**kw):
+    base = preset_config("smoke")
+    return Study(**{"variants": ["relu", "swiglu"], "seeds": 2, "base": base, "baseline": "relu", **kw})
+
+
+def test_plan_expansion_and_run_identity():
+    study = smoke_study(axes={"depth": [1, 2], "placement": ["pre", "post"]}, noise_floor=1)
+    runs = plan(study)
+    assert len(runs) == 2 * 2 * (2 * 2 + 1)  # axes cells x (variants x seeds + noise-floor seed)
+    ids = [run_id(c) for c in runs]
+    assert len(set(ids)) == len(ids)
+    assert ids == [run_id(c) for c in plan(study)]  # identity is stable
+    assert run_id(runs[0]) != run_id(replace(runs[0], lr=runs[0].lr * 2))
+    assert run_id(runs[0]) == run_id(replace(runs[0], checkpoint_dir="/elsewhere"))
+    assert {(c.model.n_layers, c.model.placement) for c in runs} == {(1, "pre"), (1, "post"), (2, "pre"), (2, "post")}
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(variants=["relu", "swiglue"]), "did you mean 'swiglu'"),
+    (dict(baseline="gelu"), "baseline 'gelu' is not among the variants"),
+    (dict(axes={"colour": [1]}), "unknown axis 'colour'"),
+])
+def test_bad_study(kw, needle):
+    with pytest.raises(ValueError, match=needle):
+        smoke_study(**kw)
+
+
+def test_rerun_skips_finished_runs_and_stats(tmp_path):
+    store = tmp_path / "s.db"
+    summary = run_study(smoke_study(), store, quiet=True)
+    assert [r["ffn"] for r in summary["variants"]] != [] and {r["n_seeds"] for r in summary["variants"]} == {2}
+    with Store(store) as s:
+        attempts = {r["id"]: r["attempts"] for r in s.runs()}
+        assert len(attempts) == 4 and all(r["status"] == "finished" for r in s.runs())
+        assert s.metrics(next(iter(attempts)), "val_loss")
+    again = run_study(smoke_study(), store, quiet=True)
+    with Store(store) as s:
+        assert {r["id"]: r["attempts"] for r in s.runs()} == attempts
+    assert again["variants"] == summary["variants"]
+
+
+def test_divergent_runs_are_counted_not_fatal(tmp_path):
+    base = replace(preset_config("smoke"), lr=1e6, min_lr=1e5, warmup_steps=0, grad_clip=1e9)
+    summary = run_study(smoke_study(base=base), tmp_path / "s.db", quiet=True)
+    assert all(r["diverged"] == 2 for r in summary["variants"])
+    assert "diverged" in summary["verdict"] or "No variant" in summary["verdict"]
+
+
+def compare_cmd(store, *extra):
+    return [sys.executable, "-m", "ffnlab.cli", "compare", "--preset", "smoke", "--variants", "relu,swiglu",
+            "--seeds", "2", "--steps", "80", "--store", str(store), "--quiet", *map(str, extra)]
+
+
+def deterministic(store_path):
+    """What must agree between two sweeps: statuses, final metrics and every loss curve."""
+    with Store(store_path, create=False) as s:
+        out = {}
+        for r in s.runs():
+            res = r["result"]
+            out[r["id"]] = (r["status"], res["final_val_loss"], res["steps"],
+                            [m for m in s.metrics(r["id"]) if m[1] in ("train_loss", "val_loss")])
+        return out
+
+
+@pytest.mark.slow
+def test_kill_9_mid_sweep_then_resume_equals_uninterrupted(tmp_path):
+    ref = subprocess.run(compare_cmd(tmp_path / "ref.db"), capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+    store = tmp_path / "killed.db"
+    proc = subprocess.Popen(compare_cmd(store), stderr=subprocess.DEVNULL)
+    ckpts = tmp_path / "checkpoints"
+    deadline = time.time() + 120
+    while True:  # kill once one run is finished and another is part-way, past a checkpoint
+        assert proc.poll() is None and time.time() < deadline
+        finished = 0
+        if store.exists():
+            try:
+                with sqlite3.connect(store, timeout=1) as db:
+                    finished = db.execute("select count(*) from runs where status='finished'").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+        if finished >= 1 and any(ckpts.glob("*/latest.json")):
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(store) as db:
+        assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+    again = subprocess.run(compare_cmd(store), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert deterministic(store) == deterministic(tmp_path / "ref.db")
+    assert not any(ckpts.glob("*/latest.json"))  # finished runs clean up their checkpoints
+
+
+@pytest.mark.slow
+def test_two_concurrent_sweeps_on_one_store(tmp_path):
+    store = tmp_path / "shared.db"
+    procs = [subprocess.Popen(compare_cmd(store, "--steps", 40), stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    with Store(store, create=False) as s:
+        runs = s.runs()
+        assert len(runs) == 4 and all(r["status"] == "finished" for r in runs)
+        assert sum(r["attempts"] for r in runs) == 4  # no run was trained twice
+    with sqlite3.connect(store) as db:
+        assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+
+
+@pytest.mark.slow
+def test_ray_backend_runs_the_smoke_preset(tmp_path):
+    pytest.importorskip("ray")
+    summary = run_study(smoke_study(), tmp_path / "ray.db", backend="ray", quiet=True)
+    assert {r["n_seeds"] for r in summary["variants"]} == {2}
+    local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)
+    assert [r["mean"] for r in summary["variants"]] == [r["mean"] for r in local["variants"]]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--variants", "relu,nope"], "unknown FFN variant 'nope'"),
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--baseline", "gelu", "--variants", "relu,swiglu"], "not among the variants"),
+    (["--seeds", "1"], "at least 2 seeds"),
+    (["--depth", "2,x"], "integers"),
+])
+def test_compare_bad_input_writes_nothing(run_cli, tmp_path, argv, needle):
+    store = tmp_path / "never.db"
+    code, _, err = run_cli("compare", "--store", store, *argv)
+    assert code == 2 and needle in err and err.count("\n") == 1
+    assert not store.exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_compare_json_and_csv(run_cli, tmp_path):
+    code, out, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2,
+                             "--store", tmp_path / "s.db", "--json", "--csv", tmp_path / "t.csv")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["baseline"] == "relu" and d["store"].endswith("s.db")
+    keys = {"ffn", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
+            "significant", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes", "diverged"}
+    assert all(keys <= set(v) for v in d["variants"])
+    assert (tmp_path / "t.csv").read_text().splitlines()[0].startswith("ffn,")

@@ -1,0 +1,147 @@
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ffnlab.model import ModelConfig
+from ffnlab.train import TrainConfig, lr_at, spike, train
+
+TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
+
+
+def tiny(**kw) -> TrainConfig:
+    base = dict(model=TINY, batch_size=8, max_steps=20, eval_every=10, eval_batches=2, warmup_steps=4)
+    return TrainConfig(**{**base, **kw})
+
+
+def test_same_seed_gives_bitwise_identical_losses():
+    a = train(tiny(seed=1, model=replace(TINY, ffn="swiglu")))
+    b = train(tiny(seed=1, model=replace(TINY, ffn="swiglu")))
+    c = train(tiny(seed=2, model=replace(TINY, ffn="swiglu")))
+    assert a["history"]["train_loss"] == b["history"]["train_loss"]
+    assert a["final_val_loss"] == b["final_val_loss"]
+    assert a["history"]["train_loss"] != c["history"]["train_loss"]
+
+
+def test_result_records_curves_costs_and_behaviour():
+    r = train(tiny(model=replace(TINY, ffn="reglu")))
+    assert r["status"] == "finished" and r["steps"] == 20
+    assert [v["step"] for v in r["history"]["val"]] == [0, 10, 20]
+    assert r["final_val_ppl"] == pytest.approx(math.exp(r["final_val_loss"]))
+    assert r["tokens_per_s"] > 0 and r["peak_mem_bytes"] > 0 and r["params"] > 0 and r["flops_per_token"] > 0
+    layer = r["behaviour"]["blocks.0.ffn"]
+    assert 0 <= layer["dead_frac"] <= 1 and 0 < layer["zero_frac"] < 1  # relu gate: some exact zeros
+    assert layer["std_pre"] > 0 and layer["max_abs_hidden"] > 0
+    assert any(k.startswith("grad_norm/blocks.0.ffn") for k in r["history"]["grad_ffn"][0])
+    assert r["noisy_val_loss"] is not None and r["noisy_val_loss"] != r["final_val_loss"]
+    json.dumps(r)  # serialisable
+
+
+def test_absurd_learning_rate_diverges_without_raising():
+    r = train(tiny(lr=1e6, min_lr=1e5, warmup_steps=0, grad_clip=1e9, max_steps=50))
+    assert r["status"] == "diverged"
+    assert r["diverged_step"] is not None and r["diverged_step"] < 50
+    assert r["final_val_loss"] is None
+    assert any(e["kind"] == "nonfinite" for e in r["events"])
+
+
+def test_lr_schedule_warmup_then_cosine():
+    cfg = tiny(lr=1.0, min_lr=0.1, warmup_steps=4)
+    assert lr_at(0.0, 0, cfg) == pytest.approx(0.25)
+    assert lr_at(0.0, 4, cfg) == pytest.approx(1.0)
+    assert lr_at(0.5, 10, cfg) == pytest.approx(0.55)
+    assert lr_at(1.0, 20, cfg) == pytest.approx(0.1)
+
+
+def test_spike_detector():
+    assert not spike(100.0, [1.0] * 5, 4.0)  # too little history
+    assert spike(5.0, [1.0] * 20, 4.0) and not spike(3.0, [1.0] * 20, 4.0)
+
+
+def test_classification_task_reports_accuracy():
+    r = train(tiny(model=replace(TINY, task="cls", ffn="gelu"), max_steps=10))
+    assert r["status"] == "finished" and 0.0 <= r["final_val_acc"] <= 1.0
+    assert r["config"]["model"]["task"] == "cls"
+
+
+def test_validation_loss_falls_on_bundled_corpus():
+    r = train(tiny(max_steps=60, lr=3e-3, eval_every=20))
+    losses = [v["loss"] for v in r["history"]["val"]]
+    assert losses[0] > 4.0 and losses[-1] < losses[0] - 0.5, losses  # from ln(vocab) to well below
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "ffnlab.cli", *map(str, args)], capture_output=True, text=True, **kw)
+
+
+TRAIN_ARGS = ["train", "--ffn", "swiglu", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32,
+              "--batch-size", 8, "--steps", 150, "--eval-every", 50, "--checkpoint-every", 20, "--quiet"]
+
+
+@pytest.mark.slow
+def test_kill_and_resume_ends_with_the_same_metrics(tmp_path):
+    full = cli(*TRAIN_ARGS, "--out", tmp_path / "full.json")
+    assert full.returncode == 0, full.stderr
+    ckpt = tmp_path / "ckpt"
+    proc = subprocess.Popen([sys.executable, "-m", "ffnlab.cli", *map(str, TRAIN_ARGS), "--checkpoint-dir", ckpt,
+                             "--out", tmp_path / "resumed.json"], stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not (ckpt / "latest.json").exists() or json.loads((ckpt / "latest.json").read_text())["step"] < 60:
+        assert proc.poll() is None and time.time() < deadline, "no checkpoint written"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "resumed.json").exists()
+    again = cli(*TRAIN_ARGS, "--checkpoint-dir", ckpt, "--out", tmp_path / "resumed.json")
+    assert again.returncode == 0, again.stderr
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("full.json", "resumed.json"))
+    assert a["final_val_loss"] == b["final_val_loss"]
+    assert a["history"]["train_loss"] == b["history"]["train_loss"]
+    assert a["history"]["val"][-1]["loss"] == b["history"]["val"][-1]["loss"]
+
+
+def test_cli_json_output(run_cli):
+    code, out, err = run_cli("train", "--ffn", "relu", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32,
+                             "--batch-size", 4, "--steps", 5, "--eval-every", 5, "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    for key in ("ffn", "seed", "status", "final_val_loss", "params", "tokens_per_s", "steps"):
+        assert key in r
+    assert r["ffn"] == "relu" and r["steps"] == 5
+
+
+@pytest.mark.parametrize("setup,args,needle", [
+    (None, ["--data", "{tmp}/missing.txt"], "missing.txt"),
+    ("empty", ["--data", "{tmp}/empty.txt"], "empty"),
+    ("latin1", ["--data", "{tmp}/latin1.txt"], "UTF-8"),
+    ("short", ["--data", "{tmp}/short.txt"], "context"),
+    (None, ["--data", "no_such_dataset_xyz"], "no_such_dataset_xyz"),
+    ("jsonl", ["--data", "{tmp}/d.jsonl", "--task", "cls", "--label-field", "genre"], "genre"),
+    (None, ["--ffn", "swiglue"], "did you mean 'swiglu'"),
+    (None, ["--d-model", "30", "--heads", "4"], "divisible"),
+    (None, ["--steps", "0"], "positive"),
+])
+def test_bad_input_exit_2_one_line_nothing_written(run_cli, tmp_path, setup, args, needle):
+    if setup == "empty":
+        (tmp_path / "empty.txt").write_text("")
+    elif setup == "latin1":
+        (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me ".encode("latin-1") * 100)
+    elif setup == "short":
+        (tmp_path / "short.txt").write_text("To be, or\n" * 200)  # val: ~100 chars, under one window
+    elif setup == "jsonl":
+        (tmp_path / "d.jsonl").write_text("\n".join(json.dumps({"text": f"line {i}", "label": i % 2})
+                                                    for i in range(30)))
+    out = tmp_path / "result.json"
+    argv = ["train", *[a.format(tmp=tmp_path) for a in args], "--steps" if "--steps" not in args else "--seed",
+            "3" if "--steps" not in args else "0", "--out", out, "--checkpoint-dir", tmp_path / "ck"]
+    code, _, err = run_cli(*argv)
+    assert code == 2, err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "ck").exists()

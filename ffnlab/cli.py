@@ -291,6 +291,16 @@ def cmd_numerics(args):
     print(to_json(report) if args.json else format_numerics(report))
 
 
+# ---- export -------------------------------------------------------------------------------------
+
+
+def cmd_export(args):
+    from ffnlab.export import OPSET, export_variant, format_export
+
+    report = export_variant(args.ffn, args.out, args.model, args.d_model, args.n_layers, args.opset or OPSET)
+    print(json.dumps(report, indent=1) if args.json else format_export(report))
+
+
 # ---- entry point --------------------------------------------------------------------------------
 
 
@@ -347,6 +357,18 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_numerics)
     import re  # NOTE: argparse reads '--range -10,10' as a flag; let a leading -digit be a value here
     p._negative_number_matcher = re.compile(r"^-\.?\d")
+
+    p = sub.add_parser("export", help="export an FFN variant (alone or in a model) to ONNX, checked in onnxruntime")
+    p.add_argument("--ffn", required=True, help="FFN variant (see ffnlab list), or mix:ACT1+ACT2")
+    p.add_argument("--model", default="ffn",
+                   help="ffn (the FFN alone), small (ffnlab Transformer with that FFN), or a Hugging Face config.json")
+    p.add_argument("--d-model", type=positive_int, default=None, help="width (default: 64 for ffn, ModelConfig's "
+                   "for small)")
+    p.add_argument("--n-layers", type=positive_int, default=None, help="layers of the small model")
+    p.add_argument("--opset", type=positive_int, default=None, help="ONNX opset (default 20, the first with Gelu)")
+    p.add_argument("--out", required=True, help="the .onnx file to write (atomically)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_export)
     return parser
 
 

@@ -281,18 +281,21 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
     return max(2, 2 * round(exact / 2))
 
 
-def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float) -> nn.Module:
+def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float,
+              exact: bool = False) -> nn.Module:
     """ffnlab FFN of `spec`'s kind running `acts`, each followed by dropout p_hidden if non-zero.
 
     NOTE: in a gated FFN the dropout falls on act(gate) before the product; the mask scales the
     product's unit either way, so it drops the same units as T5's dropout after the product.
+    `exact` keeps GatedFFN on its eager ops, the ones Hugging Face runs: the fused path computes
+    bf16/fp16 in fp32, which would change the numbers of a model whose weights carried over.
     """
     def act(name):
         a = get_activation(name)
         return nn.Sequential(a, nn.Dropout(p_hidden)) if p_hidden else a
 
     if spec.kind == "gated":
-        ffn = GatedFFN(d_model, d_ff, act(acts[0]), bias)
+        ffn = GatedFFN(d_model, d_ff, act(acts[0]), bias, fused=False if exact else None)
     elif spec.kind == "mix":
         ffn = MixFFN(d_model, d_ff, tuple(act(a) for a in acts), bias)
     else:
@@ -339,7 +342,8 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = "aut
         own = FFNSpec(_own_name(kind, own_act), kind, (own_act,), "", "")
         same = spec.kind == kind and canonical(spec.acts[0]) == canonical(own_act)
         width = d_ff if same else swap_width(spec, own, d_model, d_ff, bias, match)
-        new = _make_ffn(spec, own.acts if same else spec.acts, d_model, width, bias, family.hidden_dropout(unit))
+        new = _make_ffn(spec, own.acts if same else spec.acts, d_model, width, bias, family.hidden_dropout(unit),
+                        exact=same)
         if same:
             new.load_state_dict(state)  # copies; strict, so every weight has its place
         else:
@@ -448,8 +452,6 @@ def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: i
     every FFN, even one that is the model's own, is then initialised by ffnlab's rule (`init`) from
     per-weight generators, as ffnlab.model.init_weights does.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
-
     config = load_hf_config(config_path_or_dict)
     family_name, family = model_family(config)
     if task not in ("lm", "cls"):
@@ -457,10 +459,12 @@ def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: i
     if task not in family.tasks:
         have = [n for n, f in FAMILIES.items() if task in f.tasks]
         raise UnsupportedModelError(f"build_hf_model has no task '{task}' for {config['model_type']}; "
-                                    f"families with it: {', '.join(have)} (for others build the model and use swap_ffn)")
+                                    f"families with it: {', '.join(have)} (else build the model, then swap_ffn)")
     get_ffn_spec(ffn)
     config = {k: v for k, v in config.items() if k not in ("transformers_version", "architectures", "dtype",
                                                            "torch_dtype", "_name_or_path")}
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
     config.update(family.tasks[task], use_cache=False)
     if vocab_size is not None:
         config["vocab_size"] = vocab_size
@@ -484,6 +488,8 @@ def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: i
         if isinstance(getattr(module, "spec", None), FFNSpec):
             init_ffn(module, init, lambda n, shape, prefix=path: torch.Generator().manual_seed(
                 _param_seed(seed, f"{prefix}.{n}", shape)))
+            if isinstance(module, GatedFFN):
+                module.fused = None  # re-initialised: no pretrained numbers to keep, so the fused default
     ffns = ffn_modules(hf)
     cfg = HFModelConfig(
         model_type=hf_config.model_type, ffn=ffns[0].spec.name, match=match, seed=seed, task=task,

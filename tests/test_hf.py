@@ -7,9 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 transformers = pytest.importorskip("transformers")
-from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, BertConfig, Gemma2Config,  # noqa: E402
-                          GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, MT5Config, Qwen2Config,
-                          Qwen3Config, RobertaConfig, T5Config)
+from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM,  # noqa: E402
+                          BertConfig, Gemma2Config, GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, MT5Config,
+                          Qwen2Config, Qwen3Config, RobertaConfig, T5Config)
 from transformers.activations import ACT2FN  # noqa: E402
 
 from ffnlab.activations import get_activation  # noqa: E402
@@ -41,11 +41,6 @@ CONFIGS = {
     "t5-gated-gelu": (lambda: T5Config(**T5, feed_forward_proj="gated-gelu"), "geglu_tanh"),
     "mt5": (lambda: MT5Config(**T5), "geglu_tanh"),
 }
-
-
-@pytest.fixture(autouse=True)
-def eager_ffn(monkeypatch):
-    monkeypatch.setenv("FFNLAB_EAGER", "1")  # bit-exact comparisons need the eager GatedFFN path
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -93,7 +88,8 @@ def test_every_family_is_tested():
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_swap_to_own_ffn_keeps_logits_bit_identical(name):
+def test_swap_to_own_ffn_keeps_logits_bit_identical(name, monkeypatch):
+    monkeypatch.delenv("FFNLAB_EAGER", raising=False)  # the default path, fused kernels allowed
     model = build(name).eval()
     x = batch()
     with torch.no_grad():
@@ -215,6 +211,22 @@ def test_dropout_kept_where_the_original_had_it():
     layer = bert.bert.encoder.layer[0]
     assert isinstance(layer.intermediate, nn.Identity) and isinstance(layer.output.dense, DenseFFN)
     assert layer.output.LayerNorm is norm and layer.output.dropout is drop  # residual + LayerNorm untouched
+
+
+def test_swap_to_own_ffn_is_bit_identical_in_bf16(monkeypatch):
+    monkeypatch.delenv("FFNLAB_EAGER", raising=False)
+    model = build("llama").to(torch.bfloat16).eval()
+    x = batch()
+    with torch.no_grad():
+        before = logits(model, x)
+        swap_ffn(model, "swiglu")
+        assert all(p.dtype == torch.bfloat16 for f in ffn_modules(model) for p in f.parameters())
+        assert torch.equal(logits(model, x), before)
+
+
+def test_build_hf_model_lets_gated_ffns_use_the_fused_default():
+    model = build_hf_model(LlamaConfig(**DECODER), "swiglu")
+    assert all(f.fused is None for f in model.ffn_modules())
 
 
 def test_swap_keeps_dtype_and_train_mode():

@@ -1,0 +1,250 @@
+"""ONNX export of FFN variants and Transformers, checked against PyTorch in onnxruntime.
+
+`export_onnx` writes the graph atomically (temp file in the target folder, then os.replace), runs
+it in onnxruntime on the example input and compares with PyTorch within a stated tolerance;
+`describe_activations` reads back how each activation was expressed: one ONNX op (Gelu with its
+`approximate` attribute from opset 20 on, Mish, HardSwish, Relu, ...) or a decomposition
+(Erf, Tanh or Sigmoid with Mul/Add/Pow around it).
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import logging
+import os
+import re
+import tempfile
+import warnings
+from collections import Counter
+
+import torch
+from torch import nn
+
+OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
+ATOL, RTOL = 1e-5, 1e-5  # parity: max |onnx - torch| <= ATOL + RTOL * max |torch|, fp32
+# ops that carry an activation's non-linearity; a decomposition adds Mul/Add/Div around them
+NONLINEAR_OPS = ("Gelu", "Erf", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Relu", "LeakyRelu",
+                 "PRelu", "Elu", "Selu", "Celu", "Mish", "Softplus", "Softsign", "Clip", "Exp", "Pow")
+
+
+class FirstOutput(nn.Module):
+    """Exports only the first output of a module that returns a tuple, as (logits, loss)."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)[0]
+
+
+def _attr(a):
+    import onnx
+    value = onnx.helper.get_attribute_value(a)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def graph_ops(onnx_path) -> list[tuple]:
+    """Every node of an ONNX file (graph, then local functions) as (op_type, name, attributes, classes).
+
+    `classes` is the module class hierarchy the dynamo exporter records for each node (outermost
+    first, ending with the aten op), or None where the graph has no such record.
+    """
+    import onnx
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    nodes = list(model.graph.node) + [n for f in model.functions for n in f.node]
+    out = []
+    for n in nodes:
+        meta = {p.key: p.value for p in n.metadata_props}
+        classes = meta.get("pkg.torch.onnx.class_hierarchy")
+        out.append((n.op_type, n.name, {a.name: _attr(a) for a in n.attribute},
+                    ast.literal_eval(classes) if classes else None))
+    return out
+
+
+LINEAR = ("torch.nn.modules.linear.Linear", "aten.linear", "aten.addmm", "aten.matmul", "aten.mm")
+
+
+def _in_ffn_nonlinearity(classes) -> bool:
+    """A node inside an ffnlab FFN but outside its linear maps: activation or gating math.
+    (The fused GatedFFN path calls F.linear itself, so the aten op is checked too.)"""
+    return any(c.startswith("ffnlab.ffn.") for c in classes) and not any(c.startswith(LINEAR) for c in classes)
+
+
+def describe_activations(onnx_path) -> list[dict]:
+    """How the FFN activations of an exported graph are expressed: {"op", "name", **attributes}
+    per node, in graph order.
+
+    Graphs from the dynamo exporter record each node's module classes; the nodes inside an ffnlab
+    FFN but outside its Linear layers are its activation (and gating) math: at opset >= 20 a gelu
+    FFN shows one Gelu(approximate=none), below that Div, Erf, Add, Mul, Mul; swiglu shows Sigmoid,
+    Mul (silu) and Mul (the gate product). Nodes without that record (TorchScript exporter) count
+    when their op is non-linear (NONLINEAR_OPS): Gelu, Erf, Tanh, Sigmoid, Pow, ...
+    """
+    return [{"op": op, "name": name, **attrs} for op, name, attrs, classes in graph_ops(onnx_path)
+            if (_in_ffn_nonlinearity(classes) if classes else op in NONLINEAR_OPS)]
+
+
+def summarize(described: list[dict]) -> str:
+    """'Gelu(approximate=tanh) x2, Pow x1': counts of each op with its attributes."""
+    def label(d):
+        attrs = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in d.items() if k not in ("op", "name"))
+        return f"{d['op']}({attrs})" if attrs else d["op"]
+    counts = Counter(label(d) for d in described)
+    return ", ".join(f"{k} x{n}" for k, n in counts.items()) or "none"
+
+
+def dynamic_axes(example: torch.Tensor) -> list[int]:
+    """Axes left symbolic: all of integer token ids (batch, seq), all but the feature axis of floats."""
+    return list(range(example.ndim if not example.is_floating_point() else example.ndim - 1))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the exporters' progress lines, log messages and deprecation warnings."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _first_line(e: Exception) -> str:
+    """'TypeName: first sentence' of an exception, without terminal colour codes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0].split('. ')[0] if text else ''}"
+
+
+def _export(module, example, path, opset, dynamo, dynamic):
+    axes = dynamic_axes(example) if dynamic else []
+    if dynamo:
+        shapes = ({a: torch.export.Dim.AUTO for a in axes},) if axes else None
+        torch.onnx.export(module, (example,), path, opset_version=opset, dynamo=True, external_data=False,
+                          dynamic_shapes=shapes, input_names=["x"], output_names=["y"])
+    else:
+        torch.onnx.export(module, (example,), path, opset_version=opset, dynamo=False, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {a: f"d{a}" for a in axes}} if axes else None)
+
+
+def export_onnx(module: nn.Module, example: torch.Tensor, path, opset: int = OPSET, dynamo: bool = True,
+                dynamic: bool = True, atol: float = ATOL, rtol: float = RTOL) -> dict:
+    """Export `module` (in eval mode) to ONNX at `path` and check it in onnxruntime.
+
+    Tries the torch.export-based exporter (dynamo=True) and, if it fails, falls back to the
+    TorchScript exporter, saying why in report["fallback"]. With `dynamic`, the example's axes
+    from `dynamic_axes` stay symbolic. A module returning a tuple exports its first element.
+    Nothing is written unless export and the parity check succeed: max |onnx - torch| must be
+    within atol + rtol * max |torch|, else ValueError.
+
+    Returns {"path", "opset", "exporter", "fallback", "max_abs_diff", "tol", "ops", "activations",
+    "summary"}: ops are all op types in graph order, activations `describe_activations`' list.
+    """
+    import onnxruntime as ort
+
+    module = module.eval()
+    with torch.no_grad():
+        expected = module(example)
+    if isinstance(expected, tuple):
+        module, expected = FirstOutput(module), expected[0]
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"no folder {folder} to write {path} into")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result should look like any new file
+    try:
+        exporter, fallback = ("dynamo" if dynamo else "torchscript"), None
+        with _quiet():
+            try:
+                _export(module, example, tmp, opset, dynamo, dynamic)
+            except Exception as e:  # any exporter failure: the TorchScript exporter gets a try
+                if not dynamo:
+                    raise
+                exporter, fallback = "torchscript", _first_line(e)
+                _export(module, example, tmp, opset, False, dynamic)
+        session = ort.InferenceSession(tmp, providers=["CPUExecutionProvider"])
+        (got,) = session.run(None, {session.get_inputs()[0].name: example.detach().cpu().numpy()})
+        expected = expected.float()
+        diff = (torch.from_numpy(got).float() - expected.cpu()).abs().max().item()
+        tol = atol + rtol * expected.abs().max().item()
+        if not diff <= tol:  # also catches NaN
+            raise ValueError(f"ONNX output differs from PyTorch by {diff:.2e} > tolerance {tol:.2e}; nothing written")
+        ops = [op for op, _, _, _ in graph_ops(tmp)]
+        described = describe_activations(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return {"path": path, "opset": opset, "exporter": exporter, "fallback": fallback, "max_abs_diff": diff,
+            "tol": tol, "atol": atol, "rtol": rtol, "ops": ops, "activations": described,
+            "summary": summarize(described)}
+
+
+# ---- named exports for the CLI -------------------------------------------------------------------
+
+MODELS = ("ffn", "small")  # or a path to a Hugging Face config.json
+
+
+def export_variant(ffn: str, path, model: str = "ffn", d_model: int | None = None, n_layers: int | None = None,
+                   opset: int = OPSET) -> dict:
+    """Export one FFN variant to ONNX, alone or inside a model, and return export_onnx's report.
+
+    model "ffn": the FFN alone at d_model (default 64) on a (2, 8, d_model) input. "small": an
+    ffnlab Transformer with ModelConfig's defaults, that FFN, and d_model / n_layers if given, on
+    (2, 16) token ids. A path to a Hugging Face config.json: that architecture with its FFNs
+    swapped (ffnlab.hf.build_hf_model). Inputs come from a fixed generator; batch and sequence
+    axes stay dynamic.
+    """
+    from ffnlab.ffn import build_ffn, get_ffn_spec
+    from ffnlab.model import ModelConfig, Transformer
+
+    spec = get_ffn_spec(ffn)
+    gen = torch.Generator().manual_seed(0)
+    if model == "ffn":
+        d_model = d_model or 64
+        module = build_ffn(spec.name, d_model)
+        example = torch.randn(2, 8, d_model, generator=gen)
+        d_ff = module.d_ff
+    elif model == "small":
+        sizes = {k: v for k, v in (("d_model", d_model), ("n_layers", n_layers)) if v}
+        module = Transformer(ModelConfig(ffn=spec.name, **sizes))
+        example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
+        d_model, d_ff = module.cfg.d_model, module.blocks[0].ffn.d_ff
+    elif os.path.exists(model):
+        if d_model or n_layers:
+            raise ValueError("--d-model and --n-layers apply to ffn and small; a Hugging Face config sets its own")
+        from ffnlab.hf import build_hf_model
+        module = build_hf_model(model, spec.name)
+        example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
+        d_model, d_ff = module.cfg.d_model, module.cfg.d_ff
+    else:
+        raise ValueError(f"unknown model '{model}'; valid: {', '.join(MODELS)}, or a Hugging Face config.json path")
+    report = export_onnx(module, example, path, opset=opset)
+    return {"ffn": spec.name, "acts": list(spec.acts), "model": model, "d_model": d_model, "d_ff": d_ff,
+            "input_shape": list(example.shape), **report}
+
+
+def format_export(report: dict) -> str:
+    """Human-readable lines for an export report: what, where, how activations look, parity."""
+    r = report
+    what = f"{r['ffn']} FFN" if r["model"] == "ffn" else f"{r['model']} model with {r['ffn']} FFNs"
+    lines = [f"exported {what} (d_model={r['d_model']}, d_ff={r['d_ff']}) to {r['path']}: "
+             f"opset {r['opset']}, {r['exporter']} exporter"]
+    if r["fallback"]:
+        lines.append(f"  the dynamo exporter failed ({r['fallback']}); used the TorchScript exporter instead")
+    lines.append(f"activation {' + '.join(r['acts'])} (FFN ops outside its Linear layers): {r['summary']}")
+    if r["model"] == "ffn":
+        lines.append(f"graph: {' '.join(r['ops'])}")
+    lines.append(f"parity on input {tuple(r['input_shape'])}: max |onnx - torch| = {r['max_abs_diff']:.2e} "
+                 f"<= tolerance {r['tol']:.2e} (atol {r['atol']:g} + rtol {r['rtol']:g} * max |torch|)")
+    return "\n".join(lines)

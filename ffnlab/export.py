@@ -135,7 +135,7 @@ def _export(module, example, path, opset, dynamo, dynamic):
 
 def export_onnx(module: nn.Module, example: torch.Tensor, path, opset: int = OPSET, dynamo: bool = True,
                 dynamic: bool = True, atol: float = ATOL, rtol: float = RTOL) -> dict:
-    """Export `module` (in eval mode) to ONNX at `path` and check it in onnxruntime.
+    """Export `module` in eval mode (its mode is restored after) to ONNX at `path`, checked in onnxruntime.
 
     Tries the torch.export-based exporter (dynamo=True) and, if it fails, falls back to the
     TorchScript exporter, saying why in report["fallback"]. With `dynamic`, the example's axes
@@ -148,7 +148,15 @@ def export_onnx(module: nn.Module, example: torch.Tensor, path, opset: int = OPS
     """
     import onnxruntime as ort
 
-    module = module.eval()
+    training = module.training
+    module.eval()
+    try:
+        return _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, ort)
+    finally:
+        module.train(training)
+
+
+def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, ort) -> dict:
     with torch.no_grad():
         expected = module(example)
     if isinstance(expected, tuple):

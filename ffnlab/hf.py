@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab.activations import ACTIVATIONS, closest, get_activation
-from ffnlab.ffn import GATED, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, ffn_flops_per_token, \
+from ffnlab.ffn import GATED, INITS, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, ffn_flops_per_token, \
     ffn_param_count, get_ffn_spec, init_ffn
 from ffnlab.model import _param_seed
 
@@ -187,8 +187,13 @@ def _t5_weights(ff) -> dict:
     return {**_linear("w_in", ff.wi), **_linear("w_out", ff.wo)}
 
 
-def _has(*names):
-    return lambda path, m: all(hasattr(m, n) for n in names)
+def _has(*paths):
+    """is_ffn test: the module has every dotted attribute path (gone once swapped, so no double swap)."""
+    def attr(m, dotted):
+        for name in dotted.split("."):
+            m = getattr(m, name, None)
+        return m
+    return lambda path, m: all(attr(m, p) is not None for p in paths)
 
 
 @dataclass(frozen=True)
@@ -218,13 +223,14 @@ FAMILIES: dict[str, Family] = {
         install=_install_gpt2, tasks={"lm": {}, "cls": {}}),
     # BERT, RoBERTa: encoder.layer[i].intermediate.dense and .output.dense
     "bert": Family(
-        ("bert", "roberta"), "layer with intermediate.dense/output.dense", _has("intermediate", "output"),
+        ("bert", "roberta"), "layer with intermediate.dense/output.dense", _has("intermediate.dense", "output.dense"),
         lambda m: {**_linear("w_in", m.intermediate.dense), **_linear("w_out", m.output.dense)},
         install=_install_bert, tasks={"lm": {"is_decoder": True}, "cls": {}}),  # causal mask for the LM
     # T5: block[i].layer[-1].DenseReluDense in encoder and decoder, gated or not, dropout on hidden
     # units. Encoder-decoder, so build_hf_model has no task for it (its classifier needs EOS tokens).
     "t5": Family(
-        ("t5", "mt5"), "layer[-1].DenseReluDense", lambda path, m: path.endswith("DenseReluDense"),
+        ("t5", "mt5"), "layer[-1].DenseReluDense with wi/wo",
+        lambda path, m: path.endswith("DenseReluDense") and hasattr(m, "wo"),
         _t5_weights, hidden_dropout=lambda m: m.dropout.p),
 }
 
@@ -332,9 +338,13 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = "aut
         raise UnsupportedModelError(f"{type(model).__name__} ({family_name} family) has no {family.looks_like} "
                                     "modules; was its FFN swapped already? (restore_ffn puts the originals back)")
     spec = get_ffn_spec(ffn)
+    if match not in MATCHES:
+        raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
+    if init not in INITS:
+        raise ValueError(f"unknown init '{init}'; valid: {', '.join(INITS)}")
     own_act = model_activation(model.config)
-    replaced, fresh = {}, None
-    for path, unit in units:
+    news, fresh = [], None
+    for path, unit in units:  # build every new FFN first, so a failure leaves the model untouched
         state = family.weights(unit)
         kind = "gated" if "w_gate.weight" in state else "dense"
         d_ff, d_model = state["w_up.weight" if kind == "gated" else "w_in.weight"].shape
@@ -350,7 +360,9 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = "aut
             init_ffn(new, init)
             fresh = own.name
         ref = next(iter(state.values()))
-        new.to(device=ref.device, dtype=ref.dtype)
+        news.append((path, new.to(device=ref.device, dtype=ref.dtype)))
+    replaced = {}
+    for path, new in news:
         for new_path, old in family.install(model, path, new).items():
             model.get_submodule(new_path).train(old.training)  # new modules start in train mode
             replaced[new_path] = old

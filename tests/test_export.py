@@ -106,7 +106,9 @@ class DataDependent(nn.Module):
 
 def test_falls_back_to_torchscript_and_says_why(tmp_path):
     x = torch.ones(2, 3)
-    report = export_onnx(DataDependent(), x, tmp_path / "dd.onnx")
+    module = DataDependent().train()
+    report = export_onnx(module, x, tmp_path / "dd.onnx")
+    assert module.training  # exported in eval mode, handed back as it came
     assert report["exporter"] == "torchscript" and report["fallback"].startswith("TorchExportError")
     assert torch.equal(run_onnx(tmp_path / "dd.onnx", x), x * 2)
 

@@ -267,10 +267,22 @@ def test_model_without_its_mlps_is_a_clear_error():
         layer.mlp = nn.Identity()
     with pytest.raises(UnsupportedModelError, match="gate_proj/up_proj/down_proj"):
         swap_ffn(model, "gelu")
-    model = build("gpt2")
-    swap_ffn(model, "gelu_new")
-    with pytest.raises(UnsupportedModelError, match="swapped already"):
-        swap_ffn(model, "gelu_new")
+    for name in ("gpt2", "bert", "t5"):
+        model = build(name)
+        swap_ffn(model, CONFIGS[name][1])
+        with pytest.raises(UnsupportedModelError, match="swapped already"):
+            swap_ffn(model, "swiglu")
+
+
+def test_failed_swap_leaves_the_model_untouched():
+    model = build("llama")
+    mlps = [layer.mlp for layer in model.model.layers]
+    model.model.layers[1].mlp.up_proj = nn.Linear(32, 48, bias=False)  # breaks the last FFN's weight shapes
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        swap_ffn(model, "swiglu")
+    assert [layer.mlp for layer in model.model.layers] == mlps and not ffn_modules(model)
+    with pytest.raises(ValueError, match="unknown match"):
+        swap_ffn(model, "gelu", match="param")
 
 
 def test_unknown_ffn_name_is_a_value_error():

@@ -301,6 +301,18 @@ def cmd_export(args):
     print(json.dumps(report, indent=1) if args.json else format_export(report))
 
 
+# ---- bench --------------------------------------------------------------------------------------
+
+
+def cmd_bench(args):
+    from ffnlab.bench import format_bench, run_bench
+
+    log = None if args.json else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
+    result = run_bench(args.ffn, args.tokens, args.d_model, quick=args.quick, compile=not args.no_compile,
+                       repeats=args.repeats, log=log)
+    print(json.dumps(result, indent=1) if args.json else format_bench(result))
+
+
 # ---- entry point --------------------------------------------------------------------------------
 
 
@@ -369,6 +381,17 @@ def build_parser() -> Parser:
     p.add_argument("--out", required=True, help="the .onnx file to write (atomically)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("bench", help="time FFN variants eager, fused and compiled; saved bytes, memory, GFLOP/s")
+    p.add_argument("--ffn", type=csv_list, default=None, help="comma-separated FFN variants "
+                   "(default: swiglu,geglu,geglu_tanh,reglu,glu,gelu; quick: swiglu,gelu)")
+    p.add_argument("--tokens", type=int_list, default=None, help="comma-separated token counts (default 4096; quick 512)")
+    p.add_argument("--d-model", type=int_list, default=None, help="comma-separated widths (default 512; quick 256)")
+    p.add_argument("--repeats", type=positive_int, default=None, help="timed repeats per median (default 7; quick 3)")
+    p.add_argument("--quick", action="store_true", help="small sizes, few repeats: under a minute on 2 cores")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its rows say so)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -7,8 +7,8 @@
 `FUSED_ACTS` is the table of activations with a fused kernel; `GatedFFN` uses it when the table's
 measured default or its `fused` argument says so, unless FFNLAB_EAGER=1.
 """
-from ffnlab.kernels.fused import (BACKENDS, FUSED_ACTS, FusedAct, GatedAct, check_act, eager_forced, gated_act,
-                                  gated_backward, gated_down, gated_forward, pick_backend, triton_ready)
+from ffnlab.kernels.fused import (BACKENDS, FUSED_ACTS, FusedAct, GatedAct, check_act, compile_failure, eager_forced,
+                                  gated_act, gated_backward, gated_down, gated_forward, pick_backend, triton_ready)
 
-__all__ = ["BACKENDS", "FUSED_ACTS", "FusedAct", "GatedAct", "check_act", "eager_forced", "gated_act",
-           "gated_backward", "gated_down", "gated_forward", "pick_backend", "triton_ready"]
+__all__ = ["BACKENDS", "FUSED_ACTS", "FusedAct", "GatedAct", "check_act", "compile_failure", "eager_forced",
+           "gated_act", "gated_backward", "gated_down", "gated_forward", "pick_backend", "triton_ready"]

@@ -165,6 +165,11 @@ def _call_compiled(plain, *args):
     return plain(*args)
 
 
+def compile_failure() -> str | None:
+    """Why the torch.compile kernels fell back to plain ops in this process, or None if they did not."""
+    return _compile_failed
+
+
 def triton_ready() -> bool:
     """True when the Triton kernels can run on CUDA tensors here."""
     if not torch.cuda.is_available():

@@ -1,0 +1,375 @@
+"""Benchmarks: FFN variants (eager, fused, compiled) and their activations, against this machine.
+
+Per FFN variant and size: forward, backward and full-step (zero_grad, forward, backward, AdamW)
+milliseconds, each the median of `repeats` after a warm-up step; bytes kept for backward
+(counted with saved-tensor hooks, weights left out); peak memory above the inputs during a step;
+and GFLOP/s against the machine's measured matmul rate. Per activation: GB/s against the measured
+copy bandwidth. Compile time (torch.compile, or the fused kernels' first build) is reported on its
+own, never mixed into the medians. A backend that cannot compile here is a row marked unavailable
+with the reason.
+
+GB/s counts bytes read plus bytes written, for the copy as for the activations: copying n bytes
+moves 2n, act(x) moves 2n, act(g) * u moves 3n.
+"""
+from __future__ import annotations
+
+import copy
+import platform
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from ffnlab.activations import get_activation
+from ffnlab.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
+from ffnlab.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
+
+IMPLS = ("eager", "fused", "compiled")
+DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
+QUICK = {"ffns": ("swiglu", "gelu"), "tokens": (512,), "d_models": (256,), "repeats": 3}
+FULL = {"ffns": DEFAULT_FFNS, "tokens": (4096,), "d_models": (512,), "repeats": 7}
+
+
+# ---- timing and counting --------------------------------------------------------------------------
+
+
+def _sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, repeats: int, warmup: int = 1, device="cpu") -> float:
+    """Median wall time of fn() in milliseconds over `repeats` calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def saved_bytes(fn, exclude=()) -> int:
+    """Bytes autograd keeps for backward while fn() runs, each tensor once, tensors sharing storage
+    with `exclude` (the weights, kept anyway) left out. Measured with saved_tensors_hooks."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in skip:
+            seen[(ptr, t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def peak_memory(fn, device="cpu") -> int:
+    """Peak bytes allocated above what was live before, while fn() runs.
+
+    CUDA: the allocator's own peak. CPU: the running sum of the profiler's allocation and free
+    events (PyTorch's CPU allocator keeps no peak of its own).
+    """
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def step_flops(name: str, d_model: int, d_ff: int, bias: bool, tokens: int) -> int:
+    """FLOPs of one training step: forward once, backward twice the forward (two matmuls per matmul)."""
+    return 3 * ffn_flops_per_token(get_ffn_spec(name), d_model, d_ff, bias) * tokens
+
+
+# ---- the machine ------------------------------------------------------------------------------------
+
+
+def measure_machine(quick: bool = False, device="cpu") -> dict:
+    """Measured matmul GFLOP/s (fp32, bf16) and copy GB/s here, with what produced them."""
+    n = 1024 if quick else 2048
+    rates = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+        ms = median_ms(lambda: a @ b, repeats=3 if quick else 7, device=device)
+        rates[dtype] = 2 * n ** 3 / (ms * 1e-3) / 1e9
+    src = torch.randn((4 if quick else 16) << 20, device=device)  # 16 MB or 64 MB of fp32
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), repeats=5 if quick else 11, device=device)
+    return {
+        "matmul_gflops": round(rates[torch.float32], 1), "matmul_gflops_bf16": round(rates[torch.bfloat16], 1),
+        "copy_gbs": round(2 * src.numel() * 4 / (ms * 1e-3) / 1e9, 2), "matmul_n": n, "copy_mb": src.numel() * 4 >> 20,
+        "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else platform.processor()
+        or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "triton": _triton_version(), "python": platform.python_version(),
+    }
+
+
+def _triton_version():
+    try:
+        import triton
+        return triton.__version__
+    except ImportError:
+        return None
+
+
+# ---- FFN rows -----------------------------------------------------------------------------------------
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _timed(fn, device="cpu") -> float:
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def interleaved_medians(fns: dict, repeats: int, device="cpu") -> dict:
+    """Median milliseconds of each fn, timed in turns (a, b, c, a, b, c, ...) so that load from other
+    processes on a shared machine falls on all of them alike. Each fn returns the seconds it took
+    (so that it can leave set-up, such as the forward before a backward, out of the time)."""
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            _sync(device)
+            times[name].append(fn())
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
+
+
+def _rounded(row: dict) -> dict:
+    return {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in row.items()}
+
+
+def _warm_up(fn, device) -> tuple[float, str | None]:
+    """Seconds of the first call (it builds whatever gets compiled), or the reason it failed."""
+    try:
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        return time.perf_counter() - start, None
+    except Exception as e:  # a compiler missing or failing here is a result, not a crash
+        return 0.0, _first_line(e)
+
+
+# ---- FFN rows -----------------------------------------------------------------------------------------
+
+
+def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: bool = True, device="cpu",
+              machine: dict | None = None) -> list[dict]:
+    """One row per impl (eager, fused, compiled): times, saved bytes, peak memory and GFLOP/s of FFN
+    `name` on `tokens` tokens; the impls share weights and inputs and are timed in turns."""
+    torch.manual_seed(0)
+    base = build_ffn(name, d_model).to(device)
+    bias = any(n.endswith("bias") for n, _ in base.named_parameters())
+    x = torch.randn(tokens, d_model, device=device, requires_grad=True)
+    dy = torch.randn(tokens, d_model, device=device)
+    flops = step_flops(name, d_model, base.d_ff, bias, tokens)
+    rows, runs = {}, {}
+    for impl in IMPLS:
+        row = {"ffn": base.spec.name, "impl": impl, "tokens": tokens, "d_model": d_model, "d_ff": base.d_ff,
+               "fwd_ms": None, "bwd_ms": None, "step_ms": None, "compile_s": None, "saved_bytes": None,
+               "peak_mem_bytes": None, "gflops": None, "peak_frac": None}
+        rows[impl] = row
+        fused_ok = isinstance(base, GatedFFN) and base.fused_act is not None
+        if impl == "fused" and not fused_ok:
+            row["unavailable"] = "no fused kernel for this variant (only gated FFNs have one)"
+            continue
+        if impl == "fused" and eager_forced():
+            row["unavailable"] = "FFNLAB_EAGER=1"
+            continue
+        if impl == "compiled" and not compile:
+            row["unavailable"] = "--no-compile"
+            continue
+        ffn = copy.deepcopy(base)
+        if isinstance(ffn, GatedFFN):
+            ffn.fused = impl == "fused"
+        model = torch.compile(ffn) if impl == "compiled" else ffn
+        opt = torch.optim.AdamW(ffn.parameters(), lr=1e-4)
+
+        def step(model=model, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            x.grad = None
+            model(x).backward(dy)
+            opt.step()
+
+        first_s, failure = _warm_up(step, device)
+        if failure:
+            row["unavailable"] = failure
+            continue
+        runs[impl] = (ffn, model, step, first_s)
+        if impl == "fused":  # which kernels ran: they depend on the device and the hidden tensor's size
+            backend = pick_backend(x.new_empty(tokens * base.d_ff))
+            row["backend"] = "torch (compile failed)" if backend == "compiled" and compile_failure() else backend
+
+    def backward(model):
+        y = model(x)
+        _sync(device)
+        return _timed(lambda: y.backward(dy), device)
+
+    steps = interleaved_medians({i: lambda r=r: _timed(r[2], device) for i, r in runs.items()}, repeats, device)
+    fwds = interleaved_medians({i: lambda r=r: _timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device)
+    bwds = interleaved_medians({i: lambda r=r: backward(r[1]) for i, r in runs.items()}, repeats, device)
+    for impl, (ffn, model, step, first_s) in runs.items():
+        row = rows[impl]
+        row.update(fwd_ms=fwds[impl], bwd_ms=bwds[impl], step_ms=steps[impl])
+        if impl != "eager":
+            row["compile_s"] = round(max(0.0, first_s - steps[impl] / 1e3), 3)
+        row["saved_bytes"] = saved_bytes(lambda: model(x), exclude=list(ffn.parameters()))
+        row["peak_mem_bytes"] = peak_memory(step, device)
+        row["gflops"] = flops / (steps[impl] * 1e-3) / 1e9
+        if machine:
+            row["peak_frac"] = row["gflops"] / machine["matmul_gflops"]
+    return [_rounded(r) for r in rows.values()]
+
+
+# ---- activation rows ----------------------------------------------------------------------------------
+
+
+def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32, repeats: int = 5,
+                     compile: bool = True, device="cpu", machine: dict | None = None) -> list[dict]:
+    """One row per impl: GB/s of the elementwise part of FFN `ffn_name` on (tokens, d_ff), act(g) * u
+    for gated variants and act(x) for dense ones, with forward and forward + backward milliseconds."""
+    spec = get_ffn_spec(ffn_name)
+    act_name, gated = spec.acts[0], spec.kind == "gated"
+    act = get_activation(act_name)
+    torch.manual_seed(0)
+    g, u, dh = (torch.randn(tokens, d_ff, device=device, dtype=dtype) for _ in range(3))
+    gg, ug = g.clone().requires_grad_(), u.clone().requires_grad_()
+    moved = (3 if gated else 2) * g.numel() * g.element_size()
+    rows, runs = {}, {}
+    for impl in IMPLS:
+        row = {"name": act_name, "ffn": spec.name, "impl": impl, "dtype": str(dtype).removeprefix("torch."),
+               "numel": g.numel(), "fwd_ms": None, "fwd_bwd_ms": None, "gbs": None, "copy_frac": None}
+        rows[impl] = row
+        if impl == "fused" and not (gated and act_name in FUSED_ACTS):
+            row["unavailable"] = "no fused kernel (only gated activations are fused)"
+            continue
+        if impl == "compiled" and not compile:
+            row["unavailable"] = "--no-compile"
+            continue
+        if impl == "fused":
+            def fn(g, u):
+                return gated_act(g, u, act_name)
+        else:
+            def fn(g, u):
+                return act(g) * u if gated else act(g)
+        fn = torch.compile(fn, dynamic=False) if impl == "compiled" else fn
+
+        def fwd(fn=fn):
+            with torch.no_grad():
+                fn(g, u)
+
+        def fwd_bwd(fn=fn):
+            gg.grad = ug.grad = None
+            fn(gg, ug).backward(dh)
+
+        first_s, failure = _warm_up(lambda: (fwd(), fwd_bwd()), device)
+        if failure:
+            row["unavailable"] = failure
+            continue
+        runs[impl] = (fwd, fwd_bwd, first_s)
+    fwds = interleaved_medians({i: lambda r=r: _timed(r[0], device) for i, r in runs.items()}, repeats, device)
+    both = interleaved_medians({i: lambda r=r: _timed(r[1], device) for i, r in runs.items()}, repeats, device)
+    for impl, (_, _, first_s) in runs.items():
+        row = rows[impl]
+        row.update(fwd_ms=fwds[impl], fwd_bwd_ms=both[impl], gbs=moved / (fwds[impl] * 1e-3) / 1e9)
+        if impl != "eager":
+            row["compile_s"] = round(max(0.0, first_s - (fwds[impl] + both[impl]) / 1e3), 3)
+        if machine:
+            row["copy_frac"] = row["gbs"] / machine["copy_gbs"]
+    return [_rounded(r) for r in rows.values()]
+
+
+# ---- the whole run ------------------------------------------------------------------------------------
+
+
+def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compile: bool = True,
+              repeats: int | None = None, device: str | None = None, log=None) -> dict:
+    """Every FFN x size x impl row, and the activations' rows at the first size, with the machine.
+
+    Defaults come from QUICK or FULL; `log(str)` hears about progress (the CLI prints to stderr).
+    """
+    preset = QUICK if quick else FULL
+    ffns = [get_ffn_spec(n).name for n in (ffns or preset["ffns"])]
+    tokens = list(tokens or preset["tokens"])
+    d_models = list(d_models or preset["d_models"])
+    repeats = repeats or preset["repeats"]
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    log = log or (lambda _: None)
+    machine = measure_machine(quick, device)
+    log(f"machine: {machine['matmul_gflops']} GFLOP/s fp32 matmul, {machine['copy_gbs']} GB/s copy")
+    rows = []
+    for name in ffns:
+        for d_model in d_models:
+            for n_tokens in tokens:
+                log(f"ffn {name} tokens={n_tokens} d_model={d_model}")
+                rows += bench_ffn(name, n_tokens, d_model, repeats, compile, device, machine)
+    activations = []
+    for name in ffns:
+        d_ff = build_ffn(name, d_models[0]).d_ff
+        for dtype in (torch.float32, torch.bfloat16):
+            log(f"activation {name} {dtype}")
+            activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, compile, device, machine)
+    command = (f"ffnlab bench --ffn {','.join(ffns)} --tokens {','.join(map(str, tokens))} "
+               f"--d-model {','.join(map(str, d_models))} --repeats {repeats}{' --quick' if quick else ''}{'' if compile else ' --no-compile'}")
+    return {"command": command, "machine": machine, "rows": rows, "activations": activations,
+            "settings": {"ffns": ffns, "tokens": tokens, "d_models": d_models, "repeats": repeats,
+                         "compile": compile, "quick": quick, "device": device}}
+
+
+def format_bench(result: dict) -> str:
+    """The run as two plain-text tables, unavailable cells as '-', reasons listed below."""
+    m = result["machine"]
+    lines = [result["command"], f"machine: {m['device']}, {m['threads']} threads, torch {m['torch']}: matmul {m['matmul_gflops']} "
+             f"GFLOP/s fp32, {m['matmul_gflops_bf16']} bf16; copy {m['copy_gbs']} GB/s (read + write)", ""]
+    head = f"{'ffn':<11} {'impl':<9} {'tokens':>6} {'d_model':>7} {'d_ff':>5} {'fwd ms':>8} {'bwd ms':>8} " \
+           f"{'step ms':>8} {'saved MB':>8} {'peak MB':>8} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}"
+    lines.append(head)
+    notes = []
+    for r in result["rows"]:
+        if r.get("unavailable"):
+            notes.append(f"{r['ffn']} {r['impl']}: {r['unavailable']}")
+        lines.append(f"{r['ffn']:<11} {r['impl']:<9} {r['tokens']:>6} {r['d_model']:>7} {r['d_ff']:>5} "
+                     f"{_cell(r['fwd_ms'], 8)} {_cell(r['bwd_ms'], 8)} {_cell(r['step_ms'], 8)} "
+                     f"{_cell(r['saved_bytes'], 8, 1 / 2 ** 20)} {_cell(r['peak_mem_bytes'], 8, 1 / 2 ** 20)} "
+                     f"{_cell(r['gflops'], 8)} {_cell(r['peak_frac'], 6, 100)} {_cell(r.get('compile_s'), 9)}")
+    lines += ["", f"{'activation':<10} {'ffn':<11} {'impl':<9} {'dtype':<9} {'fwd ms':>8} {'f+b ms':>8} "
+                  f"{'GB/s':>7} {'%copy':>6}"]
+    for a in result["activations"]:
+        if a.get("unavailable") and a["impl"] != "fused":
+            notes.append(f"{a['name']} {a['impl']} {a['dtype']}: {a['unavailable']}")
+        lines.append(f"{a['name']:<10} {a['ffn']:<11} {a['impl']:<9} {a['dtype']:<9} {_cell(a['fwd_ms'], 8)} "
+                     f"{_cell(a['fwd_bwd_ms'], 8)} {_cell(a['gbs'], 7)} {_cell(a['copy_frac'], 6, 100)}")
+    if notes:
+        lines += ["", "unavailable:"] + [f"  {n}" for n in dict.fromkeys(notes)]
+    return "\n".join(lines)
+
+
+def _cell(value, width: int, scale: float = 1.0) -> str:
+    if value is None:
+        return f"{'-':>{width}}"
+    v = value * scale
+    return f"{v:>{width}.{0 if abs(v) >= 100 else 1 if abs(v) >= 10 else 2}f}"
+

@@ -1,0 +1,110 @@
+import json
+
+import pytest
+import torch
+
+from ffnlab import bench
+from ffnlab.bench import IMPLS, bench_activation, bench_ffn, peak_memory, saved_bytes, step_flops
+from ffnlab.ffn import build_ffn, ffn_flops_per_token, get_ffn_spec
+
+ROW_KEYS = {"ffn", "impl", "tokens", "d_model", "fwd_ms", "bwd_ms", "step_ms", "saved_bytes", "peak_mem_bytes",
+            "gflops"}
+MACHINE = {"matmul_gflops": 100.0, "copy_gbs": 10.0}
+
+
+def test_saved_bytes_counts_each_tensor_once_without_weights():
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    # x @ w keeps x and w; tanh keeps its output; the product with x keeps x again and tanh's output
+    n = saved_bytes(lambda: torch.tanh(x @ w) * x, exclude=[w])
+    assert n == 4 * 8 * 4 * 2  # x and tanh(x @ w), once each
+    assert saved_bytes(lambda: torch.tanh(x @ w) * x) == n + w.numel() * 4
+
+
+def test_peak_memory_sees_a_temporary():
+    size = 1 << 20  # 4 MB of fp32, freed before the function returns
+    peak = peak_memory(lambda: torch.ones(size).sum())
+    assert 4 * size <= peak < 8 * size
+
+
+def test_step_flops_is_three_forwards():
+    assert step_flops("swiglu", 64, 128, False, 10) == 3 * 10 * ffn_flops_per_token(get_ffn_spec("swiglu"), 64, 128,
+                                                                                     False)
+
+
+def test_ffn_rows_measure_what_each_impl_keeps():
+    tokens, d_model = 8, 16
+    rows = {r["impl"]: r for r in bench_ffn("swiglu", tokens, d_model, repeats=2, compile=False, machine=MACHINE)}
+    assert set(rows) == set(IMPLS)
+    d_ff = build_ffn("swiglu", d_model).d_ff
+    eager, fused = rows["eager"], rows["fused"]
+    assert eager["saved_bytes"] == 4 * tokens * (d_model + 4 * d_ff)  # x, gate, act(gate), up, product
+    assert fused["saved_bytes"] == 4 * tokens * (d_model + 2 * d_ff)  # x, gate, up
+    for r in (eager, fused):
+        assert ROW_KEYS <= set(r) and r["d_ff"] == d_ff
+        assert all(r[k] > 0 for k in ("fwd_ms", "bwd_ms", "step_ms", "peak_mem_bytes", "gflops"))
+        assert r["gflops"] == pytest.approx(step_flops("swiglu", d_model, d_ff, False, tokens) / r["step_ms"] / 1e6,
+                                            rel=1e-3)
+        assert r["peak_frac"] == pytest.approx(r["gflops"] / MACHINE["matmul_gflops"], rel=1e-3)
+    assert fused["backend"] == "torch"  # tiny: below the size where building kernels pays
+    assert rows["compiled"]["unavailable"] == "--no-compile" and rows["compiled"]["step_ms"] is None
+
+
+def test_dense_ffn_has_no_fused_row():
+    rows = {r["impl"]: r for r in bench_ffn("gelu", 4, 8, repeats=1, compile=False)}
+    assert "no fused kernel" in rows["fused"]["unavailable"] and rows["eager"]["step_ms"] > 0
+
+
+def test_eager_env_makes_fused_row_unavailable(monkeypatch):
+    monkeypatch.setenv("FFNLAB_EAGER", "1")
+    rows = {r["impl"]: r for r in bench_ffn("swiglu", 4, 8, repeats=1, compile=False)}
+    assert rows["fused"]["unavailable"] == "FFNLAB_EAGER=1"
+
+
+def test_compile_failure_is_a_row_not_a_crash(monkeypatch):
+    def broken_compile(fn, **kw):
+        def run(*args, **kwargs):
+            raise RuntimeError("no C++ compiler here\nlong traceback")
+        return run
+    monkeypatch.setattr(bench.torch, "compile", broken_compile)
+    rows = {r["impl"]: r for r in bench_ffn("swiglu", 4, 8, repeats=1, compile=True)}
+    assert rows["compiled"]["unavailable"] == "RuntimeError: no C++ compiler here"
+    assert rows["eager"]["step_ms"] > 0
+    acts = {r["impl"]: r for r in bench_activation("swiglu", 4, 8, repeats=1, compile=True)}
+    assert acts["compiled"]["unavailable"].startswith("RuntimeError") and acts["fused"]["gbs"] > 0
+
+
+def test_activation_rows_count_bytes_moved():
+    rows = {r["impl"]: r for r in bench_activation("geglu", 8, 32, repeats=2, compile=False, machine=MACHINE)}
+    for impl in ("eager", "fused"):
+        r = rows[impl]
+        assert r["name"] == "gelu" and r["dtype"] == "float32" and r["numel"] == 8 * 32
+        assert r["gbs"] == pytest.approx(3 * 8 * 32 * 4 / r["fwd_ms"] / 1e6, rel=1e-3)  # read g, u; write h
+        assert r["copy_frac"] == pytest.approx(r["gbs"] / MACHINE["copy_gbs"], rel=1e-3)
+    dense = {r["impl"]: r for r in bench_activation("gelu", 8, 32, repeats=1, compile=False)}
+    assert dense["eager"]["gbs"] == pytest.approx(2 * 8 * 32 * 4 / dense["eager"]["fwd_ms"] / 1e6, rel=1e-3)
+    assert "unavailable" in dense["fused"]
+
+
+def test_cli_bench_quick_json(run_cli):
+    code, out, err = run_cli("bench", "--quick", "--json", "--no-compile", "--tokens", "16", "--d-model", "16",
+                             "--ffn", "swiglu,gelu", "--repeats", "1")
+    assert code == 0, err
+    result = json.loads(out)
+    assert {"matmul_gflops", "copy_gbs"} <= set(result["machine"])
+    assert result["machine"]["matmul_gflops"] > 0 and result["machine"]["copy_gbs"] > 0
+    assert [(r["ffn"], r["impl"]) for r in result["rows"]] == [(f, i) for f in ("swiglu", "gelu") for i in IMPLS]
+    assert all(ROW_KEYS <= set(r) and r["tokens"] == 16 and r["d_model"] == 16 for r in result["rows"])
+    assert {(a["name"], a["impl"]) for a in result["activations"]} == {(n, i) for n in ("silu", "gelu") for i in IMPLS}
+    assert all({"name", "impl", "gbs"} <= set(a) for a in result["activations"])
+    assert "--no-compile" in result["command"] and "--tokens 16" in result["command"]
+
+
+def test_cli_bench_table_and_errors(run_cli):
+    code, out, _ = run_cli("bench", "--quick", "--no-compile", "--tokens", "8", "--d-model", "8", "--ffn", "reglu",
+                           "--repeats", "1")
+    assert code == 0 and "reglu" in out and "GB/s" in out and "--no-compile" in out
+    code, _, err = run_cli("bench", "--ffn", "swigluu", "--quick")
+    assert code == 2 and "did you mean 'swiglu'" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("bench", "--tokens", "0")
+    assert code == 2 and "positive" in err

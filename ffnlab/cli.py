@@ -259,10 +259,17 @@ def cmd_compare(args):
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
     study = study_from_args(args)
+    if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
+        from ffnlab.report import default_out_dir, prepare_out_dir
+        prepare_out_dir(default_out_dir(args.store))
     summary = run_study(study, args.store, jobs=args.jobs, backend=args.backend, address=args.address,
                         quiet=args.quiet or args.json, log_to=args.log_to)
     if args.csv:
         write_csv(summary, args.csv)
+    report = None
+    if not args.no_report:
+        from ffnlab.report import write_report
+        report = write_report(args.store, study=study)
     if args.json:
         keep = ("ffn", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p",
                 "p_adj", "significant", "rank", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes",
@@ -277,6 +284,8 @@ def cmd_compare(args):
     elif not args.quiet:
         print(format_table(summary))
         print(f"store: {summary['store']}")
+        if report:
+            print(f"report: {report['html']} (summary: {report['markdown']})")
     return summary
 
 
@@ -311,6 +320,34 @@ def cmd_bench(args):
     result = run_bench(args.ffn, args.tokens, args.d_model, quick=args.quick, compile=not args.no_compile,
                        repeats=args.repeats, log=log)
     print(json.dumps(result, indent=1) if args.json else format_bench(result))
+
+
+# ---- report, plot, advise -----------------------------------------------------------------------
+
+
+def cmd_report(args):
+    from ffnlab.report import write_report
+
+    paths = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
+    print(f"report: {paths['html']}\nsummary: {paths['markdown']}\n"
+          f"figures: {len(paths['figures'])} PNG in {paths['html'].parent / 'figures'}")
+
+
+def cmd_plot(args):
+    from ffnlab.plots import activation_labels, activations_figure, figure_format, save
+
+    figure_format(args.out)  # a bad extension fails before any drawing
+    labels = activation_labels(args.names)
+    save(activations_figure(list(labels), args.xmin, args.xmax, labels=labels), args.out)
+    print(f"wrote {args.out}")
+
+
+def cmd_advise(args):
+    from ffnlab.advise import advise, format_advice
+
+    advice = advise(args.store, args.params_budget, args.memory_budget, args.latency_sensitive, args.pretrained,
+                    args.deploy, args.depth)
+    print(json.dumps(advice, indent=1) if args.json else format_advice(advice))
 
 
 # ---- entry point --------------------------------------------------------------------------------
@@ -357,6 +394,8 @@ def build_parser() -> Parser:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
     p.add_argument("--log-to", default=None, choices=("mlflow", "tensorboard"))
+    p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report (default: written to "
+                   "report/ beside the store)")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("numerics", help="forward/backward error of every activation against a float64 reference")
@@ -392,6 +431,36 @@ def build_parser() -> Parser:
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its rows say so)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("report", help="HTML report, Markdown summary and figures of the latest study in a store")
+    p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
+    p.add_argument("--out", default=None, help="output folder (default: report/ beside the store)")
+    p.add_argument("--baseline", default=None, help="variant the others are compared with (default: relu if it "
+                   "was run, else the first)")
+    p.add_argument("--layer", type=int, default=None, help="layer of the attention maps (default: the last)")
+    p.add_argument("--numerics", action="store_true", help="also measure the compared activations' numerics "
+                   "(numerics.json beside the store)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("plot", help="draw activations and their derivatives to a PNG or SVG file")
+    p.add_argument("what", choices=("activations",))
+    p.add_argument("names", type=csv_list, help="comma-separated activations or FFN variants, e.g. gelu,silu,gelu_tanh")
+    p.add_argument("--out", default="activations.png", help="file to write: .png or .svg")
+    p.add_argument("--xmin", type=float, default=-4.0, help="left end of the x range")
+    p.add_argument("--xmax", type=float, default=4.0, help="right end of the x range")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("advise", help="recommend an FFN variant for a situation, with the evidence and its source")
+    p.add_argument("--store", default=None, help="run store with your measurements (default: published results)")
+    p.add_argument("--params-budget", default=None, help="most parameters the model may have, e.g. 125M")
+    p.add_argument("--memory-budget", default=None, help="most training memory, e.g. 16GiB or 500MB")
+    p.add_argument("--latency-sensitive", action="store_true", help="prefer the faster of statistically tied variants")
+    p.add_argument("--pretrained", default=None, help="fine-tuning this model: path to its config.json, or a name "
+                   "such as bert-base-uncased, gpt2, t5-base, mistral")
+    p.add_argument("--deploy", choices=("cpu", "gpu", "edge"), default=None, help="where the model will run")
+    p.add_argument("--depth", type=positive_int, default=None, help="number of layers you plan")
+    p.add_argument("--json", action="store_true", help="print recommendation, reasons, evidence, alternatives as JSON")
+    p.set_defaults(func=cmd_advise)
     return parser
 
 

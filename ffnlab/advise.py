@@ -1,0 +1,432 @@
+"""The advisor: which FFN variant to use in a stated situation, and why, with numbers.
+
+Three sources of evidence, in this order:
+1. fine-tuning a pretrained model: keep the activation it was trained with (its weights assume
+   it); the activation is read from a Hugging Face config.json or a table of model families;
+2. measurements in a run store: the variants' paired differences over seeds, under the user's
+   parameter, memory and latency constraints;
+3. published results (ffnlab.published), said to be such, with the `ffnlab compare` command that
+   would measure the question on the user's own data.
+
+The result is a dict {"recommendation", "basis", "reasons", "evidence", "alternatives", "command"}
+that `format_advice` prints and `--json` dumps.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+
+from ffnlab.activations import ACTIVATIONS, closest
+from ffnlab.ffn import GATED, get_ffn_spec
+from ffnlab.published import ACT_FIELDS, GATED_MODEL_TYPES, MODEL_FAMILIES, SHAZEER_2020_65K, SHAZEER_2020_524K
+from ffnlab.stats import holm, paired_diff
+
+DEPLOYS = ("cpu", "gpu", "edge")
+ALPHA = 0.05
+# Step-time difference below which two variants count as equally fast: CPU timings of small
+# models on a shared machine jitter by several percent.
+SPEED_TOLERANCE = 0.05
+
+# ---- parsing ------------------------------------------------------------------------------------
+
+COUNT_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
+BYTE_SUFFIX = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20,
+               "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def parse_quantity(text: str, units: dict, what: str, example: str) -> float:
+    """'1.5M' -> 1.5e6 with the given suffix table; ValueError naming the valid suffixes."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in units:
+        valid = ", ".join(u for u in units if u)
+        raise ValueError(f"cannot read {what} '{text}'; give a number with an optional suffix ({valid}), "
+                         f"e.g. {example}")
+    value = float(match.group(1)) * units[match.group(2).lower()]
+    if value <= 0:
+        raise ValueError(f"{what} must be positive, got '{text}'")
+    return value
+
+
+def parse_params(text: str) -> int:
+    """A parameter count: '125M', '7B', '1.5e6'."""
+    return int(parse_quantity(text, COUNT_SUFFIX, "parameter budget", "125M"))
+
+
+def parse_bytes(text: str) -> int:
+    """A memory size: '16GB' (powers of 1000), '2GiB' or '2G' (powers of 1024), plain bytes."""
+    return int(parse_quantity(text, BYTE_SUFFIX, "memory budget", "16GiB"))
+
+
+def human_bytes(n: float) -> str:
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def human_count(n: float) -> str:
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+# ---- pretrained models --------------------------------------------------------------------------
+
+
+def ffn_for(hf_act: str, gated: bool) -> str | None:
+    """The ffnlab variant computing a Hugging Face activation, dense or as a GLU gate; None if
+    ffnlab has no such activation."""
+    act = hf_act.lower().replace("-", "_")
+    if act not in ACTIVATIONS:
+        return None
+    if not gated:
+        return get_ffn_spec(act).name
+    canon = ACTIVATIONS[act].same_as or act
+    return next((name for name, spec in GATED.items() if spec.acts[0] == canon), None)
+
+
+def read_hf_config(path: Path) -> dict:
+    """{"model", "model_type", "field", "hf_act", "gated", "ffn", "source"} from a config.json."""
+    file = path / "config.json" if path.is_dir() else path
+    try:
+        config = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the model config {file}: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{file} is not a Hugging Face config (expected a JSON object)")
+    field = next((f for f in ACT_FIELDS if isinstance(config.get(f), str)), None)
+    if field is None:
+        raise ValueError(f"{file} names no FFN activation; looked for {', '.join(ACT_FIELDS)}")
+    value, model_type = config[field], str(config.get("model_type", "unknown"))
+    gated = model_type in GATED_MODEL_TYPES or (field == "feed_forward_proj" and value.startswith("gated-"))
+    act = value.removeprefix("gated-") if field == "feed_forward_proj" else value
+    if field == "feed_forward_proj" and value == "gated-gelu":
+        act = "gelu_new"  # NOTE: T5's config maps 'gated-gelu' to the tanh approximation, gelu_new
+    name = config.get("_name_or_path") or (config.get("architectures") or [model_type])[0]
+    return {"model": str(name), "model_type": model_type, "field": field, "hf_act": value, "act": act,
+            "gated": gated, "ffn": ffn_for(act, gated), "source": f"{file} ({field}: {value!r})"}
+
+
+def lookup_family(name: str) -> dict:
+    """The same facts for a known model id or family name, from ffnlab.published.MODEL_FAMILIES."""
+    key = name.strip().lower()
+    last = key.rsplit("/", 1)[-1]
+    matches = [f for f in MODEL_FAMILIES if key == f.example.lower() or last.startswith(f.family)]
+    if not matches:
+        known = sorted({f.example for f in MODEL_FAMILIES})
+        hint = closest(last, [f.family for f in MODEL_FAMILIES])
+        raise ValueError(f"unknown pretrained model '{name}'{hint}; give the path to its config.json, or one of: "
+                         f"{', '.join(known)}")
+    f = max(matches, key=lambda f: (key == f.example.lower(), len(f.family)))
+    act = "gelu_new" if f.hf_act == "gated-gelu" else f.hf_act
+    return {"model": name, "model_type": f.model_type, "field": f.field, "hf_act": f.hf_act, "act": act,
+            "gated": get_ffn_spec(f.ffn).gated, "ffn": f.ffn,
+            "source": f"ffnlab's table of model families: {f.family} ({f.example}) sets {f.field}={f.hf_act!r} "
+                      "in its Hugging Face config.json"}
+
+
+def resolve_pretrained(name_or_config: str) -> dict:
+    """Facts about a pretrained model from a config.json path (or its folder) or a known name."""
+    path = Path(name_or_config)
+    if path.suffix == ".json" or path.exists():
+        if not path.exists():
+            raise FileNotFoundError(f"no model config at {path}")
+        return read_hf_config(path)
+    return lookup_family(name_or_config)
+
+
+def advise_pretrained(pretrained: str) -> dict:
+    model = resolve_pretrained(pretrained)
+    shape = "as the gate of a gated (GLU) FFN" if model["gated"] else "in a dense FFN"
+    ffn = model["ffn"] or model["act"]
+    reasons = [
+        f"{model['model']} (model_type {model['model_type']}) was pre-trained with {model['act']} {shape}; "
+        f"its FFN weights were learned for that nonlinearity.",
+        "Fine-tuning with a different activation feeds those weights a function they were never trained with: "
+        "the pre-trained behaviour is lost and must be relearned, which defeats the point of starting from it.",
+        f"So keep {ffn}" + (f" (ffnlab name; Hugging Face calls it '{model['hf_act']}')"
+                            if model["hf_act"] != ffn else "") + ".",
+    ]
+    if model["ffn"] is None:
+        reasons.append(f"ffnlab has no entry for '{model['act']}', so it cannot measure this model's FFN itself.")
+    alternatives = [{"ffn": "any other", "why_not": "invalidates the pre-trained FFN weights; compare activations "
+                                                   "only when training from scratch"}]
+    return {"recommendation": ffn, "basis": "pretrained", "reasons": reasons,
+            "evidence": {"kind": "pretrained", **model}, "alternatives": alternatives,
+            "command": None}
+
+
+# ---- measured -----------------------------------------------------------------------------------
+
+
+def measured_variants(store_path, depth: int | None) -> tuple[dict, dict]:
+    """Per variant of the store's latest study (the cell nearest `depth` when depth is an axis):
+    {seed: metric} and costs; plus facts about the study."""
+    from ffnlab.report import axis_value, load_study
+    from ffnlab.store import Store
+    from ffnlab.sweep import run_id
+
+    study, configs, _ = load_study(store_path)
+    if "depth" in study.axes and depth is not None:
+        n_layers = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
+        configs = [c for c in configs if c.model.n_layers == n_layers]
+    elif study.axes:
+        first = {a: v[0] for a, v in study.axes.items()}  # without a stated depth: the first cell
+        configs = [c for c in configs if all(axis_value(c.to_dict(), a) == v for a, v in first.items())]
+    task = configs[0].model.task
+    metric = "final_val_loss" if task == "lm" else "final_val_acc"
+    variants: dict[str, dict] = {}
+    with Store(store_path, create=False) as store:
+        env = {}
+        for cfg in configs:
+            rec = store.get(run_id(cfg))
+            v = variants.setdefault(cfg.model.ffn, {"values": {}, "diverged": 0, "results": []})
+            if rec["status"] == "diverged":
+                v["diverged"] += 1
+            elif rec["status"] == "finished" and rec["result"].get(metric) is not None:
+                v["values"][cfg.seed] = rec["result"][metric]
+                v["results"].append(rec["result"])
+                env = rec.get("env") or env
+    for v in variants.values():
+        rs = v.pop("results")
+        v["params"] = rs[0]["params"] if rs else None
+        v["step_time_s"] = statistics.median(r["step_time_s"] for r in rs) if rs else None
+        v["peak_mem_bytes"] = max((r["peak_mem_bytes"] for r in rs), default=None)
+        v["tokens_per_s"] = statistics.mean(r["tokens_per_s"] for r in rs if r["tokens_per_s"]) if rs else None
+    cfg = configs[0]
+    facts = {"store": str(store_path), "task": task, "metric": metric, "higher_is_better": task == "cls",
+             "n_layers": cfg.model.n_layers, "d_model": cfg.model.d_model, "data": cfg.data,
+             "match": cfg.model.ffn_match, "seeds": study.seeds, "baseline": study.baseline,
+             "device": env.get("device", "?")}
+    return variants, facts
+
+
+def exclusion(v: dict, params_budget, memory_budget) -> str | None:
+    """Why a measured variant is out of the running, or None."""
+    if v["diverged"]:
+        return f"diverged in {v['diverged']} of {v['diverged'] + len(v['values'])} runs"
+    if not v["values"]:
+        return "no finished run"
+    if params_budget and v["params"] and v["params"] > params_budget:
+        return f"{human_count(v['params'])} parameters exceed the budget of {human_count(params_budget)}"
+    if memory_budget and v["peak_mem_bytes"] and v["peak_mem_bytes"] > memory_budget:
+        return f"peak memory {human_bytes(v['peak_mem_bytes'])} exceeds the budget of {human_bytes(memory_budget)}"
+    return None
+
+
+def pct(a, b) -> str:
+    """'+11%': a relative to b."""
+    return f"{(a / b - 1) * 100:+.0f}%" if a and b else "?"
+
+
+def advise_measured(store_path, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None,
+                    depth=None) -> dict:
+    variants, facts = measured_variants(store_path, depth)
+    sign = -1.0 if facts["higher_is_better"] else 1.0  # sign * value: lower is better
+    unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
+    excluded = {name: why for name, v in variants.items() if (why := exclusion(v, params_budget, memory_budget))}
+    eligible = [n for n in variants if n not in excluded]
+    if not eligible:
+        raise ValueError("no measured variant meets the constraints: " +
+                         "; ".join(f"{n}: {why}" for n, why in excluded.items()))
+    mean = {n: statistics.mean(variants[n]["values"].values()) for n in eligible}
+    best = min(eligible, key=lambda n: sign * mean[n])
+    # every other eligible variant against the best, paired over seeds, Holm-corrected
+    diffs = {n: paired_diff(variants[n]["values"], variants[best]["values"]) for n in eligible if n != best}
+    for n, p_adj in zip(diffs, holm([d["p"] for d in diffs.values()])):
+        diffs[n]["p_adj"] = p_adj
+        diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
+    tied = [n for n in diffs if not diffs[n]["significant"]]
+    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
+    choice = best
+    if cost_sensitive and tied:
+        fastest = min([best] + tied, key=lambda n: variants[n]["step_time_s"] or math.inf)
+        if variants[fastest]["step_time_s"] < (1 - SPEED_TOLERANCE) * variants[best]["step_time_s"]:
+            choice = fastest
+
+    def versus(n, ref):
+        """'-0.060 nats vs gelu (95% CI [-0.080, -0.040], p_adj=0.003, 3 paired seeds)'."""
+        d = paired_diff(variants[n]["values"], variants[ref]["values"])
+        if d["delta"] is None:
+            return f"no seed in common with {ref}"
+        ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
+        p = f", p={d['p']:.2g}" if d["p"] is not None else ""
+        return f"{d['delta']:+.3f}{unit} vs {ref}{ci}{p}, {d['n']} paired seeds"
+
+    def costs(n, ref):
+        v, r = variants[n], variants[ref]
+        return (f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
+                f"peak memory {pct(v['peak_mem_bytes'], r['peak_mem_bytes'])}")
+
+    baseline = facts["baseline"]
+    where = (f"{facts['store']}: {facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}, d_model {facts['d_model']}, data {facts['data']}, "
+             f"{facts['seeds']} seeds, FFNs matched in {facts['match']}, timed on {facts['device']}")
+    reasons = [f"Measured in {where}."]
+    if choice == best:
+        reasons.append(f"{best} has the best mean final {facts['metric'].removeprefix('final_').replace('_', ' ')} "
+                       f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints.")
+    else:
+        reasons.append(f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+                       f"({versus(choice, best)}) and is faster ({costs(choice, best)}); with "
+                       f"{'latency in mind' if latency_sensitive else f'a {deploy} deployment'} the faster one wins.")
+    runner = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
+    for ref in dict.fromkeys([runner, baseline]):
+        if ref is None or ref == choice or ref not in eligible:
+            continue
+        reasons.append(f"{choice}: {versus(choice, ref)}; {costs(choice, ref)}.")
+    significant_losers = [n for n in diffs if diffs[n]["significant"]]
+    if significant_losers:
+        reasons.append(f"{best} is significantly better than {', '.join(significant_losers)} "
+                       f"(paired t-tests, Holm-corrected).")
+    if tied and choice == best:
+        reasons.append(f"Not significantly different from {best} (paired t-tests, Holm-corrected): "
+                       f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
+                       "(command below).")
+    if deploy and facts["device"] not in ("?", "cuda" if deploy == "gpu" else "cpu"):
+        reasons.append(f"Timings come from {facts['device']}; on a {deploy} deployment the speed ordering may differ.")
+    if depth is not None and depth != facts["n_layers"]:
+        reasons.append(f"You plan {depth} layers but the measurement has {facts['n_layers']}: gaps between FFNs "
+                       f"can change with depth; measure at your depth (command below).")
+    for n, why in excluded.items():
+        reasons.append(f"{n} excluded: {why}.")
+    alternatives = []
+    for n in variants:
+        if n == choice:
+            continue
+        if n in excluded:
+            alternatives.append({"ffn": n, "excluded": excluded[n]})
+            continue
+        d = paired_diff(variants[n]["values"], variants[choice]["values"])
+        alternatives.append({"ffn": n, "mean": mean[n], "delta_vs_recommendation": d["delta"],
+                             "ci": [d["ci_low"], d["ci_high"]], "p": d["p"],
+                             "p_adj_vs_best": diffs.get(n, {}).get("p_adj"),
+                             "step_time_ratio": (variants[n]["step_time_s"] / variants[choice]["step_time_s"]
+                                                 if variants[n]["step_time_s"] and variants[choice]["step_time_s"]
+                                                 else None),
+                             "params": variants[n]["params"], "summary": f"{versus(n, choice)}; {costs(n, choice)}"})
+    evidence = {"kind": "measured", **facts,
+                "variants": {n: {"mean": statistics.mean(v["values"].values()) if v["values"] else None,
+                                 "seeds": v["values"], "diverged": v["diverged"], "params": v["params"],
+                                 "step_time_s": v["step_time_s"], "tokens_per_s": v["tokens_per_s"],
+                                 "peak_mem_bytes": v["peak_mem_bytes"]} for n, v in variants.items()}}
+    command = compare_command(list(variants), facts["data"], depth or facts["n_layers"], seeds=max(5, facts["seeds"]))
+    return {"recommendation": choice, "basis": "measured", "reasons": reasons, "evidence": evidence,
+            "alternatives": alternatives, "command": command}
+
+
+# ---- published ----------------------------------------------------------------------------------
+
+
+def compare_command(variants, data: str | None, depth: int | None, seeds: int = 3) -> str:
+    parts = ["ffnlab compare", f"--variants {','.join(variants)}", f"--seeds {seeds}",
+             f"--data {data}" if data else "--data YOUR_DATA"]
+    if depth:
+        parts.append(f"--layers {depth}")
+    return " ".join(parts)
+
+
+def advise_published(params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None,
+                     depth=None) -> dict:
+    table, long_run = SHAZEER_2020_65K, SHAZEER_2020_524K
+    values, spread = table.values, table.spread
+    best = min(values, key=values.get)
+    # tied: the gap is within the larger of the two reported inter-run standard deviations
+    tied = [n for n in values if n != best and values[n] - values[best] <= max(spread[n], spread[best])]
+    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
+    flops = {n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops for n in values}
+    choice = min([best] + tied, key=lambda n: (flops[n], values[n])) if cost_sensitive else best
+    cite = f"{table.source} (arXiv:{table.arxiv}), {table.table.split(',')[0]}"
+    name = table.names
+    reasons = [
+        f"No measurements given (no --store), so this rests on published results: {cite}; {table.metric}, "
+        f"{table.setup}.",
+        f"{name[choice]} {values[choice]:.3f} (std {spread[choice]:.3f}) vs {name['relu']} {values['relu']:.3f} "
+        f"and {name['gelu']} {values['gelu']:.3f} at 65,536 steps; at 524,288 steps {long_run.values[choice]:.3f} "
+        f"vs {long_run.values['relu']:.3f} and {long_run.values['gelu']:.3f}.",
+        "Every gated variant beats every dense one in that table at both lengths, at equal parameters and compute.",
+    ]
+    if tied:
+        gaps = ", ".join(f"{name[n]} {values[n]:.3f} (std {spread[n]:.3f})" for n in tied)
+        reasons.append(f"Within the reported run-to-run spread of {name[best]} {values[best]:.3f}: {gaps}; "
+                       "the paper's numbers do not separate them.")
+    if choice != best:
+        reasons.append(f"Cost counts here ({'latency-sensitive' if latency_sensitive else f'{deploy} deployment'}): "
+                       f"{choice}'s activation costs about {flops[choice]} FLOPs per element against "
+                       f"{flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins.")
+    if deploy == "edge":
+        reasons.append(f"On edge hardware ReLU-family gates are cheapest and give exact zeros: reglu "
+                       f"({values['reglu']:.3f}) trails {choice} by {values['reglu'] - values[choice]:.3f}.")
+    if params_budget or memory_budget:
+        reasons.append("The paper matches parameters and compute (gated d_ff = 2/3 of dense), so a parameter or "
+                       "memory budget does not reorder it; ffnlab matches variants the same way (--match params). "
+                       "Training memory differs: a gated FFN keeps two hidden activations for backward.")
+    if depth is not None:
+        reasons.append(f"The published model has 12+12 layers; at {depth} layers the gaps may differ.")
+    reasons.append("Measure it on your own data before committing (command below): published gaps of "
+                   "0.01-0.05 nats need several seeds to confirm.")
+    alternatives = [{"ffn": n, "published": values[n], "std": spread.get(n), "published_524k": long_run.values[n],
+                     "delta_vs_recommendation": round(values[n] - values[choice], 3)}
+                    for n in sorted(values, key=values.get) if n != choice]
+    evidence = {"kind": "published", "source": table.source, "arxiv": table.arxiv, "tables": [
+        {"table": t.table, "metric": t.metric, "setup": t.setup, "values": t.values, "spread": t.spread,
+         "paper_names": t.names} for t in (table, long_run)]}
+    variants = list(dict.fromkeys([choice, *tied, "gelu", "relu"]))
+    return {"recommendation": choice, "basis": "published", "reasons": reasons, "evidence": evidence,
+            "alternatives": alternatives, "command": compare_command(variants, None, depth)}
+
+
+# ---- entry --------------------------------------------------------------------------------------
+
+
+def advise(store=None, params_budget=None, memory_budget=None, latency_sensitive: bool = False,
+           pretrained: str | None = None, deploy: str | None = None, depth: int | None = None) -> dict:
+    """Recommend an FFN variant for a situation; see the module docstring for the order of evidence.
+
+    Budgets may be numbers or strings ('125M', '16GiB')."""
+    if deploy is not None and deploy not in DEPLOYS:
+        raise ValueError(f"unknown deployment '{deploy}'{closest(deploy, DEPLOYS)}; valid: {', '.join(DEPLOYS)}")
+    if depth is not None and depth <= 0:
+        raise ValueError(f"depth must be positive, got {depth}")
+    params_budget = parse_params(params_budget) if isinstance(params_budget, str) else params_budget
+    memory_budget = parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget
+    if pretrained:
+        return advise_pretrained(pretrained)
+    if store is not None:
+        if not Path(store).is_file():
+            raise ValueError(f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "
+                             "get advice from published results")
+        return advise_measured(store, params_budget, memory_budget, latency_sensitive, deploy, depth)
+    return advise_published(params_budget, memory_budget, latency_sensitive, deploy, depth)
+
+
+def format_advice(advice: dict) -> str:
+    """The advice as text for the terminal."""
+    basis = {"measured": "from your measurements", "published": "from published results",
+             "pretrained": "from the pretrained model"}[advice["basis"]]
+    out = [f"recommendation: {advice['recommendation']}  ({basis})", "", "why:"]
+    out += [f"  - {r}" for r in advice["reasons"]]
+    if advice["alternatives"]:
+        out += ["", "alternatives:"]
+        for a in advice["alternatives"]:
+            if "excluded" in a:
+                out.append(f"  - {a['ffn']}: excluded, {a['excluded']}")
+            elif "summary" in a:
+                out.append(f"  - {a['ffn']}: {a['summary']}")
+            elif "published" in a:
+                std = f" (std {a['std']:.3f})" if a.get("std") is not None else ""
+                out.append(f"  - {a['ffn']}: {a['published']:.3f}{std} at 65,536 steps, "
+                           f"{a['delta_vs_recommendation']:+.3f} vs the recommendation")
+            else:
+                out.append(f"  - {a['ffn']}: {a['why_not']}")
+    ev = advice["evidence"]
+    if ev["kind"] == "published":
+        out += ["", f"source: {ev['source']}, arXiv:{ev['arxiv']}, {ev['tables'][0]['table']}"]
+    elif ev["kind"] == "pretrained":
+        out += ["", f"source: {ev['source']}"]
+    if advice["command"]:
+        out += ["", f"measure it on your data: {advice['command']}"]
+    return "\n".join(out)

@@ -1,0 +1,273 @@
+"""Figures of a comparison: each function takes plain numbers and returns a matplotlib Figure.
+
+Matplotlib runs on the Agg backend (no display needed). Every figure labels its axes with units,
+has a legend, and colours variants from the Okabe-Ito palette, which stays distinguishable with
+the common colour-vision deficiencies; line styles repeat the distinction for grey-scale prints.
+A variant keeps its colour across all figures of a report (`variant_styles`).
+"""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # NOTE: before pyplot is imported anywhere, so no GUI backend is ever tried
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.colors import PowerNorm  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from ffnlab.activations import ACTIVATIONS, get_activation, resolve  # noqa: E402
+from ffnlab.ffn import FFNS, get_ffn_spec  # noqa: E402
+
+# Okabe & Ito 2008, "Color Universal Design"; yellow last: it is faint on white.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+LINESTYLES = ("-", "--", "-.", ":")
+FORMATS = ("png", "svg")
+DPI = 110
+STYLE = {"figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10,
+         "legend.fontsize": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+         "axes.spines.right": False, "figure.constrained_layout.use": True}
+
+
+def variant_styles(names) -> dict[str, dict]:
+    """name -> {"color", "linestyle"}: a fixed colour per position, style changing every 8 names."""
+    return {n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[(i // len(OKABE_ITO)) % 4]}
+            for i, n in enumerate(names)}
+
+
+def figure(ncols: int = 1, nrows: int = 1, width: float = 7.5, height: float = 4.0):
+    """A new figure and its axes under the report style."""
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
+    return fig, axes
+
+
+def png_bytes(fig) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    buf = io.BytesIO()
+    with plt.rc_context(STYLE):
+        fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figure_format(path) -> str:
+    """'png' or 'svg' from a file name; ValueError naming the valid extensions otherwise."""
+    ext = Path(path).suffix.lower().lstrip(".")
+    if ext not in FORMATS:
+        raise ValueError(f"cannot write a figure as '.{ext}' ({path}); valid extensions: {', '.join(FORMATS)}"
+                         if ext else f"figure file {path} has no extension; valid: {', '.join(FORMATS)}")
+    return ext
+
+
+def save(fig, path) -> Path:
+    """Write the figure to `path` (format by extension) through a temporary file; closes it."""
+    path = Path(path)
+    fmt = figure_format(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with plt.rc_context(STYLE):
+            fig.savefig(tmp, format=fmt)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+# ---- activation functions ---------------------------------------------------------------------
+
+
+def activation_labels(names) -> dict[str, str]:
+    """Registry activation -> legend text, for activation names and FFN variants alike: a gated
+    variant contributes its gate ('silu (swiglu gate)'), a mix both branches. ValueError with
+    the valid names for an unknown one."""
+    uses: dict[str, list[str]] = {}
+    for name in names:
+        key = str(name).strip().lower().replace("-", "_")
+        if key in ACTIVATIONS:
+            uses.setdefault(key, []).append(key)
+        elif key in FFNS or key.startswith("mix:"):
+            spec = get_ffn_spec(key)
+            for act in spec.acts:
+                uses.setdefault(act, []).append(spec.name if spec.kind == "dense" else
+                                                f"{spec.name} gate" if spec.gated else f"{spec.name} branch")
+        else:
+            resolve(key)  # raises with a did-you-mean and the valid activations
+    return {act: act if u == [act] else f"{act} ({', '.join(u)})" for act, u in uses.items()}
+
+
+def curve(name: str, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """f(x) and f'(x) of a registered activation (derivative by autograd, float64).
+
+    Learnable activations are drawn at their initial parameters."""
+    x = x.detach().to(torch.float64).requires_grad_(True)
+    act = get_activation(name).to(torch.float64)
+    y = act(x)
+    (dy,) = torch.autograd.grad(y.sum(), x)
+    return y.detach().numpy(), dy.numpy()
+
+
+def activations_figure(names, lo: float = -4.0, hi: float = 4.0, points: int = 801, labels=None):
+    """Curves (left) and derivatives (right) of registered activations, side by side.
+
+    `labels` maps an activation to its legend text (e.g. 'silu (swiglu gate)')."""
+    if not lo < hi:
+        raise ValueError(f"x range is empty or reversed: [{lo}, {hi}]; need LO < HI, e.g. -4,4")
+    x = torch.linspace(lo, hi, points, dtype=torch.float64)
+    # curves can coincide (gelu and gelu_tanh differ by < 1e-3): a line style each keeps both visible
+    styles = {n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+              for i, n in enumerate(names)}
+    fig, axes = figure(2, width=9.0, height=4.0)
+    left, right = axes[0]
+    for name in names:
+        y, dy = curve(name, x)
+        label = (labels or {}).get(name, name) + (" (at init)" if ACTIVATIONS[name].learnable else "")
+        left.plot(x.numpy(), y, label=label, linewidth=1.8, **styles[name])
+        right.plot(x.numpy(), dy, label=label, linewidth=1.8, **styles[name])
+    left.set(title="activation f(x)", xlabel="pre-activation x", ylabel="f(x)")
+    right.set(title="derivative f'(x) (autograd)", xlabel="pre-activation x", ylabel="f'(x)")
+    for ax in (left, right):
+        ax.axhline(0, color="0.6", linewidth=0.8)
+        ax.axvline(0, color="0.6", linewidth=0.8)
+    left.legend(loc="upper left")
+    return fig
+
+
+# ---- training curves --------------------------------------------------------------------------
+
+
+def band_figure(bands: dict[str, dict], styles: dict, title: str, xlabel: str, ylabel: str, log_y: bool = False):
+    """Mean line with a shaded confidence band per variant.
+
+    bands: variant -> {"x": [...], "mean": [...], "low": [...], "high": [...], "n": seeds}."""
+    fig, axes = figure()
+    ax = axes[0][0]
+    for name, b in bands.items():
+        if not len(b["x"]):
+            continue
+        ax.plot(b["x"], b["mean"], label=f"{name} (n={b['n']})", linewidth=1.8, **styles[name])
+        ax.fill_between(b["x"], b["low"], b["high"], color=styles[name]["color"], alpha=0.18, linewidth=0)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if log_y:
+        ax.set_yscale("log")
+    if "step" in xlabel:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend()
+    return fig
+
+
+def final_figure(rows: list[dict], styles: dict, baseline: str, ylabel: str, level: float = 0.95):
+    """Final metric per variant: mean with its confidence interval as error bars, each seed as a dot.
+
+    rows: [{"ffn", "mean", "ci_low", "ci_high", "values": [per-seed]}] in ranking order."""
+    fig, axes = figure(height=max(2.5, 0.45 * len(rows) + 1.4))
+    ax = axes[0][0]
+    for i, r in enumerate(rows):
+        y = len(rows) - 1 - i  # best on top
+        color = styles[r["ffn"]]["color"]
+        if r["values"]:
+            ax.scatter(r["values"], [y] * len(r["values"]), color=color, alpha=0.45, s=18, zorder=2)
+        if r["mean"] is not None:
+            lo = r["mean"] - r["ci_low"] if r["ci_low"] is not None else 0
+            hi = r["ci_high"] - r["mean"] if r["ci_high"] is not None else 0
+            ax.errorbar([r["mean"]], [y], xerr=[[lo], [hi]], fmt="o", color=color, capsize=4, markersize=7,
+                        zorder=3)
+    base = next((r for r in rows if r["ffn"] == baseline and r["mean"] is not None), None)
+    if base:
+        ax.axvline(base["mean"], color="0.5", linestyle="--", linewidth=1, label=f"{baseline} mean")
+    ax.set_yticks(range(len(rows)), [r["ffn"] for r in reversed(rows)])
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set(title=f"final {ylabel}: mean and {round(level * 100)}% CI over seeds (dots: seeds)", xlabel=ylabel,
+           ylabel="FFN variant")
+    if base:
+        ax.legend(loc="best")
+    return fig
+
+
+def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabel: str, ylabel: str):
+    """One thin line per seed, the variant's colour, with spikes and divergence marked; a log
+    scale when the values span more than a factor of 20.
+
+    traces: variant -> [{"x": [...], "y": [...], "spikes": [(x, y)], "diverged": x or None}]."""
+    fig, axes = figure()
+    ax = axes[0][0]
+    marked = False
+    for name, runs in traces.items():
+        for i, t in enumerate(runs):
+            ax.plot(t["x"], t["y"], linewidth=0.9, alpha=0.8, label=name if i == 0 else None, **styles[name])
+            if t["spikes"]:
+                sx, sy = zip(*t["spikes"])
+                ax.scatter(sx, sy, marker="^", s=30, color=styles[name]["color"], zorder=3,
+                           label="spike" if not marked else None, edgecolors="black", linewidths=0.5)
+                marked = True
+            if t.get("diverged") is not None:
+                ax.axvline(t["diverged"], color=styles[name]["color"], linestyle=":", linewidth=1.5)
+    values = [y for runs in traces.values() for t in runs for y in t["y"] if np.isfinite(y) and y > 0]
+    log_y = bool(values) and max(values) > 20 * min(values)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel + (" (log scale)" if log_y else ""))
+    if log_y:
+        ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend()
+    return fig
+
+
+def layers_figure(per_layer: dict[str, dict[str, dict]], styles: dict, panels: dict[str, str]):
+    """Grouped bars per layer, one panel per quantity.
+
+    per_layer: variant -> layer -> {quantity: value}; panels: quantity -> axis label."""
+    layers = sorted({layer for v in per_layer.values() for layer in v}, key=_layer_order)
+    names = [n for n in per_layer if per_layer[n]]
+    fig, axes = figure(len(panels), width=4.5 * len(panels), height=3.8)
+    width = 0.8 / max(1, len(names))
+    for ax, (key, label) in zip(axes[0], panels.items()):
+        for j, name in enumerate(names):
+            values = [per_layer[name].get(layer, {}).get(key, np.nan) for layer in layers]
+            ax.bar(np.arange(len(layers)) + (j - (len(names) - 1) / 2) * width, values, width,
+                   color=styles[name]["color"], label=name, edgecolor="white", linewidth=0.5)
+        ax.set_xticks(range(len(layers)), [_layer_label(layer) for layer in layers])
+        ax.set(xlabel="layer", ylabel=label, ylim=(0, 1.05))
+        ax.set_title(label)
+    axes[0][0].legend()
+    return fig
+
+
+def _layer_order(name: str):
+    digits = "".join(c if c.isdigit() else " " for c in name).split()
+    return ([int(d) for d in digits], name)
+
+
+def _layer_label(name: str) -> str:
+    """'blocks.3.ffn' -> '3'; other module names shortened the same way."""
+    return name.replace("blocks.", "").replace(".ffn", "").replace(".branches.", "/") or name
+
+
+def attention_figure(maps: dict[str, np.ndarray], layer: int, max_heads: int = 4):
+    """Attention weights as heat maps: one row per variant, one column per head (at most `max_heads`).
+
+    maps: variant -> array (n_heads, T, T) of probabilities, rows = queries."""
+    names = list(maps)
+    heads = min(max_heads, max(m.shape[0] for m in maps.values()))
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(len(names), heads, figsize=(2.3 * heads + 1.2, 2.3 * len(names) + 0.6),
+                                 squeeze=False)
+    norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)  # sqrt scale: small weights stay visible
+    image = None
+    for i, name in enumerate(names):
+        for h in range(heads):
+            ax = axes[i][h]
+            ax.grid(False)
+            if h < maps[name].shape[0]:
+                image = ax.imshow(maps[name][h], cmap="viridis", norm=norm, interpolation="nearest")
+            ax.set_title(f"{name}, head {h}", fontsize=9)
+            ax.set_xlabel("key position" if i == len(names) - 1 else "")
+            ax.set_ylabel("query position" if h == 0 else "")
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    fig.suptitle(f"attention at layer {layer} on a fixed validation input")
+    return fig

@@ -1,0 +1,93 @@
+"""Published results as data, each with its source: what `ffnlab advise` falls back on when the
+user has measured nothing, and which activation well-known pretrained models use.
+
+Numbers are copied from the papers' tables, not recomputed; the table and column are named so a
+reader can check them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    """One column of a paper's table: a metric per FFN variant (ffnlab names)."""
+
+    source: str
+    arxiv: str
+    table: str
+    metric: str
+    lower_is_better: bool
+    setup: str
+    values: dict[str, float]
+    spread: dict[str, float] = field(default_factory=dict)  # inter-run std where the paper gives one
+    names: dict[str, str] = field(default_factory=dict)  # ffnlab name -> the paper's name
+
+
+SHAZEER = "Shazeer 2020, GLU Variants Improve Transformer"
+SHAZEER_NAMES = {"relu": "FFN_ReLU", "gelu": "FFN_GELU", "silu": "FFN_Swish", "glu": "FFN_GLU",
+                 "bilinear": "FFN_Bilinear", "geglu": "FFN_GEGLU", "swiglu": "FFN_SwiGLU", "reglu": "FFN_ReGLU"}
+SHAZEER_SETUP = ("T5-base encoder-decoder (12+12 layers, d_model 768, d_ff 3072 dense / 2048 gated so that "
+                 "parameters and compute match), span-corruption pre-training on C4, no dropout, Adafactor")
+
+# NOTE: 'log-perplexity' is the per-token training objective on held-out C4, in nats. The 65,536-step
+# column carries the inter-run standard deviation in parentheses; the 524,288-step column has none.
+SHAZEER_2020_65K = PublishedTable(
+    source=SHAZEER, arxiv="2002.05202", table="Table 1, column '65,536 steps'",
+    metric="held-out log-perplexity (nats per token)", lower_is_better=True,
+    setup=SHAZEER_SETUP + ", 65,536 training steps",
+    values={"relu": 1.997, "gelu": 1.983, "silu": 1.994, "glu": 1.982, "bilinear": 1.960, "geglu": 1.942,
+            "swiglu": 1.944, "reglu": 1.953},
+    spread={"relu": 0.005, "gelu": 0.005, "silu": 0.003, "glu": 0.006, "bilinear": 0.005, "geglu": 0.004,
+            "swiglu": 0.010, "reglu": 0.003},
+    names=SHAZEER_NAMES)
+
+SHAZEER_2020_524K = PublishedTable(
+    source=SHAZEER, arxiv="2002.05202", table="Table 1, column '524,288 steps'",
+    metric="held-out log-perplexity (nats per token)", lower_is_better=True,
+    setup=SHAZEER_SETUP + ", 524,288 training steps",
+    values={"relu": 1.677, "gelu": 1.679, "silu": 1.683, "glu": 1.663, "bilinear": 1.648, "geglu": 1.633,
+            "swiglu": 1.636, "reglu": 1.645},
+    names=SHAZEER_NAMES)
+
+TABLES = (SHAZEER_2020_65K, SHAZEER_2020_524K)
+
+
+# ---- pretrained models --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """The FFN a pretrained model family was trained with, as its Hugging Face config states it."""
+
+    family: str  # name prefix, lowercase, matched against the model id's last part
+    model_type: str
+    field: str  # the config.json field that names the activation
+    hf_act: str  # its value
+    ffn: str  # the ffnlab variant that computes the same FFN
+    example: str  # a model id of the family
+
+
+# Longest prefix wins, so 'flan-t5' and 't5-v1_1' are matched before 't5'.
+MODEL_FAMILIES: tuple[ModelFamily, ...] = (
+    ModelFamily("bert", "bert", "hidden_act", "gelu", "gelu", "bert-base-uncased"),
+    ModelFamily("roberta", "roberta", "hidden_act", "gelu", "gelu", "roberta-base"),
+    ModelFamily("distilbert", "distilbert", "activation", "gelu", "gelu", "distilbert-base-uncased"),
+    ModelFamily("gpt2", "gpt2", "activation_function", "gelu_new", "gelu_new", "gpt2"),
+    ModelFamily("opt", "opt", "activation_function", "relu", "relu", "facebook/opt-125m"),
+    ModelFamily("t5", "t5", "feed_forward_proj", "relu", "relu", "t5-base"),
+    ModelFamily("t5-v1_1", "t5", "feed_forward_proj", "gated-gelu", "geglu_tanh", "google/t5-v1_1-base"),
+    ModelFamily("flan-t5", "t5", "feed_forward_proj", "gated-gelu", "geglu_tanh", "google/flan-t5-base"),
+    ModelFamily("llama", "llama", "hidden_act", "silu", "swiglu", "meta-llama/Llama-2-7b-hf"),
+    ModelFamily("meta-llama", "llama", "hidden_act", "silu", "swiglu", "meta-llama/Meta-Llama-3-8B"),
+    ModelFamily("mistral", "mistral", "hidden_act", "silu", "swiglu", "mistralai/Mistral-7B-v0.1"),
+    ModelFamily("qwen2", "qwen2", "hidden_act", "silu", "swiglu", "Qwen/Qwen2-7B"),
+    ModelFamily("gemma", "gemma", "hidden_activation", "gelu_pytorch_tanh", "geglu_tanh", "google/gemma-7b"),
+)
+
+# Architectures whose MLP is gated (gate_proj/up_proj/down_proj): the activation names the gate.
+GATED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3",
+                     "phi3", "olmo", "olmo2")
+# config.json fields that name the FFN activation, in the order Hugging Face reads them
+# (Gemma: hidden_activation wins over hidden_act).
+ACT_FIELDS = ("hidden_activation", "hidden_act", "activation_function", "feed_forward_proj", "activation")

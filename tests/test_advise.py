@@ -1,0 +1,188 @@
+import json
+from dataclasses import replace
+
+import pytest
+
+from ffnlab.advise import advise, format_advice, parse_bytes, parse_params
+from ffnlab.ffn import get_ffn_spec
+from ffnlab.published import MODEL_FAMILIES, SHAZEER_2020_65K
+from ffnlab.store import Store
+from ffnlab.sweep import preset_config, run_id
+
+# per-seed noise shared by every variant, so paired differences are clean but means still vary
+SEED_NOISE = (0.0, 0.03, -0.02)
+
+
+def fabricated_store(path, losses: dict[str, float], step_time: dict[str, float] | None = None,
+                     params: dict[str, int] | None = None, diverged=(), jitter: dict[str, tuple] | None = None):
+    """A store of finished runs with the given mean losses over 3 paired seeds (fabricated inputs)."""
+    base = preset_config("smoke")
+    with Store(path) as store:
+        for ffn, loss in losses.items():
+            for seed, noise in enumerate(SEED_NOISE):
+                cfg = replace(base, seed=seed, model=replace(base.model, ffn=ffn))
+                rid = run_id(cfg)
+                store.claim(rid, cfg.to_dict())
+                store.start(rid)
+                value = loss + noise + (jitter or {}).get(ffn, (0, 0, 0))[seed]
+                result = {"ffn": ffn, "seed": seed, "status": "finished", "task": "lm", "final_val_loss": value,
+                          "params": (params or {}).get(ffn, 16_000), "flops_per_token": 34_000,
+                          "step_time_s": (step_time or {}).get(ffn, 0.01), "tokens_per_s": 25_600.0,
+                          "peak_mem_bytes": 500 * 2**20, "n_grad_spikes": 0, "n_loss_spikes": 0, "behaviour": {},
+                          "dead_frac": None, "train_seconds": 1.0}
+                status = "diverged" if ffn in diverged else "finished"
+                if status == "diverged":
+                    result.update(status="diverged", final_val_loss=None)
+                store.add_metrics(rid, [(10, "val_loss", value), (10, "val_time", 0.5)])
+                store.finish(rid, status, result)
+    return path
+
+
+@pytest.mark.parametrize("winner", ["swiglu", "gelu", "relu"])
+def test_measured_recommends_the_variant_the_numbers_favour(tmp_path, winner):
+    losses = {"relu": 2.00, "gelu": 1.98, "swiglu": 1.97}
+    losses[winner] = 1.90
+    other = next(v for v in losses if v != winner)
+    store = fabricated_store(tmp_path / "s.db", losses, jitter={other: (0.002, -0.001, 0.0)})
+    advice = advise(store=store)
+    assert advice["recommendation"] == winner and advice["basis"] == "measured"
+    assert advice["evidence"]["kind"] == "measured"
+    assert advice["evidence"]["variants"][winner]["seeds"] == {s: losses[winner] + n for s, n in enumerate(SEED_NOISE)}
+    text = " ".join(advice["reasons"])
+    assert "nats" in text and "95% CI" in text
+    assert {a["ffn"] for a in advice["alternatives"]} == set(losses) - {winner}
+    for a in advice["alternatives"]:
+        assert a["delta_vs_recommendation"] == pytest.approx(losses[a["ffn"]] - 1.90, abs=0.003)
+        assert a["ci"][0] > 0  # each alternative is worse than the winner beyond doubt
+    assert winner in format_advice(advice).splitlines()[0]
+
+
+def test_latency_sensitive_prefers_the_faster_of_tied_variants(tmp_path):
+    # swiglu and gelu are statistically tied (noisy pairs); gelu is 30% faster
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.2, "gelu": 1.951, "swiglu": 1.950},
+                             step_time={"relu": 0.010, "gelu": 0.010, "swiglu": 0.013},
+                             jitter={"gelu": (0.02, -0.03, 0.015)})
+    assert advise(store=store)["recommendation"] == "swiglu"
+    fast = advise(store=store, latency_sensitive=True)
+    assert fast["recommendation"] == "gelu"
+    assert any("faster" in r for r in fast["reasons"])
+
+
+def test_constraints_exclude_variants_and_say_why(tmp_path):
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "gelu": 1.95, "swiglu": 1.9, "geglu": 1.85},
+                             params={"swiglu": 20_000, "relu": 16_000, "gelu": 16_000}, diverged=("geglu",))
+    advice = advise(store=store, params_budget="18k")
+    assert advice["recommendation"] == "gelu"
+    excluded = {a["ffn"]: a["excluded"] for a in advice["alternatives"] if "excluded" in a}
+    assert "exceed the budget" in excluded["swiglu"] and "diverged" in excluded["geglu"]
+    with pytest.raises(ValueError, match="no measured variant meets the constraints"):
+        advise(store=store, params_budget=1000)
+
+
+@pytest.mark.parametrize("config,ffn,act", [
+    ({"model_type": "bert", "hidden_act": "gelu", "architectures": ["BertForMaskedLM"]}, "gelu", "gelu"),
+    ({"model_type": "gpt2", "activation_function": "gelu_new"}, "gelu_new", "gelu_new"),
+    ({"model_type": "llama", "hidden_act": "silu"}, "swiglu", "silu"),
+    ({"model_type": "t5", "feed_forward_proj": "gated-gelu"}, "geglu_tanh", "gelu_new"),
+    ({"model_type": "t5", "feed_forward_proj": "relu"}, "relu", "relu"),
+    ({"model_type": "gemma", "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"}, "geglu_tanh",
+     "gelu_pytorch_tanh"),
+])
+def test_pretrained_config_keeps_its_activation(tmp_path, config, ffn, act):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    advice = advise(pretrained=str(path), store=tmp_path / "ignored.db")
+    assert advice["recommendation"] == ffn and advice["basis"] == "pretrained"
+    assert advice["evidence"]["act"] == act
+    get_ffn_spec(ffn)  # a variant ffnlab can build
+    assert advise(pretrained=str(tmp_path))["recommendation"] == ffn  # the folder holding config.json
+
+
+def test_pretrained_bert_says_why(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bert", "hidden_act": "gelu"}))
+    advice = advise(pretrained=str(path))
+    text = " ".join(advice["reasons"])
+    assert advice["recommendation"] == "gelu"
+    assert "pre-trained with gelu" in text and "weights" in text and "keep gelu" in text.lower()
+
+
+@pytest.mark.parametrize("family", MODEL_FAMILIES, ids=lambda f: f.family)
+def test_known_model_names(family):
+    advice = advise(pretrained=family.example)
+    assert advice["recommendation"] == family.ffn
+    assert family.hf_act in advice["evidence"]["source"]
+
+
+def test_unknown_model_name_lists_known_ones():
+    with pytest.raises(ValueError, match="unknown pretrained model 'frobnicator-7b'.*bert-base-uncased"):
+        advise(pretrained="frobnicator-7b")
+
+
+def test_without_store_cites_the_published_source():
+    advice = advise()
+    table = SHAZEER_2020_65K
+    assert advice["basis"] == "published" and advice["evidence"]["kind"] == "published"
+    assert advice["recommendation"] == min(table.values, key=table.values.get)
+    assert advice["evidence"]["arxiv"] == "2002.05202" and "Shazeer 2020" in advice["evidence"]["source"]
+    assert "published results" in advice["reasons"][0] and "Table 1" in advice["reasons"][0]
+    assert advice["command"].startswith("ffnlab compare --variants ")
+    for a in advice["alternatives"]:
+        assert a["published"] == table.values[a["ffn"]]
+
+
+def test_published_cost_sensitive_picks_the_cheapest_tied_variant():
+    from ffnlab.activations import ACTIVATIONS
+
+    table = SHAZEER_2020_65K
+    best = min(table.values, key=table.values.get)
+    advice = advise(deploy="edge", depth=6)
+    choice = advice["recommendation"]
+    assert table.values[choice] - table.values[best] <= max(table.spread[choice], table.spread[best])
+    flops = lambda n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops  # noqa: E731
+    assert flops(choice) <= flops(best)
+    assert "--layers 6" in advice["command"]
+
+
+def test_published_numbers_name_table_columns():
+    assert set(SHAZEER_2020_65K.values) == set(SHAZEER_2020_65K.spread) == set(SHAZEER_2020_65K.names)
+    assert "65,536" in SHAZEER_2020_65K.table
+    for name in SHAZEER_2020_65K.values:
+        get_ffn_spec(name)
+
+
+@pytest.mark.parametrize("text,value", [("125M", 125_000_000), ("7B", 7_000_000_000), ("1.5e6", 1_500_000),
+                                        ("18k", 18_000)])
+def test_parse_params(text, value):
+    assert parse_params(text) == value
+
+
+@pytest.mark.parametrize("text,value", [("16GB", 16_000_000_000), ("2GiB", 2 * 2**30), ("512M", 512 * 2**20),
+                                        ("100", 100)])
+def test_parse_bytes(text, value):
+    assert parse_bytes(text) == value
+
+
+def test_advise_cli_json(run_cli, tmp_path):
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "swiglu": 1.9})
+    code, out, err = run_cli("advise", "--store", store, "--json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert {"recommendation", "reasons", "evidence", "alternatives"} <= set(advice)
+    assert advice["recommendation"] == "swiglu"
+    code, out, _ = run_cli("advise")
+    assert code == 0 and "Shazeer 2020" in out and "ffnlab compare" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--store", "{tmp}/missing.db"], "no run store at"),
+    (["--store", "{tmp}/empty.db"], "holds no finished runs"),
+    (["--params-budget", "lots"], "cannot read parameter budget 'lots'"),
+    (["--pretrained", "{tmp}/nope/config.json"], "no model config at"),
+    (["--deploy", "tpu"], "invalid choice"),
+])
+def test_advise_cli_bad_input(run_cli, tmp_path, argv, needle):
+    with Store(tmp_path / "empty.db") as s:  # a store with only a pending run
+        s.claim("x", {"model": {"ffn": "relu"}})
+    code, out, err = run_cli("advise", *[a.format(tmp=tmp_path) for a in argv])
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+import torch
+
+from ffnlab import plots
+from ffnlab.activations import ACTIVATIONS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_derivative_matches_finite_differences(name):
+    # the grid stays >= 0.003 away from the kinks at 0 and +-3 (relu, hardswish, gelu_10 clip)
+    x = torch.linspace(-3.9, 3.9, 79, dtype=torch.float64) + 0.013
+    y, dy = plots.curve(name, x)
+    h = 1e-6
+    up, _ = plots.curve(name, x + h)
+    down, _ = plots.curve(name, x - h)
+    np.testing.assert_allclose(dy, (up - down) / (2 * h), rtol=1e-5, atol=1e-6)
+    assert y.shape == dy.shape == (79,)
+
+
+def test_activation_labels_name_gates_and_branches():
+    labels = plots.activation_labels(["relu", "reglu", "swiglu", "mix:gelu+tanh"])
+    assert labels == {"relu": "relu (relu, reglu gate)", "silu": "silu (swiglu gate)",
+                      "gelu": "gelu (mix:gelu+tanh branch)", "tanh": "tanh (mix:gelu+tanh branch)"}
+    assert plots.activation_labels(["GELU-tanh"]) == {"gelu_tanh": "gelu_tanh"}
+    with pytest.raises(ValueError, match="did you mean 'silu'"):
+        plots.activation_labels(["sliu"])
+
+
+@pytest.mark.parametrize("path,fmt", [("a.png", "png"), ("b.SVG", "svg")])
+def test_figure_format(path, fmt):
+    assert plots.figure_format(path) == fmt
+
+
+@pytest.mark.parametrize("path", ["a.jpg", "noext"])
+def test_figure_format_rejects_others(path):
+    with pytest.raises(ValueError, match="png, svg"):
+        plots.figure_format(path)
+
+
+def test_figures_have_labelled_axes_legend_and_one_line_per_variant():
+    styles = plots.variant_styles(["relu", "swiglu", "gelu"])
+    assert len({s["color"] for s in styles.values()}) == 3
+    bands = {v: {"x": [10, 20, 30], "mean": [3.0, 2.5, 2.2], "low": [2.9, 2.4, 2.1], "high": [3.1, 2.6, 2.3], "n": 3}
+             for v in styles}
+    fig = plots.band_figure(bands, styles, "t", "training step", "validation loss (nats/token)")
+    ax = fig.axes[0]
+    assert len(ax.lines) == 3 and ax.get_legend() is not None
+    assert ax.get_xlabel() == "training step" and "nats" in ax.get_ylabel()
+    assert plots.png_bytes(fig).startswith(PNG_MAGIC)
+
+    rows = [{"ffn": v, "mean": 2.0 + i, "ci_low": 1.9 + i, "ci_high": 2.1 + i, "values": [2.0 + i, 2.05 + i]}
+            for i, v in enumerate(styles)]
+    fig = plots.final_figure(rows, styles, "relu", "validation loss (nats/token)")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["gelu", "swiglu", "relu"]  # best on top
+    plots.png_bytes(fig)
+
+
+def test_traces_switch_to_log_scale_for_wide_ranges():
+    styles = plots.variant_styles(["relu"])
+    narrow = {"relu": [{"x": [1, 2, 3], "y": [1.0, 1.2, 0.9], "spikes": [], "diverged": None}]}
+    wide = {"relu": [{"x": [1, 2, 3], "y": [1.0, 500.0, 0.9], "spikes": [(2, 500.0)], "diverged": 3}]}
+    assert plots.traces_figure(narrow, styles, "t", "training step", "norm").axes[0].get_yscale() == "linear"
+    assert plots.traces_figure(wide, styles, "t", "training step", "norm").axes[0].get_yscale() == "log"
+
+
+def test_attention_figure_has_one_panel_per_variant_and_head():
+    maps = {"relu": np.full((6, 5, 5), 0.2), "swiglu": np.full((6, 5, 5), 0.2)}
+    fig = plots.attention_figure(maps, layer=1, max_heads=4)
+    images = [ax for ax in fig.axes if ax.images]
+    assert len(images) == 2 * 4
+    plots.png_bytes(fig)
+
+
+def test_plot_cli_writes_png_and_svg(run_cli, tmp_path):
+    code, out, err = run_cli("plot", "activations", "gelu,silu,gelu_tanh,swiglu", "--out", tmp_path / "a.png")
+    assert code == 0, err
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
+    code, _, err = run_cli("plot", "activations", "relu", "--out", tmp_path / "a.svg", "--xmin", -6, "--xmax", 2)
+    assert code == 0, err
+    assert b"<svg" in (tmp_path / "a.svg").read_bytes()[:400]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["gelu", "--out", "x.jpg"], "valid extensions: png, svg"),
+    (["gelu,sliu", "--out", "x.png"], "did you mean 'silu'"),
+    (["gelu", "--out", "x.png", "--xmin", 2, "--xmax", 1], "range is empty or reversed"),
+])
+def test_plot_cli_bad_input(run_cli, tmp_path, argv, needle):
+    argv = [str(tmp_path / a) if str(a).startswith("x.") else a for a in argv]
+    code, _, err = run_cli("plot", "activations", *argv)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing half-written

@@ -175,20 +175,18 @@ class Transformer(nn.Module):
     def rope(self):
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
 
-    def embed(self, idx, noise_std: float = 0.0):  # idx: (B, T) -> (B, T, C)
+    def embed(self, idx):  # idx: (B, T) -> (B, T, C)
         T = idx.shape[1]
         if T > self.cfg.context:
             raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
         x = self.tok_emb(idx)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
-        if noise_std:  # robustness probe: Gaussian noise on the embeddings
-            x = x + noise_std * torch.randn_like(x)
         return self.drop(x)
 
-    def forward(self, idx, targets=None, noise_std: float = 0.0):
+    def forward(self, idx, targets=None):
         """idx (B, T) token ids -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss."""
-        x = self.embed(idx, noise_std)
+        x = self.embed(idx)
         rope = self.rope()
         for block in self.blocks:
             x = block(x, rope)

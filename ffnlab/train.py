@@ -37,6 +37,7 @@ class TrainConfig:
     """Everything that defines a run; `asdict` of it is stored beside the result."""
 
     model: ModelConfig = field(default_factory=ModelConfig)  # vocab_size is set from the tokenizer
+    hf_config: dict | None = None  # a Hugging Face config: train that architecture instead (FFN swapped)
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
     tokenizer: Literal["char", "byte", "bpe"] = "char"
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
@@ -190,9 +191,8 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: str) -> torch.opt
 
 
 def ffn_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(name, module) of every dense or gated FFN inside the model (mixed FFNs give their branches)."""
-    if hasattr(model, "ffn_modules"):
-        return list(model.ffn_modules())
+    """(name, module) of every dense or gated FFN inside the model (mixed FFNs give their branches),
+    the built-in Transformer's or those swapped into a Hugging Face model."""
     return [(n, m) for n, m in model.named_modules() if isinstance(m, (DenseFFN, GatedFFN))]
 
 
@@ -259,15 +259,23 @@ def spike(value: float, history: list[float], factor: float, window: int = 50) -
     return len(recent) >= 10 and value > factor * statistics.median(recent)
 
 
-def model_flops_per_token(model: nn.Module, cfg: ModelConfig) -> int:
-    """Forward FLOPs per token: attention projections, scores over the full context, every FFN
-    built by `build_ffn` (by its formula), and the output head."""
-    d, T = cfg.d_model, cfg.context
-    attn = cfg.n_layers * (2 * 4 * d * d + 2 * 2 * T * d)
-    ffn = sum(ffn_flops_per_token(m.spec, d, m.d_ff, any(n.endswith("bias") for n, _ in m.named_parameters()))
+def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context: int, n_out: int) -> int:
+    """Forward FLOPs per token: attention projections and scores over the full context, every FFN
+    built by `build_ffn` (by its formula), and the output head of n_out logits."""
+    attn = n_layers * (2 * 4 * d_model * d_model + 2 * 2 * context * d_model)
+    ffn = sum(ffn_flops_per_token(m.spec, d_model, m.d_ff, any(n.endswith("bias") for n, _ in m.named_parameters()))
               for m in model.modules() if hasattr(m, "spec") and hasattr(m, "d_ff"))
-    head = 2 * d * (cfg.vocab_size if cfg.task == "lm" else cfg.n_classes)
-    return attn + ffn + head
+    return attn + ffn + 2 * d_model * n_out
+
+
+def hf_factory(hf_config: dict):
+    """model_factory building a Hugging Face architecture from its config with the FFN swapped."""
+    from ffnlab.hf import build_hf_model
+
+    def build(mcfg: ModelConfig, seed: int):
+        return build_hf_model(hf_config, mcfg.ffn, match=mcfg.ffn_match, seed=seed, vocab_size=mcfg.vocab_size,
+                              context=mcfg.context, task=mcfg.task, n_classes=mcfg.n_classes, init=mcfg.init)
+    return build
 
 
 def peak_memory(device: str) -> int:
@@ -317,25 +325,38 @@ def load_checkpoint(directory: Path, model: nn.Module) -> dict | None:
 
 @torch.no_grad()
 def evaluate(model, batches, task: str, autocast, noise_std: float = 0.0) -> dict:
-    """Mean loss (and accuracy for classification) over fixed batches."""
+    """Mean loss (and accuracy for classification) over fixed batches; with noise_std, Gaussian
+    noise of that std is added to the token embeddings (the same noise for every variant)."""
     model.eval()
     losses, correct, n = [], 0, 0
-    gen_state = torch.get_rng_state()
+    rng_state = torch.get_rng_state()
+    hook = None
     if noise_std:
-        torch.manual_seed(EVAL_SEED)  # the same noise for every variant
-    for x, y in batches:
-        with autocast():
-            logits, loss = model(x, y, noise_std=noise_std) if noise_std else model(x, y)
-        losses.append(loss.float().item() * len(y))
-        n += len(y)
-        if task == "cls":
-            correct += (logits.argmax(-1) == y).sum().item()
-    torch.set_rng_state(gen_state)
-    model.train()
+        torch.manual_seed(EVAL_SEED)
+        hook = token_embedding(model).register_forward_hook(lambda m, i, out: out + noise_std * torch.randn_like(out))
+    try:
+        for x, y in batches:
+            with autocast():
+                logits, loss = model(x, y)
+            losses.append(loss.float().item() * len(y))
+            n += len(y)
+            if task == "cls":
+                correct += (logits.argmax(-1) == y).sum().item()
+    finally:
+        if hook is not None:
+            hook.remove()
+        torch.set_rng_state(rng_state)
+        model.train()
     out = {"loss": sum(losses) / n}
     if task == "cls":
         out["acc"] = correct / n
     return out
+
+
+def token_embedding(model: nn.Module) -> nn.Embedding:
+    """The token embedding: the first nn.Embedding, in ffnlab's Transformer and in Hugging Face
+    models alike (it is registered before position embeddings)."""
+    return next(m for m in model.modules() if isinstance(m, nn.Embedding))
 
 
 def resolve_device(device: str) -> str:
@@ -350,8 +371,9 @@ def train(cfg: TrainConfig, progress=None, model_factory=None) -> dict:
     """Run one training and return its result dict (JSON-serialisable).
 
     `progress(step, total, metrics)` is called after every step (for a progress bar).
-    `model_factory(model_cfg, seed) -> nn.Module` replaces the built-in Transformer (e.g. a
-    Hugging Face architecture); the module must take (idx, targets) and return (logits, loss).
+    `model_factory(model_cfg, seed) -> nn.Module` replaces the built-in Transformer (by default a
+    Hugging Face architecture when `cfg.hf_config` is set); the module must take (idx, targets)
+    and return (logits, loss).
     A run that hits a non-finite loss or gradient ends with status 'diverged'; it never raises.
     """
     t_start = time.perf_counter()
@@ -364,7 +386,9 @@ def train(cfg: TrainConfig, progress=None, model_factory=None) -> dict:
                    n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes)
     check_data(splits, task, mcfg.context, cfg.data)
     torch.manual_seed(cfg.seed)
-    model = (model_factory or Transformer)(mcfg, cfg.seed).to(device)
+    if model_factory is None:
+        model_factory = hf_factory(cfg.hf_config) if cfg.hf_config else Transformer
+    model = model_factory(mcfg, cfg.seed).to(device)
     ffns = ffn_modules(model)
     opt = make_optimizer(model, cfg, device)
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: same for every variant with this seed
@@ -464,7 +488,9 @@ def train(cfg: TrainConfig, progress=None, model_factory=None) -> dict:
         "noisy_val_loss": robust.get("loss"), "noisy_val_acc": robust.get("acc"),
         "diverged_step": next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
         "params": n_params, "ffn_params": sum(p.numel() for _, f in ffns for p in f.parameters()),
-        "flops_per_token": model_flops_per_token(model, mcfg),
+        "flops_per_token": model_flops_per_token(model, getattr(model.cfg, "d_model", mcfg.d_model),
+                                                 getattr(model.cfg, "n_layers", mcfg.n_layers), mcfg.context,
+                                                 mcfg.vocab_size if task == "lm" else mcfg.n_classes),
         "tokens": step * tokens_per_step, "tokens_per_s": tokens_per_step / median_step if step_times else None,
         "step_time_s": median_step, "train_seconds": train_seconds,
         "wall_seconds": time.perf_counter() - t_start, "peak_mem_bytes": peak_memory(device),

@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ffnlab.ffn import get_ffn_spec
-from ffnlab.model import Transformer
 from ffnlab.stats import compare as compare_stats
 from ffnlab.stats import seed_noise
 from ffnlab.store import Store
@@ -189,19 +188,14 @@ def execute(cfg_dict: dict, store_path: str, progress=None, threads: int | None 
                 return status
             ckpt = checkpoint_dir(store_path, rid)
             store.start(rid)
-            models = []
-
-            def keep_model(mcfg, seed):  # train() builds the model; keep it to save its final weights
-                models.append(Transformer(mcfg, seed))
-                return models[-1]
             try:
-                result = train(replace(cfg, checkpoint_dir=str(ckpt)), progress=progress, model_factory=keep_model)
+                # final weights are written before record(), so a finished run always has them
+                result = train(replace(cfg, checkpoint_dir=str(ckpt)), progress=progress,
+                               weights_path=weights_path(store_path, rid))
             except Exception as e:  # a bug or a bad input in one run must not stop the sweep
                 store.finish(rid, "failed", {"error": f"{type(e).__name__}: {e}", "ffn": cfg.model.ffn,
                                              "seed": cfg.seed})
                 return "failed"
-            if result["status"] == "finished":  # before record(), so a finished run always has its weights
-                save_weights(models[0], weights_path(store_path, rid))
             record(store, rid, result)
             shutil.rmtree(ckpt, ignore_errors=True)
             return store.get(rid)["status"]
@@ -210,16 +204,6 @@ def execute(cfg_dict: dict, store_path: str, progress=None, threads: int | None 
 def weights_path(store_path: Path, rid: str) -> Path:
     """Where a finished run's final weights live: `<store dir>/weights/<run id>.safetensors`."""
     return Path(store_path).parent / "weights" / f"{rid}.safetensors"
-
-
-def save_weights(model, path: Path):
-    """Final weights as safetensors, written to a temporary name and renamed (never half-written)."""
-    from safetensors.torch import save_model
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_model(model, str(tmp))
-    os.replace(tmp, path)
 
 
 def wait_for(store_path: Path, rid: str):

@@ -288,18 +288,24 @@ def peak_memory(device: str) -> int:
 # ---- checkpoints --------------------------------------------------------------------------------
 
 
+def save_weights(model: nn.Module, path: Path):
+    """Weights as safetensors, written to a temporary name and renamed (never half-written)."""
+    from safetensors.torch import save_model
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    save_model(model, str(tmp))
+    os.replace(tmp, path)
+
+
 def save_checkpoint(directory: Path, model: nn.Module, state: dict):
     """Weights to safetensors and trainer state to a torch file, each written to a temporary
     name and renamed; `latest.json` is switched last, so a kill leaves the previous pair usable."""
-    from safetensors.torch import save_model
-
-    directory.mkdir(parents=True, exist_ok=True)
     step = state["step"]
-    for path, write in ((directory / f"model-{step}.safetensors", lambda p: save_model(model, p)),
-                        (directory / f"state-{step}.pt", lambda p: torch.save(state, p))):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        write(str(tmp))
-        os.replace(tmp, path)
+    save_weights(model, directory / f"model-{step}.safetensors")
+    tmp = directory / f"state-{step}.pt.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, directory / f"state-{step}.pt")
     tmp = directory / "latest.json.tmp"
     tmp.write_text(json.dumps({"step": step}))
     os.replace(tmp, directory / "latest.json")
@@ -367,13 +373,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def train(cfg: TrainConfig, progress=None, model_factory=None) -> dict:
+def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str | os.PathLike | None = None) -> dict:
     """Run one training and return its result dict (JSON-serialisable).
 
     `progress(step, total, metrics)` is called after every step (for a progress bar).
     `model_factory(model_cfg, seed) -> nn.Module` replaces the built-in Transformer (by default a
     Hugging Face architecture when `cfg.hf_config` is set); the module must take (idx, targets)
     and return (logits, loss).
+    `weights_path`: where to write the final weights (safetensors) of a finished run.
     A run that hits a non-finite loss or gradient ends with status 'diverged'; it never raises.
     """
     t_start = time.perf_counter()
@@ -478,6 +485,8 @@ def train(cfg: TrainConfig, progress=None, model_factory=None) -> dict:
         if not math.isfinite(final["loss"]):
             status = "diverged"
             hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(final["loss"])})
+        elif weights_path is not None:
+            save_weights(model, Path(weights_path))
     step_times = hist["step_time"][1:] or hist["step_time"]  # the first step includes warm-up
     median_step = statistics.median(step_times) if step_times else float("nan")
     n_params = param_count(model)

@@ -105,6 +105,8 @@ def add_run_args(p):
     p.add_argument("--precision", choices=("fp32", "bf16"))
     p.add_argument("--device", choices=("cpu", "cuda", "auto"))
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--hf-config", help="a Hugging Face config.json: train that architecture (random init) "
+                                       "with each FFN variant swapped in")
 
 
 MODEL_FLAGS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "d_ff": "d_ff", "context": "context",
@@ -128,6 +130,11 @@ def apply_run_flags(base, args):
         run["min_lr"] = given["lr"] / 10
     if "max_seconds" in given and "steps" not in given and "max_tokens" not in given:
         run["max_steps"] = 10**9
+    if "hf_config" in given:
+        from ffnlab.hf import load_hf_config, model_family
+
+        run["hf_config"] = load_hf_config(given["hf_config"])
+        model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
     return replace(base, model=model, **run)
 
 

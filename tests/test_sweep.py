@@ -155,3 +155,25 @@ def test_compare_json_and_csv(run_cli, tmp_path):
             "significant", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes", "diverged"}
     assert all(keys <= set(v) for v in d["variants"])
     assert (tmp_path / "t.csv").read_text().splitlines()[0].startswith("ffn,")
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 86, "num_hidden_layers": 1,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "hidden_act": "silu",
+         "max_position_embeddings": 64}
+
+
+def test_compare_on_a_hugging_face_config(run_cli, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA))
+    code, out, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", 2, "--steps", 10,
+                             "--hf-config", cfg, "--store", tmp_path / "s.db", "--json", "--no-report")
+    assert code == 0, err
+    rows = {r["ffn"]: r for r in json.loads(out)["variants"]}
+    assert set(rows) == {"relu", "swiglu"}
+    # parameters of a Llama with d_model 32 (not the smoke preset's own model), FFNs matched
+    assert abs(rows["relu"]["params"] - rows["swiglu"]["params"]) / rows["relu"]["params"] < 0.01
+    with Store(tmp_path / "s.db", create=False) as s:
+        assert all(r["config"]["hf_config"]["model_type"] == "llama" for r in s.runs())
+    cfg.write_text(json.dumps({**LLAMA, "model_type": "bloom"}))
+    code, _, err = run_cli("compare", "--preset", "smoke", "--hf-config", cfg, "--store", tmp_path / "t.db")
+    assert code == 2 and "unsupported architecture 'bloom'" in err and not (tmp_path / "t.db").exists()

@@ -263,8 +263,9 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
                 f"peak memory {pct(v['peak_mem_bytes'], r['peak_mem_bytes'])}")
 
     baseline = facts["baseline"]
-    where = (f"{facts['store']}: {facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}, d_model {facts['d_model']}, data {facts['data']}, "
-             f"{facts['seeds']} seeds, FFNs matched in {facts['match']}, timed on {facts['device']}")
+    layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
+    where = (f"{facts['store']}: {layers}, d_model {facts['d_model']}, data {facts['data']}, {facts['seeds']} seeds, "
+             f"FFNs matched in {facts['match']}, timed on {facts['device']}")
     reasons = [f"Measured in {where}."]
     if choice == best:
         reasons.append(f"{best} has the best mean final {facts['metric'].removeprefix('final_').replace('_', ' ')} "
@@ -394,7 +395,11 @@ def advise(store=None, params_budget=None, memory_budget=None, latency_sensitive
     params_budget = parse_params(params_budget) if isinstance(params_budget, str) else params_budget
     memory_budget = parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget
     if pretrained:
-        return advise_pretrained(pretrained)
+        advice = advise_pretrained(pretrained)
+        if store is not None:
+            advice["reasons"].append(f"The measurements in {store} were not used: they compare training from "
+                                     "scratch, which fine-tuning is not.")
+        return advice
     if store is not None:
         if not Path(store).is_file():
             raise ValueError(f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "

@@ -196,17 +196,19 @@ def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabe
     traces: variant -> [{"x": [...], "y": [...], "spikes": [(x, y)], "diverged": x or None}]."""
     fig, axes = figure()
     ax = axes[0][0]
-    marked = False
+    spiked = False
     for name, runs in traces.items():
         for i, t in enumerate(runs):
             ax.plot(t["x"], t["y"], linewidth=0.9, alpha=0.8, label=name if i == 0 else None, **styles[name])
             if t["spikes"]:
                 sx, sy = zip(*t["spikes"])
-                ax.scatter(sx, sy, marker="^", s=30, color=styles[name]["color"], zorder=3,
-                           label="spike" if not marked else None, edgecolors="black", linewidths=0.5)
-                marked = True
+                ax.scatter(sx, sy, marker="^", s=30, color=styles[name]["color"], zorder=3, edgecolors="black",
+                           linewidths=0.5)
+                spiked = True
             if t.get("diverged") is not None:
                 ax.axvline(t["diverged"], color=styles[name]["color"], linestyle=":", linewidth=1.5)
+    if spiked:  # one neutral legend entry for the markers of every variant
+        ax.scatter([], [], marker="^", s=30, color="white", edgecolors="black", linewidths=0.5, label="spike")
     values = [y for runs in traces.values() for t in runs for y in t["y"] if np.isfinite(y) and y > 0]
     log_y = bool(values) and max(values) > 20 * min(values)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel + (" (log scale)" if log_y else ""))

@@ -78,6 +78,10 @@ def load_study(store_path, baseline: str | None = None) -> tuple[Study, list[Tra
         groups.setdefault(study_key(r["config"]), []).append(r)
     latest = max(groups.values(), key=lambda rs: max(r["finished_at"] or 0.0 for r in rs))
     configs = [TrainConfig.from_dict(r["config"]) for r in latest]
+    stale = sum(run_id(c) != r["id"] for c, r in zip(configs, latest))
+    if stale:  # a config field was added since: the ids that summaries look up no longer match
+        raise ValueError(f"{stale} runs in {store_path} were stored by an ffnlab whose run configs differ from "
+                         "this version's; run the study again into a new store")
     variants = list(dict.fromkeys(c.model.ffn for c in configs))
     axes = {}
     for axis in AXES:
@@ -160,6 +164,10 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
                       and weights_path(store_path, rec["id"]).exists())
         if done:
             picks[variant] = done[0][1:]
+    hf = next((c.hf_config for c, _ in picks.values() if getattr(c, "hf_config", None)), None)
+    if hf:
+        return {"note": "attention maps are drawn for ffnlab's own Transformer; this study trained a Hugging Face "
+                        f"architecture ({hf.get('model_type', 'unknown model_type')})"}
     if not picks:
         return {"note": f"no saved weights under {Path(store_path).parent / 'weights'}: the runs were trained "
                         "by an ffnlab that did not save them; run the study again into a new store"}
@@ -286,7 +294,9 @@ def report_data(store_path, study: Study | None = None, runs: list[TrainConfig] 
         env = max(done, key=lambda r: r["finished_at"] or 0.0).get("env") or {}
         out_cells = [cell_data(store, study, cells[key], sc, store_path, layer, attention)
                      for key, sc in zip(cells, summary["cells"])]
+    hf = getattr(study.base, "hf_config", None)
     return {"store": str(store_path), "baseline": study.baseline, "variants": study.variants,
+            "architecture": f"Hugging Face {hf.get('model_type', '?')} (FFN swapped per variant)" if hf else None,
             "settings": summary["settings"], "env": env, "cells": out_cells, "other_studies": others,
             "activations": plots.activation_labels(study.variants),
             "numerics": load_numerics(store_path, study.variants, numerics),
@@ -398,23 +408,31 @@ def stability_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
 
 def settings_rows(data: dict) -> list[tuple[str, str]]:
     s, env = data["settings"], data["env"]
-    m = s["model"]
+    m = dict(s["model"])
+    for axis, key in (("depth", "n_layers"), ("width", "d_model")):  # an axis overrides the base value
+        if axis in (s.get("axes") or {}):
+            m[key] = "/".join(map(str, s["axes"][axis]))
     budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["budget"].items())
-    rows = [("data", f"{s['data']} ({s['task']}, {s['tokenizer']} tokenizer)"),
-            ("model", f"{m['n_layers']} layer{'s' if m['n_layers'] != 1 else ''}, {m['n_heads']} heads, d_model {m['d_model']}, context "
-                      f"{m['context']}, {m['norm']} ({m['placement']}-norm), {m['pos']} positions, dropout {m['dropout']}"),
-            ("FFN matching", f"{s['match']} (hidden width chosen so every variant matches the dense 4x FFN's "
-                             f"{s['match']})" if s["match"] != "none" else "none (each variant at its own width)"),
-            ("budget", f"{budget}, batch {s['batch_size']}, "
-                       f"{human(s['tokens_per_run'])} tokens per run" if s.get("tokens_per_run") else budget),
-            ("optimiser", f"AdamW, peak lr {s['lr']}, {s['precision']}"),
-            ("seeds", f"{s['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
-            ("variants", ", ".join(s["variants"]) + f" (baseline {data['baseline']})")]
+    rows = [("data", f"{s['data']} ({s['task']}, {s['tokenizer']} tokenizer)")]
+    if data.get("architecture"):
+        rows.append(("architecture", data["architecture"]))
+    rows += [
+        ("model", f"{m['n_layers']} layer{'s' if m['n_layers'] != 1 else ''}, {m['n_heads']} heads, "
+                  f"d_model {m['d_model']}, context {m['context']}, {m['norm']} ({m['placement']}-norm), "
+                  f"{m['pos']} positions, dropout {m['dropout']}"),
+        ("FFN matching", f"{s['match']} (hidden width chosen so every variant matches the dense 4x FFN's "
+                         f"{s['match']})" if s["match"] != "none" else "none (each variant at its own width)"),
+        ("budget", f"{budget}, batch {s['batch_size']}, "
+                   f"{human(s['tokens_per_run'])} tokens per run" if s.get("tokens_per_run") else budget),
+        ("optimiser", f"AdamW, peak lr {s['lr']}, {s['precision']}"),
+        ("seeds", f"{s['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
+        ("variants", ", ".join(s["variants"]) + f" (baseline {data['baseline']})")]
     if s.get("axes"):
         rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in s["axes"].items())))
-    where = env.get("gpu") or env.get("cpu") or "-"
-    rows.append(("machine", f"{env.get('device', '-')} ({where}), torch {env.get('torch', '-')}, "
-                            f"Python {env.get('python', '-')}"))
+    if env:
+        where = env.get("gpu") or env.get("cpu") or "-"
+        rows.append(("machine", f"{env.get('device', '-')} ({where}), torch {env.get('torch', '-')}, "
+                                f"Python {env.get('python', '-')}"))
     if env.get("git_rev"):
         rows.append(("code", f"git {env['git_rev'][:12]}{' (uncommitted changes)' if env.get('git_dirty') else ''}"))
     rows.append(("store", data["store"]))
@@ -447,7 +465,8 @@ def html_image(figures: dict[str, bytes], name: str, alt: str) -> str:
     if name not in figures:
         return ""
     data = base64.b64encode(figures[name]).decode("ascii")
-    return f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}"><figcaption>{esc(alt)}</figcaption></figure>'
+    return (f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
+            f"<figcaption>{esc(alt)}</figcaption></figure>")
 
 
 CSS = """

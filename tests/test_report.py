@@ -166,7 +166,11 @@ def test_report_cli_and_bad_input(run_cli, smoke_store, tmp_path):
     with Store(tmp_path / "pending.db") as s:
         s.claim("x", {"model": {"ffn": "relu"}})
     (tmp_path / "file").write_text("")
-    cases = [(["--store", tmp_path / "missing.db"], "no run store at"),
+    with Store(tmp_path / "stale.db") as s:  # an id that is not its config's hash: another ffnlab version
+        s.claim("0123456789abcdef", preset_config("smoke").to_dict())
+        s.finish("0123456789abcdef", "finished", {"final_val_loss": 1.0})
+    cases = [(["--store", tmp_path / "stale.db"], "stored by an ffnlab whose run configs differ"),
+             (["--store", tmp_path / "missing.db"], "no run store at"),
              (["--store", tmp_path / "pending.db"], "holds no finished runs"),
              (["--store", smoke_store, "--out", tmp_path / "file" / "report"], "cannot write the report to"),
              (["--store", smoke_store, "--out", tmp_path / "x", "--layer", 5], "attention layer 5 is out of range")]
@@ -188,3 +192,53 @@ def test_compare_writes_the_report_unless_no_report(run_cli, tmp_path):
     assert (tmp_path / "runs" / "report" / "report.html").exists()
     assert (tmp_path / "runs" / "report" / "summary.md").exists()
     assert f"report: {tmp_path / 'runs' / 'report' / 'report.html'}" in out
+
+
+def fabricated_study(path, depths=(1, 2), variants=("relu", "gelu"), seeds=2, lr=None):
+    """Finished runs with made-up curves (Store API), one per depth x variant x seed."""
+    base = preset_config("smoke")
+    if lr:
+        base = replace(base, lr=lr)
+    with Store(path) as store:
+        for depth in depths:
+            for i, ffn in enumerate(variants):
+                for seed in range(seeds):
+                    cfg = replace(base, seed=seed, model=replace(base.model, ffn=ffn, n_layers=depth))
+                    rid = run_id(cfg)
+                    store.claim(rid, cfg.to_dict())
+                    final = 3.0 - 0.1 * i - 0.05 * depth + 0.01 * seed
+                    store.add_metrics(rid, [(s, "grad_norm", 1.0 + 0.1 * s) for s in range(1, 11)]
+                                      + [(5, "val_loss", final + 0.5), (10, "val_loss", final),
+                                         (5, "val_time", 0.5), (10, "val_time", 1.0)])
+                    store.add_events(rid, [{"step": 3, "kind": "grad_spike", "value": 9.0, "median": 1.0}])
+                    behaviour = {f"blocks.{b}.ffn": {"dead_frac": 0.1, "zero_frac": 0.5 if ffn == "relu" else 0.0,
+                                                     "inactive_frac": 0.5} for b in range(depth)}
+                    store.finish(rid, "finished", {
+                        "ffn": ffn, "seed": seed, "status": "finished", "task": "lm", "final_val_loss": final,
+                        "params": 16000, "flops_per_token": 34000, "step_time_s": 0.01, "tokens_per_s": 25600.0,
+                        "peak_mem_bytes": 2**29, "n_grad_spikes": 1, "n_loss_spikes": 0, "behaviour": behaviour,
+                        "dead_frac": 0.1, "train_seconds": 1.0, "vocab_size": 65})
+    return path
+
+
+def test_report_reconstructs_axes_and_reads_numerics(tmp_path):
+    from ffnlab.numerics import run_numerics, to_json
+
+    store = tmp_path / "s.db"
+    fabricated_study(store, depths=(1,), lr=1e-3)  # an older study with other settings
+    fabricated_study(store)
+    study, configs, others = load_study(store)
+    assert study.axes == {"depth": [1, 2]} and study.variants == ["relu", "gelu"] and others == 1
+    assert len(configs) == 8
+    (tmp_path / "numerics.json").write_text(to_json(run_numerics(["relu"], ("fp32",), points=1001, claims=False)))
+    paths = write_report(store, tmp_path / "out")
+    names = {p.name for p in paths["figures"]}
+    assert {"val_loss_1.png", "val_loss_2.png", "grad_norm_2.png", "activations.png"} <= names
+    assert not any(n.startswith("attention") for n in names)  # made-up runs have no weights
+    page = paths["html"].read_text()
+    assert "depth=1" in page and "depth=2" in page and "1 other study" in page
+    assert "no saved weights" in page and 'id="numerics"' in page
+    data = report_data(store, attention=False)
+    assert [c["rows"][0]["ffn"] for c in data["cells"]] == ["gelu", "gelu"]  # lower made-up loss ranks first
+    assert data["cells"][1]["behaviour"]["relu"]["blocks.1.ffn"]["zero_frac"] == 0.5
+    assert sum(row["grad_spikes"] for row in data["cells"][0]["rows"]) == 4

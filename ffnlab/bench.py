@@ -1,12 +1,13 @@
 """Benchmarks: FFN variants (eager, fused, compiled) and their activations, against this machine.
 
 Per FFN variant and size: forward, backward and full-step (zero_grad, forward, backward, AdamW)
-milliseconds, each the median of `repeats` after a warm-up step; bytes kept for backward
-(counted with saved-tensor hooks, weights left out); peak memory above the inputs during a step;
-and GFLOP/s against the machine's measured matmul rate. Per activation: GB/s against the measured
-copy bandwidth. Compile time (torch.compile, or the fused kernels' first build) is reported on its
-own, never mixed into the medians. A backend that cannot compile here is a row marked unavailable
-with the reason.
+milliseconds, each the median of `repeats` after a warm-up step, the impls timed in turns; bytes
+kept for backward (counted with saved-tensor hooks, weights left out); peak memory above the
+inputs during a step; GFLOP/s against the machine's matmul peak. Per activation: GB/s against
+the machine's copy bandwidth. The machine's peaks are the best of their repeats, measured at the
+start and at the end of a run. Compile time (torch.compile, or the fused kernels' first build)
+is reported on its own, never mixed into the medians; a backend that cannot compile here is a
+row marked unavailable, with the reason.
 
 GB/s counts bytes read plus bytes written, for the copy as for the activations: copying n bytes
 moves 2n, act(x) moves 2n, act(g) * u moves 3n.
@@ -37,20 +38,6 @@ FULL = {"ffns": DEFAULT_FFNS, "tokens": (4096,), "d_models": (512,), "repeats": 
 def _sync(device):
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
-
-
-def median_ms(fn, repeats: int, warmup: int = 1, device="cpu") -> float:
-    """Median wall time of fn() in milliseconds over `repeats` calls after `warmup` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def saved_bytes(fn, exclude=()) -> int:
@@ -104,23 +91,35 @@ def step_flops(name: str, d_model: int, d_ff: int, bias: bool, tokens: int) -> i
 
 
 def measure_machine(quick: bool = False, device="cpu") -> dict:
-    """Measured matmul GFLOP/s (fp32, bf16) and copy GB/s here, with what produced them."""
+    """This machine's peak rates: fp32 and bf16 matmul GFLOP/s and copy GB/s, each the best of its
+    repeats (a peak is what the machine can do; load from other processes only ever lowers it)."""
     n = 1024 if quick else 2048
+    repeats = 5 if quick else 11
     rates = {}
     for dtype in (torch.float32, torch.bfloat16):
         a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-        ms = median_ms(lambda: a @ b, repeats=3 if quick else 7, device=device)
-        rates[dtype] = 2 * n ** 3 / (ms * 1e-3) / 1e9
+        a @ b  # warm-up
+        best = min(timed(lambda: a @ b, device) for _ in range(repeats))
+        rates[dtype] = 2 * n ** 3 / best / 1e9
     src = torch.randn((4 if quick else 16) << 20, device=device)  # 16 MB or 64 MB of fp32
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), repeats=5 if quick else 11, device=device)
+    dst.copy_(src)
+    best = min(timed(lambda: dst.copy_(src), device) for _ in range(2 * repeats))
     return {
         "matmul_gflops": round(rates[torch.float32], 1), "matmul_gflops_bf16": round(rates[torch.bfloat16], 1),
-        "copy_gbs": round(2 * src.numel() * 4 / (ms * 1e-3) / 1e9, 2), "matmul_n": n, "copy_mb": src.numel() * 4 >> 20,
+        "copy_gbs": round(2 * src.numel() * 4 / best / 1e9, 2), "matmul_n": n, "copy_mb": src.numel() * 4 >> 20,
         "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else platform.processor()
         or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "triton": _triton_version(), "python": platform.python_version(),
     }
+
+
+def best_of(*machines: dict) -> dict:
+    """The highest of each measured rate over several `measure_machine` results (start and end of a run)."""
+    out = dict(machines[0])
+    for key in ("matmul_gflops", "matmul_gflops_bf16", "copy_gbs"):
+        out[key] = max(m[key] for m in machines)
+    return out
 
 
 def _triton_version():
@@ -139,7 +138,8 @@ def _first_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
-def _timed(fn, device="cpu") -> float:
+def timed(fn, device="cpu") -> float:
+    """Seconds fn() takes (waiting for the GPU to finish, on CUDA)."""
     start = time.perf_counter()
     fn()
     _sync(device)
@@ -226,10 +226,10 @@ def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: b
     def backward(model):
         y = model(x)
         _sync(device)
-        return _timed(lambda: y.backward(dy), device)
+        return timed(lambda: y.backward(dy), device)
 
-    steps = interleaved_medians({i: lambda r=r: _timed(r[2], device) for i, r in runs.items()}, repeats, device)
-    fwds = interleaved_medians({i: lambda r=r: _timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device)
+    steps = interleaved_medians({i: lambda r=r: timed(r[2], device) for i, r in runs.items()}, repeats, device)
+    fwds = interleaved_medians({i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device)
     bwds = interleaved_medians({i: lambda r=r: backward(r[1]) for i, r in runs.items()}, repeats, device)
     for impl, (ffn, model, step, first_s) in runs.items():
         row = rows[impl]
@@ -290,8 +290,8 @@ def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32,
             row["unavailable"] = failure
             continue
         runs[impl] = (fwd, fwd_bwd, first_s)
-    fwds = interleaved_medians({i: lambda r=r: _timed(r[0], device) for i, r in runs.items()}, repeats, device)
-    both = interleaved_medians({i: lambda r=r: _timed(r[1], device) for i, r in runs.items()}, repeats, device)
+    fwds = interleaved_medians({i: lambda r=r: timed(r[0], device) for i, r in runs.items()}, repeats, device)
+    both = interleaved_medians({i: lambda r=r: timed(r[1], device) for i, r in runs.items()}, repeats, device)
     for impl, (_, _, first_s) in runs.items():
         row = rows[impl]
         row.update(fwd_ms=fwds[impl], fwd_bwd_ms=both[impl], gbs=moved / (fwds[impl] * 1e-3) / 1e9)
@@ -320,18 +320,25 @@ def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compil
     log = log or (lambda _: None)
     machine = measure_machine(quick, device)
     log(f"machine: {machine['matmul_gflops']} GFLOP/s fp32 matmul, {machine['copy_gbs']} GB/s copy")
+    # NOTE: the rows' fractions of peak are filled in at the end, against the best of two
+    # measurements of the machine (start and end), so one busy moment does not make the peak
     rows = []
     for name in ffns:
         for d_model in d_models:
             for n_tokens in tokens:
                 log(f"ffn {name} tokens={n_tokens} d_model={d_model}")
-                rows += bench_ffn(name, n_tokens, d_model, repeats, compile, device, machine)
+                rows += bench_ffn(name, n_tokens, d_model, repeats, compile, device)
     activations = []
     for name in ffns:
         d_ff = build_ffn(name, d_models[0]).d_ff
         for dtype in (torch.float32, torch.bfloat16):
             log(f"activation {name} {dtype}")
-            activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, compile, device, machine)
+            activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, compile, device)
+    machine = best_of(machine, measure_machine(quick, device))
+    for row in rows:
+        row["peak_frac"] = None if row["gflops"] is None else round(row["gflops"] / machine["matmul_gflops"], 4)
+    for row in activations:
+        row["copy_frac"] = None if row["gbs"] is None else round(row["gbs"] / machine["copy_gbs"], 4)
     command = (f"ffnlab bench --ffn {','.join(ffns)} --tokens {','.join(map(str, tokens))} "
                f"--d-model {','.join(map(str, d_models))} --repeats {repeats}{' --quick' if quick else ''}{'' if compile else ' --no-compile'}")
     return {"command": command, "machine": machine, "rows": rows, "activations": activations,

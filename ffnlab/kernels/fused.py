@@ -182,10 +182,15 @@ def triton_ready() -> bool:
 
 
 def pick_backend(t: torch.Tensor) -> Backend:
-    """Backend for tensors like `t`: triton on CUDA, compiled for large CPU tensors, else torch."""
+    """Backend for tensors like `t`: triton on CUDA, compiled for large CPU tensors, else torch.
+
+    Inside a torch.compile'd model it is always torch: the outer compiler fuses those ops itself.
+    """
+    if torch.compiler.is_compiling():
+        return "torch"
     if t.is_cuda and triton_ready():
         return "triton"
-    if t.device.type == "cpu" and t.numel() >= COMPILE_MIN_NUMEL and not torch.compiler.is_compiling():
+    if t.device.type == "cpu" and t.numel() >= COMPILE_MIN_NUMEL:
         return "compiled"
     return "torch"
 

@@ -231,7 +231,7 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, params_budget, memory_budget))}
     eligible = [n for n in variants if n not in excluded]
     if not eligible:
-        raise ValueError("no measured variant meets the constraints: " +
+        raise ValueError("no measured variant can be recommended: " +
                          "; ".join(f"{n}: {why}" for n, why in excluded.items()))
     mean = {n: statistics.mean(variants[n]["values"].values()) for n in eligible}
     best = min(eligible, key=lambda n: sign * mean[n])

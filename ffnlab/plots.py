@@ -157,7 +157,10 @@ def band_figure(bands: dict[str, dict], styles: dict, title: str, xlabel: str, y
         ax.set_yscale("log")
     if "step" in xlabel:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend()
+    if ax.lines:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no finished run", transform=ax.transAxes, ha="center", va="center", color="0.4")
     return fig
 
 
@@ -215,7 +218,8 @@ def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabe
     if log_y:
         ax.set_yscale("log")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend()
+    if ax.lines:
+        ax.legend()
     return fig
 
 

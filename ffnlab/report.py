@@ -158,6 +158,8 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
 
     from ffnlab.model import Transformer
 
+    if not any(rec["status"] == "finished" for items in runs.values() for _, rec in items):
+        return {"note": "no run finished (all diverged or failed): there is no trained model to draw"}
     picks = {}
     for variant, items in runs.items():
         done = sorted((c.seed, c, rec) for c, rec in items if rec["status"] == "finished"
@@ -232,6 +234,8 @@ def cell_data(store: Store, study: Study, items: list[tuple], summary_cell: dict
         extra[v] = {
             "values": [r[metric] for r in finished if r.get(metric) is not None],
             "step_time_s": statistics.median([r["step_time_s"] for r in finished]) if finished else None,
+            "step_time_range": (min(r["step_time_s"] for r in finished), max(r["step_time_s"] for r in finished))
+            if finished else None,
             "train_seconds": mean_or_none([r.get("train_seconds") for r in finished]),
             "grad_spikes": sum(rec["result"].get("n_grad_spikes", 0) for _, rec in runs),
             "loss_spikes": sum(rec["result"].get("n_loss_spikes", 0) for _, rec in runs),
@@ -389,10 +393,11 @@ def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]
 
 
 def cost_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["ffn", "params", "FLOPs/token", "tokens/s", "step time (ms)", "vs baseline", "peak memory",
-            "train time (s)"]
+    head = ["ffn", "params", "FLOPs/token", "tokens/s", "step time (ms)", "seeds' range (ms)", "vs baseline",
+            "peak memory", "train time (s)"]
+    spread = lambda r: f"{r[0] * 1e3:.1f}-{r[1] * 1e3:.1f}" if r else "-"  # noqa: E731
     rows = [[r["ffn"], human(r["params"]), human(r["flops_per_token"]), human(r["tokens_per_s"]),
-             num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1),
+             num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1), spread(r["step_time_range"]),
              f"{(r['step_time_ratio'] - 1) * 100:+.0f}%" if r["step_time_ratio"] else "-",
              human(r["peak_mem_bytes"], "B"), num(r["train_seconds"], 1)] for r in cell["rows"]]
     return head, rows
@@ -578,7 +583,9 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
         body.append(html_image(figures, f"loss_vs_time{sfx(i)}.png", "Validation loss against wall-clock training "
                                "time (mean over seeds, with band)."))
     env = data["env"]
-    body.append(f'<p class="note">tokens/s: mean over seeds of the median step; step time: median over seeds. '
+    body.append(f'<p class="note">tokens/s: mean over seeds of the median step; step time: median over seeds, '
+                "with the range of the seeds' own medians: a wide range means the machine was busy while they "
+                "ran, and only a quiet machine's timings (or <code>ffnlab bench</code>) compare speed. "
                 f'Measured on {esc(env.get("device", "?"))}; peak memory is '
                 + ("the CUDA allocator's peak." if env.get("device") == "cuda" else
                    "the process's peak resident memory (it includes Python and PyTorch themselves).") + "</p>")

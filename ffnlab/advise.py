@@ -195,6 +195,7 @@ def measured_variants(store_path, depth: int | None) -> tuple[dict, dict]:
         rs = v.pop("results")
         v["params"] = rs[0]["params"] if rs else None
         v["step_time_s"] = statistics.median(r["step_time_s"] for r in rs) if rs else None
+        v["step_time_spread"] = max(r["step_time_s"] for r in rs) / min(r["step_time_s"] for r in rs) if rs else None
         v["peak_mem_bytes"] = max((r["peak_mem_bytes"] for r in rs), default=None)
         v["tokens_per_s"] = statistics.mean(r["tokens_per_s"] for r in rs if r["tokens_per_s"]) if rs else None
     cfg = configs[0]
@@ -276,8 +277,8 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
                        f"{'latency in mind' if latency_sensitive else f'a {deploy} deployment'} the faster one wins.")
     runner = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
     for ref in dict.fromkeys([runner, baseline]):
-        if ref is None or ref == choice or ref not in eligible:
-            continue
+        if ref is None or ref == choice or ref not in eligible or (choice != best and ref == best):
+            continue  # (the best was already quoted when the choice is a faster tied one)
         reasons.append(f"{choice}: {versus(choice, ref)}; {costs(choice, ref)}.")
     significant_losers = [n for n in diffs if diffs[n]["significant"]]
     if significant_losers:
@@ -287,6 +288,10 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
         reasons.append(f"Not significantly different from {best} (paired t-tests, Holm-corrected): "
                        f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
                        "(command below).")
+    spread = max((variants[n]["step_time_spread"] for n in eligible), default=None)
+    if spread and spread > 1.5:
+        reasons.append(f"Step times of one variant vary up to {spread:.1f}x between its seeds: the machine was busy "
+                       "while they ran, so the speed differences quoted here are unreliable.")
     if deploy and facts["device"] not in ("?", "cuda" if deploy == "gpu" else "cpu"):
         reasons.append(f"Timings come from {facts['device']}; on a {deploy} deployment the speed ordering may differ.")
     if depth is not None and depth != facts["n_layers"]:

@@ -32,7 +32,7 @@ from ffnlab.activations import closest, identity
 Backend = Literal["torch", "compiled", "triton"]
 BACKENDS = ("torch", "compiled", "triton")
 
-SQRT1_2 = 1.0 / math.sqrt(2.0)
+SQRT1_2 = math.sqrt(0.5)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_TANH_C = 0.044715
@@ -61,27 +61,58 @@ def sigmoid_and_slope(x):
     return torch.where(x >= 0, 1.0, e) / (1 + e), e / ((1 + e) * (1 + e))
 
 
+def gelu_cdf(g):
+    """Phi(g) = 0.5(1 + erf(g/sqrt2)), the same 1+erf form as F.gelu."""
+    return 0.5 * (1 + torch.erf(g * SQRT1_2))
+
+
+def gelu_tanh_arg(g):
+    """2z = 2sqrt(2/pi)(g + 0.044715g^3): 0.5(1 + tanh z) = sigmoid(2z), so gelu_tanh(g) = g*sigmoid(2z)."""
+    return 2 * SQRT_2_OVER_PI * (g + GELU_TANH_C * g * g * g)
+
+
+# Forwards and derivatives are written with the same pieces (sigmoid_and_slope, gelu_cdf) so that the
+# compiled backward, which needs both, computes each exp or erf once.
+def silu(g):
+    """g*sigmoid(g)."""
+    return g * sigmoid_and_slope(g)[0]
+
+
 def silu_derivative(g):
     """d/dg g*sigmoid(g) = s + g*s(1 - s), s = sigmoid(g)."""
     s, slope = sigmoid_and_slope(g)
     return s + g * slope
 
 
+def gelu(g):
+    """g*Phi(g)."""
+    return g * gelu_cdf(g)
+
+
 def gelu_derivative(g):
-    """d/dg g*Phi(g) = Phi(g) + g*phi(g), with the same 1+erf form as F.gelu."""
-    return 0.5 * (1 + torch.erf(g * SQRT1_2)) + g * torch.exp(-0.5 * g * g) * INV_SQRT_2PI
+    """d/dg g*Phi(g) = Phi(g) + g*phi(g)."""
+    return gelu_cdf(g) + g * torch.exp(-0.5 * g * g) * INV_SQRT_2PI
+
+
+def gelu_tanh(g):
+    """0.5g(1 + tanh z) as g*sigmoid(2z), z = sqrt(2/pi)(g + 0.044715g^3); no 1 + tanh cancellation."""
+    return g * sigmoid_and_slope(gelu_tanh_arg(g))[0]
 
 
 def gelu_tanh_derivative(g):
-    """d/dg of 0.5g(1 + tanh z), z = sqrt(2/pi)(g + 0.044715g^3): with 0.5(1 + tanh z) = s = sigmoid(2z),
-    f' = s + g*s(1 - s)*2sqrt(2/pi)(1 + 3*0.044715g^2)."""
-    s, slope = sigmoid_and_slope(2 * SQRT_2_OVER_PI * (g + GELU_TANH_C * g * g * g))
+    """d/dg g*s(2z) = s + g*s(1 - s)*2sqrt(2/pi)(1 + 3*0.044715g^2)."""
+    s, slope = sigmoid_and_slope(gelu_tanh_arg(g))
     return s + g * slope * 2 * SQRT_2_OVER_PI * (1 + 3 * GELU_TANH_C * g * g)
 
 
 def relu_derivative(g):
     """1 where g > 0, else 0 (0 at g = 0, as PyTorch's relu backward)."""
     return (g > 0).to(g.dtype)
+
+
+def sigmoid(g):
+    """1/(1 + exp(-g))."""
+    return sigmoid_and_slope(g)[0]
 
 
 def sigmoid_derivative(g):
@@ -95,12 +126,12 @@ def identity_derivative(g):
 
 
 FUSED_ACTS: dict[str, FusedAct] = {
-    "silu": FusedAct(F.silu, silu_derivative, default=True),                                  # swiglu
-    "gelu": FusedAct(F.gelu, gelu_derivative, default=True),                                  # geglu
-    "gelu_tanh": FusedAct(lambda g: F.gelu(g, approximate="tanh"), gelu_tanh_derivative, default=True),
-    "relu": FusedAct(F.relu, relu_derivative, default=True),                                  # reglu
-    "sigmoid": FusedAct(torch.sigmoid, sigmoid_derivative, default=True),                     # glu
-    "identity": FusedAct(identity, identity_derivative, default=True),                        # bilinear
+    "silu": FusedAct(silu, silu_derivative, default=True),                  # swiglu
+    "gelu": FusedAct(gelu, gelu_derivative, default=True),                  # geglu
+    "gelu_tanh": FusedAct(gelu_tanh, gelu_tanh_derivative, default=True),   # geglu_tanh
+    "relu": FusedAct(F.relu, relu_derivative, default=True),                # reglu
+    "sigmoid": FusedAct(sigmoid, sigmoid_derivative, default=True),         # glu
+    "identity": FusedAct(identity, identity_derivative, default=True),      # bilinear
 }
 
 

@@ -19,7 +19,7 @@ import triton.language as tl
 
 BLOCK = 1024
 
-SQRT1_2 = 1.0 / math.sqrt(2.0)
+SQRT1_2 = math.sqrt(0.5)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_TANH_C = 0.044715

@@ -104,9 +104,15 @@ def set_field(cfg: TrainConfig, path: str, value) -> TrainConfig:
 
 
 def run_id(cfg: TrainConfig) -> str:
-    """Identity of a run: sha256 of its config JSON (keys sorted), without where it checkpoints."""
+    """Identity of a run: sha256 of its config JSON (keys sorted), without where it checkpoints.
+
+    Fields that are None are left out, so adding an optional field to the configs later keeps the
+    identity of every run already in a store.
+    """
     d = cfg.to_dict()
     d.pop("checkpoint_dir", None)
+    d = {k: v for k, v in d.items() if v is not None}
+    d["model"] = {k: v for k, v in d["model"].items() if v is not None}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from ffnlab.store import Store
 from ffnlab.sweep import Study, plan, preset_config, run_id, run_study
+from ffnlab.train import TrainConfig
 
 
 def smoke_study(**kw):
@@ -27,6 +28,9 @@ def test_plan_expansion_and_run_identity():
     assert ids == [run_id(c) for c in plan(study)]  # identity is stable
     assert run_id(runs[0]) != run_id(replace(runs[0], lr=runs[0].lr * 2))
     assert run_id(runs[0]) == run_id(replace(runs[0], checkpoint_dir="/elsewhere"))
+    stored = runs[0].to_dict()
+    del stored["hf_config"]  # a config stored before this optional field existed keeps its identity
+    assert run_id(TrainConfig.from_dict(stored)) == run_id(runs[0])
     assert {(c.model.n_layers, c.model.placement) for c in runs} == {(1, "pre"), (1, "post"), (2, "pre"), (2, "post")}
 
 
@@ -63,7 +67,7 @@ def test_divergent_runs_are_counted_not_fatal(tmp_path):
 
 def compare_cmd(store, *extra):
     return [sys.executable, "-m", "ffnlab.cli", "compare", "--preset", "smoke", "--variants", "relu,swiglu",
-            "--seeds", "2", "--steps", "80", "--store", str(store), "--quiet", *map(str, extra)]
+            "--seeds", "2", "--steps", "80", "--store", str(store), "--quiet", "--no-report", *map(str, extra)]
 
 
 def deterministic(store_path):

@@ -181,3 +181,18 @@ def test_compare_on_a_hugging_face_config(run_cli, tmp_path):
     cfg.write_text(json.dumps({**LLAMA, "model_type": "bloom"}))
     code, _, err = run_cli("compare", "--preset", "smoke", "--hf-config", cfg, "--store", tmp_path / "t.db")
     assert code == 2 and "unsupported architecture 'bloom'" in err and not (tmp_path / "t.db").exists()
+
+
+def test_log_to_tensorboard_mirrors_curves(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    study = smoke_study(variants=["relu", "gelu"], base=replace(preset_config("smoke"), max_steps=10))
+    run_study(study, tmp_path / "s.db", quiet=True, log_to="tensorboard")
+    runs = sorted((tmp_path / "tensorboard").iterdir())
+    assert len(runs) == 4
+    acc = EventAccumulator(str(runs[0]))
+    acc.Reload()
+    with Store(tmp_path / "s.db", create=False) as s:
+        stored = [v for _, _, v in s.metrics(runs[0].name, "val_loss")]
+    assert [e.value for e in acc.Scalars("val_loss")] == pytest.approx(stored)

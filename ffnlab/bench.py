@@ -3,9 +3,9 @@
 Per FFN variant and size: forward, backward and full-step (zero_grad, forward, backward, AdamW)
 milliseconds, each the median of `repeats` after a warm-up step, the impls timed in turns; bytes
 kept for backward (counted with saved-tensor hooks, weights left out); peak memory above the
-inputs during a step; GFLOP/s against the machine's matmul peak. Per activation: GB/s against
-the machine's copy bandwidth. The machine's peaks are the best of their repeats, measured at the
-start and at the end of a run. Compile time (torch.compile, or the fused kernels' first build)
+inputs during a step; GFLOP/s against the machine's matmul peak (the best of its repeats, measured
+at the start and at the end of a run). Per activation: GB/s against the copy bandwidth measured
+in the same turns, on a tensor of the same size. Compile time (torch.compile, or the fused kernels' first build)
 is reported on its own, never mixed into the medians; a backend that cannot compile here is a
 row marked unavailable, with the reason.
 
@@ -248,9 +248,13 @@ def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: b
 
 
 def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32, repeats: int = 5,
-                     compile: bool = True, device="cpu", machine: dict | None = None) -> list[dict]:
+                     compile: bool = True, device="cpu") -> list[dict]:
     """One row per impl: GB/s of the elementwise part of FFN `ffn_name` on (tokens, d_ff), act(g) * u
-    for gated variants and act(x) for dense ones, with forward and forward + backward milliseconds."""
+    for gated variants and act(x) for dense ones, with forward and forward + backward milliseconds.
+
+    copy_frac compares with a copy of one such tensor timed in the same turns (copy_gbs): on a shared
+    machine a median only compares fairly with a median taken at the same moments.
+    """
     spec = get_ffn_spec(ffn_name)
     act_name, gated = spec.acts[0], spec.kind == "gated"
     act = get_activation(act_name)
@@ -261,7 +265,8 @@ def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32,
     rows, runs = {}, {}
     for impl in IMPLS:
         row = {"name": act_name, "ffn": spec.name, "impl": impl, "dtype": str(dtype).removeprefix("torch."),
-               "numel": g.numel(), "fwd_ms": None, "fwd_bwd_ms": None, "gbs": None, "copy_frac": None}
+               "numel": g.numel(), "fwd_ms": None, "fwd_bwd_ms": None, "gbs": None, "copy_gbs": None,
+               "copy_frac": None}
         rows[impl] = row
         if impl == "fused" and not (gated and act_name in FUSED_ACTS):
             row["unavailable"] = "no fused kernel (only gated activations are fused)"
@@ -290,15 +295,17 @@ def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32,
             row["unavailable"] = failure
             continue
         runs[impl] = (fwd, fwd_bwd, first_s)
-    fwds = interleaved_medians({i: lambda r=r: timed(r[0], device) for i, r in runs.items()}, repeats, device)
+    copy_to = torch.empty_like(g)
+    fwds = interleaved_medians({"copy": lambda: timed(lambda: copy_to.copy_(g), device),
+                                **{i: lambda r=r: timed(r[0], device) for i, r in runs.items()}}, repeats, device)
+    copy_gbs = 2 * g.numel() * g.element_size() / (fwds["copy"] * 1e-3) / 1e9
     both = interleaved_medians({i: lambda r=r: timed(r[1], device) for i, r in runs.items()}, repeats, device)
     for impl, (_, _, first_s) in runs.items():
         row = rows[impl]
         row.update(fwd_ms=fwds[impl], fwd_bwd_ms=both[impl], gbs=moved / (fwds[impl] * 1e-3) / 1e9)
         if impl != "eager":
             row["compile_s"] = round(max(0.0, first_s - (fwds[impl] + both[impl]) / 1e3), 3)
-        if machine:
-            row["copy_frac"] = row["gbs"] / machine["copy_gbs"]
+        row.update(copy_gbs=copy_gbs, copy_frac=row["gbs"] / copy_gbs)
     return [_rounded(r) for r in rows.values()]
 
 
@@ -337,8 +344,6 @@ def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compil
     machine = best_of(machine, measure_machine(quick, device))
     for row in rows:
         row["peak_frac"] = None if row["gflops"] is None else round(row["gflops"] / machine["matmul_gflops"], 4)
-    for row in activations:
-        row["copy_frac"] = None if row["gbs"] is None else round(row["gbs"] / machine["copy_gbs"], 4)
     command = (f"ffnlab bench --ffn {','.join(ffns)} --tokens {','.join(map(str, tokens))} "
                f"--d-model {','.join(map(str, d_models))} --repeats {repeats}{' --quick' if quick else ''}{'' if compile else ' --no-compile'}")
     return {"command": command, "machine": machine, "rows": rows, "activations": activations,
@@ -363,12 +368,13 @@ def format_bench(result: dict) -> str:
                      f"{_cell(r['saved_bytes'], 8, 1 / 2 ** 20)} {_cell(r['peak_mem_bytes'], 8, 1 / 2 ** 20)} "
                      f"{_cell(r['gflops'], 8)} {_cell(r['peak_frac'], 6, 100)} {_cell(r.get('compile_s'), 9)}")
     lines += ["", f"{'activation':<10} {'ffn':<11} {'impl':<9} {'dtype':<9} {'fwd ms':>8} {'f+b ms':>8} "
-                  f"{'GB/s':>7} {'%copy':>6}"]
+                  f"{'GB/s':>7} {'copy GB/s':>9} {'%copy':>6}"]
     for a in result["activations"]:
         if a.get("unavailable") and a["impl"] != "fused":
             notes.append(f"{a['name']} {a['impl']} {a['dtype']}: {a['unavailable']}")
         lines.append(f"{a['name']:<10} {a['ffn']:<11} {a['impl']:<9} {a['dtype']:<9} {_cell(a['fwd_ms'], 8)} "
-                     f"{_cell(a['fwd_bwd_ms'], 8)} {_cell(a['gbs'], 7)} {_cell(a['copy_frac'], 6, 100)}")
+                     f"{_cell(a['fwd_bwd_ms'], 8)} {_cell(a['gbs'], 7)} {_cell(a['copy_gbs'], 9)} "
+                     f"{_cell(a['copy_frac'], 6, 100)}")
     if notes:
         lines += ["", "unavailable:"] + [f"  {n}" for n in dict.fromkeys(notes)]
     return "\n".join(lines)

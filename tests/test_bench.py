@@ -75,12 +75,12 @@ def test_compile_failure_is_a_row_not_a_crash(monkeypatch):
 
 
 def test_activation_rows_count_bytes_moved():
-    rows = {r["impl"]: r for r in bench_activation("geglu", 8, 32, repeats=2, compile=False, machine=MACHINE)}
+    rows = {r["impl"]: r for r in bench_activation("geglu", 8, 32, repeats=2, compile=False)}
     for impl in ("eager", "fused"):
         r = rows[impl]
         assert r["name"] == "gelu" and r["dtype"] == "float32" and r["numel"] == 8 * 32
         assert r["gbs"] == pytest.approx(3 * 8 * 32 * 4 / r["fwd_ms"] / 1e6, rel=1e-3)  # read g, u; write h
-        assert r["copy_frac"] == pytest.approx(r["gbs"] / MACHINE["copy_gbs"], rel=1e-3)
+        assert r["copy_gbs"] > 0 and r["copy_frac"] == pytest.approx(r["gbs"] / r["copy_gbs"], rel=1e-3)
     dense = {r["impl"]: r for r in bench_activation("gelu", 8, 32, repeats=1, compile=False)}
     assert dense["eager"]["gbs"] == pytest.approx(2 * 8 * 32 * 4 / dense["eager"]["fwd_ms"] / 1e6, rel=1e-3)
     assert "unavailable" in dense["fused"]

@@ -21,6 +21,8 @@ from collections import Counter
 import torch
 from torch import nn
 
+from ffnlab.ffn import GatedFFN
+
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
 ATOL, RTOL = 1e-5, 1e-5  # parity: max |onnx - torch| <= ATOL + RTOL * max |torch|, fp32
 # ops that carry an activation's non-linearity; a decomposition adds Mul/Add/Div around them
@@ -137,6 +139,9 @@ def export_onnx(module: nn.Module, example: torch.Tensor, path, opset: int = OPS
                 dynamic: bool = True, atol: float = ATOL, rtol: float = RTOL) -> dict:
     """Export `module` in eval mode (its mode is restored after) to ONNX at `path`, checked in onnxruntime.
 
+    Gated FFNs export their eager ops (act(gate) * up): the fused kernel only saves memory in
+    backward, and its algebra would hide a plain Sigmoid or Gelu op behind a decomposition.
+
     Tries the torch.export-based exporter (dynamo=True) and, if it fails, falls back to the
     TorchScript exporter, saying why in report["fallback"]. With `dynamic`, the example's axes
     from `dynamic_axes` stay symbolic. A module returning a tuple exports its first element.
@@ -149,11 +154,16 @@ def export_onnx(module: nn.Module, example: torch.Tensor, path, opset: int = OPS
     import onnxruntime as ort
 
     training = module.training
+    gated = [(m, m.fused) for m in module.modules() if isinstance(m, GatedFFN)]
     module.eval()
+    for m, _ in gated:
+        m.fused = False
     try:
         return _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, ort)
     finally:
         module.train(training)
+        for m, fused in gated:
+            m.fused = fused
 
 
 def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, ort) -> dict:

@@ -20,7 +20,6 @@ import statistics
 import time
 
 import torch
-from torch import nn
 
 from ffnlab.activations import get_activation
 from ffnlab.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
@@ -229,7 +228,8 @@ def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: b
         return timed(lambda: y.backward(dy), device)
 
     steps = interleaved_medians({i: lambda r=r: timed(r[2], device) for i, r in runs.items()}, repeats, device)
-    fwds = interleaved_medians({i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device)
+    fwds = interleaved_medians({i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats,
+                               device)
     bwds = interleaved_medians({i: lambda r=r: backward(r[1]) for i, r in runs.items()}, repeats, device)
     for impl, (ffn, model, step, first_s) in runs.items():
         row = rows[impl]
@@ -345,7 +345,8 @@ def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compil
     for row in rows:
         row["peak_frac"] = None if row["gflops"] is None else round(row["gflops"] / machine["matmul_gflops"], 4)
     command = (f"ffnlab bench --ffn {','.join(ffns)} --tokens {','.join(map(str, tokens))} "
-               f"--d-model {','.join(map(str, d_models))} --repeats {repeats}{' --quick' if quick else ''}{'' if compile else ' --no-compile'}")
+               f"--d-model {','.join(map(str, d_models))} --repeats {repeats}"
+               f"{' --quick' if quick else ''}{'' if compile else ' --no-compile'}")
     return {"command": command, "machine": machine, "rows": rows, "activations": activations,
             "settings": {"ffns": ffns, "tokens": tokens, "d_models": d_models, "repeats": repeats,
                          "compile": compile, "quick": quick, "device": device}}
@@ -354,7 +355,8 @@ def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compil
 def format_bench(result: dict) -> str:
     """The run as two plain-text tables, unavailable cells as '-', reasons listed below."""
     m = result["machine"]
-    lines = [result["command"], f"machine: {m['device']}, {m['threads']} threads, torch {m['torch']}: matmul {m['matmul_gflops']} "
+    lines = [result["command"],
+             f"machine: {m['device']}, {m['threads']} threads, torch {m['torch']}: matmul {m['matmul_gflops']} "
              f"GFLOP/s fp32, {m['matmul_gflops_bf16']} bf16; copy {m['copy_gbs']} GB/s (read + write)", ""]
     head = f"{'ffn':<11} {'impl':<9} {'tokens':>6} {'d_model':>7} {'d_ff':>5} {'fwd ms':>8} {'bwd ms':>8} " \
            f"{'step ms':>8} {'saved MB':>8} {'peak MB':>8} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}"

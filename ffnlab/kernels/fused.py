@@ -1,7 +1,8 @@
 """Fused gated activations: act(gate) * up [@ W_down^T], saving only gate and up for backward.
 
-Eager PyTorch keeps four tensors of the hidden width for backward of W_down(act(g) * u): the gate
-g (for act'), act(g) and u (for the product) and the product (for W_down's gradient). `GatedAct`
+Eager PyTorch keeps up to four tensors of the hidden width for backward of W_down(act(g) * u): the
+gate g (for act'; relu and sigmoid keep act(g) instead), act(g) and u (for the product) and the
+product (for W_down's gradient). `GatedAct`
 keeps g and u, and recomputes act(g), act'(g) and the product in backward: one elementwise pass
 that reads g, u and the incoming gradient and writes both gradients (and the product).
 
@@ -288,11 +289,7 @@ class GatedAct(torch.autograd.Function):
 
 def gated_act(gate, up, act: str = "silu", backend: Backend | None = None):
     """Fused act(gate) * up that keeps only gate and up for backward; `backend` None picks one."""
-    check_act(act)
-    if gate.shape != up.shape or gate.dtype != up.dtype:
-        raise ValueError(f"gate and up must match, got {tuple(gate.shape)} {gate.dtype} "
-                         f"and {tuple(up.shape)} {up.dtype}")
-    return GatedAct.apply(gate, up, act, _checked_backend(backend, gate), None, None)
+    return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), None, None)
 
 
 def gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backend | None = None):
@@ -300,16 +297,17 @@ def gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backen
 
     Keeps gate and up for backward (plus the weight, which is kept anyway), not the product.
     """
+    return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), w_down, b_down)
+
+
+def _checked_backend(gate, up, act, backend) -> Backend:
+    """The backend to use, after checking the arguments (ValueError naming what is wrong)."""
     check_act(act)
     if gate.shape != up.shape or gate.dtype != up.dtype:
         raise ValueError(f"gate and up must match, got {tuple(gate.shape)} {gate.dtype} "
                          f"and {tuple(up.shape)} {up.dtype}")
-    return GatedAct.apply(gate, up, act, _checked_backend(backend, gate), w_down, b_down)
-
-
-def _checked_backend(backend, t) -> Backend:
     if backend is None:
-        return pick_backend(t)
+        return pick_backend(gate)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}'; valid: {', '.join(BACKENDS)}")
     return backend

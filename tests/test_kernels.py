@@ -249,3 +249,21 @@ def test_compiled_backend_matches_plain(act, dtype):
     g, u, dh = inputs((7, 129), dtype)  # odd length: the vectorised loop's tail
     tol = 1e-6 if dtype == torch.float32 else UNIT_ROUNDOFF[dtype]  # bf16: one rounding may differ
     assert_near(fused(act, g, u, dh, "compiled"), fused(act, g, u, dh, "torch"), g, u, dh, tol=tol)
+
+
+@pytest.mark.parametrize("name", ["swiglu", "geglu"])
+def test_fused_ffn_trains_under_bf16_autocast(name):
+    torch.manual_seed(0)
+    fused = build_ffn(name, 32, fused=True)
+    eager = build_ffn(name, 32, fused=False)
+    eager.load_state_dict(fused.state_dict())
+    x = torch.randn(4, 8, 32)
+    grads = []
+    for ffn in (fused, eager):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = ffn(x)
+        assert y.dtype == torch.bfloat16
+        y.float().square().mean().backward()
+        grads.append(ffn.w_down.weight.grad)
+    assert grads[0].dtype == torch.float32  # the weight's gradient lands in its own dtype
+    torch.testing.assert_close(grads[0], grads[1], rtol=0.05, atol=1e-3)

@@ -296,7 +296,13 @@ def gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backen
     """Fused (act(gate) * up) @ w_down^T + b_down: the second half of a gated FFN.
 
     Keeps gate and up for backward (plus the weight, which is kept anyway), not the product.
+    Under autocast the weight and bias are cast to the autocast dtype first, as nn.Linear's would
+    be: backward runs outside autocast and must see one dtype.
     """
+    device = gate.device.type
+    if torch.is_autocast_enabled(device) and w_down.dtype != gate.dtype:
+        w_down = w_down.to(gate.dtype)
+        b_down = None if b_down is None else b_down.to(gate.dtype)
     return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), w_down, b_down)
 
 

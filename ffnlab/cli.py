@@ -102,9 +102,12 @@ def add_run_args(p):
     p.add_argument("--lr", type=float, help="peak learning rate (the cosine ends at lr/10)")
     p.add_argument("--warmup", type=int)
     p.add_argument("--eval-every", type=positive_int)
+    p.add_argument("--eval-batches", type=positive_int, help="fixed validation batches per evaluation (default 8)")
     p.add_argument("--precision", choices=("fp32", "bf16"))
     p.add_argument("--device", choices=("cpu", "cuda", "auto"))
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    p.add_argument("--threads", type=positive_int, help="CPU threads per run (torch.set_num_threads); on a busy "
+                                                      "machine 1 beats 2 (benchmarks/train_speed.md)")
     p.add_argument("--hf-config", help="a Hugging Face config.json: train that architecture (random init) "
                                        "with each FFN variant swapped in")
 
@@ -115,7 +118,8 @@ MODEL_FLAGS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "
 RUN_FLAGS = {"data": "data", "tokenizer": "tokenizer", "bpe_vocab": "bpe_vocab", "text_field": "text_field",
              "label_field": "label_field", "batch_size": "batch_size", "steps": "max_steps",
              "max_tokens": "max_tokens", "max_seconds": "max_seconds", "lr": "lr", "warmup": "warmup_steps",
-             "eval_every": "eval_every", "precision": "precision", "device": "device", "compile": "compile"}
+             "eval_every": "eval_every", "precision": "precision", "device": "device", "compile": "compile",
+             "threads": "threads", "eval_batches": "eval_batches"}
 
 
 def apply_run_flags(base, args):

@@ -87,6 +87,20 @@ def apply_rope(x, cos, sin):  # x: (B, nh, T, hs)
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
+def attend(q, k, v, causal: bool, dropout: float = 0.0):
+    """scaled_dot_product_attention over (B, nh, T, hs); bf16 inputs on the CPU are attended in fp32.
+
+    NOTE: the CPU flash-attention kernel's bf16 backward is about 5x slower than its fp32 one at
+    head size 32 (benchmarks/train_speed.md), so under CPU bf16 autocast the scores, softmax and
+    weighted sum run in fp32 (also the more accurate choice) and only the result is cast back.
+    """
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        with torch.autocast("cpu", enabled=False):
+            y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, dropout_p=dropout)
+        return y.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with scaled_dot_product_attention; causal for the LM."""
 
@@ -112,8 +126,7 @@ class Attention(nn.Module):
     def forward(self, x, rope=None):  # (B, T, C) -> (B, T, C)
         B, T, C = x.shape
         q, k, v = self.heads(x, rope)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = attend(q, k, v, self.causal, self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
     def weights(self, x, rope=None):

@@ -63,6 +63,7 @@ class TrainConfig:
     precision: Literal["fp32", "bf16"] = "fp32"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     compile: bool = False
+    threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
     checkpoint_dir: str | None = None  # None: no checkpoints
     checkpoint_every: int = 100
 
@@ -72,7 +73,7 @@ class TrainConfig:
         for name in ("batch_size", "max_steps", "eval_every", "eval_batches", "log_every", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_tokens", "max_seconds"):
+        for name in ("max_tokens", "max_seconds", "threads"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not self.lr > 0 or self.min_lr < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
@@ -143,9 +144,8 @@ def get_batch(split_data, task: str, batch_size: int, context: int, gen: torch.G
     """Random (x, y): LM windows with next-token targets, or classification crops and labels."""
     if task == "lm":
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
-        x = torch.stack([split_data[i:i + context] for i in ix])  # (B, T)
-        y = torch.stack([split_data[i + 1:i + 1 + context] for i in ix])  # (B, T)
-        return x, y
+        windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
     docs, labels = split_data
     ix = torch.randint(len(docs), (batch_size,), generator=gen)
     starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
@@ -386,6 +386,8 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
     t_start = time.perf_counter()
     device = resolve_device(cfg.device)
     task = cfg.model.task
+    if cfg.threads:  # NOTE: on a shared machine one thread per run beats two fighting for cores (train_speed.md)
+        torch.set_num_threads(cfg.threads)
 
     # -- data and model
     corpus, tok, splits = load_data(cfg.data, task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
@@ -501,7 +503,8 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
                                                  getattr(model.cfg, "n_layers", mcfg.n_layers), mcfg.context,
                                                  mcfg.vocab_size if task == "lm" else mcfg.n_classes),
         "tokens": step * tokens_per_step, "tokens_per_s": tokens_per_step / median_step if step_times else None,
-        "step_time_s": median_step, "train_seconds": train_seconds,
+        "step_time_s": median_step, "first_step_s": hist["step_time"][0] if hist["step_time"] else None,
+        "train_seconds": train_seconds,
         "wall_seconds": time.perf_counter() - t_start, "peak_mem_bytes": peak_memory(device),
         "n_grad_spikes": sum(e["kind"] == "grad_spike" for e in hist["events"]),
         "n_loss_spikes": sum(e["kind"] == "loss_spike" for e in hist["events"]),

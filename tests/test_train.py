@@ -9,9 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
 
-from ffnlab.model import ModelConfig
-from ffnlab.train import TrainConfig, lr_at, spike, train
+from ffnlab.model import ModelConfig, attend
+from ffnlab.train import TrainConfig, get_batch, lr_at, spike, train
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 
@@ -77,6 +79,49 @@ def test_validation_loss_falls_on_bundled_corpus():
     assert losses[0] > 4.0 and losses[-1] < losses[0] - 0.5, losses  # from ln(vocab) to well below
 
 
+def test_lm_batch_is_windows_and_their_next_tokens():
+    data = torch.arange(1000)  # token id == position, so each row shows where its window starts
+    x, y = get_batch(data, "lm", 6, 16, torch.Generator().manual_seed(3))
+    starts = torch.randint(1000 - 16 - 1, (6,), generator=torch.Generator().manual_seed(3))
+    for row, i in enumerate(starts.tolist()):
+        assert x[row].tolist() == list(range(i, i + 16)) and y[row].tolist() == list(range(i + 1, i + 17))
+    assert x.shape == y.shape == (6, 16) and x.is_contiguous() and y.is_contiguous() and x.dtype == data.dtype
+
+
+def test_bf16_attention_runs_in_fp32_on_cpu():
+    q, k, v = (torch.randn(2, 2, 16, 8, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attend(q, k, v, causal=True)
+    exact = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, exact.bfloat16())  # fp32 math, one rounding at the end
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0
+    q32, k32, v32 = (t.detach().float() for t in (q, k, v))
+    assert torch.equal(attend(q32, k32, v32, causal=True), F.scaled_dot_product_attention(q32, k32, v32, is_causal=True))
+
+
+def test_bf16_training_is_deterministic_and_learns():
+    a = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
+    b = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
+    fp32 = train(tiny(max_steps=60, lr=3e-3, eval_every=20))
+    assert a["history"]["train_loss"] == b["history"]["train_loss"]
+    losses = [v["loss"] for v in a["history"]["val"]]
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert abs(a["final_val_loss"] - fp32["final_val_loss"]) < 0.1  # mixed precision, not a different run
+    assert a["first_step_s"] > 0 and a["tokens_per_s"] > 0
+
+
+def test_threads_option_sets_torch_threads():
+    before = torch.get_num_threads()
+    try:
+        r = train(tiny(threads=1, max_steps=2, eval_every=2))
+        assert torch.get_num_threads() == 1 and r["config"]["threads"] == 1 and r["status"] == "finished"
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="threads must be positive"):
+        tiny(threads=0)
+
+
 def cli(*args, **kw):
     return subprocess.run([sys.executable, "-m", "ffnlab.cli", *map(str, args)], capture_output=True, text=True, **kw)
 
@@ -115,6 +160,21 @@ def test_cli_json_output(run_cli):
     for key in ("ffn", "seed", "status", "final_val_loss", "params", "tokens_per_s", "steps"):
         assert key in r
     assert r["ffn"] == "relu" and r["steps"] == 5
+
+
+def test_cli_threads_and_eval_batches_reach_the_config(run_cli, tmp_path):
+    before = torch.get_num_threads()
+    try:
+        code, _, err = run_cli("train", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32, "--batch-size", 4,
+                               "--steps", 2, "--eval-every", 2, "--threads", 1, "--eval-batches", 3, "--quiet",
+                               "--out", tmp_path / "r.json")
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0, err
+    config = json.loads((tmp_path / "r.json").read_text())["config"]
+    assert config["threads"] == 1 and config["eval_batches"] == 3
+    code, _, err = run_cli("train", "--threads", 0)
+    assert code == 2 and "positive" in err
 
 
 @pytest.mark.parametrize("setup,args,needle", [

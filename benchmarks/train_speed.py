@@ -21,6 +21,8 @@ shared 2-core machine those decide the numbers more than anything in the code.
 Full runs: the reference and `--fast` for the whole 2000 steps, validation loss on `--eval-batches`
 fixed batches of the val split (ffnlab splits a local .txt 90/5/5 by position; nanoGPT 90/10).
 Defaults check: `ffnlab train --steps 200` as the CLI runs it (TrainConfig defaults, bundled corpus).
+`--competitor` runs the windows next to another 2-thread fp32 training process, as when another
+job shares the machine (start it under OMP_WAIT_POLICY=PASSIVE to see what libgomp's spinning costs).
 """
 from __future__ import annotations
 
@@ -78,6 +80,15 @@ def machine() -> dict:
             "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_AFFINITY",
                                                 "OMP_PROC_BIND", "TORCHINDUCTOR_CACHE_DIR") if k in os.environ},
             "commit": commit}
+
+
+def start_competitor() -> subprocess.Popen:
+    """Another process training the recipe in fp32 on two threads until killed: a neighbour's job."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from dataclasses import replace; "
+            "from train_speed import RECIPE; from ffnlab.train import train; "
+            "train(replace(RECIPE, max_steps=10**9, eval_every=10**9, eval_batches=1, threads=2))")
+    return subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def window(cfg: TrainConfig) -> dict:
@@ -142,7 +153,9 @@ def defaults_check(log) -> list[dict]:
     thread: seconds and validation loss at steps 0 and 200."""
     rows = []
     for label, overrides in (("defaults (fp32)", {}), ("defaults, bf16", {"precision": "bf16"}),
-                             ("defaults, 1 thread", {"threads": 1})):
+                             ("defaults, bf16 compile", {"precision": "bf16", "compile": True}),
+                             ("defaults, 1 thread", {"threads": 1}),
+                             ("defaults, bf16, 1 thread", {"precision": "bf16", "threads": 1})):
         torch.set_num_threads(DEFAULT_THREADS)
         load0, wall0 = os.getloadavg()[0], time.perf_counter()
         r = train(replace(TrainConfig(max_steps=200), **overrides))
@@ -154,9 +167,46 @@ def defaults_check(log) -> list[dict]:
     return rows
 
 
+def attention_times(repeats: int = 7, calls: int = 20) -> list[dict]:
+    """Milliseconds of one attention forward+backward at the recipe's shape (B 12, 4 heads, T 64, head 32)
+    per dtype and SDPA backend, and of `ffnlab.model.attend` (which runs bf16 in fp32 on the CPU)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from ffnlab.model import attend
+
+    def run(dtype, backend):
+        q, k, v = (torch.randn(12, 4, 64, 32, dtype=dtype, requires_grad=True) for _ in range(3))
+        grad = torch.randn(12, 4, 64, 32, dtype=dtype)
+
+        def once():
+            if backend == "attend":
+                out = attend(q, k, v, causal=True)
+            else:
+                with sdpa_kernel(backend):
+                    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.backward(grad)
+        return once
+
+    fns = {(str(dtype)[6:], name): run(dtype, backend) for dtype in (torch.float32, torch.bfloat16)
+           for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("math", SDPBackend.MATH),
+                                 ("ffnlab attend", "attend"))}
+    times = {key: [] for key in fns}
+    for fn in fns.values():
+        fn()  # warm-up
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[key].append((time.perf_counter() - start) / calls * 1e3)
+    return [{"dtype": d, "backend": b, "ms": statistics.median(t), "threads": torch.get_num_threads()}
+            for (d, b), t in times.items()]
+
+
 def markdown(result: dict) -> str:
     """The tables of a result, as Markdown."""
-    lines = [f"command: `{result['command']}`", "", f"machine: `{json.dumps(result['machine'])}`", ""]
+    lines = [f"command: `{result['command']}`", "", f"machine: `{json.dumps(result['machine'])}`", "",
+             f"uptime at start: `{result['uptime_start']}`; at end: `{result['uptime_end']}`", ""]
     if result.get("windows"):
         lines += ["| configuration | tokens/s (median) | best | x reference (median of paired ratios) | "
                   "first step s (compile) | load | cores used |", "|---|---|---|---|---|---|---|"]
@@ -174,6 +224,12 @@ def markdown(result: dict) -> str:
         for name, text in PUBLISHED.items():
             lines.append(f"| {name} | {text} | | | | | | |")
         lines.append("")
+    if result.get("attention"):
+        lines += ["| attention fwd+bwd, (12, 4, 64, 32) | fp32 ms | bf16 ms |", "|---|---|---|"]
+        for backend in ("flash", "math", "ffnlab attend"):
+            ms = {r["dtype"]: r["ms"] for r in result["attention"] if r["backend"] == backend}
+            lines.append(f"| {backend} | {ms['float32']:.2f} | {ms['bfloat16']:.2f} |")
+        lines.append("")
     if result.get("defaults"):
         lines += ["| `ffnlab train --steps 200` | wall s | train s | tokens/s | val loss step 0 -> 200 | load |",
                   "|---|---|---|---|---|---|"]
@@ -188,13 +244,15 @@ def main(argv=None) -> int:
     p.add_argument("--candidates", default=",".join(CANDIDATES), help="comma-separated names from CANDIDATES")
     p.add_argument("--repeats", type=int, default=5, help="timing windows per candidate (after a warm-up round)")
     p.add_argument("--window", type=int, default=200, help="steps per timing window")
-    p.add_argument("--fast", default="bf16 compile", help="the candidate given a full 2000-step run")
+    p.add_argument("--fast", default="bf16 compile", help="comma-separated candidates given a full 2000-step run")
     p.add_argument("--seeds", type=int, default=1, help="full runs per configuration")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: windows, full, defaults")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: attention, windows, full, defaults")
+    p.add_argument("--competitor", action="store_true", help="time the windows next to another training process")
     p.add_argument("--json", help="also write the whole result here")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.candidates.split(",") if n.strip()]
-    unknown = [n for n in names + [args.fast] if n not in CANDIDATES]
+    fast = [n.strip() for n in args.fast.split(",") if n.strip()]
+    unknown = [n for n in names + fast if n not in CANDIDATES]
     if unknown:
         p.error(f"unknown candidate {unknown[0]!r}; valid: {', '.join(CANDIDATES)}")
     if REFERENCE not in names:
@@ -205,12 +263,21 @@ def main(argv=None) -> int:
               "uptime_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
     print(f"command: {result['command']}\nmachine: {json.dumps(result['machine'])}\nuptime: {result['uptime_start']}",
           flush=True)
+    if "attention" not in skip:
+        torch.set_num_threads(DEFAULT_THREADS)
+        result["attention"] = attention_times()
     if "windows" not in skip:
-        windows = time_windows(names, args.repeats, args.window, log)
+        competitor = start_competitor() if args.competitor else None
+        try:
+            windows = time_windows(names, args.repeats, args.window, log)
+        finally:
+            if competitor is not None:
+                competitor.kill()
+                competitor.wait()
         result["windows"] = summarize(windows, names)
         result["raw_windows"] = windows
     if "full" not in skip:
-        result["full"] = [full_run(name, log, seed) for seed in range(args.seeds) for name in (REFERENCE, args.fast)]
+        result["full"] = [full_run(name, log, seed) for seed in range(args.seeds) for name in [REFERENCE, *fast]]
     if "defaults" not in skip:
         result["defaults"] = defaults_check(log)
     result["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()

@@ -1,0 +1,51 @@
+"""Time the default study (`ffnlab compare` with no arguments) end to end on this machine.
+
+    python benchmarks/compare_default.py [--keep DIR] [extra compare flags...]
+
+Runs the command in a fresh store (a temporary folder unless --keep), prints the command, the
+machine, the library versions, the wall time and the ranking, so the README's numbers can be
+traced. A benchmark, not a test: the time depends on the machine and on what else runs on it.
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "load_before": os.getloadavg()}
+
+
+def main(argv):
+    keep = None
+    if argv[:1] == ["--keep"]:
+        keep, argv = argv[1], argv[2:]
+    folder = keep or tempfile.mkdtemp(prefix="ffnlab-bench-")
+    cmd = [sys.executable, "-m", "ffnlab.cli", "compare", "--store", os.path.join(folder, "ffnlab.db"), "--json",
+           *argv]
+    print("command:", " ".join(cmd[1:]))
+    print("machine:", json.dumps(machine()))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        sys.exit(proc.stderr)
+    out = json.loads(proc.stdout)
+    print(f"wall: {wall:.0f} s ({wall / 60:.1f} min), load after: {os.getloadavg()}")
+    for r in out["variants"]:
+        print(f"  {r['ffn']:<8} loss {r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
+              f"delta {r['delta']:+.4f}  p_adj {r['p_adj'] if r['p_adj'] is None else round(r['p_adj'], 3)}  "
+              f"{r['tokens_per_s']:,.0f} tok/s")
+    print("verdict:", out["verdict"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -203,6 +203,38 @@ def attention_times(repeats: int = 7, calls: int = 20) -> list[dict]:
             for (d, b), t in times.items()]
 
 
+PROFILE_GROUPS = (  # (group, test on an op's name), first match wins
+    ("matmul (mm, addmm, bmm)", lambda n: n in ("aten::mm", "aten::addmm", "aten::bmm")),
+    ("attention (SDPA kernels)", lambda n: "scaled_dot_product" in n and not n.startswith("graph_")),
+    ("inductor fused kernels", lambda n: n.startswith("graph_")),
+    ("AdamW (fused)", lambda n: n == "aten::_fused_adamw_"),
+    ("gradient clipping norms", lambda n: n in ("aten::linalg_vector_norm", "aten::_foreach_norm")),
+    ("casts and copies", lambda n: n in ("aten::copy_", "aten::_to_copy")),
+    ("GELU", lambda n: n in ("aten::gelu", "aten::gelu_backward")),
+    ("LayerNorm", lambda n: "layer_norm" in n),
+)
+
+
+def profile_breakdown(name: str, steps: int = 40) -> list[dict]:
+    """Milliseconds per step by kind of op (self CPU time under torch.profiler, so slightly inflated)
+    for one candidate: what a faster step would have to cut."""
+    import torch._inductor.config as inductor_config
+    from torch.profiler import profile
+
+    torch._dynamo.reset()
+    inductor_config.cpp.enable_kernel_profile = True  # name each generated kernel in the profile
+    cfg = replace(RECIPE, max_steps=steps, eval_every=steps, eval_batches=1, **CANDIDATES[name])
+    train(replace(cfg, max_steps=3, eval_every=3))  # compile outside the profile
+    with profile() as prof:
+        train(cfg)
+    inductor_config.cpp.enable_kernel_profile = False
+    groups = {}
+    for event in prof.key_averages():
+        group = next((g for g, test in PROFILE_GROUPS if test(event.key)), "everything else (dispatch, Python, ...)")
+        groups[group] = groups.get(group, 0.0) + event.self_cpu_time_total / 1e3 / steps
+    return [{"candidate": name, "group": g, "ms_per_step": ms} for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])]
+
+
 def markdown(result: dict) -> str:
     """The tables of a result, as Markdown."""
     lines = [f"command: `{result['command']}`", "", f"machine: `{json.dumps(result['machine'])}`", "",
@@ -230,6 +262,17 @@ def markdown(result: dict) -> str:
             ms = {r["dtype"]: r["ms"] for r in result["attention"] if r["backend"] == backend}
             lines.append(f"| {backend} | {ms['float32']:.2f} | {ms['bfloat16']:.2f} |")
         lines.append("")
+    if result.get("profile"):
+        lines += ["| profile: ms per step | " + " | ".join(result["profile"]) + " |",
+                  "|---|" + "---|" * len(result["profile"])]
+        groups = [g for g, _ in PROFILE_GROUPS] + ["everything else (dispatch, Python, ...)"]
+        for g in groups + ["total"]:
+            cells = []
+            for rows in result["profile"].values():
+                ms = {r["group"]: r["ms_per_step"] for r in rows}
+                cells.append(f"{sum(ms.values()) if g == 'total' else ms.get(g, 0.0):.1f}")
+            lines.append(f"| {g} | " + " | ".join(cells) + " |")
+        lines.append("")
     if result.get("defaults"):
         lines += ["| `ffnlab train --steps 200` | wall s | train s | tokens/s | val loss step 0 -> 200 | load |",
                   "|---|---|---|---|---|---|"]
@@ -246,7 +289,8 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=int, default=200, help="steps per timing window")
     p.add_argument("--fast", default="bf16 compile", help="comma-separated candidates given a full 2000-step run")
     p.add_argument("--seeds", type=int, default=1, help="full runs per configuration")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: attention, windows, full, defaults")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: attention, windows, profile, full, "
+                                             "defaults")
     p.add_argument("--competitor", action="store_true", help="time the windows next to another training process")
     p.add_argument("--json", help="also write the whole result here")
     args = p.parse_args(argv)
@@ -276,6 +320,8 @@ def main(argv=None) -> int:
                 competitor.wait()
         result["windows"] = summarize(windows, names)
         result["raw_windows"] = windows
+    if "profile" not in skip:
+        result["profile"] = {name: profile_breakdown(name) for name in [REFERENCE, *fast]}
     if "full" not in skip:
         result["full"] = [full_run(name, log, seed) for seed in range(args.seeds) for name in [REFERENCE, *fast]]
     if "defaults" not in skip:

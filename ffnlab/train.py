@@ -407,7 +407,9 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
     total = math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps
     autocast = functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16,
                                  enabled=cfg.precision == "bf16")
-    step_fn = torch.compile(model) if cfg.compile else model
+    # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
+    # ran 3x slower than eager here (benchmarks/train_speed.md)
+    step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
 
     # -- resume
     hist = {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}

@@ -203,6 +203,7 @@ def attention_times(repeats: int = 7, calls: int = 20) -> list[dict]:
             for (d, b), t in times.items()]
 
 
+OTHER = "everything else (dispatch, Python, ...)"
 PROFILE_GROUPS = (  # (group, test on an op's name), first match wins
     ("matmul (mm, addmm, bmm)", lambda n: n in ("aten::mm", "aten::addmm", "aten::bmm")),
     ("attention (SDPA kernels)", lambda n: "scaled_dot_product" in n and not n.startswith("graph_")),
@@ -215,24 +216,36 @@ PROFILE_GROUPS = (  # (group, test on an op's name), first match wins
 )
 
 
-def profile_breakdown(name: str, steps: int = 40) -> list[dict]:
+def profile_breakdown(name: str, steps: int = 40, warm: int = 5) -> list[dict]:
     """Milliseconds per step by kind of op (self CPU time under torch.profiler, so slightly inflated)
-    for one candidate: what a faster step would have to cut."""
+    for one candidate on one thread (a neighbour's job can stretch two threads many times over, see
+    --competitor), over the steps after `warm` (compile and warm-up left out): the work a faster step
+    would have to cut."""
     import torch._inductor.config as inductor_config
     from torch.profiler import profile
 
     torch._dynamo.reset()
     inductor_config.cpp.enable_kernel_profile = True  # name each generated kernel in the profile
-    cfg = replace(RECIPE, max_steps=steps, eval_every=steps, eval_batches=1, **CANDIDATES[name])
-    train(replace(cfg, max_steps=3, eval_every=3))  # compile outside the profile
-    with profile() as prof:
-        train(cfg)
+    prof = profile()
+
+    def progress(step, total, _):  # called after every step
+        if step == warm:
+            prof.start()
+        elif step == total:
+            prof.stop()
+    train(replace(RECIPE, max_steps=warm + steps, eval_every=10**6, eval_batches=1,
+                  **{**CANDIDATES[name], "threads": 1}),
+          progress=progress)
     inductor_config.cpp.enable_kernel_profile = False
-    groups = {}
+    groups, other = {}, {}
     for event in prof.key_averages():
-        group = next((g for g, test in PROFILE_GROUPS if test(event.key)), "everything else (dispatch, Python, ...)")
+        group = next((g for g, test in PROFILE_GROUPS if test(event.key)), OTHER)
         groups[group] = groups.get(group, 0.0) + event.self_cpu_time_total / 1e3 / steps
-    return [{"candidate": name, "group": g, "ms_per_step": ms} for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])]
+        if group == OTHER:
+            other[event.key] = event.self_cpu_time_total / 1e3 / steps
+    top = sorted(other.items(), key=lambda kv: -kv[1])[:6]
+    return [{"candidate": name, "group": g, "ms_per_step": ms} for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])] \
+        + [{"candidate": name, "group": f"  of which {op}", "ms_per_step": ms} for op, ms in top]
 
 
 def markdown(result: dict) -> str:
@@ -263,15 +276,19 @@ def markdown(result: dict) -> str:
             lines.append(f"| {backend} | {ms['float32']:.2f} | {ms['bfloat16']:.2f} |")
         lines.append("")
     if result.get("profile"):
-        lines += ["| profile: ms per step | " + " | ".join(result["profile"]) + " |",
+        lines += ["| profile, 1 thread: ms per step | " + " | ".join(result["profile"]) + " |",
                   "|---|" + "---|" * len(result["profile"])]
-        groups = [g for g, _ in PROFILE_GROUPS] + ["everything else (dispatch, Python, ...)"]
+        groups = [g for g, _ in PROFILE_GROUPS] + [OTHER]
         for g in groups + ["total"]:
             cells = []
             for rows in result["profile"].values():
                 ms = {r["group"]: r["ms_per_step"] for r in rows}
-                cells.append(f"{sum(ms.values()) if g == 'total' else ms.get(g, 0.0):.1f}")
+                total = sum(v for k, v in ms.items() if not k.startswith("  of which"))
+                cells.append(f"{total if g == 'total' else ms.get(g, 0.0):.1f}")
             lines.append(f"| {g} | " + " | ".join(cells) + " |")
+        for name, rows in result["profile"].items():
+            lines.append(f"| {name}: largest of 'everything else' | " + "; ".join(
+                f"{r['group'][11:].strip('# ')[:32]} {r['ms_per_step']:.2f}" for r in rows if r["group"].startswith("  of which")) + " |")
         lines.append("")
     if result.get("defaults"):
         lines += ["| `ffnlab train --steps 200` | wall s | train s | tokens/s | val loss step 0 -> 200 | load |",

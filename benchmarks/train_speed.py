@@ -83,11 +83,13 @@ def machine() -> dict:
 
 
 def start_competitor() -> subprocess.Popen:
-    """Another process training the recipe in fp32 on two threads until killed: a neighbour's job."""
+    """Another process training the recipe in fp32 on two threads until killed (or for 30 minutes): a
+    neighbour's job, with OpenMP's default waiting policy whatever this process was started with."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from dataclasses import replace; "
             "from train_speed import RECIPE; from ffnlab.train import train; "
-            "train(replace(RECIPE, max_steps=10**9, eval_every=10**9, eval_batches=1, threads=2))")
-    return subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)],
+            "train(replace(RECIPE, max_steps=10**9, max_seconds=1800, eval_every=10**9, eval_batches=1, threads=2))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    return subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

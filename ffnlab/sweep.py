@@ -32,7 +32,7 @@ DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
 DEFAULT_VARIANTS = ("relu", "gelu", "silu", "reglu", "geglu", "swiglu")
 
 # Model shapes and budgets per preset. `standard` is the default study: 6 variants x 3 seeds on
-# the bundled corpus in about 10 minutes on 2 CPU cores (see README). `paper` keeps the shape of
+# the bundled corpus in about 4 minutes on 2 idle CPU cores (README, Performance). `paper` keeps the shape of
 # Shazeer 2020's setup (pre-norm, no dropout, gated widths matched to 4x dense in parameters,
 # equal steps, 6 layers) at the largest size one CPU can train in hours, not weeks.
 PRESETS: dict[str, dict] = {
@@ -40,7 +40,7 @@ PRESETS: dict[str, dict] = {
                   eval_every=10, eval_batches=2, warmup_steps=5, checkpoint_every=10),
     "quick": dict(model=dict(n_layers=2, n_heads=2, d_model=64, context=64), batch_size=16, max_steps=150,
                   eval_every=50, eval_batches=4, warmup_steps=10, checkpoint_every=50),
-    "standard": dict(model=dict(n_layers=2, n_heads=4, d_model=128, context=64), batch_size=16, max_steps=300,
+    "standard": dict(model=dict(n_layers=2, n_heads=4, d_model=128, context=64), batch_size=16, max_steps=600,
                      eval_every=50, eval_batches=8, warmup_steps=20, checkpoint_every=100),
     "paper": dict(model=dict(n_layers=6, n_heads=8, d_model=256, context=256), batch_size=32, max_steps=5000,
                   eval_every=250, eval_batches=16, warmup_steps=200, lr=1e-3, min_lr=1e-4, checkpoint_every=250),

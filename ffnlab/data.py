@@ -12,7 +12,8 @@ No document is in two splits. How each kind of source is split:
 - a `.txt` file: by position, the first 90% of the characters to train, then 5% val, 5% test,
   each cut moved forward to the next line break.
 - a folder of `.txt` files: whole files; by name when the file names start with split names
-  (train.txt, valid.txt, test.txt); otherwise, with >= 3 files, ranked by sha256 of their path
+  (train.txt, valid.txt, test.txt; a missing test takes the val file, a missing val is the last 10%
+  of the train text by position); otherwise, with >= 3 files, ranked by sha256 of their path
   (10% val, 10% test, at least one each); with 1-2 files, joined and split by position as above.
 - rows (`.jsonl`, `.csv`, `.parquet`, a folder of them, a saved or named Hugging Face dataset): the
   source's own splits (train / validation|valid|val|dev / test, from a split name, a file name or a
@@ -508,11 +509,17 @@ def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
     named = {rel: SPLIT_NAMES.get(file_split(Path(rel)), "all") for rel in texts}
     source = f"{len(files)} text file(s) under {root}"
     if set(named.values()) >= {"train", "test"} or set(named.values()) >= {"train", "val"}:
-        parts: dict = {}
-        for rel, split in named.items():
-            parts.setdefault(split, ([], None))[0].append(texts[rel])
-        corpus = from_rows(name, "lm", parts, None, source)
-        corpus.meta["split_rule"] = "by file name (train*/val*/test*); " + corpus.meta["split_rule"]
+        by_name = {s: [texts[rel] for rel in sorted(texts) if named[rel] == s] for s in ("train", "val", "test", "all")}
+        notes = ["by file name (train*/val*/test*)"]
+        if not by_name["test"]:  # as for rows: a missing test takes val, then val is carved from train
+            by_name["test"], by_name["val"] = by_name["val"], []
+            notes.append("test = the val file(s)")
+        if not by_name["val"]:  # by position: a few whole files cannot be split by hash
+            train, val, _ = split_text("\n\n".join(by_name["train"]), (0.9, 0.1, 0.0))
+            by_name["train"], by_name["val"] = [train], [val]
+            notes.append("val = the last 10% of the train text by position")
+        corpus = from_rows(name, "lm", {s: (docs, None) for s, docs in by_name.items() if docs}, None, source)
+        corpus.meta["split_rule"] = "; ".join(notes)
         return corpus
     if len(texts) >= 3:
         splits = split_names(sorted(texts))

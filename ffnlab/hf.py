@@ -27,7 +27,7 @@ from torch import nn
 from ffnlab.activations import ACTIVATIONS, closest, get_activation
 from ffnlab.ffn import GATED, INITS, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, ffn_flops_per_token, \
     ffn_param_count, get_ffn_spec, init_ffn
-from ffnlab.model import _param_seed
+from ffnlab.model import param_seed
 
 
 class UnsupportedModelError(ValueError):
@@ -499,7 +499,7 @@ def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: i
     for path, module in hf.named_modules():
         if isinstance(getattr(module, "spec", None), FFNSpec):
             init_ffn(module, init, lambda n, shape, prefix=path: torch.Generator().manual_seed(
-                _param_seed(seed, f"{prefix}.{n}", shape)))
+                param_seed(seed, f"{prefix}.{n}", shape)))
             if isinstance(module, GatedFFN):
                 module.fused = None  # re-initialised: no pretrained numbers to keep, so the fused default
     ffns = ffn_modules(hf)

@@ -221,7 +221,8 @@ class Transformer(nn.Module):
         return block.attn.weights(block.norm1(x) if block.pre else x, rope)
 
 
-def _param_seed(seed: int, name: str, shape) -> int:
+def param_seed(seed: int, name: str, shape) -> int:
+    """The seed of one parameter's generator: equal for equal (seed, name, shape) in any model."""
     digest = hashlib.sha256(f"{seed}/{name}/{tuple(shape)}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
@@ -238,7 +239,7 @@ def init_weights(model: Transformer, seed: int = 0):
     cfg = model.cfg
 
     def generator(name, shape):
-        return torch.Generator().manual_seed(_param_seed(seed, name, shape))
+        return torch.Generator().manual_seed(param_seed(seed, name, shape))
 
     for name, module in model.named_modules():
         if name.endswith(".ffn"):

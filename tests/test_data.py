@@ -141,6 +141,18 @@ def test_txt_folder_by_split_names(tmp_path):
     assert (corpus.train, corpus.val, corpus.test) == ([texts["train"]], [texts["valid"]], [texts["test"]])
 
 
+@pytest.mark.parametrize("held_out", ["valid", "test"])
+def test_txt_folder_with_one_held_out_file(tmp_path, held_out):
+    train = write_lines(tmp_path / "train.txt", 200)
+    other = write_lines(tmp_path / f"{held_out}.txt", 30)
+    corpus = load_corpus(str(tmp_path))
+    assert corpus.test == [other]  # a lone valid file becomes test, as for rows
+    assert corpus.val and corpus.val[0].strip()  # val: the end of the train text, cut at a line break
+    assert corpus.train[0] + corpus.val[0] == train
+    assert corpus.train[0].endswith("\n") and 0.85 < len(corpus.train[0]) / len(train) < 0.95
+    assert "last 10% of the train text" in corpus.meta["split_rule"]
+
+
 def test_two_txt_files_split_by_position(tmp_path):
     a = write_lines(tmp_path / "a.txt", 300)
     b = write_lines(tmp_path / "b.txt", 300)

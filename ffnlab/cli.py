@@ -103,7 +103,8 @@ def add_run_args(p):
     p.add_argument("--warmup", type=int)
     p.add_argument("--eval-every", type=positive_int)
     p.add_argument("--eval-batches", type=positive_int, help="fixed validation batches per evaluation (default 8)")
-    p.add_argument("--precision", choices=("fp32", "bf16"))
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"),
+                   help="auto (default): bf16 autocast on a CPU with AMX or a GPU with bf16, else fp32")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"))
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     p.add_argument("--threads", type=positive_int, help="CPU threads per run (torch.set_num_threads); on a busy "

@@ -26,7 +26,7 @@ from ffnlab.ffn import get_ffn_spec
 from ffnlab.stats import compare as compare_stats
 from ffnlab.stats import seed_noise
 from ffnlab.store import Store
-from ffnlab.train import TrainConfig, train
+from ffnlab.train import TrainConfig, resolve_precision, train
 
 DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
 DEFAULT_VARIANTS = ("relu", "gelu", "silu", "reglu", "geglu", "swiglu")
@@ -120,8 +120,10 @@ def plan(study: Study) -> list[TrainConfig]:
     """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds."""
     axis_names = list(study.axes)
     runs = []
+    # precision 'auto' is resolved here, so a run's identity says whether it trains in bf16 or fp32
+    base = replace(study.base, precision=resolve_precision(study.base.precision, study.base.device))
     for values in itertools.product(*(study.axes[a] for a in axis_names)):
-        cfg = study.base
+        cfg = base
         for axis, value in zip(axis_names, values):
             cfg = set_field(cfg, AXES[axis], value)
         for variant in study.variants:

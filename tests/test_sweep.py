@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 import pytest
+import torch
 
 from ffnlab.store import Store
 from ffnlab.sweep import Study, plan, preset_config, run_id, run_study
@@ -131,7 +132,14 @@ def test_ray_backend_runs_the_smoke_preset(tmp_path):
     pytest.importorskip("ray")
     summary = run_study(smoke_study(), tmp_path / "ray.db", backend="ray", quiet=True)
     assert {r["n_seeds"] for r in summary["variants"]} == {2}
-    local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)
+    # a Ray task trains on one thread; bf16 matmuls (precision auto on an AMX CPU) round
+    # differently with another thread count, so the local runs get one thread too
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)
+    finally:
+        torch.set_num_threads(threads)
     assert [r["mean"] for r in summary["variants"]] == [r["mean"] for r in local["variants"]]
 
 

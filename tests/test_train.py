@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from ffnlab.model import ModelConfig, attend
-from ffnlab.train import TrainConfig, get_batch, lr_at, spike, train
+from ffnlab import train as train_module
+from ffnlab.sweep import Study, plan
+from ffnlab.train import TrainConfig, get_batch, lr_at, resolve_precision, spike, train
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 
@@ -24,9 +26,9 @@ def tiny(**kw) -> TrainConfig:
 
 
 def test_same_seed_gives_bitwise_identical_losses():
-    a = train(tiny(seed=1, model=replace(TINY, ffn="swiglu")))
-    b = train(tiny(seed=1, model=replace(TINY, ffn="swiglu")))
-    c = train(tiny(seed=2, model=replace(TINY, ffn="swiglu")))
+    a = train(tiny(seed=1, model=replace(TINY, ffn="swiglu"), precision="fp32"))
+    b = train(tiny(seed=1, model=replace(TINY, ffn="swiglu"), precision="fp32"))
+    c = train(tiny(seed=2, model=replace(TINY, ffn="swiglu"), precision="fp32"))
     assert a["history"]["train_loss"] == b["history"]["train_loss"]
     assert a["final_val_loss"] == b["final_val_loss"]
     assert a["history"]["train_loss"] != c["history"]["train_loss"]
@@ -103,12 +105,30 @@ def test_bf16_attention_runs_in_fp32_on_cpu():
 def test_bf16_training_is_deterministic_and_learns():
     a = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
     b = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
-    fp32 = train(tiny(max_steps=60, lr=3e-3, eval_every=20))
+    fp32 = train(tiny(precision="fp32", max_steps=60, lr=3e-3, eval_every=20))
     assert a["history"]["train_loss"] == b["history"]["train_loss"]
     losses = [v["loss"] for v in a["history"]["val"]]
     assert losses[-1] < losses[0] - 0.5, losses
     assert abs(a["final_val_loss"] - fp32["final_val_loss"]) < 0.1  # mixed precision, not a different run
     assert a["first_step_s"] > 0 and a["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("amx,want", [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_is_bf16_only_where_the_cpu_has_amx(monkeypatch, amx, want):
+    monkeypatch.setattr(train_module, "cpu_has_amx", lambda: amx)
+    assert resolve_precision("auto", "cpu") == want
+    assert resolve_precision("fp32", "cpu") == "fp32" and resolve_precision("bf16", "cpu") == "bf16"
+    if not torch.cuda.is_available():
+        assert resolve_precision("auto", "cuda") == "auto"  # the machine that runs it decides
+    # a study stores (and hashes) the resolved precision; a run's result says what it trained in
+    assert {cfg.precision for cfg in plan(Study(variants=["relu", "gelu"], seeds=2))} == {want}
+    r = train(tiny(max_steps=2, eval_every=2))
+    assert r["precision"] == r["config"]["precision"] == want
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(ValueError, match="unknown precision 'fp8'; valid: auto, fp32, bf16"):
+        tiny(precision="fp8")
 
 
 def test_threads_option_sets_torch_threads():

@@ -405,7 +405,8 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
-    p.add_argument("--log-to", default=None, choices=("mlflow", "tensorboard"))
+    p.add_argument("--log-to", default=None, choices=("mlflow", "tensorboard"),
+                   help="mirror finished runs there (mlflow: your tracking URI, else mlflow.db beside the store)")
     p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report (default: written to "
                    "report/ beside the store)")
     p.set_defaults(func=cmd_compare)

@@ -204,3 +204,36 @@ def test_log_to_tensorboard_mirrors_curves(tmp_path):
     with Store(tmp_path / "s.db", create=False) as s:
         stored = [v for _, _, v in s.metrics(runs[0].name, "val_loss")]
     assert [e.value for e in acc.Scalars("val_loss")] == pytest.approx(stored)
+
+
+def test_log_to_mlflow_mirrors_curves(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    study = smoke_study(variants=["relu", "gelu"], base=replace(preset_config("smoke"), max_steps=10))
+    run_study(study, tmp_path / "s.db", quiet=True, log_to="mlflow")
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 4 and {r.data.params["ffn"] for r in runs} == {"relu", "gelu"}
+    run = runs[0]
+    with Store(tmp_path / "s.db", create=False) as s:
+        stored = [(step, v) for step, _, v in s.metrics(run.data.params["run_id"], "val_loss")]
+    logged = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "val_loss"))
+    assert [step for step, _ in logged] == [step for step, _ in stored] and len(stored) > 1
+    assert [v for _, v in logged] == pytest.approx([v for _, v in stored])
+    assert run.data.params["precision"] in ("fp32", "bf16")
+
+
+def test_log_to_mlflow_defaults_to_a_file_beside_the_store(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # nothing may land in the working directory either
+    (tmp_path / "runs").mkdir()
+    study = smoke_study(variants=["relu", "gelu"], seeds=2, base=replace(preset_config("smoke"), max_steps=10))
+    run_study(study, tmp_path / "runs" / "s.db", quiet=True, log_to="mlflow")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("ffnlab")
+    assert len(client.search_runs([exp.experiment_id])) == 4

@@ -212,6 +212,7 @@ def test_log_to_mlflow_mirrors_curves(tmp_path, monkeypatch):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # MLflow puts a user-set URI's artifacts in ./mlruns
     study = smoke_study(variants=["relu", "gelu"], base=replace(preset_config("smoke"), max_steps=10))
     run_study(study, tmp_path / "s.db", quiet=True, log_to="mlflow")
     client = MlflowClient(uri)

@@ -32,7 +32,7 @@ DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
 DEFAULT_VARIANTS = ("relu", "gelu", "silu", "reglu", "geglu", "swiglu")
 
 # Model shapes and budgets per preset. `standard` is the default study: 6 variants x 3 seeds on
-# the bundled corpus in about 4 minutes on 2 idle CPU cores (README, Performance). `paper` keeps the shape of
+# the bundled corpus in about 3 minutes on 2 idle CPU cores (README, Performance). `paper` keeps the shape of
 # Shazeer 2020's setup (pre-norm, no dropout, gated widths matched to 4x dense in parameters,
 # equal steps, 6 layers) at the largest size one CPU can train in hours, not weeks.
 PRESETS: dict[str, dict] = {

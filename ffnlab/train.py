@@ -386,8 +386,8 @@ def cpu_has_amx() -> bool:
 def resolve_precision(precision: str, device: str) -> str:
     """'auto' -> 'bf16' where bf16 matmuls are native (a CUDA GPU with bf16, a CPU with AMX), else 'fp32'.
 
-    bf16 autocast on this project's AMX CPU trains 1.3x faster than fp32 with the same final loss to
-    4e-4 nats, less than the spread between two seeds (benchmarks/train_speed.md); without AMX it is
+    bf16 autocast on this project's AMX CPU trains 1.38x faster than fp32 with the same final loss to
+    7e-4 nats, less than the spread between two seeds (benchmarks/train_speed.md); without AMX it is
     emulated and slower. A 'cuda' or 'auto' device on a machine without CUDA stays 'auto': the machine
     that runs it decides.
     """

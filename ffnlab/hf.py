@@ -2,14 +2,16 @@
 Hugging Face architectures behind ffnlab's `forward(idx, targets) -> (logits, loss)` interface.
 
     swap_ffn(model, "swiglu")            replaces every FFN of that one model instance in place
+    load_swapped(folder)                 a swapped model saved with save_pretrained, loaded back
     build_hf_model(config, "geglu")      random-init model from a config, FFN swapped, seeded
     hf_to_ffnlab / ffnlab_to_hf          activation names both ways (hidden_act, feed_forward_proj)
     model_activation(config)             the ffnlab activation a config's FFN runs
 
 Supported families live in one table, `FAMILIES`: where the FFNs are, how to read their weights
 under ffnlab's names (w_gate/w_up/w_down, w_in/w_out) and how to put a replacement in place.
-Nothing is patched at class level: only the given instance's submodules change, and its config is
-left as it was (it still describes the original FFN).
+Nothing is patched at class level: only the given instance's submodules change. Its config keeps
+describing the original FFN and gains `ffnlab_ffn` ({"ffn", "match"}), which `save_pretrained`
+writes to config.json and `load_swapped` reads to rebuild the same modules before loading weights.
 """
 from __future__ import annotations
 
@@ -366,6 +368,7 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = "aut
         for new_path, old in family.install(model, path, new).items():
             model.get_submodule(new_path).train(old.training)  # new modules start in train mode
             replaced[new_path] = old
+    model.config.ffnlab_ffn = {"ffn": spec.name, "match": match}  # saved with the config: see load_swapped
     if fresh:
         warnings.warn(f"{len(units)} FFNs swapped from {fresh} to {spec.name}: they are freshly initialised, so "
                       "pretrained weights no longer fit and the model needs (continued) training",
@@ -377,6 +380,54 @@ def restore_ffn(model: nn.Module, replaced: dict[str, nn.Module]):
     """Put back the modules `swap_ffn` returned."""
     for path, module in replaced.items():
         model.set_submodule(path, module)
+    if hasattr(model.config, "ffnlab_ffn"):
+        del model.config.ffnlab_ffn
+
+
+def _tied_to(model: nn.Module, key: str, loaded: set[int]) -> bool:
+    try:
+        return model.get_parameter(key).data_ptr() in loaded
+    except AttributeError:  # a buffer, or no such parameter
+        return False
+
+
+def load_swapped(folder: str | os.PathLike, model_class=None) -> nn.Module:
+    """A model that `swap_ffn` changed and `save_pretrained` wrote to `folder`, loaded back (eval mode).
+
+    The architecture comes from config.json (`model_class`, default its `architectures[0]`), the
+    FFNs are swapped again as `ffnlab_ffn` says, then every weight is read from the folder's
+    safetensors files (no pickle). Plain `from_pretrained` would build the original FFNs and drop
+    the swapped weights.
+    """
+    import transformers
+    from safetensors.torch import load_file
+
+    folder = os.fspath(folder)
+    config = transformers.AutoConfig.from_pretrained(folder)
+    info = getattr(config, "ffnlab_ffn", None)
+    if not isinstance(info, dict) or "ffn" not in info:
+        raise ValueError(f"{folder}/config.json has no 'ffnlab_ffn': it was not saved after swap_ffn; "
+                         "load it with from_pretrained")
+    if model_class is None:
+        name = (config.architectures or [None])[0]
+        model_class = getattr(transformers, name, None) if name else None
+        if model_class is None:
+            raise ValueError(f"{folder}/config.json names no transformers architecture ({name!r}); pass model_class")
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"{folder} has no .safetensors weights; save with save_pretrained(safe_serialization=True)")
+    state = {k: v for f in files for k, v in load_file(os.path.join(folder, f)).items()}
+    model = model_class(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PretrainedWeightsWarning)  # every weight is loaded next
+        swap_ffn(model, info["ffn"], info.get("match", "params"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    loaded = {p.data_ptr() for name, p in model.named_parameters() if name in state}
+    untied = [k for k in missing if not _tied_to(model, k, loaded)]  # save_pretrained drops tied copies
+    if unexpected or untied:
+        raise ValueError(f"{folder} does not fit {model_class.__name__} with {info['ffn']} FFNs: "
+                         f"unexpected {sorted(unexpected)[:3]}, missing {sorted(untied)[:3]}")
+    return model.eval()
 
 
 def ffn_modules(model: nn.Module) -> list[nn.Module]:

@@ -16,7 +16,7 @@ from ffnlab.activations import get_activation  # noqa: E402
 from ffnlab.ffn import FFNS, GATED, DenseFFN, GatedFFN, get_ffn_spec  # noqa: E402
 from ffnlab.hf import (FAMILIES, HF_ACTS, ActivationConfigWarning, PretrainedWeightsWarning,  # noqa: E402
                        UnsupportedModelError, build_hf_model, canonical, ffn_modules, ffnlab_to_hf, hf_to_ffnlab,
-                       model_activation, restore_ffn, swap_ffn, swap_width)
+                       load_swapped, model_activation, restore_ffn, swap_ffn, swap_width)
 from ffnlab.model import param_count  # noqa: E402
 
 V = 100
@@ -426,3 +426,39 @@ def test_build_hf_model_bad_input(tmp_path):
         build_hf_model(T5Config(**T5), "gelu")
     with pytest.raises(ValueError, match="unknown FFN variant"):
         build_hf_model(llama_json(tmp_path), "gelux")
+
+
+# ---- saving and loading a swapped model --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,ffn", [("llama", "gelu"), ("llama", "swiglu"), ("gpt2", "reglu"), ("bert", "geglu"),
+                                      ("t5", "swiglu")])
+def test_swapped_model_saves_and_loads_back(tmp_path, name, ffn):
+    model = build(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PretrainedWeightsWarning)
+        swap_ffn(model, ffn)
+    model.eval()
+    x = batch()
+    want = logits(model, x)
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["ffnlab_ffn"] == {"ffn": ffn, "match": "params"}
+    loaded = load_swapped(tmp_path)
+    assert [f.spec.name for f in ffn_modules(loaded)] == [f.spec.name for f in ffn_modules(model)]
+    assert torch.equal(logits(loaded, x), want)  # every weight, tied ones included, came back
+
+
+def test_load_swapped_refuses_what_it_cannot_rebuild(tmp_path):
+    model = build("llama")
+    replaced = swap_ffn(model, "swiglu")
+    restore_ffn(model, replaced)
+    assert not hasattr(model.config, "ffnlab_ffn")  # the original FFNs are back: nothing to record
+    model.save_pretrained(tmp_path / "plain")
+    with pytest.raises(ValueError, match="no 'ffnlab_ffn'.*load it with from_pretrained"):
+        load_swapped(tmp_path / "plain")
+    swap_ffn(model, "swiglu")
+    model.save_pretrained(tmp_path / "swapped")
+    cfg = json.loads((tmp_path / "swapped" / "config.json").read_text())
+    (tmp_path / "swapped" / "config.json").write_text(json.dumps({**cfg, "ffnlab_ffn": {"ffn": "gelu"}}))
+    with pytest.raises(ValueError, match="does not fit LlamaForCausalLM with gelu FFNs: unexpected"):
+        load_swapped(tmp_path / "swapped")

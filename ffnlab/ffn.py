@@ -181,9 +181,10 @@ class GatedFFN(nn.Module):
     the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj).
 
     Activations in `ffnlab.kernels.FUSED_ACTS` have a fused path that keeps only W_gate x and
-    W_up x for backward (`gated_down`). `fused`: None follows that table's measured default,
-    True forces it (ValueError if the activation has no kernel), False keeps the eager ops.
-    FFNLAB_EAGER=1 keeps the eager ops whatever `fused` says.
+    W_up x for backward (`gated_down`). `fused`: None takes it where it measured at least as fast
+    as eager (`ffnlab.kernels.fused_pays`: CUDA with Triton, large fp32 inputs on the CPU), True
+    forces it (ValueError if the activation has no kernel; half the activation memory), False
+    keeps the eager ops. FFNLAB_EAGER=1 keeps the eager ops whatever `fused` says.
     """
 
     def __init__(self, d_model: int, d_ff: int, act="silu", bias: bool = False, fused: bool | None = None,
@@ -202,21 +203,24 @@ class GatedFFN(nn.Module):
                              f"fused: {', '.join(FUSED_ACTS)}")
         self.fused = fused
 
-    def use_fused(self) -> bool:
-        """Whether forward takes the fused path: `fused`, else the table default; never with FFNLAB_EAGER=1."""
-        from ffnlab.kernels import FUSED_ACTS, eager_forced
+    def use_fused(self, x: torch.Tensor | None = None) -> bool:
+        """Whether forward takes the fused path (for input x): `fused`, else the table default where
+        `fused_pays(x)`; never with FFNLAB_EAGER=1."""
+        from ffnlab.kernels import FUSED_ACTS, eager_forced, fused_pays
         if self.fused_act is None or self.fused is False or eager_forced():
             return False
-        return bool(self.fused) or FUSED_ACTS[self.fused_act].default
+        if self.fused:
+            return True
+        return FUSED_ACTS[self.fused_act].default and (x is None or fused_pays(x, self.w_up.out_features))
 
     def forward(self, x):  # (..., d_model) -> (..., d_model)
-        if self.use_fused():
+        if self.use_fused(x):
             from ffnlab.kernels import gated_down
             return gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
         return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
 
     def extra_repr(self):
-        return f"fused={self.use_fused()}"
+        return f"fused={'auto' if self.fused is None and self.use_fused() else self.use_fused()}"
 
 
 class MixFFN(nn.Module):

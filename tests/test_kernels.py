@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from ffnlab.activations import get_activation
 from ffnlab.ffn import GATED, GatedFFN, build_ffn, ffn_stats
 from ffnlab.kernels import FUSED_ACTS, gated_act, gated_down
+from ffnlab.kernels.fused import FUSED_MIN_NUMEL
 from tests.conftest import assert_close
 
 ACTS = list(FUSED_ACTS)
@@ -267,3 +268,19 @@ def test_fused_ffn_trains_under_bf16_autocast(name):
         grads.append(ffn.w_down.weight.grad)
     assert grads[0].dtype == torch.float32  # the weight's gradient lands in its own dtype
     torch.testing.assert_close(grads[0], grads[1], rtol=0.05, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["swiglu", "geglu", "reglu"])
+def test_fused_default_only_where_it_measured_as_fast(name):
+    d, h = 16, 1024
+    ffn = build_ffn(name, d, d_ff=h)
+    big = torch.zeros(FUSED_MIN_NUMEL // h, d)  # exactly FUSED_MIN_NUMEL hidden elements
+    small = torch.zeros(FUSED_MIN_NUMEL // h - 1, d)
+    assert ffn.use_fused(big) and not ffn.use_fused(small)
+    assert not ffn.use_fused(big.bfloat16())
+    with torch.autocast("cpu", torch.bfloat16):
+        assert not ffn.use_fused(big)  # bf16 autocast: eager measured faster
+    forced = build_ffn(name, d, d_ff=h, fused=True)
+    assert forced.use_fused(small) and forced.use_fused(big.bfloat16())
+    # the choice is what forward runs: the fused path keeps 2 hidden tensors, eager 3 or 4
+    assert ffn_stats(forced, 8)["saved_bytes_per_token"] < ffn_stats(ffn, 8)["saved_bytes_per_token"]

@@ -4,11 +4,11 @@
     gated_down(gate, up, w_down, b, act)     the same, then the down projection, still keeping only
                                              gate and up: the second half of a gated FFN
 
-`FUSED_ACTS` is the table of activations with a fused kernel; `GatedFFN` uses it when the table's
-measured default or its `fused` argument says so, unless FFNLAB_EAGER=1.
+`FUSED_ACTS` is the table of activations with a fused kernel; `GatedFFN` uses it where `fused_pays`
+(measured at least as fast as eager) or its `fused` argument says so, unless FFNLAB_EAGER=1.
 """
 from ffnlab.kernels.fused import (BACKENDS, FUSED_ACTS, FusedAct, GatedAct, check_act, compile_failure, eager_forced,
-                                  gated_act, gated_backward, gated_down, gated_forward, pick_backend, triton_ready)
+                                  fused_pays, gated_act, gated_backward, gated_down, gated_forward, pick_backend, triton_ready)
 
-__all__ = ["BACKENDS", "FUSED_ACTS", "FusedAct", "GatedAct", "check_act", "compile_failure", "eager_forced",
+__all__ = ["BACKENDS", "FUSED_ACTS", "FusedAct", "GatedAct", "check_act", "compile_failure", "eager_forced", "fused_pays",
            "gated_act", "gated_backward", "gated_down", "gated_forward", "pick_backend", "triton_ready"]

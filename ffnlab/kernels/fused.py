@@ -43,6 +43,14 @@ GELU_TANH_C = 0.044715
 COMPILE_MIN_NUMEL = 1 << 16
 
 
+# NOTE: GatedFFN's default takes the fused path only where it measured at least as fast as eager for a
+# whole FFN forward+backward (benchmarks/fused_default.py, benchmarks/README.md "The default"): fp32
+# from about 4M hidden elements (1.01x at 5.6M; 0.98x at 2.8M and 0.86-0.90x at 350K on two threads,
+# where the custom Function's per-call cost shows); under bf16 autocast never (0.76-0.97x on two
+# threads: the fp32 round trip costs more than the passes it saves).
+FUSED_MIN_NUMEL = 1 << 22
+
+
 @dataclass(frozen=True)
 class FusedAct:
     """One activation's forward f(g) and derivative f'(g), both on fp32 (or fp64) tensors."""
@@ -142,6 +150,17 @@ def check_act(act: str) -> str:
         raise ValueError(f"no fused kernel for activation '{act}'{closest(str(act), FUSED_ACTS)}; "
                          f"fused: {', '.join(FUSED_ACTS)}")
     return act
+
+
+def fused_pays(x: torch.Tensor, d_ff: int) -> bool:
+    """Whether the fused path is at least as fast as eager for an FFN input `x` (..., d_model) of
+    hidden width d_ff: on CUDA with Triton; on the CPU for fp32 outside autocast with at least
+    FUSED_MIN_NUMEL hidden elements."""
+    if x.is_cuda:
+        return triton_ready()
+    if torch.is_autocast_enabled(x.device.type) or x.dtype != torch.float32:
+        return False
+    return x.numel() // max(x.shape[-1], 1) * d_ff >= FUSED_MIN_NUMEL
 
 
 def eager_forced() -> bool:

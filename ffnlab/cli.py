@@ -172,7 +172,7 @@ def cmd_train(args):
     print(f"{result['ffn']}: {result['status']} after {result['steps']} steps, "
           f"val loss {result['final_val_loss'] if result['final_val_loss'] is None else round(result['final_val_loss'], 4)}"
           + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
-          + f", {result['params']:,} params, {result['tokens_per_s'] or 0:,.0f} tokens/s, "
+          + f", {result['params']:,} params, {result['tokens_per_s'] or 0:,.0f} tokens/s in {result['precision']}, "
           f"{result['train_seconds']:.1f} s")
 
 

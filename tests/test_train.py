@@ -180,6 +180,9 @@ def test_cli_json_output(run_cli):
     for key in ("ffn", "seed", "status", "final_val_loss", "params", "tokens_per_s", "steps"):
         assert key in r
     assert r["ffn"] == "relu" and r["steps"] == 5
+    code, out, err = run_cli("train", "--ffn", "relu", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32,
+                             "--batch-size", 4, "--steps", 5, "--eval-every", 5, "--precision", "fp32")
+    assert code == 0 and "relu: finished after 5 steps" in out and "tokens/s in fp32" in out, err
 
 
 def test_cli_threads_and_eval_batches_reach_the_config(run_cli, tmp_path):

@@ -541,6 +541,7 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
         "behaviour": behaviour,
         "dead_frac": statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
         "vocab_size": tok.vocab_size, "device": device, "precision": cfg.precision,
+        "threads": torch.get_num_threads(),  # bf16 results depend on it at the 1e-4 level
         "history": {"train_loss": hist["train_loss"], "grad_norm": hist["grad_norm"], "val": hist["val"],
                     "grad_ffn": hist["grad_ffn"]},
         "events": hist["events"], "config": cfg.to_dict(),

@@ -136,6 +136,9 @@ def test_threads_option_sets_torch_threads():
     try:
         r = train(tiny(threads=1, max_steps=2, eval_every=2))
         assert torch.get_num_threads() == 1 and r["config"]["threads"] == 1 and r["status"] == "finished"
+        assert r["threads"] == 1
+        torch.set_num_threads(2)
+        assert train(tiny(max_steps=2, eval_every=2))["threads"] == 2  # the process's count when none is asked
     finally:
         torch.set_num_threads(before)
     with pytest.raises(ValueError, match="threads must be positive"):

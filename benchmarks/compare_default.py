@@ -16,12 +16,12 @@ import time
 
 import torch
 
+from ffnlab.store import environment
+
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-            "load_before": os.getloadavg()}
+    return {"cpu": environment()["cpu"], "cores": os.cpu_count(), "torch": torch.__version__,
+            "python": platform.python_version(), "load_before": os.getloadavg()}
 
 
 def main(argv):

@@ -7,7 +7,6 @@ eager timed in turns, per thread count, size and precision (fp32, bf16 autocast)
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -18,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from ffnlab.ffn import build_ffn  # noqa: E402
+from ffnlab.store import environment  # noqa: E402
 
 SIZES = ((128, 1024), (256, 4096), (512, 4096))  # (d_model, tokens): the default study's, two larger
 
@@ -40,7 +40,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--variants", default="swiglu,geglu")
     args = p.parse_args(argv)
-    print(json.dumps({"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+    print(json.dumps({"cpu": environment()["cpu"], "cores": os.cpu_count(),
                       "torch": torch.__version__, "load": os.getloadavg()}))
     print("| threads | d_model | tokens | d_ff | hidden elements | ffn | precision | fused ms | eager ms | eager/fused |")
     print("|---|---|---|---|---|---|---|---|---|---|")

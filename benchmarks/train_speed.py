@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from ffnlab.model import ModelConfig  # noqa: E402
-from ffnlab.train import TrainConfig, train  # noqa: E402
+from ffnlab.store import environment  # noqa: E402
+from ffnlab.train import TrainConfig, cpu_has_amx, train  # noqa: E402
 
 DATA = "/work/shared/data/tinyshakespeare.txt"
 RECIPE = TrainConfig(
@@ -66,16 +67,12 @@ PUBLISHED = {"nanoGPT README (CPU recipe)": "val loss 1.88 in about 3 minutes",
 
 def machine() -> dict:
     """CPU model, cores, AMX, library versions and thread settings: what the numbers depend on."""
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-                 platform.processor())
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
     except OSError:
         commit = None
-    return {"cpu": model, "cores": os.cpu_count(), "amx_bf16": "amx_bf16" in flags,
+    return {"cpu": environment()["cpu"], "cores": os.cpu_count(), "amx_bf16": cpu_has_amx(),
             "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
             "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_AFFINITY",
                                                 "OMP_PROC_BIND", "TORCHINDUCTOR_CACHE_DIR") if k in os.environ},

@@ -220,7 +220,8 @@ class GatedFFN(nn.Module):
         return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
 
     def extra_repr(self):
-        return f"fused={'auto' if self.fused is None and self.use_fused() else self.use_fused()}"
+        on = self.use_fused()
+        return f"fused={'auto' if on and self.fused is None else on}"
 
 
 class MixFFN(nn.Module):

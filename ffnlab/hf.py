@@ -422,7 +422,7 @@ def load_swapped(folder: str | os.PathLike, model_class=None) -> nn.Module:
         warnings.simplefilter("ignore", PretrainedWeightsWarning)  # every weight is loaded next
         swap_ffn(model, info["ffn"], info.get("match", "params"))
     missing, unexpected = model.load_state_dict(state, strict=False)
-    loaded = {p.data_ptr() for name, p in model.named_parameters() if name in state}
+    loaded = {p.data_ptr() for name, p in model.named_parameters(remove_duplicate=False) if name in state}
     untied = [k for k in missing if not _tied_to(model, k, loaded)]  # save_pretrained drops tied copies
     if unexpected or untied:
         raise ValueError(f"{folder} does not fit {model_class.__name__} with {info['ffn']} FFNs: "

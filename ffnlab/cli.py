@@ -11,7 +11,7 @@ import os
 import sys
 
 from ffnlab.activations import ACTIVATIONS, aliases
-from ffnlab.ffn import FFNS, build_ffn, ffn_stats
+from ffnlab.ffn import DEFAULT_INIT, FFNS, INITS, build_ffn, ffn_stats
 
 
 class UsageError(Exception):
@@ -99,7 +99,11 @@ def add_run_args(p):
     p.add_argument("--steps", type=positive_int, help="optimizer steps")
     p.add_argument("--max-tokens", type=positive_int, help="token budget (overrides --steps)")
     p.add_argument("--max-seconds", type=float, help="wall-clock budget per run")
-    p.add_argument("--lr", type=float, help="peak learning rate (the cosine ends at lr/10)")
+    p.add_argument("--lr", type=float, help="peak learning rate")
+    p.add_argument("--min-lr", type=float, help="end of the cosine decay (default lr/10)")
+    p.add_argument("--init", choices=INITS, help=f"FFN initialisation, one scheme for every variant (default "
+                   f"{DEFAULT_INIT}); family: the literature's per-activation table (relu he, gelu normal 0.02, "
+                   "swish lecun_uniform), which makes init differ between variants")
     p.add_argument("--warmup", type=int)
     p.add_argument("--eval-every", type=positive_int)
     p.add_argument("--eval-batches", type=positive_int, help="fixed validation batches per evaluation (default 8)")
@@ -115,10 +119,10 @@ def add_run_args(p):
 
 MODEL_FLAGS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "d_ff": "d_ff", "context": "context",
                "dropout": "dropout", "norm": "norm", "placement": "placement", "pos": "pos", "match": "ffn_match",
-               "task": "task"}
+               "task": "task", "init": "init"}
 RUN_FLAGS = {"data": "data", "tokenizer": "tokenizer", "bpe_vocab": "bpe_vocab", "text_field": "text_field",
              "label_field": "label_field", "batch_size": "batch_size", "steps": "max_steps",
-             "max_tokens": "max_tokens", "max_seconds": "max_seconds", "lr": "lr", "warmup": "warmup_steps",
+             "max_tokens": "max_tokens", "max_seconds": "max_seconds", "lr": "lr", "min_lr": "min_lr", "warmup": "warmup_steps",
              "eval_every": "eval_every", "precision": "precision", "device": "device", "compile": "compile",
              "threads": "threads", "eval_batches": "eval_batches"}
 
@@ -131,8 +135,6 @@ def apply_run_flags(base, args):
     given = {k: v for k, v in vars(args).items() if v is not None}
     model = replace(base.model, **{MODEL_FLAGS[k]: v for k, v in given.items() if k in MODEL_FLAGS})
     run = {RUN_FLAGS[k]: v for k, v in given.items() if k in RUN_FLAGS}
-    if "lr" in given:
-        run["min_lr"] = given["lr"] / 10
     if "max_seconds" in given and "steps" not in given and "max_tokens" not in given:
         run["max_steps"] = 10**9
     if "hf_config" in given:
@@ -196,6 +198,16 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def float_list(text: str) -> list[float]:
+    try:
+        values = [float(t) for t in csv_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got '{text}'") from None
+    if any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
+    return values
+
+
 def study_from_args(args):
     """A Study from `compare` flags: the preset first, then every flag the user gave."""
     from ffnlab.sweep import DEFAULT_VARIANTS, PRESETS, Study, preset_config
@@ -204,7 +216,8 @@ def study_from_args(args):
         raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")
     base = apply_run_flags(preset_config(args.preset), args)
     axes = {a: getattr(args, a) for a in ("depth", "width", "placement_axis", "norm_axis", "task_axis",
-                                          "data_axis") if getattr(args, a)}
+                                          "data_axis", "init_axis", "lr_axis", "warmup_axis", "context_axis")
+            if getattr(args, a)}
     axes = {a.removesuffix("_axis"): v for a, v in axes.items()}
     if args.seeds < 2 and not args.no_stats:
         raise UsageError(f"statistics need at least 2 seeds per variant, got --seeds {args.seeds}; "
@@ -396,6 +409,12 @@ def build_parser() -> Parser:
     p.add_argument("--norm-axis", type=csv_list, default=None, help="axis: layernorm,rmsnorm")
     p.add_argument("--task-axis", type=csv_list, default=None, help="axis: lm,cls")
     p.add_argument("--data-axis", type=csv_list, default=None, help="axis: data sources")
+    p.add_argument("--init-axis", type=csv_list, default=None, help=f"axis: FFN inits, e.g. lecun,he,family "
+                   f"(valid: {', '.join(INITS)})")
+    p.add_argument("--lr-axis", type=float_list, default=None, help="axis: peak learning rates, e.g. 1e-3,2e-3,4e-3; "
+                   "adds a 'tuned' summary (each variant at its best lr on validation, reported on test)")
+    p.add_argument("--warmup-axis", type=int_list, default=None, help="axis: warm-up steps, e.g. 10,40")
+    p.add_argument("--context-axis", type=int_list, default=None, help="axis: context lengths (tokens per sequence)")
     add_run_args(p)
     p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
     p.add_argument("--jobs", type=positive_int, default=1, help="local worker processes")

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab.activations import ACTIVATIONS, closest, get_activation
-from ffnlab.ffn import GATED, INITS, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, ffn_flops_per_token, \
-    ffn_param_count, get_ffn_spec, init_ffn
+from ffnlab.ffn import DEFAULT_INIT, GATED, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, check_init, \
+    ffn_flops_per_token, ffn_param_count, get_ffn_spec, init_ffn
 from ffnlab.model import param_seed
 
 
@@ -321,7 +321,7 @@ def _own_name(kind: str, act: str) -> str:
         return f"gated {act}"
 
 
-def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = "auto") -> dict[str, nn.Module]:
+def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFAULT_INIT) -> dict[str, nn.Module]:
     """Replace every FFN of this Hugging Face model instance by the ffnlab variant `ffn`, in place.
 
     Returns {module path: module it replaced} (`restore_ffn` puts them back). Device and dtype stay.
@@ -342,8 +342,7 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = "aut
     spec = get_ffn_spec(ffn)
     if match not in MATCHES:
         raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
-    if init not in INITS:
-        raise ValueError(f"unknown init '{init}'; valid: {', '.join(INITS)}")
+    check_init(init)
     own_act = model_activation(model.config)
     news, fresh = [], None
     for path, unit in units:  # build every new FFN first, so a failure leaves the model untouched
@@ -505,7 +504,7 @@ def load_hf_config(config_path_or_dict) -> dict:
 
 def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: int = 0,
                    vocab_size: int | None = None, context: int | None = None, task: str = "lm",
-                   n_classes: int = 2, init: str = "auto") -> HFModel:
+                   n_classes: int = 2, init: str = DEFAULT_INIT) -> HFModel:
     """Randomly initialised Hugging Face model from a config, its FFNs swapped to `ffn`.
 
     task "lm" builds AutoModelForCausalLM (BERT as a causal decoder), "cls" builds

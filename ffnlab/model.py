@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab.activations import get_activation
-from ffnlab.ffn import INITS, MATCHES, build_ffn, get_ffn_spec, init_ffn
+from ffnlab.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, get_ffn_spec, init_ffn
 
 
 @dataclass
@@ -31,7 +31,8 @@ class ModelConfig:
     d_ff: int | None = None  # None: chosen by ffn_match
     ffn_match: Literal["params", "flops", "none"] = "params"  # equal to the dense 4x FFN
     ffn_bias: bool | None = None  # None: variant's convention (dense on, gated off)
-    init: Literal["auto", "he", "normal", "lecun"] = "auto"  # FFN init; auto picks by activation
+    init: Literal["lecun", "he", "normal", "lecun_uniform", "family"] = DEFAULT_INIT  # FFN init, one for all
+    # variants (family: the literature's per-activation table, a different experiment)
     dropout: float = 0.0
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     placement: Literal["pre", "post"] = "pre"
@@ -48,7 +49,7 @@ class ModelConfig:
 
 CHOICES = {
     "norm": ("layernorm", "rmsnorm"), "placement": ("pre", "post"), "pos": ("learned", "rope"),
-    "task": ("lm", "cls"), "pool": ("mean", "cls"), "ffn_match": MATCHES, "init": INITS,
+    "task": ("lm", "cls"), "pool": ("mean", "cls"), "ffn_match": MATCHES,
 }
 
 
@@ -69,6 +70,7 @@ def check_config(cfg: ModelConfig):
         if getattr(cfg, name) not in valid:
             raise ValueError(f"unknown {name} '{getattr(cfg, name)}'; valid: {', '.join(valid)}")
     get_ffn_spec(cfg.ffn)
+    check_init(cfg.init)
     if cfg.attn_proj_act is not None:
         get_activation(cfg.attn_proj_act)
 

@@ -43,11 +43,12 @@ PRESETS: dict[str, dict] = {
     "standard": dict(model=dict(n_layers=2, n_heads=4, d_model=128, context=64), batch_size=16, max_steps=600,
                      eval_every=50, eval_batches=8, warmup_steps=20, checkpoint_every=100),
     "paper": dict(model=dict(n_layers=6, n_heads=8, d_model=256, context=256), batch_size=32, max_steps=5000,
-                  eval_every=250, eval_batches=16, warmup_steps=200, lr=1e-3, min_lr=1e-4, checkpoint_every=250),
+                  eval_every=250, eval_batches=16, warmup_steps=200, lr=1e-3, checkpoint_every=250),
 }
 # axis name -> the TrainConfig field it sets ("model." for the model config)
 AXES = {"depth": "model.n_layers", "width": "model.d_model", "placement": "model.placement",
-        "norm": "model.norm", "task": "model.task", "data": "data"}
+        "norm": "model.norm", "task": "model.task", "data": "data", "init": "model.init", "lr": "lr",
+        "warmup": "warmup_steps", "context": "model.context"}
 
 
 @dataclass
@@ -84,6 +85,8 @@ def check_study(study: Study):
             raise ValueError(f"unknown axis '{axis}'; valid: {', '.join(AXES)}")
         if not values:
             raise ValueError(f"axis '{axis}' has no values")
+        for value in values:  # each value is validated by the config dataclasses now, not by a failed run
+            set_field(study.base, AXES[axis], value)
 
 
 def preset_config(name: str, **overrides) -> TrainConfig:

@@ -50,7 +50,7 @@ class TrainConfig:
     max_seconds: float | None = None  # wall-clock budget: stops at whichever budget ends first, and
     # the schedule follows the larger of step and time progress
     lr: float = 2e-3
-    min_lr: float = 2e-4  # end of the cosine decay
+    min_lr: float | None = None  # end of the cosine decay; None: lr / 10
     warmup_steps: int = 20
     weight_decay: float = 0.1  # on matrices only, not on biases, norms or learnable activations
     beta2: float = 0.99  # small batches, few steps (nanoGPT's Shakespeare recipe)
@@ -76,7 +76,7 @@ class TrainConfig:
         for name in ("max_tokens", "max_seconds", "threads"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if not self.lr > 0 or self.min_lr < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
+        if not self.lr > 0 or (self.min_lr or 0) < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
             raise ValueError("lr and grad_clip must be positive, min_lr and warmup_steps non-negative")
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
@@ -169,10 +169,12 @@ def eval_set(split_data, task: str, n_batches: int, batch_size: int, context: in
 
 
 def lr_at(progress: float, step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine from lr to min_lr as progress goes 0 -> 1."""
+    """Linear warm-up over `warmup_steps`, then cosine from lr to min_lr (lr/10 unless set) as
+    progress goes 0 -> 1."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+    min_lr = cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr
+    return min_lr + 0.5 * (cfg.lr - min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: str) -> torch.optim.AdamW:

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from ffnlab.ffn import (FFNS, GATED, build_ffn, ffn_flops_per_token, ffn_hidden_dim, ffn_param_count, ffn_stats,
+from ffnlab.ffn import (DEFAULT_INIT, FFNS, GATED, build_ffn, ffn_flops_per_token, ffn_hidden_dim, ffn_param_count, ffn_stats,
                         get_ffn_spec, init_scheme, matched_hidden_dim)
+from ffnlab.sweep import DEFAULT_VARIANTS
 from tests.conftest import assert_close
 
 
@@ -103,14 +104,29 @@ def test_stats_measures_saved_bytes():
     assert gated["flops_per_token"] == 2 * 3 * d * h + (4 + 1) * h  # matmuls, silu, product
 
 
+@pytest.mark.parametrize("name", DEFAULT_VARIANTS)
+def test_default_init_is_one_scheme_for_every_variant(name):
+    assert init_scheme(get_ffn_spec(name)) == DEFAULT_INIT
+
+
+def test_family_init_is_the_literature_table():
+    assert init_scheme(get_ffn_spec("relu"), "family") == "he"
+    assert init_scheme(get_ffn_spec("gelu"), "family") == "normal"
+    assert init_scheme(get_ffn_spec("swiglu"), "family") == "lecun_uniform"  # Swish: LeCun uniform
+    assert init_scheme(get_ffn_spec("silu"), "auto") == "lecun_uniform"  # old stores' name for the table
+
+
 def test_init_schemes():
-    assert init_scheme(get_ffn_spec("relu")) == "he"
-    assert init_scheme(get_ffn_spec("gelu")) == "normal"
-    assert init_scheme(get_ffn_spec("swiglu")) == "lecun"
     torch.manual_seed(0)
     w = build_ffn("relu", 256, d_ff=4096, init="he").w_in.weight
     assert abs(w.std().item() - (2 / 256) ** 0.5) < 0.01
     w = build_ffn("relu", 256, d_ff=4096, init="normal").w_in.weight
     assert abs(w.std().item() - 0.02) < 0.002
-    with pytest.raises(ValueError, match="unknown init"):
+    w = build_ffn("relu", 256, d_ff=4096, init="lecun").w_in.weight
+    assert abs(w.std().item() - (1 / 256) ** 0.5) < 0.005
+    w = build_ffn("swiglu", 256, d_ff=4096, init="lecun_uniform").w_gate.weight
+    bound = (3 / 256) ** 0.5
+    assert abs(w.std().item() - (1 / 256) ** 0.5) < 0.005 and w.abs().max().item() <= bound
+    assert w.abs().max().item() > 0.99 * bound  # uniform: the bound is reached, a normal would overshoot it
+    with pytest.raises(ValueError, match="unknown init 'xavier'.*valid: lecun, he"):
         build_ffn("relu", 64, init="xavier")

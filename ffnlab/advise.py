@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import statistics
 from pathlib import Path
 
 from ffnlab.activations import ACTIVATIONS, closest
@@ -163,47 +162,45 @@ def advise_pretrained(pretrained: str) -> dict:
 # ---- measured -----------------------------------------------------------------------------------
 
 
-def measured_variants(store_path, depth: int | None) -> tuple[dict, dict]:
-    """Per variant of the store's latest study (the cell nearest `depth` when depth is an axis):
-    {seed: metric} and costs; plus facts about the study."""
-    from ffnlab.report import axis_value, load_study
-    from ffnlab.store import Store
-    from ffnlab.sweep import run_id
+# the per-variant numbers of a summary row that advice quotes as its evidence (ffnlab.summary)
+EVIDENCE_FIELDS = ("mean", "ci_low", "ci_high", "n_seeds", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
+                   "significant", "diverged", "values", "params", "step_time_s", "tokens_per_s", "train_mem_bytes")
 
-    study, configs, _ = load_study(store_path)
+
+def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
+    """The cells of the store's latest study to advise on, from the one summary every output shares
+    (`ffnlab.sweep.summarize`): with an axis 'depth' and a stated depth, the cells at the nearest
+    measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
+    from ffnlab.report import load_study
+    from ffnlab.store import Store
+    from ffnlab.sweep import summarize
+
+    study, runs, _ = load_study(store_path)
+    summary = summarize(study, store_path, runs)
+    cells = summary["cells"]
     if "depth" in study.axes and depth is not None:
-        n_layers = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
-        configs = [c for c in configs if c.model.n_layers == n_layers]
-    elif study.axes:
-        first = {a: v[0] for a, v in study.axes.items()}  # without a stated depth: the first cell
-        configs = [c for c in configs if all(axis_value(c.to_dict(), a) == v for a, v in first.items())]
-    task = configs[0].model.task
-    metric = "final_val_loss" if task == "lm" else "final_val_acc"
-    variants: dict[str, dict] = {}
+        nearest = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
+        cells = [c for c in cells if c["axes"]["depth"] == nearest]
     with Store(store_path, create=False) as store:
-        env = {}
-        for cfg in configs:
-            rec = store.get(run_id(cfg))
-            v = variants.setdefault(cfg.model.ffn, {"values": {}, "diverged": 0, "results": []})
-            if rec["status"] == "diverged":
-                v["diverged"] += 1
-            elif rec["status"] == "finished" and rec["result"].get(metric) is not None:
-                v["values"][cfg.seed] = rec["result"][metric]
-                v["results"].append(rec["result"])
-                env = rec.get("env") or env
-    for v in variants.values():
-        rs = v.pop("results")
-        v["params"] = rs[0]["params"] if rs else None
-        v["step_time_s"] = statistics.median(r["step_time_s"] for r in rs) if rs else None
-        v["step_time_spread"] = max(r["step_time_s"] for r in rs) / min(r["step_time_s"] for r in rs) if rs else None
-        v["peak_mem_bytes"] = max((r["peak_mem_bytes"] for r in rs), default=None)
-        v["tokens_per_s"] = statistics.mean(r["tokens_per_s"] for r in rs if r["tokens_per_s"]) if rs else None
-    cfg = configs[0]
-    facts = {"store": str(store_path), "task": task, "metric": metric, "higher_is_better": task == "cls",
-             "n_layers": cfg.model.n_layers, "d_model": cfg.model.d_model, "data": cfg.data,
-             "match": cfg.model.ffn_match, "seeds": study.seeds, "baseline": study.baseline,
-             "device": env.get("device", "?")}
-    return variants, facts
+        env = next((r.get("env") or {} for r in reversed(store.runs(status="finished"))), {})
+    cfg = study.base
+    facts = {"store": str(store_path), "task": cfg.model.task, "metric": cells[0]["metric"],
+             "higher_is_better": cfg.model.task == "cls", "n_layers": cfg.model.n_layers,
+             "d_model": cfg.model.d_model, "data": cfg.data, "match": cfg.model.ffn_match, "seeds": study.seeds,
+             "baseline": study.baseline, "device": env.get("device", "?"), "init": cfg.model.init}
+    return cells, facts
+
+
+def cell_variants(cell: dict) -> dict[str, dict]:
+    """Per variant of a summary cell, what the advice logic reads."""
+    out = {}
+    for r in cell["variants"]:
+        spread = r["step_time_range"]
+        out[r["ffn"]] = {"values": r["values"], "diverged": r["diverged"], "mean": r["mean"], "params": r["params"],
+                         "step_time_s": r["step_time_s"], "tokens_per_s": r["tokens_per_s"],
+                         "step_time_spread": spread[1] / spread[0] if spread and spread[0] else None,
+                         "train_mem_bytes": r["train_mem_bytes"]}
+    return out
 
 
 def exclusion(v: dict, params_budget, memory_budget) -> str | None:
@@ -214,8 +211,9 @@ def exclusion(v: dict, params_budget, memory_budget) -> str | None:
         return "no finished run"
     if params_budget and v["params"] and v["params"] > params_budget:
         return f"{human_count(v['params'])} parameters exceed the budget of {human_count(params_budget)}"
-    if memory_budget and v["peak_mem_bytes"] and v["peak_mem_bytes"] > memory_budget:
-        return f"peak memory {human_bytes(v['peak_mem_bytes'])} exceeds the budget of {human_bytes(memory_budget)}"
+    if memory_budget and v["train_mem_bytes"] and v["train_mem_bytes"] > memory_budget:
+        return (f"training memory {human_bytes(v['train_mem_bytes'])} (parameters, gradients, optimizer state, "
+                f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}")
     return None
 
 
@@ -226,7 +224,31 @@ def pct(a, b) -> str:
 
 def advise_measured(store_path, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None,
                     depth=None) -> dict:
-    variants, facts = measured_variants(store_path, depth)
+    """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
+    axis than depth), each cell's advice and a recommendation only where they agree."""
+    cells, facts = measured_cells(store_path, depth)
+    advices = [advise_cell(c, facts, params_budget, memory_budget, latency_sensitive, deploy, depth) for c in cells]
+    if len(advices) == 1:
+        return advices[0]
+    picks = {a["recommendation"] for a in advices}
+    where = lambda a: ", ".join(f"{k}={v}" for k, v in a["cell"].items())  # noqa: E731
+    agree = len(picks) == 1
+    reasons = [f"The store's study has {len(advices)} cells here ({'; '.join(where(a) for a in advices)}); each is "
+               "advised on by its own measurements, never pooled."]
+    reasons.append(f"Every cell recommends {next(iter(picks))}." if agree else
+                   "The cells disagree: " + "; ".join(f"{where(a)} -> {a['recommendation']}" for a in advices)
+                   + ". Choose by the setting you will use.")
+    return {"recommendation": next(iter(picks)) if agree else "depends on the cell", "basis": "measured",
+            "reasons": reasons, "evidence": {"kind": "measured", **facts, "cells": [a["evidence"] for a in advices]},
+            "alternatives": [], "cells": advices, "command": advices[0]["command"]}
+
+
+def advise_cell(cell: dict, facts: dict, params_budget=None, memory_budget=None, latency_sensitive=False,
+                deploy=None, depth=None) -> dict:
+    """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
+    variants = cell_variants(cell)
+    if "depth" in cell["axes"]:
+        facts = {**facts, "n_layers": cell["axes"]["depth"]}
     sign = -1.0 if facts["higher_is_better"] else 1.0  # sign * value: lower is better
     unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, params_budget, memory_budget))}
@@ -234,7 +256,7 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
     if not eligible:
         raise ValueError("no measured variant can be recommended: " +
                          "; ".join(f"{n}: {why}" for n, why in excluded.items()))
-    mean = {n: statistics.mean(variants[n]["values"].values()) for n in eligible}
+    mean = {n: variants[n]["mean"] for n in eligible}
     best = min(eligible, key=lambda n: sign * mean[n])
     # every other eligible variant against the best, paired over seeds, Holm-corrected
     diffs = {n: paired_diff(variants[n]["values"], variants[best]["values"]) for n in eligible if n != best}
@@ -261,13 +283,14 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
     def costs(n, ref):
         v, r = variants[n], variants[ref]
         return (f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
-                f"peak memory {pct(v['peak_mem_bytes'], r['peak_mem_bytes'])}")
+                f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}")
 
     baseline = facts["baseline"]
     layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
     where = (f"{facts['store']}: {layers}, d_model {facts['d_model']}, data {facts['data']}, {facts['seeds']} seeds, "
-             f"FFNs matched in {facts['match']}, timed on {facts['device']}")
-    reasons = [f"Measured in {where}."]
+             f"FFNs matched in {facts['match']}, FFN init {facts['init']} for all, timed on {facts['device']}")
+    cell_where = ", ".join(f"{k}={v}" for k, v in cell["axes"].items())
+    reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
     if choice == best:
         reasons.append(f"{best} has the best mean final {facts['metric'].removeprefix('final_').replace('_', ' ')} "
                        f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints.")
@@ -314,14 +337,12 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
                                                  if variants[n]["step_time_s"] and variants[choice]["step_time_s"]
                                                  else None),
                              "params": variants[n]["params"], "summary": f"{versus(n, choice)}; {costs(n, choice)}"})
-    evidence = {"kind": "measured", **facts,
-                "variants": {n: {"mean": statistics.mean(v["values"].values()) if v["values"] else None,
-                                 "seeds": v["values"], "diverged": v["diverged"], "params": v["params"],
-                                 "step_time_s": v["step_time_s"], "tokens_per_s": v["tokens_per_s"],
-                                 "peak_mem_bytes": v["peak_mem_bytes"]} for n, v in variants.items()}}
+    rows = {r["ffn"]: r for r in cell["variants"]}
+    evidence = {"kind": "measured", **facts, "axes": cell["axes"],
+                "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in variants}}
     command = compare_command(list(variants), facts["data"], depth or facts["n_layers"], seeds=max(5, facts["seeds"]))
     return {"recommendation": choice, "basis": "measured", "reasons": reasons, "evidence": evidence,
-            "alternatives": alternatives, "command": command}
+            "alternatives": alternatives, "command": command, "cell": cell["axes"]}
 
 
 # ---- published ----------------------------------------------------------------------------------
@@ -437,6 +458,10 @@ def format_advice(advice: dict) -> str:
         out += ["", f"source: {ev['source']}, arXiv:{ev['arxiv']}, {ev['tables'][0]['table']}"]
     elif ev["kind"] == "pretrained":
         out += ["", f"source: {ev['source']}"]
+    for cell in advice.get("cells", []):
+        where = ", ".join(f"{k}={v}" for k, v in cell["cell"].items())
+        body = format_advice({**cell, "command": None}).splitlines()
+        out += ["", f"cell {where}:"] + [f"  {line}" if line else "" for line in body]
     if advice["command"]:
         out += ["", f"measure it on your data: {advice['command']}"]
     return "\n".join(out)

@@ -24,6 +24,7 @@ import torch
 from ffnlab.activations import get_activation
 from ffnlab.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
 from ffnlab.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
+from ffnlab.memory import saved_bytes
 
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
@@ -37,23 +38,6 @@ FULL = {"ffns": DEFAULT_FFNS, "tokens": (4096,), "d_models": (512,), "repeats": 
 def _sync(device):
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
-
-
-def saved_bytes(fn, exclude=()) -> int:
-    """Bytes autograd keeps for backward while fn() runs, each tensor once, tensors sharing storage
-    with `exclude` (the weights, kept anyway) left out. Measured with saved_tensors_hooks."""
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen = {}
-
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in skip:
-            seen[(ptr, t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
 
 
 def peak_memory(fn, device="cpu") -> int:

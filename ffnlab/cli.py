@@ -166,16 +166,35 @@ def cmd_train(args):
     show = None if args.quiet or args.json else progress_bar(f"{args.ffn} seed {args.seed}: ")
     result = train(cfg, progress=show)
     if args.out:
-        write_json_atomic(args.out, result)
+        write_json_atomic(args.out, result.to_dict())
     if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k not in ("history", "config")}, indent=1))
+        print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("history", "config")}, indent=1))
         return
-    first = result["history"]["val"][0] if result["history"]["val"] else None
-    print(f"{result['ffn']}: {result['status']} after {result['steps']} steps, "
-          f"val loss {result['final_val_loss'] if result['final_val_loss'] is None else round(result['final_val_loss'], 4)}"
-          + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
-          + f", {result['params']:,} params, {result['tokens_per_s'] or 0:,.0f} tokens/s in {result['precision']}, "
-          f"{result['train_seconds']:.1f} s")
+    print(format_run(result))
+
+
+def format_run(r) -> str:
+    """A finished run in a few lines: loss, what it cost, and what the monitors saw."""
+    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    first = r.history["val"][0] if r.history["val"] else None
+    lines = [f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.final_val_loss)}"
+             + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
+             + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"]
+    if r.task == "lm":
+        lines.append(f"  perplexity {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
+                     f"with embedding noise {f(r.noisy_val_loss)}")
+    else:
+        lines.append(f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise "
+                     f"{f(r.noisy_val_acc)}")
+    lines.append(f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
+                 f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
+                 f"{r.saved_bytes / 2**20:.1f})"
+                 + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else ""))
+    lines.append(f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
+                 f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}")
+    for layer, values in r.learned.items():
+        lines.append(f"  learned {layer}: {json.dumps(values)}")
+    return "\n".join(lines)
 
 
 # ---- compare ----------------------------------------------------------------------------------
@@ -227,52 +246,100 @@ def study_from_args(args):
 
 
 def format_table(summary: dict) -> str:
-    """The ranked table of each cell of a study, with the verdict under it."""
+    """The ranked table of each cell of a study (and of the tuned comparison), with the verdict under
+    it, then what the comparison held equal."""
     lines = []
-    for cell in summary["cells"]:
-        if cell["axes"]:
-            lines.append("  ".join(f"{k}={v}" for k, v in cell["axes"].items()))
-        metric = "val loss" if cell["metric"] == "final_val_loss" else "val acc"
-        lines.append(f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + summary['baseline'] + ' (95% CI)':<30}"
-                     f" {'p_adj':>7} {'params':>9} {'MFLOP/tok':>9} {'tok/s':>7} {'peak MB':>8} {'events':>6}"
-                     f" {'dead':>5} {'div':>3}")
-        for r in cell["variants"]:
-            f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
-            ci = f"{f(r['mean'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
-            sig = "*" if r["significant"] else " "
-            delta = "baseline" if r["ffn"] == summary["baseline"] else \
-                f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}" if r["delta"] is not None else "-"
-            lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {f(r['p_adj'], 3):>7} "
-                         f"{r['params'] or 0:>9,} {(r['flops_per_token'] or 0) / 1e6:>9.2f} "
-                         f"{r['tokens_per_s'] or 0:>7,.0f} {(r['peak_mem_bytes'] or 0) / 2**20:>8.0f} "
-                         f"{r['stability_events']:>6} {f(r['dead_frac'], 2):>5} {r['diverged']:>3}")
-        lines.append(cell["verdict"])
-        if cell.get("noise_floor"):
-            nf = cell["noise_floor"]
-            lines.append(f"noise floor ({summary['baseline']}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
-        lines.append("")
+    for cell in summary["cells"] + summary.get("tuned", []):
+        lines += format_cell(cell, summary["baseline"]) + [""]
+    s = summary["settings"]
+    lines.append("held equal: " + "; ".join(f"{what} ({how})" for what, how in s["held_equal"]))
+    lines.append("not equal: " + "; ".join(f"{what} ({why})" for what, why in s["not_equal"]))
     return "\n".join(lines)
 
 
+def format_cell(cell: dict, baseline: str) -> list[str]:
+    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    lines = []
+    if cell["axes"]:
+        lines.append("  ".join(f"{k}={v}" for k, v in cell["axes"].items()))
+    tuned = "selected_on" in cell
+    if tuned:
+        lines.append(f"tuned: each variant at its best lr on validation, compared on {cell['metric']}")
+    metric = {"final_val_loss": "val loss", "final_val_acc": "val acc"}.get(cell["metric"], cell["metric"][6:])
+    lines.append(f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
+                 f" {'p_adj':>7} " + ("lr" if tuned else f"{'params':>9} {'tok/s':>7} {'mem MiB':>7} {'test':>7} "
+                                                         f"{'noise +':>7} {'events':>6} {'dead':>5} {'div':>3}"))
+    for r in cell["variants"]:
+        ci = f"{f(r['mean'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
+        sig = "*" if r["significant"] else " "
+        delta = "baseline" if r["ffn"] == baseline else \
+            f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}" if r["delta"] is not None else "-"
+        p = p_text(r, baseline)
+        if tuned:
+            lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} {r['lr']}")
+            continue
+        lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} "
+                     f"{r['params'] or 0:>9,} {r['tokens_per_s'] or 0:>7,.0f} {(r['train_mem_bytes'] or 0) / 2**20:>7.1f} "
+                     f"{f(r['test_mean']):>7} {f(r['noise_delta']):>7} {r['stability_events']:>6} "
+                     f"{f(r['dead_frac'], 2):>5} {r['diverged']:>3}")
+    lines.append(cell["verdict"])
+    if cell.get("noise_floor"):
+        nf = cell["noise_floor"]
+        lines.append(f"noise floor ({baseline}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
+    lit = cell.get("literature")
+    if lit and lit["tau"] is not None:
+        lines.append(literature_sentence(lit))
+    return lines
+
+
+def p_text(row: dict, baseline: str) -> str:
+    """The adjusted p-value of a row as shown: '-' for the baseline, 'n/a (needs >=3 seeds)' untested."""
+    from ffnlab.stats import MIN_PAIRS
+
+    if row["ffn"] == baseline:
+        return "-"
+    if row["p_adj"] is None:
+        return f"n/a (needs >={MIN_PAIRS} seeds)"
+    return f"{row['p_adj']:.3f}"
+
+
+def literature_sentence(lit: dict) -> str:
+    """'Against Shazeer 2020 ...: Kendall tau 0.60 over 6 shared variants; disagree: gelu vs relu.'"""
+    pairs = ", ".join(f"{a} vs {b}" for a, b in (d["pair"] for d in lit["disagree"])) or "none"
+    return f"against {lit['source']}: Kendall tau {lit['tau']:.2f} over {lit['n']} shared variants; disagree: {pairs}"
+
+
 def write_csv(summary: dict, path: str):
-    """One row per (cell, variant), written atomically."""
+    """One row per (cell, variant), tuned cells included, written atomically."""
     import csv
     import io
 
+    from ffnlab.summary import ROW_FIELDS
+
     buf = io.StringIO()
-    cols = ["ffn", "rank", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high",
-            "p", "p_adj", "significant", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes",
-            "stability_events", "dead_frac", "diverged"]
-    axes = sorted({k for c in summary["cells"] for k in c["axes"]})
-    writer = csv.DictWriter(buf, fieldnames=axes + cols, extrasaction="ignore")
+    cells = summary["cells"] + summary.get("tuned", [])
+    axes = sorted({k for c in cells for k in c["axes"]})
+    writer = csv.DictWriter(buf, fieldnames=axes + ["metric", *ROW_FIELDS], extrasaction="ignore")
     writer.writeheader()
-    for cell in summary["cells"]:
+    for cell in cells:
         for r in cell["variants"]:
-            writer.writerow({**cell["axes"], **r})
+            writer.writerow({**cell["axes"], "metric": cell["metric"], **r})
     tmp = f"{path}.tmp"
     with open(tmp, "w", newline="") as fh:
         fh.write(buf.getvalue())
     os.replace(tmp, path)
+
+
+def summary_json(summary: dict) -> dict:
+    """What `compare --json` prints: the summary's cells as they are (the report and advise read the
+    same cells), with the single cell's rows and verdict at the top level when there are no axes."""
+    out = {k: summary[k] for k in ("store", "baseline", "seeds", "settings", "cells") if k in summary}
+    if "tuned" in summary:
+        out["tuned"] = summary["tuned"]
+    if "variants" in summary:
+        out["variants"] = summary["cells"][0]["variants"]
+        out["verdict"] = summary["verdict"]
+    return out
 
 
 def cmd_compare(args):
@@ -296,16 +363,7 @@ def cmd_compare(args):
         from ffnlab.report import write_report
         report = write_report(args.store, study=study)
     if args.json:
-        keep = ("ffn", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p",
-                "p_adj", "significant", "rank", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes",
-                "diverged", "stability_events", "dead_frac", "ppl")
-        out = {"store": summary["store"], "baseline": summary["baseline"], "settings": summary["settings"],
-               "cells": [{**c, "variants": [{k: r.get(k) for k in keep} for r in c["variants"]]}
-                         for c in summary["cells"]]}
-        if "variants" in summary:
-            out["variants"] = out["cells"][0]["variants"]
-            out["verdict"] = summary["verdict"]
-        print(json.dumps(out, indent=1))
+        print(json.dumps(summary_json(summary), indent=1))
     elif not args.quiet:
         print(format_table(summary))
         print(f"store: {summary['store']}")

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ffnlab.activations import ACTIVATIONS, closest, get_activation
+from ffnlab.memory import saved_bytes
 
 Match = Literal["params", "flops", "none"]
 Init = Literal["lecun", "he", "normal", "lecun_uniform", "family"]
@@ -335,20 +336,8 @@ def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict:
     d_model = next(p for n, p in ffn.named_parameters() if n.endswith("weight")).shape[1]
     params = {n: p.numel() for n, p in ffn.named_parameters()}
     bias = any(n.endswith("bias") for n in params)
-    weights = {p.untyped_storage().data_ptr() for p in ffn.parameters()}
-    seen, saved = set(), 0
-
-    def pack(t):
-        nonlocal saved
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape)
-        if key not in seen and key[0] not in weights:
-            seen.add(key)
-            saved += t.numel() * t.element_size()
-        return t
-
     x = torch.randn(tokens, d_model, requires_grad=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        ffn(x)
+    saved = saved_bytes(lambda: ffn(x), exclude=ffn.parameters())
     return {
         "ffn": spec.name, "gated": spec.gated, "d_model": d_model, "d_ff": ffn.d_ff,
         "params": sum(params.values()), "params_per_weight": params,

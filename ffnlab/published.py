@@ -53,6 +53,35 @@ SHAZEER_2020_524K = PublishedTable(
 TABLES = (SHAZEER_2020_65K, SHAZEER_2020_524K)
 
 
+def rank_agreement(measured: dict[str, float], lower_is_better: bool = True,
+                   table: PublishedTable = SHAZEER_2020_65K) -> dict:
+    """How a measured ranking agrees with a published one, over the variants both have.
+
+        tau = (concordant - discordant) / (n (n - 1) / 2)      Kendall's tau-a over all pairs
+
+    A pair is concordant when both order it the same way; a tie on either side counts as neither.
+    Returns {"source", "table", "variants", "n", "tau" (None below 2 shared variants), "measured" and
+    "published" (variant -> value), "disagree": [{"pair", "measured", "published"}]} with each
+    discordant pair's two values per side.
+    """
+    sign = 1.0 if lower_is_better else -1.0
+    shared = [v for v in measured if v in table.values and measured[v] is not None]
+    concordant, disagree = 0, []
+    pairs = [(a, b) for i, a in enumerate(shared) for b in shared[i + 1:]]
+    for a, b in pairs:
+        ours = sign * (measured[a] - measured[b])
+        theirs = table.values[a] - table.values[b]
+        if ours * theirs > 0:
+            concordant += 1
+        elif ours * theirs < 0:
+            disagree.append({"pair": [a, b], "measured": [measured[a], measured[b]],
+                             "published": [table.values[a], table.values[b]]})
+    return {"source": f"{table.source} (arXiv:{table.arxiv}), {table.table}", "table": table.table,
+            "variants": shared, "n": len(shared), "measured": {v: measured[v] for v in shared},
+            "published": {v: table.values[v] for v in shared},
+            "tau": (concordant - len(disagree)) / len(pairs) if pairs else None, "disagree": disagree}
+
+
 # ---- pretrained models --------------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from ffnlab import plots
 from ffnlab.activations import ACTIVATIONS
 from ffnlab.ffn import get_ffn_spec
-from ffnlab.stats import mean_ci
+from ffnlab.stats import MIN_PAIRS, mean_ci
 from ffnlab.store import Store
 from ffnlab.sweep import AXES, Study, group_key, plan, run_id, summarize, weights_path
 from ffnlab.train import TrainConfig
@@ -47,13 +47,16 @@ def axis_value(config: dict, axis: str):
     return obj
 
 
+LEGACY_AXES = ("depth", "width", "placement", "norm", "task", "data")  # the axes before studies were recorded
+
+
 def study_key(config: dict) -> str:
     """What runs of one study share: the config minus FFN, seed, checkpoint folder and axis values."""
     d = json.loads(json.dumps(config))
     d.pop("seed", None)
     d.pop("checkpoint_dir", None)
     d["model"].pop("ffn", None)
-    for axis in AXES:
+    for axis in LEGACY_AXES:
         *parents, last = AXES[axis].split(".")
         obj = d
         for part in parents:
@@ -63,7 +66,30 @@ def study_key(config: dict) -> str:
 
 
 def load_study(store_path, baseline: str | None = None) -> tuple[Study, list[TrainConfig], int]:
-    """The most recently finished study in a store: (study, its runs' configs, number of other studies).
+    """The most recently run study in a store with a finished run: (study, its runs' configs, number
+    of other studies). `baseline` replaces the study's own.
+
+    Studies are recorded by `run_study`; for stores written before that, `rebuild_study` infers one.
+    """
+    with Store(store_path, create=False) as store:
+        recorded = store.studies()
+        for rec in recorded:
+            study = Study.from_dict(rec["study"])
+            runs = plan(study)
+            if any((store.get(run_id(c)) or {}).get("status") in ("finished", "diverged") for c in runs):
+                break
+        else:
+            return rebuild_study(store_path, baseline)
+    if baseline is not None:
+        if get_ffn_spec(baseline).name not in study.variants:
+            raise ValueError(f"baseline '{baseline}' was not run in this study; valid: {', '.join(study.variants)}")
+        study = replace(study, baseline=get_ffn_spec(baseline).name)
+    return study, runs, len(recorded) - 1
+
+
+def rebuild_study(store_path, baseline: str | None = None) -> tuple[Study, list[TrainConfig], int]:
+    """For a store without study records: the most recently finished group of runs that agree on
+    everything but the FFN, the seed and the axes an older ffnlab had (LEGACY_AXES).
 
     variants = the distinct FFNs, seeds = seeds per variant, axes = the axis fields that vary,
     baseline = `baseline`, else relu if present, else the first variant. Seeds of the baseline
@@ -84,7 +110,7 @@ def load_study(store_path, baseline: str | None = None) -> tuple[Study, list[Tra
                          "this version's; run the study again into a new store")
     variants = list(dict.fromkeys(c.model.ffn for c in configs))
     axes = {}
-    for axis in AXES:
+    for axis in LEGACY_AXES:
         values = list(dict.fromkeys(axis_value(r["config"], axis) for r in latest))
         if len(values) > 1:
             axes[axis] = values
@@ -197,59 +223,42 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
 
 def cell_data(store: Store, study: Study, items: list[tuple], summary_cell: dict, store_path: Path,
               layer: int | None, attention: bool) -> dict:
-    """Curves, costs, stability and behaviour of one cell of the study."""
+    """One cell of the study for the report: its summary rows (`ffnlab.summary`, the numbers every
+    output shares) and, for the figures, curves, gradient traces and per-layer behaviour."""
     by_variant: dict[str, list[tuple]] = {v: [] for v in study.variants}
     for cfg, rec in items:
         if rec is not None and rec["status"] in ("finished", "diverged") and cfg.seed < study.seeds:
             by_variant[cfg.model.ffn].append((cfg, rec))
     curves, time_curves, traces, behaviour = {}, {}, {}, {}
-    extra = {}
-    metric = summary_cell["metric"]
     for v, runs in by_variant.items():
         losses, times, traces[v] = [], [], []
         layers: dict[str, list[dict]] = {}
         for cfg, rec in runs:
-            rid, res = rec["id"], rec["result"]
-            rows = store.metrics(rid)
             series = {}
-            for step, name, value in rows:
+            for step, name, value in store.metrics(rec["id"]):
                 series.setdefault(name, {})[step] = value
-            events = store.events(rid)
-            diverged = next((e["step"] for e in events if e["kind"] == "nonfinite"), None)
+            events = store.events(rec["id"])
             grad = series.get("grad_norm", {})
-            traces[v].append({"x": list(grad), "y": list(grad.values()), "diverged": diverged,
+            traces[v].append({"x": list(grad), "y": list(grad.values()),
+                              "diverged": next((e["step"] for e in events if e["kind"] == "nonfinite"), None),
                               "spikes": [(e["step"] + 1, e["value"]) for e in events if e["kind"] == "grad_spike"]})
             if rec["status"] != "finished":
                 continue
             losses.append(series.get("val_loss", {}))
             times.append(series.get("val_time", {}))
-            for name, b in (res.get("behaviour") or {}).items():
+            for name, b in (rec["result"].get("behaviour") or {}).items():
                 layers.setdefault(name, []).append(b)
         curves[v] = seed_band(losses)
         time_curves[v] = time_band(losses, times)
         behaviour[v] = {name: {k: mean_or_none([b.get(k) for b in bs]) for k in ("dead_frac", "zero_frac",
                                                                                  "inactive_frac")}
                         for name, bs in layers.items()}
-        finished = [rec["result"] for _, rec in runs if rec["status"] == "finished"]
-        extra[v] = {
-            "values": [r[metric] for r in finished if r.get(metric) is not None],
-            "step_time_s": statistics.median([r["step_time_s"] for r in finished]) if finished else None,
-            "step_time_range": (min(r["step_time_s"] for r in finished), max(r["step_time_s"] for r in finished))
-            if finished else None,
-            "train_seconds": mean_or_none([r.get("train_seconds") for r in finished]),
-            "grad_spikes": sum(rec["result"].get("n_grad_spikes", 0) for _, rec in runs),
-            "loss_spikes": sum(rec["result"].get("n_loss_spikes", 0) for _, rec in runs),
-            "max_grad_norm": max((max(t["y"]) for t in traces[v] if t["y"]), default=None),
-            "sparsity": mean_or_none([mean_or_none([b["zero_frac"] for b in r["behaviour"].values()])
-                                      for r in finished if r.get("behaviour")]),
-            "runs": len(runs),
-        }
-    rows = [{**r, **extra[r["ffn"]]} for r in summary_cell["variants"]]
+    rows = [dict(r) for r in summary_cell["variants"]]
     base = next((r for r in rows if r["ffn"] == study.baseline), None)
     for r in rows:
         r["step_time_ratio"] = (r["step_time_s"] / base["step_time_s"]
                                 if base and base["step_time_s"] and r["step_time_s"] else None)
-    out = {"axes": summary_cell["axes"], "metric": metric, "verdict": summary_cell["verdict"], "rows": rows,
+    out = {**{k: v for k, v in summary_cell.items() if k != "variants"}, "rows": rows,
            "level": summary_cell.get("level", 0.95), "alpha": summary_cell.get("alpha", 0.05),
            "curves": curves, "time_curves": time_curves, "traces": traces, "behaviour": behaviour,
            "noise_floor": summary_cell.get("noise_floor")}
@@ -301,7 +310,8 @@ def report_data(store_path, study: Study | None = None, runs: list[TrainConfig] 
     hf = getattr(study.base, "hf_config", None)
     return {"store": str(store_path), "baseline": study.baseline, "variants": study.variants,
             "architecture": f"Hugging Face {hf.get('model_type', '?')} (FFN swapped per variant)" if hf else None,
-            "settings": summary["settings"], "env": env, "cells": out_cells, "other_studies": others,
+            "settings": summary["settings"], "env": env, "cells": out_cells, "tuned": summary.get("tuned", []),
+            "other_studies": others,
             "activations": plots.activation_labels(study.variants),
             "numerics": load_numerics(store_path, study.variants, numerics),
             "generated": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -327,7 +337,7 @@ def render_figures(data: dict) -> dict[str, bytes]:
             "training step", "validation loss (nats/token)")
         figs[f"final{sfx}.png"] = plots.final_figure(
             [{"ffn": r["ffn"], "mean": r["mean"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-              "values": r["values"]} for r in cell["rows"]], styles, data["baseline"], metric_label(cell["metric"]),
+              "values": list(r["values"].values())} for r in cell["rows"]], styles, data["baseline"], metric_label(cell["metric"]),
             cell["level"])
         figs[f"loss_vs_time{sfx}.png"] = plots.band_figure(
             cell["time_curves"], styles, f"validation loss against wall-clock training time{title}",
@@ -380,6 +390,13 @@ def delta_text(r: dict, baseline: str) -> str:
     return f"{r['delta']:+.4f}{ci}{' *' if r['significant'] else ''}"
 
 
+def p_cell(r: dict, baseline: str) -> str:
+    """The Holm-adjusted p as shown: '-' for the baseline, 'n/a (needs ≥3 seeds)' where untested."""
+    if r["ffn"] == baseline:
+        return "-"
+    return f"n/a (needs ≥{MIN_PAIRS} seeds)" if r["p_adj"] is None else num(r["p_adj"], 3)
+
+
 def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
     """Header and plain-text rows of the ranking table (shared by HTML and Markdown)."""
     pct = round(cell["level"] * 100)
@@ -387,36 +404,100 @@ def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]
     head = ["rank", "ffn", f"{metric} mean [{pct}% CI]", f"Δ vs {baseline} [{pct}% CI]", "p (Holm)", "seeds",
             "diverged"]
     rows = [[str(r["rank"]), r["ffn"], f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
-             delta_text(r, baseline), num(r["p_adj"], 3), str(r["n_seeds"]), str(r["diverged"])]
+             delta_text(r, baseline), p_cell(r, baseline), str(r["n_seeds"]), str(r["diverged"])]
             for r in cell["rows"]]
+    return head, rows
+
+
+def tuned_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
+    """The tuned comparison: each variant's lr chosen on validation, its test metric compared."""
+    metric = "test loss" if cell["metric"] == "final_test_loss" else "test acc"
+    head = ["rank", "ffn", "chosen lr", "val mean at it", f"{metric} mean [95% CI]", f"Δ vs {baseline} [95% CI]",
+            "p (Holm)", "seeds"]
+    rows = [[str(r["rank"]), r["ffn"], str(r.get("lr", "-")), num(r.get("val_mean")),
+             f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]", delta_text(r, baseline),
+             p_cell(r, baseline), str(r["n_seeds"])] for r in cell["variants"]]
     return head, rows
 
 
 def cost_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
     head = ["ffn", "params", "FLOPs/token", "tokens/s", "step time (ms)", "seeds' range (ms)", "vs baseline",
-            "peak memory", "train time (s)"]
+            "training memory", "saved for backward", "train time (s)"]
     spread = lambda r: f"{r[0] * 1e3:.1f}-{r[1] * 1e3:.1f}" if r else "-"  # noqa: E731
     rows = [[r["ffn"], human(r["params"]), human(r["flops_per_token"]), human(r["tokens_per_s"]),
              num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1), spread(r["step_time_range"]),
              f"{(r['step_time_ratio'] - 1) * 100:+.0f}%" if r["step_time_ratio"] else "-",
-             human(r["peak_mem_bytes"], "B"), num(r["train_seconds"], 1)] for r in cell["rows"]]
+             human(r["train_mem_bytes"], "B"), human(r["saved_bytes"], "B"), num(r["train_seconds"], 1)]
+            for r in cell["rows"]]
     return head, rows
 
 
 def stability_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
     head = ["ffn", "gradient spikes", "loss spikes", "diverged runs", "max gradient norm", "dead units",
-            "sparsity"]
+            "sparsity", "FFN grad mean", "FFN grad std"]
     rows = [[r["ffn"], str(r["grad_spikes"]), str(r["loss_spikes"]), f"{r['diverged']} of {r['runs']}",
-             num(r["max_grad_norm"], 3), num(r["dead_frac"], 3), num(r["sparsity"], 3)] for r in cell["rows"]]
+             num(r["max_grad_norm"], 3), num(r["dead_frac"], 3), num(r["sparsity"], 3),
+             _fmt_num(r["ffn_grad_mean"]), _fmt_num(r["ffn_grad_std"])] for r in cell["rows"]]
     return head, rows
+
+
+def signal_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
+    """What else was measured per variant: test metric, robustness to embedding noise, perplexity,
+    learned activation parameters."""
+    lm = cell["metric"] == "final_val_loss"
+    head = ["ffn", "test loss" if lm else "test acc", "with embedding noise", "noise effect", "perplexity",
+            "learned activation parameters"]
+    rows = [[r["ffn"], num(r["test_mean"]), num(r["noisy_mean"]),
+             f"{r['noise_delta']:+.4f}" if r["noise_delta"] is not None else "-", num(r["ppl"], 2),
+             learned_text(r["learned"])] for r in cell["rows"]]
+    return head, rows
+
+
+def learned_text(learned: dict) -> str:
+    """'blocks.0.ffn: beta 1.21; blocks.1.ffn: beta 1.05' (mixture weights as relu 0.31, ...)."""
+    parts = []
+    for layer, params in learned.items():
+        values = []
+        for name, v in params.items():
+            if isinstance(v, dict):
+                values.append(", ".join(f"{k} {x:.2f}" for k, x in v.items()))
+            elif isinstance(v, (int, float)):
+                values.append(f"{name} {v:.3g}")
+            else:
+                values.append(f"{name} {[round(x, 3) for x in v]}")
+        parts.append(f"{layer}: {'; '.join(values)}")
+    return "; ".join(parts) or "-"
+
+
+def literature_rows(cell: dict) -> tuple[list[str], list[list[str]]] | None:
+    """The measured ranking beside Shazeer 2020 Table 1 for the variants both have."""
+    lit = cell.get("literature")
+    if not lit or lit["n"] < 2:
+        return None
+    mean, published = lit["measured"], lit["published"]
+    sign = -1.0 if cell.get("metric_direction") == "higher" else 1.0
+    ours = sorted(lit["variants"], key=lambda v: sign * mean[v])
+    theirs = sorted(lit["variants"], key=lambda v: published[v])
+    head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
+    rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)]
+            for v in ours]
+    return head, rows
+
+
+def literature_text(lit: dict) -> str:
+    pairs = "; ".join(f"{a} vs {b}: measured {num(m[0])} vs {num(m[1])}, published {p[0]:.3f} vs {p[1]:.3f}"
+                      for (a, b), m, p in ((d["pair"], d["measured"], d["published"]) for d in lit["disagree"]))
+    return (f"Rank agreement with {lit['source']} over {lit['n']} shared variants: Kendall τ = {lit['tau']:.2f}. "
+            + (f"Pairs ordered differently: {pairs}." if pairs else "Every pair is ordered the same way."))
 
 
 def settings_rows(data: dict) -> list[tuple[str, str]]:
     s, env = data["settings"], data["env"]
     m = dict(s["model"])
-    for axis, key in (("depth", "n_layers"), ("width", "d_model")):  # an axis overrides the base value
-        if axis in (s.get("axes") or {}):
-            m[key] = "/".join(map(str, s["axes"][axis]))
+    axes = s.get("axes") or {}
+    for axis, key in (("depth", "n_layers"), ("width", "d_model"), ("context", "context")):  # an axis overrides
+        if axis in axes:
+            m[key] = "/".join(map(str, axes[axis]))
     budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["budget"].items())
     rows = [("data", f"{s['data']} ({s['task']}, {s['tokenizer']} tokenizer)")]
     if data.get("architecture"):
@@ -429,7 +510,12 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
                          f"{s['match']})" if s["match"] != "none" else "none (each variant at its own width)"),
         ("budget", f"{budget}, batch {s['batch_size']}, "
                    f"{human(s['tokens_per_run'])} tokens per run" if s.get("tokens_per_run") else budget),
-        ("optimiser", f"AdamW, peak lr {s['lr']}, {s['precision']}"),
+        ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else
+         s["init"]),
+        ("optimiser", f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else s['lr']}"
+                      f", cosine to {s.get('min_lr', '-')}, warm-up {s.get('warmup_steps', '-')} steps, weight decay "
+                      f"{s.get('weight_decay', '-')}, beta2 {s.get('beta2', '-')}, clip {s.get('grad_clip', '-')}"),
+        ("precision", s["precision"]),
         ("seeds", f"{s['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
         ("variants", ", ".join(s["variants"]) + f" (baseline {data['baseline']})")]
     if s.get("axes"):
@@ -543,7 +629,8 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
         where = cell_label(cell)
         body.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(cell["verdict"])}</p>')
     body.append('<nav><a href="#ranking">ranking</a><a href="#settings">settings</a><a href="#curves">curves</a>'
-                '<a href="#cost">cost</a><a href="#stability">stability</a><a href="#activations">activations</a>'
+                '<a href="#literature">literature</a><a href="#cost">cost</a><a href="#stability">stability</a>'
+                '<a href="#signals">other measurements</a><a href="#activations">activations</a>'
                 '<a href="#attention">attention</a>' + ('<a href="#numerics">numerics</a>' if data["numerics"] else "")
                 + "</nav>")
     if data["other_studies"]:
@@ -566,8 +653,30 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
                 f'{esc(baseline)} over seeds (negative loss Δ = better). * = significant at α={cells[0]["alpha"]:g} '
                 'after Holm correction of the paired t-tests; coloured blue when better, orange when worse.</p>')
 
+    if data["tuned"]:
+        body.append('<h3>Tuned: each variant at its own best learning rate</h3>')
+        for cell in data["tuned"]:
+            body.append(html_table(*tuned_rows(cell, baseline), (1,)))
+            body.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell["verdict"])}</p>')
+        body.append('<p class="note">The learning rate of each variant is the one with the best mean validation '
+                    'metric over seeds; the comparison uses the test split, so the selection cannot flatter the '
+                    'winner (Melis et al. 2018).</p>')
+
+    body.append('<h2 id="literature">Against the literature</h2>')
+    for cell in cells:
+        table = literature_rows(cell)
+        if table is None:
+            body.append(heading(cell) + '<p class="note">No published ranking to compare with: it needs a language '
+                        'model study with at least two of Shazeer (2020) Table 1\'s variants.</p>')
+            continue
+        body.append(heading(cell) + html_table(*table) + f'<p>{esc(literature_text(cell["literature"]))}</p>')
+
     body.append('<h2 id="settings">Run settings</h2>')
     body.append(html_table(["setting", "value"], [list(r) for r in settings_rows(data)], (0, 1)))
+    body.append('<h3>What the comparison held equal</h3>')
+    body.append(html_table(["held equal", "how"], s["held_equal"], (0, 1)))
+    body.append('<h3>What it did not</h3>')
+    body.append(html_table(["not equal", "why"], s["not_equal"], (0, 1)))
 
     body.append('<h2 id="curves">Learning curves and final loss</h2>')
     for i, cell in enumerate(cells):
@@ -586,9 +695,9 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
     body.append(f'<p class="note">tokens/s: mean over seeds of the median step; step time: median over seeds, '
                 "with the range of the seeds' own medians: a wide range means the machine was busy while they "
                 "ran, and only a quiet machine's timings (or <code>ffnlab bench</code>) compare speed. "
-                f'Measured on {esc(env.get("device", "?"))}; peak memory is '
-                + ("the CUDA allocator's peak." if env.get("device") == "cuda" else
-                   "the process's peak resident memory (it includes Python and PyTorch themselves).") + "</p>")
+                f'Measured on {esc(env.get("device", "?"))}. Training memory is counted from the tensors: '
+                "parameters, gradients, optimizer state and what one training forward pass keeps for backward "
+                "(counted with saved_tensors_hooks), so it does not depend on what else ran in the process.</p>")
 
     body.append('<h2 id="stability">Stability</h2>')
     for i, cell in enumerate(cells):
@@ -598,6 +707,14 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
         body.append(html_image(figures, f"behaviour{sfx(i)}.png", "Per layer, on the validation set after training: "
                                "fraction of FFN units that never activate (dead) and fraction of exact zeros "
                                "after the activation (sparsity), mean over seeds."))
+
+    body.append('<h2 id="signals">Other measurements</h2>')
+    for cell in cells:
+        body.append(heading(cell) + html_table(*signal_rows(cell), (0, 5)))
+    body.append('<p class="note">Test: the held-out test split (never used to choose anything here). Embedding '
+                'noise: the validation metric with Gaussian noise on the token embeddings, a robustness probe; its '
+                'effect is the mean change from the clean metric. Learned parameters: means over seeds at the end '
+                'of training.</p>')
 
     body.append('<h2 id="activations">The activation functions</h2>')
     body.append(html_table(["activation", "formula", "source"],
@@ -653,12 +770,19 @@ def render_markdown(data: dict, figure_names) -> str:
             out += [f"### {md_escape(cell_label(cell))}", ""]
         out += [f"**Verdict:** {md_escape(cell['verdict'])}", "", md_table(*ranking_rows(cell, data["baseline"])), "",
                 md_table(*cost_rows(cell)), ""]
+        if cell.get("literature") and cell["literature"]["tau"] is not None:
+            out += [md_escape(literature_text(cell["literature"])), ""]
         for name, alt in ((f"val_loss{sfx}.png", "validation loss"), (f"final{sfx}.png", "final loss")):
             if name in figure_names:
                 out.append(f"![{alt}]({FIGURES_DIR}/{name})")
         out.append("")
+    for cell in data["tuned"]:
+        out += [f"### Tuned ({md_escape(cell_label(cell))}): lr chosen on validation, compared on test", "",
+                f"**Verdict:** {md_escape(cell['verdict'])}", "", md_table(*tuned_rows(cell, data["baseline"])), ""]
     out.append(f"* = significant at α={data['cells'][0]['alpha']:g} after Holm correction (paired t-test over seeds).")
-    out += ["", "<details><summary>Run settings</summary>", "", md_table(["setting", "value"], settings_rows(data)),
+    out += ["", "Held equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["held_equal"])) + ".",
+            "Not equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["not_equal"])) + ".",
+            "", "<details><summary>Run settings</summary>", "", md_table(["setting", "value"], settings_rows(data)),
             "", "</details>", "", "Full report with costs, stability, activations and attention maps: "
             f"[{REPORT_HTML}]({REPORT_HTML}).", ""]
     return "\n".join(out)

@@ -16,6 +16,10 @@ from scipy import stats as sps
 
 from ffnlab.activations import closest
 
+# NOTE: a paired t-test on 2 seeds has 1 degree of freedom: its p-value swings from 0.01 to 0.9 on the
+# same true gap, and after Holm it can still print "significant". Below 3 pairs there is no test.
+MIN_PAIRS = 3
+
 
 def _t_quantile(level: float, df: int) -> float:
     """Two-sided Student t critical value t_{(1+level)/2, df}."""
@@ -54,8 +58,8 @@ def paired_diff(a: dict[int, float], b: dict[int, float], level: float = 0.95) -
         CI    = delta -/+ t_{(1+level)/2, n-1} * se
         t     = delta / se,  p = 2 * P(T_{n-1} > |t|)     (two-sided; same as scipy.stats.ttest_rel)
 
-    Returns {"n", "delta", "ci_low", "ci_high", "p"}; with n < 2 the CI and p are None (and with
-    n = 0 delta too).
+    Returns {"n", "delta", "ci_low", "ci_high", "p"}; with n < 2 the CI is None (and with n = 0
+    delta too); with n < MIN_PAIRS (3) p is None: no test.
 
     NOTE: when every d_s is equal (sd = 0, e.g. a variant that differs from the baseline by a constant
     offset) the t statistic is delta/0. We define p = 0 if delta != 0 (the difference is exact and the
@@ -66,7 +70,7 @@ def paired_diff(a: dict[int, float], b: dict[int, float], level: float = 0.95) -
     diffs = [a[s] - b[s] for s in seeds]
     m = mean_ci(diffs, level)
     out = {"n": m["n"], "delta": m["mean"], "ci_low": m["ci_low"], "ci_high": m["ci_high"], "p": None}
-    if m["n"] < 2:
+    if m["n"] < MIN_PAIRS:
         return out
     if m["std"] == 0.0:
         out["p"] = 0.0 if m["mean"] != 0.0 else 1.0
@@ -145,7 +149,7 @@ def compare(results: dict[str, dict[int, float]], baseline: str, higher_is_bette
       diverged                               max(diverged[variant], non-finite values in results)
     The baseline row has delta 0, p None and significant False. Rows are sorted best first; variants
     with no finite value at all come last. `verdict` says in one or two sentences what is significant,
-    or plainly that nothing is, or that statistics need >= 2 seeds.
+    or plainly that nothing is, or that a test needs >= MIN_PAIRS (3) seeds.
     """
     if baseline not in results:
         raise ValueError(f"baseline '{baseline}' is not among the compared variants{closest(baseline, results)}; "
@@ -194,11 +198,11 @@ def _verdict(rows: list[dict], baseline: str, higher_is_better: bool, alpha: flo
         n = max(r["n_pairs"] or 0 for r in others)
         if n == 0:
             return f"No test possible: no variant shares a finished seed with {baseline}.{tail}"
-        return (f"Means only, no significance test: statistics need >= 2 seeds finished by both a variant "
-                f"and {baseline}, got {n}.{tail}")
+        return (f"Means only, no significance test: p-values n/a (a paired test needs >= {MIN_PAIRS} seeds "
+                f"finished by both a variant and {baseline}, got {n}).{tail}")
     significant = [r for r in rows if r["significant"]]  # rows are best first, so this is too
     untested = [r["ffn"] for r in others if r["p"] is None]
-    skipped = f" Not tested (fewer than 2 paired seeds): {', '.join(untested)}." if untested else ""
+    skipped = f" Not tested (fewer than {MIN_PAIRS} paired seeds): {', '.join(untested)}." if untested else ""
     if not significant:
         return (f"No variant differs significantly from {baseline} at alpha={alpha:g} with "
                 f"{_seeds_phrase([r['n_pairs'] for r in tested])}.{skipped}{tail}")

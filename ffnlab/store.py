@@ -3,6 +3,7 @@
     runs     id (the caller's hash of the config), sweep, config, status, result, env, attempts, timestamps
     metrics  (run_id, step, name) -> value          the loss/lr/grad-norm series
     events   (run_id, step, kind) -> detail         stability events (spikes, NaN, clipping, ...)
+    studies  id (hash of the study), study, timestamps   what was compared, so a report rebuilds exactly it
     meta     schema_version
 
 A run moves pending -> running -> finished | diverged | failed. A finished run is never overwritten:
@@ -63,6 +64,12 @@ CREATE TABLE IF NOT EXISTS metrics (
     value REAL,  -- NULL is NaN: SQLite cannot store NaN in a REAL
     PRIMARY KEY (run_id, step, name)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS studies (
+    id TEXT PRIMARY KEY,
+    study TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    run_at REAL NOT NULL  -- the last time it was run (a rerun makes it the latest again)
+);
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL REFERENCES runs (id),
     step INTEGER NOT NULL,
@@ -221,7 +228,19 @@ class Store:
             conn.execute("UPDATE runs SET status = ?, result = ?, finished_at = ? WHERE id = ? AND status != 'finished'",
                          (status, result, time.time(), run_id))
 
+    def add_study(self, study_id: str, study: dict) -> None:
+        """Record a study (variants, seeds, base config, axes, ...) as run now; an existing one is touched."""
+        now = time.time()
+        with self._write() as conn:
+            conn.execute("INSERT INTO studies (id, study, created_at, run_at) VALUES (?, ?, ?, ?) "
+                         "ON CONFLICT (id) DO UPDATE SET run_at = excluded.run_at", (study_id, dumps(study), now, now))
+
     # ---- reads --------------------------------------------------------------------------------
+
+    def studies(self) -> list[dict]:
+        """Recorded studies as {"id", "study", "created_at", "run_at"}, the most recently run first."""
+        rows = self._read("SELECT id, study, created_at, run_at FROM studies ORDER BY run_at DESC, id")
+        return [{"id": i, "study": loads(st), "created_at": c, "run_at": r} for i, st, c, r in rows]
 
     def get(self, run_id: str) -> dict | None:
         """One run as a dict (see `runs`), or None if the store has no such id."""

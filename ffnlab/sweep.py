@@ -19,14 +19,13 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ffnlab.ffn import get_ffn_spec
-from ffnlab.stats import compare as compare_stats
-from ffnlab.stats import seed_noise
 from ffnlab.store import Store
-from ffnlab.train import TrainConfig, resolve_precision, train
+from ffnlab.summary import summarize_cell, tuned_cells
+from ffnlab.train import RunResult, TrainConfig, resolve_precision, train
 
 DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
 DEFAULT_VARIANTS = ("relu", "gelu", "silu", "reglu", "geglu", "swiglu")
@@ -63,7 +62,22 @@ class Study:
     noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
 
     def __post_init__(self):
+        if isinstance(self.base, dict):
+            self.base = TrainConfig.from_dict(self.base)
         check_study(self)
+
+    def to_dict(self) -> dict:
+        return {"variants": self.variants, "seeds": self.seeds, "base": self.base.to_dict(), "axes": self.axes,
+                "baseline": self.baseline, "noise_floor": self.noise_floor}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Study":
+        return cls(**d)
+
+
+def study_id(study: Study) -> str:
+    """Identity of a study: sha256 of its JSON (keys sorted)."""
+    return hashlib.sha256(json.dumps(study.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def check_study(study: Study):
@@ -119,12 +133,17 @@ def run_id(cfg: TrainConfig) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def plan_precision(base: TrainConfig) -> str:
+    """The precision runs are planned with: 'auto' resolved here, so a run's identity says whether
+    it trains in bf16 or fp32."""
+    return resolve_precision(base.precision, base.device)
+
+
 def plan(study: Study) -> list[TrainConfig]:
     """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds."""
     axis_names = list(study.axes)
     runs = []
-    # precision 'auto' is resolved here, so a run's identity says whether it trains in bf16 or fp32
-    base = replace(study.base, precision=resolve_precision(study.base.precision, study.base.device))
+    base = replace(study.base, precision=plan_precision(study.base))
     for values in itertools.product(*(study.axes[a] for a in axis_names)):
         cfg = base
         for axis, value in zip(axis_names, values):
@@ -163,8 +182,9 @@ def run_lock(store_path: Path, rid: str, wait: bool):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def record(store: Store, rid: str, result: dict):
+def record(store: Store, rid: str, run: RunResult):
     """Write a run's curves, events and result to the store; the status is written last."""
+    result = run.to_dict()
     hist = result.pop("history")
     rows = [(i + 1, "train_loss", v) for i, v in enumerate(hist["train_loss"])]
     rows += [(i + 1, "grad_norm", v) for i, v in enumerate(hist["grad_norm"])]
@@ -236,6 +256,8 @@ def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int = 1, back
     runs = plan(study)
     store_path = Path(store_path)
     with Store(store_path) as store:
+        recorded = replace(study, base=replace(study.base, precision=plan_precision(study.base)))
+        store.add_study(study_id(recorded), recorded.to_dict())
         for cfg in runs:
             store.claim(run_id(cfg), cfg.to_dict())
         todo = [cfg for cfg in runs if store.get(run_id(cfg))["status"] not in ("finished", "diverged")]
@@ -386,54 +408,19 @@ def group_key(cfg: TrainConfig, study: Study) -> tuple:
 
 
 def summarize(study: Study, store_path, runs=None) -> dict:
-    """Statistics per cell of the study: per-variant mean/CI and paired deltas vs the baseline."""
+    """The study's summary: one `ffnlab.summary.summarize_cell` per cell of its axes (never merged),
+    plus, with an lr axis, the tuned comparison (`tuned_cells`)."""
     runs = plan(study) if runs is None else runs
     cells: dict[tuple, list] = {}
     with Store(Path(store_path), create=False) as store:
         for cfg in runs:
-            rec = store.get(run_id(cfg))
-            cells.setdefault(group_key(cfg, study), []).append((cfg, rec))
-    out_cells = []
-    for key, items in cells.items():
-        task = items[0][0].model.task
-        metric = "final_val_loss" if task == "lm" else "final_val_acc"
-        values: dict[str, dict[int, float]] = {v: {} for v in study.variants}
-        diverged = {v: 0 for v in study.variants}
-        costs: dict[str, list[dict]] = {v: [] for v in study.variants}
-        noise = []
-        for cfg, rec in items:
-            v = cfg.model.ffn
-            if rec is None or rec["status"] not in ("finished", "diverged"):
-                continue
-            res = rec["result"]
-            if cfg.seed >= study.seeds:
-                if rec["status"] == "finished":
-                    noise.append(res[metric])
-                continue
-            if rec["status"] == "diverged":
-                diverged[v] += 1
-                values[v][cfg.seed] = float("nan")
-                continue
-            values[v][cfg.seed] = res[metric]
-            costs[v].append(res)
-        stats = compare_stats(values, study.baseline, higher_is_better=task == "cls", diverged=diverged)
-        for row in stats["variants"]:
-            rs = costs[row["ffn"]]
-            mean = lambda k: sum(r[k] for r in rs if r.get(k) is not None) / max(1, len(rs))  # noqa: E731
-            row.update({"params": rs[0]["params"] if rs else None,
-                        "flops_per_token": rs[0]["flops_per_token"] if rs else None,
-                        "tokens_per_s": mean("tokens_per_s") if rs else None,
-                        "peak_mem_bytes": max((r["peak_mem_bytes"] for r in rs), default=None),
-                        "stability_events": sum(r["n_grad_spikes"] + r["n_loss_spikes"] for r in rs),
-                        "dead_frac": mean("dead_frac") if rs and rs[0].get("dead_frac") is not None else None,
-                        "ppl": math.exp(row["mean"]) if task == "lm" and row["mean"] is not None else None})
-        cell = {"axes": dict(key), "metric": metric, **stats}
-        if study.noise_floor:
-            cell["noise_floor"] = seed_noise(noise + [values[study.baseline][s] for s in values[study.baseline]
-                                                      if math.isfinite(values[study.baseline][s])])
-        out_cells.append(cell)
+            cells.setdefault(group_key(cfg, study), []).append((cfg, store.get(run_id(cfg))))
+    out_cells = [summarize_cell(items, study.variants, study.baseline, study.seeds, dict(key))
+                 for key, items in cells.items()]
     summary = {"store": str(store_path), "baseline": study.baseline, "seeds": study.seeds,
                "settings": settings_of(study), "cells": out_cells}
+    if "lr" in study.axes:
+        summary["tuned"] = tuned_cells(out_cells, "lr")
     if len(out_cells) == 1:  # the common case: no extra axes
         summary.update({k: out_cells[0][k] for k in ("variants", "verdict", "metric")})
         if "noise_floor" in out_cells[0]:
@@ -442,15 +429,74 @@ def summarize(study: Study, store_path, runs=None) -> dict:
 
 
 def settings_of(study: Study) -> dict:
-    """The run settings a reader needs to judge a comparison."""
+    """The run settings a reader needs to judge a comparison, with what it held equal and what not."""
     b = study.base
     return {"data": b.data, "task": b.model.task, "tokenizer": b.tokenizer,
             "model": {k: getattr(b.model, k) for k in ("n_layers", "n_heads", "d_model", "context", "norm",
                                                          "placement", "pos", "dropout")},
-            "match": b.model.ffn_match, "batch_size": b.batch_size,
+            "match": b.model.ffn_match, "init": b.model.init, "batch_size": b.batch_size,
             "budget": ({"max_seconds": b.max_seconds} if b.max_seconds else
                        {"max_tokens": b.max_tokens} if b.max_tokens else {"max_steps": b.max_steps}),
             "tokens_per_run": (b.max_tokens or b.max_steps * b.batch_size * b.model.context)
             if not b.max_seconds else None,
-            "lr": b.lr, "precision": b.precision, "seeds": study.seeds, "variants": study.variants,
-            "axes": study.axes}
+            "lr": b.lr, "min_lr": b.lr / 10 if b.min_lr is None else b.min_lr, "warmup_steps": b.warmup_steps,
+            "weight_decay": b.weight_decay, "beta2": b.beta2, "grad_clip": b.grad_clip,
+            "precision": b.precision, "seeds": study.seeds, "variants": study.variants, "axes": study.axes,
+            **held_equal(study)}
+
+
+def held_equal(study: Study) -> dict[str, list[list[str]]]:
+    """{"held_equal": [[what, how]], "not_equal": [[what, why]]}: the comparison's controls, in words.
+
+    Everything but the FFN is held equal by construction (same seed -> same data order and the same
+    non-FFN weights); what cannot be, or was chosen not to be, is named rather than left implicit.
+    An axis of the study is varied on purpose and compared only within its cells."""
+    b, m = study.base, study.base.model
+    axes = set(study.axes)
+    lr = "an lr axis: " + ", ".join(map(str, study.axes["lr"])) if "lr" in axes else f"peak {b.lr:g}"
+    min_lr = "lr/10" if b.min_lr is None else f"{b.min_lr:g}"
+    budget = (f"{b.max_tokens:,} tokens" if b.max_tokens else f"{b.max_steps:,} steps of {b.batch_size} x "
+              f"{m.context} tokens")
+    equal = [
+        ["data order", "seed s of every variant trains on the same batches in the same order"],
+        ["evaluation", "the same fixed validation (and test) batches for every variant and seed"],
+        ["non-FFN weights", "identical at the start for one seed: each parameter drawn from its own generator, "
+                            "seeded by seed, name and shape"],
+        ["learning rate and schedule", f"AdamW, {lr}, {b.warmup_steps} warm-up steps, cosine to {min_lr}, "
+                                       f"beta2 {b.beta2}, gradient clip {b.grad_clip}"],
+        ["weight-decay groups", f"{b.weight_decay} on every matrix; none on biases, norms or learnable "
+                                "activation parameters"],
+        ["precision", b.precision],
+    ]
+    unequal = []
+    if m.d_ff is not None:
+        unequal.append(["parameters", f"one hidden width (d_ff {m.d_ff}) for every variant: a gated FFN has 1.5x "
+                                      "the weights of a dense one"])
+    elif m.ffn_match == "none":
+        unequal.append(["parameters", "not matched (--match none): each variant at its conventional width"])
+    else:
+        equal.append(["parameters" if m.ffn_match == "params" else "FLOPs per token",
+                      f"every FFN within 1% of the dense 4x FFN's {m.ffn_match} (gated widths 2/3 as wide)"])
+        unequal.append(["FLOPs per token" if m.ffn_match == "params" else "parameters",
+                        f"follow from the width that matches {m.ffn_match}; shown per variant"])
+    if "init" in axes:
+        pass  # varied on purpose: an axis
+    elif m.init == "family":
+        unequal.append(["FFN initialisation", "init 'family': each activation family its own scheme (relu he, "
+                                              "gelu normal 0.02, swish lecun_uniform), so init is confounded "
+                                              "with the activation"])
+    else:
+        equal.append(["FFN initialisation", f"{m.init} for every variant's FFN weights"])
+    if b.max_seconds:
+        unequal.append(["tokens seen", f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants "
+                                       "train on more tokens"])
+    else:
+        equal.append(["budget", budget])
+    if m.ffn_bias is None:
+        unequal.append(["biases", "each variant's convention: dense FFNs have biases, gated ones none "
+                                  "(Shazeer 2020); --d-ff and ffn_bias can change it"])
+    else:
+        equal.append(["biases", "on in every FFN" if m.ffn_bias else "off in every FFN"])
+    if axes:
+        equal.append(["study axes", f"{', '.join(sorted(axes))}: varied on purpose, compared within each cell"])
+    return {"held_equal": equal, "not_equal": unequal}

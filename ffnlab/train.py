@@ -13,7 +13,6 @@ import functools
 import json
 import math
 import os
-import resource
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ import torch
 from torch import nn
 
 from ffnlab.ffn import DenseFFN, GatedFFN, ffn_flops_per_token
+from ffnlab.memory import saved_bytes, training_memory
 from ffnlab.model import ModelConfig, Transformer, param_count
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -95,6 +95,61 @@ class TrainConfig:
         return cls(**d)
 
 
+@dataclass
+class RunResult:
+    """What one run measured. `to_dict()` is what the store keeps (the sweep files `history` and
+    `events` in tables of their own); metrics a run could not measure (a diverged run's final
+    loss, a split too small to evaluate) are None."""
+
+    ffn: str
+    seed: int
+    status: Literal["finished", "diverged"]
+    task: str
+    steps: int
+    final_val_loss: float | None  # mean over the fixed validation batches
+    final_val_ppl: float | None  # exp(final_val_loss)
+    final_val_acc: float | None  # classification only
+    final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
+    final_test_acc: float | None
+    noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
+    noisy_val_acc: float | None
+    diverged_step: int | None
+    params: int
+    ffn_params: int
+    flops_per_token: int
+    tokens: int
+    tokens_per_s: float | None  # tokens per step over the median step time
+    step_time_s: float
+    first_step_s: float | None
+    train_seconds: float
+    wall_seconds: float
+    # memory (ffnlab.memory): counted from the tensors, the same whatever ran before in the process
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    saved_bytes: int  # kept for backward by one training forward pass
+    train_mem_bytes: int  # the sum of the four above
+    cuda_peak_bytes: int | None  # the CUDA allocator's peak since the run started
+    n_grad_spikes: int
+    n_loss_spikes: int
+    max_grad_norm: float | None  # largest global gradient norm before clipping
+    ffn_grad_mean: float | None  # mean over logged steps and FFN layers of the FFN weights' gradient mean
+    ffn_grad_std: float | None  # ... and of its std
+    behaviour: dict  # per FFN layer: dead units, sparsity, activation scale (ActivationProbe)
+    dead_frac: float | None
+    learned: dict  # per FFN layer: learned parameters of a learnable activation (beta, tau, mixture weights)
+    vocab_size: int
+    device: str
+    precision: str
+    threads: int  # bf16 results depend on it at the 1e-4 level
+    history: dict
+    events: list
+    config: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 # ---- data -------------------------------------------------------------------------------------
 
 
@@ -118,16 +173,20 @@ def load_data(data: str, task: str, tokenizer: str, bpe_vocab: int, text_field: 
     return corpus, tok, splits
 
 
+def has_window(split_data, task: str, context: int) -> bool:
+    """Whether a split can give one example: a window of `context + 1` tokens, or a labelled document."""
+    return len(split_data) > context + 1 if task == "lm" else len(split_data[0]) > 0
+
+
 def check_data(splits, task: str, context: int, data: str):
-    """ValueError when a split is too small to cut one window of `context + 1` tokens."""
+    """ValueError when the train or val split is too small to give one example."""
     for split in ("train", "val"):
+        if has_window(splits[split], task, context):
+            continue
         if task == "lm":
-            n = len(splits[split])
-            if n <= context + 1:
-                raise ValueError(f"the {split} split of '{data}' has {n} tokens, fewer than one context window "
-                                 f"({context + 1}); use more text or a smaller --context")
-        elif len(splits[split][0]) == 0:
-            raise ValueError(f"the {split} split of '{data}' has no labelled examples")
+            raise ValueError(f"the {split} split of '{data}' has {len(splits[split])} tokens, fewer than one context "
+                             f"window ({context + 1}); use more text or a smaller --context")
+        raise ValueError(f"the {split} split of '{data}' has no labelled examples")
 
 
 def fit(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
@@ -280,11 +339,43 @@ def hf_factory(hf_config: dict):
     return build
 
 
-def peak_memory(device: str) -> int:
-    """Peak bytes: the CUDA allocator's peak, or the process's peak RSS on the CPU."""
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def learned_params(ffns) -> dict[str, dict]:
+    """Per FFN layer, the learned parameters of its activation: {"beta": 1.3}, {"tau": 0.9}, or a
+    switch's mixture {"weights": {"relu": 0.2, ...}}; layers without any are left out."""
+    out = {}
+    for name, ffn in ffns:
+        act = getattr(ffn, "act", None)
+        if act is None:
+            continue
+        values = {}
+        for pname, p in act.named_parameters(recurse=False):
+            if pname == "logits" and hasattr(act, "names"):  # a switch: its softmax weights by activation
+                values["weights"] = dict(zip(act.names, torch.softmax(p.detach().float(), 0).tolist()))
+            else:
+                values[pname] = p.detach().float().tolist()
+        if values:
+            out[name] = values
+    return out
+
+
+def ffn_grad_summary(grad_rows: list[dict]) -> dict[str, float | None]:
+    """Mean over logged steps and layers of the FFN gradient's mean and std (None if nothing logged)."""
+    out = {}
+    for stat in ("grad_mean", "grad_std"):
+        values = [v for row in grad_rows for k, v in row.items() if k.startswith(stat + "/") and math.isfinite(v)]
+        out[f"ffn_{stat}"] = statistics.mean(values) if values else None
+    return out
+
+
+def step_saved_bytes(model: nn.Module, x, y, autocast) -> int:
+    """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y);
+    the graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
+    state = torch.get_rng_state()
+    try:
+        with autocast():
+            return saved_bytes(lambda: model(x, y), exclude=model.parameters())
+    finally:
+        torch.set_rng_state(state)
 
 
 # ---- checkpoints --------------------------------------------------------------------------------
@@ -402,8 +493,9 @@ def resolve_precision(precision: str, device: str) -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
 
 
-def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str | os.PathLike | None = None) -> dict:
-    """Run one training and return its result dict (JSON-serialisable).
+def train(cfg: TrainConfig, progress=None, model_factory=None,
+          weights_path: str | os.PathLike | None = None) -> RunResult:
+    """Run one training and return what it measured.
 
     `progress(step, total, metrics)` is called after every step (for a progress bar).
     `model_factory(model_cfg, seed) -> nn.Module` replaces the built-in Transformer (by default a
@@ -418,6 +510,8 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
     task = cfg.model.task
     if cfg.threads:  # NOTE: on a shared machine one thread per run beats two fighting for cores (train_speed.md)
         torch.set_num_threads(cfg.threads)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
 
     # -- data and model
     corpus, tok, splits = load_data(cfg.data, task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
@@ -433,6 +527,9 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: same for every variant with this seed
     val_batches = [(x.to(device), y.to(device)) for x, y in
                    eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)]
+    test_batches = [(x.to(device), y.to(device)) for x, y in
+                    eval_set(splits["test"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)] \
+        if has_window(splits["test"], task, mcfg.context) else []
     tokens_per_step = cfg.batch_size * mcfg.context
     total = math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps
     autocast = functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16,
@@ -454,6 +551,7 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
 
     # -- train
+    saved = step_saved_bytes(model, *val_batches[0], autocast)  # a batch of the training shape
     if step == 0:  # the untrained model's loss anchors every curve
         hist["val"].append({"step": 0, **evaluate(model, val_batches, task, autocast), "time": 0.0})
     model.train()
@@ -505,7 +603,7 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
     train_seconds = time.perf_counter() - t0
 
     # -- final evaluation and behaviour
-    behaviour, final, robust = {}, {}, {}
+    behaviour, final, robust, test = {}, {}, {}, {}
     if status == "finished":
         if not hist["val"] or hist["val"][-1]["step"] != step:
             hist["val"].append({"step": step, **evaluate(model, val_batches, task, autocast),
@@ -516,6 +614,7 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
         probe.remove()
         behaviour = probe.summary()
         robust = evaluate(model, val_batches, task, autocast, noise_std=cfg.noise_std)
+        test = evaluate(model, test_batches, task, autocast) if test_batches else {}
         if not math.isfinite(final["loss"]):
             status = "diverged"
             hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(final["loss"])})
@@ -523,32 +622,32 @@ def train(cfg: TrainConfig, progress=None, model_factory=None, weights_path: str
             save_weights(model, Path(weights_path))
     step_times = hist["step_time"][1:] or hist["step_time"]  # the first step includes warm-up
     median_step = statistics.median(step_times) if step_times else float("nan")
-    n_params = param_count(model)
-    result = {
-        "ffn": mcfg.ffn, "seed": cfg.seed, "status": status, "task": task, "steps": step,
-        "final_val_loss": final.get("loss"), "final_val_ppl": math.exp(final["loss"]) if final else None,
-        "final_val_acc": final.get("acc"),
-        "noisy_val_loss": robust.get("loss"), "noisy_val_acc": robust.get("acc"),
-        "diverged_step": next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
-        "params": n_params, "ffn_params": sum(p.numel() for _, f in ffns for p in f.parameters()),
-        "flops_per_token": model_flops_per_token(model, getattr(model.cfg, "d_model", mcfg.d_model),
-                                                 getattr(model.cfg, "n_layers", mcfg.n_layers), mcfg.context,
-                                                 mcfg.vocab_size if task == "lm" else mcfg.n_classes),
-        "tokens": step * tokens_per_step, "tokens_per_s": tokens_per_step / median_step if step_times else None,
-        "step_time_s": median_step, "first_step_s": hist["step_time"][0] if hist["step_time"] else None,
-        "train_seconds": train_seconds,
-        "wall_seconds": time.perf_counter() - t_start, "peak_mem_bytes": peak_memory(device),
-        "n_grad_spikes": sum(e["kind"] == "grad_spike" for e in hist["events"]),
-        "n_loss_spikes": sum(e["kind"] == "loss_spike" for e in hist["events"]),
-        "behaviour": behaviour,
-        "dead_frac": statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
-        "vocab_size": tok.vocab_size, "device": device, "precision": cfg.precision,
-        "threads": torch.get_num_threads(),  # bf16 results depend on it at the 1e-4 level
-        "history": {"train_loss": hist["train_loss"], "grad_norm": hist["grad_norm"], "val": hist["val"],
-                    "grad_ffn": hist["grad_ffn"]},
-        "events": hist["events"], "config": cfg.to_dict(),
-    }
-    return result
+    return RunResult(
+        ffn=mcfg.ffn, seed=cfg.seed, status=status, task=task, steps=step,
+        final_val_loss=final.get("loss"), final_val_ppl=math.exp(final["loss"]) if final else None,
+        final_val_acc=final.get("acc"), final_test_loss=test.get("loss"), final_test_acc=test.get("acc"),
+        noisy_val_loss=robust.get("loss"), noisy_val_acc=robust.get("acc"),
+        diverged_step=next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
+        params=param_count(model), ffn_params=sum(p.numel() for _, f in ffns for p in f.parameters()),
+        flops_per_token=model_flops_per_token(model, getattr(model.cfg, "d_model", mcfg.d_model),
+                                              getattr(model.cfg, "n_layers", mcfg.n_layers), mcfg.context,
+                                              mcfg.vocab_size if task == "lm" else mcfg.n_classes),
+        tokens=step * tokens_per_step, tokens_per_s=tokens_per_step / median_step if step_times else None,
+        step_time_s=median_step, first_step_s=hist["step_time"][0] if hist["step_time"] else None,
+        train_seconds=train_seconds, wall_seconds=time.perf_counter() - t_start,
+        **training_memory(model, opt, saved),
+        cuda_peak_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
+        n_grad_spikes=sum(e["kind"] == "grad_spike" for e in hist["events"]),
+        n_loss_spikes=sum(e["kind"] == "loss_spike" for e in hist["events"]),
+        max_grad_norm=max(hist["grad_norm"], default=None),
+        **ffn_grad_summary(hist["grad_ffn"]),
+        behaviour=behaviour,
+        dead_frac=statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
+        learned=learned_params(ffns),
+        vocab_size=tok.vocab_size, device=device, precision=cfg.precision, threads=torch.get_num_threads(),
+        history={"train_loss": hist["train_loss"], "grad_norm": hist["grad_norm"], "val": hist["val"],
+                 "grad_ffn": hist["grad_ffn"]},
+        events=hist["events"], config=cfg.to_dict())
 
 
 # ---- progress bar -------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ SEED_NOISE = (0.0, 0.03, -0.02)
 
 
 def fabricated_store(path, losses: dict[str, float], step_time: dict[str, float] | None = None,
-                     params: dict[str, int] | None = None, diverged=(), jitter: dict[str, tuple] | None = None):
+                     params: dict[str, int] | None = None, diverged=(), jitter: dict[str, tuple] | None = None,
+                     memory: dict[str, int] | None = None):
     """A store of finished runs with the given mean losses over 3 paired seeds (fabricated inputs)."""
     base = preset_config("smoke")
     with Store(path) as store:
@@ -28,7 +29,7 @@ def fabricated_store(path, losses: dict[str, float], step_time: dict[str, float]
                 result = {"ffn": ffn, "seed": seed, "status": "finished", "task": "lm", "final_val_loss": value,
                           "params": (params or {}).get(ffn, 16_000), "flops_per_token": 34_000,
                           "step_time_s": (step_time or {}).get(ffn, 0.01), "tokens_per_s": 25_600.0,
-                          "peak_mem_bytes": 500 * 2**20, "n_grad_spikes": 0, "n_loss_spikes": 0, "behaviour": {},
+                          "train_mem_bytes": (memory or {}).get(ffn, 5 * 2**20), "n_grad_spikes": 0, "n_loss_spikes": 0, "behaviour": {},
                           "dead_frac": None, "train_seconds": 1.0}
                 status = "diverged" if ffn in diverged else "finished"
                 if status == "diverged":
@@ -36,6 +37,16 @@ def fabricated_store(path, losses: dict[str, float], step_time: dict[str, float]
                 store.add_metrics(rid, [(10, "val_loss", value), (10, "val_time", 0.5)])
                 store.finish(rid, status, result)
     return path
+
+
+def test_memory_budget_excludes_by_training_memory(tmp_path):
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "gelu": 1.98, "swiglu": 1.90},
+                             memory={"swiglu": 12 * 2**20})
+    assert advise(store=store)["recommendation"] == "swiglu"
+    advice = advise(store=store, memory_budget="8MiB")
+    assert advice["recommendation"] == "gelu"
+    out = next(a for a in advice["alternatives"] if a["ffn"] == "swiglu")
+    assert "training memory 12 MiB" in out["excluded"] and "8 MiB" in out["excluded"]
 
 
 @pytest.mark.parametrize("winner", ["swiglu", "gelu", "relu"])
@@ -47,7 +58,7 @@ def test_measured_recommends_the_variant_the_numbers_favour(tmp_path, winner):
     advice = advise(store=store)
     assert advice["recommendation"] == winner and advice["basis"] == "measured"
     assert advice["evidence"]["kind"] == "measured"
-    assert advice["evidence"]["variants"][winner]["seeds"] == {s: losses[winner] + n for s, n in enumerate(SEED_NOISE)}
+    assert advice["evidence"]["variants"][winner]["values"] == {s: losses[winner] + n for s, n in enumerate(SEED_NOISE)}
     text = " ".join(advice["reasons"])
     assert "nats" in text and "95% CI" in text
     assert {a["ffn"] for a in advice["alternatives"]} == set(losses) - {winner}

@@ -95,7 +95,7 @@ def test_report_data_rows_match_the_store(smoke_store):
             finals.setdefault(r["result"]["ffn"], []).append(r["result"]["final_val_loss"])
     for row in cell["rows"]:
         assert row["mean"] == pytest.approx(sum(finals[row["ffn"]]) / 2)
-        assert sorted(row["values"]) == sorted(finals[row["ffn"]])
+        assert sorted(row["values"].values()) == sorted(finals[row["ffn"]])
         assert cell["curves"][row["ffn"]]["mean"][-1] == pytest.approx(row["mean"])  # last eval is the final one
     assert data["settings"]["model"]["d_model"] == 32
 

@@ -64,7 +64,7 @@ def test_paired_diff_pairs_only_common_finite_seeds():
 def test_paired_diff_zero_variance_is_documented_exact():
     shifted = paired_diff({0: 2.0, 1: 3.0, 2: 4.0}, {0: 1.5, 1: 2.5, 2: 3.5})  # every delta exactly 0.5
     assert shifted == {"n": 3, "delta": 0.5, "ci_low": 0.5, "ci_high": 0.5, "p": 0.0}
-    same = paired_diff({0: 2.0, 1: 3.0}, {0: 2.0, 1: 3.0})
+    same = paired_diff({0: 2.0, 1: 3.0, 2: 4.0}, {0: 2.0, 1: 3.0, 2: 4.0})
     assert same["delta"] == 0.0 and same["p"] == 1.0 and same["ci_low"] == same["ci_high"] == 0.0
 
 
@@ -132,7 +132,17 @@ def test_compare_one_seed_gives_means_only():
     sw = c["variants"][0]
     assert sw["ffn"] == "swiglu" and sw["std"] is None and sw["ci_low"] is None and sw["p"] is None
     assert sw["p_adj"] is None and not sw["significant"] and sw["delta"] == pytest.approx(-0.2)
-    assert "statistics need >= 2 seeds" in c["verdict"]
+    assert "p-values n/a (a paired test needs >= 3 seeds" in c["verdict"]
+
+
+def test_two_seeds_give_an_interval_but_no_test():
+    # one degree of freedom: a p-value would swing wildly, and Holm could still call it significant
+    c = compare({"relu": {0: 3.3, 1: 3.31}, "swiglu": {0: 3.1, 1: 3.1001}}, "relu")
+    sw = c["variants"][0]
+    assert sw["n_pairs"] == 2 and sw["delta_ci_low"] is not None and sw["p"] is None and sw["p_adj"] is None
+    assert not sw["significant"] and "needs >= 3 seeds" in c["verdict"] and "got 2" in c["verdict"]
+    d = paired_diff({0: 2.0, 1: 3.0, 2: 4.5}, {0: 1.0, 1: 1.5, 2: 2.0})
+    assert d["p"] is not None  # three pairs: tested
 
 
 def test_compare_excludes_and_counts_diverged_seeds():

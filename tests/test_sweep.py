@@ -164,9 +164,15 @@ def test_compare_json_and_csv(run_cli, tmp_path):
     d = json.loads(out)
     assert d["baseline"] == "relu" and d["store"].endswith("s.db")
     keys = {"ffn", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
-            "significant", "params", "flops_per_token", "tokens_per_s", "peak_mem_bytes", "diverged"}
+            "significant", "params", "flops_per_token", "tokens_per_s", "train_mem_bytes", "saved_bytes", "diverged",
+            "test_mean", "noisy_mean", "noise_delta", "ppl", "ffn_grad_mean", "ffn_grad_std", "learned"}
     assert all(keys <= set(v) for v in d["variants"])
-    assert (tmp_path / "t.csv").read_text().splitlines()[0].startswith("ffn,")
+    gelu = next(v for v in d["variants"] if v["ffn"] == "gelu")
+    assert gelu["p_adj"] is None and "needs >= 3 seeds" in d["verdict"]  # 2 seeds: interval, no test
+    assert gelu["ppl"] > 1 and gelu["test_mean"] > 0 and gelu["ffn_grad_std"] > 0
+    assert {"held_equal", "not_equal", "init", "lr"} <= set(d["settings"])
+    header = (tmp_path / "t.csv").read_text().splitlines()[0].split(",")
+    assert header[:2] == ["metric", "ffn"] and {"test_mean", "noise_delta", "train_mem_bytes"} <= set(header)
 
 
 LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 86, "num_hidden_layers": 1,

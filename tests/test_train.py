@@ -29,31 +29,57 @@ def test_same_seed_gives_bitwise_identical_losses():
     a = train(tiny(seed=1, model=replace(TINY, ffn="swiglu"), precision="fp32"))
     b = train(tiny(seed=1, model=replace(TINY, ffn="swiglu"), precision="fp32"))
     c = train(tiny(seed=2, model=replace(TINY, ffn="swiglu"), precision="fp32"))
-    assert a["history"]["train_loss"] == b["history"]["train_loss"]
-    assert a["final_val_loss"] == b["final_val_loss"]
-    assert a["history"]["train_loss"] != c["history"]["train_loss"]
+    assert a.history["train_loss"] == b.history["train_loss"]
+    assert a.final_val_loss == b.final_val_loss
+    assert a.history["train_loss"] != c.history["train_loss"]
 
 
 def test_result_records_curves_costs_and_behaviour():
     r = train(tiny(model=replace(TINY, ffn="reglu")))
-    assert r["status"] == "finished" and r["steps"] == 20
-    assert [v["step"] for v in r["history"]["val"]] == [0, 10, 20]
-    assert r["final_val_ppl"] == pytest.approx(math.exp(r["final_val_loss"]))
-    assert r["tokens_per_s"] > 0 and r["peak_mem_bytes"] > 0 and r["params"] > 0 and r["flops_per_token"] > 0
-    layer = r["behaviour"]["blocks.0.ffn"]
+    assert r.status == "finished" and r.steps == 20
+    assert [v["step"] for v in r.history["val"]] == [0, 10, 20]
+    assert r.final_val_ppl == pytest.approx(math.exp(r.final_val_loss))
+    assert r.tokens_per_s > 0 and r.train_mem_bytes > 0 and r.params > 0 and r.flops_per_token > 0
+    layer = r.behaviour["blocks.0.ffn"]
     assert 0 <= layer["dead_frac"] <= 1 and 0 < layer["zero_frac"] < 1  # relu gate: some exact zeros
     assert layer["std_pre"] > 0 and layer["max_abs_hidden"] > 0
-    assert any(k.startswith("grad_norm/blocks.0.ffn") for k in r["history"]["grad_ffn"][0])
-    assert r["noisy_val_loss"] is not None and r["noisy_val_loss"] != r["final_val_loss"]
-    json.dumps(r)  # serialisable
+    assert any(k.startswith("grad_norm/blocks.0.ffn") for k in r.history["grad_ffn"][0])
+    assert r.noisy_val_loss is not None and r.noisy_val_loss != r.final_val_loss
+    assert r.final_test_loss is not None and r.final_test_loss != r.final_val_loss  # held-out plays, not val
+    assert r.ffn_grad_std > 0 and r.ffn_grad_mean is not None
+    assert r.learned == {}  # relu gates learn no activation parameters
+    json.dumps(r.to_dict())  # serialisable
+
+
+def test_memory_figures_do_not_depend_on_run_order():
+    short = dict(max_steps=2, eval_every=2)
+    small = tiny(**short)
+    large = tiny(**short, model=replace(TINY, d_model=128, n_layers=3, n_heads=4))
+    big, after_big = train(large), train(small)
+    assert after_big.train_mem_bytes < big.train_mem_bytes
+    assert train(small).train_mem_bytes == after_big.train_mem_bytes  # the same figure in any order
+    # the parts: fp32 params and grads, AdamW's two moments, activations of one B x T forward
+    assert after_big.param_bytes == after_big.grad_bytes == 4 * after_big.params
+    assert 2 * after_big.param_bytes <= after_big.optimizer_bytes < 2 * after_big.param_bytes + 1024
+    assert after_big.saved_bytes > 8 * 32 * 32 * 4  # at least one (B, T, d_model) fp32 tensor
+    assert after_big.cuda_peak_bytes is None  # CPU run: no allocator peak to report
+
+
+def test_learned_activation_parameters_are_reported():
+    r = train(tiny(model=replace(TINY, ffn="swish_beta"), max_steps=10))
+    beta = r.learned["blocks.0.ffn"]["beta"]
+    assert isinstance(beta, float) and beta != 1.0  # trained away from its init
+    r = train(tiny(model=replace(TINY, ffn="switch"), max_steps=10))
+    weights = r.learned["blocks.0.ffn"]["weights"]
+    assert set(weights) == {"relu", "gelu", "silu"} and sum(weights.values()) == pytest.approx(1.0)
 
 
 def test_absurd_learning_rate_diverges_without_raising():
     r = train(tiny(lr=1e6, min_lr=1e5, warmup_steps=0, grad_clip=1e9, max_steps=50))
-    assert r["status"] == "diverged"
-    assert r["diverged_step"] is not None and r["diverged_step"] < 50
-    assert r["final_val_loss"] is None
-    assert any(e["kind"] == "nonfinite" for e in r["events"])
+    assert r.status == "diverged"
+    assert r.diverged_step is not None and r.diverged_step < 50
+    assert r.final_val_loss is None
+    assert any(e["kind"] == "nonfinite" for e in r.events)
 
 
 def test_lr_schedule_warmup_then_cosine():
@@ -71,13 +97,13 @@ def test_spike_detector():
 
 def test_classification_task_reports_accuracy():
     r = train(tiny(model=replace(TINY, task="cls", ffn="gelu"), max_steps=10))
-    assert r["status"] == "finished" and 0.0 <= r["final_val_acc"] <= 1.0
-    assert r["config"]["model"]["task"] == "cls"
+    assert r.status == "finished" and 0.0 <= r.final_val_acc <= 1.0
+    assert r.config["model"]["task"] == "cls"
 
 
 def test_validation_loss_falls_on_bundled_corpus():
     r = train(tiny(max_steps=60, lr=3e-3, eval_every=20))
-    losses = [v["loss"] for v in r["history"]["val"]]
+    losses = [v["loss"] for v in r.history["val"]]
     assert losses[0] > 4.0 and losses[-1] < losses[0] - 0.5, losses  # from ln(vocab) to well below
 
 
@@ -106,11 +132,11 @@ def test_bf16_training_is_deterministic_and_learns():
     a = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
     b = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
     fp32 = train(tiny(precision="fp32", max_steps=60, lr=3e-3, eval_every=20))
-    assert a["history"]["train_loss"] == b["history"]["train_loss"]
-    losses = [v["loss"] for v in a["history"]["val"]]
+    assert a.history["train_loss"] == b.history["train_loss"]
+    losses = [v["loss"] for v in a.history["val"]]
     assert losses[-1] < losses[0] - 0.5, losses
-    assert abs(a["final_val_loss"] - fp32["final_val_loss"]) < 0.1  # mixed precision, not a different run
-    assert a["first_step_s"] > 0 and a["tokens_per_s"] > 0
+    assert abs(a.final_val_loss - fp32.final_val_loss) < 0.1  # mixed precision, not a different run
+    assert a.first_step_s > 0 and a.tokens_per_s > 0
 
 
 @pytest.mark.parametrize("amx,want", [(True, "bf16"), (False, "fp32")])
@@ -123,7 +149,7 @@ def test_auto_precision_is_bf16_only_where_the_cpu_has_amx(monkeypatch, amx, wan
     # a study stores (and hashes) the resolved precision; a run's result says what it trained in
     assert {cfg.precision for cfg in plan(Study(variants=["relu", "gelu"], seeds=2))} == {want}
     r = train(tiny(max_steps=2, eval_every=2))
-    assert r["precision"] == r["config"]["precision"] == want
+    assert r.precision == r.config["precision"] == want
 
 
 def test_unknown_precision_is_refused():
@@ -135,10 +161,10 @@ def test_threads_option_sets_torch_threads():
     before = torch.get_num_threads()
     try:
         r = train(tiny(threads=1, max_steps=2, eval_every=2))
-        assert torch.get_num_threads() == 1 and r["config"]["threads"] == 1 and r["status"] == "finished"
-        assert r["threads"] == 1
+        assert torch.get_num_threads() == 1 and r.config["threads"] == 1 and r.status == "finished"
+        assert r.threads == 1
         torch.set_num_threads(2)
-        assert train(tiny(max_steps=2, eval_every=2))["threads"] == 2  # the process's count when none is asked
+        assert train(tiny(max_steps=2, eval_every=2)).threads == 2  # the process's count when none is asked
     finally:
         torch.set_num_threads(before)
     with pytest.raises(ValueError, match="threads must be positive"):

@@ -1,0 +1,57 @@
+"""Memory a training step needs, counted from the tensors themselves, not read off the process.
+
+A run's figure is the sum of four parts, each deterministic for a model and batch shape, so it does
+not depend on what ran before in the same process (the process's peak RSS did):
+
+    params      bytes of the distinct parameters (tied weights once)
+    grads       bytes of their gradients (one per trainable parameter, same dtype)
+    optimizer   bytes of the optimizer's state tensors (AdamW: two moments and a step count each)
+    saved       bytes autograd keeps for backward in one training forward pass (activations)
+
+On CUDA the allocator's peak, reset at the run's start, is recorded beside it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+
+def saved_bytes(fn: Callable[[], object], exclude: Iterable[torch.Tensor] = ()) -> int:
+    """Bytes autograd keeps for backward while fn() runs, each tensor once, tensors sharing storage
+    with `exclude` (the weights, kept anyway) left out. Measured with saved_tensors_hooks."""
+    skip = {t.untyped_storage().data_ptr() for t in exclude}
+    seen = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in skip:
+            seen[(ptr, t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of distinct tensors (a tensor listed twice, such as a tied weight, counts once)."""
+    unique = {id(t): t for t in tensors}
+    return sum(t.numel() * t.element_size() for t in unique.values())
+
+
+def optimizer_bytes(opt: torch.optim.Optimizer) -> int:
+    """Bytes of an optimizer's state tensors (empty before its first step)."""
+    return tensor_bytes(v for state in opt.state.values() for v in state.values() if torch.is_tensor(v))
+
+
+def training_memory(model: nn.Module, opt: torch.optim.Optimizer, saved: int) -> dict[str, int]:
+    """{"param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes", "train_mem_bytes"} of a model
+    whose optimizer has stepped at least once; `saved` comes from `saved_bytes` on a real step."""
+    params = list(model.parameters())
+    out = {"param_bytes": tensor_bytes(params),
+           "grad_bytes": tensor_bytes(p for p in params if p.requires_grad),
+           "optimizer_bytes": optimizer_bytes(opt), "saved_bytes": saved}
+    out["train_mem_bytes"] = sum(out.values())
+    return out

@@ -1,0 +1,177 @@
+"""Per-cell summaries of a study: the one place where stored runs become the numbers people read.
+
+A cell is one combination of a study's axis values (depth=6, placement=pre, ...); cells are never
+merged. `compare` (its table, --json and --csv), `report` and `advise` all read the rows built
+here, so the three can never disagree about a number.
+
+A row per variant holds the paired statistics of `ffnlab.stats.compare` and, over the variant's
+finished seeds: costs (parameters, FLOPs, throughput, memory), stability (spikes, divergence,
+largest gradient norm), behaviour (dead units, sparsity), what else was measured (test metric,
+metric under embedding noise, perplexity, FFN gradient statistics, learned activation parameters)
+and the per-seed values the statistics came from.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from ffnlab.published import rank_agreement
+from ffnlab.stats import compare, seed_noise
+
+LEVEL = 0.95
+# a row's scalar fields, in the order the CSV writes them (the JSON has every field)
+ROW_FIELDS = ("ffn", "rank", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high",
+              "n_pairs", "p", "p_adj", "significant", "diverged", "ppl", "test_mean", "noisy_mean", "noise_delta",
+              "params", "flops_per_token", "tokens_per_s", "step_time_s", "train_seconds", "train_mem_bytes",
+              "param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes", "cuda_peak_bytes", "grad_spikes",
+              "loss_spikes", "max_grad_norm", "dead_frac", "sparsity", "ffn_grad_mean", "ffn_grad_std")
+
+
+def metric_of(task: str, split: str = "val") -> str:
+    """The result field a comparison ranks by: final loss for an LM, final accuracy for a classifier."""
+    return f"final_{split}_loss" if task == "lm" else f"final_{split}_acc"
+
+
+def mean_of(values) -> float | None:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return math.fsum(values) / len(values) if values else None
+
+
+def learned_mean(results: list[dict]) -> dict:
+    """Learned activation parameters per layer, averaged over seeds (switch weights per activation)."""
+    layers: dict[str, dict] = {}
+    for r in results:
+        for layer, params in (r.get("learned") or {}).items():
+            for name, value in params.items():
+                slot = layers.setdefault(layer, {}).setdefault(name, [])
+                slot.append(value)
+    out = {}
+    for layer, params in layers.items():
+        out[layer] = {}
+        for name, values in params.items():
+            if isinstance(values[0], dict):
+                out[layer][name] = {k: mean_of(v[k] for v in values) for k in values[0]}
+            elif isinstance(values[0], (int, float)):
+                out[layer][name] = mean_of(values)
+            else:  # a vector parameter: element-wise
+                out[layer][name] = [mean_of(col) for col in zip(*values)]
+    return out
+
+
+def variant_costs(results: list[dict], runs: int, task: str) -> dict:
+    """Everything but the statistics for one variant: costs, stability, behaviour, other signals."""
+    step_times = [r["step_time_s"] for r in results if r.get("step_time_s") is not None]
+    noisy = "noisy_val_loss" if task == "lm" else "noisy_val_acc"
+    clean = metric_of(task)
+    return {
+        "params": results[0]["params"] if results else None,
+        "flops_per_token": results[0]["flops_per_token"] if results else None,
+        "tokens_per_s": mean_of(r.get("tokens_per_s") for r in results),
+        "step_time_s": statistics.median(step_times) if step_times else None,
+        "step_time_range": [min(step_times), max(step_times)] if step_times else None,
+        "train_seconds": mean_of(r.get("train_seconds") for r in results),
+        # memory is counted from tensors (ffnlab.memory), so seeds agree; the max guards against none
+        **{k: max((r[k] for r in results if r.get(k) is not None), default=None)
+           for k in ("train_mem_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes",
+                     "cuda_peak_bytes")},
+        "grad_spikes": sum(r.get("n_grad_spikes", 0) for r in results),
+        "loss_spikes": sum(r.get("n_loss_spikes", 0) for r in results),
+        "stability_events": sum(r.get("n_grad_spikes", 0) + r.get("n_loss_spikes", 0) for r in results),
+        "max_grad_norm": max((r["max_grad_norm"] for r in results if r.get("max_grad_norm") is not None),
+                             default=None),
+        "dead_frac": mean_of(r.get("dead_frac") for r in results),
+        "sparsity": mean_of(mean_of(b.get("zero_frac") for b in r["behaviour"].values())
+                            for r in results if r.get("behaviour")),
+        "test_mean": mean_of(r.get(metric_of(task, "test")) for r in results),
+        "noisy_mean": mean_of(r.get(noisy) for r in results),
+        "noise_delta": mean_of(r[noisy] - r[clean] for r in results
+                               if r.get(noisy) is not None and r.get(clean) is not None),
+        "ffn_grad_mean": mean_of(r.get("ffn_grad_mean") for r in results),
+        "ffn_grad_std": mean_of(r.get("ffn_grad_std") for r in results),
+        "learned": learned_mean(results),
+        "runs": runs,
+    }
+
+
+def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: dict) -> dict:
+    """One cell's summary from its (config, store record) pairs.
+
+    Seeds below `seeds` are the paired comparison; the baseline's seeds from `seeds` on are its
+    noise-floor runs. Returns {"axes", "metric", "variants": rows best first, "verdict", ...}.
+    """
+    task = items[0][0].model.task
+    metric = metric_of(task)
+    values: dict[str, dict[int, float]] = {v: {} for v in variants}
+    diverged = {v: 0 for v in variants}
+    results: dict[str, list[dict]] = {v: [] for v in variants}
+    runs = {v: 0 for v in variants}
+    noise = []
+    for cfg, rec in items:
+        v = cfg.model.ffn
+        if rec is None or rec["status"] not in ("finished", "diverged"):
+            continue
+        res = rec["result"]
+        if cfg.seed >= seeds:
+            if rec["status"] == "finished":
+                noise.append(res[metric])
+            continue
+        runs[v] += 1
+        if rec["status"] == "diverged":
+            diverged[v] += 1
+            values[v][cfg.seed] = float("nan")
+            continue
+        values[v][cfg.seed] = res[metric]
+        results[v].append(res)
+    stats = compare(values, baseline, higher_is_better=task == "cls", diverged=diverged, level=LEVEL)
+    for row in stats["variants"]:
+        v = row["ffn"]
+        row["values"] = {s: x for s, x in sorted(values[v].items()) if math.isfinite(x)}
+        row["test_values"] = {r["seed"]: r[metric_of(task, "test")] for r in sorted(results[v], key=lambda r: r["seed"])
+                              if r.get(metric_of(task, "test")) is not None}
+        row.update(variant_costs(results[v], runs[v], task))
+        row["ppl"] = math.exp(row["mean"]) if task == "lm" and row["mean"] is not None else None
+    cell = {"axes": dict(axes), "metric": metric, **stats}
+    if task == "lm":  # the published table is a language-modelling loss
+        cell["literature"] = rank_agreement({r["ffn"]: r["mean"] for r in stats["variants"]})
+    if noise:
+        base = values[baseline]
+        cell["noise_floor"] = seed_noise(noise + [base[s] for s in base if math.isfinite(base[s])])
+    return cell
+
+
+def tuned_cells(cells: list[dict], axis: str = "lr") -> list[dict]:
+    """Each variant at its own best value of `axis` (chosen on validation), compared on the test split.
+
+    Cells that differ only in `axis` are grouped; within a group, a variant's value is the one with
+    the best mean validation metric over seeds, and the comparison then uses that cell's per-seed
+    test metric, paired by seed. Choosing on validation and reporting on test keeps the selection
+    from flattering the winner (Melis et al. 2018). Returns one cell per group, with
+    axes[axis] = "tuned" and each row's chosen value in row[axis].
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for c in cells:
+        key = tuple((k, v) for k, v in c["axes"].items() if k != axis)
+        groups.setdefault(key, []).append(c)
+    out = []
+    for key, group in groups.items():
+        higher = group[0]["metric_direction"] == "higher"
+        sign = -1.0 if higher else 1.0
+        baseline = group[0]["baseline"]
+        chosen, test_values = {}, {}
+        for v in [r["ffn"] for r in group[0]["variants"]]:
+            rows = [(c["axes"][axis], next(r for r in c["variants"] if r["ffn"] == v)) for c in group]
+            rows = [(value, r) for value, r in rows if r["mean"] is not None]
+            if not rows:
+                test_values[v] = {}
+                continue
+            value, row = min(rows, key=lambda vr: sign * vr[1]["mean"])
+            chosen[v] = {"value": value, "val_mean": row["mean"]}
+            test_values[v] = dict(row.get("test_values") or {})
+        stats = compare(test_values, baseline, higher_is_better=higher, level=LEVEL)
+        for row in stats["variants"]:
+            row[axis] = chosen.get(row["ffn"], {}).get("value")
+            row["val_mean"] = chosen.get(row["ffn"], {}).get("val_mean")
+        metric = group[0]["metric"].replace("_val_", "_test_")
+        out.append({"axes": {**dict(key), axis: "tuned"}, "metric": metric, "selected_on": group[0]["metric"],
+                    **stats})
+    return out

@@ -1,0 +1,86 @@
+import json
+import math
+
+import pytest
+
+from ffnlab.advise import advise
+from ffnlab.report import report_data
+from ffnlab.summary import learned_mean, tuned_cells
+
+# the numbers of a row that every output must agree on
+SHARED = ("mean", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p_adj", "n_seeds", "diverged",
+          "params", "train_mem_bytes")
+
+
+@pytest.fixture(scope="module")
+def two_axis_store(tmp_path_factory):
+    """A real study with two axes (depth x placement), 2 variants x 3 seeds per cell, and its JSON."""
+    from ffnlab.cli import main
+
+    store = tmp_path_factory.mktemp("axes") / "s.db"
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["compare", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", "3", "--steps", "8",
+                     "--eval-every", "8", "--depth", "1,2", "--placement-axis", "pre,post", "--store", str(store),
+                     "--json", "--no-report"])
+    assert code == 0
+    return store, json.loads(out.getvalue())
+
+
+def by_axes(cells):
+    return {json.dumps(c["axes"], sort_keys=True): c for c in cells}
+
+
+def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_store):
+    store, printed = two_axis_store
+    assert len(printed["cells"]) == 4  # depth x placement, never merged
+    report = by_axes(report_data(store, attention=False)["cells"])
+    assert set(report) == set(by_axes(printed["cells"]))
+    for key, cell in by_axes(printed["cells"]).items():
+        rep = {r["ffn"]: r for r in report[key]["rows"]}
+        for row in cell["variants"]:
+            for field in SHARED:
+                assert rep[row["ffn"]][field] == row[field], (key, row["ffn"], field)
+    # advise --depth 2 leaves two cells (pre and post): advised on separately, with the same numbers
+    advice = advise(store=store, depth=2)
+    assert [c["cell"] for c in advice["cells"]] == [{"depth": 2, "placement": "pre"}, {"depth": 2, "placement": "post"}]
+    for cell_advice in advice["cells"]:
+        printed_cell = by_axes(printed["cells"])[json.dumps(cell_advice["cell"], sort_keys=True)]
+        for row in printed_cell["variants"]:
+            evidence = cell_advice["evidence"]["variants"][row["ffn"]]
+            for field in SHARED:
+                assert evidence[field] == row[field], (cell_advice["cell"], row["ffn"], field)
+    pre, post = (by_axes(printed["cells"])[json.dumps({"depth": 2, "placement": p}, sort_keys=True)] for p in
+                 ("pre", "post"))
+    assert pre["variants"][0]["mean"] != post["variants"][0]["mean"]  # different cells, different numbers
+
+
+def test_tuned_cells_choose_on_validation_and_compare_on_test():
+    def row(ffn, val, test):
+        return {"ffn": ffn, "mean": sum(val.values()) / len(val), "test_values": test}
+
+    def cell(lr, rows):
+        return {"axes": {"lr": lr}, "metric": "final_val_loss", "metric_direction": "lower", "baseline": "relu",
+                "variants": rows}
+    # relu is best at lr 1e-3 on validation, swiglu at 2e-3; the test numbers are what gets compared
+    cells = [cell(1e-3, [row("relu", {0: 2.0, 1: 2.1, 2: 2.0}, {0: 2.05, 1: 2.15, 2: 2.07}),
+                         row("swiglu", {0: 2.2, 1: 2.2, 2: 2.3}, {0: 9.0, 1: 9.0, 2: 9.0})]),
+             cell(2e-3, [row("relu", {0: 2.5, 1: 2.5, 2: 2.5}, {0: 9.0, 1: 9.0, 2: 9.0}),
+                         row("swiglu", {0: 1.9, 1: 1.95, 2: 1.9}, {0: 1.96, 1: 2.0, 2: 1.98})])]
+    (tuned,) = tuned_cells(cells, "lr")
+    rows = {r["ffn"]: r for r in tuned["variants"]}
+    assert tuned["axes"] == {"lr": "tuned"} and tuned["metric"] == "final_test_loss"
+    assert rows["relu"]["lr"] == 1e-3 and rows["swiglu"]["lr"] == 2e-3
+    assert rows["swiglu"]["mean"] == pytest.approx((1.96 + 2.0 + 1.98) / 3)
+    assert rows["swiglu"]["delta"] == pytest.approx((1.96 + 2.0 + 1.98 - 2.05 - 2.15 - 2.07) / 3)
+    assert rows["swiglu"]["val_mean"] == pytest.approx((1.9 + 1.95 + 1.9) / 3)
+
+
+def test_learned_parameters_average_over_seeds():
+    results = [{"learned": {"blocks.0.ffn": {"beta": 1.0, "weights": {"relu": 0.2, "gelu": 0.8}}}},
+               {"learned": {"blocks.0.ffn": {"beta": 2.0, "weights": {"relu": 0.4, "gelu": 0.6}}}}]
+    got = learned_mean(results)["blocks.0.ffn"]
+    assert got["beta"] == 1.5 and got["weights"]["relu"] == pytest.approx(0.3)
+    assert math.isclose(sum(got["weights"].values()), 1.0)

@@ -23,6 +23,10 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def jobs_arg(text: str) -> int | str:
+    return "auto" if text == "auto" else positive_int(text)
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -264,10 +268,11 @@ def format_cell(cell: dict, baseline: str) -> list[str]:
         lines.append("  ".join(f"{k}={v}" for k, v in cell["axes"].items()))
     tuned = "selected_on" in cell
     if tuned:
-        lines.append(f"tuned: each variant at its best lr on validation, compared on {cell['metric']}")
+        lines.append(f"tuned: each variant at its best {' x '.join(cell['tuned_axes'])} on validation, compared on "
+                     f"{cell['metric']}")
     metric = {"final_val_loss": "val loss", "final_val_acc": "val acc"}.get(cell["metric"], cell["metric"][6:])
     lines.append(f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
-                 f" {'p_adj':>7} " + ("lr" if tuned else f"{'params':>9} {'tok/s':>7} {'mem MiB':>7} {'test':>7} "
+                 f" {'p_adj':>7} " + ("setting" if tuned else f"{'params':>9} {'tok/s':>7} {'mem MiB':>7} {'test':>7} "
                                                          f"{'noise +':>7} {'events':>6} {'dead':>5} {'div':>3}"))
     for r in cell["variants"]:
         ci = f"{f(r['mean'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
@@ -276,7 +281,8 @@ def format_cell(cell: dict, baseline: str) -> list[str]:
             f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}" if r["delta"] is not None else "-"
         p = p_text(r, baseline)
         if tuned:
-            lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} {r['lr']}")
+            setting = ", ".join(f"{a} {r.get(a)}" for a in cell["tuned_axes"])
+            lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} {setting}")
             continue
         lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} "
                      f"{r['params'] or 0:>9,} {r['tokens_per_s'] or 0:>7,.0f} {(r['train_mem_bytes'] or 0) / 2**20:>7.1f} "
@@ -351,11 +357,15 @@ def cmd_compare(args):
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
     study = study_from_args(args)
+    grid = protocol_grid_from(study) if args.protocol else None  # checked before anything is written
     if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
         from ffnlab.report import default_out_dir, prepare_out_dir
         prepare_out_dir(default_out_dir(args.store))
-    summary = run_study(study, args.store, jobs=args.jobs, backend=args.backend, address=args.address,
-                        quiet=args.quiet or args.json, log_to=args.log_to)
+    run = dict(jobs=args.jobs, backend=args.backend, address=args.address, quiet=args.quiet or args.json,
+               log_to=args.log_to)
+    if args.protocol:
+        return compare_protocol(args, study, grid, run)
+    summary = run_study(study, args.store, **run)
     if args.csv:
         write_csv(summary, args.csv)
     report = None
@@ -370,6 +380,55 @@ def cmd_compare(args):
         if report:
             print(f"report: {report['html']} (summary: {report['markdown']})")
     return summary
+
+
+def protocol_grid_from(study) -> dict:
+    """The protocol's grid: --lr-axis, --warmup-axis and --context-axis where given (taken out of the
+    study's axes), its defaults otherwise; ValueError if the study has other axes."""
+    from ffnlab.protocol import check_protocol_study, protocol_grid
+
+    given = {a: study.axes.pop(a) for a in ("lr", "warmup", "context") if a in study.axes}
+    check_protocol_study(study)
+    return protocol_grid(study, given.get("lr"), given.get("warmup"), given.get("context"))
+
+
+def compare_protocol(args, study, grid: dict, run: dict):
+    """`compare --protocol`: the three stages of ffnlab.protocol, each printed as its own table."""
+    from ffnlab.protocol import run_protocol
+
+    result = run_protocol(study, args.store, grid, **run)
+    if args.csv:
+        write_csv(result["stages"][1]["summary"], args.csv)
+    report = None
+    if not args.no_report:
+        from ffnlab.report import write_report
+        report = write_report(args.store, study=study)
+    if args.json:
+        print(json.dumps({"grid": result["grid"], "choice": result["choice"],
+                          "stages": [{"name": st["name"], **summary_json(st["summary"])} for st in result["stages"]]},
+                         indent=1))
+    elif not args.quiet:
+        print(format_protocol(result))
+        print(f"store: {args.store}")
+        if report:
+            print(f"report: {report['html']} (summary: {report['markdown']})")
+    return result
+
+
+def format_protocol(result: dict) -> str:
+    """The protocol's three stages as text: each stage's tables under a heading."""
+    from ffnlab.protocol import STAGE_TITLES
+
+    lines = []
+    for stage in result["stages"]:
+        s = stage["summary"]
+        lines.append(f"== stage {STAGE_TITLES[stage['name']]} ==")
+        cells = s.get("tuned", []) if stage["name"] == "tune" else s["cells"]
+        for cell in cells:
+            lines += format_cell(cell, s["baseline"]) + [""]
+    lines.append("held equal: " + "; ".join(f"{w} ({h})" for w, h in result["stages"][0]["summary"]["settings"]
+                                            ["held_equal"]))
+    return "\n".join(lines)
 
 
 # ---- numerics -----------------------------------------------------------------------------------
@@ -473,9 +532,13 @@ def build_parser() -> Parser:
                    "adds a 'tuned' summary (each variant at its best lr on validation, reported on test)")
     p.add_argument("--warmup-axis", type=int_list, default=None, help="axis: warm-up steps, e.g. 10,40")
     p.add_argument("--context-axis", type=int_list, default=None, help="axis: context lengths (tokens per sequence)")
+    p.add_argument("--protocol", action="store_true", help="the validation protocol: 1. compare at fixed settings, "
+                   "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
+                   "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids")
     add_run_args(p)
     p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
-    p.add_argument("--jobs", type=positive_int, default=1, help="local worker processes")
+    p.add_argument("--jobs", type=jobs_arg, default="auto", help="local worker processes: auto (default) runs one "
+                   "single-threaded worker per core (one process on a GPU), or a number")
     p.add_argument("--backend", default="local", choices=("local", "ray"))
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
     p.add_argument("--csv", default=None, help="also write the table to this CSV file")

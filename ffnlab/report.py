@@ -25,6 +25,7 @@ from pathlib import Path
 from ffnlab import plots
 from ffnlab.activations import ACTIVATIONS
 from ffnlab.ffn import get_ffn_spec
+from ffnlab.protocol import STAGE_TITLES, load_protocol
 from ffnlab.stats import MIN_PAIRS, mean_ci
 from ffnlab.store import Store
 from ffnlab.sweep import AXES, Study, group_key, plan, run_id, summarize, weights_path
@@ -314,6 +315,7 @@ def report_data(store_path, study: Study | None = None, runs: list[TrainConfig] 
             "other_studies": others,
             "activations": plots.activation_labels(study.variants),
             "numerics": load_numerics(store_path, study.variants, numerics),
+            "protocol": load_protocol(store_path),
             "generated": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
@@ -324,10 +326,18 @@ def metric_label(metric: str) -> str:
     return "validation loss (nats/token)" if metric == "final_val_loss" else "validation accuracy"
 
 
+class PngDict(dict):
+    """name -> PNG bytes; assigning a matplotlib figure stores its bytes and closes it, so a study with
+    many cells never holds dozens of open figures."""
+
+    def __setitem__(self, name, fig):
+        super().__setitem__(name, plots.png_bytes(fig))
+
+
 def render_figures(data: dict) -> dict[str, bytes]:
     """File name -> PNG bytes of every figure; cells of a study with axes get a numbered suffix."""
     styles = plots.variant_styles(data["variants"])
-    figs = {}
+    figs = PngDict()  # each figure becomes PNG bytes (and is closed) as soon as it is drawn
     for i, cell in enumerate(data["cells"]):
         sfx = f"_{i + 1}" if len(data["cells"]) > 1 else ""
         where = cell_label(cell)
@@ -354,7 +364,7 @@ def render_figures(data: dict) -> dict[str, bytes]:
             figs[f"attention{sfx}.png"] = plots.attention_figure(att["maps"], att["layer"])
     acts = data["activations"]
     figs["activations.png"] = plots.activations_figure(list(acts), labels=acts)
-    return {name: plots.png_bytes(fig) for name, fig in figs.items()}
+    return dict(figs)
 
 
 # ---- formatting ---------------------------------------------------------------------------------
@@ -412,9 +422,10 @@ def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]
 def tuned_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
     """The tuned comparison: each variant's lr chosen on validation, its test metric compared."""
     metric = "test loss" if cell["metric"] == "final_test_loss" else "test acc"
-    head = ["rank", "ffn", "chosen lr", "val mean at it", f"{metric} mean [95% CI]", f"Δ vs {baseline} [95% CI]",
-            "p (Holm)", "seeds"]
-    rows = [[str(r["rank"]), r["ffn"], str(r.get("lr", "-")), num(r.get("val_mean")),
+    head = ["rank", "ffn", "chosen setting", "val mean at it", f"{metric} mean [95% CI]",
+            f"Δ vs {baseline} [95% CI]", "p (Holm)", "seeds"]
+    rows = [[str(r["rank"]), r["ffn"], ", ".join(f"{a} {r.get(a)}" for a in cell.get("tuned_axes", ["lr"])),
+             num(r.get("val_mean")),
              f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]", delta_text(r, baseline),
              p_cell(r, baseline), str(r["n_seeds"])] for r in cell["variants"]]
     return head, rows
@@ -587,6 +598,25 @@ def html_ranking(cell: dict, baseline: str) -> str:
     return html_table(head, rows, (1,), marks)
 
 
+def html_protocol(protocol: dict, baseline: str) -> str:
+    """The validation protocol's stages (protocol.json beside the store): each stage's ranking."""
+    parts = ['<h2 id="protocol">Validation protocol</h2>',
+             '<p class="note">1. every variant at the same settings; 2. each variant at its own learning rate and '
+             'warm-up, chosen on validation and compared on test; 3. each at its tuned setting at other context '
+             'lengths. Grid: ' + esc(", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in protocol["grid"].items()))
+             + '.</p>']
+    for stage in protocol["stages"]:
+        s = stage["summary"]
+        parts.append(f"<h3>Stage {esc(STAGE_TITLES.get(stage['name'], stage['name']))}</h3>")
+        for cell in (s.get("tuned", []) if stage["name"] == "tune" else s["cells"]):
+            where = cell_label(cell)
+            rows = tuned_rows(cell, baseline) if "tuned_axes" in cell else \
+                ranking_rows({**cell, "rows": cell["variants"]}, baseline)
+            parts.append((f"<p>{esc(where)}</p>" if where else "") + html_table(*rows, (1,))
+                         + f'<p class="note">{esc(cell["verdict"])}</p>')
+    return "".join(parts)
+
+
 def html_numerics(numerics: dict) -> str:
     """A compact view of a numerics.json: error per activation, dtype and pass; claims if any."""
     if "error" in numerics:
@@ -628,11 +658,10 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
     for i, cell in enumerate(data["cells"]):
         where = cell_label(cell)
         body.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(cell["verdict"])}</p>')
-    body.append('<nav><a href="#ranking">ranking</a><a href="#settings">settings</a><a href="#curves">curves</a>'
-                '<a href="#literature">literature</a><a href="#cost">cost</a><a href="#stability">stability</a>'
-                '<a href="#signals">other measurements</a><a href="#activations">activations</a>'
-                '<a href="#attention">attention</a>' + ('<a href="#numerics">numerics</a>' if data["numerics"] else "")
-                + "</nav>")
+    sections = ["ranking", "literature", *(["protocol"] if data.get("protocol") else []), "settings", "curves", "cost",
+                "stability", "signals", "activations", "attention", *(["numerics"] if data["numerics"] else [])]
+    names = {"signals": "other measurements"}
+    body.append("<nav>" + "".join(f'<a href="#{s}">{names.get(s, s)}</a>' for s in sections) + "</nav>")
     if data["other_studies"]:
         body.append(f'<p class="note">The store holds {data["other_studies"]} other stud'
                     f'{"y" if data["other_studies"] == 1 else "ies"} (other settings); this report shows the most '
@@ -654,13 +683,15 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
                 'after Holm correction of the paired t-tests; coloured blue when better, orange when worse.</p>')
 
     if data["tuned"]:
-        body.append('<h3>Tuned: each variant at its own best learning rate</h3>')
+        body.append('<h3>Tuned: each variant at its own best setting</h3>')
         for cell in data["tuned"]:
             body.append(html_table(*tuned_rows(cell, baseline), (1,)))
             body.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell["verdict"])}</p>')
-        body.append('<p class="note">The learning rate of each variant is the one with the best mean validation '
+        body.append('<p class="note">The setting of each variant is the one with the best mean validation '
                     'metric over seeds; the comparison uses the test split, so the selection cannot flatter the '
                     'winner (Melis et al. 2018).</p>')
+    if data.get("protocol"):
+        body.append(html_protocol(data["protocol"], baseline))
 
     body.append('<h2 id="literature">Against the literature</h2>')
     for cell in cells:

@@ -139,39 +139,36 @@ def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: 
     return cell
 
 
-def tuned_cells(cells: list[dict], axis: str = "lr") -> list[dict]:
-    """Each variant at its own best value of `axis` (chosen on validation), compared on the test split.
+def tuned_cells(cells: list[dict], axes=("lr",)) -> list[dict]:
+    """Each variant at its own best setting of `axes` (chosen on validation), compared on the test split.
 
-    Cells that differ only in `axis` are grouped; within a group, a variant's value is the one with
-    the best mean validation metric over seeds, and the comparison then uses that cell's per-seed
-    test metric, paired by seed. Choosing on validation and reporting on test keeps the selection
-    from flattering the winner (Melis et al. 2018). Returns one cell per group, with
-    axes[axis] = "tuned" and each row's chosen value in row[axis].
+    Cells that differ only in `axes` form a group; within it, a variant's setting is the cell with
+    its best mean validation metric over seeds, and the comparison uses that cell's per-seed test
+    metric, paired by seed. Choosing on validation and reporting on test keeps the selection from
+    flattering the winner (Melis et al. 2018). Returns one cell per group, with axes[a] = "tuned"
+    for each tuned axis and each row's chosen value in row[a] (and its validation mean in row["val_mean"]).
     """
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
     groups: dict[tuple, list[dict]] = {}
     for c in cells:
-        key = tuple((k, v) for k, v in c["axes"].items() if k != axis)
+        key = tuple((k, v) for k, v in c["axes"].items() if k not in axes)
         groups.setdefault(key, []).append(c)
     out = []
     for key, group in groups.items():
-        higher = group[0]["metric_direction"] == "higher"
-        sign = -1.0 if higher else 1.0
-        baseline = group[0]["baseline"]
+        sign = -1.0 if group[0]["metric_direction"] == "higher" else 1.0
         chosen, test_values = {}, {}
         for v in [r["ffn"] for r in group[0]["variants"]]:
-            rows = [(c["axes"][axis], next(r for r in c["variants"] if r["ffn"] == v)) for c in group]
-            rows = [(value, r) for value, r in rows if r["mean"] is not None]
-            if not rows:
-                test_values[v] = {}
-                continue
-            value, row = min(rows, key=lambda vr: sign * vr[1]["mean"])
-            chosen[v] = {"value": value, "val_mean": row["mean"]}
-            test_values[v] = dict(row.get("test_values") or {})
-        stats = compare(test_values, baseline, higher_is_better=higher, level=LEVEL)
+            rows = [(c["axes"], next(r for r in c["variants"] if r["ffn"] == v)) for c in group]
+            rows = [(where, r) for where, r in rows if r["mean"] is not None]
+            test_values[v] = {}
+            if rows:
+                where, row = min(rows, key=lambda wr: sign * wr[1]["mean"])
+                chosen[v] = {**{a: where[a] for a in axes}, "val_mean": row["mean"]}
+                test_values[v] = dict(row.get("test_values") or {})
+        stats = compare(test_values, group[0]["baseline"], higher_is_better=sign < 0, level=LEVEL)
         for row in stats["variants"]:
-            row[axis] = chosen.get(row["ffn"], {}).get("value")
-            row["val_mean"] = chosen.get(row["ffn"], {}).get("val_mean")
-        metric = group[0]["metric"].replace("_val_", "_test_")
-        out.append({"axes": {**dict(key), axis: "tuned"}, "metric": metric, "selected_on": group[0]["metric"],
-                    **stats})
+            row.update({a: chosen.get(row["ffn"], {}).get(a) for a in (*axes, "val_mean")})
+        out.append({"axes": {**dict(key), **{a: "tuned" for a in axes}},
+                    "metric": group[0]["metric"].replace("_val_", "_test_"), "selected_on": group[0]["metric"],
+                    "tuned_axes": list(axes), **stats})
     return out

@@ -25,7 +25,7 @@ from pathlib import Path
 from ffnlab.ffn import get_ffn_spec
 from ffnlab.store import Store
 from ffnlab.summary import summarize_cell, tuned_cells
-from ffnlab.train import RunResult, TrainConfig, resolve_precision, train
+from ffnlab.train import RunResult, TrainConfig, resolve_device, resolve_precision, train
 
 DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
 DEFAULT_VARIANTS = ("relu", "gelu", "silu", "reglu", "geglu", "swiglu")
@@ -44,6 +44,8 @@ PRESETS: dict[str, dict] = {
     "paper": dict(model=dict(n_layers=6, n_heads=8, d_model=256, context=256), batch_size=32, max_steps=5000,
                   eval_every=250, eval_batches=16, warmup_steps=200, lr=1e-3, checkpoint_every=250),
 }
+# axes a "tuned" summary chooses per variant (on validation, reported on test): ffnlab.summary.tuned_cells
+TUNED_AXES = ("lr", "warmup")
 # axis name -> the TrainConfig field it sets ("model." for the model config)
 AXES = {"depth": "model.n_layers", "width": "model.d_model", "placement": "model.placement",
         "norm": "model.norm", "task": "model.task", "data": "data", "init": "model.init", "lr": "lr",
@@ -60,6 +62,8 @@ class Study:
     axes: dict[str, list] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
     baseline: str = "relu"
     noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
+    per_variant: dict[str, dict] = field(default_factory=dict)  # variant -> {config path: value}, e.g. the
+    # lr the protocol tuned for it; empty in a plain comparison, where every variant shares the base
 
     def __post_init__(self):
         if isinstance(self.base, dict):
@@ -68,7 +72,7 @@ class Study:
 
     def to_dict(self) -> dict:
         return {"variants": self.variants, "seeds": self.seeds, "base": self.base.to_dict(), "axes": self.axes,
-                "baseline": self.baseline, "noise_floor": self.noise_floor}
+                "baseline": self.baseline, "noise_floor": self.noise_floor, "per_variant": self.per_variant}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Study":
@@ -101,6 +105,15 @@ def check_study(study: Study):
             raise ValueError(f"axis '{axis}' has no values")
         for value in values:  # each value is validated by the config dataclasses now, not by a failed run
             set_field(study.base, AXES[axis], value)
+    per_variant = {}
+    for variant, overrides in study.per_variant.items():
+        name = get_ffn_spec(variant).name
+        if name not in canon:
+            raise ValueError(f"per-variant settings for '{variant}', which is not among the variants: {', '.join(canon)}")
+        for path, value in overrides.items():
+            set_field(study.base, path, value)
+        per_variant[name] = dict(overrides)
+    study.per_variant = per_variant
 
 
 def preset_config(name: str, **overrides) -> TrainConfig:
@@ -149,8 +162,11 @@ def plan(study: Study) -> list[TrainConfig]:
         for axis, value in zip(axis_names, values):
             cfg = set_field(cfg, AXES[axis], value)
         for variant in study.variants:
+            own = cfg
+            for path, value in study.per_variant.get(variant, {}).items():
+                own = set_field(own, path, value)
             for seed in range(study.seeds):
-                runs.append(set_field(replace(cfg, seed=seed), "model.ffn", variant))
+                runs.append(set_field(replace(own, seed=seed), "model.ffn", variant))
         for seed in range(study.seeds, study.seeds + study.noise_floor):
             runs.append(set_field(replace(cfg, seed=seed), "model.ffn", study.baseline))
     return runs
@@ -246,13 +262,25 @@ def wait_for(store_path: Path, rid: str):
 # ---- executing a study ----------------------------------------------------------------------------
 
 
-def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int = 1, backend: str = "local",
+def resolve_jobs(jobs: int | str, device: str = "cpu") -> int:
+    """Local worker processes for `jobs`: 'auto' is one single-threaded worker per core on the CPU
+    (on 2 cores, two 1-thread workers finish 1.4x the runs per minute of one 2-thread process:
+    README, Performance) and one process on a GPU; a number is taken as it is."""
+    if jobs == "auto":
+        if device != "cpu" and resolve_device(device) == "cuda":
+            return 1
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive number or 'auto', got {jobs!r}")
+    return jobs
+
+
+def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int | str = 1, backend: str = "local",
               address: str | None = None, quiet: bool = False, log_to: str | None = None) -> dict:
     """Execute every planned run (skipping finished ones) and return the summary."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
-    if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    jobs = resolve_jobs(jobs, study.base.device)
     runs = plan(study)
     store_path = Path(store_path)
     with Store(store_path) as store:
@@ -264,8 +292,8 @@ def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int = 1, back
     display = SweepProgress(len(runs), len(runs) - len(todo), quiet)
     if backend == "ray":
         run_on_ray(todo, store_path, address, display)
-    elif jobs > 1:
-        run_in_processes(todo, store_path, jobs, display)
+    elif jobs > 1 and len(todo) > 1:
+        run_in_processes(todo, store_path, min(jobs, len(todo)), display)
     else:
         busy = []
         for cfg in todo:
@@ -281,15 +309,34 @@ def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int = 1, back
 
 
 def run_in_processes(todo, store_path: Path, jobs: int, display):
-    """Local worker processes, each with an equal share of the cores."""
+    """Local worker processes, each with an equal share of the cores; they die with this process
+    (a kill -9 of the sweep leaves no worker training on). Runs a concurrent sweep was training
+    ('busy') are waited for and retried here afterwards, as in the sequential path."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     import multiprocessing as mp
 
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+    threads = max(1, resolve_jobs("auto") // jobs)
+    busy = []
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent) as pool:
         futures = {pool.submit(execute, cfg.to_dict(), str(store_path), None, threads): cfg for cfg in todo}
         for fut in as_completed(futures):
-            display.done(futures[fut], fut.result())
+            status = fut.result()
+            busy.append(futures[fut]) if status == "busy" else display.done(futures[fut], status)
+    for cfg in busy:
+        wait_for(store_path, run_id(cfg))
+        display.done(cfg, execute(cfg.to_dict(), str(store_path), None, threads))
+
+
+def die_with_parent():
+    """Ask Linux to SIGKILL this worker when its parent dies (prctl PR_SET_PDEATHSIG); elsewhere a
+    no-op. A killed run loses nothing: it resumes from its checkpoint."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def run_on_ray(todo, store_path: Path, address, display):
@@ -419,8 +466,9 @@ def summarize(study: Study, store_path, runs=None) -> dict:
                  for key, items in cells.items()]
     summary = {"store": str(store_path), "baseline": study.baseline, "seeds": study.seeds,
                "settings": settings_of(study), "cells": out_cells}
-    if "lr" in study.axes:
-        summary["tuned"] = tuned_cells(out_cells, "lr")
+    tuned = [a for a in TUNED_AXES if a in study.axes]
+    if tuned:
+        summary["tuned"] = tuned_cells(out_cells, tuned)
     if len(out_cells) == 1:  # the common case: no extra axes
         summary.update({k: out_cells[0][k] for k in ("variants", "verdict", "metric")})
         if "noise_floor" in out_cells[0]:
@@ -441,7 +489,8 @@ def settings_of(study: Study) -> dict:
             if not b.max_seconds else None,
             "lr": b.lr, "min_lr": b.lr / 10 if b.min_lr is None else b.min_lr, "warmup_steps": b.warmup_steps,
             "weight_decay": b.weight_decay, "beta2": b.beta2, "grad_clip": b.grad_clip,
-            "precision": b.precision, "seeds": study.seeds, "variants": study.variants, "axes": study.axes,
+            "precision": plan_precision(b), "seeds": study.seeds, "variants": study.variants, "axes": study.axes,
+            "per_variant": study.per_variant,
             **held_equal(study)}
 
 
@@ -457,6 +506,7 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
     min_lr = "lr/10" if b.min_lr is None else f"{b.min_lr:g}"
     budget = (f"{b.max_tokens:,} tokens" if b.max_tokens else f"{b.max_steps:,} steps of {b.batch_size} x "
               f"{m.context} tokens")
+    tuned = sorted({path for overrides in study.per_variant.values() for path in overrides})
     equal = [
         ["data order", "seed s of every variant trains on the same batches in the same order"],
         ["evaluation", "the same fixed validation (and test) batches for every variant and seed"],
@@ -466,9 +516,14 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
                                        f"beta2 {b.beta2}, gradient clip {b.grad_clip}"],
         ["weight-decay groups", f"{b.weight_decay} on every matrix; none on biases, norms or learnable "
                                 "activation parameters"],
-        ["precision", b.precision],
+        ["precision", plan_precision(b)],
     ]
     unequal = []
+    if tuned:
+        equal = [row for row in equal if row[0] != "learning rate and schedule"]
+        unequal.append(["per-variant settings", f"{', '.join(tuned)} set per variant (" + "; ".join(
+            f"{v}: " + ", ".join(f"{k} {x:g}" for k, x in o.items()) for v, o in study.per_variant.items())
+            + "), each tuned on validation; the rest of the schedule as in the base"])
     if m.d_ff is not None:
         unequal.append(["parameters", f"one hidden width (d_ff {m.d_ff}) for every variant: a gated FFN has 1.5x "
                                       "the weights of a dense one"])

@@ -1,3 +1,4 @@
+import fcntl
 import json
 import os
 import signal
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from ffnlab.store import Store
-from ffnlab.sweep import Study, plan, preset_config, run_id, run_study
+from ffnlab.sweep import Study, plan, preset_config, resolve_jobs, run_id, run_study
 from ffnlab.train import TrainConfig
 
 
@@ -104,6 +105,16 @@ def test_kill_9_mid_sweep_then_resume_equals_uninterrupted(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    deadline = time.time() + 10  # the sweep's worker processes die with it: no run lock stays held
+    for lock in ckpts.glob("*.lock"):
+        with open(lock) as f:
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.time() < deadline, f"an orphaned worker still holds {lock.name}"
+                    time.sleep(0.1)
     with sqlite3.connect(store) as db:
         assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
     again = subprocess.run(compare_cmd(store), capture_output=True, text=True)
@@ -244,3 +255,60 @@ def test_log_to_mlflow_defaults_to_a_file_beside_the_store(tmp_path, monkeypatch
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("ffnlab")
     assert len(client.search_runs([exp.experiment_id])) == 4
+
+
+SMOKE = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 3, "--steps", 4, "--eval-every", 4]
+
+
+def test_init_lr_and_context_axes_from_the_cli(run_cli, tmp_path):
+    code, out, err = run_cli(*SMOKE, "--init-axis", "lecun,family", "--lr-axis", "1e-3,4e-3", "--context-axis",
+                             "16,32", "--store", tmp_path / "s.db", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert len(d["cells"]) == 8 and {c["axes"]["init"] for c in d["cells"]} == {"lecun", "family"}
+    assert {c["axes"]["lr"] for c in d["cells"]} == {1e-3, 4e-3} and {c["axes"]["context"] for c in d["cells"]} == {16, 32}
+    with Store(tmp_path / "s.db", create=False) as s:
+        configs = [r["config"] for r in s.runs()]
+    assert {(c["model"]["init"], c["lr"], c["model"]["context"]) for c in configs} == \
+        {(i, lr, ctx) for i in ("lecun", "family") for lr in (1e-3, 4e-3) for ctx in (16, 32)}
+    # an lr axis adds the tuned comparison: per (init, context) cell, lr chosen on validation, test compared
+    assert len(d["tuned"]) == 4 and all(c["metric"] == "final_test_loss" for c in d["tuned"])
+    assert all(r["lr"] in (1e-3, 4e-3) for c in d["tuned"] for r in c["variants"])
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "FFN initialisation" in page and "lecun/family (an axis)" in page and "0.001/0.004 (an axis)" in page
+    assert "What the comparison held equal" in page and "Tuned: each variant at its own best setting" in page
+
+
+def test_init_flag_reaches_the_runs_and_the_report(run_cli, tmp_path):
+    code, out, err = run_cli(*SMOKE, "--init", "he", "--lr", "3e-3", "--store", tmp_path / "s.db", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["settings"]["init"] == "he" and d["settings"]["lr"] == 3e-3 and d["settings"]["min_lr"] == pytest.approx(3e-4)
+    assert ["FFN initialisation", "he for every variant's FFN weights"] in d["settings"]["held_equal"]
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "<td class=\"t\">FFN initialisation</td><td class=\"t\">he</td>" in page and "peak lr 0.003" in page
+    code, out, err = run_cli(*SMOKE, "--init", "family", "--store", tmp_path / "f.db", "--json", "--no-report")
+    assert code == 0, err
+    not_equal = dict(json.loads(out)["settings"]["not_equal"])
+    assert "confounded with the activation" in not_equal["FFN initialisation"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--init-axis", "lecun,xavier"], "unknown init 'xavier'"),
+    (["--init", "xavier"], "invalid choice"),
+    (["--lr-axis", "1e-3,-1"], "values must be positive"),
+    (["--context-axis", "16,0"], "values must be positive"),
+])
+def test_bad_axis_values_fail_before_any_run(run_cli, tmp_path, args, needle):
+    code, _, err = run_cli(*SMOKE, *args, "--store", tmp_path / "s.db")
+    assert code == 2 and needle in err and err.count("\n") == 1, err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_jobs_auto_is_one_worker_per_core(run_cli, tmp_path):
+    cores = len(os.sched_getaffinity(0))
+    assert resolve_jobs("auto") == cores and resolve_jobs(3) == 3
+    with pytest.raises(ValueError, match="positive number or 'auto'"):
+        resolve_jobs(0)
+    code, _, err = run_cli(*SMOKE, "--jobs", "0", "--store", tmp_path / "s.db")
+    assert code == 2 and "must be positive" in err

@@ -17,10 +17,23 @@ import time
 import torch
 
 from ffnlab.store import environment
+from ffnlab.train import cpu_has_amx, resolve_precision
+
+
+def machine_class() -> str:
+    """'AMX' (bf16 native), 'AVX-512' or 'AVX2 only': the CPU classes this project's machines come in."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    if cpu_has_amx():
+        return "AMX"
+    return "AVX-512" + (" with avx512_bf16" if "avx512_bf16" in flags else "") if "avx512f" in flags else "AVX2 only"
 
 
 def machine() -> dict:
-    return {"cpu": environment()["cpu"], "cores": os.cpu_count(), "torch": torch.__version__,
+    return {"cpu": environment()["cpu"], "class": machine_class(), "cores": os.cpu_count(),
+            "precision": resolve_precision("auto", "cpu"), "torch": torch.__version__,
             "python": platform.python_version(), "load_before": os.getloadavg()}
 
 
@@ -41,8 +54,9 @@ def main(argv):
     out = json.loads(proc.stdout)
     print(f"wall: {wall:.0f} s ({wall / 60:.1f} min), load after: {os.getloadavg()}")
     for r in out["variants"]:
+        p = "-" if r["p_adj"] is None else f"{r['p_adj']:.2g}"
         print(f"  {r['ffn']:<8} loss {r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
-              f"delta {r['delta']:+.4f}  p_adj {r['p_adj'] if r['p_adj'] is None else round(r['p_adj'], 3)}  "
+              f"delta {r['delta']:+.4f} [{r['delta_ci_low']:+.4f}, {r['delta_ci_high']:+.4f}]  p_adj {p}  "
               f"{r['tokens_per_s']:,.0f} tok/s")
     print("verdict:", out["verdict"])
 

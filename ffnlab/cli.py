@@ -110,7 +110,10 @@ def add_run_args(p):
                    "swish lecun_uniform), which makes init differ between variants")
     p.add_argument("--warmup", type=int)
     p.add_argument("--eval-every", type=positive_int)
-    p.add_argument("--eval-batches", type=positive_int, help="fixed validation batches per evaluation (default 8)")
+    p.add_argument("--eval-batches", type=positive_int, help="fixed validation batches per evaluation during "
+                   "training (default 8)")
+    p.add_argument("--final-eval-batches", type=positive_int, help="fixed batches of the final val and test "
+                   "evaluation, the number a comparison ranks by (default 32)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"),
                    help="auto (default): bf16 autocast on a CPU with AMX or a GPU with bf16, else fp32")
     p.add_argument("--device", choices=("cpu", "cuda", "auto"))
@@ -128,7 +131,8 @@ RUN_FLAGS = {"data": "data", "tokenizer": "tokenizer", "bpe_vocab": "bpe_vocab",
              "label_field": "label_field", "batch_size": "batch_size", "steps": "max_steps",
              "max_tokens": "max_tokens", "max_seconds": "max_seconds", "lr": "lr", "min_lr": "min_lr", "warmup": "warmup_steps",
              "eval_every": "eval_every", "precision": "precision", "device": "device", "compile": "compile",
-             "threads": "threads", "eval_batches": "eval_batches"}
+             "threads": "threads", "eval_batches": "eval_batches",
+             "final_eval_batches": "final_eval_batches"}
 
 
 def apply_run_flags(base, args):
@@ -233,7 +237,7 @@ def float_list(text: str) -> list[float]:
 
 def study_from_args(args):
     """A Study from `compare` flags: the preset first, then every flag the user gave."""
-    from ffnlab.sweep import DEFAULT_VARIANTS, PRESETS, Study, preset_config
+    from ffnlab.sweep import DEFAULT_SEEDS, DEFAULT_VARIANTS, PRESETS, Study, preset_config
 
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")
@@ -242,10 +246,11 @@ def study_from_args(args):
                                           "data_axis", "init_axis", "lr_axis", "warmup_axis", "context_axis")
             if getattr(args, a)}
     axes = {a.removesuffix("_axis"): v for a, v in axes.items()}
-    if args.seeds < 2 and not args.no_stats:
-        raise UsageError(f"statistics need at least 2 seeds per variant, got --seeds {args.seeds}; "
-                         "use --seeds 2 or more, or --no-stats")
-    return Study(variants=args.variants or list(DEFAULT_VARIANTS), seeds=args.seeds, base=base, axes=axes, baseline=args.baseline,
+    seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
+    if seeds < 2 and not args.no_stats:
+        raise UsageError(f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
+                         "use --seeds 3 or more, or --no-stats")
+    return Study(variants=args.variants or list(DEFAULT_VARIANTS), seeds=seeds, base=base, axes=axes, baseline=args.baseline,
                  noise_floor=args.noise_floor)
 
 
@@ -368,17 +373,16 @@ def cmd_compare(args):
     summary = run_study(study, args.store, **run)
     if args.csv:
         write_csv(summary, args.csv)
-    report = None
+    if not args.json and not args.quiet:  # the ranking as soon as it is known; the report takes seconds more
+        print(format_table(summary))
+        print(f"store: {summary['store']}", flush=True)
     if not args.no_report:
         from ffnlab.report import write_report
         report = write_report(args.store, study=study)
+        if not args.json and not args.quiet:
+            print(f"report: {report['html']} (summary: {report['markdown']})")
     if args.json:
         print(json.dumps(summary_json(summary), indent=1))
-    elif not args.quiet:
-        print(format_table(summary))
-        print(f"store: {summary['store']}")
-        if report:
-            print(f"report: {report['html']} (summary: {report['markdown']})")
     return summary
 
 
@@ -516,7 +520,7 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
     p.add_argument("--variants", type=csv_list, default=None, help="comma-separated FFN variants")
-    p.add_argument("--seeds", type=positive_int, default=3)
+    p.add_argument("--seeds", type=positive_int, default=None, help="seeds per variant (default 4)")
     p.add_argument("--baseline", default="relu")
     p.add_argument("--preset", default="standard", help="smoke | quick | standard | paper")
     p.add_argument("--noise-floor", type=int, default=0, help="extra baseline-only seeds to show seed noise")

@@ -56,7 +56,9 @@ class TrainConfig:
     beta2: float = 0.99  # small batches, few steps (nanoGPT's Shakespeare recipe)
     grad_clip: float = 1.0
     eval_every: int = 50
-    eval_batches: int = 8
+    eval_batches: int = 8  # fixed validation batches at each evaluation during training (the curves)
+    final_eval_batches: int = 32  # at the end, on val and test: the metric a comparison ranks by, measured on
+    # more tokens, so less evaluation noise in paired differences (README, "The default study")
     log_every: int = 10  # FFN gradient statistics every this many steps
     spike_factor: float = 4.0  # a spike is a value above this times the running median
     noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
@@ -70,7 +72,8 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, dict):
             self.model = ModelConfig(**self.model)
-        for name in ("batch_size", "max_steps", "eval_every", "eval_batches", "log_every", "checkpoint_every"):
+        for name in ("batch_size", "max_steps", "eval_every", "eval_batches", "final_eval_batches", "log_every",
+                     "checkpoint_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("max_tokens", "max_seconds", "threads"):
@@ -106,7 +109,7 @@ class RunResult:
     status: Literal["finished", "diverged"]
     task: str
     steps: int
-    final_val_loss: float | None  # mean over the fixed validation batches
+    final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches
     final_val_ppl: float | None  # exp(final_val_loss)
     final_val_acc: float | None  # classification only
     final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
@@ -527,9 +530,6 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: same for every variant with this seed
     val_batches = [(x.to(device), y.to(device)) for x, y in
                    eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)]
-    test_batches = [(x.to(device), y.to(device)) for x, y in
-                    eval_set(splits["test"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)] \
-        if has_window(splits["test"], task, mcfg.context) else []
     tokens_per_step = cfg.batch_size * mcfg.context
     total = math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps
     autocast = functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16,
@@ -602,19 +602,22 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     train_seconds = time.perf_counter() - t0
 
-    # -- final evaluation and behaviour
+    # -- final evaluation (on final_eval_batches) and behaviour
     behaviour, final, robust, test = {}, {}, {}, {}
     if status == "finished":
         if not hist["val"] or hist["val"][-1]["step"] != step:
             hist["val"].append({"step": step, **evaluate(model, val_batches, task, autocast),
                                 "time": train_seconds})
-        final = hist["val"][-1]
+        final_sets = {split: [(x.to(device), y.to(device)) for x, y in
+                              eval_set(splits[split], task, cfg.final_eval_batches, cfg.batch_size, mcfg.context)]
+                      for split in ("val", "test") if has_window(splits[split], task, mcfg.context)}
+        final = evaluate(model, final_sets["val"], task, autocast)
         probe = ActivationProbe(ffns)
         evaluate(model, val_batches, task, autocast)
         probe.remove()
         behaviour = probe.summary()
-        robust = evaluate(model, val_batches, task, autocast, noise_std=cfg.noise_std)
-        test = evaluate(model, test_batches, task, autocast) if test_batches else {}
+        robust = evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std)
+        test = evaluate(model, final_sets["test"], task, autocast) if "test" in final_sets else {}
         if not math.isfinite(final["loss"]):
             status = "diverged"
             hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(final["loss"])})

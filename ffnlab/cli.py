@@ -260,10 +260,13 @@ def format_table(summary: dict) -> str:
     lines = []
     for cell in summary["cells"] + summary.get("tuned", []):
         lines += format_cell(cell, summary["baseline"]) + [""]
-    s = summary["settings"]
-    lines.append("held equal: " + "; ".join(f"{what} ({how})" for what, how in s["held_equal"]))
-    lines.append("not equal: " + "; ".join(f"{what} ({why})" for what, why in s["not_equal"]))
-    return "\n".join(lines)
+    return "\n".join(lines + held_equal_lines(summary["settings"]))
+
+
+def held_equal_lines(settings: dict) -> list[str]:
+    """What the comparison held equal and what not, one item a line."""
+    return (["held equal:"] + [f"  {what}: {how}" for what, how in settings["held_equal"]]
+            + ["not equal:"] + [f"  {what}: {why}" for what, why in settings["not_equal"]])
 
 
 def format_cell(cell: dict, baseline: str) -> list[str]:
@@ -430,9 +433,7 @@ def format_protocol(result: dict) -> str:
         cells = s.get("tuned", []) if stage["name"] == "tune" else s["cells"]
         for cell in cells:
             lines += format_cell(cell, s["baseline"]) + [""]
-    lines.append("held equal: " + "; ".join(f"{w} ({h})" for w, h in result["stages"][0]["summary"]["settings"]
-                                            ["held_equal"]))
-    return "\n".join(lines)
+    return "\n".join(lines + held_equal_lines(result["stages"][0]["summary"]["settings"]))
 
 
 # ---- numerics -----------------------------------------------------------------------------------

@@ -554,7 +554,7 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
         equal.append(["budget", budget])
     if m.ffn_bias is None:
         unequal.append(["biases", "each variant's convention: dense FFNs have biases, gated ones none "
-                                  "(Shazeer 2020); --d-ff and ffn_bias can change it"])
+                                  "(Shazeer 2020); ModelConfig.ffn_bias sets one for all"])
     else:
         equal.append(["biases", "on in every FFN" if m.ffn_bias else "off in every FFN"])
     if axes:

@@ -212,6 +212,12 @@ def test_cli_json_output(run_cli):
     code, out, err = run_cli("train", "--ffn", "relu", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32,
                              "--batch-size", 4, "--steps", 5, "--eval-every", 5, "--precision", "fp32")
     assert code == 0 and "relu: finished after 5 steps" in out and "tokens/s in fp32" in out, err
+    for needle in ("perplexity", "test loss", "with embedding noise", "memory", "saved for backward",
+                   "FFN gradient mean"):
+        assert needle in out, needle
+    code, out, err = run_cli("train", "--ffn", "swish_beta", "--layers", 1, "--heads", 2, "--d-model", 32,
+                             "--context", 32, "--batch-size", 4, "--steps", 5, "--eval-every", 5, "--init", "he")
+    assert code == 0 and 'learned blocks.0.ffn: {"beta": ' in out, err
 
 
 def test_cli_threads_and_eval_batches_reach_the_config(run_cli, tmp_path):

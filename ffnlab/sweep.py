@@ -43,7 +43,7 @@ PRESETS: dict[str, dict] = {
                   eval_every=10, eval_batches=2, final_eval_batches=2, warmup_steps=5, checkpoint_every=10),
     "quick": dict(model=dict(n_layers=2, n_heads=2, d_model=64, context=64), batch_size=16, max_steps=150,
                   eval_every=50, eval_batches=4, final_eval_batches=8, warmup_steps=10, checkpoint_every=50),
-    "standard": dict(model=dict(n_layers=2, n_heads=4, d_model=128, context=64), batch_size=16, max_steps=600,
+    "standard": dict(model=dict(n_layers=2, n_heads=4, d_model=128, context=64), batch_size=16, max_steps=480,
                      eval_every=100, eval_batches=8, final_eval_batches=32, warmup_steps=20, checkpoint_every=100),
     "paper": dict(model=dict(n_layers=6, n_heads=8, d_model=256, context=256), batch_size=32, max_steps=5000,
                   eval_every=250, eval_batches=16, final_eval_batches=64, warmup_steps=200, lr=1e-3,

@@ -270,6 +270,8 @@ def held_equal_lines(settings: dict) -> list[str]:
 
 
 def format_cell(cell: dict, baseline: str) -> list[str]:
+    from ffnlab.summary import literature_text, p_label
+
     f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     lines = []
     if cell["axes"]:
@@ -287,7 +289,7 @@ def format_cell(cell: dict, baseline: str) -> list[str]:
         sig = "*" if r["significant"] else " "
         delta = "baseline" if r["ffn"] == baseline else \
             f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}" if r["delta"] is not None else "-"
-        p = p_text(r, baseline)
+        p = p_label(r, baseline)
         if tuned:
             setting = ", ".join(f"{a} {r.get(a)}" for a in cell["tuned_axes"])
             lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} {setting}")
@@ -302,25 +304,8 @@ def format_cell(cell: dict, baseline: str) -> list[str]:
         lines.append(f"noise floor ({baseline}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
     lit = cell.get("literature")
     if lit and lit["tau"] is not None:
-        lines.append(literature_sentence(lit))
+        lines.append(literature_text(lit))
     return lines
-
-
-def p_text(row: dict, baseline: str) -> str:
-    """The adjusted p-value of a row as shown: '-' for the baseline, 'n/a (needs >=3 seeds)' untested."""
-    from ffnlab.stats import MIN_PAIRS
-
-    if row["ffn"] == baseline:
-        return "-"
-    if row["p_adj"] is None:
-        return f"n/a (needs >={MIN_PAIRS} seeds)"
-    return f"{row['p_adj']:.3f}"
-
-
-def literature_sentence(lit: dict) -> str:
-    """'Against Shazeer 2020 ...: Kendall tau 0.60 over 6 shared variants; disagree: gelu vs relu.'"""
-    pairs = ", ".join(f"{a} vs {b}" for a, b in (d["pair"] for d in lit["disagree"])) or "none"
-    return f"against {lit['source']}: Kendall tau {lit['tau']:.2f} over {lit['n']} shared variants; disagree: {pairs}"
 
 
 def write_csv(summary: dict, path: str):

@@ -26,8 +26,9 @@ from ffnlab import plots
 from ffnlab.activations import ACTIVATIONS
 from ffnlab.ffn import get_ffn_spec
 from ffnlab.protocol import STAGE_TITLES, load_protocol
-from ffnlab.stats import MIN_PAIRS, mean_ci
+from ffnlab.stats import mean_ci
 from ffnlab.store import Store
+from ffnlab.summary import literature_text, p_label
 from ffnlab.sweep import AXES, Study, group_key, plan, run_id, summarize, weights_path
 from ffnlab.train import TrainConfig
 
@@ -400,13 +401,6 @@ def delta_text(r: dict, baseline: str) -> str:
     return f"{r['delta']:+.4f}{ci}{' *' if r['significant'] else ''}"
 
 
-def p_cell(r: dict, baseline: str) -> str:
-    """The Holm-adjusted p as shown: '-' for the baseline, 'n/a (needs ≥3 seeds)' where untested."""
-    if r["ffn"] == baseline:
-        return "-"
-    return f"n/a (needs ≥{MIN_PAIRS} seeds)" if r["p_adj"] is None else num(r["p_adj"], 3)
-
-
 def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
     """Header and plain-text rows of the ranking table (shared by HTML and Markdown)."""
     pct = round(cell["level"] * 100)
@@ -414,7 +408,7 @@ def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]
     head = ["rank", "ffn", f"{metric} mean [{pct}% CI]", f"Δ vs {baseline} [{pct}% CI]", "p (Holm)", "seeds",
             "diverged"]
     rows = [[str(r["rank"]), r["ffn"], f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
-             delta_text(r, baseline), p_cell(r, baseline), str(r["n_seeds"]), str(r["diverged"])]
+             delta_text(r, baseline), p_label(r, baseline), str(r["n_seeds"]), str(r["diverged"])]
             for r in cell["rows"]]
     return head, rows
 
@@ -427,7 +421,7 @@ def tuned_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
     rows = [[str(r["rank"]), r["ffn"], ", ".join(f"{a} {r.get(a)}" for a in cell.get("tuned_axes", ["lr"])),
              num(r.get("val_mean")),
              f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]", delta_text(r, baseline),
-             p_cell(r, baseline), str(r["n_seeds"])] for r in cell["variants"]]
+             p_label(r, baseline), str(r["n_seeds"])] for r in cell["variants"]]
     return head, rows
 
 
@@ -493,13 +487,6 @@ def literature_rows(cell: dict) -> tuple[list[str], list[list[str]]] | None:
     rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)]
             for v in ours]
     return head, rows
-
-
-def literature_text(lit: dict) -> str:
-    pairs = "; ".join(f"{a} vs {b}: measured {num(m[0])} vs {num(m[1])}, published {p[0]:.3f} vs {p[1]:.3f}"
-                      for (a, b), m, p in ((d["pair"], d["measured"], d["published"]) for d in lit["disagree"]))
-    return (f"Rank agreement with {lit['source']} over {lit['n']} shared variants: Kendall τ = {lit['tau']:.2f}. "
-            + (f"Pairs ordered differently: {pairs}." if pairs else "Every pair is ordered the same way."))
 
 
 def settings_rows(data: dict) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ import math
 import statistics
 
 from ffnlab.published import rank_agreement
-from ffnlab.stats import compare, seed_noise
+from ffnlab.stats import MIN_PAIRS, compare, seed_noise
 
 LEVEL = 0.95
 # a row's scalar fields, in the order the CSV writes them (the JSON has every field)
@@ -172,3 +172,21 @@ def tuned_cells(cells: list[dict], axes=("lr",)) -> list[dict]:
                     "metric": group[0]["metric"].replace("_val_", "_test_"), "selected_on": group[0]["metric"],
                     "tuned_axes": list(axes), **stats})
     return out
+
+
+# ---- words for the numbers, shared by the terminal table and the report ----------------------------
+
+
+def p_label(row: dict, baseline: str) -> str:
+    """A row's Holm-adjusted p as shown: '-' for the baseline, 'n/a (needs ≥3 seeds)' where untested."""
+    if row["ffn"] == baseline:
+        return "-"
+    return f"n/a (needs ≥{MIN_PAIRS} seeds)" if row["p_adj"] is None else f"{row['p_adj']:.3f}"
+
+
+def literature_text(lit: dict) -> str:
+    """The rank agreement of a cell with the published table, and each pair ordered differently."""
+    pairs = "; ".join(f"{a} vs {b}: measured {m[0]:.4f} vs {m[1]:.4f}, published {p[0]:.3f} vs {p[1]:.3f}"
+                      for (a, b), m, p in ((d["pair"], d["measured"], d["published"]) for d in lit["disagree"]))
+    return (f"Rank agreement with {lit['source']} over {lit['n']} shared variants: Kendall τ = {lit['tau']:.2f}. "
+            + (f"Pairs ordered differently: {pairs}." if pairs else "Every pair is ordered the same way."))

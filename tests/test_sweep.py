@@ -312,3 +312,12 @@ def test_jobs_auto_is_one_worker_per_core(run_cli, tmp_path):
         resolve_jobs(0)
     code, _, err = run_cli(*SMOKE, "--jobs", "0", "--store", tmp_path / "s.db")
     assert code == 2 and "must be positive" in err
+
+
+def test_two_seeds_show_no_p_value(run_cli, tmp_path):
+    code, out, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2, "--steps", 4,
+                             "--eval-every", 4, "--jobs", 1, "--store", tmp_path / "s.db")
+    assert code == 0, err
+    gelu = next(line for line in out.splitlines() if " gelu " in line)
+    assert "n/a (needs ≥3 seeds)" in gelu and "*" not in gelu
+    assert "n/a (needs ≥3 seeds)" in (tmp_path / "report" / "report.html").read_text()

@@ -522,8 +522,10 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
         where = env.get("gpu") or env.get("cpu") or "-"
         rows.append(("machine", f"{env.get('device', '-')} ({where}), torch {env.get('torch', '-')}, "
                                 f"Python {env.get('python', '-')}"))
-    if env.get("git_rev"):
-        rows.append(("code", f"git {env['git_rev'][:12]}{' (uncommitted changes)' if env.get('git_dirty') else ''}"))
+    if env.get("ffnlab") or env.get("git_rev"):
+        rev = (f", git {env['git_rev'][:12]}{' (uncommitted changes)' if env.get('git_dirty') else ''}"
+               if env.get("git_rev") else "")
+        rows.append(("code", f"ffnlab {env.get('ffnlab') or '?'}{rev} (its own checkout, never the working directory's)"))
     rows.append(("store", data["store"]))
     return rows
 

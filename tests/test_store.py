@@ -1,3 +1,4 @@
+import importlib.metadata
 import math
 import os
 import pathlib
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -213,17 +215,38 @@ def test_environment_and_git_revision(tmp_path, monkeypatch):
     store_module._environment.cache_clear()
     try:
         env = environment()
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=os.getcwd())
+        root = Path(store_module.__file__).resolve().parent.parent
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root)
         assert env["git_rev"] == (head.stdout.strip() if head.returncode == 0 else None)
         assert env["python"] == sys.version.split()[0] and env["device"] in ("cpu", "cuda")
-        monkeypatch.chdir(tmp_path)  # not a repository
-        store_module._environment.cache_clear()
-        env = environment()
-        assert env["git_rev"] is None and env["git_dirty"] is None
+        assert env["ffnlab"] == importlib.metadata.version("ffnlab")
         env["torch"] = "mutated"
         assert environment()["torch"] != "mutated"  # callers get a copy of the cached value
     finally:
         store_module._environment.cache_clear()
+
+
+def test_environment_never_runs_git_in_the_working_directory(tmp_path, monkeypatch):
+    """A repository in the cwd whose core.fsmonitor runs a command: recording the environment must
+    neither run it nor record that repository's commit."""
+    repo, pwned = tmp_path / "g", tmp_path / "pwned"
+    repo.mkdir()
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, capture_output=True, check=True)  # noqa: E731
+    git("init", "-q")
+    (repo / "f").write_text("x")
+    git("add", "f")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i")
+    git("config", "core.fsmonitor", f"touch {pwned}; false")
+    theirs = subprocess.run(["git", "-c", "core.fsmonitor=", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                            text=True).stdout.strip()
+    monkeypatch.chdir(repo)
+    store_module._environment.cache_clear()
+    try:
+        env = environment()
+    finally:
+        store_module._environment.cache_clear()
+    assert not pwned.exists()
+    assert env["git_rev"] != theirs
 
 
 def test_store_pickles_and_threads_share_it(store):

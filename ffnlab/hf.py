@@ -16,6 +16,7 @@ writes to config.json and `load_swapped` reads to rebuild the same modules befor
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import warnings
@@ -368,6 +369,8 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
             model.get_submodule(new_path).train(old.training)  # new modules start in train mode
             replaced[new_path] = old
     model.config.ffnlab_ffn = {"ffn": spec.name, "match": match}  # saved with the config: see load_swapped
+    # ... and its digest saved with the weights, so an edited config.json cannot relabel them
+    model.register_buffer(DIGEST_KEY, ffn_digest(model.config.ffnlab_ffn), persistent=True)
     if fresh:
         warnings.warn(f"{len(units)} FFNs swapped from {fresh} to {spec.name}: they are freshly initialised, so "
                       "pretrained weights no longer fit and the model needs (continued) training",
@@ -381,6 +384,18 @@ def restore_ffn(model: nn.Module, replaced: dict[str, nn.Module]):
         model.set_submodule(path, module)
     if hasattr(model.config, "ffnlab_ffn"):
         del model.config.ffnlab_ffn
+    if DIGEST_KEY in model._buffers:
+        del model._buffers[DIGEST_KEY]
+
+
+DIGEST_KEY = "ffnlab_ffn_digest"
+
+
+def ffn_digest(description: dict) -> torch.Tensor:
+    """sha256 of an FFN description ({"ffn", "match"}) as 32 uint8s: a buffer, so it is saved in the
+    safetensors weights beside the FFNs it describes."""
+    digest = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).digest()
+    return torch.tensor(list(digest), dtype=torch.uint8)
 
 
 def _tied_to(model: nn.Module, key: str, loaded: set[int]) -> bool:
@@ -409,18 +424,33 @@ def load_swapped(folder: str | os.PathLike, model_class=None) -> nn.Module:
                          "load it with from_pretrained")
     if model_class is None:
         name = (config.architectures or [None])[0]
-        model_class = getattr(transformers, name, None) if name else None
-        if model_class is None:
-            raise ValueError(f"{folder}/config.json names no transformers architecture ({name!r}); pass model_class")
+        model_class = getattr(transformers, name, None) if isinstance(name, str) else None
+        if not (isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel)):
+            raise ValueError(f"{folder}/config.json names no transformers model class ({name!r} in "
+                             "'architectures'); pass model_class")
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     if not files:
         raise ValueError(f"{folder} has no .safetensors weights; save with save_pretrained(safe_serialization=True)")
-    state = {k: v for f in files for k, v in load_file(os.path.join(folder, f)).items()}
-    model = model_class(config)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PretrainedWeightsWarning)  # every weight is loaded next
-        swap_ffn(model, info["ffn"], info.get("match", "params"))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        state = {k: v for f in files for k, v in load_file(os.path.join(folder, f)).items()}
+    except Exception as e:  # safetensors raises its own error types for a damaged file
+        raise ValueError(f"cannot read the weights in {folder}: {type(e).__name__}: {e}") from None
+    saved_digest = state.pop(DIGEST_KEY, None)
+    if saved_digest is None:
+        raise ValueError(f"the weights in {folder} carry no FFN digest ({DIGEST_KEY}): they were not saved by "
+                         "save_pretrained after swap_ffn")
+    if not torch.equal(saved_digest, ffn_digest({"ffn": info["ffn"], "match": info.get("match", "params")})):
+        raise ValueError(f"{folder}/config.json's ffnlab_ffn ({info}) is not the FFN the weights were saved with; "
+                         "was config.json edited?")
+    try:
+        model = model_class(config)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PretrainedWeightsWarning)  # every weight is loaded next
+            swap_ffn(model, info["ffn"], info.get("match", "params"))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except (RuntimeError, TypeError, IndexError) as e:  # sizes in config.json that the weights do not have
+        raise ValueError(f"the weights in {folder} do not fit its config.json: {str(e).splitlines()[0][:300]}") from None
+    missing = [k for k in missing if k != DIGEST_KEY]
     loaded = {p.data_ptr() for name, p in model.named_parameters(remove_duplicate=False) if name in state}
     untied = [k for k in missing if not _tied_to(model, k, loaded)]  # save_pretrained drops tied copies
     if unexpected or untied:

@@ -460,5 +460,41 @@ def test_load_swapped_refuses_what_it_cannot_rebuild(tmp_path):
     model.save_pretrained(tmp_path / "swapped")
     cfg = json.loads((tmp_path / "swapped" / "config.json").read_text())
     (tmp_path / "swapped" / "config.json").write_text(json.dumps({**cfg, "ffnlab_ffn": {"ffn": "gelu"}}))
-    with pytest.raises(ValueError, match="does not fit LlamaForCausalLM with gelu FFNs: unexpected"):
+    with pytest.raises(ValueError, match="is not the FFN the weights were saved with"):
         load_swapped(tmp_path / "swapped")
+
+
+def saved_swapped(tmp_path, ffn="geglu"):
+    model = build("llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PretrainedWeightsWarning)
+        swap_ffn(model, ffn)
+    model.save_pretrained(tmp_path)
+    return json.loads((tmp_path / "config.json").read_text())
+
+
+def test_load_swapped_refuses_a_relabelled_ffn_of_the_same_shape(tmp_path):
+    cfg = saved_swapped(tmp_path, "geglu")  # swiglu has the same weight shapes: only the digest can tell
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "ffnlab_ffn": {"ffn": "swiglu", "match": "params"}}))
+    with pytest.raises(ValueError, match="is not the FFN the weights were saved with"):
+        load_swapped(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["AutoConfig", "load_tf2_weights_in_pytorch_model", "os", 7])
+def test_load_swapped_calls_only_model_classes(tmp_path, name):
+    cfg = saved_swapped(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "architectures": [name]}))
+    with pytest.raises(ValueError, match="names no transformers model class"):
+        load_swapped(tmp_path)
+
+
+def test_load_swapped_edited_sizes_and_damaged_weights_are_value_errors(tmp_path):
+    cfg = saved_swapped(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "hidden_size": cfg["hidden_size"] * 2}))
+    with pytest.raises(ValueError, match="do not fit its config.json"):
+        load_swapped(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    weights = next(tmp_path.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match="cannot read the weights"):
+        load_swapped(tmp_path)

@@ -16,6 +16,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
@@ -410,16 +411,47 @@ def save_checkpoint(directory: Path, model: nn.Module, state: dict):
             old.unlink(missing_ok=True)
 
 
-def load_checkpoint(directory: Path, model: nn.Module) -> dict | None:
-    """Trainer state of the latest checkpoint (weights loaded into `model`), or None."""
+def load_checkpoint(directory: Path, model: nn.Module, opt: torch.optim.Optimizer,
+                    gen: torch.Generator) -> dict | None:
+    """Resume from the latest checkpoint: weights into `model`, optimizer state, data and torch RNG;
+    returns the trainer state, or None when there is no checkpoint.
+
+    A checkpoint that cannot be read or applied whole (truncated, not safetensors, a pickle that
+    weights_only refuses, weights of another model) is discarded with a warning naming it, and
+    DamagedCheckpoint is raised: `model` and `opt` may be half-set, so the caller starts from a
+    fresh model at step 0, which ends with the same result as an uninterrupted run.
+    """
     from safetensors.torch import load_model
 
     latest = directory / "latest.json"
     if not latest.exists():
         return None
-    step = json.loads(latest.read_text())["step"]
-    load_model(model, str(directory / f"model-{step}.safetensors"))
-    return torch.load(directory / f"state-{step}.pt", weights_only=True)
+    try:
+        step = int(json.loads(latest.read_text())["step"])
+        state = torch.load(directory / f"state-{step}.pt", weights_only=True)
+        if not isinstance(state, dict) or state.get("step") != step:
+            raise ValueError(f"state-{step}.pt is not the trainer state of step {step}")
+        load_model(model, str(directory / f"model-{step}.safetensors"), strict=True)
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["data_rng"])
+        torch.set_rng_state(state["torch_rng"])
+    except Exception as e:  # any damage: a resumed run must not fail on it forever
+        warnings.warn(f"discarding the unreadable checkpoint in {directory} ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:200] if str(e) else '-'}); the run starts again from step 0",
+                      CheckpointWarning, stacklevel=2)
+        for stale in directory.glob("*"):
+            if stale.is_file():
+                stale.unlink(missing_ok=True)
+        raise DamagedCheckpoint(str(directory)) from None
+    return state
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint could not be read and was discarded."""
+
+
+class DamagedCheckpoint(Exception):
+    """Raised by load_checkpoint after discarding a checkpoint it could not read."""
 
 
 # ---- the run ------------------------------------------------------------------------------------
@@ -521,34 +553,39 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
     mcfg = replace(cfg.model, vocab_size=tok.vocab_size,
                    n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes)
     check_data(splits, task, mcfg.context, cfg.data)
-    torch.manual_seed(cfg.seed)
     if model_factory is None:
         model_factory = hf_factory(cfg.hf_config) if cfg.hf_config else Transformer
-    model = model_factory(mcfg, cfg.seed).to(device)
-    ffns = ffn_modules(model)
-    opt = make_optimizer(model, cfg, device)
-    gen = torch.Generator().manual_seed(cfg.seed)  # data order: same for every variant with this seed
+
+    def build():
+        torch.manual_seed(cfg.seed)
+        model = model_factory(mcfg, cfg.seed).to(device)
+        gen = torch.Generator().manual_seed(cfg.seed)  # data order: same for every variant with this seed
+        return model, make_optimizer(model, cfg, device), gen
+
+    model, opt, gen = build()
     val_batches = [(x.to(device), y.to(device)) for x, y in
                    eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)]
     tokens_per_step = cfg.batch_size * mcfg.context
     total = math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps
     autocast = functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16,
                                  enabled=cfg.precision == "bf16")
-    # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
-    # ran 3x slower than eager here (benchmarks/train_speed.md)
-    step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
 
     # -- resume
     hist = {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
     step, elapsed, status = 0, 0.0, "finished"
     ckpt_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if ckpt_dir is not None:
-        state = load_checkpoint(ckpt_dir, model)
+        try:
+            state = load_checkpoint(ckpt_dir, model, opt, gen)
+        except DamagedCheckpoint:  # discarded with a warning: a fresh model, as if never started
+            model, opt, gen = build()
+            state = None
         if state is not None:
-            opt.load_state_dict(state["optimizer"])
-            gen.set_state(state["data_rng"])
-            torch.set_rng_state(state["torch_rng"])
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
+    ffns = ffn_modules(model)
+    # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
+    # ran 3x slower than eager here (benchmarks/train_speed.md)
+    step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
 
     # -- train
     saved = step_saved_bytes(model, *val_batches[0], autocast)  # a batch of the training shape

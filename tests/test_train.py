@@ -263,3 +263,53 @@ def test_bad_input_exit_2_one_line_nothing_written(run_cli, tmp_path, setup, arg
     assert code == 2, err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists() and not (tmp_path / "ck").exists()
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Evil:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "malicious state", "another model's weights",
+                                    "garbage latest"])
+def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp_path, damage):
+    import pickle
+
+    from safetensors.torch import save_model
+
+    from ffnlab.model import Transformer
+    from ffnlab.train import CheckpointWarning
+
+    cfg = tiny(max_steps=20, checkpoint_every=5, eval_every=10, precision="fp32")
+    full = train(cfg)
+    ckpt = tmp_path / "ck"
+
+    def stop(step, total, metrics):
+        if step == 12:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(replace(cfg, checkpoint_dir=str(ckpt)), progress=stop)
+    assert json.loads((ckpt / "latest.json").read_text())["step"] == 10
+    if damage == "truncated weights":
+        weights = ckpt / "model-10.safetensors"
+        weights.write_bytes(weights.read_bytes()[:200])
+    elif damage == "malicious state":
+        (ckpt / "state-10.pt").write_bytes(pickle.dumps(_Evil(tmp_path / "pwned")))
+    elif damage == "another model's weights":
+        other = Transformer(replace(TINY, d_model=64, vocab_size=96))
+        save_model(other, str(ckpt / "model-10.safetensors"))
+    else:
+        (ckpt / "latest.json").write_text("{not json")
+    with pytest.warns(CheckpointWarning, match=f"discarding the unreadable checkpoint in {ckpt}"):
+        r = train(replace(cfg, checkpoint_dir=str(ckpt)))
+    assert not (tmp_path / "pwned").exists()
+    assert r.status == "finished" and r.history["train_loss"] == full.history["train_loss"]
+    assert r.final_val_loss == full.final_val_loss

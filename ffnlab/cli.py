@@ -352,8 +352,8 @@ def cmd_compare(args):
     study = study_from_args(args)
     grid = protocol_grid_from(study) if args.protocol else None  # checked before anything is written
     if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
-        from ffnlab.report import default_out_dir, prepare_out_dir
-        prepare_out_dir(default_out_dir(args.store))
+        from ffnlab.report import check_out_dir, default_out_dir
+        check_out_dir(default_out_dir(args.store))
     run = dict(jobs=args.jobs, backend=args.backend, address=args.address, quiet=args.quiet or args.json,
                log_to=args.log_to)
     if args.protocol:
@@ -371,7 +371,18 @@ def cmd_compare(args):
             print(f"report: {report['html']} (summary: {report['markdown']})")
     if args.json:
         print(json.dumps(summary_json(summary), indent=1))
-    return summary
+    return incomplete(summary)
+
+
+def incomplete(summary: dict) -> int:
+    """Exit status of a finished sweep: 1, with one line on stderr, when planned runs did not finish."""
+    missing = sum(len(seeds) for cell in summary["cells"] for seeds in cell.get("missing", {}).values())
+    if not missing:
+        return 0
+    planned = sum(1 for cell in summary["cells"] for r in cell["variants"]) * summary["seeds"]
+    print(f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
+          f"store); the table rests on the rest. Run the same command again to retry them", file=sys.stderr)
+    return 1
 
 
 def protocol_grid_from(study) -> dict:
@@ -389,6 +400,7 @@ def compare_protocol(args, study, grid: dict, run: dict):
     from ffnlab.protocol import run_protocol
 
     result = run_protocol(study, args.store, grid, **run)
+    code = max(incomplete(stage["summary"]) for stage in result["stages"])
     if args.csv:
         write_csv(result["stages"][1]["summary"], args.csv)
     report = None
@@ -404,7 +416,7 @@ def compare_protocol(args, study, grid: dict, run: dict):
         print(f"store: {args.store}")
         if report:
             print(f"report: {report['html']} (summary: {report['markdown']})")
-    return result
+    return code
 
 
 def format_protocol(result: dict) -> str:
@@ -610,8 +622,8 @@ def build_parser() -> Parser:
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        args.func(args)
-        return 0
+        code = args.func(args)
+        return code if isinstance(code, int) else 0
     except (UsageError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError,
             UnicodeDecodeError) as e:
         if os.environ.get("FFNLAB_DEBUG"):

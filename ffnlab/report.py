@@ -816,6 +816,17 @@ def default_out_dir(store_path) -> Path:
     return Path(store_path).parent / "report"
 
 
+def check_out_dir(out_dir: Path) -> Path:
+    """ValueError in one line unless `out_dir` can be created or written, without creating anything:
+    the nearest existing folder on its path must be a writable folder."""
+    existing = Path(out_dir).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write the report to {out_dir}: {existing} is not a writable folder")
+    return Path(out_dir)
+
+
 def prepare_out_dir(out_dir: Path) -> Path:
     """Create the output folder and prove it writable, before any work; ValueError in one line if not."""
     try:
@@ -844,16 +855,18 @@ def write_report(store_path, out_dir=None, study: Study | None = None, runs=None
     """Render the report of a store and write report.html, summary.md and figures/*.png into
     `out_dir` (default: `report/` beside the store). Returns the written paths by kind.
 
-    Everything is rendered in memory first and each file is written through a temporary name, so
-    a failure never leaves a half-written file."""
+    Everything is rendered in memory first, the folder is created only then, and each file is
+    written through a temporary name, so a failure leaves neither a half-written file nor an empty
+    folder."""
     store_path = Path(store_path)
     if not store_path.is_file():
         raise ValueError(f"no run store at {store_path}; run `ffnlab compare` first or pass --store")
-    out_dir = prepare_out_dir(Path(out_dir) if out_dir else default_out_dir(store_path))
+    out_dir = check_out_dir(Path(out_dir) if out_dir else default_out_dir(store_path))
     data = report_data(store_path, study, runs, baseline, layer, numerics)
     figures = render_figures(data)
     page = render_html(data, figures)
     summary = render_markdown(data, figures)
+    prepare_out_dir(out_dir)
     for name, png in figures.items():
         write_atomic(out_dir / FIGURES_DIR / name, png)
     write_atomic(out_dir / SUMMARY_MD, summary)

@@ -105,10 +105,12 @@ def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: 
     diverged = {v: 0 for v in variants}
     results: dict[str, list[dict]] = {v: [] for v in variants}
     runs = {v: 0 for v in variants}
+    missing: dict[str, list[int]] = {}
     noise = []
     for cfg, rec in items:
         v = cfg.model.ffn
         if rec is None or rec["status"] not in ("finished", "diverged"):
+            missing.setdefault(v, []).append(cfg.seed)
             continue
         res = rec["result"]
         if cfg.seed >= seeds:
@@ -131,6 +133,11 @@ def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: 
         row.update(variant_costs(results[v], runs[v], task))
         row["ppl"] = math.exp(row["mean"]) if task == "lm" and row["mean"] is not None else None
     cell = {"axes": dict(axes), "metric": metric, **stats}
+    if missing:  # failed, or not run yet: the statistics rest on fewer seeds than planned, and say so
+        cell["missing"] = missing
+        cell["verdict"] += (" Not finished (failed or not yet run), so left out: "
+                            + "; ".join(f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}"
+                                        for v, ss in missing.items()) + ".")
     if task == "lm":  # the published table is a language-modelling loss
         cell["literature"] = rank_agreement({r["ffn"]: r["mean"] for r in stats["variants"]})
     if noise:

@@ -19,13 +19,14 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ffnlab.ffn import get_ffn_spec
 from ffnlab.store import Store
 from ffnlab.summary import summarize_cell, tuned_cells
-from ffnlab.train import RunResult, TrainConfig, resolve_device, resolve_precision, train
+from ffnlab.train import (RunResult, TrainConfig, check_data, check_fits, load_data, resolve_device, resolve_precision,
+                          train)
 
 DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
@@ -287,6 +288,8 @@ def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int | str = 1
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
     jobs = resolve_jobs(jobs, study.base.device)
     runs = plan(study)
+    if backend == "local":  # on a Ray cluster the data may live only where the workers are
+        preflight(runs)
     store_path = Path(store_path)
     with Store(store_path) as store:
         recorded = replace(study, base=replace(study.base, precision=plan_precision(study.base)))
@@ -294,7 +297,7 @@ def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int | str = 1
         for cfg in runs:
             store.claim(run_id(cfg), cfg.to_dict())
         todo = [cfg for cfg in runs if store.get(run_id(cfg))["status"] not in ("finished", "diverged")]
-    display = SweepProgress(len(runs), len(runs) - len(todo), quiet)
+    display = SweepProgress(len(runs), len(runs) - len(todo), quiet, store_path)
     if backend == "ray":
         run_on_ray(todo, store_path, address, display)
     elif jobs > 1 and len(todo) > 1:
@@ -311,6 +314,25 @@ def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int | str = 1
     if log_to:
         mirror_runs(runs, store_path, log_to)
     return summarize(study, store_path, runs)
+
+
+def preflight(runs: list[TrainConfig]):
+    """Check once, before any run starts, what would fail every run alike: each data source loads
+    and splits into windows of its context, and each built-in model fits this machine's memory.
+    ValueError naming the problem (the CLI's one line and exit 2) instead of a store of failed runs."""
+    seen_data, seen_model = set(), set()
+    for cfg in runs:
+        data = (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
+        corpus, tok, splits = load_data(*data)
+        if data + (cfg.model.context,) not in seen_data:
+            seen_data.add(data + (cfg.model.context,))
+            check_data(splits, cfg.model.task, cfg.model.context, cfg.data)
+        mcfg = replace(cfg.model, vocab_size=tok.vocab_size,
+                       n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes)
+        key = (json.dumps(asdict(mcfg), sort_keys=True), cfg.batch_size)
+        if not cfg.hf_config and key not in seen_model:
+            seen_model.add(key)
+            check_fits(cfg, mcfg, resolve_device(cfg.device))
 
 
 def run_in_processes(todo, store_path: Path, jobs: int, display):
@@ -407,8 +429,8 @@ def mirror_runs(runs, store_path: Path, log_to: str):
 class SweepProgress:
     """Runs done/total with ETA, and the current run's steps, on one terminal line."""
 
-    def __init__(self, total: int, done: int, quiet: bool):
-        self.total, self.done_n, self.quiet = total, done, quiet
+    def __init__(self, total: int, done: int, quiet: bool, store_path: Path):
+        self.total, self.done_n, self.quiet, self.store_path = total, done, quiet, store_path
         self.t0, self.new_done, self.last = time.perf_counter(), 0, 0.0
         self.live = sys.stderr.isatty()  # the per-step line only on a terminal
         if not quiet and done:
@@ -433,11 +455,17 @@ class SweepProgress:
         return show
 
     def done(self, cfg, status):
+        """One run ended; a failed one's error is shown on its line (from the store)."""
         self.done_n += 1
         self.new_done += 1
         if not self.quiet:
+            why = ""
+            if status == "failed":
+                with Store(self.store_path, create=False) as store:
+                    error = ((store.get(run_id(cfg)) or {}).get("result") or {}).get("error") or "?"
+                why = f" ({error.splitlines()[0][:200]})"
             sys.stderr.write(f"{chr(13) if self.live else ''}[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed "
-                             f"{cfg.seed}: {status}".ljust(78) + "\n")
+                             f"{cfg.seed}: {status}{why}".ljust(78) + "\n")
 
     def close(self):
         if not self.quiet:

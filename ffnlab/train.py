@@ -193,6 +193,32 @@ def check_data(splits, task: str, context: int, data: str):
         raise ValueError(f"the {split} split of '{data}' has no labelled examples")
 
 
+def machine_memory(device: str) -> int:
+    """Bytes of memory the run can use at most: the GPU's, or this machine's physical RAM."""
+    if device == "cuda":
+        return torch.cuda.get_device_properties(0).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str):
+    """ValueError, before anything is allocated, when the built-in model cannot train on this machine:
+    sizes that overflow, or more memory than it has for fp32 weights, gradients and AdamW's two
+    moments (16 bytes a parameter) plus a floor on the activations backward keeps (ten fp32
+    (batch, context, d_model) tensors a layer)."""
+    try:
+        with torch.device("meta"):  # shapes only: nothing is allocated
+            n_params = param_count(Transformer(mcfg, cfg.seed))
+    except (RuntimeError, OverflowError) as e:
+        raise ValueError(f"the model's sizes overflow ({str(e).splitlines()[0][:120]}); use a smaller --d-model, "
+                         "--layers or --context") from None
+    need = 16 * n_params + 40 * cfg.batch_size * mcfg.context * mcfg.d_model * mcfg.n_layers
+    have = machine_memory(device)
+    if need > have:
+        raise ValueError(f"{mcfg.n_layers} layers of d_model {mcfg.d_model} ({n_params:,} parameters) at batch "
+                         f"{cfg.batch_size} x context {mcfg.context} need at least {need / 2**30:,.1f} GiB, more than "
+                         f"the {have / 2**30:,.1f} GiB here; use a smaller --d-model, --layers or --batch-size")
+
+
 def fit(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
     """A window of `length` tokens from `ids` at `start`; short texts are repeated to fill it
     (no padding token or mask needed for the pooled classifier)."""
@@ -553,6 +579,8 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
     mcfg = replace(cfg.model, vocab_size=tok.vocab_size,
                    n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes)
     check_data(splits, task, mcfg.context, cfg.data)
+    if model_factory is None and not cfg.hf_config:
+        check_fits(cfg, mcfg, device)
     if model_factory is None:
         model_factory = hf_factory(cfg.hf_config) if cfg.hf_config else Transformer
 

@@ -321,3 +321,35 @@ def test_two_seeds_show_no_p_value(run_cli, tmp_path):
     gelu = next(line for line in out.splitlines() if " gelu " in line)
     assert "n/a (needs ≥3 seeds)" in gelu and "*" not in gelu
     assert "n/a (needs ≥3 seeds)" in (tmp_path / "report" / "report.html").read_text()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--data", "{tmp}/missing.txt"], "missing.txt"),
+    (["--d-model", "1000000000", "--heads", "4"], "use a smaller --d-model"),
+    (["--batch-size", "1000000000"], "--batch-size"),
+])
+def test_data_and_sizes_are_checked_once_before_any_run(run_cli, tmp_path, argv, needle):
+    code, _, err = run_cli(*SMOKE, *[a.format(tmp=tmp_path) for a in argv], "--store", tmp_path / "s.db")
+    assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "report").exists()
+
+
+def test_a_failed_run_says_why_and_the_exit_status_says_seeds_are_missing(run_cli, tmp_path, monkeypatch):
+    from ffnlab import sweep
+
+    real = sweep.train
+
+    def flaky(cfg, **kw):
+        if cfg.model.ffn == "gelu" and cfg.seed == 1:
+            raise RuntimeError("boom in gelu seed 1")
+        return real(cfg, **kw)
+
+    monkeypatch.setattr(sweep, "train", flaky)
+    code, out, err = run_cli(*SMOKE, "--jobs", 1, "--store", tmp_path / "s.db", "--no-report")
+    assert code == 1
+    assert "gelu seed 1: failed (RuntimeError: boom in gelu seed 1)" in err
+    assert "1 of 6 planned runs did not finish" in err.splitlines()[-1]
+    assert "left out: gelu seed 1" in out  # the verdict says the table rests on fewer seeds
+    monkeypatch.setattr(sweep, "train", real)
+    code, out, err = run_cli(*SMOKE, "--jobs", 1, "--store", tmp_path / "s.db", "--no-report")
+    assert code == 0 and "left out" not in out  # retried and finished

@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 
 from ffnlab.activations import ACTIVATIONS, aliases
 from ffnlab.ffn import DEFAULT_INIT, FFNS, INITS, build_ffn, ffn_stats
+from ffnlab.files import check_writable, write_atomic
 
 
 class UsageError(Exception):
@@ -153,14 +155,6 @@ def apply_run_flags(base, args):
     return replace(base, model=model, **run)
 
 
-def write_json_atomic(path: str, obj):
-    """Write JSON to `path` through a temporary file, so a failure leaves nothing half-written."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
-
 def cmd_train(args):
     from ffnlab.train import progress_bar, train
 
@@ -168,13 +162,15 @@ def cmd_train(args):
 
     from ffnlab.train import TrainConfig
 
+    if args.out:
+        check_writable(args.out)  # now, not after the training
     cfg = apply_run_flags(TrainConfig(), args)
     cfg = replace(cfg, seed=args.seed, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                   model=replace(cfg.model, ffn=args.ffn))
     show = None if args.quiet or args.json else progress_bar(f"{args.ffn} seed {args.seed}: ")
     result = train(cfg, progress=show)
     if args.out:
-        write_json_atomic(args.out, result.to_dict())
+        write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
     if args.json:
         print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("history", "config")}, indent=1))
         return
@@ -323,10 +319,7 @@ def write_csv(summary: dict, path: str):
     for cell in cells:
         for r in cell["variants"]:
             writer.writerow({**cell["axes"], "metric": cell["metric"], **r})
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as fh:
-        fh.write(buf.getvalue())
-    os.replace(tmp, path)
+    write_atomic(path, buf.getvalue())
 
 
 def summary_json(summary: dict) -> dict:
@@ -351,6 +344,8 @@ def cmd_compare(args):
             raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
     study = study_from_args(args)
     grid = protocol_grid_from(study) if args.protocol else None  # checked before anything is written
+    if args.csv:
+        check_writable(args.csv)
     if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
         from ffnlab.report import check_out_dir, default_out_dir
         check_out_dir(default_out_dir(args.store))
@@ -619,21 +614,44 @@ def build_parser() -> Parser:
     return parser
 
 
+# failures that come from what the user asked for (a name, a size, a path, a store): one line, exit 2
+USER_ERRORS = (UsageError, ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+               UnicodeDecodeError, MemoryError, OverflowError, sqlite3.Error)
+
+
 def main(argv=None) -> int:
+    """Run the CLI. Exit 0 on success, 1 when runs did not finish or on an internal error (one line,
+    the full trace written to a file it names), 2 on a user error (one line naming the problem)."""
     try:
         args = build_parser().parse_args(argv)
         code = args.func(args)
         return code if isinstance(code, int) else 0
-    except (UsageError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError,
-            UnicodeDecodeError) as e:
+    except USER_ERRORS as e:
         if os.environ.get("FFNLAB_DEBUG"):
             raise
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, sqlite3.Error):
+            message = f"the run store cannot be used ({type(e).__name__}: {message}); check --store"
+        elif isinstance(e, (MemoryError, OverflowError)):
+            message = f"the requested sizes do not fit ({type(e).__name__}{': ' + message if str(e) else ''})"
         print(f"ffnlab: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ffnlab: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug: one line, and the trace where it can be read and reported
+        if os.environ.get("FFNLAB_DEBUG"):
+            raise
+        import tempfile
+        import traceback
+
+        fd, trace = tempfile.mkstemp(prefix="ffnlab-error-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exc(file=f)
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ finished runs, and a killed protocol resumes where it stopped. The stages' summa
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
+from ffnlab.files import write_atomic
 from ffnlab.sweep import Study, run_study
 
 PROTOCOL_JSON = "protocol.json"
@@ -73,10 +73,7 @@ def protocol_path(store_path) -> Path:
 
 
 def write_protocol(store_path, result: dict):
-    path = protocol_path(store_path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=1, allow_nan=True))
-    os.replace(tmp, path)
+    write_atomic(protocol_path(store_path), json.dumps(result, indent=1, allow_nan=True))
 
 
 def load_protocol(store_path) -> dict | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ffnlab import plots
 from ffnlab.activations import ACTIVATIONS
+from ffnlab.files import write_atomic
 from ffnlab.ffn import get_ffn_spec
 from ffnlab.protocol import STAGE_TITLES, load_protocol
 from ffnlab.stats import mean_ci
@@ -215,7 +216,11 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
     for variant, (c, rec) in picks.items():
         _, _, mcfg = fixed_input(c)  # the data is cached: this only sets the variant's FFN
         model = Transformer(mcfg, c.seed)
-        load_model(model, str(weights_path(store_path, rec["id"])))
+        try:
+            load_model(model, str(weights_path(store_path, rec["id"])))
+        except Exception as e:  # a damaged or foreign file: the rest of the report stands
+            return {"note": f"attention maps skipped: cannot read {weights_path(store_path, rec['id'])} "
+                            f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else '-'})"}
         model.eval()
         with torch.no_grad():
             maps[variant] = model.attention_maps(ids[None], layer)[0].float().numpy()  # (n_heads, T, T)
@@ -837,17 +842,6 @@ def prepare_out_dir(out_dir: Path) -> Path:
     except OSError as e:
         raise ValueError(f"cannot write the report to {out_dir}: {e.strerror or e}") from None
     return out_dir
-
-
-def write_atomic(path: Path, content: bytes | str):
-    """Write through a temporary file of this process, then rename: readers and concurrent
-    writers (two sweeps finishing on one store) only ever see whole files."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if isinstance(content, str):
-        tmp.write_text(content, encoding="utf-8")
-    else:
-        tmp.write_bytes(content)
-    os.replace(tmp, path)
 
 
 def write_report(store_path, out_dir=None, study: Study | None = None, runs=None, baseline: str | None = None,

@@ -64,8 +64,8 @@ def variant_costs(results: list[dict], runs: int, task: str) -> dict:
     noisy = "noisy_val_loss" if task == "lm" else "noisy_val_acc"
     clean = metric_of(task)
     return {
-        "params": results[0]["params"] if results else None,
-        "flops_per_token": results[0]["flops_per_token"] if results else None,
+        "params": results[0].get("params") if results else None,
+        "flops_per_token": results[0].get("flops_per_token") if results else None,
         "tokens_per_s": mean_of(r.get("tokens_per_s") for r in results),
         "step_time_s": statistics.median(step_times) if step_times else None,
         "step_time_range": [min(step_times), max(step_times)] if step_times else None,
@@ -109,10 +109,12 @@ def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: 
     noise = []
     for cfg, rec in items:
         v = cfg.model.ffn
-        if rec is None or rec["status"] not in ("finished", "diverged"):
+        res = (rec or {}).get("result") or {}
+        done = rec is not None and (rec["status"] == "diverged" or
+                                    (rec["status"] == "finished" and isinstance(res.get(metric), (int, float))))
+        if not done:  # failed, not yet run, or a finished result without its metric (a damaged row)
             missing.setdefault(v, []).append(cfg.seed)
             continue
-        res = rec["result"]
         if cfg.seed >= seeds:
             if rec["status"] == "finished":
                 noise.append(res[metric])

@@ -45,7 +45,9 @@ from ffnlab.model import ModelConfig  # noqa: E402
 from ffnlab.store import environment  # noqa: E402
 from ffnlab.train import TrainConfig, cpu_has_amx, train  # noqa: E402
 
-DATA = "/work/shared/data/tinyshakespeare.txt"
+# the team's copy of nanoGPT's corpus, beside the repository (../shared/data); FFNLAB_BENCH_DATA overrides it
+DATA = os.environ.get("FFNLAB_BENCH_DATA",
+                      str(Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"))
 RECIPE = TrainConfig(
     model=ModelConfig(context=64, n_layers=4, n_heads=4, d_model=128, ffn="gelu", dropout=0.0),
     data=DATA, batch_size=12, max_steps=2000, lr=1e-3, min_lr=1e-4, warmup_steps=100, beta2=0.99,

@@ -580,10 +580,14 @@ def check_range(lo: float, hi: float) -> None:
 
 
 def environment() -> dict:
-    """Library versions and machine, printed beside every number."""
+    """Library versions and machine, printed beside every number. The CPU model and the ISA torch's
+    kernels were built for matter: the ULPs of erf, tanh and exp differ between AVX2 and AVX-512."""
+    from ffnlab.store import environment as run_environment
+
     return {"torch": torch.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
             "mpmath": mpmath.__version__, "python": platform.python_version(),
             "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cpus",
+            "cpu": run_environment()["cpu"], "isa": torch.backends.cpu.get_cpu_capability(),
             "torch_threads": torch.get_num_threads()}
 
 
@@ -662,7 +666,8 @@ def format_numerics(report: dict) -> str:
     out = [f"ffnlab numerics: x in [{lo:g}, {hi:g}], {report['points']} grid points rounded to each dtype; "
            "float64 reference (scipy), mpmath in the GELU tail",
            f"torch {env['torch']}, numpy {env['numpy']}, scipy {env['scipy']}, mpmath {env['mpmath']}, "
-           f"Python {env['python']}, {env['machine']}, {env['torch_threads']} torch threads", ""]
+           f"Python {env['python']}, {env['machine']}, {env.get('cpu') or '?'} (torch kernels: "
+           f"{env.get('isa') or '?'}), {env['torch_threads']} torch threads", ""]
 
     regions = list(REGIONS)
     out.append("Error against the reference (ulp: unit in the last place of the reference in the dtype; "

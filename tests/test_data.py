@@ -67,13 +67,13 @@ def test_strip_markdown_on_a_snippet():
         "Who's there?\nNay, answer me.\n\nHAMLET:\n[Aside] A little more than kin")
 
 
-def test_bundled_corpus_parses_fast():
-    import time
+def test_bundled_corpus_is_parsed_once_per_process():
     data.bundled_plays.cache_clear()
     data._shakespeare.cache_clear()
-    start = time.perf_counter()
-    load_corpus("shakespeare")
-    assert time.perf_counter() - start < 3.0  # well under 1 s alone; slack for shared cores
+    first = load_corpus("shakespeare")
+    assert load_corpus("shakespeare").train == first.train
+    info = data._shakespeare.cache_info()  # a sweep parses the plays once (the time: benchmarks/data_load.py)
+    assert info.misses == 1 and info.hits == 1
 
 
 def test_genre_task_labels_match_folders_and_split_by_play():

@@ -113,12 +113,19 @@ def test_grid_rounds_to_dtype_and_drops_out_of_range_points():
     np.testing.assert_array_equal(torch.from_numpy(x).half().double().numpy(), x)
 
 
+# NOTE: PyTorch's vectorised erf/tanh/exp differ by ISA: GELU in |x| < 1 measured 1.4 ULP with AVX-512 (and
+# with ATEN_CPU_CAPABILITY=avx2 or default on that CPU) but 6.55 ULP on an AVX2-only EPYC. ffnlab promises the
+# absolute error; the ULP bound is a margin that holds for every ISA, and `ffnlab numerics` prints each
+# machine's own ULPs beside its CPU and kernel ISA.
+TORCH_KERNEL_ULP = 16
+
+
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_every_activation_accurate_in_fp32(name):
     x, _ = nm.grid(-10, 10, 2001, torch.float32)
     fwd, bwd = nm.measure_activation(name, "fp32", x)
     assert fwd["max_abs_err"] < 1e-5 and bwd["max_abs_err"] < 1e-5
-    assert fwd["regions"]["|x|<1"]["max_ulp"] < 4
+    assert fwd["regions"]["|x|<1"]["max_ulp"] < TORCH_KERNEL_ULP
     assert fwd["n_inf"] == fwd["n_nan"] == bwd["n_inf"] == bwd["n_nan"] == 0
 
 
@@ -296,6 +303,8 @@ def test_cli_text(run_cli):
     assert code == 0
     assert "relu" in out and "bf16" in out and "negative tail" in out and "Gated products" in out
     assert "Claims" not in out
+    isa = torch.backends.cpu.get_cpu_capability()
+    assert f"(torch kernels: {isa})" in out  # the ULPs above are this machine's: say which kernels made them
 
 
 @pytest.mark.parametrize("argv,needle", [

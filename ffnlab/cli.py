@@ -342,6 +342,8 @@ def cmd_compare(args):
         module = {"mlflow": "mlflow", "tensorboard": "tensorboard"}[args.log_to]
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
+    if args.address and args.backend != "ray":
+        raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
     study = study_from_args(args)
     grid = protocol_grid_from(study) if args.protocol else None  # checked before anything is written
     if args.csv:

@@ -343,6 +343,9 @@ def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: st
         need(text_field, row, f"{where} row {i + 1}")
         if label_field:
             need(label_field, row, f"{where} row {i + 1}")
+        if not isinstance(row[text_field], str):
+            raise ValueError(f"{where} row {i + 1}: field '{text_field}' is {type(row[text_field]).__name__} "
+                             f"{str(row[text_field])[:40]!r}, not text; name the text column with --text-field")
         texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
         texts.append(row[text_field])
         if label_field:

@@ -775,8 +775,10 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
 
 
 def md_escape(text) -> str:
-    """Text safe inside a Markdown table cell: HTML escaped, pipes and backslashes escaped."""
-    return html.escape(str(text), quote=False).replace("\\", "\\\\").replace("|", "\\|")
+    """Text safe inside a Markdown table cell: HTML escaped, pipes and backslashes escaped, line
+    breaks (a path may hold one) as spaces, so one cell never breaks its table row."""
+    text = " ".join(str(text).splitlines())
+    return html.escape(text, quote=False).replace("\\", "\\\\").replace("|", "\\|")
 
 
 def md_table(head, rows) -> str:

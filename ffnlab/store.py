@@ -137,7 +137,12 @@ class Store:
                         conn.execute(statement)
                 conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
-                version = int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+                stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+            try:
+                version = int(stored)
+            except ValueError:
+                raise ValueError(f"run store {self.path} has a damaged schema version ({stored!r}); it is not a store "
+                                 "this ffnlab wrote, or it was edited") from None
             if version > SCHEMA_VERSION:
                 raise ValueError(f"run store {self.path} has schema version {version}; this ffnlab reads up to "
                                  f"{SCHEMA_VERSION}: upgrade ffnlab")
@@ -246,7 +251,14 @@ class Store:
     def get(self, run_id: str) -> dict | None:
         """One run as a dict (see `runs`), or None if the store has no such id."""
         rows = self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
-        return _run_dict(rows[0]) if rows else None
+        return self._run_dict(rows[0]) if rows else None
+
+    def _run_dict(self, row: tuple) -> dict:
+        try:
+            return _run_dict(row)
+        except ValueError as e:  # JSON columns edited or damaged by hand
+            raise ValueError(f"run store {self.path}: run {row[0]} has a column that is not JSON ({e}); "
+                             "the store was edited or damaged") from None
 
     def runs(self, status: str | None = None, sweep: str | None = None) -> list[dict]:
         """Runs as {"id","config","status","result","env","sweep","attempts","created_at","started_at","finished_at"},
@@ -256,7 +268,7 @@ class Store:
         # NULL matches every value of a filter that was not given
         sql = (f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR sweep = ?2) "
                "ORDER BY created_at, id")
-        return [_run_dict(row) for row in self._read(sql, (status, sweep))]
+        return [self._run_dict(row) for row in self._read(sql, (status, sweep))]
 
     def metrics(self, run_id: str, name: str | None = None) -> list[tuple[int, str, float]]:
         """The run's (step, name, value) rows ordered by step then name, optionally one metric only."""

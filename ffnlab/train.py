@@ -80,6 +80,10 @@ class TrainConfig:
         for name in ("max_tokens", "max_seconds", "threads"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("lr", "min_lr", "max_seconds", "weight_decay", "beta2", "grad_clip", "noise_std", "spike_factor"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value}")
         if not self.lr > 0 or (self.min_lr or 0) < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
             raise ValueError("lr and grad_clip must be positive, min_lr and warmup_steps non-negative")
         if self.precision not in PRECISIONS:

@@ -109,3 +109,47 @@ def test_report_survives_a_damaged_row_and_a_foreign_weights_file(run_cli, tmp_p
     assert code == 0, err
     page = (tmp_path / "report" / "report.html").read_text()
     assert "attention maps skipped: cannot read" in page and "Not finished" in page
+
+
+@pytest.mark.parametrize("argv,needle", [
+    ([*TINY_TRAIN, "--max-seconds", "nan"], "max_seconds must be a finite number"),
+    ([*TINY_TRAIN, "--lr", "inf"], "lr must be a finite number"),
+    ([*TINY_COMPARE, "--address", "ray://x:1"], "--address ray://x:1 is for --backend ray"),
+])
+def test_values_that_used_to_pass_silently(run_cli, tmp_path, argv, needle):
+    code, _, err = run_cli(*argv, "--checkpoint-dir" if argv[0] == "train" else "--store",
+                           tmp_path / ("ck" if argv[0] == "train" else "s.db"))
+    assert one_line(code, err) and needle in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_number_where_text_belongs_is_named(run_cli, tmp_path):
+    rows = tmp_path / "d.jsonl"
+    rows.write_text("\n".join(json.dumps({"text": i, "label": i % 2}) for i in range(40)))
+    code, _, err = run_cli(*TINY_TRAIN, "--data", rows)
+    assert one_line(code, err) and "field 'text' is int" in err and "--text-field" in err
+
+
+def test_a_line_break_in_a_path_stays_in_its_markdown_cell():
+    from ffnlab.report import md_table
+
+    table = md_table(["setting", "value"], [["store", "runs/a\nb|c.db"]])
+    assert table.splitlines()[-1] == "| store | runs/a b\\|c.db |"
+
+
+def test_damaged_store_contents_name_the_store(tmp_path):
+    import sqlite3
+
+    from ffnlab.store import Store
+
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        s.claim("r1", {"x": 1})
+    with sqlite3.connect(path) as db:
+        db.execute("update runs set result='{not json' where id='r1'")
+    with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path}: run r1 has a column"):
+        s.runs()
+    with sqlite3.connect(path) as db:
+        db.execute("update meta set value='abc' where key='schema_version'")
+    with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path} has a damaged schema"):
+        s.runs()

@@ -219,15 +219,29 @@ def record(store: Store, rid: str, run: RunResult):
     store.finish(rid, "finished" if result["status"] == "finished" else "diverged", result)
 
 
-def execute(cfg_dict: dict, store_path: str, progress=None, threads: int | None = None) -> str:
-    """Run one config unless finished; resume from its checkpoint; store the result. Returns the
-    run's final status, or 'busy' when another process is training it right now."""
+# NOTE: matmul reductions round differently with another thread count, so a run trains on one thread unless
+# its config says otherwise: how a study is scheduled (--jobs, Ray) never changes its numbers, and one
+# single-threaded worker per core (--jobs auto) keeps the cores busy.
+SWEEP_THREADS = 1
+
+
+def execute(cfg_dict: dict, store_path: str, progress=None) -> str:
+    """Run one config unless finished, on SWEEP_THREADS threads (or its own `threads`); resume from
+    its checkpoint; store the result. Returns the run's final status, or 'busy' when another process
+    is training it right now. The process's thread count is restored afterwards."""
     import torch
 
-    if threads:
-        torch.set_num_threads(threads)
+    before = torch.get_num_threads()
     cfg = TrainConfig.from_dict(cfg_dict)
-    store_path = Path(store_path)
+    torch.set_num_threads(cfg.threads or SWEEP_THREADS)
+    try:
+        return execute_run(cfg, Path(store_path), progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
+    """`execute` without the thread setting: claim, lock, train (resuming), record."""
     rid = run_id(cfg)
     with Store(store_path) as store:
         status = store.claim(rid, cfg.to_dict())
@@ -336,22 +350,21 @@ def preflight(runs: list[TrainConfig]):
 
 
 def run_in_processes(todo, store_path: Path, jobs: int, display):
-    """Local worker processes, each with an equal share of the cores; they die with this process
+    """Local worker processes (each run on SWEEP_THREADS threads); they die with this process
     (a kill -9 of the sweep leaves no worker training on). Runs a concurrent sweep was training
     ('busy') are waited for and retried here afterwards, as in the sequential path."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     import multiprocessing as mp
 
-    threads = max(1, resolve_jobs("auto") // jobs)
     busy = []
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent) as pool:
-        futures = {pool.submit(execute, cfg.to_dict(), str(store_path), None, threads): cfg for cfg in todo}
+        futures = {pool.submit(execute, cfg.to_dict(), str(store_path)): cfg for cfg in todo}
         for fut in as_completed(futures):
             status = fut.result()
             busy.append(futures[fut]) if status == "busy" else display.done(futures[fut], status)
     for cfg in busy:
         wait_for(store_path, run_id(cfg))
-        display.done(cfg, execute(cfg.to_dict(), str(store_path), None, threads))
+        display.done(cfg, execute(cfg.to_dict(), str(store_path)))
 
 
 def die_with_parent():
@@ -380,7 +393,7 @@ def run_on_ray(todo, store_path: Path, address, display):
         refs = {}
         for cfg in todo:
             gpu = 1 if cfg.device == "cuda" else 0
-            ref = remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), str(store_path.resolve()), None, 1)
+            ref = remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), str(store_path.resolve()))
             refs[ref] = cfg
         pending = list(refs)
         while pending:

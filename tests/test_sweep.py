@@ -143,15 +143,22 @@ def test_ray_backend_runs_the_smoke_preset(tmp_path):
     pytest.importorskip("ray")
     summary = run_study(smoke_study(), tmp_path / "ray.db", backend="ray", quiet=True)
     assert {r["n_seeds"] for r in summary["variants"]} == {2}
-    # a Ray task trains on one thread; bf16 matmuls (precision auto on an AMX CPU) round
-    # differently with another thread count, so the local runs get one thread too
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)
-    finally:
-        torch.set_num_threads(threads)
+    local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)  # every sweep run trains on one thread
     assert [r["mean"] for r in summary["variants"]] == [r["mean"] for r in local["variants"]]
+
+
+def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):
+    """fp32 and bf16 matmuls round differently with another thread count; sweep runs train on one
+    thread whatever --jobs says (and the process keeps its own count)."""
+    before = torch.get_num_threads()
+    finals = {}
+    for jobs in (1, 2):
+        store = tmp_path / f"j{jobs}.db"
+        run_study(smoke_study(base=replace(preset_config("smoke"), precision="fp32")), store, jobs=jobs, quiet=True)
+        with Store(store, create=False) as s:
+            finals[jobs] = {r["id"]: (r["result"]["final_val_loss"], r["result"]["threads"]) for r in s.runs()}
+    assert finals[1] == finals[2] and {t for _, t in finals[1].values()} == {1}
+    assert torch.get_num_threads() == before
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sqlite3
 import sys
+import threading
 
 from ffnlab.activations import ACTIVATIONS, aliases
 from ffnlab.ffn import DEFAULT_INIT, FFNS, INITS, build_ffn, ffn_stats
@@ -624,6 +626,18 @@ USER_ERRORS = (UsageError, ValueError, FileNotFoundError, NotADirectoryError, Is
 def main(argv=None) -> int:
     """Run the CLI. Exit 0 on success, 1 when runs did not finish or on an internal error (one line,
     the full trace written to a file it names), 2 on a user error (one line naming the problem)."""
+    # SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so `finally` blocks remove temporary files
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum)) \
+        if threading.current_thread() is threading.main_thread() else None
+    try:
+        return run_command(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run_command(argv) -> int:
+    """main() without the signal handling."""
     try:
         args = build_parser().parse_args(argv)
         code = args.func(args)

@@ -166,7 +166,25 @@ def export_onnx(module: nn.Module, example: torch.Tensor, path, opset: int = OPS
             m.fused = fused
 
 
+def file_opset(path) -> int | None:
+    """The default-domain opset an ONNX file declares (what runtimes see), None if it names none."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def check_opset(opset: int):
+    """ValueError naming the range torch's exporters can write, unless `opset` is in it."""
+    from torch.onnx import _constants
+
+    low, high = _constants.ONNX_MIN_OPSET, _constants.ONNX_MAX_OPSET
+    if not isinstance(opset, int) or not low <= opset <= high:
+        raise ValueError(f"unsupported ONNX opset {opset}; valid: {low}-{high} (default {OPSET})")
+
+
 def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, ort) -> dict:
+    check_opset(opset)
     with torch.no_grad():
         expected = module(example)
     if isinstance(expected, tuple):
@@ -190,6 +208,13 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
                     raise
                 exporter, fallback = "torchscript", _first_line(e)
                 _export(module, example, tmp, opset, False, dynamic)
+            if file_opset(tmp) != opset and exporter == "dynamo":  # it cannot always convert down: 12 came out 18
+                exporter, fallback = "torchscript", f"the dynamo exporter wrote opset {file_opset(tmp)}, not {opset}"
+                _export(module, example, tmp, opset, False, dynamic)
+        written = file_opset(tmp)
+        if written != opset:
+            raise ValueError(f"asked for ONNX opset {opset}, but the exporter writes opset {written} for this model; "
+                             f"ask for --opset {written}; nothing written")
         session = ort.InferenceSession(tmp, providers=["CPUExecutionProvider"])
         (got,) = session.run(None, {session.get_inputs()[0].name: example.detach().cpu().numpy()})
         expected = expected.float()
@@ -224,9 +249,12 @@ def export_variant(ffn: str, path, model: str = "ffn", d_model: int | None = Non
     axes stay dynamic.
     """
     from ffnlab.ffn import build_ffn, get_ffn_spec
+    from ffnlab.files import check_writable
     from ffnlab.model import ModelConfig, Transformer
 
     spec = get_ffn_spec(ffn)
+    check_opset(opset)
+    check_writable(path)  # before the model is built and exported
     gen = torch.Generator().manual_seed(0)
     if model == "ffn":
         d_model = d_model or 64

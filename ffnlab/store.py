@@ -109,6 +109,8 @@ class Store:
         self.create = create
         if not create and not self.path.is_file():
             raise ValueError(f"no run store at {self.path}")
+        if self.path.exists() and not self.path.is_file():  # a folder, /dev/null, a pipe: SQLite would write beside it
+            raise ValueError(f"run store {self.path} is not a regular file; give a path ending in .db")
         self._conn: sqlite3.Connection | None = None
         self._pid = None
         self._lock = threading.Lock()  # one transaction at a time on the shared connection

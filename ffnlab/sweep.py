@@ -185,14 +185,18 @@ def checkpoint_dir(store_path: Path, rid: str) -> Path:
     return store_path.parent / "checkpoints" / rid
 
 
+def lock_path(store_path: Path, rid: str) -> Path:
+    return Path(store_path).parent / "checkpoints" / f"{rid}.lock"
+
+
 @contextlib.contextmanager
 def run_lock(store_path: Path, rid: str, wait: bool):
     """An exclusive lock on one run, so two sweeps on one store never train the same run at once.
     Yields False (without waiting) when another process holds it and wait is False. The OS drops
     the lock when its holder dies, even by kill -9."""
-    lock_path = store_path.parent / "checkpoints" / f"{rid}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as f:
+    path = lock_path(store_path, rid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -265,6 +269,8 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
                 return "failed"
             record(store, rid, result)
             shutil.rmtree(ckpt, ignore_errors=True)
+            # NOTE: safe to remove while held: whoever opens the path later re-reads the status under the lock
+            lock_path(store_path, rid).unlink(missing_ok=True)
             return store.get(rid)["status"]
 
 

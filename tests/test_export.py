@@ -155,15 +155,48 @@ def test_cli_export_small_model_json(run_cli, tmp_path):
     (["--ffn", "swigl"], "unknown FFN variant 'swigl' (did you mean 'swiglu'?)"),
     (["--ffn", "gelu", "--model", "big"], "unknown model 'big'; valid: ffn, small, or a Hugging Face config.json"),
     (["--ffn", "gelu", "--model", "BAD"], "cannot parse Hugging Face config"),
-    (["--ffn", "gelu", "--out", "/nonexistent-dir/x.onnx"], "no folder /nonexistent-dir"),
+    (["--ffn", "gelu", "--out", "/nonexistent-dir/x.onnx"], "the folder /nonexistent-dir does not exist"),
+    (["--ffn", "gelu", "--opset", "999"], "unsupported ONNX opset 999; valid: 7-"),
+    (["--ffn", "gelu", "--out", "FOLDER"], "is a folder"),
 ])
 def test_cli_export_bad_input_is_one_line_exit_2(run_cli, tmp_path, args, message):
     bad = tmp_path / "bad.json"
     bad.write_text('{"model_type": "llama",')
-    args = [str(bad) if a == "BAD" else a for a in args]
+    args = [str(bad) if a == "BAD" else str(tmp_path) if a == "FOLDER" else a for a in args]
     if "--out" not in args:
         args += ["--out", tmp_path / "x.onnx"]
     code, stdout, stderr = run_cli("export", *args)
     assert code == 2 and stdout == ""
     assert stderr.startswith("ffnlab: error: ") and message in stderr and stderr.count("\n") == 1
     assert sorted(os.listdir(tmp_path)) == ["bad.json"]
+
+
+def test_cli_export_writes_the_opset_it_reports(run_cli, tmp_path):
+    import onnx
+
+    out = tmp_path / "g.onnx"
+    code, stdout, stderr = run_cli("export", "--ffn", "geglu", "--d-model", D_MODEL, "--opset", 12, "--out", out,
+                                   "--json")
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    declared = {o.domain: o.version for o in onnx.load(out).opset_import}
+    assert report["opset"] == 12 and declared.get("", declared.get("ai.onnx")) == 12
+
+
+def test_sigterm_mid_export_leaves_no_temporary_file(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "m.onnx"
+    proc = subprocess.Popen([sys.executable, "-m", "ffnlab.cli", "export", "--ffn", "swiglu", "--model", "small",
+                             "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".m.onnx.*.tmp")):
+        assert proc.poll() is None and time.time() < deadline, "the export never started writing"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []

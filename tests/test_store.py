@@ -303,3 +303,11 @@ def test_sigkill_mid_write_loses_no_committed_run(tmp_path):
             assert len(s.metrics(run_id)) == 400
         assert len(s.runs(status="finished")) in (len(reported), len(reported) + 1)  # killed before the print
         assert {len(s.metrics(r["id"])) for r in s.runs()} <= {0, 400}  # a batch is all there or not at all
+
+
+def test_a_store_path_that_is_not_a_regular_file_is_refused(tmp_path):
+    existed = Path("/dev/null-journal").exists()
+    for path in ("/dev/null", tmp_path):
+        with pytest.raises(ValueError, match="is not a regular file"):
+            Store(path)
+    assert Path("/dev/null-journal").exists() == existed

@@ -360,3 +360,8 @@ def test_a_failed_run_says_why_and_the_exit_status_says_seeds_are_missing(run_cl
     monkeypatch.setattr(sweep, "train", real)
     code, out, err = run_cli(*SMOKE, "--jobs", 1, "--store", tmp_path / "s.db", "--no-report")
     assert code == 0 and "left out" not in out  # retried and finished
+
+
+def test_finished_runs_leave_no_lock_or_checkpoint(tmp_path):
+    run_study(smoke_study(), tmp_path / "s.db", jobs=1, quiet=True)
+    assert list((tmp_path / "checkpoints").iterdir()) == []

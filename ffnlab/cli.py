@@ -26,6 +26,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
         raise UsageError(message)
 
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:  # NOTE: argparse turns '--flag=--' into [] and skips the type check
+            if action.option_strings and action.nargs is None and getattr(namespace, action.dest, None) == []:
+                self.error(f"argument {action.option_strings[-1]}: expected a value, got '--'")
+        return namespace, extras
+
 
 def jobs_arg(text: str) -> int | str:
     return "auto" if text == "auto" else positive_int(text)

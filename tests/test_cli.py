@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -153,3 +154,80 @@ def test_damaged_store_contents_name_the_store(tmp_path):
         db.execute("update meta set value='abc' where key='schema_version'")
     with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path} has a damaged schema"):
         s.runs()
+
+
+# ---- the CLI's promise, for every numeric and choice flag -------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PROMISED = ("train", "compare", "export", "report", "advise")
+FLOAT_TYPES = ("float", "float_list")
+INT_TYPES = ("int", "positive_int", "int_list", "jobs_arg")
+
+
+def flags_of(command: str) -> list[tuple[str, object]]:
+    """(flag, how it is checked) for each numeric or choice flag of a command, read off the parser."""
+    from ffnlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+    out = []
+    for action in sub._actions:
+        flag = next((o for o in action.option_strings if o.startswith("--")), None)
+        if flag is None or action.nargs == 0:
+            continue
+        kind = getattr(action.type, "__name__", None)
+        if action.choices is not None:
+            out.append((flag, tuple(action.choices)))
+        elif kind in FLOAT_TYPES + INT_TYPES:
+            out.append((flag, kind))
+    return out
+
+
+def bad_values(how) -> st.SearchStrategy[str]:
+    """Values a flag must refuse: outside its choices, not a number, or out of range for its kind."""
+    if isinstance(how, tuple):
+        return st.text(min_size=1, max_size=12).filter(lambda t: t not in how and not t.startswith("-"))
+    words = st.sampled_from(["abc", "1x", "", "--", "one", "1;2"])
+    if how == "int":
+        return st.one_of(words, st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f)).map(str))
+    if how in ("positive_int", "int_list", "jobs_arg"):
+        return st.one_of(words, st.integers(max_value=0).map(str), st.just("1.5"))
+    return st.one_of(words, st.sampled_from(["nan", "inf", "-inf"]), st.floats(max_value=-1e-6).map(str))
+
+
+CASES = [(command, flag, how) for command in PROMISED for flag, how in flags_of(command)
+         if not (command == "report" and flag == "--layer")]  # any int is a layer; the range needs a store
+
+
+def test_the_flag_table_is_read_off_the_parser():
+    flags = {(c, f) for c, f, _ in CASES}
+    assert {("train", "--lr"), ("train", "--init"), ("compare", "--jobs"), ("compare", "--lr-axis"),
+            ("export", "--opset"), ("advise", "--deploy"), ("compare", "--seeds")} <= flags
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_bad_flag_value_is_one_line_exit_2_and_writes_nothing(capsys, data):
+    import tempfile
+
+    from ffnlab.cli import main
+
+    command, flag, how = data.draw(st.sampled_from(CASES))
+    value = data.draw(bad_values(how))
+    with tempfile.TemporaryDirectory() as folder:
+        # tiny sizes first (the flag under test comes last and wins): a value wrongly accepted fails fast
+        where = {"train": ["--checkpoint-dir", f"{folder}/ck", "--out", f"{folder}/r.json", *TINY_TRAIN[1:]],
+                 "compare": ["--store", f"{folder}/s.db", *TINY_COMPARE[1:]],
+                 "export": ["--ffn", "gelu", "--d-model", "8", "--out", f"{folder}/x.onnx"],
+                 "report": ["--store", f"{folder}/s.db"], "advise": []}[command]
+        cwd = os.getcwd()
+        os.chdir(folder)  # anything written relative to the cwd shows up here
+        try:
+            code = main([command, *map(str, where), f"{flag}={value}"])
+        finally:
+            os.chdir(cwd)
+        err = capsys.readouterr().err
+        assert code == 2, (command, flag, value, err)
+        assert err.count("\n") == 1 and err.startswith("ffnlab: error: ") and "Traceback" not in err, err
+        assert os.listdir(folder) == [], (command, flag, value)

@@ -256,6 +256,7 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
                 return "busy"
             status = store.get(rid)["status"]  # another sweep may have finished it meanwhile
             if status in ("finished", "diverged"):
+                lock_path(store_path, rid).unlink(missing_ok=True)  # this process may have made it anew
                 return status
             ckpt = checkpoint_dir(store_path, rid)
             store.start(rid)

@@ -25,6 +25,7 @@ from ffnlab.activations import get_activation
 from ffnlab.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
 from ffnlab.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
 from ffnlab.memory import saved_bytes
+from ffnlab.train import bf16_native
 
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
@@ -73,13 +74,14 @@ def step_flops(name: str, d_model: int, d_ff: int, bias: bool, tokens: int) -> i
 # ---- the machine ------------------------------------------------------------------------------------
 
 
-def measure_machine(quick: bool = False, device="cpu") -> dict:
-    """This machine's peak rates: fp32 and bf16 matmul GFLOP/s and copy GB/s, each the best of its
-    repeats (a peak is what the machine can do; load from other processes only ever lowers it)."""
+def measure_machine(quick: bool = False, device="cpu", dtypes=(torch.float32, torch.bfloat16)) -> dict:
+    """This machine's peak rates: matmul GFLOP/s for each of `dtypes` (only those the run reports)
+    and copy GB/s, each the best of its repeats (a peak is what the machine can do; load from other
+    processes only ever lowers it). A dtype not measured has rate None."""
     n = 1024 if quick else 2048
     repeats = 5 if quick else 11
-    rates = {}
-    for dtype in (torch.float32, torch.bfloat16):
+    rates = {torch.float32: None, torch.bfloat16: None}
+    for dtype in dtypes:
         a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
         a @ b  # warm-up
         best = min(timed(lambda: a @ b, device) for _ in range(repeats))
@@ -89,7 +91,8 @@ def measure_machine(quick: bool = False, device="cpu") -> dict:
     dst.copy_(src)
     best = min(timed(lambda: dst.copy_(src), device) for _ in range(2 * repeats))
     return {
-        "matmul_gflops": round(rates[torch.float32], 1), "matmul_gflops_bf16": round(rates[torch.bfloat16], 1),
+        **{key: None if rates[dtype] is None else round(rates[dtype], 1)
+           for key, dtype in (("matmul_gflops", torch.float32), ("matmul_gflops_bf16", torch.bfloat16))},
         "copy_gbs": round(2 * src.numel() * 4 / best / 1e9, 2), "matmul_n": n, "copy_mb": src.numel() * 4 >> 20,
         "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else platform.processor()
         or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -101,7 +104,8 @@ def best_of(*machines: dict) -> dict:
     """The highest of each measured rate over several `measure_machine` results (start and end of a run)."""
     out = dict(machines[0])
     for key in ("matmul_gflops", "matmul_gflops_bf16", "copy_gbs"):
-        out[key] = max(m[key] for m in machines)
+        values = [m[key] for m in machines if m[key] is not None]
+        out[key] = max(values) if values else None
     return out
 
 
@@ -309,7 +313,10 @@ def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compil
     repeats = repeats or preset["repeats"]
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     log = log or (lambda _: None)
-    machine = measure_machine(quick, device)
+    # NOTE: where bf16 is emulated (an AVX2-only CPU) its rows would time the emulation, 40x slower than fp32
+    dtypes = (torch.float32, torch.bfloat16) if bf16_native(torch.device(device).type) else (torch.float32,)
+    skipped = [] if len(dtypes) == 2 else ["bf16: emulated on this CPU (no AMX or AVX512_BF16), not timed"]
+    machine = measure_machine(quick, device, dtypes)
     log(f"machine: {machine['matmul_gflops']} GFLOP/s fp32 matmul, {machine['copy_gbs']} GB/s copy")
     # NOTE: the rows' fractions of peak are filled in at the end, against the best of two
     # measurements of the machine (start and end), so one busy moment does not make the peak
@@ -322,16 +329,16 @@ def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compil
     activations = []
     for name in ffns:
         d_ff = build_ffn(name, d_models[0]).d_ff
-        for dtype in (torch.float32, torch.bfloat16):
+        for dtype in dtypes:
             log(f"activation {name} {dtype}")
             activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, compile, device)
-    machine = best_of(machine, measure_machine(quick, device))
+    machine = best_of(machine, measure_machine(quick, device, dtypes))
     for row in rows:
         row["peak_frac"] = None if row["gflops"] is None else round(row["gflops"] / machine["matmul_gflops"], 4)
     command = (f"ffnlab bench --ffn {','.join(ffns)} --tokens {','.join(map(str, tokens))} "
                f"--d-model {','.join(map(str, d_models))} --repeats {repeats}"
                f"{' --quick' if quick else ''}{'' if compile else ' --no-compile'}")
-    return {"command": command, "machine": machine, "rows": rows, "activations": activations,
+    return {"command": command, "machine": machine, "rows": rows, "activations": activations, "skipped": skipped,
             "settings": {"ffns": ffns, "tokens": tokens, "d_models": d_models, "repeats": repeats,
                          "compile": compile, "quick": quick, "device": device}}
 
@@ -341,7 +348,8 @@ def format_bench(result: dict) -> str:
     m = result["machine"]
     lines = [result["command"],
              f"machine: {m['device']}, {m['threads']} threads, torch {m['torch']}: matmul {m['matmul_gflops']} "
-             f"GFLOP/s fp32, {m['matmul_gflops_bf16']} bf16; copy {m['copy_gbs']} GB/s (read + write)", ""]
+             f"GFLOP/s fp32, {m['matmul_gflops_bf16'] or 'not measured (emulated)'} bf16; copy {m['copy_gbs']} GB/s "
+             "(read + write)", *result.get("skipped", []), ""]
     head = f"{'ffn':<11} {'impl':<9} {'tokens':>6} {'d_model':>7} {'d_ff':>5} {'fwd ms':>8} {'bwd ms':>8} " \
            f"{'step ms':>8} {'saved MB':>8} {'peak MB':>8} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}"
     lines.append(head)

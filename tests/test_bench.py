@@ -99,3 +99,15 @@ def test_cli_bench_table_and_errors(run_cli):
     assert code == 2 and "did you mean 'swiglu'" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("bench", "--tokens", "0")
     assert code == 2 and "positive" in err
+
+
+def test_bf16_is_neither_calibrated_nor_timed_where_it_is_emulated(monkeypatch):
+    monkeypatch.setattr(bench, "bf16_native", lambda device: False)
+    result = bench.run_bench(["swiglu"], [16], [16], repeats=1, compile=False)
+    assert {a["dtype"] for a in result["activations"]} == {"float32"}
+    assert result["machine"]["matmul_gflops_bf16"] is None and result["machine"]["matmul_gflops"] > 0
+    assert result["skipped"] and "emulated" in result["skipped"][0]
+    assert "not measured (emulated)" in bench.format_bench(result)
+    monkeypatch.setattr(bench, "bf16_native", lambda device: True)
+    result = bench.run_bench(["swiglu"], [16], [16], repeats=1, compile=False)
+    assert {a["dtype"] for a in result["activations"]} == {"float32", "bfloat16"} and not result["skipped"]

@@ -139,9 +139,10 @@ def test_bf16_training_is_deterministic_and_learns():
     assert a.first_step_s > 0 and a.tokens_per_s > 0
 
 
-@pytest.mark.parametrize("amx,want", [(True, "bf16"), (False, "fp32")])
-def test_auto_precision_is_bf16_only_where_the_cpu_has_amx(monkeypatch, amx, want):
-    monkeypatch.setattr(train_module, "cpu_has_amx", lambda: amx)
+@pytest.mark.parametrize("flags,want", [({"amx_bf16", "avx512f"}, "bf16"), ({"avx512_bf16", "avx512f"}, "bf16"),
+                                        ({"avx2", "avx512f"}, "fp32"), ({"avx2"}, "fp32"), (set(), "fp32")])
+def test_auto_precision_is_bf16_only_where_the_cpu_runs_it_in_hardware(monkeypatch, flags, want):
+    monkeypatch.setattr(train_module, "cpu_flags", lambda: frozenset(flags))
     assert resolve_precision("auto", "cpu") == want
     assert resolve_precision("fp32", "cpu") == "fp32" and resolve_precision("bf16", "cpu") == "bf16"
     if not torch.cuda.is_available():

@@ -17,14 +17,14 @@ import time
 import torch
 
 from ffnlab.store import environment
-from ffnlab.train import cpu_has_amx, resolve_precision
+from ffnlab.train import cpu_flags, cpu_has_amx, resolve_precision
 
 
 def machine_class() -> str:
-    """'AMX' (bf16 native), 'AVX-512' or 'AVX2 only': the CPU classes this project's machines come in."""
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
+    """'AMX' (bf16 native), 'AVX-512' (with or without avx512_bf16) or 'AVX2 only': the CPU classes this
+    project's machines come in."""
+    flags = cpu_flags()
+    if not flags:
         return "unknown"
     if cpu_has_amx():
         return "AMX"

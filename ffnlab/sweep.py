@@ -319,18 +319,18 @@ def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int | str = 1
             store.claim(run_id(cfg), cfg.to_dict())
         todo = [cfg for cfg in runs if store.get(run_id(cfg))["status"] not in ("finished", "diverged")]
     display = SweepProgress(len(runs), len(runs) - len(todo), quiet, store_path)
+    busy = []
     if backend == "ray":
         run_on_ray(todo, store_path, address, display)
     elif jobs > 1 and len(todo) > 1:
-        run_in_processes(todo, store_path, min(jobs, len(todo)), display)
+        busy = run_in_processes(todo, store_path, min(jobs, len(todo)), display)
     else:
-        busy = []
         for cfg in todo:
             status = execute(cfg.to_dict(), str(store_path), display.run_progress(cfg))
             busy.append(cfg) if status == "busy" else display.done(cfg, status)
-        for cfg in busy:  # trained by a concurrent sweep: wait for it, then retry (it may have died)
-            wait_for(store_path, run_id(cfg))
-            display.done(cfg, execute(cfg.to_dict(), str(store_path), display.run_progress(cfg)))
+    for cfg in busy:  # trained by a concurrent sweep: wait for it, then retry here (it may have died)
+        wait_for(store_path, run_id(cfg))
+        display.done(cfg, execute(cfg.to_dict(), str(store_path), display.run_progress(cfg)))
     display.close()
     if log_to:
         mirror_runs(runs, store_path, log_to)
@@ -356,10 +356,10 @@ def preflight(runs: list[TrainConfig]):
             check_fits(cfg, mcfg, resolve_device(cfg.device))
 
 
-def run_in_processes(todo, store_path: Path, jobs: int, display):
+def run_in_processes(todo, store_path: Path, jobs: int, display) -> list[TrainConfig]:
     """Local worker processes (each run on SWEEP_THREADS threads); they die with this process
-    (a kill -9 of the sweep leaves no worker training on). Runs a concurrent sweep was training
-    ('busy') are waited for and retried here afterwards, as in the sequential path."""
+    (a kill -9 of the sweep leaves no worker training on). Returns the runs a concurrent sweep was
+    training ('busy'), which run_study waits for and retries as for the sequential path."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     import multiprocessing as mp
 
@@ -369,9 +369,7 @@ def run_in_processes(todo, store_path: Path, jobs: int, display):
         for fut in as_completed(futures):
             status = fut.result()
             busy.append(futures[fut]) if status == "busy" else display.done(futures[fut], status)
-    for cfg in busy:
-        wait_for(store_path, run_id(cfg))
-        display.done(cfg, execute(cfg.to_dict(), str(store_path)))
+    return busy
 
 
 def die_with_parent():

@@ -570,7 +570,7 @@ def resolve_precision(precision: str, device: str) -> str:
         return "bf16" if bf16_native("cpu") else "fp32"
     if not torch.cuda.is_available():
         return "auto"
-    return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if bf16_native("cuda") else "fp32"
 
 
 def train(cfg: TrainConfig, progress=None, model_factory=None,

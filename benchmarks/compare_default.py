@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from ffnlab.store import environment
-from ffnlab.train import cpu_flags, cpu_has_amx, resolve_precision
+from ffnlab.study.store import environment
+from ffnlab.run.train import cpu_flags, cpu_has_amx, resolve_precision
 
 
 def machine_class() -> str:

@@ -11,8 +11,8 @@ import os
 import statistics
 import time
 
-from ffnlab import data
-from ffnlab.store import environment
+from ffnlab.run import data
+from ffnlab.study.store import environment
 
 
 def main():

@@ -1,6 +1,6 @@
 """Where GatedFFN's fused path is at least as fast as eager: a whole FFN forward+backward, fused vs
 eager timed in turns, per thread count, size and precision (fp32, bf16 autocast). The result decides
-`ffnlab.kernels.fused_pays`, GatedFFN's default; the numbers are in benchmarks/README.md.
+`ffnlab.core.kernels.fused_pays`, GatedFFN's default; the numbers are in benchmarks/README.md.
 
     python benchmarks/fused_default.py [--repeats 3] [--steps 30]
 """
@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from ffnlab.ffn import build_ffn  # noqa: E402
-from ffnlab.store import environment  # noqa: E402
+from ffnlab.core.ffn import build_ffn  # noqa: E402
+from ffnlab.study.store import environment  # noqa: E402
 
 SIZES = ((128, 1024), (256, 4096), (512, 4096))  # (d_model, tokens): the default study's, two larger
 

@@ -9,7 +9,7 @@ Correctness, per activation and dtype, against PyTorch's eager ops on the same G
   bf16,  within one rounding (unit roundoff u = 2^-8, 2^-11) of the fp64 values on the same inputs:
   fp16   the GPU rounds to nearest, so the interpreter's 2u allowance for bf16 does not apply here
 Timing: forward and forward+backward of act(g)*u, eager vs fused (Triton) vs torch.compile, as GB/s
-against a measured copy; then eager vs fused steps of two gated FFNs (ffnlab.bench.bench_ffn).
+against a measured copy; then eager vs fused steps of two gated FFNs (ffnlab.tools.bench.bench_ffn).
 Exit status 0 when every check passes, 1 when one fails, 2 without CUDA or Triton.
 """
 from __future__ import annotations
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from ffnlab.activations import get_activation  # noqa: E402
-from ffnlab.bench import bench_ffn, interleaved_medians, timed  # noqa: E402
-from ffnlab.kernels import FUSED_ACTS, gated_act, gated_down, triton_ready  # noqa: E402
+from ffnlab.core.activations import get_activation  # noqa: E402
+from ffnlab.tools.bench import bench_ffn, interleaved_medians, timed  # noqa: E402
+from ffnlab.core.kernels import FUSED_ACTS, gated_act, gated_down, triton_ready  # noqa: E402
 
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 DEADLINE_S = 150  # skip what is left of the timing past this, so the run stays under 3 minutes
@@ -137,7 +137,7 @@ def time_activation(act: str, dtype, numel: int, copy_gbs: float, compile: bool)
 def main() -> int:
     start = time.perf_counter()
     if DRY_RUN:
-        os.environ["TRITON_INTERPRET"] = "1"  # before ffnlab.kernels.triton_gated is first imported
+        os.environ["TRITON_INTERPRET"] = "1"  # before ffnlab.core.kernels.triton_gated is first imported
     elif not triton_ready():
         print(json.dumps({"error": "needs a CUDA GPU and the triton package", "cuda": torch.cuda.is_available()}))
         return 2

@@ -1,4 +1,4 @@
-"""Training speed of `ffnlab.train` on this CPU: nanoGPT's Shakespeare-char CPU recipe in fp32 eager
+"""Training speed of `ffnlab.run.train` on this CPU: nanoGPT's Shakespeare-char CPU recipe in fp32 eager
 (the reference) against faster configurations of the same run, timed in turns in one process.
 
     python benchmarks/train_speed.py                     # windows, full 2000-step runs, defaults check
@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from ffnlab.model import ModelConfig  # noqa: E402
-from ffnlab.store import environment  # noqa: E402
-from ffnlab.train import TrainConfig, cpu_has_amx, train  # noqa: E402
+from ffnlab.core.model import ModelConfig  # noqa: E402
+from ffnlab.study.store import environment  # noqa: E402
+from ffnlab.run.train import TrainConfig, cpu_has_amx, train  # noqa: E402
 
 # the team's copy of nanoGPT's corpus, beside the repository (../shared/data); FFNLAB_BENCH_DATA overrides it
 DATA = os.environ.get("FFNLAB_BENCH_DATA",
@@ -85,7 +85,7 @@ def start_competitor() -> subprocess.Popen:
     """Another process training the recipe in fp32 on two threads until killed (or for 30 minutes): a
     neighbour's job, with OpenMP's default waiting policy whatever this process was started with."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from dataclasses import replace; "
-            "from train_speed import RECIPE; from ffnlab.train import train; "
+            "from train_speed import RECIPE; from ffnlab.run.train import train; "
             "train(replace(RECIPE, max_steps=10**9, max_seconds=1800, eval_every=10**9, eval_batches=1, threads=2))")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     return subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)], env=env,
@@ -170,10 +170,10 @@ def defaults_check(log) -> list[dict]:
 
 def attention_times(repeats: int = 7, calls: int = 20) -> list[dict]:
     """Milliseconds of one attention forward+backward at the recipe's shape (B 12, 4 heads, T 64, head 32)
-    per dtype and SDPA backend, and of `ffnlab.model.attend` (which runs bf16 in fp32 on the CPU)."""
+    per dtype and SDPA backend, and of `ffnlab.core.model.attend` (which runs bf16 in fp32 on the CPU)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ffnlab.model import attend
+    from ffnlab.core.model import attend
 
     def run(dtype, backend):
         q, k, v = (torch.randn(12, 4, 64, 32, dtype=dtype, requires_grad=True) for _ in range(3))

@@ -13,9 +13,9 @@ import sqlite3
 import sys
 import threading
 
-from ffnlab.activations import ACTIVATIONS, aliases
-from ffnlab.ffn import DEFAULT_INIT, FFNS, INITS, build_ffn, ffn_stats
-from ffnlab.files import check_writable, write_atomic
+from ffnlab.core.activations import ACTIVATIONS, aliases
+from ffnlab.core.ffn import DEFAULT_INIT, FFNS, INITS, build_ffn, ffn_stats
+from ffnlab._util.files import check_writable, write_atomic
 
 
 class UsageError(Exception):
@@ -92,7 +92,7 @@ def cmd_list(args):
 def add_run_args(p):
     """Flags shared by `train` and `compare`: data, model shape and budget. Their defaults are
     None: a flag the user did not give leaves the base config (or the preset) as it is."""
-    from ffnlab.model import CHOICES
+    from ffnlab.core.model import CHOICES
 
     p.add_argument("--data", help="bundled corpus (shakespeare), a local path, or a Hugging Face name")
     p.add_argument("--task", choices=CHOICES["task"], help="lm (default) or cls")
@@ -157,7 +157,7 @@ def apply_run_flags(base, args):
     if "max_seconds" in given and "steps" not in given and "max_tokens" not in given:
         run["max_steps"] = 10**9
     if "hf_config" in given:
-        from ffnlab.hf import load_hf_config, model_family
+        from ffnlab.tools.hf import load_hf_config, model_family
 
         run["hf_config"] = load_hf_config(given["hf_config"])
         model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
@@ -165,11 +165,11 @@ def apply_run_flags(base, args):
 
 
 def cmd_train(args):
-    from ffnlab.train import progress_bar, train
+    from ffnlab.run.train import progress_bar, train
 
     from dataclasses import replace
 
-    from ffnlab.train import TrainConfig
+    from ffnlab.run.train import TrainConfig
 
     if args.out:
         check_writable(args.out)  # now, not after the training
@@ -242,7 +242,7 @@ def float_list(text: str) -> list[float]:
 
 def study_from_args(args):
     """A Study from `compare` flags: the preset first, then every flag the user gave."""
-    from ffnlab.sweep import DEFAULT_SEEDS, DEFAULT_VARIANTS, PRESETS, Study, preset_config
+    from ffnlab.study.sweep import DEFAULT_SEEDS, DEFAULT_VARIANTS, PRESETS, Study, preset_config
 
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")
@@ -275,7 +275,7 @@ def held_equal_lines(settings: dict) -> list[str]:
 
 
 def format_cell(cell: dict, baseline: str) -> list[str]:
-    from ffnlab.summary import literature_text, p_label
+    from ffnlab.study.summary import literature_text, p_label
 
     f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
     lines = []
@@ -318,7 +318,7 @@ def write_csv(summary: dict, path: str):
     import csv
     import io
 
-    from ffnlab.summary import ROW_FIELDS
+    from ffnlab.study.summary import ROW_FIELDS
 
     buf = io.StringIO()
     cells = summary["cells"] + summary.get("tuned", [])
@@ -344,7 +344,7 @@ def summary_json(summary: dict) -> dict:
 
 
 def cmd_compare(args):
-    from ffnlab.sweep import run_study
+    from ffnlab.study.sweep import run_study
 
     if args.log_to:
         import importlib.util
@@ -358,7 +358,7 @@ def cmd_compare(args):
     if args.csv:
         check_writable(args.csv)
     if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
-        from ffnlab.report import check_out_dir, default_out_dir
+        from ffnlab.study.report import check_out_dir, default_out_dir
         check_out_dir(default_out_dir(args.store))
     run = dict(jobs=args.jobs, backend=args.backend, address=args.address, quiet=args.quiet or args.json,
                log_to=args.log_to)
@@ -371,7 +371,7 @@ def cmd_compare(args):
         print(format_table(summary))
         print(f"store: {summary['store']}", flush=True)
     if not args.no_report:
-        from ffnlab.report import write_report
+        from ffnlab.study.report import write_report
         report = write_report(args.store, study=study)
         if not args.json and not args.quiet:
             print(f"report: {report['html']} (summary: {report['markdown']})")
@@ -394,7 +394,7 @@ def incomplete(summary: dict) -> int:
 def protocol_grid_from(study) -> dict:
     """The protocol's grid: --lr-axis, --warmup-axis and --context-axis where given (taken out of the
     study's axes), its defaults otherwise; ValueError if the study has other axes."""
-    from ffnlab.protocol import check_protocol_study, protocol_grid
+    from ffnlab.study.protocol import check_protocol_study, protocol_grid
 
     given = {a: study.axes.pop(a) for a in ("lr", "warmup", "context") if a in study.axes}
     check_protocol_study(study)
@@ -402,8 +402,8 @@ def protocol_grid_from(study) -> dict:
 
 
 def compare_protocol(args, study, grid: dict, run: dict):
-    """`compare --protocol`: the three stages of ffnlab.protocol, each printed as its own table."""
-    from ffnlab.protocol import run_protocol
+    """`compare --protocol`: the three stages of ffnlab.study.protocol, each printed as its own table."""
+    from ffnlab.study.protocol import run_protocol
 
     result = run_protocol(study, args.store, grid, **run)
     code = max(incomplete(stage["summary"]) for stage in result["stages"])
@@ -411,7 +411,7 @@ def compare_protocol(args, study, grid: dict, run: dict):
         write_csv(result["stages"][1]["summary"], args.csv)
     report = None
     if not args.no_report:
-        from ffnlab.report import write_report
+        from ffnlab.study.report import write_report
         report = write_report(args.store, study=study)
     if args.json:
         print(json.dumps({"grid": result["grid"], "choice": result["choice"],
@@ -427,7 +427,7 @@ def compare_protocol(args, study, grid: dict, run: dict):
 
 def format_protocol(result: dict) -> str:
     """The protocol's three stages as text: each stage's tables under a heading."""
-    from ffnlab.protocol import STAGE_TITLES
+    from ffnlab.study.protocol import STAGE_TITLES
 
     lines = []
     for stage in result["stages"]:
@@ -443,7 +443,7 @@ def format_protocol(result: dict) -> str:
 
 
 def cmd_numerics(args):
-    from ffnlab.numerics import format_numerics, parse_range, run_numerics, to_json
+    from ffnlab.tools.numerics import format_numerics, parse_range, run_numerics, to_json
 
     lo, hi = parse_range(args.range)
     report = run_numerics(args.names, args.dtypes, lo, hi, points=args.points, claims=not args.no_claims)
@@ -454,7 +454,7 @@ def cmd_numerics(args):
 
 
 def cmd_export(args):
-    from ffnlab.export import OPSET, export_variant, format_export
+    from ffnlab.tools.export import OPSET, export_variant, format_export
 
     report = export_variant(args.ffn, args.out, args.model, args.d_model, args.n_layers, args.opset or OPSET)
     print(json.dumps(report, indent=1) if args.json else format_export(report))
@@ -464,7 +464,7 @@ def cmd_export(args):
 
 
 def cmd_bench(args):
-    from ffnlab.bench import format_bench, run_bench
+    from ffnlab.tools.bench import format_bench, run_bench
 
     log = None if args.json else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
     result = run_bench(args.ffn, args.tokens, args.d_model, quick=args.quick, compile=not args.no_compile,
@@ -476,7 +476,7 @@ def cmd_bench(args):
 
 
 def cmd_report(args):
-    from ffnlab.report import write_report
+    from ffnlab.study.report import write_report
 
     paths = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
     print(f"report: {paths['html']}\nsummary: {paths['markdown']}\n"
@@ -484,7 +484,7 @@ def cmd_report(args):
 
 
 def cmd_plot(args):
-    from ffnlab.plots import activation_labels, activations_figure, figure_format, save
+    from ffnlab.study.plots import activation_labels, activations_figure, figure_format, save
 
     figure_format(args.out)  # a bad extension fails before any drawing
     labels = activation_labels(args.names)
@@ -493,7 +493,7 @@ def cmd_plot(args):
 
 
 def cmd_advise(args):
-    from ffnlab.advise import advise, format_advice
+    from ffnlab.study.advise import advise, format_advice
 
     advice = advise(args.store, args.params_budget, args.memory_budget, args.latency_sensitive, args.pretrained,
                     args.deploy, args.depth)

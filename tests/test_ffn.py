@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from ffnlab.ffn import (DEFAULT_INIT, FFNS, GATED, build_ffn, ffn_flops_per_token, ffn_hidden_dim, ffn_param_count, ffn_stats,
+from ffnlab.core.ffn import (DEFAULT_INIT, FFNS, GATED, build_ffn, ffn_flops_per_token, ffn_hidden_dim, ffn_param_count, ffn_stats,
                         get_ffn_spec, init_scheme, matched_hidden_dim)
-from ffnlab.sweep import DEFAULT_VARIANTS
+from ffnlab.study.sweep import DEFAULT_VARIANTS
 from tests.conftest import assert_close
 
 

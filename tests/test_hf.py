@@ -12,12 +12,12 @@ from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelF
                           Qwen2Config, Qwen3Config, RobertaConfig, T5Config)
 from transformers.activations import ACT2FN  # noqa: E402
 
-from ffnlab.activations import get_activation  # noqa: E402
-from ffnlab.ffn import FFNS, GATED, DenseFFN, GatedFFN, get_ffn_spec  # noqa: E402
-from ffnlab.hf import (FAMILIES, HF_ACTS, ActivationConfigWarning, PretrainedWeightsWarning,  # noqa: E402
+from ffnlab.core.activations import get_activation  # noqa: E402
+from ffnlab.core.ffn import FFNS, GATED, DenseFFN, GatedFFN, get_ffn_spec  # noqa: E402
+from ffnlab.tools.hf import (FAMILIES, HF_ACTS, ActivationConfigWarning, PretrainedWeightsWarning,  # noqa: E402
                        UnsupportedModelError, build_hf_model, canonical, ffn_modules, ffnlab_to_hf, hf_to_ffnlab,
                        load_swapped, model_activation, restore_ffn, swap_ffn, swap_width)
-from ffnlab.model import param_count  # noqa: E402
+from ffnlab.core.model import param_count  # noqa: E402
 
 V = 100
 DECODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ffnlab.activations import get_activation
-from ffnlab.ffn import GATED, GatedFFN, build_ffn, ffn_stats
-from ffnlab.kernels import FUSED_ACTS, gated_act, gated_down
-from ffnlab.kernels.fused import FUSED_MIN_NUMEL
+from ffnlab.core.activations import get_activation
+from ffnlab.core.ffn import GATED, GatedFFN, build_ffn, ffn_stats
+from ffnlab.core.kernels import FUSED_ACTS, gated_act, gated_down
+from ffnlab.core.kernels.fused import FUSED_MIN_NUMEL
 from tests.conftest import assert_close
 
 ACTS = list(FUSED_ACTS)
@@ -19,7 +19,7 @@ UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 
 def load_triton_kernels():
-    """ffnlab.kernels.triton_gated, in Triton's CPU interpreter when there is no GPU; None without triton."""
+    """ffnlab.core.kernels.triton_gated, in Triton's CPU interpreter when there is no GPU; None without triton."""
     if importlib.util.find_spec("triton") is None:
         return None
     if DEVICE == "cpu":
@@ -28,13 +28,13 @@ def load_triton_kernels():
         old = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1"
         try:
-            module = importlib.import_module("ffnlab.kernels.triton_gated")
+            module = importlib.import_module("ffnlab.core.kernels.triton_gated")
         finally:
             os.environ.pop("TRITON_INTERPRET") if old is None else os.environ.__setitem__("TRITON_INTERPRET", old)
         if type(module._forward_kernel).__name__ != "InterpretedFunction":
             return None  # imported earlier without the interpreter and there is no GPU to run it
         return module
-    return importlib.import_module("ffnlab.kernels.triton_gated")
+    return importlib.import_module("ffnlab.core.kernels.triton_gated")
 
 
 TRITON = load_triton_kernels()

@@ -1,6 +1,6 @@
 import torch
 
-from ffnlab.memory import optimizer_bytes, saved_bytes, tensor_bytes, training_memory
+from ffnlab.core.memory import optimizer_bytes, saved_bytes, tensor_bytes, training_memory
 
 
 def test_saved_bytes_counts_each_tensor_once_without_weights():

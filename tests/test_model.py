@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ffnlab.model import ModelConfig, Transformer, param_count
+from ffnlab.core.model import ModelConfig, Transformer, param_count
 
 SMALL = dict(vocab_size=50, context=16, n_layers=2, n_heads=2, d_model=32)
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from scipy import optimize
 
-from ffnlab import numerics as nm
-from ffnlab.activations import ACTIVATIONS, get_activation
+from ffnlab.tools import numerics as nm
+from ffnlab.core.activations import ACTIVATIONS, get_activation
 
 # ---- the references themselves, against mpmath formulas written here ----------------------------
 

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from ffnlab import plots
-from ffnlab.activations import ACTIVATIONS
+from ffnlab.study import plots
+from ffnlab.core.activations import ACTIVATIONS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

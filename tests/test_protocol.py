@@ -1,7 +1,7 @@
 import json
 
-from ffnlab.report import report_data
-from ffnlab.store import Store
+from ffnlab.study.report import report_data
+from ffnlab.study.store import Store
 
 ARGS = ["compare", "--protocol", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", 3, "--steps", 6,
         "--eval-every", 6, "--lr-axis", "1e-3,3e-3", "--warmup-axis", 2, "--context-axis", "16,32"]

@@ -1,7 +1,7 @@
 import re
 from pathlib import Path
 
-from ffnlab.ffn import build_ffn
+from ffnlab.core.ffn import build_ffn
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 

@@ -3,6 +3,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -27,3 +29,15 @@ def test_no_test_times_the_code_it_tests():
 def test_nothing_names_this_machines_paths():
     offenders = [name for name, text in tracked_text_files() if name != "tests/test_repo.py" and "/work/" in text]
     assert offenders == []
+
+
+def test_old_flat_module_names_import_with_a_deprecation_warning():
+    import importlib
+    import sys
+
+    import ffnlab.run.train
+
+    sys.modules.pop("ffnlab.train", None)
+    with pytest.warns(DeprecationWarning, match="ffnlab.train moved to ffnlab.run.train"):
+        old = importlib.import_module("ffnlab.train")
+    assert old is ffnlab.run.train  # one module, so one TrainConfig class

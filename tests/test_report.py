@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from ffnlab.report import load_study, render_html, render_markdown, report_data, seed_band, write_report
-from ffnlab.store import Store
-from ffnlab.sweep import Study, preset_config, run_id, run_study, summarize, weights_path
-from ffnlab.train import TrainConfig
+from ffnlab.study.report import load_study, render_html, render_markdown, report_data, seed_band, write_report
+from ffnlab.study.store import Store
+from ffnlab.study.sweep import Study, preset_config, run_id, run_study, summarize, weights_path
+from ffnlab.run.train import TrainConfig
 
 VARIANTS = ["relu", "swiglu"]
 EVIL = "<script>alert(1)</script>"
@@ -222,7 +222,7 @@ def fabricated_study(path, depths=(1, 2), variants=("relu", "gelu"), seeds=2, lr
 
 
 def test_report_reconstructs_axes_and_reads_numerics(tmp_path):
-    from ffnlab.numerics import run_numerics, to_json
+    from ffnlab.tools.numerics import run_numerics, to_json
 
     store = tmp_path / "s.db"
     fabricated_study(store, depths=(1,), lr=1e-3)  # an older study with other settings

@@ -3,7 +3,7 @@ import math
 import pytest
 from scipy import stats as sps
 
-from ffnlab.stats import compare, holm, mean_ci, paired_diff, seed_noise
+from ffnlab.study.stats import compare, holm, mean_ci, paired_diff, seed_noise
 
 NAN, INF = float("nan"), float("inf")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ffnlab import store as store_module
-from ffnlab.store import SCHEMA_VERSION, Store, environment
+from ffnlab.study import store as store_module
+from ffnlab.study.store import SCHEMA_VERSION, Store, environment
 
 NAN, INF = float("nan"), float("inf")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # id only after its finish has committed.
 WRITER = """
 import os, sys, time
-from ffnlab.store import Store
+from ffnlab.study.store import Store
 path, prefix, n, go, n_metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 while not os.path.exists(go):
     time.sleep(0.005)
@@ -215,7 +215,7 @@ def test_environment_and_git_revision(tmp_path, monkeypatch):
     store_module._environment.cache_clear()
     try:
         env = environment()
-        root = Path(store_module.__file__).resolve().parent.parent
+        root = Path(store_module.__file__).resolve().parents[2]
         head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root)
         assert env["git_rev"] == (head.stdout.strip() if head.returncode == 0 else None)
         assert env["python"] == sys.version.split()[0] and env["device"] in ("cpu", "cuda")

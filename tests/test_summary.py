@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from ffnlab.advise import advise
-from ffnlab.report import report_data
-from ffnlab.summary import learned_mean, tuned_cells
+from ffnlab.study.advise import advise
+from ffnlab.study.report import report_data
+from ffnlab.study.summary import learned_mean, tuned_cells
 
 # the numbers of a row that every output must agree on
 SHARED = ("mean", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p_adj", "n_seeds", "diverged",

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from ffnlab.store import Store
-from ffnlab.sweep import Study, plan, preset_config, resolve_jobs, run_id, run_study
-from ffnlab.train import TrainConfig
+from ffnlab.study.store import Store
+from ffnlab.study.sweep import Study, plan, preset_config, resolve_jobs, run_id, run_study
+from ffnlab.run.train import TrainConfig
 
 
 def smoke_study(**kw):
@@ -342,7 +342,7 @@ def test_data_and_sizes_are_checked_once_before_any_run(run_cli, tmp_path, argv,
 
 
 def test_a_failed_run_says_why_and_the_exit_status_says_seeds_are_missing(run_cli, tmp_path, monkeypatch):
-    from ffnlab import sweep
+    from ffnlab.study import sweep
 
     real = sweep.train
 

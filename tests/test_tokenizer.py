@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from ffnlab import tokenizer as tk
-from ffnlab.tokenizer import TOKENIZERS, build_tokenizer, tokenizer_from_state
+from ffnlab.run import tokenizer as tk
+from ffnlab.run.tokenizer import TOKENIZERS, build_tokenizer, tokenizer_from_state
 
 CORPUS = ["To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n",
           "The slings and arrows of outrageous fortune,\nOr to take arms against a sea of troubles\n"] * 20

@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ffnlab.model import ModelConfig, attend
-from ffnlab import train as train_module
-from ffnlab.sweep import Study, plan
-from ffnlab.train import TrainConfig, get_batch, lr_at, resolve_precision, spike, train
+from ffnlab.core.model import ModelConfig, attend
+from ffnlab.run import train as train_module
+from ffnlab.study.sweep import Study, plan
+from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, spike, train
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 
@@ -285,8 +285,8 @@ def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp
 
     from safetensors.torch import save_model
 
-    from ffnlab.model import Transformer
-    from ffnlab.train import CheckpointWarning
+    from ffnlab.core.model import Transformer
+    from ffnlab.run.train import CheckpointWarning
 
     cfg = tiny(max_steps=20, checkpoint_every=5, eval_every=10, precision="fp32")
     full = train(cfg)

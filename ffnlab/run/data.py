@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ffnlab.activations import closest
+from ffnlab.core.activations import closest
 
 TASKS = ("lm", "cls")
 SPLITS = ("train", "val", "test")

@@ -19,8 +19,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from ffnlab.files import write_atomic
-from ffnlab.sweep import Study, run_study
+from ffnlab._util.files import write_atomic
+from ffnlab.study.sweep import Study, run_study
 
 PROTOCOL_JSON = "protocol.json"
 STAGES = ("fixed", "tune", "context")

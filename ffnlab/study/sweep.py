@@ -22,10 +22,10 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ffnlab.ffn import get_ffn_spec
-from ffnlab.store import Store
-from ffnlab.summary import summarize_cell, tuned_cells
-from ffnlab.train import (RunResult, TrainConfig, check_data, check_fits, load_data, resolve_device, resolve_precision,
+from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.study.store import Store
+from ffnlab.study.summary import summarize_cell, tuned_cells
+from ffnlab.run.train import (RunResult, TrainConfig, check_data, check_fits, load_data, resolve_device, resolve_precision,
                           train)
 
 DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
@@ -50,7 +50,7 @@ PRESETS: dict[str, dict] = {
                   eval_every=250, eval_batches=16, final_eval_batches=64, warmup_steps=200, lr=1e-3,
                   checkpoint_every=250),
 }
-# axes a "tuned" summary chooses per variant (on validation, reported on test): ffnlab.summary.tuned_cells
+# axes a "tuned" summary chooses per variant (on validation, reported on test): ffnlab.study.summary.tuned_cells
 TUNED_AXES = ("lr", "warmup")
 # axis name -> the TrainConfig field it sets ("model." for the model config)
 AXES = {"depth": "model.n_layers", "width": "model.d_model", "placement": "model.placement",
@@ -128,7 +128,7 @@ def preset_config(name: str, **overrides) -> TrainConfig:
         raise ValueError(f"unknown preset '{name}'; valid: {', '.join(PRESETS)}")
     p = copy.deepcopy(PRESETS[name])
     model = {**p.pop("model"), **overrides.pop("model", {})}
-    from ffnlab.model import ModelConfig
+    from ffnlab.core.model import ModelConfig
     return TrainConfig(model=ModelConfig(**model), **{**p, **overrides})
 
 
@@ -506,7 +506,7 @@ def group_key(cfg: TrainConfig, study: Study) -> tuple:
 
 
 def summarize(study: Study, store_path, runs=None) -> dict:
-    """The study's summary: one `ffnlab.summary.summarize_cell` per cell of its axes (never merged),
+    """The study's summary: one `ffnlab.study.summary.summarize_cell` per cell of its axes (never merged),
     plus, with an lr axis, the tuned comparison (`tuned_cells`)."""
     runs = plan(study) if runs is None else runs
     cells: dict[tuple, list] = {}

@@ -21,11 +21,11 @@ import time
 
 import torch
 
-from ffnlab.activations import get_activation
-from ffnlab.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
-from ffnlab.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
-from ffnlab.memory import saved_bytes
-from ffnlab.train import bf16_native
+from ffnlab.core.activations import get_activation
+from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
+from ffnlab.core.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
+from ffnlab.core.memory import saved_bytes
+from ffnlab.run.train import bf16_native
 
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")

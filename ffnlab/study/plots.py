@@ -20,8 +20,8 @@ import torch  # noqa: E402
 from matplotlib.colors import PowerNorm  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ffnlab.activations import ACTIVATIONS, get_activation, resolve  # noqa: E402
-from ffnlab.ffn import FFNS, get_ffn_spec  # noqa: E402
+from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve  # noqa: E402
+from ffnlab.core.ffn import FFNS, get_ffn_spec  # noqa: E402
 
 # Okabe & Ito 2008, "Color Universal Design"; yellow last: it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")

@@ -21,7 +21,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from ffnlab.ffn import GatedFFN
+from ffnlab.core.ffn import GatedFFN
 
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
 ATOL, RTOL = 1e-5, 1e-5  # parity: max |onnx - torch| <= ATOL + RTOL * max |torch|, fp32
@@ -71,7 +71,7 @@ LINEAR = ("torch.nn.modules.linear.Linear", "aten.linear", "aten.addmm", "aten.m
 def _in_ffn_nonlinearity(classes) -> bool:
     """A node inside an ffnlab FFN but outside its linear maps: activation or gating math.
     (The fused GatedFFN path calls F.linear itself, so the aten op is checked too.)"""
-    return any(c.startswith("ffnlab.ffn.") for c in classes) and not any(c.startswith(LINEAR) for c in classes)
+    return any(c.startswith("ffnlab.core.ffn.") for c in classes) and not any(c.startswith(LINEAR) for c in classes)
 
 
 def describe_activations(onnx_path) -> list[dict]:
@@ -245,12 +245,12 @@ def export_variant(ffn: str, path, model: str = "ffn", d_model: int | None = Non
     model "ffn": the FFN alone at d_model (default 64) on a (2, 8, d_model) input. "small": an
     ffnlab Transformer with ModelConfig's defaults, that FFN, and d_model / n_layers if given, on
     (2, 16) token ids. A path to a Hugging Face config.json: that architecture with its FFNs
-    swapped (ffnlab.hf.build_hf_model). Inputs come from a fixed generator; batch and sequence
+    swapped (ffnlab.tools.hf.build_hf_model). Inputs come from a fixed generator; batch and sequence
     axes stay dynamic.
     """
-    from ffnlab.ffn import build_ffn, get_ffn_spec
-    from ffnlab.files import check_writable
-    from ffnlab.model import ModelConfig, Transformer
+    from ffnlab.core.ffn import build_ffn, get_ffn_spec
+    from ffnlab._util.files import check_writable
+    from ffnlab.core.model import ModelConfig, Transformer
 
     spec = get_ffn_spec(ffn)
     check_opset(opset)
@@ -269,7 +269,7 @@ def export_variant(ffn: str, path, model: str = "ffn", d_model: int | None = Non
     elif os.path.exists(model):
         if d_model or n_layers:
             raise ValueError("--d-model and --n-layers apply to ffn and small; a Hugging Face config sets its own")
-        from ffnlab.hf import build_hf_model
+        from ffnlab.tools.hf import build_hf_model
         module = build_hf_model(model, spec.name)
         example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
         d_model, d_ff = module.cfg.d_model, module.cfg.d_ff

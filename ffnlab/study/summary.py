@@ -4,7 +4,7 @@ A cell is one combination of a study's axis values (depth=6, placement=pre, ...)
 merged. `compare` (its table, --json and --csv), `report` and `advise` all read the rows built
 here, so the three can never disagree about a number.
 
-A row per variant holds the paired statistics of `ffnlab.stats.compare` and, over the variant's
+A row per variant holds the paired statistics of `ffnlab.study.stats.compare` and, over the variant's
 finished seeds: costs (parameters, FLOPs, throughput, memory), stability (spikes, divergence,
 largest gradient norm), behaviour (dead units, sparsity), what else was measured (test metric,
 metric under embedding noise, perplexity, FFN gradient statistics, learned activation parameters)
@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from ffnlab.published import rank_agreement
-from ffnlab.stats import MIN_PAIRS, compare, seed_noise
+from ffnlab.study.published import rank_agreement
+from ffnlab.study.stats import MIN_PAIRS, compare, seed_noise
 
 LEVEL = 0.95
 # a row's scalar fields, in the order the CSV writes them (the JSON has every field)
@@ -70,7 +70,7 @@ def variant_costs(results: list[dict], runs: int, task: str) -> dict:
         "step_time_s": statistics.median(step_times) if step_times else None,
         "step_time_range": [min(step_times), max(step_times)] if step_times else None,
         "train_seconds": mean_of(r.get("train_seconds") for r in results),
-        # memory is counted from tensors (ffnlab.memory), so seeds agree; the max guards against none
+        # memory is counted from tensors (ffnlab.core.memory), so seeds agree; the max guards against none
         **{k: max((r[k] for r in results if r.get(k) is not None), default=None)
            for k in ("train_mem_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes",
                      "cuda_peak_bytes")},

@@ -22,16 +22,16 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from ffnlab import plots
-from ffnlab.activations import ACTIVATIONS
-from ffnlab.files import write_atomic
-from ffnlab.ffn import get_ffn_spec
-from ffnlab.protocol import STAGE_TITLES, load_protocol
-from ffnlab.stats import mean_ci
-from ffnlab.store import Store
-from ffnlab.summary import literature_text, p_label
-from ffnlab.sweep import AXES, Study, group_key, plan, run_id, summarize, weights_path
-from ffnlab.train import TrainConfig
+from ffnlab.study import plots
+from ffnlab.core.activations import ACTIVATIONS
+from ffnlab._util.files import write_atomic
+from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.study.protocol import STAGE_TITLES, load_protocol
+from ffnlab.study.stats import mean_ci
+from ffnlab.study.store import Store
+from ffnlab.study.summary import literature_text, p_label
+from ffnlab.study.sweep import AXES, Study, group_key, plan, run_id, summarize, weights_path
+from ffnlab.run.train import TrainConfig
 
 REPORT_HTML = "report.html"
 SUMMARY_MD = "summary.md"
@@ -168,7 +168,7 @@ def mean_or_none(values):
 def fixed_input(cfg: TrainConfig):
     """The first `context` tokens of the validation split, its text, and the model config the
     trained weights need (vocabulary and classes from the data)."""
-    from ffnlab.train import fit, load_data
+    from ffnlab.run.train import fit, load_data
 
     corpus, tok, splits = load_data(cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field,
                                     cfg.label_field)
@@ -185,7 +185,7 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
     import torch
     from safetensors.torch import load_model
 
-    from ffnlab.model import Transformer
+    from ffnlab.core.model import Transformer
 
     if not any(rec["status"] == "finished" for items in runs.values() for _, rec in items):
         return {"note": "no run finished (all diverged or failed): there is no trained model to draw"}
@@ -230,7 +230,7 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
 
 def cell_data(store: Store, study: Study, items: list[tuple], summary_cell: dict, store_path: Path,
               layer: int | None, attention: bool) -> dict:
-    """One cell of the study for the report: its summary rows (`ffnlab.summary`, the numbers every
+    """One cell of the study for the report: its summary rows (`ffnlab.study.summary`, the numbers every
     output shares) and, for the figures, curves, gradient traces and per-layer behaviour."""
     by_variant: dict[str, list[tuple]] = {v: [] for v in study.variants}
     for cfg, rec in items:
@@ -278,7 +278,7 @@ def load_numerics(store_path: Path, variants, run: bool) -> dict | None:
     """numerics.json beside the store (computed first when `run`), or None when there is none."""
     path = Path(store_path).parent / NUMERICS_JSON
     if run:
-        from ffnlab.numerics import run_numerics, to_json
+        from ffnlab.tools.numerics import run_numerics, to_json
 
         acts = list(dict.fromkeys(a for v in variants for a in get_ffn_spec(v).acts))
         text = to_json(run_numerics(names=acts, points=20_001, claims=False))

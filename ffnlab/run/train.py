@@ -24,9 +24,9 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ffnlab.ffn import DenseFFN, GatedFFN, ffn_flops_per_token
-from ffnlab.memory import saved_bytes, training_memory
-from ffnlab.model import ModelConfig, Transformer, param_count
+from ffnlab.core.ffn import DenseFFN, GatedFFN, ffn_flops_per_token
+from ffnlab.core.memory import saved_bytes, training_memory
+from ffnlab.core.model import ModelConfig, Transformer, param_count
 
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("cpu", "cuda", "auto")
@@ -131,7 +131,7 @@ class RunResult:
     first_step_s: float | None
     train_seconds: float
     wall_seconds: float
-    # memory (ffnlab.memory): counted from the tensors, the same whatever ran before in the process
+    # memory (ffnlab.core.memory): counted from the tensors, the same whatever ran before in the process
     param_bytes: int
     grad_bytes: int
     optimizer_bytes: int
@@ -164,8 +164,8 @@ class RunResult:
 @functools.lru_cache(maxsize=8)
 def load_data(data: str, task: str, tokenizer: str, bpe_vocab: int, text_field: str, label_field: str):
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps."""
-    from ffnlab.data import load_corpus
-    from ffnlab.tokenizer import build_tokenizer
+    from ffnlab.run.data import load_corpus
+    from ffnlab.run.tokenizer import build_tokenizer
 
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
     all_text = corpus.train + corpus.val + corpus.test
@@ -365,7 +365,7 @@ def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context
 
 def hf_factory(hf_config: dict):
     """model_factory building a Hugging Face architecture from its config with the FFN swapped."""
-    from ffnlab.hf import build_hf_model
+    from ffnlab.tools.hf import build_hf_model
 
     def build(mcfg: ModelConfig, seed: int):
         return build_hf_model(hf_config, mcfg.ffn, match=mcfg.ffn_match, seed=seed, vocab_size=mcfg.vocab_size,

@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ffnlab.activations import ACTIVATIONS, closest, get_activation
-from ffnlab.ffn import DEFAULT_INIT, GATED, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, check_init, \
+from ffnlab.core.activations import ACTIVATIONS, closest, get_activation
+from ffnlab.core.ffn import DEFAULT_INIT, GATED, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, check_init, \
     ffn_flops_per_token, ffn_param_count, get_ffn_spec, init_ffn
-from ffnlab.model import param_seed
+from ffnlab.core.model import param_seed
 
 
 class UnsupportedModelError(ValueError):
@@ -332,7 +332,7 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
     If `ffn` computes the model's own function (same kind, same activation up to a Hugging Face
     alias: 'gelu_tanh' for GPT-2's gelu_new), the weights carry over and the model's exact
     activation expression is kept, so logits are unchanged bit for bit. Otherwise the FFNs are
-    freshly initialised (`init`, see ffnlab.ffn.init_ffn; global RNG) and a PretrainedWeightsWarning
+    freshly initialised (`init`, see ffnlab.core.ffn.init_ffn; global RNG) and a PretrainedWeightsWarning
     says the model needs (continued) training.
     """
     family_name, family = model_family(model)
@@ -497,7 +497,7 @@ class HFModel(nn.Module):
         """idx (B, T) -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss.
 
         LM targets are already shifted by the caller (targets[t] is the token after idx[t]), as for
-        ffnlab.model.Transformer; no labels go to Hugging Face, which would shift them again.
+        ffnlab.core.model.Transformer; no labels go to Hugging Face, which would shift them again.
         """
         if idx.shape[1] > self.cfg.context:
             raise ValueError(f"sequence length {idx.shape[1]} exceeds the model's context {self.cfg.context}")
@@ -542,7 +542,7 @@ def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: i
     config's. Seeding: the Hugging Face weights come from `seed` under a forked RNG (the global
     RNG is untouched), so every FFN variant gets the same embeddings and attention for one seed;
     every FFN, even one that is the model's own, is then initialised by ffnlab's rule (`init`) from
-    per-weight generators, as ffnlab.model.init_weights does.
+    per-weight generators, as ffnlab.core.model.init_weights does.
     """
     config = load_hf_config(config_path_or_dict)
     family_name, family = model_family(config)

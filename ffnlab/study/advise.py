@@ -5,7 +5,7 @@ Three sources of evidence, in this order:
    it); the activation is read from a Hugging Face config.json or a table of model families;
 2. measurements in a run store: the variants' paired differences over seeds, under the user's
    parameter, memory and latency constraints;
-3. published results (ffnlab.published), said to be such, with the `ffnlab compare` command that
+3. published results (ffnlab.study.published), said to be such, with the `ffnlab compare` command that
    would measure the question on the user's own data.
 
 The result is a dict {"recommendation", "basis", "reasons", "evidence", "alternatives", "command"}
@@ -18,10 +18,10 @@ import math
 import re
 from pathlib import Path
 
-from ffnlab.activations import ACTIVATIONS, closest
-from ffnlab.ffn import GATED, get_ffn_spec
-from ffnlab.published import ACT_FIELDS, GATED_MODEL_TYPES, MODEL_FAMILIES, SHAZEER_2020_65K, SHAZEER_2020_524K
-from ffnlab.stats import holm, paired_diff
+from ffnlab.core.activations import ACTIVATIONS, closest
+from ffnlab.core.ffn import GATED, get_ffn_spec
+from ffnlab.study.published import ACT_FIELDS, GATED_MODEL_TYPES, MODEL_FAMILIES, SHAZEER_2020_65K, SHAZEER_2020_524K
+from ffnlab.study.stats import holm, paired_diff
 
 DEPLOYS = ("cpu", "gpu", "edge")
 ALPHA = 0.05
@@ -111,7 +111,7 @@ def read_hf_config(path: Path) -> dict:
 
 
 def lookup_family(name: str) -> dict:
-    """The same facts for a known model id or family name, from ffnlab.published.MODEL_FAMILIES."""
+    """The same facts for a known model id or family name, from ffnlab.study.published.MODEL_FAMILIES."""
     key = name.strip().lower()
     last = key.rsplit("/", 1)[-1]
     matches = [f for f in MODEL_FAMILIES if key == f.example.lower() or last.startswith(f.family)]
@@ -162,18 +162,18 @@ def advise_pretrained(pretrained: str) -> dict:
 # ---- measured -----------------------------------------------------------------------------------
 
 
-# the per-variant numbers of a summary row that advice quotes as its evidence (ffnlab.summary)
+# the per-variant numbers of a summary row that advice quotes as its evidence (ffnlab.study.summary)
 EVIDENCE_FIELDS = ("mean", "ci_low", "ci_high", "n_seeds", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
                    "significant", "diverged", "values", "params", "step_time_s", "tokens_per_s", "train_mem_bytes")
 
 
 def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
     """The cells of the store's latest study to advise on, from the one summary every output shares
-    (`ffnlab.sweep.summarize`): with an axis 'depth' and a stated depth, the cells at the nearest
+    (`ffnlab.study.sweep.summarize`): with an axis 'depth' and a stated depth, the cells at the nearest
     measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
-    from ffnlab.report import load_study
-    from ffnlab.store import Store
-    from ffnlab.sweep import summarize
+    from ffnlab.study.report import load_study
+    from ffnlab.study.store import Store
+    from ffnlab.study.sweep import summarize
 
     study, runs, _ = load_study(store_path)
     summary = summarize(study, store_path, runs)

@@ -4,7 +4,7 @@ One forward kernel (h = act(g) * u) and one backward kernel (dg = dh * u * act'(
 du = dh * act(g), and h again when W_down's gradient needs it), each a single pass over flat
 contiguous memory, with the activation chosen at compile time by name. Math is fp32 for
 fp16/bf16 inputs (fp64 for fp64), rounded once on the store. The formulas mirror
-`ffnlab.kernels.fused.FUSED_ACTS`; tests hold both to the eager reference.
+`ffnlab.core.kernels.fused.FUSED_ACTS`; tests hold both to the eager reference.
 
 NOTE: `triton.jit` reads TRITON_INTERPRET when this module is imported: set it to 1 before the
 first import to run these kernels on CPU tensors (slowly; tests do this).

@@ -382,7 +382,7 @@ def _cpu_model() -> str | None:
 
 
 # ffnlab's own source tree: the revision a run records is this one's, never the working directory's
-FFNLAB_ROOT = pathlib.Path(__file__).resolve().parent.parent
+FFNLAB_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _git(*args: str) -> str | None:

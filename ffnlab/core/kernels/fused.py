@@ -9,7 +9,7 @@ that reads g, u and the incoming gradient and writes both gradients (and the pro
 The math is one table, `FUSED_ACTS`: activation name -> (forward, derivative). It runs on one of
 three backends, picked per call by `pick_backend`:
 
-    triton    CUDA tensors with Triton installed: `ffnlab.kernels.triton_gated`
+    triton    CUDA tensors with Triton installed: `ffnlab.core.kernels.triton_gated`
     compiled  CPU tensors of at least COMPILE_MIN_NUMEL elements: the same table functions through
               torch.compile, which emits one vectorised loop per direction (built once, seconds)
     torch     everything else: the table functions as plain PyTorch ops (no build cost)
@@ -28,7 +28,7 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 
-from ffnlab.activations import closest, identity
+from ffnlab.core.activations import closest, identity
 
 Backend = Literal["torch", "compiled", "triton"]
 BACKENDS = ("torch", "compiled", "triton")
@@ -248,7 +248,7 @@ def pick_backend(t: torch.Tensor) -> Backend:
 
 def _run_forward(backend: Backend, act, gate, up):
     if backend == "triton":
-        from ffnlab.kernels import triton_gated
+        from ffnlab.core.kernels import triton_gated
         return triton_gated.forward(act, gate, up)
     if backend == "compiled":
         return _call_compiled(gated_forward, act, gate.reshape(-1), up.reshape(-1)).view(gate.shape)
@@ -257,7 +257,7 @@ def _run_forward(backend: Backend, act, gate, up):
 
 def _run_backward(backend: Backend, act, gate, up, grad, need_h):
     if backend == "triton":
-        from ffnlab.kernels import triton_gated
+        from ffnlab.core.kernels import triton_gated
         return triton_gated.backward(act, gate, up, grad, need_h)
     if backend == "compiled":
         out = _call_compiled(gated_backward, act, gate.reshape(-1), up.reshape(-1), grad.reshape(-1), need_h)

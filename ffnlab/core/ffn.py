@@ -18,8 +18,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ffnlab.activations import ACTIVATIONS, closest, get_activation
-from ffnlab.memory import saved_bytes
+from ffnlab.core.activations import ACTIVATIONS, closest, get_activation
+from ffnlab.core.memory import saved_bytes
 
 Match = Literal["params", "flops", "none"]
 Init = Literal["lecun", "he", "normal", "lecun_uniform", "family"]
@@ -185,16 +185,16 @@ class GatedFFN(nn.Module):
     """W_down(act(W_gate x) * W_up x): the GLU family. The gate goes through the activation,
     the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj).
 
-    Activations in `ffnlab.kernels.FUSED_ACTS` have a fused path that keeps only W_gate x and
+    Activations in `ffnlab.core.kernels.FUSED_ACTS` have a fused path that keeps only W_gate x and
     W_up x for backward (`gated_down`). `fused`: None takes it where it measured at least as fast
-    as eager (`ffnlab.kernels.fused_pays`: CUDA with Triton, large fp32 inputs on the CPU), True
+    as eager (`ffnlab.core.kernels.fused_pays`: CUDA with Triton, large fp32 inputs on the CPU), True
     forces it (ValueError if the activation has no kernel; half the activation memory), False
     keeps the eager ops. FFNLAB_EAGER=1 keeps the eager ops whatever `fused` says.
     """
 
     def __init__(self, d_model: int, d_ff: int, act="silu", bias: bool = False, fused: bool | None = None,
                  **act_kwargs):
-        from ffnlab.kernels import FUSED_ACTS
+        from ffnlab.core.kernels import FUSED_ACTS
         super().__init__()
         self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
         self.w_up = nn.Linear(d_model, d_ff, bias=bias)
@@ -211,7 +211,7 @@ class GatedFFN(nn.Module):
     def use_fused(self, x: torch.Tensor | None = None) -> bool:
         """Whether forward takes the fused path (for input x): `fused`, else the table default where
         `fused_pays(x)`; never with FFNLAB_EAGER=1."""
-        from ffnlab.kernels import FUSED_ACTS, eager_forced, fused_pays
+        from ffnlab.core.kernels import FUSED_ACTS, eager_forced, fused_pays
         if self.fused_act is None or self.fused is False or eager_forced():
             return False
         if self.fused:
@@ -220,7 +220,7 @@ class GatedFFN(nn.Module):
 
     def forward(self, x):  # (..., d_model) -> (..., d_model)
         if self.use_fused(x):
-            from ffnlab.kernels import gated_down
+            from ffnlab.core.kernels import gated_down
             return gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
         return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
 

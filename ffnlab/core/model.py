@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ffnlab.activations import get_activation
-from ffnlab.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, get_ffn_spec, init_ffn
+from ffnlab.core.activations import get_activation
+from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, get_ffn_spec, init_ffn
 
 
 @dataclass

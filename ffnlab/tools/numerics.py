@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 from scipy import integrate, special
 
-from ffnlab.activations import ACTIVATIONS, closest, get_activation, resolve
-from ffnlab.ffn import GATED, ffn_param_count
+from ffnlab.core.activations import ACTIVATIONS, closest, get_activation, resolve
+from ffnlab.core.ffn import GATED, ffn_param_count
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DEFAULT_POINTS = 200_001  # step 1e-4 on [-10, 10]; fp16/bf16 hold far fewer distinct values
@@ -582,7 +582,7 @@ def check_range(lo: float, hi: float) -> None:
 def environment() -> dict:
     """Library versions and machine, printed beside every number. The CPU model and the ISA torch's
     kernels were built for matter: the ULPs of erf, tanh and exp differ between AVX2 and AVX-512."""
-    from ffnlab.store import environment as run_environment
+    from ffnlab.study.store import environment as run_environment
 
     return {"torch": torch.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
             "mpmath": mpmath.__version__, "python": platform.python_version(),

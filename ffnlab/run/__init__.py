@@ -1,0 +1,1 @@
+"""One training run: data, tokenizers, the training loop, its monitors and checkpoints."""

@@ -1,0 +1,1 @@
+"""Tools that act on a model without training it: Hugging Face swaps, ONNX export, numerics, FFN bench."""

@@ -16,8 +16,9 @@ import time
 
 import torch
 
-from ffnlab.study.store import environment
-from ffnlab.run.train import cpu_flags, cpu_has_amx, resolve_precision
+from ffnlab._util.machine import environment
+from ffnlab._util.machine import cpu_flags, cpu_has_amx
+from ffnlab.run.train import resolve_precision
 
 
 def machine_class() -> str:

@@ -12,7 +12,7 @@ import statistics
 import time
 
 from ffnlab.run import data
-from ffnlab.study.store import environment
+from ffnlab._util.machine import environment
 
 
 def main():

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from ffnlab.core.ffn import build_ffn  # noqa: E402
-from ffnlab.study.store import environment  # noqa: E402
+from ffnlab._util.machine import environment  # noqa: E402
 
 SIZES = ((128, 1024), (256, 4096), (512, 4096))  # (d_model, tokens): the default study's, two larger
 

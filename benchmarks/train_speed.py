@@ -42,8 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch  # noqa: E402
 
 from ffnlab.core.model import ModelConfig  # noqa: E402
-from ffnlab.study.store import environment  # noqa: E402
-from ffnlab.run.train import TrainConfig, cpu_has_amx, train  # noqa: E402
+from ffnlab._util.machine import environment  # noqa: E402
+from ffnlab._util.machine import cpu_has_amx  # noqa: E402
+from ffnlab.run.train import TrainConfig, train  # noqa: E402
 
 # the team's copy of nanoGPT's corpus, beside the repository (../shared/data); FFNLAB_BENCH_DATA overrides it
 DATA = os.environ.get("FFNLAB_BENCH_DATA",

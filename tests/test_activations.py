@@ -5,7 +5,6 @@ import torch
 from torch import nn
 
 from ffnlab.core.activations import ACTIVATIONS, aliases, get_activation, resolve
-from tests.conftest import assert_close
 
 # Independent float64 references, written from the papers' formulas with math/erf per element.
 Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731

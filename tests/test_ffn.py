@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from ffnlab.core.ffn import (DEFAULT_INIT, FFNS, GATED, build_ffn, ffn_flops_per_token, ffn_hidden_dim, ffn_param_count, ffn_stats,
-                        get_ffn_spec, init_scheme, matched_hidden_dim)
+                        get_ffn_spec, init_scheme)
 from ffnlab.study.sweep import DEFAULT_VARIANTS
 from tests.conftest import assert_close
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ffnlab.study import store as store_module
+from ffnlab._util import machine
 from ffnlab.study.store import SCHEMA_VERSION, Store, environment
 
 NAN, INF = float("nan"), float("inf")
@@ -212,10 +212,10 @@ def test_snapshot_compares_stores_regardless_of_order_and_time(tmp_path):
 
 
 def test_environment_and_git_revision(tmp_path, monkeypatch):
-    store_module._environment.cache_clear()
+    machine._environment.cache_clear()
     try:
         env = environment()
-        root = Path(store_module.__file__).resolve().parents[2]
+        root = Path(machine.__file__).resolve().parents[2]
         head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root)
         assert env["git_rev"] == (head.stdout.strip() if head.returncode == 0 else None)
         assert env["python"] == sys.version.split()[0] and env["device"] in ("cpu", "cuda")
@@ -223,7 +223,7 @@ def test_environment_and_git_revision(tmp_path, monkeypatch):
         env["torch"] = "mutated"
         assert environment()["torch"] != "mutated"  # callers get a copy of the cached value
     finally:
-        store_module._environment.cache_clear()
+        machine._environment.cache_clear()
 
 
 def test_environment_never_runs_git_in_the_working_directory(tmp_path, monkeypatch):
@@ -240,11 +240,11 @@ def test_environment_never_runs_git_in_the_working_directory(tmp_path, monkeypat
     theirs = subprocess.run(["git", "-c", "core.fsmonitor=", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
                             text=True).stdout.strip()
     monkeypatch.chdir(repo)
-    store_module._environment.cache_clear()
+    machine._environment.cache_clear()
     try:
         env = environment()
     finally:
-        store_module._environment.cache_clear()
+        machine._environment.cache_clear()
     assert not pwned.exists()
     assert env["git_rev"] != theirs
 

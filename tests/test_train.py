@@ -6,14 +6,13 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from ffnlab.core.model import ModelConfig, attend
-from ffnlab.run import train as train_module
+from ffnlab._util import machine
 from ffnlab.study.sweep import Study, plan
 from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, spike, train
 
@@ -142,7 +141,7 @@ def test_bf16_training_is_deterministic_and_learns():
 @pytest.mark.parametrize("flags,want", [({"amx_bf16", "avx512f"}, "bf16"), ({"avx512_bf16", "avx512f"}, "bf16"),
                                         ({"avx2", "avx512f"}, "fp32"), ({"avx2"}, "fp32"), (set(), "fp32")])
 def test_auto_precision_is_bf16_only_where_the_cpu_runs_it_in_hardware(monkeypatch, flags, want):
-    monkeypatch.setattr(train_module, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset(flags))
     assert resolve_precision("auto", "cpu") == want
     assert resolve_precision("fp32", "cpu") == "fp32" and resolve_precision("bf16", "cpu") == "bf16"
     if not torch.cuda.is_available():

@@ -9,7 +9,6 @@ mathematically, and the canonical entry lists them as its aliases.
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ffnlab._util.names import closest, normalize
 
 Family = Literal["relu", "gelu", "swish", "other"]
 
@@ -214,15 +215,9 @@ def aliases(name: str) -> list[str]:
     return sorted(n for n, s in ACTIVATIONS.items() if s.same_as == name)
 
 
-def closest(name: str, choices) -> str:
-    """' (did you mean X?)' for the nearest valid name, or '' when nothing is close."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean '{match[0]}'?)" if match else ""
-
-
 def resolve(name: str) -> str:
     """Canonical registry key for `name` (case-insensitive, '-' accepted for '_'); ValueError if unknown."""
-    key = str(name).strip().lower().replace("-", "_")
+    key = normalize(name)
     if key not in ACTIVATIONS:
         raise ValueError(f"unknown activation '{name}'{closest(key, ACTIVATIONS)}; "
                          f"valid: {', '.join(ACTIVATIONS)}")

@@ -18,7 +18,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from ffnlab.core.activations import ACTIVATIONS, closest, get_activation
+from ffnlab._util.names import closest, normalize
+from ffnlab.core.activations import ACTIVATIONS, get_activation
 from ffnlab.core.memory import saved_bytes
 
 Match = Literal["params", "flops", "none"]
@@ -67,7 +68,7 @@ FFNS: dict[str, FFNSpec] = {
 
 def get_ffn_spec(name: str) -> FFNSpec:
     """Spec for a variant name (case-insensitive), including `mix:a+b`; ValueError if unknown."""
-    key = str(name).strip().lower().replace("-", "_")
+    key = normalize(name)
     if key.startswith("mix:"):
         parts = key[4:].split("+")
         if len(parts) != 2 or not all(parts):

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ffnlab.core.activations import closest
+from ffnlab._util.names import closest
 
 TASKS = ("lm", "cls")
 SPLITS = ("train", "val", "test")

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ffnlab.core.activations import closest
+from ffnlab._util.names import closest
 
 DEFAULT_BPE_VOCAB = 4096
 UNK = "\ufffd"  # what the char tokenizer's <unk> id decodes to: the Unicode replacement character

@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from ffnlab._util.machine import bf16_native
 from ffnlab.core.ffn import DenseFFN, GatedFFN, ffn_flops_per_token
 from ffnlab.core.memory import saved_bytes, training_memory
 from ffnlab.core.model import ModelConfig, Transformer, param_count
@@ -529,29 +530,6 @@ def resolve_device(device: str) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but CUDA is not available; valid here: cpu, auto")
     return device
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (Linux /proc/cpuinfo; empty where it cannot tell)."""
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return frozenset()
-    return frozenset(flags.split(":", 1)[-1].split())
-
-
-def cpu_has_amx() -> bool:
-    """True on an x86 CPU with AMX-bf16 tiles."""
-    return "amx_bf16" in cpu_flags()
-
-
-def bf16_native(device: str = "cpu") -> bool:
-    """Whether bf16 matmuls run in hardware here: a CUDA GPU with bf16, or a CPU with AMX-bf16 or
-    AVX512_BF16 (on an AVX2-only CPU PyTorch emulates them, about 40x slower than fp32)."""
-    if device == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 
 def resolve_precision(precision: str, device: str) -> str:

@@ -18,7 +18,9 @@ import math
 import re
 from pathlib import Path
 
-from ffnlab.core.activations import ACTIVATIONS, closest
+from ffnlab._util.text import human, human_bytes
+from ffnlab._util.names import closest
+from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
 from ffnlab.study.published import ACT_FIELDS, GATED_MODEL_TYPES, MODEL_FAMILIES, SHAZEER_2020_65K, SHAZEER_2020_524K
 from ffnlab.study.stats import holm, paired_diff
@@ -57,20 +59,6 @@ def parse_params(text: str) -> int:
 def parse_bytes(text: str) -> int:
     """A memory size: '16GB' (powers of 1000), '2GiB' or '2G' (powers of 1024), plain bytes."""
     return int(parse_quantity(text, BYTE_SUFFIX, "memory budget", "16GiB"))
-
-
-def human_bytes(n: float) -> str:
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def human_count(n: float) -> str:
-    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.0f}"
 
 
 # ---- pretrained models --------------------------------------------------------------------------
@@ -210,7 +198,7 @@ def exclusion(v: dict, params_budget, memory_budget) -> str | None:
     if not v["values"]:
         return "no finished run"
     if params_budget and v["params"] and v["params"] > params_budget:
-        return f"{human_count(v['params'])} parameters exceed the budget of {human_count(params_budget)}"
+        return f"{human(v['params'])} parameters exceed the budget of {human(params_budget)}"
     if memory_budget and v["train_mem_bytes"] and v["train_mem_bytes"] > memory_budget:
         return (f"training memory {human_bytes(v['train_mem_bytes'])} (parameters, gradients, optimizer state, "
                 f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}")

@@ -20,6 +20,7 @@ import torch  # noqa: E402
 from matplotlib.colors import PowerNorm  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from ffnlab._util.names import normalize
 from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve  # noqa: E402
 from ffnlab.core.ffn import FFNS, get_ffn_spec  # noqa: E402
 
@@ -88,7 +89,7 @@ def activation_labels(names) -> dict[str, str]:
     the valid names for an unknown one."""
     uses: dict[str, list[str]] = {}
     for name in names:
-        key = str(name).strip().lower().replace("-", "_")
+        key = normalize(name)
         if key in ACTIVATIONS:
             uses.setdefault(key, []).append(key)
         elif key in FFNS or key.startswith("mix:"):

@@ -25,6 +25,7 @@ from pathlib import Path
 from ffnlab.study import plots
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab._util.files import write_atomic
+from ffnlab._util.text import human, num
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.study.protocol import STAGE_TITLES, load_protocol
 from ffnlab.study.stats import mean_ci
@@ -374,23 +375,6 @@ def render_figures(data: dict) -> dict[str, bytes]:
 
 
 # ---- formatting ---------------------------------------------------------------------------------
-
-
-def num(value, digits: int = 4) -> str:
-    """A number for a table, '-' for missing or non-finite."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
-def human(value, unit: str = "") -> str:
-    """1234567 -> '1.23M'."""
-    if value is None:
-        return "-"
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{suffix}{unit}"
-    return f"{value:.3g}{unit}"
 
 
 def cell_label(cell: dict) -> str:

@@ -14,7 +14,7 @@ import math
 
 from scipy import stats as sps
 
-from ffnlab.core.activations import closest
+from ffnlab._util.names import closest
 
 # NOTE: a paired t-test on 2 seeds has 1 degree of freedom: its p-value swings from 0.01 to 0.9 on the
 # same true gap, and after Holm it can still print "significant". Below 3 pairs there is no test.

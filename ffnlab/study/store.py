@@ -25,17 +25,15 @@ functions reject. Metric values are REAL, and SQLite stores NaN as NULL; we read
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.metadata
 import json
 import math
 import os
 import pathlib
-import platform
 import sqlite3
-import subprocess
 import threading
 import time
+
+from ffnlab._util.machine import environment
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = pathlib.Path("ffnlab-runs") / "ffnlab.db"
@@ -365,69 +363,3 @@ def _finite_or_str(obj):
     if isinstance(obj, (list, tuple)):
         return [_finite_or_str(v) for v in obj]
     return obj
-
-
-# ---- environment ------------------------------------------------------------------------------
-
-
-def _cpu_model() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-# ffnlab's own source tree: the revision a run records is this one's, never the working directory's
-FFNLAB_ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _git(*args: str) -> str | None:
-    """`git ARGS` in ffnlab's own checkout (None if it is not one, or without git, or after 5 s).
-
-    NOTE: never in the cwd: a repository's config can name commands that git runs (core.fsmonitor
-    on every status), so reading the user's directory would execute whatever it says. Here too
-    fsmonitor and hooks are switched off and no optional locks are taken.
-    """
-    if not (FFNLAB_ROOT / ".git").exists():
-        return None
-    cmd = ["git", "--no-optional-locks", "-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}",
-           "-C", str(FFNLAB_ROOT), *args]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _version() -> str | None:
-    try:
-        return importlib.metadata.version("ffnlab")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-@functools.lru_cache(maxsize=1)
-def _environment() -> str:
-    import torch
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
-    git_rev = _git("rev-parse", "HEAD")
-    dirty = None if git_rev is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
-    return dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "device": device, "gpu": gpu,
-                  "cpu": _cpu_model(), "python": platform.python_version(), "platform": platform.platform(),
-                  "ffnlab": _version(), "git_rev": git_rev, "git_dirty": dirty})
-
-
-def environment() -> dict:
-    """Where a run ran: torch/CUDA versions, device, GPU and CPU model, Python, platform, ffnlab's version.
-
-    git_rev is the commit of ffnlab's own source tree when it runs from a git checkout (None when
-    installed from a package, without git, or after a 5 s timeout); git_dirty says whether its
-    tracked files differ from it. Never read from the current directory. Computed once per process.
-    """
-    return json.loads(_environment())

@@ -21,11 +21,12 @@ import time
 
 import torch
 
+from ffnlab._util.machine import bf16_native
+from ffnlab._util.text import first_line
 from ffnlab.core.activations import get_activation
 from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
 from ffnlab.core.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
 from ffnlab.core.memory import saved_bytes
-from ffnlab.run.train import bf16_native
 
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
@@ -120,11 +121,6 @@ def _triton_version():
 # ---- FFN rows -----------------------------------------------------------------------------------------
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
-
-
 def timed(fn, device="cpu") -> float:
     """Seconds fn() takes (waiting for the GPU to finish, on CUDA)."""
     start = time.perf_counter()
@@ -157,7 +153,7 @@ def _warm_up(fn, device) -> tuple[float, str | None]:
         _sync(device)
         return time.perf_counter() - start, None
     except Exception as e:  # a compiler missing or failing here is a result, not a crash
-        return 0.0, _first_line(e)
+        return 0.0, first_line(e)
 
 
 # ---- FFN rows -----------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import contextlib
 import io
 import logging
 import os
-import re
 import tempfile
 import warnings
 from collections import Counter
@@ -21,6 +20,7 @@ from collections import Counter
 import torch
 from torch import nn
 
+from ffnlab._util.text import first_line
 from ffnlab.core.ffn import GatedFFN
 
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
@@ -118,12 +118,6 @@ def _quiet():
         logger.setLevel(level)
 
 
-def _first_line(e: Exception) -> str:
-    """'TypeName: first sentence' of an exception, without terminal colour codes."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0].split('. ')[0] if text else ''}"
-
-
 def _export(module, example, path, opset, dynamo, dynamic):
     axes = dynamic_axes(example) if dynamic else []
     if dynamo:
@@ -206,7 +200,7 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
             except Exception as e:  # any exporter failure: the TorchScript exporter gets a try
                 if not dynamo:
                     raise
-                exporter, fallback = "torchscript", _first_line(e)
+                exporter, fallback = "torchscript", first_line(e)
                 _export(module, example, tmp, opset, False, dynamic)
             if file_opset(tmp) != opset and exporter == "dynamo":  # it cannot always convert down: 12 came out 18
                 exporter, fallback = "torchscript", f"the dynamo exporter wrote opset {file_opset(tmp)}, not {opset}"

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ffnlab.core.activations import ACTIVATIONS, closest, get_activation
+from ffnlab._util.names import closest
+from ffnlab.core.activations import ACTIVATIONS, get_activation
 from ffnlab.core.ffn import DEFAULT_INIT, GATED, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, check_init, \
     ffn_flops_per_token, ffn_param_count, get_ffn_spec, init_ffn
 from ffnlab.core.model import param_seed

@@ -43,7 +43,9 @@ import torch
 import torch.nn.functional as F
 from scipy import integrate, special
 
-from ffnlab.core.activations import ACTIVATIONS, closest, get_activation, resolve
+from ffnlab._util import machine
+from ffnlab._util.names import closest
+from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve
 from ffnlab.core.ffn import GATED, ffn_param_count
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -580,15 +582,10 @@ def check_range(lo: float, hi: float) -> None:
 
 
 def environment() -> dict:
-    """Library versions and machine, printed beside every number. The CPU model and the ISA torch's
-    kernels were built for matter: the ULPs of erf, tanh and exp differ between AVX2 and AVX-512."""
-    from ffnlab.study.store import environment as run_environment
-
-    return {"torch": torch.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-            "mpmath": mpmath.__version__, "python": platform.python_version(),
-            "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cpus",
-            "cpu": run_environment()["cpu"], "isa": torch.backends.cpu.get_cpu_capability(),
-            "torch_threads": torch.get_num_threads()}
+    """The run environment (`ffnlab._util.machine.environment`) plus the libraries the references use."""
+    return {**machine.environment(), "numpy": np.__version__, "scipy": scipy.__version__,
+            "mpmath": mpmath.__version__, "torch_threads": torch.get_num_threads(),
+            "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cpus"}
 
 
 def run_numerics(names=None, dtypes=("fp32", "fp16", "bf16"), lo: float = -10.0, hi: float = 10.0,

@@ -28,7 +28,8 @@ from typing import Callable, Literal
 import torch
 import torch.nn.functional as F
 
-from ffnlab.core.activations import closest, identity
+from ffnlab._util.names import closest
+from ffnlab.core.activations import identity
 
 Backend = Literal["torch", "compiled", "triton"]
 BACKENDS = ("torch", "compiled", "triton")

@@ -1,0 +1,101 @@
+"""What machine this is: CPU flags, whether bf16 runs in hardware, and the environment a result records."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import subprocess
+
+import torch
+
+# ffnlab's own source tree: the revision a run records is this one's, never the working directory's
+FFNLAB_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty where it cannot tell)."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+        flags = next(line for line in text.splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return frozenset()
+    return frozenset(flags.split(":", 1)[-1].split())
+
+
+def cpu_has_amx() -> bool:
+    """True on an x86 CPU with AMX-bf16 tiles."""
+    return "amx_bf16" in cpu_flags()
+
+
+def bf16_native(device: str = "cpu") -> bool:
+    """Whether bf16 matmuls run in hardware here: a CUDA GPU with bf16, or a CPU with AMX-bf16 or
+    AVX512_BF16 (on an AVX2-only CPU PyTorch emulates them; benchmarks/README.md has the cost)."""
+    if device == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name ('AMD EPYC', 'Intel(R) Xeon(R) ...'), None where it cannot tell."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _git(*args: str) -> str | None:
+    """`git ARGS` in ffnlab's own checkout (None if it is not one, or without git, or after 5 s).
+
+    NOTE: never in the cwd: a repository's config can name commands that git runs (core.fsmonitor
+    on every status), so reading the user's directory would execute whatever it says. Here too
+    fsmonitor and hooks are switched off and no optional locks are taken.
+    """
+    if not (FFNLAB_ROOT / ".git").exists():
+        return None
+    cmd = ["git", "--no-optional-locks", "-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}",
+           "-C", str(FFNLAB_ROOT), *args]  # fmt: skip
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _version() -> str | None:
+    try:
+        return importlib.metadata.version("ffnlab")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> str:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
+    git_rev = _git("rev-parse", "HEAD")
+    dirty = None if git_rev is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device, "gpu": gpu,
+           "cpu": cpu_model(), "isa": torch.backends.cpu.get_cpu_capability(), "python": platform.python_version(),
+           "platform": platform.platform(), "ffnlab": _version(), "git_rev": git_rev, "git_dirty": dirty}  # fmt: skip
+    return json.dumps(env, sort_keys=True)
+
+
+def environment() -> dict:
+    """Where a result was measured: torch/CUDA versions, device, GPU, CPU model and the ISA torch's
+    kernels use, Python, platform, ffnlab's version and git revision.
+
+    git_rev is the commit of ffnlab's own source tree when it runs from a git checkout (None when
+    installed from a package, without git, or after a 5 s timeout); git_dirty says whether its
+    tracked files differ from it. Never read from the current directory. Computed once per process;
+    callers get a copy.
+    """
+    return json.loads(_environment())

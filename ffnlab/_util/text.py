@@ -1,0 +1,37 @@
+"""Text for people: numbers with SI or binary suffixes and one-line error summaries."""
+
+from __future__ import annotations
+
+import math
+import re
+
+
+def human(value: float | None, unit: str = "") -> str:
+    """1234567 -> '1.23M' (SI suffixes k, M, G); '-' for None."""
+    if value is None:
+        return "-"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}{unit}"
+    return f"{value:.3g}{unit}"
+
+
+def human_bytes(n: float) -> str:
+    """3 * 2**20 -> '3 MiB' (binary suffixes)."""
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def num(value: float | None, digits: int = 4) -> str:
+    """A number for a table, '-' for missing or non-finite."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """'TypeName: first line' of an exception, without terminal colour codes, at most `limit` characters."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:limit]

@@ -6,6 +6,7 @@ Runs the command in a fresh store (a temporary folder unless --keep), prints the
 machine, the library versions, the wall time and the ranking, so the README's numbers can be
 traced. A benchmark, not a test: the time depends on the machine and on what else runs on it.
 """
+
 import json
 import os
 import platform
@@ -16,8 +17,7 @@ import time
 
 import torch
 
-from ffnlab._util.machine import environment
-from ffnlab._util.machine import cpu_flags, cpu_has_amx
+from ffnlab._util.machine import cpu_flags, cpu_has_amx, environment
 from ffnlab.run.train import resolve_precision
 
 
@@ -33,9 +33,15 @@ def machine_class() -> str:
 
 
 def machine() -> dict:
-    return {"cpu": environment()["cpu"], "class": machine_class(), "cores": os.cpu_count(),
-            "precision": resolve_precision("auto", "cpu"), "torch": torch.__version__,
-            "python": platform.python_version(), "load_before": os.getloadavg()}
+    return {
+        "cpu": environment()["cpu"],
+        "class": machine_class(),
+        "cores": os.cpu_count(),
+        "precision": resolve_precision("auto", "cpu"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_before": os.getloadavg(),
+    }
 
 
 def main(argv):
@@ -43,8 +49,7 @@ def main(argv):
     if argv[:1] == ["--keep"]:
         keep, argv = argv[1], argv[2:]
     folder = keep or tempfile.mkdtemp(prefix="ffnlab-bench-")
-    cmd = [sys.executable, "-m", "ffnlab.cli", "compare", "--store", os.path.join(folder, "ffnlab.db"), "--json",
-           *argv]
+    cmd = [sys.executable, "-m", "ffnlab.cli", "compare", "--store", os.path.join(folder, "ffnlab.db"), "--json", *argv]
     print("command:", " ".join(cmd[1:]))
     print("machine:", json.dumps(machine()))
     t0 = time.perf_counter()
@@ -56,9 +61,11 @@ def main(argv):
     print(f"wall: {wall:.0f} s ({wall / 60:.1f} min), load after: {os.getloadavg()}")
     for r in out["variants"]:
         p = "-" if r["p_adj"] is None else f"{r['p_adj']:.2g}"
-        print(f"  {r['ffn']:<8} loss {r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
-              f"delta {r['delta']:+.4f} [{r['delta_ci_low']:+.4f}, {r['delta_ci_high']:+.4f}]  p_adj {p}  "
-              f"{r['tokens_per_s']:,.0f} tok/s")
+        print(
+            f"  {r['ffn']:<8} loss {r['mean']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]  "
+            f"delta {r['delta']:+.4f} [{r['delta_ci_low']:+.4f}, {r['delta_ci_high']:+.4f}]  p_adj {p}  "
+            f"{r['tokens_per_s']:,.0f} tok/s"
+        )
     print("verdict:", out["verdict"])
 
 

@@ -5,14 +5,15 @@
 Prints the machine and the median of the repeats, each from a cold cache. A benchmark, not a test:
 the time depends on the machine and on what else runs on it.
 """
+
 import argparse
 import json
 import os
 import statistics
 import time
 
-from ffnlab.run import data
 from ffnlab._util.machine import environment
+from ffnlab.run import data
 
 
 def main():
@@ -27,8 +28,10 @@ def main():
         data.load_corpus("shakespeare")
         times.append(time.perf_counter() - start)
     print("machine:", json.dumps({"cpu": environment()["cpu"], "cores": os.cpu_count(), "load": os.getloadavg()}))
-    print(f"load_corpus('shakespeare'), cold: median {statistics.median(times):.3f} s over {args.repeats} "
-          f"(min {min(times):.3f}, max {max(times):.3f})")
+    print(
+        f"load_corpus('shakespeare'), cold: median {statistics.median(times):.3f} s over {args.repeats} "
+        f"(min {min(times):.3f}, max {max(times):.3f})"
+    )
 
 
 if __name__ == "__main__":

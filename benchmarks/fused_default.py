@@ -4,6 +4,7 @@ eager timed in turns, per thread count, size and precision (fp32, bf16 autocast)
 
     python benchmarks/fused_default.py [--repeats 3] [--steps 30]
 """
+
 import argparse
 import json
 import os
@@ -14,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
-import torch  # noqa: E402
+import torch
 
-from ffnlab.core.ffn import build_ffn  # noqa: E402
-from ffnlab._util.machine import environment  # noqa: E402
+from ffnlab._util.machine import environment
+from ffnlab.core.ffn import build_ffn
 
 SIZES = ((128, 1024), (256, 4096), (512, 4096))  # (d_model, tokens): the default study's, two larger
 
@@ -40,9 +41,14 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--variants", default="swiglu,geglu")
     args = p.parse_args(argv)
-    print(json.dumps({"cpu": environment()["cpu"], "cores": os.cpu_count(),
-                      "torch": torch.__version__, "load": os.getloadavg()}))
-    print("| threads | d_model | tokens | d_ff | hidden elements | ffn | precision | fused ms | eager ms | eager/fused |")
+    print(
+        json.dumps(
+            {"cpu": environment()["cpu"], "cores": os.cpu_count(), "torch": torch.__version__, "load": os.getloadavg()}
+        )
+    )
+    print(
+        "| threads | d_model | tokens | d_ff | hidden elements | ffn | precision | fused ms | eager ms | eager/fused |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for threads in (2, 1):
         torch.set_num_threads(threads)
@@ -57,8 +63,11 @@ def main(argv=None):
                             ffn.fused = fused
                             ms[fused].append(step_ms(ffn, x, bf16, args.steps))
                     f, e = statistics.median(ms[True]), statistics.median(ms[False])
-                    print(f"| {threads} | {d_model} | {tokens} | {ffn.d_ff} | {tokens * ffn.d_ff:,} | {name} | "
-                          f"{'bf16 autocast' if bf16 else 'fp32'} | {f:.2f} | {e:.2f} | {e / f:.2f} |", flush=True)
+                    print(
+                        f"| {threads} | {d_model} | {tokens} | {ffn.d_ff} | {tokens * ffn.d_ff:,} | {name} | "
+                        f"{'bf16 autocast' if bf16 else 'fp32'} | {f:.2f} | {e:.2f} | {e / f:.2f} |",
+                        flush=True,
+                    )
     print(json.dumps({"load_after": os.getloadavg()}))
 
 

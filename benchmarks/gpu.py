@@ -12,6 +12,7 @@ Timing: forward and forward+backward of act(g)*u, eager vs fused (Triton) vs tor
 against a measured copy; then eager vs fused steps of two gated FFNs (ffnlab.tools.bench.bench_ffn).
 Exit status 0 when every check passes, 1 when one fails, 2 without CUDA or Triton.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,18 +23,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
-import torch  # noqa: E402
+import torch
 
-from ffnlab.core.activations import get_activation  # noqa: E402
-from ffnlab.tools.bench import bench_ffn, interleaved_medians, timed  # noqa: E402
-from ffnlab.core.kernels import FUSED_ACTS, gated_act, gated_down, triton_ready  # noqa: E402
+from ffnlab.core.activations import get_activation
+from ffnlab.core.kernels import FUSED_ACTS, gated_act, gated_down, triton_ready
+from ffnlab.tools.bench import bench_ffn, interleaved_medians, timed
 
-UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 DEADLINE_S = 150  # skip what is left of the timing past this, so the run stays under 3 minutes
 DRY_RUN = "--dry-run" in sys.argv
 DEVICE = "cpu" if DRY_RUN else "cuda"
-SIZES = {"check": (33, 65), "numel": 4096, "ffn": (64, 32)} if DRY_RUN else \
-    {"check": (257, 1031), "numel": 16 << 20, "ffn": (8192, 4096)}
+SIZES = (
+    {"check": (33, 65), "numel": 4096, "ffn": (64, 32)}
+    if DRY_RUN
+    else {"check": (257, 1031), "numel": 16 << 20, "ffn": (8192, 4096)}
+)
 
 
 def eager(act, g, u, dh):
@@ -87,8 +91,9 @@ def check(act: str) -> dict:
     w = torch.randn(3, 6, device=DEVICE, dtype=torch.float64, requires_grad=True)
     b = torch.randn(3, device=DEVICE, dtype=torch.float64, requires_grad=True)
     try:
-        ok = torch.autograd.gradcheck(lambda g, u: gated_act(g, u, act, backend="triton"), (gs, us)) and \
-            torch.autograd.gradcheck(lambda g, u, w, b: gated_down(g, u, w, b, act, backend="triton"), (gs, us, w, b))
+        ok = torch.autograd.gradcheck(
+            lambda g, u: gated_act(g, u, act, backend="triton"), (gs, us)
+        ) and torch.autograd.gradcheck(lambda g, u, w, b: gated_down(g, u, w, b, act, backend="triton"), (gs, us, w, b))
         out["float64_gradcheck"] = {"passed": bool(ok)}
     except Exception as e:  # gradcheck raises on a mismatch
         out["float64_gradcheck"] = {"passed": False, "error": str(e).splitlines()[0][:300]}
@@ -113,8 +118,15 @@ def time_activation(act: str, dtype, numel: int, copy_gbs: float, compile: bool)
         f(gg, ug).backward(dh)
         if DEVICE == "cuda":
             torch.cuda.synchronize()
-        rows.append({"name": act, "impl": impl, "dtype": str(dtype).removeprefix("torch."), "numel": numel,
-                     "first_call_s": round(time.perf_counter() - start, 3)})
+        rows.append(
+            {
+                "name": act,
+                "impl": impl,
+                "dtype": str(dtype).removeprefix("torch."),
+                "numel": numel,
+                "first_call_s": round(time.perf_counter() - start, 3),
+            }
+        )
 
     def fwd(f):
         with torch.no_grad():
@@ -125,12 +137,15 @@ def time_activation(act: str, dtype, numel: int, copy_gbs: float, compile: bool)
         f(gg, ug).backward(dh)
 
     fwds = interleaved_medians({i: lambda f=f: timed(lambda: fwd(f), DEVICE) for i, f in impls.items()}, 20, DEVICE)
-    both = interleaved_medians({i: lambda f=f: timed(lambda: fwd_bwd(f), DEVICE) for i, f in impls.items()}, 20,
-                               DEVICE)
+    both = interleaved_medians({i: lambda f=f: timed(lambda: fwd_bwd(f), DEVICE) for i, f in impls.items()}, 20, DEVICE)
     for row in rows:
         gbs = 3 * numel * g.element_size() / (fwds[row["impl"]] * 1e-3) / 1e9
-        row.update(fwd_ms=round(fwds[row["impl"]], 4), fwd_bwd_ms=round(both[row["impl"]], 4), gbs=round(gbs, 1),
-                   copy_frac=round(gbs / copy_gbs, 3))
+        row.update(
+            fwd_ms=round(fwds[row["impl"]], 4),
+            fwd_bwd_ms=round(both[row["impl"]], 4),
+            gbs=round(gbs, 1),
+            copy_frac=round(gbs / copy_gbs, 3),
+        )
     return rows
 
 
@@ -142,24 +157,32 @@ def main() -> int:
         print(json.dumps({"error": "needs a CUDA GPU and the triton package", "cuda": torch.cuda.is_available()}))
         return 2
     import triton
-    result = {"command": " ".join(["python", "benchmarks/gpu.py"] + sys.argv[1:]),
-              "device": "cpu, Triton interpreter (dry run)" if DRY_RUN else torch.cuda.get_device_name(),
-              "torch": torch.__version__, "triton": triton.__version__, "checks": {}, "activations": [], "ffns": []}
+
+    result = {
+        "command": " ".join(["python", "benchmarks/gpu.py"] + sys.argv[1:]),
+        "device": "cpu, Triton interpreter (dry run)" if DRY_RUN else torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "checks": {},
+        "activations": [],
+        "ffns": [],
+    }
     for act in FUSED_ACTS:
         result["checks"][act] = check(act)
     src = torch.randn(64 << (0 if DRY_RUN else 20), device=DEVICE)  # 256 MB
     dst = torch.empty_like(src)
     copy_ms = interleaved_medians({"copy": lambda: timed(lambda: dst.copy_(src), DEVICE)}, 20, DEVICE)["copy"]
     result["copy_gbs"] = round(2 * src.numel() * 4 / (copy_ms * 1e-3) / 1e9, 1)
-    del src, dst
+    src = dst = None  # free the 256 MB before the FFN rows
     for dtype in (torch.float32, torch.bfloat16):
         for act in FUSED_ACTS:
             if time.perf_counter() - start > DEADLINE_S:
                 result.setdefault("skipped", []).append(f"activation {act} {dtype}: past {DEADLINE_S} s")
                 continue
             # torch.compile's own build takes seconds per graph: fp32 only, to keep the run short
-            result["activations"] += time_activation(act, dtype, SIZES["numel"], result["copy_gbs"],
-                                                     compile=dtype == torch.float32 and not DRY_RUN)
+            result["activations"] += time_activation(
+                act, dtype, SIZES["numel"], result["copy_gbs"], compile=dtype == torch.float32 and not DRY_RUN
+            )
     for name in ("swiglu", "geglu"):
         if time.perf_counter() - start > DEADLINE_S:
             result.setdefault("skipped", []).append(f"ffn {name}: past {DEADLINE_S} s")

@@ -24,6 +24,7 @@ Defaults check: `ffnlab train --steps 200` as the CLI runs it (TrainConfig defau
 `--competitor` runs the windows next to another 2-thread fp32 training process, as when another
 job shares the machine (start it under OMP_WAIT_POLICY=PASSIVE to see what libgomp's spinning costs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,20 +40,35 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
-import torch  # noqa: E402
+import torch
 
-from ffnlab.core.model import ModelConfig  # noqa: E402
-from ffnlab._util.machine import environment  # noqa: E402
-from ffnlab._util.machine import cpu_has_amx  # noqa: E402
-from ffnlab.run.train import TrainConfig, train  # noqa: E402
+from ffnlab._util.machine import (
+    cpu_has_amx,
+    environment,
+)
+from ffnlab.core.model import ModelConfig
+from ffnlab.run.train import TrainConfig, train
 
 # the team's copy of nanoGPT's corpus, beside the repository (../shared/data); FFNLAB_BENCH_DATA overrides it
-DATA = os.environ.get("FFNLAB_BENCH_DATA",
-                      str(Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"))
+DATA = os.environ.get(
+    "FFNLAB_BENCH_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt")
+)
 RECIPE = TrainConfig(
     model=ModelConfig(context=64, n_layers=4, n_heads=4, d_model=128, ffn="gelu", dropout=0.0),
-    data=DATA, batch_size=12, max_steps=2000, lr=1e-3, min_lr=1e-4, warmup_steps=100, beta2=0.99,
-    weight_decay=0.1, grad_clip=1.0, eval_every=250, eval_batches=100, threads=2, precision="fp32")
+    data=DATA,
+    batch_size=12,
+    max_steps=2000,
+    lr=1e-3,
+    min_lr=1e-4,
+    warmup_steps=100,
+    beta2=0.99,
+    weight_decay=0.1,
+    grad_clip=1.0,
+    eval_every=250,
+    eval_batches=100,
+    threads=2,
+    precision="fp32",
+)
 REFERENCE = "fp32 eager"  # the recipe as nanoGPT runs it: fp32, no compile, torch's two threads here
 CANDIDATES = {
     REFERENCE: {},
@@ -64,33 +80,51 @@ CANDIDATES = {
     "bf16 compile 1 thread": {"precision": "bf16", "compile": True, "threads": 1},
 }
 DEFAULT_THREADS = torch.get_num_threads()  # what a fresh `ffnlab train` process gets
-PUBLISHED = {"nanoGPT README (CPU recipe)": "val loss 1.88 in about 3 minutes",
-             "issue, this machine class": "about 21,000 tokens/s, val loss 1.874 after 2000 iterations"}
+PUBLISHED = {
+    "nanoGPT README (CPU recipe)": "val loss 1.88 in about 3 minutes",
+    "issue, this machine class": "about 21,000 tokens/s, val loss 1.874 after 2000 iterations",
+}
 
 
 def machine() -> dict:
     """CPU model, cores, AMX, library versions and thread settings: what the numbers depend on."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+        ).stdout.strip()
     except OSError:
         commit = None
-    return {"cpu": environment()["cpu"], "cores": os.cpu_count(), "amx_bf16": cpu_has_amx(),
-            "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-            "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_AFFINITY",
-                                                "OMP_PROC_BIND", "TORCHINDUCTOR_CACHE_DIR") if k in os.environ},
-            "commit": commit}
+    return {
+        "cpu": environment()["cpu"],
+        "cores": os.cpu_count(),
+        "amx_bf16": cpu_has_amx(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "env": {
+            k: os.environ[k]
+            for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "KMP_AFFINITY", "OMP_PROC_BIND", "TORCHINDUCTOR_CACHE_DIR")
+            if k in os.environ
+        },
+        "commit": commit,
+    }
 
 
 def start_competitor() -> subprocess.Popen:
     """Another process training the recipe in fp32 on two threads until killed (or for 30 minutes): a
     neighbour's job, with OpenMP's default waiting policy whatever this process was started with."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from dataclasses import replace; "
-            "from train_speed import RECIPE; from ffnlab.run.train import train; "
-            "train(replace(RECIPE, max_steps=10**9, max_seconds=1800, eval_every=10**9, eval_batches=1, threads=2))")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from dataclasses import replace; "
+        "from train_speed import RECIPE; from ffnlab.run.train import train; "
+        "train(replace(RECIPE, max_steps=10**9, max_seconds=1800, eval_every=10**9, eval_batches=1, threads=2))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    return subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parent)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def window(cfg: TrainConfig) -> dict:
@@ -98,9 +132,14 @@ def window(cfg: TrainConfig) -> dict:
     load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), time.process_time()
     r = train(cfg)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return {"tokens_per_s": r["tokens_per_s"], "first_step_s": r["first_step_s"], "step_time_s": r["step_time_s"],
-            "load": round((load0 + os.getloadavg()[0]) / 2, 2), "cores_used": round(cpu / wall, 2),
-            "val_loss": r["final_val_loss"]}
+    return {
+        "tokens_per_s": r["tokens_per_s"],
+        "first_step_s": r["first_step_s"],
+        "step_time_s": r["step_time_s"],
+        "load": round((load0 + os.getloadavg()[0]) / 2, 2),
+        "cores_used": round(cpu / wall, 2),
+        "val_loss": r["final_val_loss"],
+    }
 
 
 def time_windows(names: list[str], repeats: int, steps: int, log) -> dict[str, list[dict]]:
@@ -111,8 +150,10 @@ def time_windows(names: list[str], repeats: int, steps: int, log) -> dict[str, l
         for name in names:
             cfg = replace(RECIPE, max_steps=steps, eval_every=steps, eval_batches=2, **CANDIDATES[name])
             w = window(cfg)
-            log(f"repeat {rep}{' (warm-up)' if rep == 0 else ''} {name:22s} {w['tokens_per_s']:8.0f} tokens/s  "
-                f"first step {w['first_step_s']:6.2f} s  load {w['load']:.2f}  cores used {w['cores_used']:.2f}")
+            log(
+                f"repeat {rep}{' (warm-up)' if rep == 0 else ''} {name:22s} {w['tokens_per_s']:8.0f} tokens/s  "
+                f"first step {w['first_step_s']:6.2f} s  load {w['load']:.2f}  cores used {w['cores_used']:.2f}"
+            )
             if rep == 0:
                 out[name + " (warm-up)"] = [w]
             else:
@@ -126,11 +167,17 @@ def summarize(windows: dict[str, list[dict]], names: list[str]) -> list[dict]:
     rows = []
     for name in names:
         tps = [w["tokens_per_s"] for w in windows[name]]
-        rows.append({"name": name, "tokens_per_s": statistics.median(tps), "best_tokens_per_s": max(tps),
-                     "ratio": statistics.median(t / r for t, r in zip(tps, ref)),
-                     "first_step_s": windows[name + " (warm-up)"][0]["first_step_s"],
-                     "load": statistics.median(w["load"] for w in windows[name]),
-                     "cores_used": statistics.median(w["cores_used"] for w in windows[name])})
+        rows.append(
+            {
+                "name": name,
+                "tokens_per_s": statistics.median(tps),
+                "best_tokens_per_s": max(tps),
+                "ratio": statistics.median(t / r for t, r in zip(tps, ref)),
+                "first_step_s": windows[name + " (warm-up)"][0]["first_step_s"],
+                "load": statistics.median(w["load"] for w in windows[name]),
+                "cores_used": statistics.median(w["cores_used"] for w in windows[name]),
+            }
+        )
     return rows
 
 
@@ -140,13 +187,23 @@ def full_run(name: str, log, seed: int = 0) -> dict:
     load0, cpu0, wall0 = os.getloadavg()[0], time.process_time(), time.perf_counter()
     r = train(replace(RECIPE, seed=seed, **CANDIDATES[name]))
     wall = time.perf_counter() - wall0
-    row = {"name": name, "seed": seed, "status": r["status"], "val_loss": r["final_val_loss"],
-           "val_loss_step0": r["history"]["val"][0]["loss"], "tokens_per_s": r["tokens_per_s"],
-           "end_to_end_tokens_per_s": r["tokens"] / r["train_seconds"], "train_seconds": r["train_seconds"],
-           "first_step_s": r["first_step_s"], "load": round((load0 + os.getloadavg()[0]) / 2, 2),
-           "cores_used": round((time.process_time() - cpu0) / wall, 2)}
-    log(f"full run {name}: val loss {row['val_loss']:.4f}, {row['tokens_per_s']:.0f} tokens/s (median step), "
-        f"{row['end_to_end_tokens_per_s']:.0f} end to end, {row['train_seconds']:.1f} s, load {row['load']}")
+    row = {
+        "name": name,
+        "seed": seed,
+        "status": r["status"],
+        "val_loss": r["final_val_loss"],
+        "val_loss_step0": r["history"]["val"][0]["loss"],
+        "tokens_per_s": r["tokens_per_s"],
+        "end_to_end_tokens_per_s": r["tokens"] / r["train_seconds"],
+        "train_seconds": r["train_seconds"],
+        "first_step_s": r["first_step_s"],
+        "load": round((load0 + os.getloadavg()[0]) / 2, 2),
+        "cores_used": round((time.process_time() - cpu0) / wall, 2),
+    }
+    log(
+        f"full run {name}: val loss {row['val_loss']:.4f}, {row['tokens_per_s']:.0f} tokens/s (median step), "
+        f"{row['end_to_end_tokens_per_s']:.0f} end to end, {row['train_seconds']:.1f} s, load {row['load']}"
+    )
     return row
 
 
@@ -154,17 +211,28 @@ def defaults_check(log) -> list[dict]:
     """`ffnlab train --steps 200` with every default (bundled corpus; precision auto, which is bf16 on an
     AMX CPU), and the same in fp32, compiled and with one thread: seconds and val loss at steps 0 and 200."""
     rows = []
-    for label, overrides in (("defaults (auto precision)", {}), ("defaults, fp32", {"precision": "fp32"}),
-                             ("defaults, compile", {"compile": True}),
-                             ("defaults, 1 thread", {"threads": 1}),
-                             ("defaults, fp32, 1 thread", {"precision": "fp32", "threads": 1})):
+    for label, overrides in (
+        ("defaults (auto precision)", {}),
+        ("defaults, fp32", {"precision": "fp32"}),
+        ("defaults, compile", {"compile": True}),
+        ("defaults, 1 thread", {"threads": 1}),
+        ("defaults, fp32, 1 thread", {"precision": "fp32", "threads": 1}),
+    ):
         torch.set_num_threads(DEFAULT_THREADS)
         load0, wall0 = os.getloadavg()[0], time.perf_counter()
         r = train(replace(TrainConfig(max_steps=200), **overrides))
         val = r["history"]["val"]
-        rows.append({"name": label, "wall_seconds": time.perf_counter() - wall0, "train_seconds": r["train_seconds"],
-                     "tokens_per_s": r["tokens_per_s"], "val_loss_step0": val[0]["loss"], "val_loss": val[-1]["loss"],
-                     "load": round((load0 + os.getloadavg()[0]) / 2, 2)})
+        rows.append(
+            {
+                "name": label,
+                "wall_seconds": time.perf_counter() - wall0,
+                "train_seconds": r["train_seconds"],
+                "tokens_per_s": r["tokens_per_s"],
+                "val_loss_step0": val[0]["loss"],
+                "val_loss": val[-1]["loss"],
+                "load": round((load0 + os.getloadavg()[0]) / 2, 2),
+            }
+        )
         log(f"{label}: {rows[-1]['wall_seconds']:.1f} s, val loss {val[0]['loss']:.3f} -> {val[-1]['loss']:.3f}")
     return rows
 
@@ -187,11 +255,18 @@ def attention_times(repeats: int = 7, calls: int = 20) -> list[dict]:
                 with sdpa_kernel(backend):
                     out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
             out.backward(grad)
+
         return once
 
-    fns = {(str(dtype)[6:], name): run(dtype, backend) for dtype in (torch.float32, torch.bfloat16)
-           for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("math", SDPBackend.MATH),
-                                 ("ffnlab attend", "attend"))}
+    fns = {
+        (str(dtype)[6:], name): run(dtype, backend)
+        for dtype in (torch.float32, torch.bfloat16)
+        for name, backend in (
+            ("flash", SDPBackend.FLASH_ATTENTION),
+            ("math", SDPBackend.MATH),
+            ("ffnlab attend", "attend"),
+        )
+    }
     times = {key: [] for key in fns}
     for fn in fns.values():
         fn()  # warm-up
@@ -201,8 +276,10 @@ def attention_times(repeats: int = 7, calls: int = 20) -> list[dict]:
             for _ in range(calls):
                 fn()
             times[key].append((time.perf_counter() - start) / calls * 1e3)
-    return [{"dtype": d, "backend": b, "ms": statistics.median(t), "threads": torch.get_num_threads()}
-            for (d, b), t in times.items()]
+    return [
+        {"dtype": d, "backend": b, "ms": statistics.median(t), "threads": torch.get_num_threads()}
+        for (d, b), t in times.items()
+    ]
 
 
 OTHER = "everything else (dispatch, Python, ...)"
@@ -235,9 +312,11 @@ def profile_breakdown(name: str, steps: int = 40, warm: int = 5) -> list[dict]:
             prof.start()
         elif step == total:
             prof.stop()
-    train(replace(RECIPE, max_steps=warm + steps, eval_every=10**6, eval_batches=1,
-                  **{**CANDIDATES[name], "threads": 1}),
-          progress=progress)
+
+    train(
+        replace(RECIPE, max_steps=warm + steps, eval_every=10**6, eval_batches=1, **{**CANDIDATES[name], "threads": 1}),
+        progress=progress,
+    )
     inductor_config.cpp.enable_kernel_profile = False
     groups, other = {}, {}
     for event in prof.key_averages():
@@ -246,28 +325,45 @@ def profile_breakdown(name: str, steps: int = 40, warm: int = 5) -> list[dict]:
         if group == OTHER:
             other[event.key] = event.self_cpu_time_total / 1e3 / steps
     top = sorted(other.items(), key=lambda kv: -kv[1])[:6]
-    return [{"candidate": name, "group": g, "ms_per_step": ms} for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])] \
-        + [{"candidate": name, "group": f"  of which {op}", "ms_per_step": ms} for op, ms in top]
+    return [
+        {"candidate": name, "group": g, "ms_per_step": ms} for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])
+    ] + [{"candidate": name, "group": f"  of which {op}", "ms_per_step": ms} for op, ms in top]
 
 
 def markdown(result: dict) -> str:
     """The tables of a result, as Markdown."""
-    lines = [f"command: `{result['command']}`", "", f"machine: `{json.dumps(result['machine'])}`", "",
-             f"uptime at start: `{result['uptime_start']}`; at end: `{result['uptime_end']}`", ""]
+    lines = [
+        f"command: `{result['command']}`",
+        "",
+        f"machine: `{json.dumps(result['machine'])}`",
+        "",
+        f"uptime at start: `{result['uptime_start']}`; at end: `{result['uptime_end']}`",
+        "",
+    ]
     if result.get("windows"):
-        lines += ["| configuration | tokens/s (median) | best | x reference (median of paired ratios) | "
-                  "first step s (compile) | load | cores used |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "| configuration | tokens/s (median) | best | x reference (median of paired ratios) | "
+            "first step s (compile) | load | cores used |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in result["windows"]:
-            lines.append(f"| {r['name']} | {r['tokens_per_s']:,.0f} | {r['best_tokens_per_s']:,.0f} | "
-                         f"{r['ratio']:.2f} | {r['first_step_s']:.1f} | {r['load']:.2f} | {r['cores_used']:.2f} |")
+            lines.append(
+                f"| {r['name']} | {r['tokens_per_s']:,.0f} | {r['best_tokens_per_s']:,.0f} | "
+                f"{r['ratio']:.2f} | {r['first_step_s']:.1f} | {r['load']:.2f} | {r['cores_used']:.2f} |"
+            )
         lines.append("")
     if result.get("full"):
-        lines += ["| full 2000-step run | val loss | tokens/s (median step) | tokens/s end to end | train s | "
-                  "first step s | load | cores used |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| full 2000-step run | val loss | tokens/s (median step) | tokens/s end to end | train s | "
+            "first step s | load | cores used |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in result["full"]:
-            lines.append(f"| {r['name']} (seed {r['seed']}) | {r['val_loss']:.4f} | {r['tokens_per_s']:,.0f} | "
-                         f"{r['end_to_end_tokens_per_s']:,.0f} | {r['train_seconds']:.1f} | {r['first_step_s']:.1f} | "
-                         f"{r['load']:.2f} | {r['cores_used']:.2f} |")
+            lines.append(
+                f"| {r['name']} (seed {r['seed']}) | {r['val_loss']:.4f} | {r['tokens_per_s']:,.0f} | "
+                f"{r['end_to_end_tokens_per_s']:,.0f} | {r['train_seconds']:.1f} | {r['first_step_s']:.1f} | "
+                f"{r['load']:.2f} | {r['cores_used']:.2f} |"
+            )
         for name, text in PUBLISHED.items():
             lines.append(f"| {name} | {text} | | | | | | |")
         lines.append("")
@@ -278,8 +374,10 @@ def markdown(result: dict) -> str:
             lines.append(f"| {backend} | {ms['float32']:.2f} | {ms['bfloat16']:.2f} |")
         lines.append("")
     if result.get("profile"):
-        lines += ["| profile, 1 thread: ms per step | " + " | ".join(result["profile"]) + " |",
-                  "|---|" + "---|" * len(result["profile"])]
+        lines += [
+            "| profile, 1 thread: ms per step | " + " | ".join(result["profile"]) + " |",
+            "|---|" + "---|" * len(result["profile"]),
+        ]
         groups = [g for g, _ in PROFILE_GROUPS] + [OTHER]
         for g in groups + ["total"]:
             cells = []
@@ -289,15 +387,26 @@ def markdown(result: dict) -> str:
                 cells.append(f"{total if g == 'total' else ms.get(g, 0.0):.1f}")
             lines.append(f"| {g} | " + " | ".join(cells) + " |")
         for name, rows in result["profile"].items():
-            lines.append(f"| {name}: largest of 'everything else' | " + "; ".join(
-                f"{r['group'][11:].strip('# ')[:32]} {r['ms_per_step']:.2f}" for r in rows if r["group"].startswith("  of which")) + " |")
+            lines.append(
+                f"| {name}: largest of 'everything else' | "
+                + "; ".join(
+                    f"{r['group'][11:].strip('# ')[:32]} {r['ms_per_step']:.2f}"
+                    for r in rows
+                    if r["group"].startswith("  of which")
+                )
+                + " |"
+            )
         lines.append("")
     if result.get("defaults"):
-        lines += ["| `ffnlab train --steps 200` | wall s | train s | tokens/s | val loss step 0 -> 200 | load |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "| `ffnlab train --steps 200` | wall s | train s | tokens/s | val loss step 0 -> 200 | load |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in result["defaults"]:
-            lines.append(f"| {r['name']} | {r['wall_seconds']:.1f} | {r['train_seconds']:.1f} | {r['tokens_per_s']:,.0f} | "
-                         f"{r['val_loss_step0']:.3f} -> {r['val_loss']:.3f} | {r['load']:.2f} |")
+            lines.append(
+                f"| {r['name']} | {r['wall_seconds']:.1f} | {r['train_seconds']:.1f} | {r['tokens_per_s']:,.0f} | "
+                f"{r['val_loss_step0']:.3f} -> {r['val_loss']:.3f} | {r['load']:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -308,8 +417,9 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=int, default=200, help="steps per timing window")
     p.add_argument("--fast", default="bf16 compile", help="comma-separated candidates given a full 2000-step run")
     p.add_argument("--seeds", type=int, default=1, help="full runs per configuration")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: attention, windows, profile, full, "
-                                             "defaults")
+    p.add_argument(
+        "--skip", default="", help="comma-separated parts to skip: attention, windows, profile, full, defaults"
+    )
     p.add_argument("--competitor", action="store_true", help="time the windows next to another training process")
     p.add_argument("--json", help="also write the whole result here")
     args = p.parse_args(argv)
@@ -321,11 +431,16 @@ def main(argv=None) -> int:
     if REFERENCE not in names:
         names.insert(0, REFERENCE)
     skip = set(args.skip.split(","))
-    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": machine(),
-              "uptime_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
-    print(f"command: {result['command']}\nmachine: {json.dumps(result['machine'])}\nuptime: {result['uptime_start']}",
-          flush=True)
+    log = lambda text: print(text, file=sys.stderr, flush=True)
+    result = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine(),
+        "uptime_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+    }
+    print(
+        f"command: {result['command']}\nmachine: {json.dumps(result['machine'])}\nuptime: {result['uptime_start']}",
+        flush=True,
+    )
     if "attention" not in skip:
         torch.set_num_threads(DEFAULT_THREADS)
         result["attention"] = attention_times()

@@ -7,12 +7,27 @@ import sys
 import warnings
 
 MOVED = {
-    "activations": "core.activations", "ffn": "core.ffn", "model": "core.model", "memory": "core.memory",
-    "kernels": "core.kernels", "files": "_util.files",
-    "hf": "tools.hf", "export": "tools.export", "numerics": "tools.numerics", "bench": "tools.bench",
-    "data": "run.data", "tokenizer": "run.tokenizer", "train": "run.train",
-    "sweep": "study.sweep", "store": "study.store", "stats": "study.stats", "summary": "study.summary",
-    "protocol": "study.protocol", "report": "study.report", "plots": "study.plots", "advise": "study.advise",
+    "activations": "core.activations",
+    "ffn": "core.ffn",
+    "model": "core.model",
+    "memory": "core.memory",
+    "kernels": "core.kernels",
+    "files": "_util.files",
+    "hf": "tools.hf",
+    "export": "tools.export",
+    "numerics": "tools.numerics",
+    "bench": "tools.bench",
+    "data": "run.data",
+    "tokenizer": "run.tokenizer",
+    "train": "run.train",
+    "sweep": "study.sweep",
+    "store": "study.store",
+    "stats": "study.stats",
+    "summary": "study.summary",
+    "protocol": "study.protocol",
+    "report": "study.report",
+    "plots": "study.plots",
+    "advise": "study.advise",
     "published": "study.published",
 }
 

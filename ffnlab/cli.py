@@ -3,6 +3,7 @@
 Every user error (bad name, bad size, missing file) ends as one line on stderr and exit code 2;
 set FFNLAB_DEBUG=1 to see the traceback instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,9 +14,9 @@ import sqlite3
 import sys
 import threading
 
+from ffnlab._util.files import check_writable, write_atomic
 from ffnlab.core.activations import ACTIVATIONS, aliases
 from ffnlab.core.ffn import DEFAULT_INIT, FFNS, INITS, build_ffn, ffn_stats
-from ffnlab._util.files import check_writable, write_atomic
 
 
 class UsageError(Exception):
@@ -55,15 +56,36 @@ def list_rows(d_model: int = 512) -> list[dict]:
     """One row per activation and per FFN variant, with params of the FFN at `d_model`."""
     rows = []
     for name, a in ACTIVATIONS.items():
-        rows.append({"name": name, "kind": "activation", "gated": False, "aliases": aliases(name),
-                     "same_as": a.same_as, "formula": a.formula, "paper": a.paper,
-                     "flops_per_element": a.flops, "learnable": a.learnable, "family": a.family})
+        rows.append(
+            {
+                "name": name,
+                "kind": "activation",
+                "gated": False,
+                "aliases": aliases(name),
+                "same_as": a.same_as,
+                "formula": a.formula,
+                "paper": a.paper,
+                "flops_per_element": a.flops,
+                "learnable": a.learnable,
+                "family": a.family,
+            }
+        )
     for name, spec in FFNS.items():
         stats = ffn_stats(build_ffn(name, d_model))
-        rows.append({"name": name, "kind": "ffn", "gated": spec.gated,
-                     "aliases": aliases(name) if spec.kind == "dense" else [],
-                     "formula": spec.formula, "paper": spec.paper, "d_model": d_model, "d_ff": stats["d_ff"],
-                     "params": stats["params"], "flops_per_token": stats["flops_per_token"]})
+        rows.append(
+            {
+                "name": name,
+                "kind": "ffn",
+                "gated": spec.gated,
+                "aliases": aliases(name) if spec.kind == "dense" else [],
+                "formula": spec.formula,
+                "paper": spec.paper,
+                "d_model": d_model,
+                "d_ff": stats["d_ff"],
+                "params": stats["params"],
+                "flops_per_token": stats["flops_per_token"],
+            }
+        )
     return rows
 
 
@@ -77,12 +99,15 @@ def cmd_list(args):
         if r["kind"] == "activation":
             alias = f"  (= {r['same_as']}, Hugging Face name)" if r["same_as"] else ""
             print(f"{r['name']:<18} {'yes' if r['learnable'] else 'no':<9} {r['formula']}{alias}")
-    print(f"\n{'ffn':<14} {'gated':<6} {'d_ff':>6} {'params':>10}  formula   (d_model={args.d_model}, "
-          "matched to dense 4x params)")
+    print(
+        f"\n{'ffn':<14} {'gated':<6} {'d_ff':>6} {'params':>10}  formula   (d_model={args.d_model}, "
+        "matched to dense 4x params)"
+    )
     for r in rows:
         if r["kind"] == "ffn":
-            print(f"{r['name']:<14} {'yes' if r['gated'] else 'no':<6} {r['d_ff']:>6} {r['params']:>10,}  "
-                  f"{r['formula']}")
+            print(
+                f"{r['name']:<14} {'yes' if r['gated'] else 'no':<6} {r['d_ff']:>6} {r['params']:>10,}  {r['formula']}"
+            )
     print("\nmix:ACT1+ACT2 mixes two dense FFNs at half width each, e.g. mix:gelu+silu")
 
 
@@ -116,34 +141,76 @@ def add_run_args(p):
     p.add_argument("--max-seconds", type=float, help="wall-clock budget per run")
     p.add_argument("--lr", type=float, help="peak learning rate")
     p.add_argument("--min-lr", type=float, help="end of the cosine decay (default lr/10)")
-    p.add_argument("--init", choices=INITS, help=f"FFN initialisation, one scheme for every variant (default "
-                   f"{DEFAULT_INIT}); family: the literature's per-activation table (relu he, gelu normal 0.02, "
-                   "swish lecun_uniform), which makes init differ between variants")
+    p.add_argument(
+        "--init",
+        choices=INITS,
+        help=f"FFN initialisation, one scheme for every variant (default "
+        f"{DEFAULT_INIT}); family: the literature's per-activation table (relu he, gelu normal 0.02, "
+        "swish lecun_uniform), which makes init differ between variants",
+    )
     p.add_argument("--warmup", type=int)
     p.add_argument("--eval-every", type=positive_int)
-    p.add_argument("--eval-batches", type=positive_int, help="fixed validation batches per evaluation during "
-                   "training (default 8)")
-    p.add_argument("--final-eval-batches", type=positive_int, help="fixed batches of the final val and test "
-                   "evaluation, the number a comparison ranks by (default 32)")
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16"),
-                   help="auto (default): bf16 autocast on a CPU with AMX or a GPU with bf16, else fp32")
+    p.add_argument(
+        "--eval-batches", type=positive_int, help="fixed validation batches per evaluation during training (default 8)"
+    )
+    p.add_argument(
+        "--final-eval-batches",
+        type=positive_int,
+        help="fixed batches of the final val and test evaluation, the number a comparison ranks by (default 32)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        help="auto (default): bf16 autocast on a CPU with AMX or a GPU with bf16, else fp32",
+    )
     p.add_argument("--device", choices=("cpu", "cuda", "auto"))
     p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    p.add_argument("--threads", type=positive_int, help="CPU threads per run (torch.set_num_threads); on a busy "
-                                                      "machine 1 beats 2 (benchmarks/train_speed.md)")
-    p.add_argument("--hf-config", help="a Hugging Face config.json: train that architecture (random init) "
-                                       "with each FFN variant swapped in")
+    p.add_argument(
+        "--threads",
+        type=positive_int,
+        help="CPU threads per run (torch.set_num_threads); on a busy machine 1 beats 2 (benchmarks/train_speed.md)",
+    )
+    p.add_argument(
+        "--hf-config",
+        help="a Hugging Face config.json: train that architecture (random init) with each FFN variant swapped in",
+    )
 
 
-MODEL_FLAGS = {"layers": "n_layers", "heads": "n_heads", "d_model": "d_model", "d_ff": "d_ff", "context": "context",
-               "dropout": "dropout", "norm": "norm", "placement": "placement", "pos": "pos", "match": "ffn_match",
-               "task": "task", "init": "init"}
-RUN_FLAGS = {"data": "data", "tokenizer": "tokenizer", "bpe_vocab": "bpe_vocab", "text_field": "text_field",
-             "label_field": "label_field", "batch_size": "batch_size", "steps": "max_steps",
-             "max_tokens": "max_tokens", "max_seconds": "max_seconds", "lr": "lr", "min_lr": "min_lr", "warmup": "warmup_steps",
-             "eval_every": "eval_every", "precision": "precision", "device": "device", "compile": "compile",
-             "threads": "threads", "eval_batches": "eval_batches",
-             "final_eval_batches": "final_eval_batches"}
+MODEL_FLAGS = {
+    "layers": "n_layers",
+    "heads": "n_heads",
+    "d_model": "d_model",
+    "d_ff": "d_ff",
+    "context": "context",
+    "dropout": "dropout",
+    "norm": "norm",
+    "placement": "placement",
+    "pos": "pos",
+    "match": "ffn_match",
+    "task": "task",
+    "init": "init",
+}
+RUN_FLAGS = {
+    "data": "data",
+    "tokenizer": "tokenizer",
+    "bpe_vocab": "bpe_vocab",
+    "text_field": "text_field",
+    "label_field": "label_field",
+    "batch_size": "batch_size",
+    "steps": "max_steps",
+    "max_tokens": "max_tokens",
+    "max_seconds": "max_seconds",
+    "lr": "lr",
+    "min_lr": "min_lr",
+    "warmup": "warmup_steps",
+    "eval_every": "eval_every",
+    "precision": "precision",
+    "device": "device",
+    "compile": "compile",
+    "threads": "threads",
+    "eval_batches": "eval_batches",
+    "final_eval_batches": "final_eval_batches",
+}
 
 
 def apply_run_flags(base, args):
@@ -165,17 +232,20 @@ def apply_run_flags(base, args):
 
 
 def cmd_train(args):
-    from ffnlab.run.train import progress_bar, train
-
     from dataclasses import replace
 
-    from ffnlab.run.train import TrainConfig
+    from ffnlab.run.train import TrainConfig, progress_bar, train
 
     if args.out:
         check_writable(args.out)  # now, not after the training
     cfg = apply_run_flags(TrainConfig(), args)
-    cfg = replace(cfg, seed=args.seed, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-                  model=replace(cfg.model, ffn=args.ffn))
+    cfg = replace(
+        cfg,
+        seed=args.seed,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        model=replace(cfg.model, ffn=args.ffn),
+    )
     show = None if args.quiet or args.json else progress_bar(f"{args.ffn} seed {args.seed}: ")
     result = train(cfg, progress=show)
     if args.out:
@@ -188,23 +258,32 @@ def cmd_train(args):
 
 def format_run(r) -> str:
     """A finished run in a few lines: loss, what it cost, and what the monitors saw."""
-    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
     first = r.history["val"][0] if r.history["val"] else None
-    lines = [f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.final_val_loss)}"
-             + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
-             + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"]
+    lines = [
+        f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.final_val_loss)}"
+        + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
+        + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"
+    ]
     if r.task == "lm":
-        lines.append(f"  perplexity {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
-                     f"with embedding noise {f(r.noisy_val_loss)}")
+        lines.append(
+            f"  perplexity {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
+            f"with embedding noise {f(r.noisy_val_loss)}"
+        )
     else:
-        lines.append(f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise "
-                     f"{f(r.noisy_val_acc)}")
-    lines.append(f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
-                 f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
-                 f"{r.saved_bytes / 2**20:.1f})"
-                 + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else ""))
-    lines.append(f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
-                 f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}")
+        lines.append(
+            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}"
+        )
+    lines.append(
+        f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
+        f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
+        f"{r.saved_bytes / 2**20:.1f})"
+        + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else "")
+    )
+    lines.append(
+        f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
+        f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
+    )
     for layer, values in r.learned.items():
         lines.append(f"  learned {layer}: {json.dumps(values)}")
     return "\n".join(lines)
@@ -247,16 +326,37 @@ def study_from_args(args):
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")
     base = apply_run_flags(preset_config(args.preset), args)
-    axes = {a: getattr(args, a) for a in ("depth", "width", "placement_axis", "norm_axis", "task_axis",
-                                          "data_axis", "init_axis", "lr_axis", "warmup_axis", "context_axis")
-            if getattr(args, a)}
+    axes = {
+        a: getattr(args, a)
+        for a in (
+            "depth",
+            "width",
+            "placement_axis",
+            "norm_axis",
+            "task_axis",
+            "data_axis",
+            "init_axis",
+            "lr_axis",
+            "warmup_axis",
+            "context_axis",
+        )
+        if getattr(args, a)
+    }
     axes = {a.removesuffix("_axis"): v for a, v in axes.items()}
     seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
     if seeds < 2 and not args.no_stats:
-        raise UsageError(f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
-                         "use --seeds 3 or more, or --no-stats")
-    return Study(variants=args.variants or list(DEFAULT_VARIANTS), seeds=seeds, base=base, axes=axes, baseline=args.baseline,
-                 noise_floor=args.noise_floor)
+        raise UsageError(
+            f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
+            "use --seeds 3 or more, or --no-stats"
+        )
+    return Study(
+        variants=args.variants or list(DEFAULT_VARIANTS),
+        seeds=seeds,
+        base=base,
+        axes=axes,
+        baseline=args.baseline,
+        noise_floor=args.noise_floor,
+    )
 
 
 def format_table(summary: dict) -> str:
@@ -270,39 +370,59 @@ def format_table(summary: dict) -> str:
 
 def held_equal_lines(settings: dict) -> list[str]:
     """What the comparison held equal and what not, one item a line."""
-    return (["held equal:"] + [f"  {what}: {how}" for what, how in settings["held_equal"]]
-            + ["not equal:"] + [f"  {what}: {why}" for what, why in settings["not_equal"]])
+    return (
+        ["held equal:"]
+        + [f"  {what}: {how}" for what, how in settings["held_equal"]]
+        + ["not equal:"]
+        + [f"  {what}: {why}" for what, why in settings["not_equal"]]
+    )
 
 
 def format_cell(cell: dict, baseline: str) -> list[str]:
     from ffnlab.study.summary import literature_text, p_label
 
-    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
     lines = []
     if cell["axes"]:
         lines.append("  ".join(f"{k}={v}" for k, v in cell["axes"].items()))
     tuned = "selected_on" in cell
     if tuned:
-        lines.append(f"tuned: each variant at its best {' x '.join(cell['tuned_axes'])} on validation, compared on "
-                     f"{cell['metric']}")
+        lines.append(
+            f"tuned: each variant at its best {' x '.join(cell['tuned_axes'])} on validation, compared on "
+            f"{cell['metric']}"
+        )
     metric = {"final_val_loss": "val loss", "final_val_acc": "val acc"}.get(cell["metric"], cell["metric"][6:])
-    lines.append(f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
-                 f" {'p_adj':>7} " + ("setting" if tuned else f"{'params':>9} {'tok/s':>7} {'mem MiB':>7} {'test':>7} "
-                                                         f"{'noise +':>7} {'events':>6} {'dead':>5} {'div':>3}"))
+    lines.append(
+        f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
+        f" {'p_adj':>7} "
+        + (
+            "setting"
+            if tuned
+            else f"{'params':>9} {'tok/s':>7} {'mem MiB':>7} {'test':>7} "
+            f"{'noise +':>7} {'events':>6} {'dead':>5} {'div':>3}"
+        )
+    )
     for r in cell["variants"]:
         ci = f"{f(r['mean'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
         sig = "*" if r["significant"] else " "
-        delta = "baseline" if r["ffn"] == baseline else \
-            f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}" if r["delta"] is not None else "-"
+        delta = (
+            "baseline"
+            if r["ffn"] == baseline
+            else f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}"
+            if r["delta"] is not None
+            else "-"
+        )
         p = p_label(r, baseline)
         if tuned:
             setting = ", ".join(f"{a} {r.get(a)}" for a in cell["tuned_axes"])
             lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} {setting}")
             continue
-        lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} "
-                     f"{r['params'] or 0:>9,} {r['tokens_per_s'] or 0:>7,.0f} {(r['train_mem_bytes'] or 0) / 2**20:>7.1f} "
-                     f"{f(r['test_mean']):>7} {f(r['noise_delta']):>7} {r['stability_events']:>6} "
-                     f"{f(r['dead_frac'], 2):>5} {r['diverged']:>3}")
+        lines.append(
+            f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} "
+            f"{r['params'] or 0:>9,} {r['tokens_per_s'] or 0:>7,.0f} {(r['train_mem_bytes'] or 0) / 2**20:>7.1f} "
+            f"{f(r['test_mean']):>7} {f(r['noise_delta']):>7} {r['stability_events']:>6} "
+            f"{f(r['dead_frac'], 2):>5} {r['diverged']:>3}"
+        )
     lines.append(cell["verdict"])
     if cell.get("noise_floor"):
         nf = cell["noise_floor"]
@@ -348,6 +468,7 @@ def cmd_compare(args):
 
     if args.log_to:
         import importlib.util
+
         module = {"mlflow": "mlflow", "tensorboard": "tensorboard"}[args.log_to]
         if importlib.util.find_spec(module) is None:
             raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
@@ -359,9 +480,11 @@ def cmd_compare(args):
         check_writable(args.csv)
     if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
         from ffnlab.study.report import check_out_dir, default_out_dir
+
         check_out_dir(default_out_dir(args.store))
-    run = dict(jobs=args.jobs, backend=args.backend, address=args.address, quiet=args.quiet or args.json,
-               log_to=args.log_to)
+    run = dict(
+        jobs=args.jobs, backend=args.backend, address=args.address, quiet=args.quiet or args.json, log_to=args.log_to
+    )
     if args.protocol:
         return compare_protocol(args, study, grid, run)
     summary = run_study(study, args.store, **run)
@@ -372,6 +495,7 @@ def cmd_compare(args):
         print(f"store: {summary['store']}", flush=True)
     if not args.no_report:
         from ffnlab.study.report import write_report
+
         report = write_report(args.store, study=study)
         if not args.json and not args.quiet:
             print(f"report: {report['html']} (summary: {report['markdown']})")
@@ -386,8 +510,11 @@ def incomplete(summary: dict) -> int:
     if not missing:
         return 0
     planned = sum(1 for cell in summary["cells"] for r in cell["variants"]) * summary["seeds"]
-    print(f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
-          f"store); the table rests on the rest. Run the same command again to retry them", file=sys.stderr)
+    print(
+        f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
+        f"store); the table rests on the rest. Run the same command again to retry them",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -412,11 +539,19 @@ def compare_protocol(args, study, grid: dict, run: dict):
     report = None
     if not args.no_report:
         from ffnlab.study.report import write_report
+
         report = write_report(args.store, study=study)
     if args.json:
-        print(json.dumps({"grid": result["grid"], "choice": result["choice"],
-                          "stages": [{"name": st["name"], **summary_json(st["summary"])} for st in result["stages"]]},
-                         indent=1))
+        print(
+            json.dumps(
+                {
+                    "grid": result["grid"],
+                    "choice": result["choice"],
+                    "stages": [{"name": st["name"], **summary_json(st["summary"])} for st in result["stages"]],
+                },
+                indent=1,
+            )
+        )
     elif not args.quiet:
         print(format_protocol(result))
         print(f"store: {args.store}")
@@ -467,8 +602,15 @@ def cmd_bench(args):
     from ffnlab.tools.bench import format_bench, run_bench
 
     log = None if args.json else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
-    result = run_bench(args.ffn, args.tokens, args.d_model, quick=args.quick, compile=not args.no_compile,
-                       repeats=args.repeats, log=log)
+    result = run_bench(
+        args.ffn,
+        args.tokens,
+        args.d_model,
+        quick=args.quick,
+        compile=not args.no_compile,
+        repeats=args.repeats,
+        log=log,
+    )
     print(json.dumps(result, indent=1) if args.json else format_bench(result))
 
 
@@ -479,8 +621,10 @@ def cmd_report(args):
     from ffnlab.study.report import write_report
 
     paths = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
-    print(f"report: {paths['html']}\nsummary: {paths['markdown']}\n"
-          f"figures: {len(paths['figures'])} PNG in {paths['html'].parent / 'figures'}")
+    print(
+        f"report: {paths['html']}\nsummary: {paths['markdown']}\n"
+        f"figures: {len(paths['figures'])} PNG in {paths['html'].parent / 'figures'}"
+    )
 
 
 def cmd_plot(args):
@@ -495,8 +639,15 @@ def cmd_plot(args):
 def cmd_advise(args):
     from ffnlab.study.advise import advise, format_advice
 
-    advice = advise(args.store, args.params_budget, args.memory_budget, args.latency_sensitive, args.pretrained,
-                    args.deploy, args.depth)
+    advice = advise(
+        args.store,
+        args.params_budget,
+        args.memory_budget,
+        args.latency_sensitive,
+        args.pretrained,
+        args.deploy,
+        args.depth,
+    )
     print(json.dumps(advice, indent=1) if args.json else format_advice(advice))
 
 
@@ -534,29 +685,54 @@ def build_parser() -> Parser:
     p.add_argument("--norm-axis", type=csv_list, default=None, help="axis: layernorm,rmsnorm")
     p.add_argument("--task-axis", type=csv_list, default=None, help="axis: lm,cls")
     p.add_argument("--data-axis", type=csv_list, default=None, help="axis: data sources")
-    p.add_argument("--init-axis", type=csv_list, default=None, help=f"axis: FFN inits, e.g. lecun,he,family "
-                   f"(valid: {', '.join(INITS)})")
-    p.add_argument("--lr-axis", type=float_list, default=None, help="axis: peak learning rates, e.g. 1e-3,2e-3,4e-3; "
-                   "adds a 'tuned' summary (each variant at its best lr on validation, reported on test)")
+    p.add_argument(
+        "--init-axis",
+        type=csv_list,
+        default=None,
+        help=f"axis: FFN inits, e.g. lecun,he,family (valid: {', '.join(INITS)})",
+    )
+    p.add_argument(
+        "--lr-axis",
+        type=float_list,
+        default=None,
+        help="axis: peak learning rates, e.g. 1e-3,2e-3,4e-3; "
+        "adds a 'tuned' summary (each variant at its best lr on validation, reported on test)",
+    )
     p.add_argument("--warmup-axis", type=int_list, default=None, help="axis: warm-up steps, e.g. 10,40")
     p.add_argument("--context-axis", type=int_list, default=None, help="axis: context lengths (tokens per sequence)")
-    p.add_argument("--protocol", action="store_true", help="the validation protocol: 1. compare at fixed settings, "
-                   "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
-                   "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids")
+    p.add_argument(
+        "--protocol",
+        action="store_true",
+        help="the validation protocol: 1. compare at fixed settings, "
+        "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
+        "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids",
+    )
     add_run_args(p)
     p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
-    p.add_argument("--jobs", type=jobs_arg, default="auto", help="local worker processes: auto (default) runs one "
-                   "single-threaded worker per core (one process on a GPU), or a number")
+    p.add_argument(
+        "--jobs",
+        type=jobs_arg,
+        default="auto",
+        help="local worker processes: auto (default) runs one "
+        "single-threaded worker per core (one process on a GPU), or a number",
+    )
     p.add_argument("--backend", default="local", choices=("local", "ray"))
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
     p.add_argument("--csv", default=None, help="also write the table to this CSV file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
-    p.add_argument("--log-to", default=None, choices=("mlflow", "tensorboard"),
-                   help="mirror finished runs there (mlflow: your tracking URI, else mlflow.db beside the store)")
-    p.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report (default: written to "
-                   "report/ beside the store)")
+    p.add_argument(
+        "--log-to",
+        default=None,
+        choices=("mlflow", "tensorboard"),
+        help="mirror finished runs there (mlflow: your tracking URI, else mlflow.db beside the store)",
+    )
+    p.add_argument(
+        "--no-report",
+        action="store_true",
+        help="skip the HTML/Markdown report (default: written to report/ beside the store)",
+    )
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("numerics", help="forward/backward error of every activation against a float64 reference")
@@ -568,14 +744,19 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print strict JSON instead of tables")
     p.set_defaults(func=cmd_numerics)
     import re  # NOTE: argparse reads '--range -10,10' as a flag; let a leading -digit be a value here
+
     p._negative_number_matcher = re.compile(r"^-\.?\d")
 
     p = sub.add_parser("export", help="export an FFN variant (alone or in a model) to ONNX, checked in onnxruntime")
     p.add_argument("--ffn", required=True, help="FFN variant (see ffnlab list), or mix:ACT1+ACT2")
-    p.add_argument("--model", default="ffn",
-                   help="ffn (the FFN alone), small (ffnlab Transformer with that FFN), or a Hugging Face config.json")
-    p.add_argument("--d-model", type=positive_int, default=None, help="width (default: 64 for ffn, ModelConfig's "
-                   "for small)")
+    p.add_argument(
+        "--model",
+        default="ffn",
+        help="ffn (the FFN alone), small (ffnlab Transformer with that FFN), or a Hugging Face config.json",
+    )
+    p.add_argument(
+        "--d-model", type=positive_int, default=None, help="width (default: 64 for ffn, ModelConfig's for small)"
+    )
     p.add_argument("--n-layers", type=positive_int, default=None, help="layers of the small model")
     p.add_argument("--opset", type=positive_int, default=None, help="ONNX opset (default 20, the first with Gelu)")
     p.add_argument("--out", required=True, help="the .onnx file to write (atomically)")
@@ -583,9 +764,15 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("bench", help="time FFN variants eager, fused and compiled; saved bytes, memory, GFLOP/s")
-    p.add_argument("--ffn", type=csv_list, default=None, help="comma-separated FFN variants "
-                   "(default: swiglu,geglu,geglu_tanh,reglu,glu,gelu; quick: swiglu,gelu)")
-    p.add_argument("--tokens", type=int_list, default=None, help="comma-separated token counts (default 4096; quick 512)")
+    p.add_argument(
+        "--ffn",
+        type=csv_list,
+        default=None,
+        help="comma-separated FFN variants (default: swiglu,geglu,geglu_tanh,reglu,glu,gelu; quick: swiglu,gelu)",
+    )
+    p.add_argument(
+        "--tokens", type=int_list, default=None, help="comma-separated token counts (default 4096; quick 512)"
+    )
     p.add_argument("--d-model", type=int_list, default=None, help="comma-separated widths (default 512; quick 256)")
     p.add_argument("--repeats", type=positive_int, default=None, help="timed repeats per median (default 7; quick 3)")
     p.add_argument("--quick", action="store_true", help="small sizes, few repeats: under a minute on 2 cores")
@@ -596,11 +783,17 @@ def build_parser() -> Parser:
     p = sub.add_parser("report", help="HTML report, Markdown summary and figures of the latest study in a store")
     p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
     p.add_argument("--out", default=None, help="output folder (default: report/ beside the store)")
-    p.add_argument("--baseline", default=None, help="variant the others are compared with (default: relu if it "
-                   "was run, else the first)")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="variant the others are compared with (default: relu if it was run, else the first)",
+    )
     p.add_argument("--layer", type=int, default=None, help="layer of the attention maps (default: the last)")
-    p.add_argument("--numerics", action="store_true", help="also measure the compared activations' numerics "
-                   "(numerics.json beside the store)")
+    p.add_argument(
+        "--numerics",
+        action="store_true",
+        help="also measure the compared activations' numerics (numerics.json beside the store)",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("plot", help="draw activations and their derivatives to a PNG or SVG file")
@@ -616,8 +809,12 @@ def build_parser() -> Parser:
     p.add_argument("--params-budget", default=None, help="most parameters the model may have, e.g. 125M")
     p.add_argument("--memory-budget", default=None, help="most training memory, e.g. 16GiB or 500MB")
     p.add_argument("--latency-sensitive", action="store_true", help="prefer the faster of statistically tied variants")
-    p.add_argument("--pretrained", default=None, help="fine-tuning this model: path to its config.json, or a name "
-                   "such as bert-base-uncased, gpt2, t5-base, mistral")
+    p.add_argument(
+        "--pretrained",
+        default=None,
+        help="fine-tuning this model: path to its config.json, or a name "
+        "such as bert-base-uncased, gpt2, t5-base, mistral",
+    )
     p.add_argument("--deploy", choices=("cpu", "gpu", "edge"), default=None, help="where the model will run")
     p.add_argument("--depth", type=positive_int, default=None, help="number of layers you plan")
     p.add_argument("--json", action="store_true", help="print recommendation, reasons, evidence, alternatives as JSON")
@@ -626,16 +823,29 @@ def build_parser() -> Parser:
 
 
 # failures that come from what the user asked for (a name, a size, a path, a store): one line, exit 2
-USER_ERRORS = (UsageError, ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-               UnicodeDecodeError, MemoryError, OverflowError, sqlite3.Error)
+USER_ERRORS = (
+    UsageError,
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    UnicodeDecodeError,
+    MemoryError,
+    OverflowError,
+    sqlite3.Error,
+)
 
 
 def main(argv=None) -> int:
     """Run the CLI. Exit 0 on success, 1 when runs did not finish or on an internal error (one line,
     the full trace written to a file it names), 2 on a user error (one line naming the problem)."""
     # SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so `finally` blocks remove temporary files
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum)) \
-        if threading.current_thread() is threading.main_thread() else None
+    previous = (
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
     try:
         return run_command(argv)
     finally:
@@ -672,8 +882,10 @@ def run_command(argv) -> int:
         with os.fdopen(fd, "w") as f:
             traceback.print_exc(file=f)
         first = str(e).splitlines()[0] if str(e) else ""
-        print(f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
-              file=sys.stderr)
+        print(
+            f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -5,8 +5,12 @@ import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
-TOL = {torch.float64: (1e-12, 1e-12), torch.float32: (1e-6, 1e-6), torch.bfloat16: (1.6e-2, 1e-2),
-       torch.float16: (1e-3, 1e-3)}
+TOL = {
+    torch.float64: (1e-12, 1e-12),
+    torch.float32: (1e-6, 1e-6),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float16: (1e-3, 1e-3),
+}
 
 
 def assert_close(actual, expected, dtype=None, **kw):
@@ -24,4 +28,5 @@ def run_cli(capsys):
         code = main([str(a) for a in argv])
         out = capsys.readouterr()
         return code, out.out, out.err
+
     return run

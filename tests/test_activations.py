@@ -7,9 +7,9 @@ from torch import nn
 from ffnlab.core.activations import ACTIVATIONS, aliases, get_activation, resolve
 
 # Independent float64 references, written from the papers' formulas with math/erf per element.
-Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
-sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
-gtanh = lambda x: 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))  # noqa: E731
+Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
+sig = lambda x: 1 / (1 + math.exp(-x))
+gtanh = lambda x: 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 REF = {
     "relu": lambda x: max(0.0, x),
     "leaky_relu": lambda x: x if x > 0 else 0.01 * x,
@@ -27,7 +27,10 @@ REF = {
     "swish_beta": lambda x: x * sig(x),
     "tunable_gelu": lambda x: x * Phi(x),
     "switch": lambda x: (max(0.0, x) + x * Phi(x) + x * sig(x)) / 3,
-    "gelu_new": gtanh, "gelu_fast": gtanh, "gelu_pytorch_tanh": gtanh, "gelu_accurate": gtanh,
+    "gelu_new": gtanh,
+    "gelu_fast": gtanh,
+    "gelu_pytorch_tanh": gtanh,
+    "gelu_accurate": gtanh,
     "gelu_python": lambda x: x * Phi(x),
     "gelu_10": lambda x: min(max(x * Phi(x), -10), 10),
     "quick_gelu": lambda x: x * sig(1.702 * x),
@@ -36,8 +39,25 @@ REF = {
 # gelu_fast rounds sqrt(2/pi) to 10 digits; hardswish has kinks at -3, 3
 REF_TOL = {"gelu_fast": 1e-9}
 X = torch.cat([torch.linspace(-8, 8, 401, dtype=torch.float64), torch.tensor([-20.0, 20.0], dtype=torch.float64)])
-HF_NAMES = ["gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate", "gelu_python", "quick_gelu",
-            "swish", "gelu_10", "relu", "leaky_relu", "relu2", "mish", "silu", "hardswish", "sigmoid", "tanh"]
+HF_NAMES = [
+    "gelu",
+    "gelu_new",
+    "gelu_fast",
+    "gelu_pytorch_tanh",
+    "gelu_accurate",
+    "gelu_python",
+    "quick_gelu",
+    "swish",
+    "gelu_10",
+    "relu",
+    "leaky_relu",
+    "relu2",
+    "mish",
+    "silu",
+    "hardswish",
+    "sigmoid",
+    "tanh",
+]
 
 
 def test_every_entry_has_a_reference():
@@ -69,6 +89,7 @@ def test_gradients_gradcheck(name):
 @pytest.mark.parametrize("name", HF_NAMES)
 def test_hugging_face_names_match_act2fn_bitwise(name):
     from transformers.activations import ACT2FN
+
     x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 4
     x[:4] = torch.tensor([-30.0, 30.0, 0.0, -5.7])
     for dtype in (torch.float32, torch.float64):

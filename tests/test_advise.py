@@ -3,8 +3,8 @@ from dataclasses import replace
 
 import pytest
 
-from ffnlab.study.advise import advise, format_advice, parse_bytes, parse_params
 from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.study.advise import advise, format_advice, parse_bytes, parse_params
 from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
 from ffnlab.study.store import Store
 from ffnlab.study.sweep import preset_config, run_id
@@ -13,9 +13,15 @@ from ffnlab.study.sweep import preset_config, run_id
 SEED_NOISE = (0.0, 0.03, -0.02)
 
 
-def fabricated_store(path, losses: dict[str, float], step_time: dict[str, float] | None = None,
-                     params: dict[str, int] | None = None, diverged=(), jitter: dict[str, tuple] | None = None,
-                     memory: dict[str, int] | None = None):
+def fabricated_store(
+    path,
+    losses: dict[str, float],
+    step_time: dict[str, float] | None = None,
+    params: dict[str, int] | None = None,
+    diverged=(),
+    jitter: dict[str, tuple] | None = None,
+    memory: dict[str, int] | None = None,
+):
     """A store of finished runs with the given mean losses over 3 paired seeds (fabricated inputs)."""
     base = preset_config("smoke")
     with Store(path) as store:
@@ -26,11 +32,23 @@ def fabricated_store(path, losses: dict[str, float], step_time: dict[str, float]
                 store.claim(rid, cfg.to_dict())
                 store.start(rid)
                 value = loss + noise + (jitter or {}).get(ffn, (0, 0, 0))[seed]
-                result = {"ffn": ffn, "seed": seed, "status": "finished", "task": "lm", "final_val_loss": value,
-                          "params": (params or {}).get(ffn, 16_000), "flops_per_token": 34_000,
-                          "step_time_s": (step_time or {}).get(ffn, 0.01), "tokens_per_s": 25_600.0,
-                          "train_mem_bytes": (memory or {}).get(ffn, 5 * 2**20), "n_grad_spikes": 0, "n_loss_spikes": 0, "behaviour": {},
-                          "dead_frac": None, "train_seconds": 1.0}
+                result = {
+                    "ffn": ffn,
+                    "seed": seed,
+                    "status": "finished",
+                    "task": "lm",
+                    "final_val_loss": value,
+                    "params": (params or {}).get(ffn, 16_000),
+                    "flops_per_token": 34_000,
+                    "step_time_s": (step_time or {}).get(ffn, 0.01),
+                    "tokens_per_s": 25_600.0,
+                    "train_mem_bytes": (memory or {}).get(ffn, 5 * 2**20),
+                    "n_grad_spikes": 0,
+                    "n_loss_spikes": 0,
+                    "behaviour": {},
+                    "dead_frac": None,
+                    "train_seconds": 1.0,
+                }
                 status = "diverged" if ffn in diverged else "finished"
                 if status == "diverged":
                     result.update(status="diverged", final_val_loss=None)
@@ -40,8 +58,9 @@ def fabricated_store(path, losses: dict[str, float], step_time: dict[str, float]
 
 
 def test_memory_budget_excludes_by_training_memory(tmp_path):
-    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "gelu": 1.98, "swiglu": 1.90},
-                             memory={"swiglu": 12 * 2**20})
+    store = fabricated_store(
+        tmp_path / "s.db", {"relu": 2.0, "gelu": 1.98, "swiglu": 1.90}, memory={"swiglu": 12 * 2**20}
+    )
     assert advise(store=store)["recommendation"] == "swiglu"
     advice = advise(store=store, memory_budget="8MiB")
     assert advice["recommendation"] == "gelu"
@@ -70,9 +89,12 @@ def test_measured_recommends_the_variant_the_numbers_favour(tmp_path, winner):
 
 def test_latency_sensitive_prefers_the_faster_of_tied_variants(tmp_path):
     # swiglu and gelu are statistically tied (noisy pairs); gelu is 30% faster
-    store = fabricated_store(tmp_path / "s.db", {"relu": 2.2, "gelu": 1.951, "swiglu": 1.950},
-                             step_time={"relu": 0.010, "gelu": 0.010, "swiglu": 0.013},
-                             jitter={"gelu": (0.02, -0.03, 0.015)})
+    store = fabricated_store(
+        tmp_path / "s.db",
+        {"relu": 2.2, "gelu": 1.951, "swiglu": 1.950},
+        step_time={"relu": 0.010, "gelu": 0.010, "swiglu": 0.013},
+        jitter={"gelu": (0.02, -0.03, 0.015)},
+    )
     assert advise(store=store)["recommendation"] == "swiglu"
     fast = advise(store=store, latency_sensitive=True)
     assert fast["recommendation"] == "gelu"
@@ -80,8 +102,12 @@ def test_latency_sensitive_prefers_the_faster_of_tied_variants(tmp_path):
 
 
 def test_constraints_exclude_variants_and_say_why(tmp_path):
-    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "gelu": 1.95, "swiglu": 1.9, "geglu": 1.85},
-                             params={"swiglu": 20_000, "relu": 16_000, "gelu": 16_000}, diverged=("geglu",))
+    store = fabricated_store(
+        tmp_path / "s.db",
+        {"relu": 2.0, "gelu": 1.95, "swiglu": 1.9, "geglu": 1.85},
+        params={"swiglu": 20_000, "relu": 16_000, "gelu": 16_000},
+        diverged=("geglu",),
+    )
     advice = advise(store=store, params_budget="18k")
     assert advice["recommendation"] == "gelu"
     excluded = {a["ffn"]: a["excluded"] for a in advice["alternatives"] if "excluded" in a}
@@ -90,15 +116,21 @@ def test_constraints_exclude_variants_and_say_why(tmp_path):
         advise(store=store, params_budget=1000)
 
 
-@pytest.mark.parametrize("config,ffn,act", [
-    ({"model_type": "bert", "hidden_act": "gelu", "architectures": ["BertForMaskedLM"]}, "gelu", "gelu"),
-    ({"model_type": "gpt2", "activation_function": "gelu_new"}, "gelu_new", "gelu_new"),
-    ({"model_type": "llama", "hidden_act": "silu"}, "swiglu", "silu"),
-    ({"model_type": "t5", "feed_forward_proj": "gated-gelu"}, "geglu_tanh", "gelu_new"),
-    ({"model_type": "t5", "feed_forward_proj": "relu"}, "relu", "relu"),
-    ({"model_type": "gemma", "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"}, "geglu_tanh",
-     "gelu_pytorch_tanh"),
-])
+@pytest.mark.parametrize(
+    "config,ffn,act",
+    [
+        ({"model_type": "bert", "hidden_act": "gelu", "architectures": ["BertForMaskedLM"]}, "gelu", "gelu"),
+        ({"model_type": "gpt2", "activation_function": "gelu_new"}, "gelu_new", "gelu_new"),
+        ({"model_type": "llama", "hidden_act": "silu"}, "swiglu", "silu"),
+        ({"model_type": "t5", "feed_forward_proj": "gated-gelu"}, "geglu_tanh", "gelu_new"),
+        ({"model_type": "t5", "feed_forward_proj": "relu"}, "relu", "relu"),
+        (
+            {"model_type": "gemma", "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"},
+            "geglu_tanh",
+            "gelu_pytorch_tanh",
+        ),
+    ],
+)
 def test_pretrained_config_keeps_its_activation(tmp_path, config, ffn, act):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
@@ -150,7 +182,7 @@ def test_published_cost_sensitive_picks_the_cheapest_tied_variant():
     advice = advise(deploy="edge", depth=6)
     choice = advice["recommendation"]
     assert table.values[choice] - table.values[best] <= max(table.spread[choice], table.spread[best])
-    flops = lambda n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops  # noqa: E731
+    flops = lambda n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops
     assert flops(choice) <= flops(best)
     assert "--layers 6" in advice["command"]
 
@@ -162,14 +194,16 @@ def test_published_numbers_name_table_columns():
         get_ffn_spec(name)
 
 
-@pytest.mark.parametrize("text,value", [("125M", 125_000_000), ("7B", 7_000_000_000), ("1.5e6", 1_500_000),
-                                        ("18k", 18_000)])
+@pytest.mark.parametrize(
+    "text,value", [("125M", 125_000_000), ("7B", 7_000_000_000), ("1.5e6", 1_500_000), ("18k", 18_000)]
+)
 def test_parse_params(text, value):
     assert parse_params(text) == value
 
 
-@pytest.mark.parametrize("text,value", [("16GB", 16_000_000_000), ("2GiB", 2 * 2**30), ("512M", 512 * 2**20),
-                                        ("100", 100)])
+@pytest.mark.parametrize(
+    "text,value", [("16GB", 16_000_000_000), ("2GiB", 2 * 2**30), ("512M", 512 * 2**20), ("100", 100)]
+)
 def test_parse_bytes(text, value):
     assert parse_bytes(text) == value
 
@@ -185,13 +219,16 @@ def test_advise_cli_json(run_cli, tmp_path):
     assert code == 0 and "Shazeer 2020" in out and "ffnlab compare" in out
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--store", "{tmp}/missing.db"], "no run store at"),
-    (["--store", "{tmp}/empty.db"], "holds no finished runs"),
-    (["--params-budget", "lots"], "cannot read parameter budget 'lots'"),
-    (["--pretrained", "{tmp}/nope/config.json"], "no model config at"),
-    (["--deploy", "tpu"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--store", "{tmp}/missing.db"], "no run store at"),
+        (["--store", "{tmp}/empty.db"], "holds no finished runs"),
+        (["--params-budget", "lots"], "cannot read parameter budget 'lots'"),
+        (["--pretrained", "{tmp}/nope/config.json"], "no model config at"),
+        (["--deploy", "tpu"], "invalid choice"),
+    ],
+)
 def test_advise_cli_bad_input(run_cli, tmp_path, argv, needle):
     with Store(tmp_path / "empty.db") as s:  # a store with only a pending run
         s.claim("x", {"model": {"ffn": "relu"}})

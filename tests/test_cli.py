@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,11 @@ def test_list_json_has_every_entry(run_cli):
     swiglu = next(r for r in rows if r["name"] == "swiglu")
     assert swiglu["gated"] and swiglu["params"] == 3 * 256 * swiglu["d_ff"]
     assert next(r for r in rows if r["name"] == "gelu_tanh")["aliases"] == [
-        "gelu_accurate", "gelu_fast", "gelu_new", "gelu_pytorch_tanh"]
+        "gelu_accurate",
+        "gelu_fast",
+        "gelu_new",
+        "gelu_pytorch_tanh",
+    ]
 
 
 def test_list_table(run_cli):
@@ -30,26 +35,60 @@ def test_list_table(run_cli):
     assert "swiglu" in out and "W_down(silu(W_gate x) * W_up x)" in out and "gelu_new" in out
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["list", "--d-model", "0"], "must be positive"),
-    (["list", "--d-model", "abc"], "positive integer"),
-    (["nosuchcommand"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["list", "--d-model", "0"], "must be positive"),
+        (["list", "--d-model", "abc"], "positive integer"),
+        (["nosuchcommand"], "invalid choice"),
+    ],
+)
 def test_bad_input_one_line_exit_2(run_cli, argv, needle):
     code, out, err = run_cli(*argv)
     assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_console_script_exit_code():
-    proc = subprocess.run([sys.executable, "-m", "ffnlab.cli", "list", "--d-model", "-3"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ffnlab.cli", "list", "--d-model", "-3"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("ffnlab: error:")
 
 
-TINY_TRAIN = ["train", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32, "--batch-size", 4, "--steps", 2,
-              "--eval-every", 2, "--quiet"]
-TINY_COMPARE = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 3, "--steps", 2, "--eval-every", 2,
-                "--jobs", 1, "--quiet"]
+TINY_TRAIN = [
+    "train",
+    "--layers",
+    1,
+    "--heads",
+    2,
+    "--d-model",
+    32,
+    "--context",
+    32,
+    "--batch-size",
+    4,
+    "--steps",
+    2,
+    "--eval-every",
+    2,
+    "--quiet",
+]
+TINY_COMPARE = [
+    "compare",
+    "--preset",
+    "smoke",
+    "--variants",
+    "relu,gelu",
+    "--seeds",
+    3,
+    "--steps",
+    2,
+    "--eval-every",
+    2,
+    "--jobs",
+    1,
+    "--quiet",
+]
 
 
 def one_line(code, err, want=2):
@@ -91,7 +130,7 @@ def test_a_bug_is_one_line_exit_1_with_the_trace_in_a_file(run_cli, monkeypatch)
     code, _, err = run_cli("list")
     assert one_line(code, err, want=1) and "internal error: ZeroDivisionError" in err
     trace = err.split("full trace in ")[1].rstrip(")\n")
-    assert "ZeroDivisionError" in open(trace).read()
+    assert "ZeroDivisionError" in Path(trace).read_text()
 
 
 def test_report_survives_a_damaged_row_and_a_foreign_weights_file(run_cli, tmp_path):
@@ -112,14 +151,20 @@ def test_report_survives_a_damaged_row_and_a_foreign_weights_file(run_cli, tmp_p
     assert "attention maps skipped: cannot read" in page and "Not finished" in page
 
 
-@pytest.mark.parametrize("argv,needle", [
-    ([*TINY_TRAIN, "--max-seconds", "nan"], "max_seconds must be a finite number"),
-    ([*TINY_TRAIN, "--lr", "inf"], "lr must be a finite number"),
-    ([*TINY_COMPARE, "--address", "ray://x:1"], "--address ray://x:1 is for --backend ray"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        ([*TINY_TRAIN, "--max-seconds", "nan"], "max_seconds must be a finite number"),
+        ([*TINY_TRAIN, "--lr", "inf"], "lr must be a finite number"),
+        ([*TINY_COMPARE, "--address", "ray://x:1"], "--address ray://x:1 is for --backend ray"),
+    ],
+)
 def test_values_that_used_to_pass_silently(run_cli, tmp_path, argv, needle):
-    code, _, err = run_cli(*argv, "--checkpoint-dir" if argv[0] == "train" else "--store",
-                           tmp_path / ("ck" if argv[0] == "train" else "s.db"))
+    code, _, err = run_cli(
+        *argv,
+        "--checkpoint-dir" if argv[0] == "train" else "--store",
+        tmp_path / ("ck" if argv[0] == "train" else "s.db"),
+    )
     assert one_line(code, err) and needle in err, err
     assert list(tmp_path.iterdir()) == []
 
@@ -196,14 +241,25 @@ def bad_values(how) -> st.SearchStrategy[str]:
     return st.one_of(words, st.sampled_from(["nan", "inf", "-inf"]), st.floats(max_value=-1e-6).map(str))
 
 
-CASES = [(command, flag, how) for command in PROMISED for flag, how in flags_of(command)
-         if not (command == "report" and flag == "--layer")]  # any int is a layer; the range needs a store
+CASES = [
+    (command, flag, how)
+    for command in PROMISED
+    for flag, how in flags_of(command)
+    if not (command == "report" and flag == "--layer")
+]  # any int is a layer; the range needs a store
 
 
 def test_the_flag_table_is_read_off_the_parser():
     flags = {(c, f) for c, f, _ in CASES}
-    assert {("train", "--lr"), ("train", "--init"), ("compare", "--jobs"), ("compare", "--lr-axis"),
-            ("export", "--opset"), ("advise", "--deploy"), ("compare", "--seeds")} <= flags
+    assert {
+        ("train", "--lr"),
+        ("train", "--init"),
+        ("compare", "--jobs"),
+        ("compare", "--lr-axis"),
+        ("export", "--opset"),
+        ("advise", "--deploy"),
+        ("compare", "--seeds"),
+    } <= flags
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -217,10 +273,13 @@ def test_every_bad_flag_value_is_one_line_exit_2_and_writes_nothing(capsys, data
     value = data.draw(bad_values(how))
     with tempfile.TemporaryDirectory() as folder:
         # tiny sizes first (the flag under test comes last and wins): a value wrongly accepted fails fast
-        where = {"train": ["--checkpoint-dir", f"{folder}/ck", "--out", f"{folder}/r.json", *TINY_TRAIN[1:]],
-                 "compare": ["--store", f"{folder}/s.db", *TINY_COMPARE[1:]],
-                 "export": ["--ffn", "gelu", "--d-model", "8", "--out", f"{folder}/x.onnx"],
-                 "report": ["--store", f"{folder}/s.db"], "advise": []}[command]
+        where = {
+            "train": ["--checkpoint-dir", f"{folder}/ck", "--out", f"{folder}/r.json", *TINY_TRAIN[1:]],
+            "compare": ["--store", f"{folder}/s.db", *TINY_COMPARE[1:]],
+            "export": ["--ffn", "gelu", "--d-model", "8", "--out", f"{folder}/x.onnx"],
+            "report": ["--store", f"{folder}/s.db"],
+            "advise": [],
+        }[command]
         cwd = os.getcwd()
         os.chdir(folder)  # anything written relative to the cwd shows up here
         try:

@@ -60,11 +60,14 @@ def test_markdown_is_stripped():
 
 
 def test_strip_markdown_on_a_snippet():
-    markdown = ("# Hamlet\n\n## ACT I\n\n### SCENE I. Elsinore.\n\n_Enter BERNARDO_\n\n**BERNARDO**  \n"
-                "Who's there?  \nNay, answer me.\n\n**HAMLET**  \n_\\[Aside]_ A little more than kin\n")
+    markdown = (
+        "# Hamlet\n\n## ACT I\n\n### SCENE I. Elsinore.\n\n_Enter BERNARDO_\n\n**BERNARDO**  \n"
+        "Who's there?  \nNay, answer me.\n\n**HAMLET**  \n_\\[Aside]_ A little more than kin\n"
+    )
     assert data.strip_markdown(markdown) == (
         "Hamlet\n\nACT I\n\nSCENE I. Elsinore.\n\nEnter BERNARDO\n\nBERNARDO:\n"
-        "Who's there?\nNay, answer me.\n\nHAMLET:\n[Aside] A little more than kin")
+        "Who's there?\nNay, answer me.\n\nHAMLET:\n[Aside] A little more than kin"
+    )
 
 
 def test_bundled_corpus_is_parsed_once_per_process():
@@ -98,8 +101,9 @@ def test_genre_task_labels_match_folders_and_split_by_play():
 
 
 def test_cut_passages_keeps_lines_whole():
-    text = "\n\n".join(f"SPEAKER{i}:\n" + "\n".join(f"line {i}.{j} " + "x" * (i % 7) * 9 for j in range(i % 5 + 1))
-                       for i in range(200))
+    text = "\n\n".join(
+        f"SPEAKER{i}:\n" + "\n".join(f"line {i}.{j} " + "x" * (i % 7) * 9 for j in range(i % 5 + 1)) for i in range(200)
+    )
     passages = data.cut_passages(text, 120)
     lines = set(text.split("\n"))
     assert passages and all(30 <= len(p) <= 120 for p in passages)
@@ -162,8 +166,10 @@ def test_two_txt_files_split_by_position(tmp_path):
 
 def labelled_rows(n: int = 120) -> list[dict]:
     """Rows whose label can be read back from the text, so a test can check every pairing."""
-    return [{"text": f"review number {i} is {'good' if i % 3 else 'bad'}", "label": "pos" if i % 3 else "neg"}
-            for i in range(n)]
+    return [
+        {"text": f"review number {i} is {'good' if i % 3 else 'bad'}", "label": "pos" if i % 3 else "neg"}
+        for i in range(n)
+    ]
 
 
 def check_labels(corpus, rows, text_field="text", label_field="label"):
@@ -236,8 +242,13 @@ def test_saved_dataset_dict(tmp_path):
 def test_saved_dataset_hidden_test_labels(tmp_path):
     datasets = pytest.importorskip("datasets")
     rows = labelled_rows(150)
-    dd = datasets.DatasetDict({"train": hf_dataset(rows[:110]), "validation": hf_dataset(rows[110:130]),
-                               "test": hf_dataset(rows[130:], hide_labels=True)})
+    dd = datasets.DatasetDict(
+        {
+            "train": hf_dataset(rows[:110]),
+            "validation": hf_dataset(rows[110:130]),
+            "test": hf_dataset(rows[130:], hide_labels=True),
+        }
+    )
     dd.save_to_disk(str(tmp_path / "glue"))
     corpus = load_corpus(str(tmp_path / "glue"), task="cls")
     assert corpus.test == [r["text"] for r in rows[110:130]]  # validation became test
@@ -259,6 +270,7 @@ def test_saved_dataset_without_splits(tmp_path):
 def test_parquet_file_and_folder(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
+
     rows = labelled_rows(200)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "all.parquet")
     check_labels(load_corpus(str(tmp_path / "all.parquet"), task="cls"), rows)
@@ -275,6 +287,7 @@ def test_parquet_file_and_folder(tmp_path):
 def test_named_hf_dataset_offline_gives_one_helpful_line(monkeypatch, tmp_path):
     datasets = pytest.importorskip("datasets")
     import huggingface_hub.constants
+
     # NOTE: both libraries read the offline flags at import, so the environment alone is too late
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -347,8 +360,17 @@ def test_other_bad_input(tmp_path):
 
 
 def test_fingerprint_tracks_content_and_labels():
-    base = dict(name="x", task="cls", train=["a", "b"], val=["c"], test=["d"], train_labels=[0, 1],
-                val_labels=[0], test_labels=[1], classes=["n", "p"])
+    base = dict(
+        name="x",
+        task="cls",
+        train=["a", "b"],
+        val=["c"],
+        test=["d"],
+        train_labels=[0, 1],
+        val_labels=[0],
+        test_labels=[1],
+        classes=["n", "p"],
+    )
     fp = data.Corpus(**base).fingerprint()
     assert fp == data.Corpus(**base).fingerprint() and len(fp) == 64
     assert data.Corpus(**dict(base, train_labels=[1, 1])).fingerprint() != fp

@@ -8,9 +8,9 @@ from torch import nn
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from ffnlab.tools.export import ATOL, RTOL, describe_activations, export_onnx  # noqa: E402
 from ffnlab.core.ffn import FFNS, build_ffn  # noqa: E402
 from ffnlab.core.model import ModelConfig, Transformer  # noqa: E402
+from ffnlab.tools.export import ATOL, RTOL, describe_activations, export_onnx  # noqa: E402
 
 VARIANTS = list(FFNS) + ["mix:gelu+silu"]
 D_MODEL = 16
@@ -63,15 +63,19 @@ def test_report_states_tolerance_and_finds_gelu_ops(all_variants):
     assert "Gelu(approximate=tanh)" in report["summary"]
 
 
-@pytest.mark.parametrize("name, opset, dynamo, expected", [
-    ("gelu", 18, True, ["Div", "Erf", "Add", "Mul", "Mul"]),  # decomposed below opset 20
-    ("gelu_tanh", 18, True, "Tanh"),
-    ("gelu", 20, False, ("Gelu", "none")),  # TorchScript exporter: no module record, non-linear ops only
-    ("gelu_tanh", 20, False, ("Gelu", "tanh")),
-])
+@pytest.mark.parametrize(
+    "name, opset, dynamo, expected",
+    [
+        ("gelu", 18, True, ["Div", "Erf", "Add", "Mul", "Mul"]),  # decomposed below opset 20
+        ("gelu_tanh", 18, True, "Tanh"),
+        ("gelu", 20, False, ("Gelu", "none")),  # TorchScript exporter: no module record, non-linear ops only
+        ("gelu_tanh", 20, False, ("Gelu", "tanh")),
+    ],
+)
 def test_describe_activations_gelu_forms(tmp_path, name, opset, dynamo, expected):
-    report = export_onnx(build_ffn(name, D_MODEL), torch.randn(2, 3, D_MODEL), tmp_path / "f.onnx", opset=opset,
-                         dynamo=dynamo)
+    report = export_onnx(
+        build_ffn(name, D_MODEL), torch.randn(2, 3, D_MODEL), tmp_path / "f.onnx", opset=opset, dynamo=dynamo
+    )
     described = describe_activations(tmp_path / "f.onnx")
     assert described == report["activations"]
     ops = [d["op"] for d in described]
@@ -85,8 +89,9 @@ def test_describe_activations_gelu_forms(tmp_path, name, opset, dynamo, expected
 
 @pytest.mark.slow  # ~3-5 s: torch.export of a whole model with symbolic shapes
 def test_small_transformer_exports_with_dynamic_sequence(tmp_path):
-    model = Transformer(ModelConfig(n_layers=1, d_model=32, n_heads=2, context=16, ffn="swiglu", pos="rope",
-                                    norm="rmsnorm")).eval()
+    model = Transformer(
+        ModelConfig(n_layers=1, d_model=32, n_heads=2, context=16, ffn="swiglu", pos="rope", norm="rmsnorm")
+    ).eval()
     idx = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(0))
     report = export_onnx(model, idx, tmp_path / "small.onnx")  # forward returns (logits, None)
     assert report["max_abs_diff"] <= report["tol"]
@@ -142,8 +147,9 @@ def test_cli_export_ffn(run_cli, tmp_path):
 
 def test_cli_export_small_model_json(run_cli, tmp_path):
     out = tmp_path / "small.onnx"
-    code, stdout, stderr = run_cli("export", "--ffn", "gelu_tanh", "--model", "small", "--d-model", 32,
-                                   "--n-layers", 1, "--out", out, "--json")
+    code, stdout, stderr = run_cli(
+        "export", "--ffn", "gelu_tanh", "--model", "small", "--d-model", 32, "--n-layers", 1, "--out", out, "--json"
+    )
     assert code == 0, stderr
     report = json.loads(stdout)
     assert report["model"] == "small" and report["d_model"] == 32 and report["input_shape"] == [2, 16]
@@ -151,14 +157,17 @@ def test_cli_export_small_model_json(run_cli, tmp_path):
     assert report["max_abs_diff"] <= report["tol"] and out.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--ffn", "swigl"], "unknown FFN variant 'swigl' (did you mean 'swiglu'?)"),
-    (["--ffn", "gelu", "--model", "big"], "unknown model 'big'; valid: ffn, small, or a Hugging Face config.json"),
-    (["--ffn", "gelu", "--model", "BAD"], "cannot parse Hugging Face config"),
-    (["--ffn", "gelu", "--out", "/nonexistent-dir/x.onnx"], "the folder /nonexistent-dir does not exist"),
-    (["--ffn", "gelu", "--opset", "999"], "unsupported ONNX opset 999; valid: 7-"),
-    (["--ffn", "gelu", "--out", "FOLDER"], "is a folder"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ffn", "swigl"], "unknown FFN variant 'swigl' (did you mean 'swiglu'?)"),
+        (["--ffn", "gelu", "--model", "big"], "unknown model 'big'; valid: ffn, small, or a Hugging Face config.json"),
+        (["--ffn", "gelu", "--model", "BAD"], "cannot parse Hugging Face config"),
+        (["--ffn", "gelu", "--out", "/nonexistent-dir/x.onnx"], "the folder /nonexistent-dir does not exist"),
+        (["--ffn", "gelu", "--opset", "999"], "unsupported ONNX opset 999; valid: 7-"),
+        (["--ffn", "gelu", "--out", "FOLDER"], "is a folder"),
+    ],
+)
 def test_cli_export_bad_input_is_one_line_exit_2(run_cli, tmp_path, args, message):
     bad = tmp_path / "bad.json"
     bad.write_text('{"model_type": "llama",')
@@ -175,8 +184,9 @@ def test_cli_export_writes_the_opset_it_reports(run_cli, tmp_path):
     import onnx
 
     out = tmp_path / "g.onnx"
-    code, stdout, stderr = run_cli("export", "--ffn", "geglu", "--d-model", D_MODEL, "--opset", 12, "--out", out,
-                                   "--json")
+    code, stdout, stderr = run_cli(
+        "export", "--ffn", "geglu", "--d-model", D_MODEL, "--opset", 12, "--out", out, "--json"
+    )
     assert code == 0, stderr
     report = json.loads(stdout)
     declared = {o.domain: o.version for o in onnx.load(out).opset_import}
@@ -190,8 +200,11 @@ def test_sigterm_mid_export_leaves_no_temporary_file(tmp_path):
     import time
 
     out = tmp_path / "m.onnx"
-    proc = subprocess.Popen([sys.executable, "-m", "ffnlab.cli", "export", "--ffn", "swiglu", "--model", "small",
-                             "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ffnlab.cli", "export", "--ffn", "swiglu", "--model", "small", "--out", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not list(tmp_path.glob(".m.onnx.*.tmp")):
         assert proc.poll() is None and time.time() < deadline, "the export never started writing"

@@ -1,8 +1,18 @@
 import pytest
 import torch
 
-from ffnlab.core.ffn import (DEFAULT_INIT, FFNS, GATED, build_ffn, ffn_flops_per_token, ffn_hidden_dim, ffn_param_count, ffn_stats,
-                        get_ffn_spec, init_scheme)
+from ffnlab.core.ffn import (
+    DEFAULT_INIT,
+    FFNS,
+    GATED,
+    build_ffn,
+    ffn_flops_per_token,
+    ffn_hidden_dim,
+    ffn_param_count,
+    ffn_stats,
+    get_ffn_spec,
+    init_scheme,
+)
 from ffnlab.study.sweep import DEFAULT_VARIANTS
 from tests.conftest import assert_close
 
@@ -11,13 +21,16 @@ def n_params(m):
     return sum(p.numel() for p in m.parameters())
 
 
-@pytest.mark.parametrize("d_model,multiple_of,ffn_dim_multiplier,expected", [
-    (4096, 256, None, 11008),   # LLaMA-7B
-    (5120, 256, None, 13824),   # LLaMA-13B
-    (8192, 4096, 1.3, 28672),   # LLaMA-2-70B
-    (4096, 1024, 1.3, 14336),   # LLaMA-3-8B
-    (768, 64, None, 2048),      # 8/3 * 768 = 2048 exactly
-])
+@pytest.mark.parametrize(
+    "d_model,multiple_of,ffn_dim_multiplier,expected",
+    [
+        (4096, 256, None, 11008),  # LLaMA-7B
+        (5120, 256, None, 13824),  # LLaMA-13B
+        (8192, 4096, 1.3, 28672),  # LLaMA-2-70B
+        (4096, 1024, 1.3, 14336),  # LLaMA-3-8B
+        (768, 64, None, 2048),  # 8/3 * 768 = 2048 exactly
+    ],
+)
 def test_ffn_hidden_dim_reproduces_llama_sizes(d_model, multiple_of, ffn_dim_multiplier, expected):
     assert ffn_hidden_dim(d_model, True, multiple_of=multiple_of, ffn_dim_multiplier=ffn_dim_multiplier) == expected
 
@@ -59,8 +72,9 @@ def test_param_count_formula_agrees_with_modules():
     for name, spec in list(FFNS.items())[:6] + list(GATED.items()):
         for bias in (False, True):
             m = build_ffn(name, 48, d_ff=96, bias=bias)
-            assert n_params(m) - sum(p.numel() for n, p in m.named_parameters() if "act" in n) == \
-                ffn_param_count(spec.kind, 48, 96, bias)
+            assert n_params(m) - sum(p.numel() for n, p in m.named_parameters() if "act" in n) == ffn_param_count(
+                spec.kind, 48, 96, bias
+            )
 
 
 @pytest.mark.parametrize("name", list(GATED))

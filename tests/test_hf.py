@@ -7,21 +7,54 @@ import torch.nn.functional as F
 from torch import nn
 
 transformers = pytest.importorskip("transformers")
-from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM,  # noqa: E402
-                          BertConfig, Gemma2Config, GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, MT5Config,
-                          Qwen2Config, Qwen3Config, RobertaConfig, T5Config)
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSeq2SeqLM,
+    BertConfig,
+    Gemma2Config,
+    GemmaConfig,
+    GPT2Config,
+    LlamaConfig,
+    MistralConfig,
+    MT5Config,
+    Qwen2Config,
+    Qwen3Config,
+    RobertaConfig,
+    T5Config,
+)
 from transformers.activations import ACT2FN  # noqa: E402
 
 from ffnlab.core.activations import get_activation  # noqa: E402
 from ffnlab.core.ffn import FFNS, GATED, DenseFFN, GatedFFN, get_ffn_spec  # noqa: E402
-from ffnlab.tools.hf import (FAMILIES, HF_ACTS, ActivationConfigWarning, PretrainedWeightsWarning,  # noqa: E402
-                       UnsupportedModelError, build_hf_model, canonical, ffn_modules, ffnlab_to_hf, hf_to_ffnlab,
-                       load_swapped, model_activation, restore_ffn, swap_ffn, swap_width)
 from ffnlab.core.model import param_count  # noqa: E402
+from ffnlab.tools.hf import (  # noqa: E402
+    FAMILIES,
+    HF_ACTS,
+    ActivationConfigWarning,
+    PretrainedWeightsWarning,
+    UnsupportedModelError,
+    build_hf_model,
+    canonical,
+    ffn_modules,
+    ffnlab_to_hf,
+    hf_to_ffnlab,
+    load_swapped,
+    model_activation,
+    restore_ffn,
+    swap_ffn,
+    swap_width,
+)
 
 V = 100
-DECODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, vocab_size=V)
+DECODER = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=V,
+)
 ENCODER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, vocab_size=V)
 T5 = dict(d_model=32, d_ff=64, d_kv=8, num_layers=2, num_heads=4, vocab_size=V)
 
@@ -33,8 +66,10 @@ CONFIGS = {
     "qwen3": (lambda: Qwen3Config(**DECODER, head_dim=8), "swiglu"),
     "gemma": (lambda: GemmaConfig(**DECODER, head_dim=8), "geglu_tanh"),
     "gemma2": (lambda: Gemma2Config(**DECODER, head_dim=8), "geglu_tanh"),
-    "gpt2": (lambda: GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=V, bos_token_id=0, eos_token_id=0),
-             "gelu_new"),
+    "gpt2": (
+        lambda: GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=V, bos_token_id=0, eos_token_id=0),
+        "gelu_new",
+    ),
     "bert": (lambda: BertConfig(**ENCODER), "gelu"),
     "roberta": (lambda: RobertaConfig(**ENCODER, pad_token_id=1, bos_token_id=0, eos_token_id=2), "gelu"),
     "t5": (lambda: T5Config(**T5, feed_forward_proj="relu"), "relu"),
@@ -252,8 +287,12 @@ def test_swap_width_matches_params_and_flops():
 
 def test_unsupported_architecture_names_the_supported_ones():
     from transformers import OPTConfig, OPTForCausalLM
-    model = OPTForCausalLM(OPTConfig(hidden_size=16, ffn_dim=32, num_hidden_layers=1, num_attention_heads=2,
-                                     vocab_size=V, word_embed_proj_dim=16))
+
+    model = OPTForCausalLM(
+        OPTConfig(
+            hidden_size=16, ffn_dim=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=V, word_embed_proj_dim=16
+        )
+    )
     with pytest.raises(UnsupportedModelError, match="unsupported architecture 'opt'.*llama.*gpt2.*bert.*t5") as e:
         swap_ffn(model, "swiglu")
     assert "\n" not in str(e.value) and isinstance(e.value, ValueError)
@@ -403,8 +442,11 @@ def test_build_hf_model_bert_lm_is_causal_and_cls_heads_work():
     y[:, 5:] = (y[:, 5:] + 1) % V
     with torch.no_grad():
         assert torch.equal(bert(x)[0][:, :5], bert(y)[0][:, :5])
-    for config in (LlamaConfig(**DECODER), GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=V,
-                                                        bos_token_id=0, eos_token_id=0), BertConfig(**ENCODER)):
+    for config in (
+        LlamaConfig(**DECODER),
+        GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=V, bos_token_id=0, eos_token_id=0),
+        BertConfig(**ENCODER),
+    ):
         model = build_hf_model(config, "geglu", task="cls", n_classes=3)
         logits, loss = model(torch.randint(0, V, (3, 8)), torch.tensor([0, 1, 2]))
         assert logits.shape == (3, 3) and loss.ndim == 0
@@ -431,8 +473,9 @@ def test_build_hf_model_bad_input(tmp_path):
 # ---- saving and loading a swapped model --------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,ffn", [("llama", "gelu"), ("llama", "swiglu"), ("gpt2", "reglu"), ("bert", "geglu"),
-                                      ("t5", "swiglu")])
+@pytest.mark.parametrize(
+    "name,ffn", [("llama", "gelu"), ("llama", "swiglu"), ("gpt2", "reglu"), ("bert", "geglu"), ("t5", "swiglu")]
+)
 def test_swapped_model_saves_and_loads_back(tmp_path, name, ffn):
     model = build(name)
     with warnings.catch_warnings():

@@ -15,7 +15,7 @@ from tests.conftest import assert_close
 ACTS = list(FUSED_ACTS)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # unit roundoff: a single correctly rounded result is within u*|x| of the exact one
-UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 def load_triton_kernels():
@@ -45,6 +45,8 @@ needs_triton = pytest.mark.skipif(TRITON is None, reason="triton not importable 
 def interpret(monkeypatch):
     if DEVICE == "cpu" and TRITON is not None:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
 BACKENDS = ["torch", pytest.param("triton", marks=needs_triton)]
 
 
@@ -82,8 +84,9 @@ def assert_near(results, references, g, u, dh, tol, rounding=0.0, exact=None):
     """
     g, u, dh = (t.detach().double() for t in (g, u, dh))
     exact = exact or (None, None, None)
-    for name, got, want, scale, true in zip(("h", "d gate", "d up"), results, references,
-                                            (u.abs(), (dh * u).abs(), dh.abs()), exact):
+    for name, got, want, scale, true in zip(
+        ("h", "d gate", "d up"), results, references, (u.abs(), (dh * u).abs(), dh.abs()), exact
+    ):
         assert got.shape == want.shape, name
         want = want.double()
         err = (got.double() - want).abs()
@@ -151,8 +154,14 @@ def test_non_contiguous_inputs(act, backend):
     g, u, dh = inputs((40, 30), torch.float32)
     gt, ut = g.detach().T.requires_grad_(), u.detach().T.requires_grad_()  # transposed views
     assert not gt.is_contiguous()
-    assert_near(fused(act, gt, ut, dh.T, backend), fused(act, gt.contiguous(), ut.contiguous(), dh.T, backend),
-                gt, ut, dh.T, tol=0)  # the same numbers as from contiguous copies
+    assert_near(
+        fused(act, gt, ut, dh.T, backend),
+        fused(act, gt.contiguous(), ut.contiguous(), dh.T, backend),
+        gt,
+        ut,
+        dh.T,
+        tol=0,
+    )  # the same numbers as from contiguous copies
     gs, us, dhs = g[:, ::3], u[:, ::3], dh[:, ::3]  # strided slices
     for a, b, c in ((gt, ut, dh.T), (gs, us, dhs)):
         exact = eager(act, a.double(), b.double(), c.double())
@@ -239,8 +248,7 @@ def test_fused_needs_a_kernel():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("act,dtype", [("silu", torch.float32), ("gelu", torch.bfloat16),
-                                       ("gelu_tanh", torch.float32)])
+@pytest.mark.parametrize("act,dtype", [("silu", torch.float32), ("gelu", torch.bfloat16), ("gelu_tanh", torch.float32)])
 def test_compiled_backend_matches_plain(act, dtype):
     """The CPU fast path: the same table through torch.compile. Three cases cover its pieces (the
     exp of sigmoid_and_slope, erf with bf16 widening and rounding, the composite gelu_tanh); each

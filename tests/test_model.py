@@ -6,12 +6,15 @@ from ffnlab.core.model import ModelConfig, Transformer, param_count
 SMALL = dict(vocab_size=50, context=16, n_layers=2, n_heads=2, d_model=32)
 
 
-@pytest.mark.parametrize("opts", [
-    dict(ffn="swiglu", pos="rope", norm="rmsnorm"),
-    dict(ffn="gelu", placement="post"),
-    dict(ffn="mix:gelu+silu", attn_proj_act="silu"),
-    dict(ffn="relu", tie_embeddings=False, dropout=0.1),
-])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(ffn="swiglu", pos="rope", norm="rmsnorm"),
+        dict(ffn="gelu", placement="post"),
+        dict(ffn="mix:gelu+silu", attn_proj_act="silu"),
+        dict(ffn="relu", tie_embeddings=False, dropout=0.1),
+    ],
+)
 def test_causal_masking(opts):
     model = Transformer(ModelConfig(**SMALL, **opts)).eval()
     x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -62,14 +65,17 @@ def test_attention_maps_are_causal_distributions():
     assert torch.equal(att.triu(1), torch.zeros_like(att))
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(d_model=30, n_heads=4), "divisible by n_heads"),
-    (dict(n_layers=0), "n_layers must be positive"),
-    (dict(ffn="swiglue"), "did you mean 'swiglu'"),
-    (dict(norm="batchnorm"), "valid: layernorm, rmsnorm"),
-    (dict(d_ff=-1), "d_ff must be positive"),
-    (dict(dropout=1.5), "dropout"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(d_model=30, n_heads=4), "divisible by n_heads"),
+        (dict(n_layers=0), "n_layers must be positive"),
+        (dict(ffn="swiglue"), "did you mean 'swiglu'"),
+        (dict(norm="batchnorm"), "valid: layernorm, rmsnorm"),
+        (dict(d_ff=-1), "d_ff must be positive"),
+        (dict(dropout=1.5), "dropout"),
+    ],
+)
 def test_bad_config(bad, match):
     with pytest.raises(ValueError, match=match):
         ModelConfig(**{**SMALL, **bad})

@@ -7,8 +7,8 @@ import pytest
 import torch
 from scipy import optimize
 
-from ffnlab.tools import numerics as nm
 from ffnlab.core.activations import ACTIVATIONS, get_activation
+from ffnlab.tools import numerics as nm
 
 # ---- the references themselves, against mpmath formulas written here ----------------------------
 
@@ -78,8 +78,9 @@ def test_mp_gelu_matches_float64_reference_in_tail():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_ulp_is_the_gap_to_the_next_value(dtype):
     info = torch.finfo(dtype)
-    v = torch.tensor([0.0, info.smallest_normal / 8, info.smallest_normal, 1.0, 1.5, 3.0, 1000.0, info.max / 2],
-                     dtype=dtype)
+    v = torch.tensor(
+        [0.0, info.smallest_normal / 8, info.smallest_normal, 1.0, 1.5, 3.0, 1000.0, info.max / 2], dtype=dtype
+    )
     gap = (torch.nextafter(v, torch.full_like(v, math.inf)) - v).double().numpy()
     np.testing.assert_array_equal(nm.ulp(v.double().numpy(), dtype), gap)
     np.testing.assert_array_equal(nm.ulp(-v.double().numpy(), dtype), gap)
@@ -147,8 +148,7 @@ def _neg_tanh_gap(x):
 
 
 def test_tanh_approximation_max_error_matches_minimisation():
-    best = optimize.minimize_scalar(_neg_tanh_gap, bounds=(1.5, 4.0), method="bounded",
-                                    options={"xatol": 1e-10})
+    best = optimize.minimize_scalar(_neg_tanh_gap, bounds=(1.5, 4.0), method="bounded", options={"xatol": 1e-10})
     d = nm.gelu_distance("gelu_tanh")
     assert d["max_abs_err"] == pytest.approx(-best.fun, rel=1e-6)
     assert abs(d["argmax_x"]) == pytest.approx(best.x, abs=1e-3)
@@ -157,8 +157,15 @@ def test_tanh_approximation_max_error_matches_minimisation():
 
 def test_gelu_distance_covers_hf_aliases():
     names = nm.gelu_approximations()
-    assert {"gelu_tanh", "gelu_sigmoid", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate",
-            "quick_gelu"} == set(names)
+    assert {
+        "gelu_tanh",
+        "gelu_sigmoid",
+        "gelu_new",
+        "gelu_fast",
+        "gelu_pytorch_tanh",
+        "gelu_accurate",
+        "quick_gelu",
+    } == set(names)
 
 
 def test_erfc_form_beats_one_plus_erf_in_fp32_tail():
@@ -216,10 +223,17 @@ def test_unknown_measure_is_a_value_error(tmp_path):
         nm.load_claims(bad)
 
 
-@pytest.mark.parametrize("measured,claimed,rule,expected", [
-    (1.5, 4 / 3, {"rel": 0.05}, False), (1.0, 1.0, {"rel": 0.001}, True), (0.41, 0.4, {"abs": 0.05}, True),
-    (0.0002, 0.01, {"gt": True}, False), ("none", "none", {"eq": True}, True), (None, True, {"eq": True}, None),
-])
+@pytest.mark.parametrize(
+    "measured,claimed,rule,expected",
+    [
+        (1.5, 4 / 3, {"rel": 0.05}, False),
+        (1.0, 1.0, {"rel": 0.001}, True),
+        (0.41, 0.4, {"abs": 0.05}, True),
+        (0.0002, 0.01, {"gt": True}, False),
+        ("none", "none", {"eq": True}, True),
+        (None, True, {"eq": True}, None),
+    ],
+)
 def test_check_rules(measured, claimed, rule, expected):
     assert nm.check(measured, claimed, rule) is expected
 
@@ -240,30 +254,36 @@ def test_claims_table_and_certain_verdicts():
     assert six["measured_values"]["ratio_d_ff_8_3"] == 1.0
     assert six["verdict"] == "does not hold" and six["parts"]["ratio_d_ff_8_3"] == "holds"
     one = rows[1]
-    assert one["measured_values"]["max_abs_err"] == pytest.approx(-optimize.minimize_scalar(
-        _neg_tanh_gap, bounds=(1.5, 4.0), method="bounded", options={"xatol": 1e-10}).fun, rel=1e-6)
+    assert one["measured_values"]["max_abs_err"] == pytest.approx(
+        -optimize.minimize_scalar(_neg_tanh_gap, bounds=(1.5, 4.0), method="bounded", options={"xatol": 1e-10}).fun,
+        rel=1e-6,
+    )
     assert one["verdict"] == "does not hold"
     assert rows[9]["verdict"] == "not measurable here"
     assert rows[9]["measured_values"]["installed_default"] == "none"
     # 7: std of GELU(Z), sampled here, against the quadrature in the library
     z = torch.randn(1 << 20, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    assert rows[7]["measured_values"]["std_reduction"] == pytest.approx(1 - torch.nn.functional.gelu(z).std().item(),
-                                                                         abs=3e-3)
+    assert rows[7]["measured_values"]["std_reduction"] == pytest.approx(
+        1 - torch.nn.functional.gelu(z).std().item(), abs=3e-3
+    )
 
 
 # ---- run_numerics and the CLI ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"names": "gelux"}, "did you mean 'gelu'"),
-    ({"names": ""}, "no activation"),
-    ({"dtypes": "fp8"}, "unknown dtype"),
-    ({"dtypes": ""}, "no dtype"),
-    ({"lo": 5, "hi": 5}, "empty or reversed"),
-    ({"lo": 10, "hi": -10}, "empty or reversed"),
-    ({"lo": -math.inf, "hi": 1}, "finite"),
-    ({"points": 1}, "at least 2"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"names": "gelux"}, "did you mean 'gelu'"),
+        ({"names": ""}, "no activation"),
+        ({"dtypes": "fp8"}, "unknown dtype"),
+        ({"dtypes": ""}, "no dtype"),
+        ({"lo": 5, "hi": 5}, "empty or reversed"),
+        ({"lo": 10, "hi": -10}, "empty or reversed"),
+        ({"lo": -math.inf, "hi": 1}, "finite"),
+        ({"points": 1}, "at least 2"),
+    ],
+)
 def test_bad_input_is_one_line_value_error(kwargs, needle):
     with pytest.raises(ValueError, match=needle) as e:
         nm.run_numerics(**{"names": "relu", **kwargs})
@@ -279,20 +299,35 @@ def test_malformed_range(text):
 def test_to_json_has_no_nan_or_infinity_literals():
     text = nm.to_json({"a": math.inf, "b": [math.nan, -math.inf, np.float32(1.5)], "c": np.int64(3)})
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"literal {c}")) == {
-        "a": "inf", "b": ["nan", "-inf", 1.5], "c": 3}
+        "a": "inf",
+        "b": ["nan", "-inf", 1.5],
+        "c": 3,
+    }
 
 
 @pytest.mark.slow
 def test_cli_json(run_cli):
-    code, out, err = run_cli("numerics", "gelu,gelu_tanh,relu", "--dtypes", "fp32,fp16", "--range", "-10,10",
-                             "--points", 2001, "--json")
+    code, out, err = run_cli(
+        "numerics", "gelu,gelu_tanh,relu", "--dtypes", "fp32,fp16", "--range", "-10,10", "--points", 2001, "--json"
+    )
     assert code == 0 and err == ""
     report = json.loads(out, parse_constant=lambda c: pytest.fail(f"literal {c}"))
     assert {"results", "claims", "gelu_distance", "tail", "gated"} <= set(report)
     assert len(report["results"]) == 3 * 2 * 2
     for r in report["results"]:
-        assert {"name", "dtype", "pass", "max_abs_err", "argmax_x", "max_rel_err", "max_ulp", "n_inf", "n_nan",
-                "n_overflow", "regions"} <= set(r)
+        assert {
+            "name",
+            "dtype",
+            "pass",
+            "max_abs_err",
+            "argmax_x",
+            "max_rel_err",
+            "max_ulp",
+            "n_inf",
+            "n_nan",
+            "n_overflow",
+            "regions",
+        } <= set(r)
     assert [d["name"] for d in report["gelu_distance"]] == ["gelu_tanh"]
     assert {"id", "claim", "source", "claimed", "measured", "verdict"} <= set(report["claims"][0])
     assert {g["dtype"] for g in report["gated"]} == {"fp16"}
@@ -307,12 +342,15 @@ def test_cli_text(run_cli):
     assert f"(torch kernels: {isa})" in out  # the ULPs above are this machine's: say which kernels made them
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["numerics", "relux"], "did you mean 'relu'"),
-    (["numerics", "--dtypes", "fp64"], "unknown dtype"),
-    (["numerics", "--range", "10,-10"], "empty or reversed"),
-    (["numerics", "--range", "1,x"], "LO,HI"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["numerics", "relux"], "did you mean 'relu'"),
+        (["numerics", "--dtypes", "fp64"], "unknown dtype"),
+        (["numerics", "--range", "10,-10"], "empty or reversed"),
+        (["numerics", "--range", "1,x"], "LO,HI"),
+    ],
+)
 def test_cli_bad_input_exit_2(run_cli, argv, needle):
     code, out, err = run_cli(*argv)
     assert code == 2 and needle in err and err.count("\n") == 1 and out == ""
@@ -320,11 +358,16 @@ def test_cli_bad_input_exit_2(run_cli, argv, needle):
 
 def test_round_to_rounds_once():
     rng = np.random.default_rng(0)
-    v = np.concatenate([rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-9, 6, 1 << 16),
-                        [1 + 2**-11 + 2**-40, 2**-25 * 1.5, 70000.0, -65520.0, 65519.0, 0.0]])
+    v = np.concatenate(
+        [
+            rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-9, 6, 1 << 16),
+            [1 + 2**-11 + 2**-40, 2**-25 * 1.5, 70000.0, -65520.0, 65519.0, 0.0],
+        ]
+    )
     with np.errstate(over="ignore"):  # numpy warns when 70000 becomes inf, which is the point
         np.testing.assert_array_equal(nm.round_to(v, torch.float16), v.astype(np.float16).astype(np.float64))
     np.testing.assert_array_equal(nm.round_to(v, torch.float32), v.astype(np.float32).astype(np.float64))
     v32 = v.astype(np.float32)  # float32 -> bfloat16 is a single rounding in torch
-    np.testing.assert_array_equal(nm.round_to(v32.astype(np.float64), torch.bfloat16),
-                                  torch.from_numpy(v32).bfloat16().double().numpy())
+    np.testing.assert_array_equal(
+        nm.round_to(v32.astype(np.float64), torch.bfloat16), torch.from_numpy(v32).bfloat16().double().numpy()
+    )

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from ffnlab.study import plots
 from ffnlab.core.activations import ACTIVATIONS
+from ffnlab.study import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -22,8 +22,12 @@ def test_derivative_matches_finite_differences(name):
 
 def test_activation_labels_name_gates_and_branches():
     labels = plots.activation_labels(["relu", "reglu", "swiglu", "mix:gelu+tanh"])
-    assert labels == {"relu": "relu (relu, reglu gate)", "silu": "silu (swiglu gate)",
-                      "gelu": "gelu (mix:gelu+tanh branch)", "tanh": "tanh (mix:gelu+tanh branch)"}
+    assert labels == {
+        "relu": "relu (relu, reglu gate)",
+        "silu": "silu (swiglu gate)",
+        "gelu": "gelu (mix:gelu+tanh branch)",
+        "tanh": "tanh (mix:gelu+tanh branch)",
+    }
     assert plots.activation_labels(["GELU-tanh"]) == {"gelu_tanh": "gelu_tanh"}
     with pytest.raises(ValueError, match="did you mean 'silu'"):
         plots.activation_labels(["sliu"])
@@ -43,16 +47,20 @@ def test_figure_format_rejects_others(path):
 def test_figures_have_labelled_axes_legend_and_one_line_per_variant():
     styles = plots.variant_styles(["relu", "swiglu", "gelu"])
     assert len({s["color"] for s in styles.values()}) == 3
-    bands = {v: {"x": [10, 20, 30], "mean": [3.0, 2.5, 2.2], "low": [2.9, 2.4, 2.1], "high": [3.1, 2.6, 2.3], "n": 3}
-             for v in styles}
+    bands = {
+        v: {"x": [10, 20, 30], "mean": [3.0, 2.5, 2.2], "low": [2.9, 2.4, 2.1], "high": [3.1, 2.6, 2.3], "n": 3}
+        for v in styles
+    }
     fig = plots.band_figure(bands, styles, "t", "training step", "validation loss (nats/token)")
     ax = fig.axes[0]
     assert len(ax.lines) == 3 and ax.get_legend() is not None
     assert ax.get_xlabel() == "training step" and "nats" in ax.get_ylabel()
     assert plots.png_bytes(fig).startswith(PNG_MAGIC)
 
-    rows = [{"ffn": v, "mean": 2.0 + i, "ci_low": 1.9 + i, "ci_high": 2.1 + i, "values": [2.0 + i, 2.05 + i]}
-            for i, v in enumerate(styles)]
+    rows = [
+        {"ffn": v, "mean": 2.0 + i, "ci_low": 1.9 + i, "ci_high": 2.1 + i, "values": [2.0 + i, 2.05 + i]}
+        for i, v in enumerate(styles)
+    ]
     fig = plots.final_figure(rows, styles, "relu", "validation loss (nats/token)")
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["gelu", "swiglu", "relu"]  # best on top
     plots.png_bytes(fig)
@@ -83,11 +91,14 @@ def test_plot_cli_writes_png_and_svg(run_cli, tmp_path):
     assert b"<svg" in (tmp_path / "a.svg").read_bytes()[:400]
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["gelu", "--out", "x.jpg"], "valid extensions: png, svg"),
-    (["gelu,sliu", "--out", "x.png"], "did you mean 'silu'"),
-    (["gelu", "--out", "x.png", "--xmin", 2, "--xmax", 1], "range is empty or reversed"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["gelu", "--out", "x.jpg"], "valid extensions: png, svg"),
+        (["gelu,sliu", "--out", "x.png"], "did you mean 'silu'"),
+        (["gelu", "--out", "x.png", "--xmin", 2, "--xmax", 1], "range is empty or reversed"),
+    ],
+)
 def test_plot_cli_bad_input(run_cli, tmp_path, argv, needle):
     argv = [str(tmp_path / a) if str(a).startswith("x.") else a for a in argv]
     code, _, err = run_cli("plot", "activations", *argv)

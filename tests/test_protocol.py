@@ -3,8 +3,26 @@ import json
 from ffnlab.study.report import report_data
 from ffnlab.study.store import Store
 
-ARGS = ["compare", "--protocol", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", 3, "--steps", 6,
-        "--eval-every", 6, "--lr-axis", "1e-3,3e-3", "--warmup-axis", 2, "--context-axis", "16,32"]
+ARGS = [
+    "compare",
+    "--protocol",
+    "--preset",
+    "smoke",
+    "--variants",
+    "relu,swiglu",
+    "--seeds",
+    3,
+    "--steps",
+    6,
+    "--eval-every",
+    6,
+    "--lr-axis",
+    "1e-3,3e-3",
+    "--warmup-axis",
+    2,
+    "--context-axis",
+    "16,32",
+]
 
 
 def test_protocol_runs_three_stages_shares_runs_and_resumes(run_cli, tmp_path):

@@ -1,4 +1,5 @@
 """Rules for the repository itself: tests that hold on every machine."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -21,8 +22,11 @@ def tracked_text_files():
 def test_no_test_times_the_code_it_tests():
     """Timings go to benchmarks/ (shared, noisy machines): a test may wait with a deadline, never
     assert how fast something ran."""
-    offenders = [f.name for f in (ROOT / "tests").glob("test_*.py")
-                 if f.name != "test_repo.py" and re.search(r"perf_counter|process_time|monotonic\(\)", f.read_text())]
+    offenders = [
+        f.name
+        for f in (ROOT / "tests").glob("test_*.py")
+        if f.name != "test_repo.py" and re.search(r"perf_counter|process_time|monotonic\(\)", f.read_text())
+    ]
     assert offenders == []
 
 

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from ffnlab.run.train import TrainConfig
 from ffnlab.study.report import load_study, render_html, render_markdown, report_data, seed_band, write_report
 from ffnlab.study.store import Store
 from ffnlab.study.sweep import Study, preset_config, run_id, run_study, summarize, weights_path
-from ffnlab.run.train import TrainConfig
 
 VARIANTS = ["relu", "swiglu"]
 EVIL = "<script>alert(1)</script>"
@@ -72,13 +72,22 @@ def test_sweep_saves_final_weights(smoke_store):
 def test_report_files(report, smoke_store):
     page = report["html"].read_text()
     names = sorted(p.name for p in report["figures"])
-    assert names == sorted(["val_loss.png", "final.png", "loss_vs_time.png", "grad_norm.png", "behaviour.png",
-                            "attention.png", "activations.png"])
+    assert names == sorted(
+        [
+            "val_loss.png",
+            "final.png",
+            "loss_vs_time.png",
+            "grad_norm.png",
+            "behaviour.png",
+            "attention.png",
+            "activations.png",
+        ]
+    )
     for p in report["figures"]:
         assert p.read_bytes().startswith(PNG_MAGIC)
     # self-contained: every image inline, nothing fetched, no script
     assert page.count('src="data:image/png;base64,') == len(names)
-    for needle in ('src="http', "href=\"http", "<script", "@import", "url("):
+    for needle in ('src="http', 'href="http', "<script", "@import", "url("):
         assert needle not in page
     md = report["markdown"].read_text()
     assert all(f"| {v} |" in md for v in VARIANTS) and "figures/val_loss.png" in md
@@ -123,9 +132,17 @@ def chromium():
         pytest.skip("Chromium or chromedriver not found (Debian: apt-get install chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", f"--user-data-dir={tempfile.mkdtemp()}",
-                "--window-size=1200,900"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tempfile.mkdtemp()}",
+        "--window-size=1200,900",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(driver), options=options)
@@ -169,11 +186,13 @@ def test_report_cli_and_bad_input(run_cli, smoke_store, tmp_path):
     with Store(tmp_path / "stale.db") as s:  # an id that is not its config's hash: another ffnlab version
         s.claim("0123456789abcdef", preset_config("smoke").to_dict())
         s.finish("0123456789abcdef", "finished", {"final_val_loss": 1.0})
-    cases = [(["--store", tmp_path / "stale.db"], "stored by an ffnlab whose run configs differ"),
-             (["--store", tmp_path / "missing.db"], "no run store at"),
-             (["--store", tmp_path / "pending.db"], "holds no finished runs"),
-             (["--store", smoke_store, "--out", tmp_path / "file" / "report"], "cannot write the report to"),
-             (["--store", smoke_store, "--out", tmp_path / "x", "--layer", 5], "attention layer 5 is out of range")]
+    cases = [
+        (["--store", tmp_path / "stale.db"], "stored by an ffnlab whose run configs differ"),
+        (["--store", tmp_path / "missing.db"], "no run store at"),
+        (["--store", tmp_path / "pending.db"], "holds no finished runs"),
+        (["--store", smoke_store, "--out", tmp_path / "file" / "report"], "cannot write the report to"),
+        (["--store", smoke_store, "--out", tmp_path / "x", "--layer", 5], "attention layer 5 is out of range"),
+    ]
     for argv, needle in cases:
         code, out, err = run_cli("report", *argv)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (argv, err)
@@ -182,8 +201,21 @@ def test_report_cli_and_bad_input(run_cli, smoke_store, tmp_path):
 
 @pytest.mark.slow
 def test_compare_writes_the_report_unless_no_report(run_cli, tmp_path):
-    argv = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2, "--steps", 5, "--eval-every", 5,
-            "--store", tmp_path / "runs" / "s.db"]
+    argv = [
+        "compare",
+        "--preset",
+        "smoke",
+        "--variants",
+        "relu,gelu",
+        "--seeds",
+        2,
+        "--steps",
+        5,
+        "--eval-every",
+        5,
+        "--store",
+        tmp_path / "runs" / "s.db",
+    ]
     code, out, err = run_cli(*argv, "--no-report")
     assert code == 0, err
     assert not (tmp_path / "runs" / "report" / "report.html").exists()
@@ -207,17 +239,47 @@ def fabricated_study(path, depths=(1, 2), variants=("relu", "gelu"), seeds=2, lr
                     rid = run_id(cfg)
                     store.claim(rid, cfg.to_dict())
                     final = 3.0 - 0.1 * i - 0.05 * depth + 0.01 * seed
-                    store.add_metrics(rid, [(s, "grad_norm", 1.0 + 0.1 * s) for s in range(1, 11)]
-                                      + [(5, "val_loss", final + 0.5), (10, "val_loss", final),
-                                         (5, "val_time", 0.5), (10, "val_time", 1.0)])
+                    store.add_metrics(
+                        rid,
+                        [(s, "grad_norm", 1.0 + 0.1 * s) for s in range(1, 11)]
+                        + [
+                            (5, "val_loss", final + 0.5),
+                            (10, "val_loss", final),
+                            (5, "val_time", 0.5),
+                            (10, "val_time", 1.0),
+                        ],
+                    )
                     store.add_events(rid, [{"step": 3, "kind": "grad_spike", "value": 9.0, "median": 1.0}])
-                    behaviour = {f"blocks.{b}.ffn": {"dead_frac": 0.1, "zero_frac": 0.5 if ffn == "relu" else 0.0,
-                                                     "inactive_frac": 0.5} for b in range(depth)}
-                    store.finish(rid, "finished", {
-                        "ffn": ffn, "seed": seed, "status": "finished", "task": "lm", "final_val_loss": final,
-                        "params": 16000, "flops_per_token": 34000, "step_time_s": 0.01, "tokens_per_s": 25600.0,
-                        "peak_mem_bytes": 2**29, "n_grad_spikes": 1, "n_loss_spikes": 0, "behaviour": behaviour,
-                        "dead_frac": 0.1, "train_seconds": 1.0, "vocab_size": 65})
+                    behaviour = {
+                        f"blocks.{b}.ffn": {
+                            "dead_frac": 0.1,
+                            "zero_frac": 0.5 if ffn == "relu" else 0.0,
+                            "inactive_frac": 0.5,
+                        }
+                        for b in range(depth)
+                    }
+                    store.finish(
+                        rid,
+                        "finished",
+                        {
+                            "ffn": ffn,
+                            "seed": seed,
+                            "status": "finished",
+                            "task": "lm",
+                            "final_val_loss": final,
+                            "params": 16000,
+                            "flops_per_token": 34000,
+                            "step_time_s": 0.01,
+                            "tokens_per_s": 25600.0,
+                            "peak_mem_bytes": 2**29,
+                            "n_grad_spikes": 1,
+                            "n_loss_spikes": 0,
+                            "behaviour": behaviour,
+                            "dead_frac": 0.1,
+                            "train_seconds": 1.0,
+                            "vocab_size": 65,
+                        },
+                    )
     return path
 
 

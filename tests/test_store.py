@@ -42,8 +42,14 @@ for i in range(n):
 
 def writer(path, prefix, n, go, n_metrics=10):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), prefix, str(n), str(go), str(n_metrics)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), prefix, str(n), str(go), str(n_metrics)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def raw(path, sql):
@@ -112,8 +118,18 @@ def test_lifecycle_claim_start_finish(store):
     run = store.get("r1")
     assert run["status"] == "finished" and run["result"] == {"val_loss": 3.21}
     assert run["finished_at"] >= run["started_at"]
-    assert set(run) == {"id", "config", "status", "result", "env", "sweep", "attempts", "created_at", "started_at",
-                        "finished_at"}
+    assert set(run) == {
+        "id",
+        "config",
+        "status",
+        "result",
+        "env",
+        "sweep",
+        "attempts",
+        "created_at",
+        "started_at",
+        "finished_at",
+    }
     assert store.get("missing") is None
 
 
@@ -231,14 +247,15 @@ def test_environment_never_runs_git_in_the_working_directory(tmp_path, monkeypat
     neither run it nor record that repository's commit."""
     repo, pwned = tmp_path / "g", tmp_path / "pwned"
     repo.mkdir()
-    git = lambda *a: subprocess.run(["git", *a], cwd=repo, capture_output=True, check=True)  # noqa: E731
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, capture_output=True, check=True)
     git("init", "-q")
     (repo / "f").write_text("x")
     git("add", "f")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i")
     git("config", "core.fsmonitor", f"touch {pwned}; false")
-    theirs = subprocess.run(["git", "-c", "core.fsmonitor=", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
-                            text=True).stdout.strip()
+    theirs = subprocess.run(
+        ["git", "-c", "core.fsmonitor=", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
     monkeypatch.chdir(repo)
     machine._environment.cache_clear()
     try:
@@ -258,6 +275,7 @@ def test_store_pickles_and_threads_share_it(store):
         for i in range(25):
             store.claim(f"t{k}-{i}", {"k": k})
             store.add_metrics(f"t{k}-{i}", [(0, "loss", float(i))])
+
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
@@ -279,8 +297,13 @@ def test_two_processes_write_one_new_store(tmp_path):
         assert all(len(s.metrics(r["id"])) == 10 and r["result"]["prefix"] == r["sweep"] for r in runs)
         assert sum(len(s.events(r["id"])) for r in runs) == 400
         # the two writers really interleaved: neither finished all of its runs before the other began
-        span = {x: [min(r["finished_at"] for r in runs if r["sweep"] == x),
-                    max(r["finished_at"] for r in runs if r["sweep"] == x)] for x in "pq"}
+        span = {
+            x: [
+                min(r["finished_at"] for r in runs if r["sweep"] == x),
+                max(r["finished_at"] for r in runs if r["sweep"] == x),
+            ]
+            for x in "pq"
+        }
         assert span["p"][0] < span["q"][1] and span["q"][0] < span["p"][1]
 
 

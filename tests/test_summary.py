@@ -8,8 +8,19 @@ from ffnlab.study.report import report_data
 from ffnlab.study.summary import learned_mean, tuned_cells
 
 # the numbers of a row that every output must agree on
-SHARED = ("mean", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p_adj", "n_seeds", "diverged",
-          "params", "train_mem_bytes")
+SHARED = (
+    "mean",
+    "ci_low",
+    "ci_high",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "p_adj",
+    "n_seeds",
+    "diverged",
+    "params",
+    "train_mem_bytes",
+)
 
 
 @pytest.fixture(scope="module")
@@ -20,11 +31,32 @@ def two_axis_store(tmp_path_factory):
     store = tmp_path_factory.mktemp("axes") / "s.db"
     import contextlib
     import io
+
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = main(["compare", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", "3", "--steps", "8",
-                     "--eval-every", "8", "--depth", "1,2", "--placement-axis", "pre,post", "--store", str(store),
-                     "--json", "--no-report"])
+        code = main(
+            [
+                "compare",
+                "--preset",
+                "smoke",
+                "--variants",
+                "relu,swiglu",
+                "--seeds",
+                "3",
+                "--steps",
+                "8",
+                "--eval-every",
+                "8",
+                "--depth",
+                "1,2",
+                "--placement-axis",
+                "pre,post",
+                "--store",
+                str(store),
+                "--json",
+                "--no-report",
+            ]
+        )
     assert code == 0
     return store, json.loads(out.getvalue())
 
@@ -52,8 +84,9 @@ def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_stor
             evidence = cell_advice["evidence"]["variants"][row["ffn"]]
             for field in SHARED:
                 assert evidence[field] == row[field], (cell_advice["cell"], row["ffn"], field)
-    pre, post = (by_axes(printed["cells"])[json.dumps({"depth": 2, "placement": p}, sort_keys=True)] for p in
-                 ("pre", "post"))
+    pre, post = (
+        by_axes(printed["cells"])[json.dumps({"depth": 2, "placement": p}, sort_keys=True)] for p in ("pre", "post")
+    )
     assert pre["variants"][0]["mean"] != post["variants"][0]["mean"]  # different cells, different numbers
 
 
@@ -62,13 +95,31 @@ def test_tuned_cells_choose_on_validation_and_compare_on_test():
         return {"ffn": ffn, "mean": sum(val.values()) / len(val), "test_values": test}
 
     def cell(lr, rows):
-        return {"axes": {"lr": lr}, "metric": "final_val_loss", "metric_direction": "lower", "baseline": "relu",
-                "variants": rows}
+        return {
+            "axes": {"lr": lr},
+            "metric": "final_val_loss",
+            "metric_direction": "lower",
+            "baseline": "relu",
+            "variants": rows,
+        }
+
     # relu is best at lr 1e-3 on validation, swiglu at 2e-3; the test numbers are what gets compared
-    cells = [cell(1e-3, [row("relu", {0: 2.0, 1: 2.1, 2: 2.0}, {0: 2.05, 1: 2.15, 2: 2.07}),
-                         row("swiglu", {0: 2.2, 1: 2.2, 2: 2.3}, {0: 9.0, 1: 9.0, 2: 9.0})]),
-             cell(2e-3, [row("relu", {0: 2.5, 1: 2.5, 2: 2.5}, {0: 9.0, 1: 9.0, 2: 9.0}),
-                         row("swiglu", {0: 1.9, 1: 1.95, 2: 1.9}, {0: 1.96, 1: 2.0, 2: 1.98})])]
+    cells = [
+        cell(
+            1e-3,
+            [
+                row("relu", {0: 2.0, 1: 2.1, 2: 2.0}, {0: 2.05, 1: 2.15, 2: 2.07}),
+                row("swiglu", {0: 2.2, 1: 2.2, 2: 2.3}, {0: 9.0, 1: 9.0, 2: 9.0}),
+            ],
+        ),
+        cell(
+            2e-3,
+            [
+                row("relu", {0: 2.5, 1: 2.5, 2: 2.5}, {0: 9.0, 1: 9.0, 2: 9.0}),
+                row("swiglu", {0: 1.9, 1: 1.95, 2: 1.9}, {0: 1.96, 1: 2.0, 2: 1.98}),
+            ],
+        ),
+    ]
     (tuned,) = tuned_cells(cells, "lr")
     rows = {r["ffn"]: r for r in tuned["variants"]}
     assert tuned["axes"] == {"lr": "tuned"} and tuned["metric"] == "final_test_loss"
@@ -79,8 +130,10 @@ def test_tuned_cells_choose_on_validation_and_compare_on_test():
 
 
 def test_learned_parameters_average_over_seeds():
-    results = [{"learned": {"blocks.0.ffn": {"beta": 1.0, "weights": {"relu": 0.2, "gelu": 0.8}}}},
-               {"learned": {"blocks.0.ffn": {"beta": 2.0, "weights": {"relu": 0.4, "gelu": 0.6}}}}]
+    results = [
+        {"learned": {"blocks.0.ffn": {"beta": 1.0, "weights": {"relu": 0.2, "gelu": 0.8}}}},
+        {"learned": {"blocks.0.ffn": {"beta": 2.0, "weights": {"relu": 0.4, "gelu": 0.6}}}},
+    ]
     got = learned_mean(results)["blocks.0.ffn"]
     assert got["beta"] == 1.5 and got["weights"]["relu"] == pytest.approx(0.3)
     assert math.isclose(sum(got["weights"].values()), 1.0)

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ffnlab.run.train import TrainConfig
 from ffnlab.study.store import Store
 from ffnlab.study.sweep import Study, plan, preset_config, resolve_jobs, run_id, run_study
-from ffnlab.run.train import TrainConfig
 
 
 def smoke_study(**kw):
@@ -36,11 +36,14 @@ def test_plan_expansion_and_run_identity():
     assert {(c.model.n_layers, c.model.placement) for c in runs} == {(1, "pre"), (1, "post"), (2, "pre"), (2, "post")}
 
 
-@pytest.mark.parametrize("kw,needle", [
-    (dict(variants=["relu", "swiglue"]), "did you mean 'swiglu'"),
-    (dict(baseline="gelu"), "baseline 'gelu' is not among the variants"),
-    (dict(axes={"colour": [1]}), "unknown axis 'colour'"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (dict(variants=["relu", "swiglue"]), "did you mean 'swiglu'"),
+        (dict(baseline="gelu"), "baseline 'gelu' is not among the variants"),
+        (dict(axes={"colour": [1]}), "unknown axis 'colour'"),
+    ],
+)
 def test_bad_study(kw, needle):
     with pytest.raises(ValueError, match=needle):
         smoke_study(**kw)
@@ -68,8 +71,25 @@ def test_divergent_runs_are_counted_not_fatal(tmp_path):
 
 
 def compare_cmd(store, *extra):
-    return [sys.executable, "-m", "ffnlab.cli", "compare", "--preset", "smoke", "--variants", "relu,swiglu",
-            "--seeds", "2", "--steps", "80", "--store", str(store), "--quiet", "--no-report", *map(str, extra)]
+    return [
+        sys.executable,
+        "-m",
+        "ffnlab.cli",
+        "compare",
+        "--preset",
+        "smoke",
+        "--variants",
+        "relu,swiglu",
+        "--seeds",
+        "2",
+        "--steps",
+        "80",
+        "--store",
+        str(store),
+        "--quiet",
+        "--no-report",
+        *map(str, extra),
+    ]
 
 
 def deterministic(store_path):
@@ -78,8 +98,12 @@ def deterministic(store_path):
         out = {}
         for r in s.runs():
             res = r["result"]
-            out[r["id"]] = (r["status"], res["final_val_loss"], res["steps"],
-                            [m for m in s.metrics(r["id"]) if m[1] in ("train_loss", "val_loss")])
+            out[r["id"]] = (
+                r["status"],
+                res["final_val_loss"],
+                res["steps"],
+                [m for m in s.metrics(r["id"]) if m[1] in ("train_loss", "val_loss")],
+            )
         return out
 
 
@@ -161,13 +185,16 @@ def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):
     assert torch.get_num_threads() == before
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--variants", "relu,nope"], "unknown FFN variant 'nope'"),
-    (["--preset", "huge"], "unknown preset 'huge'"),
-    (["--baseline", "gelu", "--variants", "relu,swiglu"], "not among the variants"),
-    (["--seeds", "1"], "at least 2 seeds"),
-    (["--depth", "2,x"], "integers"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--variants", "relu,nope"], "unknown FFN variant 'nope'"),
+        (["--preset", "huge"], "unknown preset 'huge'"),
+        (["--baseline", "gelu", "--variants", "relu,swiglu"], "not among the variants"),
+        (["--seeds", "1"], "at least 2 seeds"),
+        (["--depth", "2,x"], "integers"),
+    ],
+)
 def test_compare_bad_input_writes_nothing(run_cli, tmp_path, argv, needle):
     store = tmp_path / "never.db"
     code, _, err = run_cli("compare", "--store", store, *argv)
@@ -176,14 +203,49 @@ def test_compare_bad_input_writes_nothing(run_cli, tmp_path, argv, needle):
 
 
 def test_compare_json_and_csv(run_cli, tmp_path):
-    code, out, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2,
-                             "--store", tmp_path / "s.db", "--json", "--csv", tmp_path / "t.csv")
+    code, out, err = run_cli(
+        "compare",
+        "--preset",
+        "smoke",
+        "--variants",
+        "relu,gelu",
+        "--seeds",
+        2,
+        "--store",
+        tmp_path / "s.db",
+        "--json",
+        "--csv",
+        tmp_path / "t.csv",
+    )
     assert code == 0, err
     d = json.loads(out)
     assert d["baseline"] == "relu" and d["store"].endswith("s.db")
-    keys = {"ffn", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
-            "significant", "params", "flops_per_token", "tokens_per_s", "train_mem_bytes", "saved_bytes", "diverged",
-            "test_mean", "noisy_mean", "noise_delta", "ppl", "ffn_grad_mean", "ffn_grad_std", "learned"}
+    keys = {
+        "ffn",
+        "n_seeds",
+        "mean",
+        "std",
+        "ci_low",
+        "ci_high",
+        "delta",
+        "delta_ci_low",
+        "delta_ci_high",
+        "p_adj",
+        "significant",
+        "params",
+        "flops_per_token",
+        "tokens_per_s",
+        "train_mem_bytes",
+        "saved_bytes",
+        "diverged",
+        "test_mean",
+        "noisy_mean",
+        "noise_delta",
+        "ppl",
+        "ffn_grad_mean",
+        "ffn_grad_std",
+        "learned",
+    }
     assert all(keys <= set(v) for v in d["variants"])
     gelu = next(v for v in d["variants"] if v["ffn"] == "gelu")
     assert gelu["p_adj"] is None and "needs >= 3 seeds" in d["verdict"]  # 2 seeds: interval, no test
@@ -193,16 +255,39 @@ def test_compare_json_and_csv(run_cli, tmp_path):
     assert header[:2] == ["metric", "ffn"] and {"test_mean", "noise_delta", "train_mem_bytes"} <= set(header)
 
 
-LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 86, "num_hidden_layers": 1,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "hidden_act": "silu",
-         "max_position_embeddings": 64}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 86,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 100,
+    "hidden_act": "silu",
+    "max_position_embeddings": 64,
+}
 
 
 def test_compare_on_a_hugging_face_config(run_cli, tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(LLAMA))
-    code, out, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", 2, "--steps", 10,
-                             "--hf-config", cfg, "--store", tmp_path / "s.db", "--json", "--no-report")
+    code, out, err = run_cli(
+        "compare",
+        "--preset",
+        "smoke",
+        "--variants",
+        "relu,swiglu",
+        "--seeds",
+        2,
+        "--steps",
+        10,
+        "--hf-config",
+        cfg,
+        "--store",
+        tmp_path / "s.db",
+        "--json",
+        "--no-report",
+    )
     assert code == 0, err
     rows = {r["ffn"]: r for r in json.loads(out)["variants"]}
     assert set(rows) == {"relu", "swiglu"}
@@ -268,16 +353,30 @@ SMOKE = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 3
 
 
 def test_init_lr_and_context_axes_from_the_cli(run_cli, tmp_path):
-    code, out, err = run_cli(*SMOKE, "--init-axis", "lecun,family", "--lr-axis", "1e-3,4e-3", "--context-axis",
-                             "16,32", "--store", tmp_path / "s.db", "--json")
+    code, out, err = run_cli(
+        *SMOKE,
+        "--init-axis",
+        "lecun,family",
+        "--lr-axis",
+        "1e-3,4e-3",
+        "--context-axis",
+        "16,32",
+        "--store",
+        tmp_path / "s.db",
+        "--json",
+    )
     assert code == 0, err
     d = json.loads(out)
     assert len(d["cells"]) == 8 and {c["axes"]["init"] for c in d["cells"]} == {"lecun", "family"}
-    assert {c["axes"]["lr"] for c in d["cells"]} == {1e-3, 4e-3} and {c["axes"]["context"] for c in d["cells"]} == {16, 32}
+    assert {c["axes"]["lr"] for c in d["cells"]} == {1e-3, 4e-3} and {c["axes"]["context"] for c in d["cells"]} == {
+        16,
+        32,
+    }
     with Store(tmp_path / "s.db", create=False) as s:
         configs = [r["config"] for r in s.runs()]
-    assert {(c["model"]["init"], c["lr"], c["model"]["context"]) for c in configs} == \
-        {(i, lr, ctx) for i in ("lecun", "family") for lr in (1e-3, 4e-3) for ctx in (16, 32)}
+    assert {(c["model"]["init"], c["lr"], c["model"]["context"]) for c in configs} == {
+        (i, lr, ctx) for i in ("lecun", "family") for lr in (1e-3, 4e-3) for ctx in (16, 32)
+    }
     # an lr axis adds the tuned comparison: per (init, context) cell, lr chosen on validation, test compared
     assert len(d["tuned"]) == 4 and all(c["metric"] == "final_test_loss" for c in d["tuned"])
     assert all(r["lr"] in (1e-3, 4e-3) for c in d["tuned"] for r in c["variants"])
@@ -290,22 +389,27 @@ def test_init_flag_reaches_the_runs_and_the_report(run_cli, tmp_path):
     code, out, err = run_cli(*SMOKE, "--init", "he", "--lr", "3e-3", "--store", tmp_path / "s.db", "--json")
     assert code == 0, err
     d = json.loads(out)
-    assert d["settings"]["init"] == "he" and d["settings"]["lr"] == 3e-3 and d["settings"]["min_lr"] == pytest.approx(3e-4)
+    assert (
+        d["settings"]["init"] == "he" and d["settings"]["lr"] == 3e-3 and d["settings"]["min_lr"] == pytest.approx(3e-4)
+    )
     assert ["FFN initialisation", "he for every variant's FFN weights"] in d["settings"]["held_equal"]
     page = (tmp_path / "report" / "report.html").read_text()
-    assert "<td class=\"t\">FFN initialisation</td><td class=\"t\">he</td>" in page and "peak lr 0.003" in page
+    assert '<td class="t">FFN initialisation</td><td class="t">he</td>' in page and "peak lr 0.003" in page
     code, out, err = run_cli(*SMOKE, "--init", "family", "--store", tmp_path / "f.db", "--json", "--no-report")
     assert code == 0, err
     not_equal = dict(json.loads(out)["settings"]["not_equal"])
     assert "confounded with the activation" in not_equal["FFN initialisation"]
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--init-axis", "lecun,xavier"], "unknown init 'xavier'"),
-    (["--init", "xavier"], "invalid choice"),
-    (["--lr-axis", "1e-3,-1"], "values must be positive"),
-    (["--context-axis", "16,0"], "values must be positive"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--init-axis", "lecun,xavier"], "unknown init 'xavier'"),
+        (["--init", "xavier"], "invalid choice"),
+        (["--lr-axis", "1e-3,-1"], "values must be positive"),
+        (["--context-axis", "16,0"], "values must be positive"),
+    ],
+)
 def test_bad_axis_values_fail_before_any_run(run_cli, tmp_path, args, needle):
     code, _, err = run_cli(*SMOKE, *args, "--store", tmp_path / "s.db")
     assert code == 2 and needle in err and err.count("\n") == 1, err
@@ -322,19 +426,37 @@ def test_jobs_auto_is_one_worker_per_core(run_cli, tmp_path):
 
 
 def test_two_seeds_show_no_p_value(run_cli, tmp_path):
-    code, out, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2, "--steps", 4,
-                             "--eval-every", 4, "--jobs", 1, "--store", tmp_path / "s.db")
+    code, out, err = run_cli(
+        "compare",
+        "--preset",
+        "smoke",
+        "--variants",
+        "relu,gelu",
+        "--seeds",
+        2,
+        "--steps",
+        4,
+        "--eval-every",
+        4,
+        "--jobs",
+        1,
+        "--store",
+        tmp_path / "s.db",
+    )
     assert code == 0, err
     gelu = next(line for line in out.splitlines() if " gelu " in line)
     assert "n/a (needs ≥3 seeds)" in gelu and "*" not in gelu
     assert "n/a (needs ≥3 seeds)" in (tmp_path / "report" / "report.html").read_text()
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--data", "{tmp}/missing.txt"], "missing.txt"),
-    (["--d-model", "1000000000", "--heads", "4"], "use a smaller --d-model"),
-    (["--batch-size", "1000000000"], "--batch-size"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--data", "{tmp}/missing.txt"], "missing.txt"),
+        (["--d-model", "1000000000", "--heads", "4"], "use a smaller --d-model"),
+        (["--batch-size", "1000000000"], "--batch-size"),
+    ],
+)
 def test_data_and_sizes_are_checked_once_before_any_run(run_cli, tmp_path, argv, needle):
     code, _, err = run_cli(*SMOKE, *[a.format(tmp=tmp_path) for a in argv], "--store", tmp_path / "s.db")
     assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err

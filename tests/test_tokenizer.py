@@ -7,8 +7,10 @@ import pytest
 from ffnlab.run import tokenizer as tk
 from ffnlab.run.tokenizer import TOKENIZERS, build_tokenizer, tokenizer_from_state
 
-CORPUS = ["To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n",
-          "The slings and arrows of outrageous fortune,\nOr to take arms against a sea of troubles\n"] * 20
+CORPUS = [
+    "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n",
+    "The slings and arrows of outrageous fortune,\nOr to take arms against a sea of troubles\n",
+] * 20
 SAMPLE = "To be, or not to be: the slings\nand arrows of fortune,\n"  # only characters of CORPUS
 UNICODE = "caf\u00e9 \u00fcber na\u00efve \u2014 \u6771\u4eac \U0001f642\n"
 
@@ -16,8 +18,10 @@ UNICODE = "caf\u00e9 \u00fcber na\u00efve \u2014 \u6771\u4eac \U0001f642\n"
 @pytest.fixture
 def build(tmp_path):
     """build_tokenizer with the BPE cache in tmp_path."""
+
     def make(kind, texts=CORPUS, vocab_size=None):
         return build_tokenizer(kind, texts, vocab_size if kind == "bpe" else None, cache_dir=str(tmp_path))
+
     return make
 
 
@@ -59,8 +63,9 @@ def test_byte_ids_are_utf8_bytes_and_bad_bytes_decode_replaced(build):
 def test_bpe_is_cached_on_disk(tmp_path, monkeypatch):
     trainings = []
     real_train = tk.train_bpe
-    monkeypatch.setattr(tk, "train_bpe", lambda texts, vocab_size: trainings.append(vocab_size) or
-                        real_train(texts, vocab_size))
+    monkeypatch.setattr(
+        tk, "train_bpe", lambda texts, vocab_size: trainings.append(vocab_size) or real_train(texts, vocab_size)
+    )
     first = build_tokenizer("bpe", CORPUS, 300, cache_dir=str(tmp_path))
     files = list(tmp_path.iterdir())
     assert len(files) == 1 and files[0].suffix == ".json" and trainings == [300]

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ffnlab.core.model import ModelConfig, attend
 from ffnlab._util import machine
-from ffnlab.study.sweep import Study, plan
+from ffnlab.core.model import ModelConfig, attend
 from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, spike, train
+from ffnlab.study.sweep import Study, plan
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 
@@ -124,7 +124,9 @@ def test_bf16_attention_runs_in_fp32_on_cpu():
     out.float().sum().backward()
     assert q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0
     q32, k32, v32 = (t.detach().float() for t in (q, k, v))
-    assert torch.equal(attend(q32, k32, v32, causal=True), F.scaled_dot_product_attention(q32, k32, v32, is_causal=True))
+    assert torch.equal(
+        attend(q32, k32, v32, causal=True), F.scaled_dot_product_attention(q32, k32, v32, is_causal=True)
+    )
 
 
 def test_bf16_training_is_deterministic_and_learns():
@@ -138,8 +140,16 @@ def test_bf16_training_is_deterministic_and_learns():
     assert a.first_step_s > 0 and a.tokens_per_s > 0
 
 
-@pytest.mark.parametrize("flags,want", [({"amx_bf16", "avx512f"}, "bf16"), ({"avx512_bf16", "avx512f"}, "bf16"),
-                                        ({"avx2", "avx512f"}, "fp32"), ({"avx2"}, "fp32"), (set(), "fp32")])
+@pytest.mark.parametrize(
+    "flags,want",
+    [
+        ({"amx_bf16", "avx512f"}, "bf16"),
+        ({"avx512_bf16", "avx512f"}, "bf16"),
+        ({"avx2", "avx512f"}, "fp32"),
+        ({"avx2"}, "fp32"),
+        (set(), "fp32"),
+    ],
+)
 def test_auto_precision_is_bf16_only_where_the_cpu_runs_it_in_hardware(monkeypatch, flags, want):
     monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset(flags))
     assert resolve_precision("auto", "cpu") == want
@@ -175,8 +185,28 @@ def cli(*args, **kw):
     return subprocess.run([sys.executable, "-m", "ffnlab.cli", *map(str, args)], capture_output=True, text=True, **kw)
 
 
-TRAIN_ARGS = ["train", "--ffn", "swiglu", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32,
-              "--batch-size", 8, "--steps", 150, "--eval-every", 50, "--checkpoint-every", 20, "--quiet"]
+TRAIN_ARGS = [
+    "train",
+    "--ffn",
+    "swiglu",
+    "--layers",
+    1,
+    "--heads",
+    2,
+    "--d-model",
+    32,
+    "--context",
+    32,
+    "--batch-size",
+    8,
+    "--steps",
+    150,
+    "--eval-every",
+    50,
+    "--checkpoint-every",
+    20,
+    "--quiet",
+]
 
 
 @pytest.mark.slow
@@ -184,8 +214,19 @@ def test_kill_and_resume_ends_with_the_same_metrics(tmp_path):
     full = cli(*TRAIN_ARGS, "--out", tmp_path / "full.json")
     assert full.returncode == 0, full.stderr
     ckpt = tmp_path / "ckpt"
-    proc = subprocess.Popen([sys.executable, "-m", "ffnlab.cli", *map(str, TRAIN_ARGS), "--checkpoint-dir", ckpt,
-                             "--out", tmp_path / "resumed.json"], stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ffnlab.cli",
+            *map(str, TRAIN_ARGS),
+            "--checkpoint-dir",
+            ckpt,
+            "--out",
+            tmp_path / "resumed.json",
+        ],
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 120
     while not (ckpt / "latest.json").exists() or json.loads((ckpt / "latest.json").read_text())["step"] < 60:
         assert proc.poll() is None and time.time() < deadline, "no checkpoint written"
@@ -202,30 +243,113 @@ def test_kill_and_resume_ends_with_the_same_metrics(tmp_path):
 
 
 def test_cli_json_output(run_cli):
-    code, out, err = run_cli("train", "--ffn", "relu", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32,
-                             "--batch-size", 4, "--steps", 5, "--eval-every", 5, "--json")
+    code, out, err = run_cli(
+        "train",
+        "--ffn",
+        "relu",
+        "--layers",
+        1,
+        "--heads",
+        2,
+        "--d-model",
+        32,
+        "--context",
+        32,
+        "--batch-size",
+        4,
+        "--steps",
+        5,
+        "--eval-every",
+        5,
+        "--json",
+    )
     assert code == 0, err
     r = json.loads(out)
     for key in ("ffn", "seed", "status", "final_val_loss", "params", "tokens_per_s", "steps"):
         assert key in r
     assert r["ffn"] == "relu" and r["steps"] == 5
-    code, out, err = run_cli("train", "--ffn", "relu", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32,
-                             "--batch-size", 4, "--steps", 5, "--eval-every", 5, "--precision", "fp32")
+    code, out, err = run_cli(
+        "train",
+        "--ffn",
+        "relu",
+        "--layers",
+        1,
+        "--heads",
+        2,
+        "--d-model",
+        32,
+        "--context",
+        32,
+        "--batch-size",
+        4,
+        "--steps",
+        5,
+        "--eval-every",
+        5,
+        "--precision",
+        "fp32",
+    )
     assert code == 0 and "relu: finished after 5 steps" in out and "tokens/s in fp32" in out, err
-    for needle in ("perplexity", "test loss", "with embedding noise", "memory", "saved for backward",
-                   "FFN gradient mean"):
+    for needle in (
+        "perplexity",
+        "test loss",
+        "with embedding noise",
+        "memory",
+        "saved for backward",
+        "FFN gradient mean",
+    ):
         assert needle in out, needle
-    code, out, err = run_cli("train", "--ffn", "swish_beta", "--layers", 1, "--heads", 2, "--d-model", 32,
-                             "--context", 32, "--batch-size", 4, "--steps", 5, "--eval-every", 5, "--init", "he")
+    code, out, err = run_cli(
+        "train",
+        "--ffn",
+        "swish_beta",
+        "--layers",
+        1,
+        "--heads",
+        2,
+        "--d-model",
+        32,
+        "--context",
+        32,
+        "--batch-size",
+        4,
+        "--steps",
+        5,
+        "--eval-every",
+        5,
+        "--init",
+        "he",
+    )
     assert code == 0 and 'learned blocks.0.ffn: {"beta": ' in out, err
 
 
 def test_cli_threads_and_eval_batches_reach_the_config(run_cli, tmp_path):
     before = torch.get_num_threads()
     try:
-        code, _, err = run_cli("train", "--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32, "--batch-size", 4,
-                               "--steps", 2, "--eval-every", 2, "--threads", 1, "--eval-batches", 3, "--quiet",
-                               "--out", tmp_path / "r.json")
+        code, _, err = run_cli(
+            "train",
+            "--layers",
+            1,
+            "--heads",
+            2,
+            "--d-model",
+            32,
+            "--context",
+            32,
+            "--batch-size",
+            4,
+            "--steps",
+            2,
+            "--eval-every",
+            2,
+            "--threads",
+            1,
+            "--eval-batches",
+            3,
+            "--quiet",
+            "--out",
+            tmp_path / "r.json",
+        )
     finally:
         torch.set_num_threads(before)
     assert code == 0, err
@@ -235,17 +359,20 @@ def test_cli_threads_and_eval_batches_reach_the_config(run_cli, tmp_path):
     assert code == 2 and "positive" in err
 
 
-@pytest.mark.parametrize("setup,args,needle", [
-    (None, ["--data", "{tmp}/missing.txt"], "missing.txt"),
-    ("empty", ["--data", "{tmp}/empty.txt"], "empty"),
-    ("latin1", ["--data", "{tmp}/latin1.txt"], "UTF-8"),
-    ("short", ["--data", "{tmp}/short.txt"], "context"),
-    (None, ["--data", "no_such_dataset_xyz"], "no_such_dataset_xyz"),
-    ("jsonl", ["--data", "{tmp}/d.jsonl", "--task", "cls", "--label-field", "genre"], "genre"),
-    (None, ["--ffn", "swiglue"], "did you mean 'swiglu'"),
-    (None, ["--d-model", "30", "--heads", "4"], "divisible"),
-    (None, ["--steps", "0"], "positive"),
-])
+@pytest.mark.parametrize(
+    "setup,args,needle",
+    [
+        (None, ["--data", "{tmp}/missing.txt"], "missing.txt"),
+        ("empty", ["--data", "{tmp}/empty.txt"], "empty"),
+        ("latin1", ["--data", "{tmp}/latin1.txt"], "UTF-8"),
+        ("short", ["--data", "{tmp}/short.txt"], "context"),
+        (None, ["--data", "no_such_dataset_xyz"], "no_such_dataset_xyz"),
+        ("jsonl", ["--data", "{tmp}/d.jsonl", "--task", "cls", "--label-field", "genre"], "genre"),
+        (None, ["--ffn", "swiglue"], "did you mean 'swiglu'"),
+        (None, ["--d-model", "30", "--heads", "4"], "divisible"),
+        (None, ["--steps", "0"], "positive"),
+    ],
+)
 def test_bad_input_exit_2_one_line_nothing_written(run_cli, tmp_path, setup, args, needle):
     if setup == "empty":
         (tmp_path / "empty.txt").write_text("")
@@ -254,11 +381,20 @@ def test_bad_input_exit_2_one_line_nothing_written(run_cli, tmp_path, setup, arg
     elif setup == "short":
         (tmp_path / "short.txt").write_text("To be, or\n" * 200)  # val: ~100 chars, under one window
     elif setup == "jsonl":
-        (tmp_path / "d.jsonl").write_text("\n".join(json.dumps({"text": f"line {i}", "label": i % 2})
-                                                    for i in range(30)))
+        (tmp_path / "d.jsonl").write_text(
+            "\n".join(json.dumps({"text": f"line {i}", "label": i % 2}) for i in range(30))
+        )
     out = tmp_path / "result.json"
-    argv = ["train", *[a.format(tmp=tmp_path) for a in args], "--steps" if "--steps" not in args else "--seed",
-            "3" if "--steps" not in args else "0", "--out", out, "--checkpoint-dir", tmp_path / "ck"]
+    argv = [
+        "train",
+        *[a.format(tmp=tmp_path) for a in args],
+        "--steps" if "--steps" not in args else "--seed",
+        "3" if "--steps" not in args else "0",
+        "--out",
+        out,
+        "--checkpoint-dir",
+        tmp_path / "ck",
+    ]
     code, _, err = run_cli(*argv)
     assert code == 2, err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
@@ -277,8 +413,9 @@ class _Evil:
         return (os.system, (f"touch {self.path}",))
 
 
-@pytest.mark.parametrize("damage", ["truncated weights", "malicious state", "another model's weights",
-                                    "garbage latest"])
+@pytest.mark.parametrize(
+    "damage", ["truncated weights", "malicious state", "another model's weights", "garbage latest"]
+)
 def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp_path, damage):
     import pickle
 

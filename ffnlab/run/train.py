@@ -7,6 +7,7 @@ and stability monitors: gradient statistics of each FFN, gradient-norm and loss 
 first non-finite step (the run ends as `diverged`), dead units, sparsity, activation scale, and
 validation loss with noise on the embeddings.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,9 +18,8 @@ import statistics
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 import torch
 from torch import nn
@@ -28,135 +28,9 @@ from ffnlab._util.machine import bf16_native
 from ffnlab.core.ffn import DenseFFN, GatedFFN, ffn_flops_per_token
 from ffnlab.core.memory import saved_bytes, training_memory
 from ffnlab.core.model import ModelConfig, Transformer, param_count
+from ffnlab.run.config import RunResult, TrainConfig
 
-PRECISIONS = ("auto", "fp32", "bf16")
-DEVICES = ("cpu", "cuda", "auto")
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
-
-
-@dataclass
-class TrainConfig:
-    """Everything that defines a run; `asdict` of it is stored beside the result."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)  # vocab_size is set from the tokenizer
-    hf_config: dict | None = None  # a Hugging Face config: train that architecture instead (FFN swapped)
-    data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
-    tokenizer: Literal["char", "byte", "bpe"] = "char"
-    bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
-    text_field: str = "text"
-    label_field: str = "label"
-    seed: int = 0
-    batch_size: int = 16
-    max_steps: int = 200
-    max_tokens: int | None = None  # overrides max_steps: steps = ceil(tokens / (batch * context))
-    max_seconds: float | None = None  # wall-clock budget: stops at whichever budget ends first, and
-    # the schedule follows the larger of step and time progress
-    lr: float = 2e-3
-    min_lr: float | None = None  # end of the cosine decay; None: lr / 10
-    warmup_steps: int = 20
-    weight_decay: float = 0.1  # on matrices only, not on biases, norms or learnable activations
-    beta2: float = 0.99  # small batches, few steps (nanoGPT's Shakespeare recipe)
-    grad_clip: float = 1.0
-    eval_every: int = 50
-    eval_batches: int = 8  # fixed validation batches at each evaluation during training (the curves)
-    final_eval_batches: int = 32  # at the end, on val and test: the metric a comparison ranks by, measured on
-    # more tokens, so less evaluation noise in paired differences (README, "The default study")
-    log_every: int = 10  # FFN gradient statistics every this many steps
-    spike_factor: float = 4.0  # a spike is a value above this times the running median
-    noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
-    compile: bool = False
-    threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
-    checkpoint_dir: str | None = None  # None: no checkpoints
-    checkpoint_every: int = 100
-
-    def __post_init__(self):
-        if isinstance(self.model, dict):
-            self.model = ModelConfig(**self.model)
-        for name in ("batch_size", "max_steps", "eval_every", "eval_batches", "final_eval_batches", "log_every",
-                     "checkpoint_every"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("max_tokens", "max_seconds", "threads"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("lr", "min_lr", "max_seconds", "weight_decay", "beta2", "grad_clip", "noise_std", "spike_factor"):
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value}")
-        if not self.lr > 0 or (self.min_lr or 0) < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
-            raise ValueError("lr and grad_clip must be positive, min_lr and warmup_steps non-negative")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
-        if self.device not in DEVICES:
-            raise ValueError(f"unknown device '{self.device}'; valid: {', '.join(DEVICES)}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown config keys {sorted(unknown)}; valid: {', '.join(sorted(known))}")
-        return cls(**d)
-
-
-@dataclass
-class RunResult:
-    """What one run measured. `to_dict()` is what the store keeps (the sweep files `history` and
-    `events` in tables of their own); metrics a run could not measure (a diverged run's final
-    loss, a split too small to evaluate) are None."""
-
-    ffn: str
-    seed: int
-    status: Literal["finished", "diverged"]
-    task: str
-    steps: int
-    final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches
-    final_val_ppl: float | None  # exp(final_val_loss)
-    final_val_acc: float | None  # classification only
-    final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
-    final_test_acc: float | None
-    noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
-    noisy_val_acc: float | None
-    diverged_step: int | None
-    params: int
-    ffn_params: int
-    flops_per_token: int
-    tokens: int
-    tokens_per_s: float | None  # tokens per step over the median step time
-    step_time_s: float
-    first_step_s: float | None
-    train_seconds: float
-    wall_seconds: float
-    # memory (ffnlab.core.memory): counted from the tensors, the same whatever ran before in the process
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    saved_bytes: int  # kept for backward by one training forward pass
-    train_mem_bytes: int  # the sum of the four above
-    cuda_peak_bytes: int | None  # the CUDA allocator's peak since the run started
-    n_grad_spikes: int
-    n_loss_spikes: int
-    max_grad_norm: float | None  # largest global gradient norm before clipping
-    ffn_grad_mean: float | None  # mean over logged steps and FFN layers of the FFN weights' gradient mean
-    ffn_grad_std: float | None  # ... and of its std
-    behaviour: dict  # per FFN layer: dead units, sparsity, activation scale (ActivationProbe)
-    dead_frac: float | None
-    learned: dict  # per FFN layer: learned parameters of a learnable activation (beta, tau, mixture weights)
-    vocab_size: int
-    device: str
-    precision: str
-    threads: int  # bf16 results depend on it at the 1e-4 level
-    history: dict
-    events: list
-    config: dict
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -170,8 +44,11 @@ def load_data(data: str, task: str, tokenizer: str, bpe_vocab: int, text_field: 
 
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
     all_text = corpus.train + corpus.val + corpus.test
-    tok = build_tokenizer(tokenizer, all_text if tokenizer == "char" else corpus.train,
-                          vocab_size=bpe_vocab if tokenizer == "bpe" else None)
+    tok = build_tokenizer(
+        tokenizer,
+        all_text if tokenizer == "char" else corpus.train,
+        vocab_size=bpe_vocab if tokenizer == "bpe" else None,
+    )
     splits = {}
     for split in ("train", "val", "test"):
         if task == "lm":
@@ -193,8 +70,10 @@ def check_data(splits, task: str, context: int, data: str):
         if has_window(splits[split], task, context):
             continue
         if task == "lm":
-            raise ValueError(f"the {split} split of '{data}' has {len(splits[split])} tokens, fewer than one context "
-                             f"window ({context + 1}); use more text or a smaller --context")
+            raise ValueError(
+                f"the {split} split of '{data}' has {len(splits[split])} tokens, fewer than one context "
+                f"window ({context + 1}); use more text or a smaller --context"
+            )
         raise ValueError(f"the {split} split of '{data}' has no labelled examples")
 
 
@@ -214,14 +93,18 @@ def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str):
         with torch.device("meta"):  # shapes only: nothing is allocated
             n_params = param_count(Transformer(mcfg, cfg.seed))
     except (RuntimeError, OverflowError) as e:
-        raise ValueError(f"the model's sizes overflow ({str(e).splitlines()[0][:120]}); use a smaller --d-model, "
-                         "--layers or --context") from None
+        raise ValueError(
+            f"the model's sizes overflow ({str(e).splitlines()[0][:120]}); use a smaller --d-model, "
+            "--layers or --context"
+        ) from None
     need = 16 * n_params + 40 * cfg.batch_size * mcfg.context * mcfg.d_model * mcfg.n_layers
     have = machine_memory(device)
     if need > have:
-        raise ValueError(f"{mcfg.n_layers} layers of d_model {mcfg.d_model} ({n_params:,} parameters) at batch "
-                         f"{cfg.batch_size} x context {mcfg.context} need at least {need / 2**30:,.1f} GiB, more than "
-                         f"the {have / 2**30:,.1f} GiB here; use a smaller --d-model, --layers or --batch-size")
+        raise ValueError(
+            f"{mcfg.n_layers} layers of d_model {mcfg.d_model} ({n_params:,} parameters) at batch "
+            f"{cfg.batch_size} x context {mcfg.context} need at least {need / 2**30:,.1f} GiB, more than "
+            f"the {have / 2**30:,.1f} GiB here; use a smaller --d-model, --layers or --batch-size"
+        )
 
 
 def fit(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
@@ -231,7 +114,7 @@ def fit(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
         ids = torch.zeros(1, dtype=torch.long)
     if len(ids) < length:
         ids = ids.repeat(length // len(ids) + 1)
-    return ids[start:start + length]
+    return ids[start : start + length]
 
 
 def get_batch(split_data, task: str, batch_size: int, context: int, gen: torch.Generator):
@@ -256,7 +139,7 @@ def eval_set(split_data, task: str, n_batches: int, batch_size: int, context: in
     pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
     x = torch.stack([fit(docs[i], context) for i in pick])
     y = labels[pick]
-    return [(x[i:i + batch_size], y[i:i + batch_size]) for i in range(0, len(pick), batch_size)]
+    return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
 
 
 # ---- schedule and optimiser ---------------------------------------------------------------------
@@ -322,8 +205,18 @@ class ActivationProbe:
         pre = nn.functional.linear(x, w.weight.float(), None if w.bias is None else w.bias.float())
         post = ffn.act(pre).flatten(0, -2)  # (tokens, d_ff)
         pre = pre.flatten(0, -2)
-        s = self.stats.setdefault(name, {"active": torch.zeros(pre.shape[-1], dtype=torch.bool), "n": 0,
-                                         "zero": 0, "pos": 0, "pre": [0.0, 0.0], "post": [0.0, 0.0], "max": 0.0})
+        s = self.stats.setdefault(
+            name,
+            {
+                "active": torch.zeros(pre.shape[-1], dtype=torch.bool),
+                "n": 0,
+                "zero": 0,
+                "pos": 0,
+                "pre": [0.0, 0.0],
+                "post": [0.0, 0.0],
+                "max": 0.0,
+            },
+        )
         s["active"] |= (pre > 0).any(dim=0)
         s["n"] += post.numel()
         s["zero"] += (post == 0).sum().item()
@@ -339,9 +232,14 @@ class ActivationProbe:
         for name, s in self.stats.items():
             n = s["n"]
             std = {k: math.sqrt(max(0.0, s[k][1] / n - (s[k][0] / n) ** 2)) for k in ("pre", "post")}
-            out[name] = {"dead_frac": 1.0 - s["active"].float().mean().item(),
-                         "zero_frac": s["zero"] / n, "inactive_frac": 1.0 - s["pos"] / n,
-                         "std_pre": std["pre"], "std_post": std["post"], "max_abs_hidden": s["max"]}
+            out[name] = {
+                "dead_frac": 1.0 - s["active"].float().mean().item(),
+                "zero_frac": s["zero"] / n,
+                "inactive_frac": 1.0 - s["pos"] / n,
+                "std_pre": std["pre"],
+                "std_post": std["post"],
+                "max_abs_hidden": s["max"],
+            }
         return out
 
     def remove(self):
@@ -359,8 +257,11 @@ def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context
     """Forward FLOPs per token: attention projections and scores over the full context, every FFN
     built by `build_ffn` (by its formula), and the output head of n_out logits."""
     attn = n_layers * (2 * 4 * d_model * d_model + 2 * 2 * context * d_model)
-    ffn = sum(ffn_flops_per_token(m.spec, d_model, m.d_ff, any(n.endswith("bias") for n, _ in m.named_parameters()))
-              for m in model.modules() if hasattr(m, "spec") and hasattr(m, "d_ff"))
+    ffn = sum(
+        ffn_flops_per_token(m.spec, d_model, m.d_ff, any(n.endswith("bias") for n, _ in m.named_parameters()))
+        for m in model.modules()
+        if hasattr(m, "spec") and hasattr(m, "d_ff")
+    )
     return attn + ffn + 2 * d_model * n_out
 
 
@@ -369,8 +270,18 @@ def hf_factory(hf_config: dict):
     from ffnlab.tools.hf import build_hf_model
 
     def build(mcfg: ModelConfig, seed: int):
-        return build_hf_model(hf_config, mcfg.ffn, match=mcfg.ffn_match, seed=seed, vocab_size=mcfg.vocab_size,
-                              context=mcfg.context, task=mcfg.task, n_classes=mcfg.n_classes, init=mcfg.init)
+        return build_hf_model(
+            hf_config,
+            mcfg.ffn,
+            match=mcfg.ffn_match,
+            seed=seed,
+            vocab_size=mcfg.vocab_size,
+            context=mcfg.context,
+            task=mcfg.task,
+            n_classes=mcfg.n_classes,
+            init=mcfg.init,
+        )
+
     return build
 
 
@@ -442,8 +353,7 @@ def save_checkpoint(directory: Path, model: nn.Module, state: dict):
             old.unlink(missing_ok=True)
 
 
-def load_checkpoint(directory: Path, model: nn.Module, opt: torch.optim.Optimizer,
-                    gen: torch.Generator) -> dict | None:
+def load_checkpoint(directory: Path, model: nn.Module, opt: torch.optim.Optimizer, gen: torch.Generator) -> dict | None:
     """Resume from the latest checkpoint: weights into `model`, optimizer state, data and torch RNG;
     returns the trainer state, or None when there is no checkpoint.
 
@@ -467,9 +377,12 @@ def load_checkpoint(directory: Path, model: nn.Module, opt: torch.optim.Optimize
         gen.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
     except Exception as e:  # any damage: a resumed run must not fail on it forever
-        warnings.warn(f"discarding the unreadable checkpoint in {directory} ({type(e).__name__}: "
-                      f"{str(e).splitlines()[0][:200] if str(e) else '-'}); the run starts again from step 0",
-                      CheckpointWarning, stacklevel=2)
+        warnings.warn(
+            f"discarding the unreadable checkpoint in {directory} ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:200] if str(e) else '-'}); the run starts again from step 0",
+            CheckpointWarning,
+            stacklevel=2,
+        )
         for stale in directory.glob("*"):
             if stale.is_file():
                 stale.unlink(missing_ok=True)
@@ -551,8 +464,9 @@ def resolve_precision(precision: str, device: str) -> str:
     return "bf16" if bf16_native("cuda") else "fp32"
 
 
-def train(cfg: TrainConfig, progress=None, model_factory=None,
-          weights_path: str | os.PathLike | None = None) -> RunResult:
+def train(
+    cfg: TrainConfig, progress=None, model_factory=None, weights_path: str | os.PathLike | None = None
+) -> RunResult:
     """Run one training and return what it measured.
 
     `progress(step, total, metrics)` is called after every step (for a progress bar).
@@ -573,8 +487,9 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
 
     # -- data and model
     corpus, tok, splits = load_data(cfg.data, task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
-    mcfg = replace(cfg.model, vocab_size=tok.vocab_size,
-                   n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes)
+    mcfg = replace(
+        cfg.model, vocab_size=tok.vocab_size, n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes
+    )
     check_data(splits, task, mcfg.context, cfg.data)
     if model_factory is None and not cfg.hf_config:
         check_fits(cfg, mcfg, device)
@@ -588,12 +503,15 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
         return model, make_optimizer(model, cfg, device), gen
 
     model, opt, gen = build()
-    val_batches = [(x.to(device), y.to(device)) for x, y in
-                   eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)]
+    val_batches = [
+        (x.to(device), y.to(device))
+        for x, y in eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context)
+    ]
     tokens_per_step = cfg.batch_size * mcfg.context
     total = math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps
-    autocast = functools.partial(torch.autocast, device_type=device, dtype=torch.bfloat16,
-                                 enabled=cfg.precision == "bf16")
+    autocast = functools.partial(
+        torch.autocast, device_type=device, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
+    )
 
     # -- resume
     hist = {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
@@ -637,29 +555,43 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
         loss_value = loss.item()
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # stop before the update
-            hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(loss_value),
-                                   "grad_norm": str(grad_norm)})
+            hist["events"].append(
+                {"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)}
+            )
             status = "diverged"
             opt.zero_grad(set_to_none=True)
             break
         opt.step()
         opt.zero_grad(set_to_none=True)
-        for kind, value, series in (("grad_spike", grad_norm, hist["grad_norm"]),
-                                    ("loss_spike", loss_value, hist["train_loss"])):
+        for kind, value, series in (
+            ("grad_spike", grad_norm, hist["grad_norm"]),
+            ("loss_spike", loss_value, hist["train_loss"]),
+        ):
             if spike(value, series, cfg.spike_factor):
-                hist["events"].append({"step": step, "kind": kind, "value": value,
-                                       "median": statistics.median(series[-50:])})
+                hist["events"].append(
+                    {"step": step, "kind": kind, "value": value, "median": statistics.median(series[-50:])}
+                )
         hist["train_loss"].append(loss_value)
         hist["grad_norm"].append(grad_norm)
         hist["step_time"].append(time.perf_counter() - t_step)
         step += 1
         if step % cfg.eval_every == 0 or step == total:
-            hist["val"].append({"step": step, **evaluate(model, val_batches, task, autocast),
-                                "time": time.perf_counter() - t0})
+            hist["val"].append(
+                {"step": step, **evaluate(model, val_batches, task, autocast), "time": time.perf_counter() - t0}
+            )
         if ckpt_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
-            save_checkpoint(ckpt_dir, model, {
-                "step": step, "elapsed": time.perf_counter() - t0, "hist": hist, "optimizer": opt.state_dict(),
-                "data_rng": gen.get_state(), "torch_rng": torch.get_rng_state()})
+            save_checkpoint(
+                ckpt_dir,
+                model,
+                {
+                    "step": step,
+                    "elapsed": time.perf_counter() - t0,
+                    "hist": hist,
+                    "optimizer": opt.state_dict(),
+                    "data_rng": gen.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                },
+            )
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     train_seconds = time.perf_counter() - t0
@@ -668,11 +600,15 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
     behaviour, final, robust, test = {}, {}, {}, {}
     if status == "finished":
         if not hist["val"] or hist["val"][-1]["step"] != step:
-            hist["val"].append({"step": step, **evaluate(model, val_batches, task, autocast),
-                                "time": train_seconds})
-        final_sets = {split: [(x.to(device), y.to(device)) for x, y in
-                              eval_set(splits[split], task, cfg.final_eval_batches, cfg.batch_size, mcfg.context)]
-                      for split in ("val", "test") if has_window(splits[split], task, mcfg.context)}
+            hist["val"].append({"step": step, **evaluate(model, val_batches, task, autocast), "time": train_seconds})
+        final_sets = {
+            split: [
+                (x.to(device), y.to(device))
+                for x, y in eval_set(splits[split], task, cfg.final_eval_batches, cfg.batch_size, mcfg.context)
+            ]
+            for split in ("val", "test")
+            if has_window(splits[split], task, mcfg.context)
+        }
         final = evaluate(model, final_sets["val"], task, autocast)
         probe = ActivationProbe(ffns)
         evaluate(model, val_batches, task, autocast)
@@ -688,18 +624,34 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
     step_times = hist["step_time"][1:] or hist["step_time"]  # the first step includes warm-up
     median_step = statistics.median(step_times) if step_times else float("nan")
     return RunResult(
-        ffn=mcfg.ffn, seed=cfg.seed, status=status, task=task, steps=step,
-        final_val_loss=final.get("loss"), final_val_ppl=math.exp(final["loss"]) if final else None,
-        final_val_acc=final.get("acc"), final_test_loss=test.get("loss"), final_test_acc=test.get("acc"),
-        noisy_val_loss=robust.get("loss"), noisy_val_acc=robust.get("acc"),
+        ffn=mcfg.ffn,
+        seed=cfg.seed,
+        status=status,
+        task=task,
+        steps=step,
+        final_val_loss=final.get("loss"),
+        final_val_ppl=math.exp(final["loss"]) if final else None,
+        final_val_acc=final.get("acc"),
+        final_test_loss=test.get("loss"),
+        final_test_acc=test.get("acc"),
+        noisy_val_loss=robust.get("loss"),
+        noisy_val_acc=robust.get("acc"),
         diverged_step=next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
-        params=param_count(model), ffn_params=sum(p.numel() for _, f in ffns for p in f.parameters()),
-        flops_per_token=model_flops_per_token(model, getattr(model.cfg, "d_model", mcfg.d_model),
-                                              getattr(model.cfg, "n_layers", mcfg.n_layers), mcfg.context,
-                                              mcfg.vocab_size if task == "lm" else mcfg.n_classes),
-        tokens=step * tokens_per_step, tokens_per_s=tokens_per_step / median_step if step_times else None,
-        step_time_s=median_step, first_step_s=hist["step_time"][0] if hist["step_time"] else None,
-        train_seconds=train_seconds, wall_seconds=time.perf_counter() - t_start,
+        params=param_count(model),
+        ffn_params=sum(p.numel() for _, f in ffns for p in f.parameters()),
+        flops_per_token=model_flops_per_token(
+            model,
+            getattr(model.cfg, "d_model", mcfg.d_model),
+            getattr(model.cfg, "n_layers", mcfg.n_layers),
+            mcfg.context,
+            mcfg.vocab_size if task == "lm" else mcfg.n_classes,
+        ),
+        tokens=step * tokens_per_step,
+        tokens_per_s=tokens_per_step / median_step if step_times else None,
+        step_time_s=median_step,
+        first_step_s=hist["step_time"][0] if hist["step_time"] else None,
+        train_seconds=train_seconds,
+        wall_seconds=time.perf_counter() - t_start,
         **training_memory(model, opt, saved),
         cuda_peak_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None,
         n_grad_spikes=sum(e["kind"] == "grad_spike" for e in hist["events"]),
@@ -709,10 +661,19 @@ def train(cfg: TrainConfig, progress=None, model_factory=None,
         behaviour=behaviour,
         dead_frac=statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
         learned=learned_params(ffns),
-        vocab_size=tok.vocab_size, device=device, precision=cfg.precision, threads=torch.get_num_threads(),
-        history={"train_loss": hist["train_loss"], "grad_norm": hist["grad_norm"], "val": hist["val"],
-                 "grad_ffn": hist["grad_ffn"]},
-        events=hist["events"], config=cfg.to_dict())
+        vocab_size=tok.vocab_size,
+        device=device,
+        precision=cfg.precision,
+        threads=torch.get_num_threads(),
+        history={
+            "train_loss": hist["train_loss"],
+            "grad_norm": hist["grad_norm"],
+            "val": hist["val"],
+            "grad_ffn": hist["grad_ffn"],
+        },
+        events=hist["events"],
+        config=cfg.to_dict(),
+    )
 
 
 # ---- progress bar -------------------------------------------------------------------------------
@@ -734,4 +695,5 @@ def progress_bar(prefix: str = "", stream=sys.stderr):
         if step == total:
             stream.write("\n")
         stream.flush()
+
     return show

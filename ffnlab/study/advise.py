@@ -11,6 +11,7 @@ Three sources of evidence, in this order:
 The result is a dict {"recommendation", "basis", "reasons", "evidence", "alternatives", "command"}
 that `format_advice` prints and `--json` dumps.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ import math
 import re
 from pathlib import Path
 
-from ffnlab._util.text import human, human_bytes
 from ffnlab._util.names import closest
+from ffnlab._util.text import human, human_bytes
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
 from ffnlab.study.published import ACT_FIELDS, GATED_MODEL_TYPES, MODEL_FAMILIES, SHAZEER_2020_65K, SHAZEER_2020_524K
@@ -34,8 +35,21 @@ SPEED_TOLERANCE = 0.05
 # ---- parsing ------------------------------------------------------------------------------------
 
 COUNT_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
-BYTE_SUFFIX = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20,
-               "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
+BYTE_SUFFIX = {
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+}
 
 
 def parse_quantity(text: str, units: dict, what: str, example: str) -> float:
@@ -43,8 +57,9 @@ def parse_quantity(text: str, units: dict, what: str, example: str) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in units:
         valid = ", ".join(u for u in units if u)
-        raise ValueError(f"cannot read {what} '{text}'; give a number with an optional suffix ({valid}), "
-                         f"e.g. {example}")
+        raise ValueError(
+            f"cannot read {what} '{text}'; give a number with an optional suffix ({valid}), e.g. {example}"
+        )
     value = float(match.group(1)) * units[match.group(2).lower()]
     if value <= 0:
         raise ValueError(f"{what} must be positive, got '{text}'")
@@ -94,8 +109,16 @@ def read_hf_config(path: Path) -> dict:
     if field == "feed_forward_proj" and value == "gated-gelu":
         act = "gelu_new"  # NOTE: T5's config maps 'gated-gelu' to the tanh approximation, gelu_new
     name = config.get("_name_or_path") or (config.get("architectures") or [model_type])[0]
-    return {"model": str(name), "model_type": model_type, "field": field, "hf_act": value, "act": act,
-            "gated": gated, "ffn": ffn_for(act, gated), "source": f"{file} ({field}: {value!r})"}
+    return {
+        "model": str(name),
+        "model_type": model_type,
+        "field": field,
+        "hf_act": value,
+        "act": act,
+        "gated": gated,
+        "ffn": ffn_for(act, gated),
+        "source": f"{file} ({field}: {value!r})",
+    }
 
 
 def lookup_family(name: str) -> dict:
@@ -106,14 +129,22 @@ def lookup_family(name: str) -> dict:
     if not matches:
         known = sorted({f.example for f in MODEL_FAMILIES})
         hint = closest(last, [f.family for f in MODEL_FAMILIES])
-        raise ValueError(f"unknown pretrained model '{name}'{hint}; give the path to its config.json, or one of: "
-                         f"{', '.join(known)}")
+        raise ValueError(
+            f"unknown pretrained model '{name}'{hint}; give the path to its config.json, or one of: {', '.join(known)}"
+        )
     f = max(matches, key=lambda f: (key == f.example.lower(), len(f.family)))
     act = "gelu_new" if f.hf_act == "gated-gelu" else f.hf_act
-    return {"model": name, "model_type": f.model_type, "field": f.field, "hf_act": f.hf_act, "act": act,
-            "gated": get_ffn_spec(f.ffn).gated, "ffn": f.ffn,
-            "source": f"ffnlab's table of model families: {f.family} ({f.example}) sets {f.field}={f.hf_act!r} "
-                      "in its Hugging Face config.json"}
+    return {
+        "model": name,
+        "model_type": f.model_type,
+        "field": f.field,
+        "hf_act": f.hf_act,
+        "act": act,
+        "gated": get_ffn_spec(f.ffn).gated,
+        "ffn": f.ffn,
+        "source": f"ffnlab's table of model families: {f.family} ({f.example}) sets {f.field}={f.hf_act!r} "
+        "in its Hugging Face config.json",
+    }
 
 
 def resolve_pretrained(name_or_config: str) -> dict:
@@ -135,24 +166,49 @@ def advise_pretrained(pretrained: str) -> dict:
         f"its FFN weights were learned for that nonlinearity.",
         "Fine-tuning with a different activation feeds those weights a function they were never trained with: "
         "the pre-trained behaviour is lost and must be relearned, which defeats the point of starting from it.",
-        f"So keep {ffn}" + (f" (ffnlab name; Hugging Face calls it '{model['hf_act']}')"
-                            if model["hf_act"] != ffn else "") + ".",
+        f"So keep {ffn}"
+        + (f" (ffnlab name; Hugging Face calls it '{model['hf_act']}')" if model["hf_act"] != ffn else "")
+        + ".",
     ]
     if model["ffn"] is None:
         reasons.append(f"ffnlab has no entry for '{model['act']}', so it cannot measure this model's FFN itself.")
-    alternatives = [{"ffn": "any other", "why_not": "invalidates the pre-trained FFN weights; compare activations "
-                                                   "only when training from scratch"}]
-    return {"recommendation": ffn, "basis": "pretrained", "reasons": reasons,
-            "evidence": {"kind": "pretrained", **model}, "alternatives": alternatives,
-            "command": None}
+    alternatives = [
+        {
+            "ffn": "any other",
+            "why_not": "invalidates the pre-trained FFN weights; compare activations only when training from scratch",
+        }
+    ]
+    return {
+        "recommendation": ffn,
+        "basis": "pretrained",
+        "reasons": reasons,
+        "evidence": {"kind": "pretrained", **model},
+        "alternatives": alternatives,
+        "command": None,
+    }
 
 
 # ---- measured -----------------------------------------------------------------------------------
 
 
 # the per-variant numbers of a summary row that advice quotes as its evidence (ffnlab.study.summary)
-EVIDENCE_FIELDS = ("mean", "ci_low", "ci_high", "n_seeds", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
-                   "significant", "diverged", "values", "params", "step_time_s", "tokens_per_s", "train_mem_bytes")
+EVIDENCE_FIELDS = (
+    "mean",
+    "ci_low",
+    "ci_high",
+    "n_seeds",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "p_adj",
+    "significant",
+    "diverged",
+    "values",
+    "params",
+    "step_time_s",
+    "tokens_per_s",
+    "train_mem_bytes",
+)
 
 
 def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
@@ -172,10 +228,20 @@ def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
     with Store(store_path, create=False) as store:
         env = next((r.get("env") or {} for r in reversed(store.runs(status="finished"))), {})
     cfg = study.base
-    facts = {"store": str(store_path), "task": cfg.model.task, "metric": cells[0]["metric"],
-             "higher_is_better": cfg.model.task == "cls", "n_layers": cfg.model.n_layers,
-             "d_model": cfg.model.d_model, "data": cfg.data, "match": cfg.model.ffn_match, "seeds": study.seeds,
-             "baseline": study.baseline, "device": env.get("device", "?"), "init": cfg.model.init}
+    facts = {
+        "store": str(store_path),
+        "task": cfg.model.task,
+        "metric": cells[0]["metric"],
+        "higher_is_better": cfg.model.task == "cls",
+        "n_layers": cfg.model.n_layers,
+        "d_model": cfg.model.d_model,
+        "data": cfg.data,
+        "match": cfg.model.ffn_match,
+        "seeds": study.seeds,
+        "baseline": study.baseline,
+        "device": env.get("device", "?"),
+        "init": cfg.model.init,
+    }
     return cells, facts
 
 
@@ -184,10 +250,16 @@ def cell_variants(cell: dict) -> dict[str, dict]:
     out = {}
     for r in cell["variants"]:
         spread = r["step_time_range"]
-        out[r["ffn"]] = {"values": r["values"], "diverged": r["diverged"], "mean": r["mean"], "params": r["params"],
-                         "step_time_s": r["step_time_s"], "tokens_per_s": r["tokens_per_s"],
-                         "step_time_spread": spread[1] / spread[0] if spread and spread[0] else None,
-                         "train_mem_bytes": r["train_mem_bytes"]}
+        out[r["ffn"]] = {
+            "values": r["values"],
+            "diverged": r["diverged"],
+            "mean": r["mean"],
+            "params": r["params"],
+            "step_time_s": r["step_time_s"],
+            "tokens_per_s": r["tokens_per_s"],
+            "step_time_spread": spread[1] / spread[0] if spread and spread[0] else None,
+            "train_mem_bytes": r["train_mem_bytes"],
+        }
     return out
 
 
@@ -200,8 +272,10 @@ def exclusion(v: dict, params_budget, memory_budget) -> str | None:
     if params_budget and v["params"] and v["params"] > params_budget:
         return f"{human(v['params'])} parameters exceed the budget of {human(params_budget)}"
     if memory_budget and v["train_mem_bytes"] and v["train_mem_bytes"] > memory_budget:
-        return (f"training memory {human_bytes(v['train_mem_bytes'])} (parameters, gradients, optimizer state, "
-                f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}")
+        return (
+            f"training memory {human_bytes(v['train_mem_bytes'])} (parameters, gradients, optimizer state, "
+            f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}"
+        )
     return None
 
 
@@ -210,8 +284,9 @@ def pct(a, b) -> str:
     return f"{(a / b - 1) * 100:+.0f}%" if a and b else "?"
 
 
-def advise_measured(store_path, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None,
-                    depth=None) -> dict:
+def advise_measured(
+    store_path, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
+) -> dict:
     """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
     axis than depth), each cell's advice and a recommendation only where they agree."""
     cells, facts = measured_cells(store_path, depth)
@@ -219,20 +294,33 @@ def advise_measured(store_path, params_budget=None, memory_budget=None, latency_
     if len(advices) == 1:
         return advices[0]
     picks = {a["recommendation"] for a in advices}
-    where = lambda a: ", ".join(f"{k}={v}" for k, v in a["cell"].items())  # noqa: E731
+    where = lambda a: ", ".join(f"{k}={v}" for k, v in a["cell"].items())
     agree = len(picks) == 1
-    reasons = [f"The store's study has {len(advices)} cells here ({'; '.join(where(a) for a in advices)}); each is "
-               "advised on by its own measurements, never pooled."]
-    reasons.append(f"Every cell recommends {next(iter(picks))}." if agree else
-                   "The cells disagree: " + "; ".join(f"{where(a)} -> {a['recommendation']}" for a in advices)
-                   + ". Choose by the setting you will use.")
-    return {"recommendation": next(iter(picks)) if agree else "depends on the cell", "basis": "measured",
-            "reasons": reasons, "evidence": {"kind": "measured", **facts, "cells": [a["evidence"] for a in advices]},
-            "alternatives": [], "cells": advices, "command": advices[0]["command"]}
+    reasons = [
+        f"The store's study has {len(advices)} cells here ({'; '.join(where(a) for a in advices)}); each is "
+        "advised on by its own measurements, never pooled."
+    ]
+    reasons.append(
+        f"Every cell recommends {next(iter(picks))}."
+        if agree
+        else "The cells disagree: "
+        + "; ".join(f"{where(a)} -> {a['recommendation']}" for a in advices)
+        + ". Choose by the setting you will use."
+    )
+    return {
+        "recommendation": next(iter(picks)) if agree else "depends on the cell",
+        "basis": "measured",
+        "reasons": reasons,
+        "evidence": {"kind": "measured", **facts, "cells": [a["evidence"] for a in advices]},
+        "alternatives": [],
+        "cells": advices,
+        "command": advices[0]["command"],
+    }
 
 
-def advise_cell(cell: dict, facts: dict, params_budget=None, memory_budget=None, latency_sensitive=False,
-                deploy=None, depth=None) -> dict:
+def advise_cell(
+    cell: dict, facts: dict, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
+) -> dict:
     """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
     variants = cell_variants(cell)
     if "depth" in cell["axes"]:
@@ -242,8 +330,9 @@ def advise_cell(cell: dict, facts: dict, params_budget=None, memory_budget=None,
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, params_budget, memory_budget))}
     eligible = [n for n in variants if n not in excluded]
     if not eligible:
-        raise ValueError("no measured variant can be recommended: " +
-                         "; ".join(f"{n}: {why}" for n, why in excluded.items()))
+        raise ValueError(
+            "no measured variant can be recommended: " + "; ".join(f"{n}: {why}" for n, why in excluded.items())
+        )
     mean = {n: variants[n]["mean"] for n in eligible}
     best = min(eligible, key=lambda n: sign * mean[n])
     # every other eligible variant against the best, paired over seeds, Holm-corrected
@@ -270,22 +359,30 @@ def advise_cell(cell: dict, facts: dict, params_budget=None, memory_budget=None,
 
     def costs(n, ref):
         v, r = variants[n], variants[ref]
-        return (f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
-                f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}")
+        return (
+            f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
+            f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
+        )
 
     baseline = facts["baseline"]
     layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
-    where = (f"{facts['store']}: {layers}, d_model {facts['d_model']}, data {facts['data']}, {facts['seeds']} seeds, "
-             f"FFNs matched in {facts['match']}, FFN init {facts['init']} for all, timed on {facts['device']}")
+    where = (
+        f"{facts['store']}: {layers}, d_model {facts['d_model']}, data {facts['data']}, {facts['seeds']} seeds, "
+        f"FFNs matched in {facts['match']}, FFN init {facts['init']} for all, timed on {facts['device']}"
+    )
     cell_where = ", ".join(f"{k}={v}" for k, v in cell["axes"].items())
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
     if choice == best:
-        reasons.append(f"{best} has the best mean final {facts['metric'].removeprefix('final_').replace('_', ' ')} "
-                       f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints.")
+        reasons.append(
+            f"{best} has the best mean final {facts['metric'].removeprefix('final_').replace('_', ' ')} "
+            f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
+        )
     else:
-        reasons.append(f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
-                       f"({versus(choice, best)}) and is faster ({costs(choice, best)}); with "
-                       f"{'latency in mind' if latency_sensitive else f'a {deploy} deployment'} the faster one wins.")
+        reasons.append(
+            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"({versus(choice, best)}) and is faster ({costs(choice, best)}); with "
+            f"{'latency in mind' if latency_sensitive else f'a {deploy} deployment'} the faster one wins."
+        )
     runner = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
     for ref in dict.fromkeys([runner, baseline]):
         if ref is None or ref == choice or ref not in eligible or (choice != best and ref == best):
@@ -293,21 +390,28 @@ def advise_cell(cell: dict, facts: dict, params_budget=None, memory_budget=None,
         reasons.append(f"{choice}: {versus(choice, ref)}; {costs(choice, ref)}.")
     significant_losers = [n for n in diffs if diffs[n]["significant"]]
     if significant_losers:
-        reasons.append(f"{best} is significantly better than {', '.join(significant_losers)} "
-                       f"(paired t-tests, Holm-corrected).")
+        reasons.append(
+            f"{best} is significantly better than {', '.join(significant_losers)} (paired t-tests, Holm-corrected)."
+        )
     if tied and choice == best:
-        reasons.append(f"Not significantly different from {best} (paired t-tests, Holm-corrected): "
-                       f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
-                       "(command below).")
+        reasons.append(
+            f"Not significantly different from {best} (paired t-tests, Holm-corrected): "
+            f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
+            "(command below)."
+        )
     spread = max((variants[n]["step_time_spread"] for n in eligible), default=None)
     if spread and spread > 1.5:
-        reasons.append(f"Step times of one variant vary up to {spread:.1f}x between its seeds: the machine was busy "
-                       "while they ran, so the speed differences quoted here are unreliable.")
+        reasons.append(
+            f"Step times of one variant vary up to {spread:.1f}x between its seeds: the machine was busy "
+            "while they ran, so the speed differences quoted here are unreliable."
+        )
     if deploy and facts["device"] not in ("?", "cuda" if deploy == "gpu" else "cpu"):
         reasons.append(f"Timings come from {facts['device']}; on a {deploy} deployment the speed ordering may differ.")
     if depth is not None and depth != facts["n_layers"]:
-        reasons.append(f"You plan {depth} layers but the measurement has {facts['n_layers']}: gaps between FFNs "
-                       f"can change with depth; measure at your depth (command below).")
+        reasons.append(
+            f"You plan {depth} layers but the measurement has {facts['n_layers']}: gaps between FFNs "
+            f"can change with depth; measure at your depth (command below)."
+        )
     for n, why in excluded.items():
         reasons.append(f"{n} excluded: {why}.")
     alternatives = []
@@ -318,34 +422,58 @@ def advise_cell(cell: dict, facts: dict, params_budget=None, memory_budget=None,
             alternatives.append({"ffn": n, "excluded": excluded[n]})
             continue
         d = paired_diff(variants[n]["values"], variants[choice]["values"])
-        alternatives.append({"ffn": n, "mean": mean[n], "delta_vs_recommendation": d["delta"],
-                             "ci": [d["ci_low"], d["ci_high"]], "p": d["p"],
-                             "p_adj_vs_best": diffs.get(n, {}).get("p_adj"),
-                             "step_time_ratio": (variants[n]["step_time_s"] / variants[choice]["step_time_s"]
-                                                 if variants[n]["step_time_s"] and variants[choice]["step_time_s"]
-                                                 else None),
-                             "params": variants[n]["params"], "summary": f"{versus(n, choice)}; {costs(n, choice)}"})
+        alternatives.append(
+            {
+                "ffn": n,
+                "mean": mean[n],
+                "delta_vs_recommendation": d["delta"],
+                "ci": [d["ci_low"], d["ci_high"]],
+                "p": d["p"],
+                "p_adj_vs_best": diffs.get(n, {}).get("p_adj"),
+                "step_time_ratio": (
+                    variants[n]["step_time_s"] / variants[choice]["step_time_s"]
+                    if variants[n]["step_time_s"] and variants[choice]["step_time_s"]
+                    else None
+                ),
+                "params": variants[n]["params"],
+                "summary": f"{versus(n, choice)}; {costs(n, choice)}",
+            }
+        )
     rows = {r["ffn"]: r for r in cell["variants"]}
-    evidence = {"kind": "measured", **facts, "axes": cell["axes"],
-                "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in variants}}
+    evidence = {
+        "kind": "measured",
+        **facts,
+        "axes": cell["axes"],
+        "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in variants},
+    }
     command = compare_command(list(variants), facts["data"], depth or facts["n_layers"], seeds=max(5, facts["seeds"]))
-    return {"recommendation": choice, "basis": "measured", "reasons": reasons, "evidence": evidence,
-            "alternatives": alternatives, "command": command, "cell": cell["axes"]}
+    return {
+        "recommendation": choice,
+        "basis": "measured",
+        "reasons": reasons,
+        "evidence": evidence,
+        "alternatives": alternatives,
+        "command": command,
+        "cell": cell["axes"],
+    }
 
 
 # ---- published ----------------------------------------------------------------------------------
 
 
 def compare_command(variants, data: str | None, depth: int | None, seeds: int = 3) -> str:
-    parts = ["ffnlab compare", f"--variants {','.join(variants)}", f"--seeds {seeds}",
-             f"--data {data}" if data else "--data YOUR_DATA"]
+    parts = [
+        "ffnlab compare",
+        f"--variants {','.join(variants)}",
+        f"--seeds {seeds}",
+        f"--data {data}" if data else "--data YOUR_DATA",
+    ]
     if depth:
         parts.append(f"--layers {depth}")
     return " ".join(parts)
 
 
-def advise_published(params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None,
-                     depth=None) -> dict:
+def advise_published(params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None) -> dict:
     table, long_run = SHAZEER_2020_65K, SHAZEER_2020_524K
     values, spread = table.values, table.spread
     best = min(values, key=values.get)
@@ -366,39 +494,83 @@ def advise_published(params_budget=None, memory_budget=None, latency_sensitive=F
     ]
     if tied:
         gaps = ", ".join(f"{name[n]} {values[n]:.3f} (std {spread[n]:.3f})" for n in tied)
-        reasons.append(f"Within the reported run-to-run spread of {name[best]} {values[best]:.3f}: {gaps}; "
-                       "the paper's numbers do not separate them.")
+        reasons.append(
+            f"Within the reported run-to-run spread of {name[best]} {values[best]:.3f}: {gaps}; "
+            "the paper's numbers do not separate them."
+        )
     if choice != best:
-        reasons.append(f"Cost counts here ({'latency-sensitive' if latency_sensitive else f'{deploy} deployment'}): "
-                       f"{choice}'s activation costs about {flops[choice]} FLOPs per element against "
-                       f"{flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins.")
+        reasons.append(
+            f"Cost counts here ({'latency-sensitive' if latency_sensitive else f'{deploy} deployment'}): "
+            f"{choice}'s activation costs about {flops[choice]} FLOPs per element against "
+            f"{flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins."
+        )
     if deploy == "edge":
-        reasons.append(f"On edge hardware ReLU-family gates are cheapest and give exact zeros: reglu "
-                       f"({values['reglu']:.3f}) trails {choice} by {values['reglu'] - values[choice]:.3f}.")
+        reasons.append(
+            f"On edge hardware ReLU-family gates are cheapest and give exact zeros: reglu "
+            f"({values['reglu']:.3f}) trails {choice} by {values['reglu'] - values[choice]:.3f}."
+        )
     if params_budget or memory_budget:
-        reasons.append("The paper matches parameters and compute (gated d_ff = 2/3 of dense), so a parameter or "
-                       "memory budget does not reorder it; ffnlab matches variants the same way (--match params). "
-                       "Training memory differs: a gated FFN keeps two hidden activations for backward.")
+        reasons.append(
+            "The paper matches parameters and compute (gated d_ff = 2/3 of dense), so a parameter or "
+            "memory budget does not reorder it; ffnlab matches variants the same way (--match params). "
+            "Training memory differs: a gated FFN keeps two hidden activations for backward."
+        )
     if depth is not None:
         reasons.append(f"The published model has 12+12 layers; at {depth} layers the gaps may differ.")
-    reasons.append("Measure it on your own data before committing (command below): published gaps of "
-                   "0.01-0.05 nats need several seeds to confirm.")
-    alternatives = [{"ffn": n, "published": values[n], "std": spread.get(n), "published_524k": long_run.values[n],
-                     "delta_vs_recommendation": round(values[n] - values[choice], 3)}
-                    for n in sorted(values, key=values.get) if n != choice]
-    evidence = {"kind": "published", "source": table.source, "arxiv": table.arxiv, "tables": [
-        {"table": t.table, "metric": t.metric, "setup": t.setup, "values": t.values, "spread": t.spread,
-         "paper_names": t.names} for t in (table, long_run)]}
+    reasons.append(
+        "Measure it on your own data before committing (command below): published gaps of "
+        "0.01-0.05 nats need several seeds to confirm."
+    )
+    alternatives = [
+        {
+            "ffn": n,
+            "published": values[n],
+            "std": spread.get(n),
+            "published_524k": long_run.values[n],
+            "delta_vs_recommendation": round(values[n] - values[choice], 3),
+        }
+        for n in sorted(values, key=values.get)
+        if n != choice
+    ]
+    evidence = {
+        "kind": "published",
+        "source": table.source,
+        "arxiv": table.arxiv,
+        "tables": [
+            {
+                "table": t.table,
+                "metric": t.metric,
+                "setup": t.setup,
+                "values": t.values,
+                "spread": t.spread,
+                "paper_names": t.names,
+            }
+            for t in (table, long_run)
+        ],
+    }
     variants = list(dict.fromkeys([choice, *tied, "gelu", "relu"]))
-    return {"recommendation": choice, "basis": "published", "reasons": reasons, "evidence": evidence,
-            "alternatives": alternatives, "command": compare_command(variants, None, depth)}
+    return {
+        "recommendation": choice,
+        "basis": "published",
+        "reasons": reasons,
+        "evidence": evidence,
+        "alternatives": alternatives,
+        "command": compare_command(variants, None, depth),
+    }
 
 
 # ---- entry --------------------------------------------------------------------------------------
 
 
-def advise(store=None, params_budget=None, memory_budget=None, latency_sensitive: bool = False,
-           pretrained: str | None = None, deploy: str | None = None, depth: int | None = None) -> dict:
+def advise(
+    store=None,
+    params_budget=None,
+    memory_budget=None,
+    latency_sensitive: bool = False,
+    pretrained: str | None = None,
+    deploy: str | None = None,
+    depth: int | None = None,
+) -> dict:
     """Recommend an FFN variant for a situation; see the module docstring for the order of evidence.
 
     Budgets may be numbers or strings ('125M', '16GiB')."""
@@ -411,21 +583,28 @@ def advise(store=None, params_budget=None, memory_budget=None, latency_sensitive
     if pretrained:
         advice = advise_pretrained(pretrained)
         if store is not None:
-            advice["reasons"].append(f"The measurements in {store} were not used: they compare training from "
-                                     "scratch, which fine-tuning is not.")
+            advice["reasons"].append(
+                f"The measurements in {store} were not used: they compare training from "
+                "scratch, which fine-tuning is not."
+            )
         return advice
     if store is not None:
         if not Path(store).is_file():
-            raise ValueError(f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "
-                             "get advice from published results")
+            raise ValueError(
+                f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "
+                "get advice from published results"
+            )
         return advise_measured(store, params_budget, memory_budget, latency_sensitive, deploy, depth)
     return advise_published(params_budget, memory_budget, latency_sensitive, deploy, depth)
 
 
 def format_advice(advice: dict) -> str:
     """The advice as text for the terminal."""
-    basis = {"measured": "from your measurements", "published": "from published results",
-             "pretrained": "from the pretrained model"}[advice["basis"]]
+    basis = {
+        "measured": "from your measurements",
+        "published": "from published results",
+        "pretrained": "from the pretrained model",
+    }[advice["basis"]]
     out = [f"recommendation: {advice['recommendation']}  ({basis})", "", "why:"]
     out += [f"  - {r}" for r in advice["reasons"]]
     if advice["alternatives"]:
@@ -437,8 +616,10 @@ def format_advice(advice: dict) -> str:
                 out.append(f"  - {a['ffn']}: {a['summary']}")
             elif "published" in a:
                 std = f" (std {a['std']:.3f})" if a.get("std") is not None else ""
-                out.append(f"  - {a['ffn']}: {a['published']:.3f}{std} at 65,536 steps, "
-                           f"{a['delta_vs_recommendation']:+.3f} vs the recommendation")
+                out.append(
+                    f"  - {a['ffn']}: {a['published']:.3f}{std} at 65,536 steps, "
+                    f"{a['delta_vs_recommendation']:+.3f} vs the recommendation"
+                )
             else:
                 out.append(f"  - {a['ffn']}: {a['why_not']}")
     ev = advice["evidence"]

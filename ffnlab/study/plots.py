@@ -5,6 +5,7 @@ has a legend, and colours variants from the Okabe-Ito palette, which stays disti
 the common colour-vision deficiencies; line styles repeat the distinction for grey-scale prints.
 A variant keeps its colour across all figures of a report (`variant_styles`).
 """
+
 from __future__ import annotations
 
 import io
@@ -14,30 +15,42 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # NOTE: before pyplot is imported anywhere, so no GUI backend is ever tried
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.colors import PowerNorm  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.colors import PowerNorm
+from matplotlib.ticker import MaxNLocator
 
 from ffnlab._util.names import normalize
-from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve  # noqa: E402
-from ffnlab.core.ffn import FFNS, get_ffn_spec  # noqa: E402
+from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve
+from ffnlab.core.ffn import FFNS, get_ffn_spec
 
 # Okabe & Ito 2008, "Color Universal Design"; yellow last: it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 LINESTYLES = ("-", "--", "-.", ":")
 FORMATS = ("png", "svg")
 DPI = 110
-STYLE = {"figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10,
-         "legend.fontsize": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
-         "axes.spines.right": False, "figure.constrained_layout.use": True}
+STYLE = {
+    "figure.dpi": DPI,
+    "savefig.dpi": DPI,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.constrained_layout.use": True,
+}
 
 
 def variant_styles(names) -> dict[str, dict]:
     """name -> {"color", "linestyle"}: a fixed colour per position, style changing every 8 names."""
-    return {n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[(i // len(OKABE_ITO)) % 4]}
-            for i, n in enumerate(names)}
+    return {
+        n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[(i // len(OKABE_ITO)) % 4]}
+        for i, n in enumerate(names)
+    }
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float = 7.5, height: float = 4.0):
@@ -60,8 +73,11 @@ def figure_format(path) -> str:
     """'png' or 'svg' from a file name; ValueError naming the valid extensions otherwise."""
     ext = Path(path).suffix.lower().lstrip(".")
     if ext not in FORMATS:
-        raise ValueError(f"cannot write a figure as '.{ext}' ({path}); valid extensions: {', '.join(FORMATS)}"
-                         if ext else f"figure file {path} has no extension; valid: {', '.join(FORMATS)}")
+        raise ValueError(
+            f"cannot write a figure as '.{ext}' ({path}); valid extensions: {', '.join(FORMATS)}"
+            if ext
+            else f"figure file {path} has no extension; valid: {', '.join(FORMATS)}"
+        )
     return ext
 
 
@@ -95,8 +111,9 @@ def activation_labels(names) -> dict[str, str]:
         elif key in FFNS or key.startswith("mix:"):
             spec = get_ffn_spec(key)
             for act in spec.acts:
-                uses.setdefault(act, []).append(spec.name if spec.kind == "dense" else
-                                                f"{spec.name} gate" if spec.gated else f"{spec.name} branch")
+                uses.setdefault(act, []).append(
+                    spec.name if spec.kind == "dense" else f"{spec.name} gate" if spec.gated else f"{spec.name} branch"
+                )
         else:
             resolve(key)  # raises with a did-you-mean and the valid activations
     return {act: act if u == [act] else f"{act} ({', '.join(u)})" for act, u in uses.items()}
@@ -121,8 +138,10 @@ def activations_figure(names, lo: float = -4.0, hi: float = 4.0, points: int = 8
         raise ValueError(f"x range is empty or reversed: [{lo}, {hi}]; need LO < HI, e.g. -4,4")
     x = torch.linspace(lo, hi, points, dtype=torch.float64)
     # curves can coincide (gelu and gelu_tanh differ by < 1e-3): a line style each keeps both visible
-    styles = {n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
-              for i, n in enumerate(names)}
+    styles = {
+        n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+        for i, n in enumerate(names)
+    }
     fig, axes = figure(2, width=9.0, height=4.0)
     left, right = axes[0]
     for name in names:
@@ -179,15 +198,17 @@ def final_figure(rows: list[dict], styles: dict, baseline: str, ylabel: str, lev
         if r["mean"] is not None:
             lo = r["mean"] - r["ci_low"] if r["ci_low"] is not None else 0
             hi = r["ci_high"] - r["mean"] if r["ci_high"] is not None else 0
-            ax.errorbar([r["mean"]], [y], xerr=[[lo], [hi]], fmt="o", color=color, capsize=4, markersize=7,
-                        zorder=3)
+            ax.errorbar([r["mean"]], [y], xerr=[[lo], [hi]], fmt="o", color=color, capsize=4, markersize=7, zorder=3)
     base = next((r for r in rows if r["ffn"] == baseline and r["mean"] is not None), None)
     if base:
         ax.axvline(base["mean"], color="0.5", linestyle="--", linewidth=1, label=f"{baseline} mean")
     ax.set_yticks(range(len(rows)), [r["ffn"] for r in reversed(rows)])
     ax.set_ylim(-0.6, len(rows) - 0.4)
-    ax.set(title=f"final {ylabel}: mean and {round(level * 100)}% CI over seeds (dots: seeds)", xlabel=ylabel,
-           ylabel="FFN variant")
+    ax.set(
+        title=f"final {ylabel}: mean and {round(level * 100)}% CI over seeds (dots: seeds)",
+        xlabel=ylabel,
+        ylabel="FFN variant",
+    )
     if base:
         ax.legend(loc="best")
     return fig
@@ -206,8 +227,9 @@ def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabe
             ax.plot(t["x"], t["y"], linewidth=0.9, alpha=0.8, label=name if i == 0 else None, **styles[name])
             if t["spikes"]:
                 sx, sy = zip(*t["spikes"])
-                ax.scatter(sx, sy, marker="^", s=30, color=styles[name]["color"], zorder=3, edgecolors="black",
-                           linewidths=0.5)
+                ax.scatter(
+                    sx, sy, marker="^", s=30, color=styles[name]["color"], zorder=3, edgecolors="black", linewidths=0.5
+                )
                 spiked = True
             if t.get("diverged") is not None:
                 ax.axvline(t["diverged"], color=styles[name]["color"], linestyle=":", linewidth=1.5)
@@ -235,8 +257,15 @@ def layers_figure(per_layer: dict[str, dict[str, dict]], styles: dict, panels: d
     for ax, (key, label) in zip(axes[0], panels.items()):
         for j, name in enumerate(names):
             values = [per_layer[name].get(layer, {}).get(key, np.nan) for layer in layers]
-            ax.bar(np.arange(len(layers)) + (j - (len(names) - 1) / 2) * width, values, width,
-                   color=styles[name]["color"], label=name, edgecolor="white", linewidth=0.5)
+            ax.bar(
+                np.arange(len(layers)) + (j - (len(names) - 1) / 2) * width,
+                values,
+                width,
+                color=styles[name]["color"],
+                label=name,
+                edgecolor="white",
+                linewidth=0.5,
+            )
         ax.set_xticks(range(len(layers)), [_layer_label(layer) for layer in layers])
         ax.set(xlabel="layer", ylabel=label, ylim=(0, 1.05))
         ax.set_title(label)
@@ -261,8 +290,7 @@ def attention_figure(maps: dict[str, np.ndarray], layer: int, max_heads: int = 4
     names = list(maps)
     heads = min(max_heads, max(m.shape[0] for m in maps.values()))
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(len(names), heads, figsize=(2.3 * heads + 1.2, 2.3 * len(names) + 0.6),
-                                 squeeze=False)
+        fig, axes = plt.subplots(len(names), heads, figsize=(2.3 * heads + 1.2, 2.3 * len(names) + 0.6), squeeze=False)
     norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)  # sqrt scale: small weights stay visible
     image = None
     for i, name in enumerate(names):

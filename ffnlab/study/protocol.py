@@ -13,6 +13,7 @@ Every stage is an ordinary study in the same store: runs shared between stages a
 finished runs, and a killed protocol resumes where it stopped. The stages' summaries are written to
 `protocol.json` beside the store, which `ffnlab report` shows.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,25 +25,31 @@ from ffnlab.study.sweep import Study, run_study
 
 PROTOCOL_JSON = "protocol.json"
 STAGES = ("fixed", "tune", "context")
-STAGE_TITLES = {"fixed": "1: every variant at the same settings",
-                "tune": "2: each variant at its own lr and warm-up (chosen on validation), compared on test",
-                "context": "3: each variant at its tuned setting, at other context lengths"}
+STAGE_TITLES = {
+    "fixed": "1: every variant at the same settings",
+    "tune": "2: each variant at its own lr and warm-up (chosen on validation), compared on test",
+    "context": "3: each variant at its tuned setting, at other context lengths",
+}
 
 
 def protocol_grid(study: Study, lrs=None, warmups=None, contexts=None) -> dict[str, list]:
     """The values stages 2 and 3 try: by default lr x {1/2, 1, 2}, warm-up x {1, 4} (at least 1 step),
     context x {1/2, 1, 2} (at least 8 tokens), each including the base value."""
     b_lr, b_warm, b_ctx = study.base.lr, study.base.warmup_steps, study.base.model.context
-    return {"lr": list(lrs or [b_lr / 2, b_lr, b_lr * 2]),
-            "warmup": list(warmups or dict.fromkeys([b_warm, max(1, 4 * b_warm)])),
-            "context": list(contexts or dict.fromkeys([max(8, b_ctx // 2), b_ctx, 2 * b_ctx]))}
+    return {
+        "lr": list(lrs or [b_lr / 2, b_lr, b_lr * 2]),
+        "warmup": list(warmups or dict.fromkeys([b_warm, max(1, 4 * b_warm)])),
+        "context": list(contexts or dict.fromkeys([max(8, b_ctx // 2), b_ctx, 2 * b_ctx])),
+    }
 
 
 def check_protocol_study(study: Study):
     """ValueError unless the study can run the protocol: no axes of its own (the protocol adds them)."""
     if study.axes:
-        raise ValueError(f"--protocol runs its own lr, warm-up and context axes; drop the study's axes "
-                         f"({', '.join(study.axes)}) or run them as a separate comparison")
+        raise ValueError(
+            f"--protocol runs its own lr, warm-up and context axes; drop the study's axes "
+            f"({', '.join(study.axes)}) or run them as a separate comparison"
+        )
 
 
 def run_protocol(study: Study, store_path, grid: dict[str, list] | None = None, **run) -> dict:
@@ -55,15 +62,20 @@ def run_protocol(study: Study, store_path, grid: dict[str, list] | None = None, 
     fixed = run_study(study, store_path, **run)
     tune = run_study(replace(study, axes={"lr": grid["lr"], "warmup": grid["warmup"]}), store_path, **run)
     (tuned,) = tune["tuned"]
-    choice = {r["ffn"]: {"lr": r["lr"], "warmup_steps": r["warmup"]} for r in tuned["variants"]
-              if r.get("lr") is not None}
+    choice = {
+        r["ffn"]: {"lr": r["lr"], "warmup_steps": r["warmup"]} for r in tuned["variants"] if r.get("lr") is not None
+    }
     missing = [v for v in study.variants if v not in choice]
     if missing:
-        raise ValueError(f"stage 2 left no finished run to choose a setting for {', '.join(missing)}; "
-                         "see the store's failed runs")
+        raise ValueError(
+            f"stage 2 left no finished run to choose a setting for {', '.join(missing)}; see the store's failed runs"
+        )
     context = run_study(replace(study, axes={"context": grid["context"]}, per_variant=choice), store_path, **run)
-    result = {"grid": grid, "choice": choice, "stages": [{"name": name, "summary": s} for name, s in
-                                                          zip(STAGES, (fixed, tune, context))]}
+    result = {
+        "grid": grid,
+        "choice": choice,
+        "stages": [{"name": name, "summary": s} for name, s in zip(STAGES, (fixed, tune, context))],
+    }
     write_protocol(store_path, result)
     return result
 

@@ -4,6 +4,7 @@ user has measured nothing, and which activation well-known pretrained models use
 Numbers are copied from the papers' tables, not recomputed; the table and column are named so a
 reader can check them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,36 +26,79 @@ class PublishedTable:
 
 
 SHAZEER = "Shazeer 2020, GLU Variants Improve Transformer"
-SHAZEER_NAMES = {"relu": "FFN_ReLU", "gelu": "FFN_GELU", "silu": "FFN_Swish", "glu": "FFN_GLU",
-                 "bilinear": "FFN_Bilinear", "geglu": "FFN_GEGLU", "swiglu": "FFN_SwiGLU", "reglu": "FFN_ReGLU"}
-SHAZEER_SETUP = ("T5-base encoder-decoder (12+12 layers, d_model 768, d_ff 3072 dense / 2048 gated so that "
-                 "parameters and compute match), span-corruption pre-training on C4, no dropout, Adafactor")
+SHAZEER_NAMES = {
+    "relu": "FFN_ReLU",
+    "gelu": "FFN_GELU",
+    "silu": "FFN_Swish",
+    "glu": "FFN_GLU",
+    "bilinear": "FFN_Bilinear",
+    "geglu": "FFN_GEGLU",
+    "swiglu": "FFN_SwiGLU",
+    "reglu": "FFN_ReGLU",
+}
+SHAZEER_SETUP = (
+    "T5-base encoder-decoder (12+12 layers, d_model 768, d_ff 3072 dense / 2048 gated so that "
+    "parameters and compute match), span-corruption pre-training on C4, no dropout, Adafactor"
+)
 
 # NOTE: 'log-perplexity' is the per-token training objective on held-out C4, in nats. The 65,536-step
 # column carries the inter-run standard deviation in parentheses; the 524,288-step column has none.
 SHAZEER_2020_65K = PublishedTable(
-    source=SHAZEER, arxiv="2002.05202", table="Table 1, column '65,536 steps'",
-    metric="held-out log-perplexity (nats per token)", lower_is_better=True,
+    source=SHAZEER,
+    arxiv="2002.05202",
+    table="Table 1, column '65,536 steps'",
+    metric="held-out log-perplexity (nats per token)",
+    lower_is_better=True,
     setup=SHAZEER_SETUP + ", 65,536 training steps",
-    values={"relu": 1.997, "gelu": 1.983, "silu": 1.994, "glu": 1.982, "bilinear": 1.960, "geglu": 1.942,
-            "swiglu": 1.944, "reglu": 1.953},
-    spread={"relu": 0.005, "gelu": 0.005, "silu": 0.003, "glu": 0.006, "bilinear": 0.005, "geglu": 0.004,
-            "swiglu": 0.010, "reglu": 0.003},
-    names=SHAZEER_NAMES)
+    values={
+        "relu": 1.997,
+        "gelu": 1.983,
+        "silu": 1.994,
+        "glu": 1.982,
+        "bilinear": 1.960,
+        "geglu": 1.942,
+        "swiglu": 1.944,
+        "reglu": 1.953,
+    },
+    spread={
+        "relu": 0.005,
+        "gelu": 0.005,
+        "silu": 0.003,
+        "glu": 0.006,
+        "bilinear": 0.005,
+        "geglu": 0.004,
+        "swiglu": 0.010,
+        "reglu": 0.003,
+    },
+    names=SHAZEER_NAMES,
+)
 
 SHAZEER_2020_524K = PublishedTable(
-    source=SHAZEER, arxiv="2002.05202", table="Table 1, column '524,288 steps'",
-    metric="held-out log-perplexity (nats per token)", lower_is_better=True,
+    source=SHAZEER,
+    arxiv="2002.05202",
+    table="Table 1, column '524,288 steps'",
+    metric="held-out log-perplexity (nats per token)",
+    lower_is_better=True,
     setup=SHAZEER_SETUP + ", 524,288 training steps",
-    values={"relu": 1.677, "gelu": 1.679, "silu": 1.683, "glu": 1.663, "bilinear": 1.648, "geglu": 1.633,
-            "swiglu": 1.636, "reglu": 1.645},
-    names=SHAZEER_NAMES)
+    values={
+        "relu": 1.677,
+        "gelu": 1.679,
+        "silu": 1.683,
+        "glu": 1.663,
+        "bilinear": 1.648,
+        "geglu": 1.633,
+        "swiglu": 1.636,
+        "reglu": 1.645,
+    },
+    names=SHAZEER_NAMES,
+)
 
 TABLES = (SHAZEER_2020_65K, SHAZEER_2020_524K)
 
 
-def rank_agreement(measured: dict[str, float], lower_is_better: bool = True,
-                   table: PublishedTable = SHAZEER_2020_65K) -> dict:
+def rank_agreement(
+    measured: dict[str, float], lower_is_better: bool = True, table: PublishedTable = SHAZEER_2020_65K
+) -> dict:
     """How a measured ranking agrees with a published one, over the variants both have.
 
         tau = (concordant - discordant) / (n (n - 1) / 2)      Kendall's tau-a over all pairs
@@ -67,19 +111,30 @@ def rank_agreement(measured: dict[str, float], lower_is_better: bool = True,
     sign = 1.0 if lower_is_better else -1.0
     shared = [v for v in measured if v in table.values and measured[v] is not None]
     concordant, disagree = 0, []
-    pairs = [(a, b) for i, a in enumerate(shared) for b in shared[i + 1:]]
+    pairs = [(a, b) for i, a in enumerate(shared) for b in shared[i + 1 :]]
     for a, b in pairs:
         ours = sign * (measured[a] - measured[b])
         theirs = table.values[a] - table.values[b]
         if ours * theirs > 0:
             concordant += 1
         elif ours * theirs < 0:
-            disagree.append({"pair": [a, b], "measured": [measured[a], measured[b]],
-                             "published": [table.values[a], table.values[b]]})
-    return {"source": f"{table.source} (arXiv:{table.arxiv}), {table.table}", "table": table.table,
-            "variants": shared, "n": len(shared), "measured": {v: measured[v] for v in shared},
-            "published": {v: table.values[v] for v in shared},
-            "tau": (concordant - len(disagree)) / len(pairs) if pairs else None, "disagree": disagree}
+            disagree.append(
+                {
+                    "pair": [a, b],
+                    "measured": [measured[a], measured[b]],
+                    "published": [table.values[a], table.values[b]],
+                }
+            )
+    return {
+        "source": f"{table.source} (arXiv:{table.arxiv}), {table.table}",
+        "table": table.table,
+        "variants": shared,
+        "n": len(shared),
+        "measured": {v: measured[v] for v in shared},
+        "published": {v: table.values[v] for v in shared},
+        "tau": (concordant - len(disagree)) / len(pairs) if pairs else None,
+        "disagree": disagree,
+    }
 
 
 # ---- pretrained models --------------------------------------------------------------------------
@@ -115,8 +170,20 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
 )
 
 # Architectures whose MLP is gated (gate_proj/up_proj/down_proj): the activation names the gate.
-GATED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3",
-                     "phi3", "olmo", "olmo2")
+GATED_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "olmo",
+    "olmo2",
+)
 # config.json fields that name the FFN activation, in the order Hugging Face reads them
 # (Gemma: hidden_activation wins over hidden_act).
 ACT_FIELDS = ("hidden_activation", "hidden_act", "activation_function", "feed_forward_proj", "activation")

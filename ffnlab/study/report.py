@@ -10,6 +10,7 @@ the weights the sweep saves beside the store) and, when present, the numerics re
 The HTML opens offline: images are inline base64 PNG, the CSS is inline, there is no script,
 and every piece of text that comes from the user or the store is escaped.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,17 +23,17 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from ffnlab.study import plots
-from ffnlab.core.activations import ACTIVATIONS
 from ffnlab._util.files import write_atomic
 from ffnlab._util.text import human, num
+from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.run.train import TrainConfig
+from ffnlab.study import plots
 from ffnlab.study.protocol import STAGE_TITLES, load_protocol
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
 from ffnlab.study.summary import literature_text, p_label
 from ffnlab.study.sweep import AXES, Study, group_key, plan, run_id, summarize, weights_path
-from ffnlab.run.train import TrainConfig
 
 REPORT_HTML = "report.html"
 SUMMARY_MD = "summary.md"
@@ -110,8 +111,10 @@ def rebuild_study(store_path, baseline: str | None = None) -> tuple[Study, list[
     configs = [TrainConfig.from_dict(r["config"]) for r in latest]
     stale = sum(run_id(c) != r["id"] for c, r in zip(configs, latest))
     if stale:  # a config field was added since: the ids that summaries look up no longer match
-        raise ValueError(f"{stale} runs in {store_path} were stored by an ffnlab whose run configs differ from "
-                         "this version's; run the study again into a new store")
+        raise ValueError(
+            f"{stale} runs in {store_path} were stored by an ffnlab whose run configs differ from "
+            "this version's; run the study again into a new store"
+        )
     variants = list(dict.fromkeys(c.model.ffn for c in configs))
     axes = {}
     for axis in LEGACY_AXES:
@@ -126,8 +129,14 @@ def rebuild_study(store_path, baseline: str | None = None) -> tuple[Study, list[
     n_seeds = {v: len({c.seed for c in configs if c.model.ffn == v}) for v in variants}
     others = [n for v, n in n_seeds.items() if v != baseline]
     seeds = max(others) if others else n_seeds[baseline]
-    study = Study(variants=variants, seeds=seeds, base=configs[0], axes=axes, baseline=baseline,
-                  noise_floor=max(0, n_seeds[baseline] - seeds))
+    study = Study(
+        variants=variants,
+        seeds=seeds,
+        base=configs[0],
+        axes=axes,
+        baseline=baseline,
+        noise_floor=max(0, n_seeds[baseline] - seeds),
+    )
     return study, configs, len(groups) - 1
 
 
@@ -171,12 +180,16 @@ def fixed_input(cfg: TrainConfig):
     trained weights need (vocabulary and classes from the data)."""
     from ffnlab.run.train import fit, load_data
 
-    corpus, tok, splits = load_data(cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field,
-                                    cfg.label_field)
+    corpus, tok, splits = load_data(
+        cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field
+    )
     T = cfg.model.context
     ids = splits["val"][:T] if cfg.model.task == "lm" else fit(splits["val"][0][0], T)
-    mcfg = replace(cfg.model, vocab_size=tok.vocab_size,
-                   n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes)
+    mcfg = replace(
+        cfg.model,
+        vocab_size=tok.vocab_size,
+        n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes,
+    )
     return ids, tok.decode(ids.tolist()), mcfg
 
 
@@ -192,23 +205,31 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
         return {"note": "no run finished (all diverged or failed): there is no trained model to draw"}
     picks = {}
     for variant, items in runs.items():
-        done = sorted((c.seed, c, rec) for c, rec in items if rec["status"] == "finished"
-                      and weights_path(store_path, rec["id"]).exists())
+        done = sorted(
+            (c.seed, c, rec)
+            for c, rec in items
+            if rec["status"] == "finished" and weights_path(store_path, rec["id"]).exists()
+        )
         if done:
             picks[variant] = done[0][1:]
     hf = next((c.hf_config for c, _ in picks.values() if getattr(c, "hf_config", None)), None)
     if hf:
-        return {"note": "attention maps are drawn for ffnlab's own Transformer; this study trained a Hugging Face "
-                        f"architecture ({hf.get('model_type', 'unknown model_type')})"}
+        return {
+            "note": "attention maps are drawn for ffnlab's own Transformer; this study trained a Hugging Face "
+            f"architecture ({hf.get('model_type', 'unknown model_type')})"
+        }
     if not picks:
-        return {"note": f"no saved weights under {Path(store_path).parent / 'weights'}: the runs were trained "
-                        "by an ffnlab that did not save them; run the study again into a new store"}
+        return {
+            "note": f"no saved weights under {Path(store_path).parent / 'weights'}: the runs were trained "
+            "by an ffnlab that did not save them; run the study again into a new store"
+        }
     cfg = next(iter(picks.values()))[0]
     n_layers = cfg.model.n_layers
     layer = n_layers - 1 if layer is None else layer
     if not 0 <= layer < n_layers:
-        raise ValueError(f"attention layer {layer} is out of range; the models have {n_layers} layers "
-                         f"(0-{n_layers - 1})")
+        raise ValueError(
+            f"attention layer {layer} is out of range; the models have {n_layers} layers (0-{n_layers - 1})"
+        )
     try:
         ids, text, _ = fixed_input(cfg)
     except Exception as e:  # the data may be gone or need a network; the rest of the report stands
@@ -220,17 +241,31 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
         try:
             load_model(model, str(weights_path(store_path, rec["id"])))
         except Exception as e:  # a damaged or foreign file: the rest of the report stands
-            return {"note": f"attention maps skipped: cannot read {weights_path(store_path, rec['id'])} "
-                            f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else '-'})"}
+            return {
+                "note": f"attention maps skipped: cannot read {weights_path(store_path, rec['id'])} "
+                f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else '-'})"
+            }
         model.eval()
         with torch.no_grad():
             maps[variant] = model.attention_maps(ids[None], layer)[0].float().numpy()  # (n_heads, T, T)
-    return {"layer": layer, "maps": maps, "seeds": {v: c.seed for v, (c, _) in picks.items()}, "text": text,
-            "tokens": len(ids)}
+    return {
+        "layer": layer,
+        "maps": maps,
+        "seeds": {v: c.seed for v, (c, _) in picks.items()},
+        "text": text,
+        "tokens": len(ids),
+    }
 
 
-def cell_data(store: Store, study: Study, items: list[tuple], summary_cell: dict, store_path: Path,
-              layer: int | None, attention: bool) -> dict:
+def cell_data(
+    store: Store,
+    study: Study,
+    items: list[tuple],
+    summary_cell: dict,
+    store_path: Path,
+    layer: int | None,
+    attention: bool,
+) -> dict:
     """One cell of the study for the report: its summary rows (`ffnlab.study.summary`, the numbers every
     output shares) and, for the figures, curves, gradient traces and per-layer behaviour."""
     by_variant: dict[str, list[tuple]] = {v: [] for v in study.variants}
@@ -241,15 +276,20 @@ def cell_data(store: Store, study: Study, items: list[tuple], summary_cell: dict
     for v, runs in by_variant.items():
         losses, times, traces[v] = [], [], []
         layers: dict[str, list[dict]] = {}
-        for cfg, rec in runs:
+        for _cfg, rec in runs:
             series = {}
             for step, name, value in store.metrics(rec["id"]):
                 series.setdefault(name, {})[step] = value
             events = store.events(rec["id"])
             grad = series.get("grad_norm", {})
-            traces[v].append({"x": list(grad), "y": list(grad.values()),
-                              "diverged": next((e["step"] for e in events if e["kind"] == "nonfinite"), None),
-                              "spikes": [(e["step"] + 1, e["value"]) for e in events if e["kind"] == "grad_spike"]})
+            traces[v].append(
+                {
+                    "x": list(grad),
+                    "y": list(grad.values()),
+                    "diverged": next((e["step"] for e in events if e["kind"] == "nonfinite"), None),
+                    "spikes": [(e["step"] + 1, e["value"]) for e in events if e["kind"] == "grad_spike"],
+                }
+            )
             if rec["status"] != "finished":
                 continue
             losses.append(series.get("val_loss", {}))
@@ -258,18 +298,27 @@ def cell_data(store: Store, study: Study, items: list[tuple], summary_cell: dict
                 layers.setdefault(name, []).append(b)
         curves[v] = seed_band(losses)
         time_curves[v] = time_band(losses, times)
-        behaviour[v] = {name: {k: mean_or_none([b.get(k) for b in bs]) for k in ("dead_frac", "zero_frac",
-                                                                                 "inactive_frac")}
-                        for name, bs in layers.items()}
+        behaviour[v] = {
+            name: {k: mean_or_none([b.get(k) for b in bs]) for k in ("dead_frac", "zero_frac", "inactive_frac")}
+            for name, bs in layers.items()
+        }
     rows = [dict(r) for r in summary_cell["variants"]]
     base = next((r for r in rows if r["ffn"] == study.baseline), None)
     for r in rows:
-        r["step_time_ratio"] = (r["step_time_s"] / base["step_time_s"]
-                                if base and base["step_time_s"] and r["step_time_s"] else None)
-    out = {**{k: v for k, v in summary_cell.items() if k != "variants"}, "rows": rows,
-           "level": summary_cell.get("level", 0.95), "alpha": summary_cell.get("alpha", 0.05),
-           "curves": curves, "time_curves": time_curves, "traces": traces, "behaviour": behaviour,
-           "noise_floor": summary_cell.get("noise_floor")}
+        r["step_time_ratio"] = (
+            r["step_time_s"] / base["step_time_s"] if base and base["step_time_s"] and r["step_time_s"] else None
+        )
+    out = {
+        **{k: v for k, v in summary_cell.items() if k != "variants"},
+        "rows": rows,
+        "level": summary_cell.get("level", 0.95),
+        "alpha": summary_cell.get("alpha", 0.05),
+        "curves": curves,
+        "time_curves": time_curves,
+        "traces": traces,
+        "behaviour": behaviour,
+        "noise_floor": summary_cell.get("noise_floor"),
+    }
     if attention:
         out["attention"] = attention_data(store_path, by_variant, layer)
     return out
@@ -292,9 +341,15 @@ def load_numerics(store_path: Path, variants, run: bool) -> dict | None:
         return {"error": f"cannot read {path}: {e}"}
 
 
-def report_data(store_path, study: Study | None = None, runs: list[TrainConfig] | None = None,
-                baseline: str | None = None, layer: int | None = None, numerics: bool = False,
-                attention: bool = True) -> dict:
+def report_data(
+    store_path,
+    study: Study | None = None,
+    runs: list[TrainConfig] | None = None,
+    baseline: str | None = None,
+    layer: int | None = None,
+    numerics: bool = False,
+    attention: bool = True,
+) -> dict:
     """Everything the report shows, as plain data: the summary, settings, environment and per cell
     of the study its rows, curves, traces, behaviour and attention maps."""
     store_path = Path(store_path)
@@ -313,17 +368,26 @@ def report_data(store_path, study: Study | None = None, runs: list[TrainConfig] 
         if not done:
             raise ValueError(f"run store {store_path} holds no finished runs of this study; run `ffnlab compare` first")
         env = max(done, key=lambda r: r["finished_at"] or 0.0).get("env") or {}
-        out_cells = [cell_data(store, study, cells[key], sc, store_path, layer, attention)
-                     for key, sc in zip(cells, summary["cells"])]
+        out_cells = [
+            cell_data(store, study, cells[key], sc, store_path, layer, attention)
+            for key, sc in zip(cells, summary["cells"])
+        ]
     hf = getattr(study.base, "hf_config", None)
-    return {"store": str(store_path), "baseline": study.baseline, "variants": study.variants,
-            "architecture": f"Hugging Face {hf.get('model_type', '?')} (FFN swapped per variant)" if hf else None,
-            "settings": summary["settings"], "env": env, "cells": out_cells, "tuned": summary.get("tuned", []),
-            "other_studies": others,
-            "activations": plots.activation_labels(study.variants),
-            "numerics": load_numerics(store_path, study.variants, numerics),
-            "protocol": load_protocol(store_path),
-            "generated": datetime.datetime.now().isoformat(timespec="seconds")}
+    return {
+        "store": str(store_path),
+        "baseline": study.baseline,
+        "variants": study.variants,
+        "architecture": f"Hugging Face {hf.get('model_type', '?')} (FFN swapped per variant)" if hf else None,
+        "settings": summary["settings"],
+        "env": env,
+        "cells": out_cells,
+        "tuned": summary.get("tuned", []),
+        "other_studies": others,
+        "activations": plots.activation_labels(study.variants),
+        "numerics": load_numerics(store_path, study.variants, numerics),
+        "protocol": load_protocol(store_path),
+        "generated": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
 
 
 # ---- figures ------------------------------------------------------------------------------------
@@ -350,22 +414,48 @@ def render_figures(data: dict) -> dict[str, bytes]:
         where = cell_label(cell)
         title = f" ({where})" if where else ""
         figs[f"val_loss{sfx}.png"] = plots.band_figure(
-            cell["curves"], styles, f"validation loss, mean and {round(cell['level'] * 100)}% CI over seeds{title}",
-            "training step", "validation loss (nats/token)")
+            cell["curves"],
+            styles,
+            f"validation loss, mean and {round(cell['level'] * 100)}% CI over seeds{title}",
+            "training step",
+            "validation loss (nats/token)",
+        )
         figs[f"final{sfx}.png"] = plots.final_figure(
-            [{"ffn": r["ffn"], "mean": r["mean"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-              "values": list(r["values"].values())} for r in cell["rows"]], styles, data["baseline"], metric_label(cell["metric"]),
-            cell["level"])
+            [
+                {
+                    "ffn": r["ffn"],
+                    "mean": r["mean"],
+                    "ci_low": r["ci_low"],
+                    "ci_high": r["ci_high"],
+                    "values": list(r["values"].values()),
+                }
+                for r in cell["rows"]
+            ],
+            styles,
+            data["baseline"],
+            metric_label(cell["metric"]),
+            cell["level"],
+        )
         figs[f"loss_vs_time{sfx}.png"] = plots.band_figure(
-            cell["time_curves"], styles, f"validation loss against wall-clock training time{title}",
-            "training time (s)", "validation loss (nats/token)")
+            cell["time_curves"],
+            styles,
+            f"validation loss against wall-clock training time{title}",
+            "training time (s)",
+            "validation loss (nats/token)",
+        )
         figs[f"grad_norm{sfx}.png"] = plots.traces_figure(
-            cell["traces"], styles, f"gradient norm before clipping, one line per seed{title}", "training step",
-            "global gradient norm")
+            cell["traces"],
+            styles,
+            f"gradient norm before clipping, one line per seed{title}",
+            "training step",
+            "global gradient norm",
+        )
         if any(cell["behaviour"].values()):
             figs[f"behaviour{sfx}.png"] = plots.layers_figure(
-                cell["behaviour"], styles, {"dead_frac": "dead units (fraction never > 0)",
-                                            "zero_frac": "sparsity (fraction of exact zeros)"})
+                cell["behaviour"],
+                styles,
+                {"dead_frac": "dead units (fraction never > 0)", "zero_frac": "sparsity (fraction of exact zeros)"},
+            )
         att = cell.get("attention") or {}
         if att.get("maps"):
             figs[f"attention{sfx}.png"] = plots.attention_figure(att["maps"], att["layer"])
@@ -394,44 +484,117 @@ def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]
     """Header and plain-text rows of the ranking table (shared by HTML and Markdown)."""
     pct = round(cell["level"] * 100)
     metric = "val loss" if cell["metric"] == "final_val_loss" else "val acc"
-    head = ["rank", "ffn", f"{metric} mean [{pct}% CI]", f"Δ vs {baseline} [{pct}% CI]", "p (Holm)", "seeds",
-            "diverged"]
-    rows = [[str(r["rank"]), r["ffn"], f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
-             delta_text(r, baseline), p_label(r, baseline), str(r["n_seeds"]), str(r["diverged"])]
-            for r in cell["rows"]]
+    head = [
+        "rank",
+        "ffn",
+        f"{metric} mean [{pct}% CI]",
+        f"Δ vs {baseline} [{pct}% CI]",
+        "p (Holm)",
+        "seeds",
+        "diverged",
+    ]
+    rows = [
+        [
+            str(r["rank"]),
+            r["ffn"],
+            f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
+            delta_text(r, baseline),
+            p_label(r, baseline),
+            str(r["n_seeds"]),
+            str(r["diverged"]),
+        ]
+        for r in cell["rows"]
+    ]
     return head, rows
 
 
 def tuned_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
     """The tuned comparison: each variant's lr chosen on validation, its test metric compared."""
     metric = "test loss" if cell["metric"] == "final_test_loss" else "test acc"
-    head = ["rank", "ffn", "chosen setting", "val mean at it", f"{metric} mean [95% CI]",
-            f"Δ vs {baseline} [95% CI]", "p (Holm)", "seeds"]
-    rows = [[str(r["rank"]), r["ffn"], ", ".join(f"{a} {r.get(a)}" for a in cell.get("tuned_axes", ["lr"])),
-             num(r.get("val_mean")),
-             f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]", delta_text(r, baseline),
-             p_label(r, baseline), str(r["n_seeds"])] for r in cell["variants"]]
+    head = [
+        "rank",
+        "ffn",
+        "chosen setting",
+        "val mean at it",
+        f"{metric} mean [95% CI]",
+        f"Δ vs {baseline} [95% CI]",
+        "p (Holm)",
+        "seeds",
+    ]
+    rows = [
+        [
+            str(r["rank"]),
+            r["ffn"],
+            ", ".join(f"{a} {r.get(a)}" for a in cell.get("tuned_axes", ["lr"])),
+            num(r.get("val_mean")),
+            f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
+            delta_text(r, baseline),
+            p_label(r, baseline),
+            str(r["n_seeds"]),
+        ]
+        for r in cell["variants"]
+    ]
     return head, rows
 
 
 def cost_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["ffn", "params", "FLOPs/token", "tokens/s", "step time (ms)", "seeds' range (ms)", "vs baseline",
-            "training memory", "saved for backward", "train time (s)"]
-    spread = lambda r: f"{r[0] * 1e3:.1f}-{r[1] * 1e3:.1f}" if r else "-"  # noqa: E731
-    rows = [[r["ffn"], human(r["params"]), human(r["flops_per_token"]), human(r["tokens_per_s"]),
-             num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1), spread(r["step_time_range"]),
-             f"{(r['step_time_ratio'] - 1) * 100:+.0f}%" if r["step_time_ratio"] else "-",
-             human(r["train_mem_bytes"], "B"), human(r["saved_bytes"], "B"), num(r["train_seconds"], 1)]
-            for r in cell["rows"]]
+    head = [
+        "ffn",
+        "params",
+        "FLOPs/token",
+        "tokens/s",
+        "step time (ms)",
+        "seeds' range (ms)",
+        "vs baseline",
+        "training memory",
+        "saved for backward",
+        "train time (s)",
+    ]
+    spread = lambda r: f"{r[0] * 1e3:.1f}-{r[1] * 1e3:.1f}" if r else "-"
+    rows = [
+        [
+            r["ffn"],
+            human(r["params"]),
+            human(r["flops_per_token"]),
+            human(r["tokens_per_s"]),
+            num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1),
+            spread(r["step_time_range"]),
+            f"{(r['step_time_ratio'] - 1) * 100:+.0f}%" if r["step_time_ratio"] else "-",
+            human(r["train_mem_bytes"], "B"),
+            human(r["saved_bytes"], "B"),
+            num(r["train_seconds"], 1),
+        ]
+        for r in cell["rows"]
+    ]
     return head, rows
 
 
 def stability_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["ffn", "gradient spikes", "loss spikes", "diverged runs", "max gradient norm", "dead units",
-            "sparsity", "FFN grad mean", "FFN grad std"]
-    rows = [[r["ffn"], str(r["grad_spikes"]), str(r["loss_spikes"]), f"{r['diverged']} of {r['runs']}",
-             num(r["max_grad_norm"], 3), num(r["dead_frac"], 3), num(r["sparsity"], 3),
-             _fmt_num(r["ffn_grad_mean"]), _fmt_num(r["ffn_grad_std"])] for r in cell["rows"]]
+    head = [
+        "ffn",
+        "gradient spikes",
+        "loss spikes",
+        "diverged runs",
+        "max gradient norm",
+        "dead units",
+        "sparsity",
+        "FFN grad mean",
+        "FFN grad std",
+    ]
+    rows = [
+        [
+            r["ffn"],
+            str(r["grad_spikes"]),
+            str(r["loss_spikes"]),
+            f"{r['diverged']} of {r['runs']}",
+            num(r["max_grad_norm"], 3),
+            num(r["dead_frac"], 3),
+            num(r["sparsity"], 3),
+            _fmt_num(r["ffn_grad_mean"]),
+            _fmt_num(r["ffn_grad_std"]),
+        ]
+        for r in cell["rows"]
+    ]
     return head, rows
 
 
@@ -439,11 +602,25 @@ def signal_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
     """What else was measured per variant: test metric, robustness to embedding noise, perplexity,
     learned activation parameters."""
     lm = cell["metric"] == "final_val_loss"
-    head = ["ffn", "test loss" if lm else "test acc", "with embedding noise", "noise effect", "perplexity",
-            "learned activation parameters"]
-    rows = [[r["ffn"], num(r["test_mean"]), num(r["noisy_mean"]),
-             f"{r['noise_delta']:+.4f}" if r["noise_delta"] is not None else "-", num(r["ppl"], 2),
-             learned_text(r["learned"])] for r in cell["rows"]]
+    head = [
+        "ffn",
+        "test loss" if lm else "test acc",
+        "with embedding noise",
+        "noise effect",
+        "perplexity",
+        "learned activation parameters",
+    ]
+    rows = [
+        [
+            r["ffn"],
+            num(r["test_mean"]),
+            num(r["noisy_mean"]),
+            f"{r['noise_delta']:+.4f}" if r["noise_delta"] is not None else "-",
+            num(r["ppl"], 2),
+            learned_text(r["learned"]),
+        ]
+        for r in cell["rows"]
+    ]
     return head, rows
 
 
@@ -473,8 +650,7 @@ def literature_rows(cell: dict) -> tuple[list[str], list[list[str]]] | None:
     ours = sorted(lit["variants"], key=lambda v: sign * mean[v])
     theirs = sorted(lit["variants"], key=lambda v: published[v])
     head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
-    rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)]
-            for v in ours]
+    rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)] for v in ours]
     return head, rows
 
 
@@ -490,31 +666,54 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
     if data.get("architecture"):
         rows.append(("architecture", data["architecture"]))
     rows += [
-        ("model", f"{m['n_layers']} layer{'s' if m['n_layers'] != 1 else ''}, {m['n_heads']} heads, "
-                  f"d_model {m['d_model']}, context {m['context']}, {m['norm']} ({m['placement']}-norm), "
-                  f"{m['pos']} positions, dropout {m['dropout']}"),
-        ("FFN matching", f"{s['match']} (hidden width chosen so every variant matches the dense 4x FFN's "
-                         f"{s['match']})" if s["match"] != "none" else "none (each variant at its own width)"),
-        ("budget", f"{budget}, batch {s['batch_size']}, "
-                   f"{human(s['tokens_per_run'])} tokens per run" if s.get("tokens_per_run") else budget),
-        ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else
-         s["init"]),
-        ("optimiser", f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else s['lr']}"
-                      f", cosine to {s.get('min_lr', '-')}, warm-up {s.get('warmup_steps', '-')} steps, weight decay "
-                      f"{s.get('weight_decay', '-')}, beta2 {s.get('beta2', '-')}, clip {s.get('grad_clip', '-')}"),
+        (
+            "model",
+            f"{m['n_layers']} layer{'s' if m['n_layers'] != 1 else ''}, {m['n_heads']} heads, "
+            f"d_model {m['d_model']}, context {m['context']}, {m['norm']} ({m['placement']}-norm), "
+            f"{m['pos']} positions, dropout {m['dropout']}",
+        ),
+        (
+            "FFN matching",
+            f"{s['match']} (hidden width chosen so every variant matches the dense 4x FFN's {s['match']})"
+            if s["match"] != "none"
+            else "none (each variant at its own width)",
+        ),
+        (
+            "budget",
+            f"{budget}, batch {s['batch_size']}, {human(s['tokens_per_run'])} tokens per run"
+            if s.get("tokens_per_run")
+            else budget,
+        ),
+        ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else s["init"]),
+        (
+            "optimiser",
+            f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else s['lr']}"
+            f", cosine to {s.get('min_lr', '-')}, warm-up {s.get('warmup_steps', '-')} steps, weight decay "
+            f"{s.get('weight_decay', '-')}, beta2 {s.get('beta2', '-')}, clip {s.get('grad_clip', '-')}",
+        ),
         ("precision", s["precision"]),
         ("seeds", f"{s['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
-        ("variants", ", ".join(s["variants"]) + f" (baseline {data['baseline']})")]
+        ("variants", ", ".join(s["variants"]) + f" (baseline {data['baseline']})"),
+    ]
     if s.get("axes"):
         rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in s["axes"].items())))
     if env:
         where = env.get("gpu") or env.get("cpu") or "-"
-        rows.append(("machine", f"{env.get('device', '-')} ({where}), torch {env.get('torch', '-')}, "
-                                f"Python {env.get('python', '-')}"))
+        rows.append(
+            (
+                "machine",
+                f"{env.get('device', '-')} ({where}), torch {env.get('torch', '-')}, Python {env.get('python', '-')}",
+            )
+        )
     if env.get("ffnlab") or env.get("git_rev"):
-        rev = (f", git {env['git_rev'][:12]}{' (uncommitted changes)' if env.get('git_dirty') else ''}"
-               if env.get("git_rev") else "")
-        rows.append(("code", f"ffnlab {env.get('ffnlab') or '?'}{rev} (its own checkout, never the working directory's)"))
+        rev = (
+            f", git {env['git_rev'][:12]}{' (uncommitted changes)' if env.get('git_dirty') else ''}"
+            if env.get("git_rev")
+            else ""
+        )
+        rows.append(
+            ("code", f"ffnlab {env.get('ffnlab') or '?'}{rev} (its own checkout, never the working directory's)")
+        )
     rows.append(("store", data["store"]))
     return rows
 
@@ -534,8 +733,12 @@ def html_table(head: list[str], rows: list[list[str]], text_cols=(0,), marks: di
     def cls(i, j):
         names = (["t"] if j in text_cols else []) + ([marks[(i, j)]] if (i, j) in marks else [])
         return f' class="{" ".join(names)}"' if names else ""
-    out = ["<table><thead><tr>" + "".join(f"<th{cls(-1, j)}>{esc(h)}</th>" for j, h in enumerate(head))
-           + "</tr></thead><tbody>"]
+
+    out = [
+        "<table><thead><tr>"
+        + "".join(f"<th{cls(-1, j)}>{esc(h)}</th>" for j, h in enumerate(head))
+        + "</tr></thead><tbody>"
+    ]
     for i, row in enumerate(rows):
         out.append("<tr>" + "".join(f"<td{cls(i, j)}>{esc(c)}</td>" for j, c in enumerate(row)) + "</tr>")
     return "".join(out) + "</tbody></table>"
@@ -545,8 +748,9 @@ def html_image(figures: dict[str, bytes], name: str, alt: str) -> str:
     if name not in figures:
         return ""
     data = base64.b64encode(figures[name]).decode("ascii")
-    return (f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
-            f"<figcaption>{esc(alt)}</figcaption></figure>")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}"><figcaption>{esc(alt)}</figcaption></figure>'
+    )
 
 
 CSS = """
@@ -578,20 +782,29 @@ def html_ranking(cell: dict, baseline: str) -> str:
 
 def html_protocol(protocol: dict, baseline: str) -> str:
     """The validation protocol's stages (protocol.json beside the store): each stage's ranking."""
-    parts = ['<h2 id="protocol">Validation protocol</h2>',
-             '<p class="note">1. every variant at the same settings; 2. each variant at its own learning rate and '
-             'warm-up, chosen on validation and compared on test; 3. each at its tuned setting at other context '
-             'lengths. Grid: ' + esc(", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in protocol["grid"].items()))
-             + '.</p>']
+    parts = [
+        '<h2 id="protocol">Validation protocol</h2>',
+        '<p class="note">1. every variant at the same settings; 2. each variant at its own learning rate and '
+        "warm-up, chosen on validation and compared on test; 3. each at its tuned setting at other context "
+        "lengths. Grid: "
+        + esc(", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in protocol["grid"].items()))
+        + ".</p>",
+    ]
     for stage in protocol["stages"]:
         s = stage["summary"]
         parts.append(f"<h3>Stage {esc(STAGE_TITLES.get(stage['name'], stage['name']))}</h3>")
-        for cell in (s.get("tuned", []) if stage["name"] == "tune" else s["cells"]):
+        for cell in s.get("tuned", []) if stage["name"] == "tune" else s["cells"]:
             where = cell_label(cell)
-            rows = tuned_rows(cell, baseline) if "tuned_axes" in cell else \
-                ranking_rows({**cell, "rows": cell["variants"]}, baseline)
-            parts.append((f"<p>{esc(where)}</p>" if where else "") + html_table(*rows, (1,))
-                         + f'<p class="note">{esc(cell["verdict"])}</p>')
+            rows = (
+                tuned_rows(cell, baseline)
+                if "tuned_axes" in cell
+                else ranking_rows({**cell, "rows": cell["variants"]}, baseline)
+            )
+            parts.append(
+                (f"<p>{esc(where)}</p>" if where else "")
+                + html_table(*rows, (1,))
+                + f'<p class="note">{esc(cell["verdict"])}</p>'
+            )
     return "".join(parts)
 
 
@@ -603,19 +816,39 @@ def html_numerics(numerics: dict) -> str:
     results = numerics.get("results") or []
     if results:
         head = ["activation", "dtype", "pass", "max abs error", "max ULP", "at x", "inf", "nan"]
-        rows = [[r.get("name"), r.get("dtype"), r.get("pass"), _fmt_num(r.get("max_abs_err")),
-                 _fmt_num(r.get("max_ulp")), _fmt_num(r.get("argmax_ulp_x")), r.get("n_inf", "-"),
-                 r.get("n_nan", "-")] for r in results]
+        rows = [
+            [
+                r.get("name"),
+                r.get("dtype"),
+                r.get("pass"),
+                _fmt_num(r.get("max_abs_err")),
+                _fmt_num(r.get("max_ulp")),
+                _fmt_num(r.get("argmax_ulp_x")),
+                r.get("n_inf", "-"),
+                r.get("n_nan", "-"),
+            ]
+            for r in results
+        ]
         parts.append(html_table(head, rows, (0, 1, 2)))
     claims = numerics.get("claims") or []
     if claims:
         head = ["claim", "source", "claimed", "measured", "verdict"]
-        parts.append(html_table(head, [[c.get("claim"), c.get("source"), c.get("claimed"), c.get("measured"),
-                                        c.get("verdict")] for c in claims], (0, 1, 2, 3, 4)))
+        parts.append(
+            html_table(
+                head,
+                [
+                    [c.get("claim"), c.get("source"), c.get("claimed"), c.get("measured"), c.get("verdict")]
+                    for c in claims
+                ],
+                (0, 1, 2, 3, 4),
+            )
+        )
     env = numerics.get("environment") or {}
     if env:
-        parts.append(f'<p class="note">x in {esc(numerics.get("range"))}, {esc(numerics.get("points"))} points; '
-                     f'torch {esc(env.get("torch"))}, {esc(env.get("machine"))}</p>')
+        parts.append(
+            f'<p class="note">x in {esc(numerics.get("range"))}, {esc(numerics.get("points"))} points; '
+            f"torch {esc(env.get('torch'))}, {esc(env.get('machine'))}</p>"
+        )
     return "".join(parts) or '<p class="note">numerics.json holds no results.</p>'
 
 
@@ -630,44 +863,65 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
     variants, baseline = data["variants"], data["baseline"]
     s = data["settings"]
     title = f"ffnlab report: {', '.join(variants)} on {s['data']}"
-    body = [f"<h1>{esc(title)}</h1>",
-            f'<p class="note">{len(variants)} FFN variants x {s["seeds"]} seeds, baseline {esc(baseline)}; '
-            f'generated {esc(data["generated"])}</p>']
-    for i, cell in enumerate(data["cells"]):
+    body = [
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="note">{len(variants)} FFN variants x {s["seeds"]} seeds, baseline {esc(baseline)}; '
+        f"generated {esc(data['generated'])}</p>",
+    ]
+    for cell in data["cells"]:
         where = cell_label(cell)
         body.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(cell["verdict"])}</p>')
-    sections = ["ranking", "literature", *(["protocol"] if data.get("protocol") else []), "settings", "curves", "cost",
-                "stability", "signals", "activations", "attention", *(["numerics"] if data["numerics"] else [])]
+    sections = [
+        "ranking",
+        "literature",
+        *(["protocol"] if data.get("protocol") else []),
+        "settings",
+        "curves",
+        "cost",
+        "stability",
+        "signals",
+        "activations",
+        "attention",
+        *(["numerics"] if data["numerics"] else []),
+    ]
     names = {"signals": "other measurements"}
     body.append("<nav>" + "".join(f'<a href="#{s}">{names.get(s, s)}</a>' for s in sections) + "</nav>")
     if data["other_studies"]:
-        body.append(f'<p class="note">The store holds {data["other_studies"]} other stud'
-                    f'{"y" if data["other_studies"] == 1 else "ies"} (other settings); this report shows the most '
-                    "recently finished one.</p>")
+        body.append(
+            f'<p class="note">The store holds {data["other_studies"]} other stud'
+            f"{'y' if data['other_studies'] == 1 else 'ies'} (other settings); this report shows the most "
+            "recently finished one.</p>"
+        )
     cells = data["cells"]
-    sfx = lambda i: f"_{i + 1}" if len(cells) > 1 else ""  # noqa: E731
-    heading = lambda cell: f"<h3>{esc(cell_label(cell))}</h3>" if cell["axes"] else ""  # noqa: E731
+    sfx = lambda i: f"_{i + 1}" if len(cells) > 1 else ""
+    heading = lambda cell: f"<h3>{esc(cell_label(cell))}</h3>" if cell["axes"] else ""
 
     body.append('<h2 id="ranking">Ranking</h2>')
-    for i, cell in enumerate(cells):
+    for cell in cells:
         body.append(heading(cell) + html_ranking(cell, baseline))
         if cell.get("noise_floor"):
             nf = cell["noise_floor"]
-            body.append(f'<p class="note">Noise floor: {esc(baseline)} over {esc(nf["n"])} seeds has std '
-                        f'{esc(num(nf["std"]))} and range {esc(num(nf["range"]))}.</p>')
+            body.append(
+                f'<p class="note">Noise floor: {esc(baseline)} over {esc(nf["n"])} seeds has std '
+                f"{esc(num(nf['std']))} and range {esc(num(nf['range']))}.</p>"
+            )
     pct = round(cells[0]["level"] * 100)
-    body.append(f'<p class="note">Mean over seeds with its {pct}% t-interval. Δ is the paired difference to '
-                f'{esc(baseline)} over seeds (negative loss Δ = better). * = significant at α={cells[0]["alpha"]:g} '
-                'after Holm correction of the paired t-tests; coloured blue when better, orange when worse.</p>')
+    body.append(
+        f'<p class="note">Mean over seeds with its {pct}% t-interval. Δ is the paired difference to '
+        f"{esc(baseline)} over seeds (negative loss Δ = better). * = significant at α={cells[0]['alpha']:g} "
+        "after Holm correction of the paired t-tests; coloured blue when better, orange when worse.</p>"
+    )
 
     if data["tuned"]:
-        body.append('<h3>Tuned: each variant at its own best setting</h3>')
+        body.append("<h3>Tuned: each variant at its own best setting</h3>")
         for cell in data["tuned"]:
             body.append(html_table(*tuned_rows(cell, baseline), (1,)))
             body.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell["verdict"])}</p>')
-        body.append('<p class="note">The setting of each variant is the one with the best mean validation '
-                    'metric over seeds; the comparison uses the test split, so the selection cannot flatter the '
-                    'winner (Melis et al. 2018).</p>')
+        body.append(
+            '<p class="note">The setting of each variant is the one with the best mean validation '
+            "metric over seeds; the comparison uses the test split, so the selection cannot flatter the "
+            "winner (Melis et al. 2018).</p>"
+        )
     if data.get("protocol"):
         body.append(html_protocol(data["protocol"], baseline))
 
@@ -675,61 +929,103 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
     for cell in cells:
         table = literature_rows(cell)
         if table is None:
-            body.append(heading(cell) + '<p class="note">No published ranking to compare with: it needs a language '
-                        'model study with at least two of Shazeer (2020) Table 1\'s variants.</p>')
+            body.append(
+                heading(cell) + '<p class="note">No published ranking to compare with: it needs a language '
+                "model study with at least two of Shazeer (2020) Table 1's variants.</p>"
+            )
             continue
-        body.append(heading(cell) + html_table(*table) + f'<p>{esc(literature_text(cell["literature"]))}</p>')
+        body.append(heading(cell) + html_table(*table) + f"<p>{esc(literature_text(cell['literature']))}</p>")
 
     body.append('<h2 id="settings">Run settings</h2>')
     body.append(html_table(["setting", "value"], [list(r) for r in settings_rows(data)], (0, 1)))
-    body.append('<h3>What the comparison held equal</h3>')
+    body.append("<h3>What the comparison held equal</h3>")
     body.append(html_table(["held equal", "how"], s["held_equal"], (0, 1)))
-    body.append('<h3>What it did not</h3>')
+    body.append("<h3>What it did not</h3>")
     body.append(html_table(["not equal", "why"], s["not_equal"], (0, 1)))
 
     body.append('<h2 id="curves">Learning curves and final loss</h2>')
     for i, cell in enumerate(cells):
         body.append(heading(cell))
-        body.append(html_image(figures, f"val_loss{sfx(i)}.png", "Validation loss during training: mean over seeds "
-                               f"with a {pct}% confidence band."))
-        body.append(html_image(figures, f"final{sfx(i)}.png", f"Final {metric_label(cell['metric'])} per variant: "
-                               f"mean with {pct}% CI error bars; dots are single seeds."))
+        body.append(
+            html_image(
+                figures,
+                f"val_loss{sfx(i)}.png",
+                f"Validation loss during training: mean over seeds with a {pct}% confidence band.",
+            )
+        )
+        body.append(
+            html_image(
+                figures,
+                f"final{sfx(i)}.png",
+                f"Final {metric_label(cell['metric'])} per variant: "
+                f"mean with {pct}% CI error bars; dots are single seeds.",
+            )
+        )
 
     body.append('<h2 id="cost">Cost</h2>')
     for i, cell in enumerate(cells):
         body.append(heading(cell) + html_table(*cost_rows(cell)))
-        body.append(html_image(figures, f"loss_vs_time{sfx(i)}.png", "Validation loss against wall-clock training "
-                               "time (mean over seeds, with band)."))
+        body.append(
+            html_image(
+                figures,
+                f"loss_vs_time{sfx(i)}.png",
+                "Validation loss against wall-clock training time (mean over seeds, with band).",
+            )
+        )
     env = data["env"]
-    body.append(f'<p class="note">tokens/s: mean over seeds of the median step; step time: median over seeds, '
-                "with the range of the seeds' own medians: a wide range means the machine was busy while they "
-                "ran, and only a quiet machine's timings (or <code>ffnlab bench</code>) compare speed. "
-                f'Measured on {esc(env.get("device", "?"))}. Training memory is counted from the tensors: '
-                "parameters, gradients, optimizer state and what one training forward pass keeps for backward "
-                "(counted with saved_tensors_hooks), so it does not depend on what else ran in the process.</p>")
+    body.append(
+        f'<p class="note">tokens/s: mean over seeds of the median step; step time: median over seeds, '
+        "with the range of the seeds' own medians: a wide range means the machine was busy while they "
+        "ran, and only a quiet machine's timings (or <code>ffnlab bench</code>) compare speed. "
+        f"Measured on {esc(env.get('device', '?'))}. Training memory is counted from the tensors: "
+        "parameters, gradients, optimizer state and what one training forward pass keeps for backward "
+        "(counted with saved_tensors_hooks), so it does not depend on what else ran in the process.</p>"
+    )
 
     body.append('<h2 id="stability">Stability</h2>')
     for i, cell in enumerate(cells):
         body.append(heading(cell) + html_table(*stability_rows(cell)))
-        body.append(html_image(figures, f"grad_norm{sfx(i)}.png", "Global gradient norm per step before clipping; "
-                               "triangles mark gradient spikes, dotted lines divergence."))
-        body.append(html_image(figures, f"behaviour{sfx(i)}.png", "Per layer, on the validation set after training: "
-                               "fraction of FFN units that never activate (dead) and fraction of exact zeros "
-                               "after the activation (sparsity), mean over seeds."))
+        body.append(
+            html_image(
+                figures,
+                f"grad_norm{sfx(i)}.png",
+                "Global gradient norm per step before clipping; "
+                "triangles mark gradient spikes, dotted lines divergence.",
+            )
+        )
+        body.append(
+            html_image(
+                figures,
+                f"behaviour{sfx(i)}.png",
+                "Per layer, on the validation set after training: "
+                "fraction of FFN units that never activate (dead) and fraction of exact zeros "
+                "after the activation (sparsity), mean over seeds.",
+            )
+        )
 
     body.append('<h2 id="signals">Other measurements</h2>')
     for cell in cells:
         body.append(heading(cell) + html_table(*signal_rows(cell), (0, 5)))
-    body.append('<p class="note">Test: the held-out test split (never used to choose anything here). Embedding '
-                'noise: the validation metric with Gaussian noise on the token embeddings, a robustness probe; its '
-                'effect is the mean change from the clean metric. Learned parameters: means over seeds at the end '
-                'of training.</p>')
+    body.append(
+        '<p class="note">Test: the held-out test split (never used to choose anything here). Embedding '
+        "noise: the validation metric with Gaussian noise on the token embeddings, a robustness probe; its "
+        "effect is the mean change from the clean metric. Learned parameters: means over seeds at the end "
+        "of training.</p>"
+    )
 
     body.append('<h2 id="activations">The activation functions</h2>')
-    body.append(html_table(["activation", "formula", "source"],
-                           [[a, ACTIVATIONS[a].formula, ACTIVATIONS[a].paper] for a in data["activations"]], (0, 1, 2)))
-    body.append(html_image(figures, "activations.png", "Each compared activation (for gated variants, the gate's) "
-                           "and its derivative."))
+    body.append(
+        html_table(
+            ["activation", "formula", "source"],
+            [[a, ACTIVATIONS[a].formula, ACTIVATIONS[a].paper] for a in data["activations"]],
+            (0, 1, 2),
+        )
+    )
+    body.append(
+        html_image(
+            figures, "activations.png", "Each compared activation (for gated variants, the gate's) and its derivative."
+        )
+    )
 
     body.append('<h2 id="attention">Attention patterns</h2>')
     for i, cell in enumerate(cells):
@@ -737,22 +1033,32 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
         body.append(heading(cell))
         if att.get("maps"):
             seeds = ", ".join(f"{v} seed {s}" for v, s in att["seeds"].items())
-            body.append(html_image(figures, f"attention{sfx(i)}.png", f"Attention weights at layer {att['layer']} "
-                                   f"of each variant's trained model ({seeds}) on the first {att['tokens']} "
-                                   "validation tokens; rows are queries, columns keys."))
-            body.append(f"<p class=\"note\">Input:</p><pre>{esc(att['text'][:600])}</pre>")
+            body.append(
+                html_image(
+                    figures,
+                    f"attention{sfx(i)}.png",
+                    f"Attention weights at layer {att['layer']} "
+                    f"of each variant's trained model ({seeds}) on the first {att['tokens']} "
+                    "validation tokens; rows are queries, columns keys.",
+                )
+            )
+            body.append(f'<p class="note">Input:</p><pre>{esc(att["text"][:600])}</pre>')
         else:
             body.append(f'<p class="note">{esc(att.get("note", "not computed"))}</p>')
 
     if data["numerics"]:
         body.append('<h2 id="numerics">Numerics of the activations</h2>' + html_numerics(data["numerics"]))
 
-    body.append(f'<footer>ffnlab report from {esc(data["store"])}. Reproduce: <code>ffnlab report --store '
-                f'{esc(data["store"])}</code></footer>')
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            '<link rel="icon" href="data:,">'  # no favicon request, so no 404 in the console
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n")
+    body.append(
+        f"<footer>ffnlab report from {esc(data['store'])}. Reproduce: <code>ffnlab report --store "
+        f"{esc(data['store'])}</code></footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'  # no favicon request, so no 404 in the console
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+    )
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
@@ -779,8 +1085,14 @@ def render_markdown(data: dict, figure_names) -> str:
         sfx = f"_{i + 1}" if len(data["cells"]) > 1 else ""
         if cell["axes"]:
             out += [f"### {md_escape(cell_label(cell))}", ""]
-        out += [f"**Verdict:** {md_escape(cell['verdict'])}", "", md_table(*ranking_rows(cell, data["baseline"])), "",
-                md_table(*cost_rows(cell)), ""]
+        out += [
+            f"**Verdict:** {md_escape(cell['verdict'])}",
+            "",
+            md_table(*ranking_rows(cell, data["baseline"])),
+            "",
+            md_table(*cost_rows(cell)),
+            "",
+        ]
         if cell.get("literature") and cell["literature"]["tau"] is not None:
             out += [md_escape(literature_text(cell["literature"])), ""]
         for name, alt in ((f"val_loss{sfx}.png", "validation loss"), (f"final{sfx}.png", "final loss")):
@@ -788,14 +1100,29 @@ def render_markdown(data: dict, figure_names) -> str:
                 out.append(f"![{alt}]({FIGURES_DIR}/{name})")
         out.append("")
     for cell in data["tuned"]:
-        out += [f"### Tuned ({md_escape(cell_label(cell))}): lr chosen on validation, compared on test", "",
-                f"**Verdict:** {md_escape(cell['verdict'])}", "", md_table(*tuned_rows(cell, data["baseline"])), ""]
+        out += [
+            f"### Tuned ({md_escape(cell_label(cell))}): lr chosen on validation, compared on test",
+            "",
+            f"**Verdict:** {md_escape(cell['verdict'])}",
+            "",
+            md_table(*tuned_rows(cell, data["baseline"])),
+            "",
+        ]
     out.append(f"* = significant at α={data['cells'][0]['alpha']:g} after Holm correction (paired t-test over seeds).")
-    out += ["", "Held equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["held_equal"])) + ".",
-            "Not equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["not_equal"])) + ".",
-            "", "<details><summary>Run settings</summary>", "", md_table(["setting", "value"], settings_rows(data)),
-            "", "</details>", "", "Full report with costs, stability, activations and attention maps: "
-            f"[{REPORT_HTML}]({REPORT_HTML}).", ""]
+    out += [
+        "",
+        "Held equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["held_equal"])) + ".",
+        "Not equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["not_equal"])) + ".",
+        "",
+        "<details><summary>Run settings</summary>",
+        "",
+        md_table(["setting", "value"], settings_rows(data)),
+        "",
+        "</details>",
+        "",
+        f"Full report with costs, stability, activations and attention maps: [{REPORT_HTML}]({REPORT_HTML}).",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -830,8 +1157,15 @@ def prepare_out_dir(out_dir: Path) -> Path:
     return out_dir
 
 
-def write_report(store_path, out_dir=None, study: Study | None = None, runs=None, baseline: str | None = None,
-                 layer: int | None = None, numerics: bool = False) -> dict[str, Path]:
+def write_report(
+    store_path,
+    out_dir=None,
+    study: Study | None = None,
+    runs=None,
+    baseline: str | None = None,
+    layer: int | None = None,
+    numerics: bool = False,
+) -> dict[str, Path]:
     """Render the report of a store and write report.html, summary.md and figures/*.png into
     `out_dir` (default: `report/` beside the store). Returns the written paths by kind.
 
@@ -851,5 +1185,8 @@ def write_report(store_path, out_dir=None, study: Study | None = None, runs=None
         write_atomic(out_dir / FIGURES_DIR / name, png)
     write_atomic(out_dir / SUMMARY_MD, summary)
     write_atomic(out_dir / REPORT_HTML, page)
-    return {"html": out_dir / REPORT_HTML, "markdown": out_dir / SUMMARY_MD,
-            "figures": [out_dir / FIGURES_DIR / n for n in figures]}
+    return {
+        "html": out_dir / REPORT_HTML,
+        "markdown": out_dir / SUMMARY_MD,
+        "figures": [out_dir / FIGURES_DIR / n for n in figures],
+    }

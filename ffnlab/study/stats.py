@@ -8,6 +8,7 @@ one baseline we run k tests, so p-values are Holm-corrected before anything is c
 Diverged runs (NaN/inf final metric) are not numbers to average: they are left out of a variant's
 statistics and counted in its `diverged` field, and pairs use only seeds finished in both variants.
 """
+
 from __future__ import annotations
 
 import math
@@ -109,8 +110,15 @@ def seed_noise(values: list[float]) -> dict:
     finite = [v for v in values if math.isfinite(v)]
     m = mean_ci(finite)
     lo, hi = (min(finite), max(finite)) if finite else (None, None)
-    return {"n": m["n"], "mean": m["mean"], "std": m["std"], "range": None if lo is None else hi - lo,
-            "min": lo, "max": hi, "diverged": len(values) - len(finite)}
+    return {
+        "n": m["n"],
+        "mean": m["mean"],
+        "std": m["std"],
+        "range": None if lo is None else hi - lo,
+        "min": lo,
+        "max": hi,
+        "diverged": len(values) - len(finite),
+    }
 
 
 def _fmt(x: float) -> str:
@@ -121,11 +129,16 @@ def _gap_sentence(row: dict, baseline: str, higher_is_better: bool, level: float
     """'swiglu beats relu by 0.041 (95% CI [0.02, 0.06], p_adj=0.01)' for a significant row."""
     better = (row["delta"] > 0) == higher_is_better
     # the CI of the gap's magnitude |delta|: flip the interval when delta is negative
-    lo, hi = (row["delta_ci_low"], row["delta_ci_high"]) if row["delta"] > 0 else \
-        (-row["delta_ci_high"], -row["delta_ci_low"])
+    lo, hi = (
+        (row["delta_ci_low"], row["delta_ci_high"])
+        if row["delta"] > 0
+        else (-row["delta_ci_high"], -row["delta_ci_low"])
+    )
     verb = "beats" if better else "is worse than"
-    return (f"{row['ffn']} {verb} {baseline} by {_fmt(abs(row['delta']))} "
-            f"({round(level * 100):g}% CI [{_fmt(lo)}, {_fmt(hi)}], p_adj={row['p_adj']:.2g})")
+    return (
+        f"{row['ffn']} {verb} {baseline} by {_fmt(abs(row['delta']))} "
+        f"({round(level * 100):g}% CI [{_fmt(lo)}, {_fmt(hi)}], p_adj={row['p_adj']:.2g})"
+    )
 
 
 def _seeds_phrase(ns: list[int]) -> str:
@@ -133,8 +146,14 @@ def _seeds_phrase(ns: list[int]) -> str:
     return f"{lo} seed{'s' if lo != 1 else ''}" if lo == hi else f"{lo}-{hi} paired seeds"
 
 
-def compare(results: dict[str, dict[int, float]], baseline: str, higher_is_better: bool = False,
-            alpha: float = 0.05, diverged: dict[str, int] | None = None, level: float = 0.95) -> dict:
+def compare(
+    results: dict[str, dict[int, float]],
+    baseline: str,
+    higher_is_better: bool = False,
+    alpha: float = 0.05,
+    diverged: dict[str, int] | None = None,
+    level: float = 0.95,
+) -> dict:
     """Compare every variant with `baseline` over seeds: summary per variant, paired tests, Holm, ranking.
 
     results: variant -> {seed: final metric}; a NaN/inf metric marks a diverged run. `diverged` is the
@@ -152,8 +171,10 @@ def compare(results: dict[str, dict[int, float]], baseline: str, higher_is_bette
     or plainly that nothing is, or that a test needs >= MIN_PAIRS (3) seeds.
     """
     if baseline not in results:
-        raise ValueError(f"baseline '{baseline}' is not among the compared variants{closest(baseline, results)}; "
-                         f"variants: {', '.join(results)}")
+        raise ValueError(
+            f"baseline '{baseline}' is not among the compared variants{closest(baseline, results)}; "
+            f"variants: {', '.join(results)}"
+        )
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     diverged = diverged or {}
@@ -162,14 +183,26 @@ def compare(results: dict[str, dict[int, float]], baseline: str, higher_is_bette
     rows = []
     for name, runs in results.items():
         m = mean_ci(list(finite[name].values()), level)
-        row = {"ffn": name, "n_seeds": m["n"], "mean": m["mean"], "std": m["std"], "ci_low": m["ci_low"],
-               "ci_high": m["ci_high"], "delta": 0.0, "delta_ci_low": 0.0, "delta_ci_high": 0.0, "n_pairs": m["n"],
-               "p": None, "p_adj": None, "significant": False, "rank": None,
-               "diverged": max(len(runs) - len(finite[name]), diverged.get(name, 0))}
+        row = {
+            "ffn": name,
+            "n_seeds": m["n"],
+            "mean": m["mean"],
+            "std": m["std"],
+            "ci_low": m["ci_low"],
+            "ci_high": m["ci_high"],
+            "delta": 0.0,
+            "delta_ci_low": 0.0,
+            "delta_ci_high": 0.0,
+            "n_pairs": m["n"],
+            "p": None,
+            "p_adj": None,
+            "significant": False,
+            "rank": None,
+            "diverged": max(len(runs) - len(finite[name]), diverged.get(name, 0)),
+        }
         if name != baseline:
             d = paired_diff(finite[name], finite[baseline], level)
-            row.update(delta=d["delta"], delta_ci_low=d["ci_low"], delta_ci_high=d["ci_high"], n_pairs=d["n"],
-                       p=d["p"])
+            row.update(delta=d["delta"], delta_ci_low=d["ci_low"], delta_ci_high=d["ci_high"], n_pairs=d["n"], p=d["p"])
         rows.append(row)
 
     others = [r for r in rows if r["ffn"] != baseline]
@@ -182,8 +215,14 @@ def compare(results: dict[str, dict[int, float]], baseline: str, higher_is_bette
     for i, row in enumerate(rows):
         row["rank"] = i + 1
 
-    return {"baseline": baseline, "metric_direction": "higher" if higher_is_better else "lower", "alpha": alpha,
-            "level": level, "variants": rows, "verdict": _verdict(rows, baseline, higher_is_better, alpha, level)}
+    return {
+        "baseline": baseline,
+        "metric_direction": "higher" if higher_is_better else "lower",
+        "alpha": alpha,
+        "level": level,
+        "variants": rows,
+        "verdict": _verdict(rows, baseline, higher_is_better, alpha, level),
+    }
 
 
 def _verdict(rows: list[dict], baseline: str, higher_is_better: bool, alpha: float, level: float) -> str:
@@ -198,14 +237,18 @@ def _verdict(rows: list[dict], baseline: str, higher_is_better: bool, alpha: flo
         n = max(r["n_pairs"] or 0 for r in others)
         if n == 0:
             return f"No test possible: no variant shares a finished seed with {baseline}.{tail}"
-        return (f"Means only, no significance test: p-values n/a (a paired test needs >= {MIN_PAIRS} seeds "
-                f"finished by both a variant and {baseline}, got {n}).{tail}")
+        return (
+            f"Means only, no significance test: p-values n/a (a paired test needs >= {MIN_PAIRS} seeds "
+            f"finished by both a variant and {baseline}, got {n}).{tail}"
+        )
     significant = [r for r in rows if r["significant"]]  # rows are best first, so this is too
     untested = [r["ffn"] for r in others if r["p"] is None]
     skipped = f" Not tested (fewer than {MIN_PAIRS} paired seeds): {', '.join(untested)}." if untested else ""
     if not significant:
-        return (f"No variant differs significantly from {baseline} at alpha={alpha:g} with "
-                f"{_seeds_phrase([r['n_pairs'] for r in tested])}.{skipped}{tail}")
+        return (
+            f"No variant differs significantly from {baseline} at alpha={alpha:g} with "
+            f"{_seeds_phrase([r['n_pairs'] for r in tested])}.{skipped}{tail}"
+        )
     gaps = "; ".join(_gap_sentence(r, baseline, higher_is_better, level) for r in significant)
     rest = "; no other difference is significant" if len(significant) < len(tested) else ""
     return f"{gaps}{rest} at alpha={alpha:g}.{skipped}{tail}"

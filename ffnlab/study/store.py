@@ -22,6 +22,7 @@ JSON columns are json.dumps(sort_keys=True) text. NOTE: NaN and +-inf are writte
 NaN/Infinity/-Infinity (allow_nan), which Python's json reads back as floats but SQLite's json1
 functions reject. Metric values are REAL, and SQLite stores NaN as NULL; we read NULL back as NaN.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -125,8 +126,10 @@ class Store:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             # checked before anything is written, so a foreign file is left untouched
-            if not self.create and not conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+            if (
+                not self.create
+                and not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+            ):
                 raise ValueError(f"{self.path} is not an ffnlab run store (no meta table)")
             _set_wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
@@ -135,17 +138,22 @@ class Store:
                 for statement in SCHEMA.split(";"):  # not executescript, which would COMMIT first
                     if statement.strip():
                         conn.execute(statement)
-                conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
                 stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
             try:
                 version = int(stored)
             except ValueError:
-                raise ValueError(f"run store {self.path} has a damaged schema version ({stored!r}); it is not a store "
-                                 "this ffnlab wrote, or it was edited") from None
+                raise ValueError(
+                    f"run store {self.path} has a damaged schema version ({stored!r}); it is not a store "
+                    "this ffnlab wrote, or it was edited"
+                ) from None
             if version > SCHEMA_VERSION:
-                raise ValueError(f"run store {self.path} has schema version {version}; this ffnlab reads up to "
-                                 f"{SCHEMA_VERSION}: upgrade ffnlab")
+                raise ValueError(
+                    f"run store {self.path} has schema version {version}; this ffnlab reads up to "
+                    f"{SCHEMA_VERSION}: upgrade ffnlab"
+                )
         except sqlite3.DatabaseError as e:
             conn.close()
             raise ValueError(f"cannot open run store {self.path}: {e}") from None
@@ -193,8 +201,10 @@ class Store:
     def claim(self, run_id: str, config: dict, sweep: str | None = None) -> str:
         """Register a run as 'pending' unless it exists; return its current status. Never modifies an existing run."""
         with self._write() as conn:
-            conn.execute("INSERT OR IGNORE INTO runs (id, sweep, config, status, created_at) VALUES (?, ?, ?, ?, ?)",
-                         (run_id, sweep, dumps(config), "pending", time.time()))
+            conn.execute(
+                "INSERT OR IGNORE INTO runs (id, sweep, config, status, created_at) VALUES (?, ?, ?, ?, ?)",
+                (run_id, sweep, dumps(config), "pending", time.time()),
+            )
             return conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
 
     def start(self, run_id: str) -> None:
@@ -202,8 +212,11 @@ class Store:
         env = dumps(environment())  # outside the transaction: it may run git
         with self._write() as conn:
             _require(conn, run_id)
-            conn.execute("UPDATE runs SET status = 'running', started_at = ?, finished_at = NULL, env = ?, "
-                         "attempts = attempts + 1 WHERE id = ? AND status != 'finished'", (time.time(), env, run_id))
+            conn.execute(
+                "UPDATE runs SET status = 'running', started_at = ?, finished_at = NULL, env = ?, "
+                "attempts = attempts + 1 WHERE id = ? AND status != 'finished'",
+                (time.time(), env, run_id),
+            )
 
     def add_metrics(self, run_id: str, rows: list[tuple[int, str, float]]) -> None:
         """Store (step, name, value) rows; a row already there for (run, step, name) is replaced."""
@@ -231,15 +244,20 @@ class Store:
         result = dumps(result)
         with self._write() as conn:
             _require(conn, run_id)
-            conn.execute("UPDATE runs SET status = ?, result = ?, finished_at = ? WHERE id = ? AND status != 'finished'",
-                         (status, result, time.time(), run_id))
+            conn.execute(
+                "UPDATE runs SET status = ?, result = ?, finished_at = ? WHERE id = ? AND status != 'finished'",
+                (status, result, time.time(), run_id),
+            )
 
     def add_study(self, study_id: str, study: dict) -> None:
         """Record a study (variants, seeds, base config, axes, ...) as run now; an existing one is touched."""
         now = time.time()
         with self._write() as conn:
-            conn.execute("INSERT INTO studies (id, study, created_at, run_at) VALUES (?, ?, ?, ?) "
-                         "ON CONFLICT (id) DO UPDATE SET run_at = excluded.run_at", (study_id, dumps(study), now, now))
+            conn.execute(
+                "INSERT INTO studies (id, study, created_at, run_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET run_at = excluded.run_at",
+                (study_id, dumps(study), now, now),
+            )
 
     # ---- reads --------------------------------------------------------------------------------
 
@@ -257,8 +275,10 @@ class Store:
         try:
             return _run_dict(row)
         except ValueError as e:  # JSON columns edited or damaged by hand
-            raise ValueError(f"run store {self.path}: run {row[0]} has a column that is not JSON ({e}); "
-                             "the store was edited or damaged") from None
+            raise ValueError(
+                f"run store {self.path}: run {row[0]} has a column that is not JSON ({e}); "
+                "the store was edited or damaged"
+            ) from None
 
     def runs(self, status: str | None = None, sweep: str | None = None) -> list[dict]:
         """Runs as {"id","config","status","result","env","sweep","attempts","created_at","started_at","finished_at"},
@@ -266,8 +286,10 @@ class Store:
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown run status '{status}'; valid: {', '.join(STATUSES)}")
         # NULL matches every value of a filter that was not given
-        sql = (f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR sweep = ?2) "
-               "ORDER BY created_at, id")
+        sql = (
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR sweep = ?2) "
+            "ORDER BY created_at, id"
+        )
         return [self._run_dict(row) for row in self._read(sql, (status, sweep))]
 
     def metrics(self, run_id: str, name: str | None = None) -> list[tuple[int, str, float]]:
@@ -275,8 +297,9 @@ class Store:
         if name is None:
             rows = self._read("SELECT step, name, value FROM metrics WHERE run_id = ? ORDER BY step, name", (run_id,))
         else:
-            rows = self._read("SELECT step, name, value FROM metrics WHERE run_id = ? AND name = ? ORDER BY step",
-                              (run_id, name))
+            rows = self._read(
+                "SELECT step, name, value FROM metrics WHERE run_id = ? AND name = ? ORDER BY step", (run_id, name)
+            )
         return [(step, metric, math.nan if value is None else value) for step, metric, value in rows]
 
     def events(self, run_id: str) -> list[dict]:
@@ -292,12 +315,21 @@ class Store:
         timings differ between runs). NOTE: NaN != NaN, so non-finite floats appear as the strings
         'nan', 'inf', '-inf'.
         """
-        runs = {r["id"]: {"config": r["config"], "status": r["status"], "sweep": r["sweep"],
-                          "result": {k: v for k, v in r["result"].items() if k not in ignore}
-                          if isinstance(r["result"], dict) else r["result"]} for r in self.runs()}
+        runs = {
+            r["id"]: {
+                "config": r["config"],
+                "status": r["status"],
+                "sweep": r["sweep"],
+                "result": {k: v for k, v in r["result"].items() if k not in ignore}
+                if isinstance(r["result"], dict)
+                else r["result"],
+            }
+            for r in self.runs()
+        }
         metrics = {run_id: [] for run_id in runs}
         for run_id, step, name, value in self._read(
-                "SELECT run_id, step, name, value FROM metrics ORDER BY run_id, step, name"):
+            "SELECT run_id, step, name, value FROM metrics ORDER BY run_id, step, name"
+        ):
             if name not in ignore:
                 metrics[run_id].append((step, name, math.nan if value is None else value))
         events = {run_id: self.events(run_id) for run_id in runs}

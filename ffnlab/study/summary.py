@@ -10,6 +10,7 @@ largest gradient norm), behaviour (dead units, sparsity), what else was measured
 metric under embedding noise, perplexity, FFN gradient statistics, learned activation parameters)
 and the per-seed values the statistics came from.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,11 +21,45 @@ from ffnlab.study.stats import MIN_PAIRS, compare, seed_noise
 
 LEVEL = 0.95
 # a row's scalar fields, in the order the CSV writes them (the JSON has every field)
-ROW_FIELDS = ("ffn", "rank", "n_seeds", "mean", "std", "ci_low", "ci_high", "delta", "delta_ci_low", "delta_ci_high",
-              "n_pairs", "p", "p_adj", "significant", "diverged", "ppl", "test_mean", "noisy_mean", "noise_delta",
-              "params", "flops_per_token", "tokens_per_s", "step_time_s", "train_seconds", "train_mem_bytes",
-              "param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes", "cuda_peak_bytes", "grad_spikes",
-              "loss_spikes", "max_grad_norm", "dead_frac", "sparsity", "ffn_grad_mean", "ffn_grad_std")
+ROW_FIELDS = (
+    "ffn",
+    "rank",
+    "n_seeds",
+    "mean",
+    "std",
+    "ci_low",
+    "ci_high",
+    "delta",
+    "delta_ci_low",
+    "delta_ci_high",
+    "n_pairs",
+    "p",
+    "p_adj",
+    "significant",
+    "diverged",
+    "ppl",
+    "test_mean",
+    "noisy_mean",
+    "noise_delta",
+    "params",
+    "flops_per_token",
+    "tokens_per_s",
+    "step_time_s",
+    "train_seconds",
+    "train_mem_bytes",
+    "param_bytes",
+    "grad_bytes",
+    "optimizer_bytes",
+    "saved_bytes",
+    "cuda_peak_bytes",
+    "grad_spikes",
+    "loss_spikes",
+    "max_grad_norm",
+    "dead_frac",
+    "sparsity",
+    "ffn_grad_mean",
+    "ffn_grad_std",
+)
 
 
 def metric_of(task: str, split: str = "val") -> str:
@@ -71,21 +106,30 @@ def variant_costs(results: list[dict], runs: int, task: str) -> dict:
         "step_time_range": [min(step_times), max(step_times)] if step_times else None,
         "train_seconds": mean_of(r.get("train_seconds") for r in results),
         # memory is counted from tensors (ffnlab.core.memory), so seeds agree; the max guards against none
-        **{k: max((r[k] for r in results if r.get(k) is not None), default=None)
-           for k in ("train_mem_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes",
-                     "cuda_peak_bytes")},
+        **{
+            k: max((r[k] for r in results if r.get(k) is not None), default=None)
+            for k in (
+                "train_mem_bytes",
+                "param_bytes",
+                "grad_bytes",
+                "optimizer_bytes",
+                "saved_bytes",
+                "cuda_peak_bytes",
+            )
+        },
         "grad_spikes": sum(r.get("n_grad_spikes", 0) for r in results),
         "loss_spikes": sum(r.get("n_loss_spikes", 0) for r in results),
         "stability_events": sum(r.get("n_grad_spikes", 0) + r.get("n_loss_spikes", 0) for r in results),
-        "max_grad_norm": max((r["max_grad_norm"] for r in results if r.get("max_grad_norm") is not None),
-                             default=None),
+        "max_grad_norm": max((r["max_grad_norm"] for r in results if r.get("max_grad_norm") is not None), default=None),
         "dead_frac": mean_of(r.get("dead_frac") for r in results),
-        "sparsity": mean_of(mean_of(b.get("zero_frac") for b in r["behaviour"].values())
-                            for r in results if r.get("behaviour")),
+        "sparsity": mean_of(
+            mean_of(b.get("zero_frac") for b in r["behaviour"].values()) for r in results if r.get("behaviour")
+        ),
         "test_mean": mean_of(r.get(metric_of(task, "test")) for r in results),
         "noisy_mean": mean_of(r.get(noisy) for r in results),
-        "noise_delta": mean_of(r[noisy] - r[clean] for r in results
-                               if r.get(noisy) is not None and r.get(clean) is not None),
+        "noise_delta": mean_of(
+            r[noisy] - r[clean] for r in results if r.get(noisy) is not None and r.get(clean) is not None
+        ),
         "ffn_grad_mean": mean_of(r.get("ffn_grad_mean") for r in results),
         "ffn_grad_std": mean_of(r.get("ffn_grad_std") for r in results),
         "learned": learned_mean(results),
@@ -110,8 +154,9 @@ def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: 
     for cfg, rec in items:
         v = cfg.model.ffn
         res = (rec or {}).get("result") or {}
-        done = rec is not None and (rec["status"] == "diverged" or
-                                    (rec["status"] == "finished" and isinstance(res.get(metric), (int, float))))
+        done = rec is not None and (
+            rec["status"] == "diverged" or (rec["status"] == "finished" and isinstance(res.get(metric), (int, float)))
+        )
         if not done:  # failed, not yet run, or a finished result without its metric (a damaged row)
             missing.setdefault(v, []).append(cfg.seed)
             continue
@@ -130,16 +175,21 @@ def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: 
     for row in stats["variants"]:
         v = row["ffn"]
         row["values"] = {s: x for s, x in sorted(values[v].items()) if math.isfinite(x)}
-        row["test_values"] = {r["seed"]: r[metric_of(task, "test")] for r in sorted(results[v], key=lambda r: r["seed"])
-                              if r.get(metric_of(task, "test")) is not None}
+        row["test_values"] = {
+            r["seed"]: r[metric_of(task, "test")]
+            for r in sorted(results[v], key=lambda r: r["seed"])
+            if r.get(metric_of(task, "test")) is not None
+        }
         row.update(variant_costs(results[v], runs[v], task))
         row["ppl"] = math.exp(row["mean"]) if task == "lm" and row["mean"] is not None else None
     cell = {"axes": dict(axes), "metric": metric, **stats}
     if missing:  # failed, or not run yet: the statistics rest on fewer seeds than planned, and say so
         cell["missing"] = missing
-        cell["verdict"] += (" Not finished (failed or not yet run), so left out: "
-                            + "; ".join(f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}"
-                                        for v, ss in missing.items()) + ".")
+        cell["verdict"] += (
+            " Not finished (failed or not yet run), so left out: "
+            + "; ".join(f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}" for v, ss in missing.items())
+            + "."
+        )
     if task == "lm":  # the published table is a language-modelling loss
         cell["literature"] = rank_agreement({r["ffn"]: r["mean"] for r in stats["variants"]})
     if noise:
@@ -177,9 +227,15 @@ def tuned_cells(cells: list[dict], axes=("lr",)) -> list[dict]:
         stats = compare(test_values, group[0]["baseline"], higher_is_better=sign < 0, level=LEVEL)
         for row in stats["variants"]:
             row.update({a: chosen.get(row["ffn"], {}).get(a) for a in (*axes, "val_mean")})
-        out.append({"axes": {**dict(key), **{a: "tuned" for a in axes}},
-                    "metric": group[0]["metric"].replace("_val_", "_test_"), "selected_on": group[0]["metric"],
-                    "tuned_axes": list(axes), **stats})
+        out.append(
+            {
+                "axes": {**dict(key), **{a: "tuned" for a in axes}},
+                "metric": group[0]["metric"].replace("_val_", "_test_"),
+                "selected_on": group[0]["metric"],
+                "tuned_axes": list(axes),
+                **stats,
+            }
+        )
     return out
 
 
@@ -195,7 +251,10 @@ def p_label(row: dict, baseline: str) -> str:
 
 def literature_text(lit: dict) -> str:
     """The rank agreement of a cell with the published table, and each pair ordered differently."""
-    pairs = "; ".join(f"{a} vs {b}: measured {m[0]:.4f} vs {m[1]:.4f}, published {p[0]:.3f} vs {p[1]:.3f}"
-                      for (a, b), m, p in ((d["pair"], d["measured"], d["published"]) for d in lit["disagree"]))
-    return (f"Rank agreement with {lit['source']} over {lit['n']} shared variants: Kendall τ = {lit['tau']:.2f}. "
-            + (f"Pairs ordered differently: {pairs}." if pairs else "Every pair is ordered the same way."))
+    pairs = "; ".join(
+        f"{a} vs {b}: measured {m[0]:.4f} vs {m[1]:.4f}, published {p[0]:.3f} vs {p[1]:.3f}"
+        for (a, b), m, p in ((d["pair"], d["measured"], d["published"]) for d in lit["disagree"])
+    )
+    return f"Rank agreement with {lit['source']} over {lit['n']} shared variants: Kendall τ = {lit['tau']:.2f}. " + (
+        f"Pairs ordered differently: {pairs}." if pairs else "Every pair is ordered the same way."
+    )

@@ -6,6 +6,7 @@ study skips finished runs, and a run killed half-way resumes from its checkpoint
 store's folder until the run is finished). Runs execute in-process, in local worker processes
 (`jobs`), or as Ray tasks; every finished run goes to the SQLite store in one transaction.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,10 +24,18 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.run.train import (
+    RunResult,
+    TrainConfig,
+    check_data,
+    check_fits,
+    load_data,
+    resolve_device,
+    resolve_precision,
+    train,
+)
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_cell, tuned_cells
-from ffnlab.run.train import (RunResult, TrainConfig, check_data, check_fits, load_data, resolve_device, resolve_precision,
-                          train)
 
 DEFAULT_STORE = "ffnlab-runs/ffnlab.db"
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
@@ -40,22 +49,63 @@ DEFAULT_SEEDS = 4
 # Shazeer 2020's setup (pre-norm, no dropout, gated widths matched to 4x dense in parameters,
 # equal steps, 6 layers) at the largest size one CPU can train in hours, not weeks.
 PRESETS: dict[str, dict] = {
-    "smoke": dict(model=dict(n_layers=1, n_heads=2, d_model=32, context=32), batch_size=8, max_steps=30,
-                  eval_every=10, eval_batches=2, final_eval_batches=2, warmup_steps=5, checkpoint_every=10),
-    "quick": dict(model=dict(n_layers=2, n_heads=2, d_model=64, context=64), batch_size=16, max_steps=150,
-                  eval_every=50, eval_batches=4, final_eval_batches=8, warmup_steps=10, checkpoint_every=50),
-    "standard": dict(model=dict(n_layers=2, n_heads=4, d_model=128, context=64), batch_size=16, max_steps=480,
-                     eval_every=100, eval_batches=8, final_eval_batches=32, warmup_steps=20, checkpoint_every=100),
-    "paper": dict(model=dict(n_layers=6, n_heads=8, d_model=256, context=256), batch_size=32, max_steps=5000,
-                  eval_every=250, eval_batches=16, final_eval_batches=64, warmup_steps=200, lr=1e-3,
-                  checkpoint_every=250),
+    "smoke": dict(
+        model=dict(n_layers=1, n_heads=2, d_model=32, context=32),
+        batch_size=8,
+        max_steps=30,
+        eval_every=10,
+        eval_batches=2,
+        final_eval_batches=2,
+        warmup_steps=5,
+        checkpoint_every=10,
+    ),
+    "quick": dict(
+        model=dict(n_layers=2, n_heads=2, d_model=64, context=64),
+        batch_size=16,
+        max_steps=150,
+        eval_every=50,
+        eval_batches=4,
+        final_eval_batches=8,
+        warmup_steps=10,
+        checkpoint_every=50,
+    ),
+    "standard": dict(
+        model=dict(n_layers=2, n_heads=4, d_model=128, context=64),
+        batch_size=16,
+        max_steps=480,
+        eval_every=100,
+        eval_batches=8,
+        final_eval_batches=32,
+        warmup_steps=20,
+        checkpoint_every=100,
+    ),
+    "paper": dict(
+        model=dict(n_layers=6, n_heads=8, d_model=256, context=256),
+        batch_size=32,
+        max_steps=5000,
+        eval_every=250,
+        eval_batches=16,
+        final_eval_batches=64,
+        warmup_steps=200,
+        lr=1e-3,
+        checkpoint_every=250,
+    ),
 }
 # axes a "tuned" summary chooses per variant (on validation, reported on test): ffnlab.study.summary.tuned_cells
 TUNED_AXES = ("lr", "warmup")
 # axis name -> the TrainConfig field it sets ("model." for the model config)
-AXES = {"depth": "model.n_layers", "width": "model.d_model", "placement": "model.placement",
-        "norm": "model.norm", "task": "model.task", "data": "data", "init": "model.init", "lr": "lr",
-        "warmup": "warmup_steps", "context": "model.context"}
+AXES = {
+    "depth": "model.n_layers",
+    "width": "model.d_model",
+    "placement": "model.placement",
+    "norm": "model.norm",
+    "task": "model.task",
+    "data": "data",
+    "init": "model.init",
+    "lr": "lr",
+    "warmup": "warmup_steps",
+    "context": "model.context",
+}
 
 
 @dataclass
@@ -77,11 +127,18 @@ class Study:
         check_study(self)
 
     def to_dict(self) -> dict:
-        return {"variants": self.variants, "seeds": self.seeds, "base": self.base.to_dict(), "axes": self.axes,
-                "baseline": self.baseline, "noise_floor": self.noise_floor, "per_variant": self.per_variant}
+        return {
+            "variants": self.variants,
+            "seeds": self.seeds,
+            "base": self.base.to_dict(),
+            "axes": self.axes,
+            "baseline": self.baseline,
+            "noise_floor": self.noise_floor,
+            "per_variant": self.per_variant,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Study":
+    def from_dict(cls, d: dict) -> Study:
         return cls(**d)
 
 
@@ -115,7 +172,9 @@ def check_study(study: Study):
     for variant, overrides in study.per_variant.items():
         name = get_ffn_spec(variant).name
         if name not in canon:
-            raise ValueError(f"per-variant settings for '{variant}', which is not among the variants: {', '.join(canon)}")
+            raise ValueError(
+                f"per-variant settings for '{variant}', which is not among the variants: {', '.join(canon)}"
+            )
         for path, value in overrides.items():
             set_field(study.base, path, value)
         per_variant[name] = dict(overrides)
@@ -129,6 +188,7 @@ def preset_config(name: str, **overrides) -> TrainConfig:
     p = copy.deepcopy(PRESETS[name])
     model = {**p.pop("model"), **overrides.pop("model", {})}
     from ffnlab.core.model import ModelConfig
+
     return TrainConfig(model=ModelConfig(**model), **{**p, **overrides})
 
 
@@ -262,11 +322,15 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
             store.start(rid)
             try:
                 # final weights are written before record(), so a finished run always has them
-                result = train(replace(cfg, checkpoint_dir=str(ckpt)), progress=progress,
-                               weights_path=weights_path(store_path, rid))
+                result = train(
+                    replace(cfg, checkpoint_dir=str(ckpt)),
+                    progress=progress,
+                    weights_path=weights_path(store_path, rid),
+                )
             except Exception as e:  # a bug or a bad input in one run must not stop the sweep
-                store.finish(rid, "failed", {"error": f"{type(e).__name__}: {e}", "ffn": cfg.model.ffn,
-                                             "seed": cfg.seed})
+                store.finish(
+                    rid, "failed", {"error": f"{type(e).__name__}: {e}", "ffn": cfg.model.ffn, "seed": cfg.seed}
+                )
                 return "failed"
             record(store, rid, result)
             shutil.rmtree(ckpt, ignore_errors=True)
@@ -302,8 +366,15 @@ def resolve_jobs(jobs: int | str, device: str = "cpu") -> int:
     return jobs
 
 
-def run_study(study: Study, store_path: str = DEFAULT_STORE, jobs: int | str = 1, backend: str = "local",
-              address: str | None = None, quiet: bool = False, log_to: str | None = None) -> dict:
+def run_study(
+    study: Study,
+    store_path: str = DEFAULT_STORE,
+    jobs: int | str = 1,
+    backend: str = "local",
+    address: str | None = None,
+    quiet: bool = False,
+    log_to: str | None = None,
+) -> dict:
     """Execute every planned run (skipping finished ones) and return the summary."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
@@ -348,8 +419,11 @@ def preflight(runs: list[TrainConfig]):
         if data + (cfg.model.context,) not in seen_data:
             seen_data.add(data + (cfg.model.context,))
             check_data(splits, cfg.model.task, cfg.model.context, cfg.data)
-        mcfg = replace(cfg.model, vocab_size=tok.vocab_size,
-                       n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes)
+        mcfg = replace(
+            cfg.model,
+            vocab_size=tok.vocab_size,
+            n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes,
+        )
         key = (json.dumps(asdict(mcfg), sort_keys=True), cfg.batch_size)
         if not cfg.hf_config and key not in seen_model:
             seen_model.add(key)
@@ -360,8 +434,8 @@ def run_in_processes(todo, store_path: Path, jobs: int, display) -> list[TrainCo
     """Local worker processes (each run on SWEEP_THREADS threads); they die with this process
     (a kill -9 of the sweep leaves no worker training on). Returns the runs a concurrent sweep was
     training ('busy'), which run_study waits for and retries as for the sequential path."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     busy = []
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent) as pool:
@@ -378,10 +452,8 @@ def die_with_parent():
     import ctypes
     import signal
 
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def run_on_ray(todo, store_path: Path, address, display):
@@ -391,8 +463,12 @@ def run_on_ray(todo, store_path: Path, address, display):
 
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 **({} if address else {"num_cpus": os.cpu_count()}))
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            **({} if address else {"num_cpus": os.cpu_count()}),
+        )
     try:
         remote = ray.remote(execute)
         refs = {}
@@ -414,6 +490,7 @@ def mirror_runs(runs, store_path: Path, log_to: str):
     with Store(store_path) as store:
         if log_to == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
+
             for cfg in runs:
                 rid = run_id(cfg)
                 with SummaryWriter(str(store_path.parent / "tensorboard" / rid)) as w:
@@ -423,23 +500,39 @@ def mirror_runs(runs, store_path: Path, log_to: str):
         elif log_to == "mlflow":
             import mlflow
             from mlflow.entities import Metric, Param
+
             # the user's tracking server if one is set, else a SQLite file beside the store
             here = store_path.parent.resolve()
             ours = not mlflow.is_tracking_uri_set()
             client = mlflow.MlflowClient(f"sqlite:///{here / 'mlflow.db'}" if ours else mlflow.get_tracking_uri())
             exp = client.get_experiment_by_name("ffnlab")
-            exp_id = exp.experiment_id if exp else client.create_experiment(
-                "ffnlab", artifact_location=(here / "mlartifacts").as_uri() if ours else None)
+            exp_id = (
+                exp.experiment_id
+                if exp
+                else client.create_experiment(
+                    "ffnlab", artifact_location=(here / "mlartifacts").as_uri() if ours else None
+                )
+            )
             for cfg in runs:
                 rid = run_id(cfg)
                 run = client.create_run(exp_id, run_name=f"{cfg.model.ffn}-s{cfg.seed}-{rid}")
-                params = [Param(k, str(v)) for k, v in
-                          {"ffn": cfg.model.ffn, "seed": cfg.seed, "run_id": rid, "precision": cfg.precision}.items()]
+                params = [
+                    Param(k, str(v))
+                    for k, v in {
+                        "ffn": cfg.model.ffn,
+                        "seed": cfg.seed,
+                        "run_id": rid,
+                        "precision": cfg.precision,
+                    }.items()
+                ]
                 now = int(time.time() * 1000)
-                metrics = [Metric(name.replace("/", "."), value, now, step)
-                           for step, name, value in store.metrics(rid) if math.isfinite(value)]
+                metrics = [
+                    Metric(name.replace("/", "."), value, now, step)
+                    for step, name, value in store.metrics(rid)
+                    if math.isfinite(value)
+                ]
                 for i in range(0, max(len(metrics), 1), 1000):  # MLflow takes at most 1000 metrics per batch
-                    client.log_batch(run.info.run_id, metrics=metrics[i:i + 1000], params=params if i == 0 else [])
+                    client.log_batch(run.info.run_id, metrics=metrics[i : i + 1000], params=params if i == 0 else [])
                 client.log_dict(run.info.run_id, cfg.to_dict(), "config.json")
                 client.set_terminated(run.info.run_id)
 
@@ -470,6 +563,7 @@ class SweepProgress:
                 self.last = time.perf_counter()
                 sys.stderr.write(f"\r{head}{step}/{total} steps, loss {m['loss']:.3f}   ")
                 sys.stderr.flush()
+
         return show
 
     def done(self, cfg, status):
@@ -482,8 +576,11 @@ class SweepProgress:
                 with Store(self.store_path, create=False) as store:
                     error = ((store.get(run_id(cfg)) or {}).get("result") or {}).get("error") or "?"
                 why = f" ({error.splitlines()[0][:200]})"
-            sys.stderr.write(f"{chr(13) if self.live else ''}[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed "
-                             f"{cfg.seed}: {status}{why}".ljust(78) + "\n")
+            sys.stderr.write(
+                f"{chr(13) if self.live else ''}[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed "
+                f"{cfg.seed}: {status}{why}".ljust(78)
+                + "\n"
+            )
 
     def close(self):
         if not self.quiet:
@@ -513,10 +610,16 @@ def summarize(study: Study, store_path, runs=None) -> dict:
     with Store(Path(store_path), create=False) as store:
         for cfg in runs:
             cells.setdefault(group_key(cfg, study), []).append((cfg, store.get(run_id(cfg))))
-    out_cells = [summarize_cell(items, study.variants, study.baseline, study.seeds, dict(key))
-                 for key, items in cells.items()]
-    summary = {"store": str(store_path), "baseline": study.baseline, "seeds": study.seeds,
-               "settings": settings_of(study), "cells": out_cells}
+    out_cells = [
+        summarize_cell(items, study.variants, study.baseline, study.seeds, dict(key)) for key, items in cells.items()
+    ]
+    summary = {
+        "store": str(store_path),
+        "baseline": study.baseline,
+        "seeds": study.seeds,
+        "settings": settings_of(study),
+        "cells": out_cells,
+    }
     tuned = [a for a in TUNED_AXES if a in study.axes]
     if tuned:
         summary["tuned"] = tuned_cells(out_cells, tuned)
@@ -530,19 +633,38 @@ def summarize(study: Study, store_path, runs=None) -> dict:
 def settings_of(study: Study) -> dict:
     """The run settings a reader needs to judge a comparison, with what it held equal and what not."""
     b = study.base
-    return {"data": b.data, "task": b.model.task, "tokenizer": b.tokenizer,
-            "model": {k: getattr(b.model, k) for k in ("n_layers", "n_heads", "d_model", "context", "norm",
-                                                         "placement", "pos", "dropout")},
-            "match": b.model.ffn_match, "init": b.model.init, "batch_size": b.batch_size,
-            "budget": ({"max_seconds": b.max_seconds} if b.max_seconds else
-                       {"max_tokens": b.max_tokens} if b.max_tokens else {"max_steps": b.max_steps}),
-            "tokens_per_run": (b.max_tokens or b.max_steps * b.batch_size * b.model.context)
-            if not b.max_seconds else None,
-            "lr": b.lr, "min_lr": b.lr / 10 if b.min_lr is None else b.min_lr, "warmup_steps": b.warmup_steps,
-            "weight_decay": b.weight_decay, "beta2": b.beta2, "grad_clip": b.grad_clip,
-            "precision": plan_precision(b), "seeds": study.seeds, "variants": study.variants, "axes": study.axes,
-            "per_variant": study.per_variant,
-            **held_equal(study)}
+    return {
+        "data": b.data,
+        "task": b.model.task,
+        "tokenizer": b.tokenizer,
+        "model": {
+            k: getattr(b.model, k)
+            for k in ("n_layers", "n_heads", "d_model", "context", "norm", "placement", "pos", "dropout")
+        },
+        "match": b.model.ffn_match,
+        "init": b.model.init,
+        "batch_size": b.batch_size,
+        "budget": (
+            {"max_seconds": b.max_seconds}
+            if b.max_seconds
+            else {"max_tokens": b.max_tokens}
+            if b.max_tokens
+            else {"max_steps": b.max_steps}
+        ),
+        "tokens_per_run": (b.max_tokens or b.max_steps * b.batch_size * b.model.context) if not b.max_seconds else None,
+        "lr": b.lr,
+        "min_lr": b.lr / 10 if b.min_lr is None else b.min_lr,
+        "warmup_steps": b.warmup_steps,
+        "weight_decay": b.weight_decay,
+        "beta2": b.beta2,
+        "grad_clip": b.grad_clip,
+        "precision": plan_precision(b),
+        "seeds": study.seeds,
+        "variants": study.variants,
+        "axes": study.axes,
+        "per_variant": study.per_variant,
+        **held_equal(study),
+    }
 
 
 def held_equal(study: Study) -> dict[str, list[list[str]]]:
@@ -555,52 +677,91 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
     axes = set(study.axes)
     lr = "an lr axis: " + ", ".join(map(str, study.axes["lr"])) if "lr" in axes else f"peak {b.lr:g}"
     min_lr = "lr/10" if b.min_lr is None else f"{b.min_lr:g}"
-    budget = (f"{b.max_tokens:,} tokens" if b.max_tokens else f"{b.max_steps:,} steps of {b.batch_size} x "
-              f"{m.context} tokens")
+    budget = (
+        f"{b.max_tokens:,} tokens" if b.max_tokens else f"{b.max_steps:,} steps of {b.batch_size} x {m.context} tokens"
+    )
     tuned = sorted({path for overrides in study.per_variant.values() for path in overrides})
     equal = [
         ["data order", "seed s of every variant trains on the same batches in the same order"],
         ["evaluation", "the same fixed validation (and test) batches for every variant and seed"],
-        ["non-FFN weights", "identical at the start for one seed: each parameter drawn from its own generator, "
-                            "seeded by seed, name and shape"],
-        ["learning rate and schedule", f"AdamW, {lr}, {b.warmup_steps} warm-up steps, cosine to {min_lr}, "
-                                       f"beta2 {b.beta2}, gradient clip {b.grad_clip}"],
-        ["weight-decay groups", f"{b.weight_decay} on every matrix; none on biases, norms or learnable "
-                                "activation parameters"],
+        [
+            "non-FFN weights",
+            "identical at the start for one seed: each parameter drawn from its own generator, "
+            "seeded by seed, name and shape",
+        ],
+        [
+            "learning rate and schedule",
+            f"AdamW, {lr}, {b.warmup_steps} warm-up steps, cosine to {min_lr}, "
+            f"beta2 {b.beta2}, gradient clip {b.grad_clip}",
+        ],
+        [
+            "weight-decay groups",
+            f"{b.weight_decay} on every matrix; none on biases, norms or learnable activation parameters",
+        ],
         ["precision", plan_precision(b)],
     ]
     unequal = []
     if tuned:
         equal = [row for row in equal if row[0] != "learning rate and schedule"]
-        unequal.append(["per-variant settings", f"{', '.join(tuned)} set per variant (" + "; ".join(
-            f"{v}: " + ", ".join(f"{k} {x:g}" for k, x in o.items()) for v, o in study.per_variant.items())
-            + "), each tuned on validation; the rest of the schedule as in the base"])
+        unequal.append(
+            [
+                "per-variant settings",
+                f"{', '.join(tuned)} set per variant ("
+                + "; ".join(
+                    f"{v}: " + ", ".join(f"{k} {x:g}" for k, x in o.items()) for v, o in study.per_variant.items()
+                )
+                + "), each tuned on validation; the rest of the schedule as in the base",
+            ]
+        )
     if m.d_ff is not None:
-        unequal.append(["parameters", f"one hidden width (d_ff {m.d_ff}) for every variant: a gated FFN has 1.5x "
-                                      "the weights of a dense one"])
+        unequal.append(
+            [
+                "parameters",
+                f"one hidden width (d_ff {m.d_ff}) for every variant: a gated FFN has 1.5x the weights of a dense one",
+            ]
+        )
     elif m.ffn_match == "none":
         unequal.append(["parameters", "not matched (--match none): each variant at its conventional width"])
     else:
-        equal.append(["parameters" if m.ffn_match == "params" else "FLOPs per token",
-                      f"every FFN within 1% of the dense 4x FFN's {m.ffn_match} (gated widths 2/3 as wide)"])
-        unequal.append(["FLOPs per token" if m.ffn_match == "params" else "parameters",
-                        f"follow from the width that matches {m.ffn_match}; shown per variant"])
+        equal.append(
+            [
+                "parameters" if m.ffn_match == "params" else "FLOPs per token",
+                f"every FFN within 1% of the dense 4x FFN's {m.ffn_match} (gated widths 2/3 as wide)",
+            ]
+        )
+        unequal.append(
+            [
+                "FLOPs per token" if m.ffn_match == "params" else "parameters",
+                f"follow from the width that matches {m.ffn_match}; shown per variant",
+            ]
+        )
     if "init" in axes:
         pass  # varied on purpose: an axis
     elif m.init == "family":
-        unequal.append(["FFN initialisation", "init 'family': each activation family its own scheme (relu he, "
-                                              "gelu normal 0.02, swish lecun_uniform), so init is confounded "
-                                              "with the activation"])
+        unequal.append(
+            [
+                "FFN initialisation",
+                "init 'family': each activation family its own scheme (relu he, "
+                "gelu normal 0.02, swish lecun_uniform), so init is confounded "
+                "with the activation",
+            ]
+        )
     else:
         equal.append(["FFN initialisation", f"{m.init} for every variant's FFN weights"])
     if b.max_seconds:
-        unequal.append(["tokens seen", f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants "
-                                       "train on more tokens"])
+        unequal.append(
+            ["tokens seen", f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants train on more tokens"]
+        )
     else:
         equal.append(["budget", budget])
     if m.ffn_bias is None:
-        unequal.append(["biases", "each variant's convention: dense FFNs have biases, gated ones none "
-                                  "(Shazeer 2020); ModelConfig.ffn_bias sets one for all"])
+        unequal.append(
+            [
+                "biases",
+                "each variant's convention: dense FFNs have biases, gated ones none "
+                "(Shazeer 2020); ModelConfig.ffn_bias sets one for all",
+            ]
+        )
     else:
         equal.append(["biases", "on in every FFN" if m.ffn_bias else "off in every FFN"])
     if axes:

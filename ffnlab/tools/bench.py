@@ -12,6 +12,7 @@ row marked unavailable, with the reason.
 GB/s counts bytes read plus bytes written, for the copy as for the activations: copying n bytes
 moves 2n, act(x) moves 2n, act(g) * u moves 3n.
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,10 +57,10 @@ def peak_memory(fn, device="cpu") -> int:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == "[memory]")
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     live = peak = 0
     for _, nbytes in events:
         live += nbytes
@@ -85,19 +86,27 @@ def measure_machine(quick: bool = False, device="cpu", dtypes=(torch.float32, to
     for dtype in dtypes:
         a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
         a @ b  # warm-up
-        best = min(timed(lambda: a @ b, device) for _ in range(repeats))
-        rates[dtype] = 2 * n ** 3 / best / 1e9
+        best = min(timed(lambda a=a, b=b: a @ b, device) for _ in range(repeats))
+        rates[dtype] = 2 * n**3 / best / 1e9
     src = torch.randn((4 if quick else 16) << 20, device=device)  # 16 MB or 64 MB of fp32
     dst = torch.empty_like(src)
     dst.copy_(src)
     best = min(timed(lambda: dst.copy_(src), device) for _ in range(2 * repeats))
     return {
-        **{key: None if rates[dtype] is None else round(rates[dtype], 1)
-           for key, dtype in (("matmul_gflops", torch.float32), ("matmul_gflops_bf16", torch.bfloat16))},
-        "copy_gbs": round(2 * src.numel() * 4 / best / 1e9, 2), "matmul_n": n, "copy_mb": src.numel() * 4 >> 20,
-        "device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else platform.processor()
-        or platform.machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "triton": _triton_version(), "python": platform.python_version(),
+        **{
+            key: None if rates[dtype] is None else round(rates[dtype], 1)
+            for key, dtype in (("matmul_gflops", torch.float32), ("matmul_gflops_bf16", torch.bfloat16))
+        },
+        "copy_gbs": round(2 * src.numel() * 4 / best / 1e9, 2),
+        "matmul_n": n,
+        "copy_mb": src.numel() * 4 >> 20,
+        "device": torch.cuda.get_device_name()
+        if torch.device(device).type == "cuda"
+        else platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "triton": _triton_version(),
+        "python": platform.python_version(),
     }
 
 
@@ -113,6 +122,7 @@ def best_of(*machines: dict) -> dict:
 def _triton_version():
     try:
         import triton
+
         return triton.__version__
     except ImportError:
         return None
@@ -159,8 +169,15 @@ def _warm_up(fn, device) -> tuple[float, str | None]:
 # ---- FFN rows -----------------------------------------------------------------------------------------
 
 
-def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: bool = True, device="cpu",
-              machine: dict | None = None) -> list[dict]:
+def bench_ffn(
+    name: str,
+    tokens: int,
+    d_model: int,
+    repeats: int = 5,
+    compile: bool = True,
+    device="cpu",
+    machine: dict | None = None,
+) -> list[dict]:
     """One row per impl (eager, fused, compiled): times, saved bytes, peak memory and GFLOP/s of FFN
     `name` on `tokens` tokens; the impls share weights and inputs and are timed in turns."""
     torch.manual_seed(0)
@@ -171,9 +188,21 @@ def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: b
     flops = step_flops(name, d_model, base.d_ff, bias, tokens)
     rows, runs = {}, {}
     for impl in IMPLS:
-        row = {"ffn": base.spec.name, "impl": impl, "tokens": tokens, "d_model": d_model, "d_ff": base.d_ff,
-               "fwd_ms": None, "bwd_ms": None, "step_ms": None, "compile_s": None, "saved_bytes": None,
-               "peak_mem_bytes": None, "gflops": None, "peak_frac": None}
+        row = {
+            "ffn": base.spec.name,
+            "impl": impl,
+            "tokens": tokens,
+            "d_model": d_model,
+            "d_ff": base.d_ff,
+            "fwd_ms": None,
+            "bwd_ms": None,
+            "step_ms": None,
+            "compile_s": None,
+            "saved_bytes": None,
+            "peak_mem_bytes": None,
+            "gflops": None,
+            "peak_frac": None,
+        }
         rows[impl] = row
         fused_ok = isinstance(base, GatedFFN) and base.fused_act is not None
         if impl == "fused" and not fused_ok:
@@ -212,15 +241,16 @@ def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: b
         return timed(lambda: y.backward(dy), device)
 
     steps = interleaved_medians({i: lambda r=r: timed(r[2], device) for i, r in runs.items()}, repeats, device)
-    fwds = interleaved_medians({i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats,
-                               device)
+    fwds = interleaved_medians(
+        {i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device
+    )
     bwds = interleaved_medians({i: lambda r=r: backward(r[1]) for i, r in runs.items()}, repeats, device)
     for impl, (ffn, model, step, first_s) in runs.items():
         row = rows[impl]
         row.update(fwd_ms=fwds[impl], bwd_ms=bwds[impl], step_ms=steps[impl])
         if impl != "eager":
             row["compile_s"] = round(max(0.0, first_s - steps[impl] / 1e3), 3)
-        row["saved_bytes"] = saved_bytes(lambda: model(x), exclude=list(ffn.parameters()))
+        row["saved_bytes"] = saved_bytes(lambda model=model: model(x), exclude=list(ffn.parameters()))
         row["peak_mem_bytes"] = peak_memory(step, device)
         row["gflops"] = flops / (steps[impl] * 1e-3) / 1e9
         if machine:
@@ -231,8 +261,9 @@ def bench_ffn(name: str, tokens: int, d_model: int, repeats: int = 5, compile: b
 # ---- activation rows ----------------------------------------------------------------------------------
 
 
-def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32, repeats: int = 5,
-                     compile: bool = True, device="cpu") -> list[dict]:
+def bench_activation(
+    ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32, repeats: int = 5, compile: bool = True, device="cpu"
+) -> list[dict]:
     """One row per impl: GB/s of the elementwise part of FFN `ffn_name` on (tokens, d_ff), act(g) * u
     for gated variants and act(x) for dense ones, with forward and forward + backward milliseconds.
 
@@ -248,9 +279,18 @@ def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32,
     moved = (3 if gated else 2) * g.numel() * g.element_size()
     rows, runs = {}, {}
     for impl in IMPLS:
-        row = {"name": act_name, "ffn": spec.name, "impl": impl, "dtype": str(dtype).removeprefix("torch."),
-               "numel": g.numel(), "fwd_ms": None, "fwd_bwd_ms": None, "gbs": None, "copy_gbs": None,
-               "copy_frac": None}
+        row = {
+            "name": act_name,
+            "ffn": spec.name,
+            "impl": impl,
+            "dtype": str(dtype).removeprefix("torch."),
+            "numel": g.numel(),
+            "fwd_ms": None,
+            "fwd_bwd_ms": None,
+            "gbs": None,
+            "copy_gbs": None,
+            "copy_frac": None,
+        }
         rows[impl] = row
         if impl == "fused" and not (gated and act_name in FUSED_ACTS):
             row["unavailable"] = "no fused kernel (only gated activations are fused)"
@@ -259,11 +299,14 @@ def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32,
             row["unavailable"] = "--no-compile"
             continue
         if impl == "fused":
+
             def fn(g, u):
                 return gated_act(g, u, act_name)
         else:
+
             def fn(g, u):
                 return act(g) * u if gated else act(g)
+
         fn = torch.compile(fn, dynamic=False) if impl == "compiled" else fn
 
         def fwd(fn=fn):
@@ -280,8 +323,14 @@ def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32,
             continue
         runs[impl] = (fwd, fwd_bwd, first_s)
     copy_to = torch.empty_like(g)
-    fwds = interleaved_medians({"copy": lambda: timed(lambda: copy_to.copy_(g), device),
-                                **{i: lambda r=r: timed(r[0], device) for i, r in runs.items()}}, repeats, device)
+    fwds = interleaved_medians(
+        {
+            "copy": lambda: timed(lambda: copy_to.copy_(g), device),
+            **{i: lambda r=r: timed(r[0], device) for i, r in runs.items()},
+        },
+        repeats,
+        device,
+    )
     copy_gbs = 2 * g.numel() * g.element_size() / (fwds["copy"] * 1e-3) / 1e9
     both = interleaved_medians({i: lambda r=r: timed(r[1], device) for i, r in runs.items()}, repeats, device)
     for impl, (_, _, first_s) in runs.items():
@@ -296,8 +345,16 @@ def bench_activation(ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32,
 # ---- the whole run ------------------------------------------------------------------------------------
 
 
-def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compile: bool = True,
-              repeats: int | None = None, device: str | None = None, log=None) -> dict:
+def run_bench(
+    ffns=None,
+    tokens=None,
+    d_models=None,
+    quick: bool = False,
+    compile: bool = True,
+    repeats: int | None = None,
+    device: str | None = None,
+    log=None,
+) -> dict:
     """Every FFN x size x impl row, and the activations' rows at the first size, with the machine.
 
     Defaults come from QUICK or FULL; `log(str)` hears about progress (the CLI prints to stderr).
@@ -331,40 +388,68 @@ def run_bench(ffns=None, tokens=None, d_models=None, quick: bool = False, compil
     machine = best_of(machine, measure_machine(quick, device, dtypes))
     for row in rows:
         row["peak_frac"] = None if row["gflops"] is None else round(row["gflops"] / machine["matmul_gflops"], 4)
-    command = (f"ffnlab bench --ffn {','.join(ffns)} --tokens {','.join(map(str, tokens))} "
-               f"--d-model {','.join(map(str, d_models))} --repeats {repeats}"
-               f"{' --quick' if quick else ''}{'' if compile else ' --no-compile'}")
-    return {"command": command, "machine": machine, "rows": rows, "activations": activations, "skipped": skipped,
-            "settings": {"ffns": ffns, "tokens": tokens, "d_models": d_models, "repeats": repeats,
-                         "compile": compile, "quick": quick, "device": device}}
+    command = (
+        f"ffnlab bench --ffn {','.join(ffns)} --tokens {','.join(map(str, tokens))} "
+        f"--d-model {','.join(map(str, d_models))} --repeats {repeats}"
+        f"{' --quick' if quick else ''}{'' if compile else ' --no-compile'}"
+    )
+    return {
+        "command": command,
+        "machine": machine,
+        "rows": rows,
+        "activations": activations,
+        "skipped": skipped,
+        "settings": {
+            "ffns": ffns,
+            "tokens": tokens,
+            "d_models": d_models,
+            "repeats": repeats,
+            "compile": compile,
+            "quick": quick,
+            "device": device,
+        },
+    }
 
 
 def format_bench(result: dict) -> str:
     """The run as two plain-text tables, unavailable cells as '-', reasons listed below."""
     m = result["machine"]
-    lines = [result["command"],
-             f"machine: {m['device']}, {m['threads']} threads, torch {m['torch']}: matmul {m['matmul_gflops']} "
-             f"GFLOP/s fp32, {m['matmul_gflops_bf16'] or 'not measured (emulated)'} bf16; copy {m['copy_gbs']} GB/s "
-             "(read + write)", *result.get("skipped", []), ""]
-    head = f"{'ffn':<11} {'impl':<9} {'tokens':>6} {'d_model':>7} {'d_ff':>5} {'fwd ms':>8} {'bwd ms':>8} " \
-           f"{'step ms':>8} {'saved MB':>8} {'peak MB':>8} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}"
+    lines = [
+        result["command"],
+        f"machine: {m['device']}, {m['threads']} threads, torch {m['torch']}: matmul {m['matmul_gflops']} "
+        f"GFLOP/s fp32, {m['matmul_gflops_bf16'] or 'not measured (emulated)'} bf16; copy {m['copy_gbs']} GB/s "
+        "(read + write)",
+        *result.get("skipped", []),
+        "",
+    ]
+    head = (
+        f"{'ffn':<11} {'impl':<9} {'tokens':>6} {'d_model':>7} {'d_ff':>5} {'fwd ms':>8} {'bwd ms':>8} "
+        f"{'step ms':>8} {'saved MB':>8} {'peak MB':>8} {'GFLOP/s':>8} {'%peak':>6} {'compile s':>9}"
+    )
     lines.append(head)
     notes = []
     for r in result["rows"]:
         if r.get("unavailable"):
             notes.append(f"{r['ffn']} {r['impl']}: {r['unavailable']}")
-        lines.append(f"{r['ffn']:<11} {r['impl']:<9} {r['tokens']:>6} {r['d_model']:>7} {r['d_ff']:>5} "
-                     f"{_cell(r['fwd_ms'], 8)} {_cell(r['bwd_ms'], 8)} {_cell(r['step_ms'], 8)} "
-                     f"{_cell(r['saved_bytes'], 8, 1 / 2 ** 20)} {_cell(r['peak_mem_bytes'], 8, 1 / 2 ** 20)} "
-                     f"{_cell(r['gflops'], 8)} {_cell(r['peak_frac'], 6, 100)} {_cell(r.get('compile_s'), 9)}")
-    lines += ["", f"{'activation':<10} {'ffn':<11} {'impl':<9} {'dtype':<9} {'fwd ms':>8} {'f+b ms':>8} "
-                  f"{'GB/s':>7} {'copy GB/s':>9} {'%copy':>6}"]
+        lines.append(
+            f"{r['ffn']:<11} {r['impl']:<9} {r['tokens']:>6} {r['d_model']:>7} {r['d_ff']:>5} "
+            f"{_cell(r['fwd_ms'], 8)} {_cell(r['bwd_ms'], 8)} {_cell(r['step_ms'], 8)} "
+            f"{_cell(r['saved_bytes'], 8, 1 / 2**20)} {_cell(r['peak_mem_bytes'], 8, 1 / 2**20)} "
+            f"{_cell(r['gflops'], 8)} {_cell(r['peak_frac'], 6, 100)} {_cell(r.get('compile_s'), 9)}"
+        )
+    lines += [
+        "",
+        f"{'activation':<10} {'ffn':<11} {'impl':<9} {'dtype':<9} {'fwd ms':>8} {'f+b ms':>8} "
+        f"{'GB/s':>7} {'copy GB/s':>9} {'%copy':>6}",
+    ]
     for a in result["activations"]:
         if a.get("unavailable") and a["impl"] != "fused":
             notes.append(f"{a['name']} {a['impl']} {a['dtype']}: {a['unavailable']}")
-        lines.append(f"{a['name']:<10} {a['ffn']:<11} {a['impl']:<9} {a['dtype']:<9} {_cell(a['fwd_ms'], 8)} "
-                     f"{_cell(a['fwd_bwd_ms'], 8)} {_cell(a['gbs'], 7)} {_cell(a['copy_gbs'], 9)} "
-                     f"{_cell(a['copy_frac'], 6, 100)}")
+        lines.append(
+            f"{a['name']:<10} {a['ffn']:<11} {a['impl']:<9} {a['dtype']:<9} {_cell(a['fwd_ms'], 8)} "
+            f"{_cell(a['fwd_bwd_ms'], 8)} {_cell(a['gbs'], 7)} {_cell(a['copy_gbs'], 9)} "
+            f"{_cell(a['copy_frac'], 6, 100)}"
+        )
     if notes:
         lines += ["", "unavailable:"] + [f"  {n}" for n in dict.fromkeys(notes)]
     return "\n".join(lines)
@@ -375,4 +460,3 @@ def _cell(value, width: int, scale: float = 1.0) -> str:
         return f"{'-':>{width}}"
     v = value * scale
     return f"{v:>{width}.{0 if abs(v) >= 100 else 1 if abs(v) >= 10 else 2}f}"
-

@@ -6,6 +6,7 @@ it in onnxruntime on the example input and compares with PyTorch within a stated
 `approximate` attribute from opset 20 on, Mish, HardSwish, Relu, ...) or a decomposition
 (Erf, Tanh or Sigmoid with Mul/Add/Pow around it).
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,8 +27,27 @@ from ffnlab.core.ffn import GatedFFN
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
 ATOL, RTOL = 1e-5, 1e-5  # parity: max |onnx - torch| <= ATOL + RTOL * max |torch|, fp32
 # ops that carry an activation's non-linearity; a decomposition adds Mul/Add/Div around them
-NONLINEAR_OPS = ("Gelu", "Erf", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Relu", "LeakyRelu",
-                 "PRelu", "Elu", "Selu", "Celu", "Mish", "Softplus", "Softsign", "Clip", "Exp", "Pow")
+NONLINEAR_OPS = (
+    "Gelu",
+    "Erf",
+    "Tanh",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Swish",
+    "Relu",
+    "LeakyRelu",
+    "PRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "Mish",
+    "Softplus",
+    "Softsign",
+    "Clip",
+    "Exp",
+    "Pow",
+)
 
 
 class FirstOutput(nn.Module):
@@ -43,6 +63,7 @@ class FirstOutput(nn.Module):
 
 def _attr(a):
     import onnx
+
     value = onnx.helper.get_attribute_value(a)
     return value.decode() if isinstance(value, bytes) else value
 
@@ -54,14 +75,16 @@ def graph_ops(onnx_path) -> list[tuple]:
     first, ending with the aten op), or None where the graph has no such record.
     """
     import onnx
+
     model = onnx.load(str(onnx_path), load_external_data=False)
     nodes = list(model.graph.node) + [n for f in model.functions for n in f.node]
     out = []
     for n in nodes:
         meta = {p.key: p.value for p in n.metadata_props}
         classes = meta.get("pkg.torch.onnx.class_hierarchy")
-        out.append((n.op_type, n.name, {a.name: _attr(a) for a in n.attribute},
-                    ast.literal_eval(classes) if classes else None))
+        out.append(
+            (n.op_type, n.name, {a.name: _attr(a) for a in n.attribute}, ast.literal_eval(classes) if classes else None)
+        )
     return out
 
 
@@ -84,16 +107,22 @@ def describe_activations(onnx_path) -> list[dict]:
     Mul (silu) and Mul (the gate product). Nodes without that record (TorchScript exporter) count
     when their op is non-linear (NONLINEAR_OPS): Gelu, Erf, Tanh, Sigmoid, Pow, ...
     """
-    return [{"op": op, "name": name, **attrs} for op, name, attrs, classes in graph_ops(onnx_path)
-            if (_in_ffn_nonlinearity(classes) if classes else op in NONLINEAR_OPS)]
+    return [
+        {"op": op, "name": name, **attrs}
+        for op, name, attrs, classes in graph_ops(onnx_path)
+        if (_in_ffn_nonlinearity(classes) if classes else op in NONLINEAR_OPS)
+    ]
 
 
 def summarize(described: list[dict]) -> str:
     """'Gelu(approximate=tanh) x2, Pow x1': counts of each op with its attributes."""
+
     def label(d):
-        attrs = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in d.items() if k not in ("op", "name"))
+        attrs = ", ".join(
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items() if k not in ("op", "name")
+        )
         return f"{d['op']}({attrs})" if attrs else d["op"]
+
     counts = Counter(label(d) for d in described)
     return ", ".join(f"{k} x{n}" for k, n in counts.items()) or "none"
 
@@ -110,8 +139,11 @@ def _quiet():
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             warnings.simplefilter("ignore")
             yield
     finally:
@@ -122,15 +154,40 @@ def _export(module, example, path, opset, dynamo, dynamic):
     axes = dynamic_axes(example) if dynamic else []
     if dynamo:
         shapes = ({a: torch.export.Dim.AUTO for a in axes},) if axes else None
-        torch.onnx.export(module, (example,), path, opset_version=opset, dynamo=True, external_data=False,
-                          dynamic_shapes=shapes, input_names=["x"], output_names=["y"])
+        torch.onnx.export(
+            module,
+            (example,),
+            path,
+            opset_version=opset,
+            dynamo=True,
+            external_data=False,
+            dynamic_shapes=shapes,
+            input_names=["x"],
+            output_names=["y"],
+        )
     else:
-        torch.onnx.export(module, (example,), path, opset_version=opset, dynamo=False, input_names=["x"],
-                          output_names=["y"], dynamic_axes={"x": {a: f"d{a}" for a in axes}} if axes else None)
+        torch.onnx.export(
+            module,
+            (example,),
+            path,
+            opset_version=opset,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {a: f"d{a}" for a in axes}} if axes else None,
+        )
 
 
-def export_onnx(module: nn.Module, example: torch.Tensor, path, opset: int = OPSET, dynamo: bool = True,
-                dynamic: bool = True, atol: float = ATOL, rtol: float = RTOL) -> dict:
+def export_onnx(
+    module: nn.Module,
+    example: torch.Tensor,
+    path,
+    opset: int = OPSET,
+    dynamo: bool = True,
+    dynamic: bool = True,
+    atol: float = ATOL,
+    rtol: float = RTOL,
+) -> dict:
     """Export `module` in eval mode (its mode is restored after) to ONNX at `path`, checked in onnxruntime.
 
     Gated FFNs export their eager ops (act(gate) * up): the fused kernel only saves memory in
@@ -207,8 +264,10 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
                 _export(module, example, tmp, opset, False, dynamic)
         written = file_opset(tmp)
         if written != opset:
-            raise ValueError(f"asked for ONNX opset {opset}, but the exporter writes opset {written} for this model; "
-                             f"ask for --opset {written}; nothing written")
+            raise ValueError(
+                f"asked for ONNX opset {opset}, but the exporter writes opset {written} for this model; "
+                f"ask for --opset {written}; nothing written"
+            )
         session = ort.InferenceSession(tmp, providers=["CPUExecutionProvider"])
         (got,) = session.run(None, {session.get_inputs()[0].name: example.detach().cpu().numpy()})
         expected = expected.float()
@@ -222,9 +281,19 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return {"path": path, "opset": opset, "exporter": exporter, "fallback": fallback, "max_abs_diff": diff,
-            "tol": tol, "atol": atol, "rtol": rtol, "ops": ops, "activations": described,
-            "summary": summarize(described)}
+    return {
+        "path": path,
+        "opset": opset,
+        "exporter": exporter,
+        "fallback": fallback,
+        "max_abs_diff": diff,
+        "tol": tol,
+        "atol": atol,
+        "rtol": rtol,
+        "ops": ops,
+        "activations": described,
+        "summary": summarize(described),
+    }
 
 
 # ---- named exports for the CLI -------------------------------------------------------------------
@@ -232,8 +301,9 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
 MODELS = ("ffn", "small")  # or a path to a Hugging Face config.json
 
 
-def export_variant(ffn: str, path, model: str = "ffn", d_model: int | None = None, n_layers: int | None = None,
-                   opset: int = OPSET) -> dict:
+def export_variant(
+    ffn: str, path, model: str = "ffn", d_model: int | None = None, n_layers: int | None = None, opset: int = OPSET
+) -> dict:
     """Export one FFN variant to ONNX, alone or inside a model, and return export_onnx's report.
 
     model "ffn": the FFN alone at d_model (default 64) on a (2, 8, d_model) input. "small": an
@@ -242,8 +312,8 @@ def export_variant(ffn: str, path, model: str = "ffn", d_model: int | None = Non
     swapped (ffnlab.tools.hf.build_hf_model). Inputs come from a fixed generator; batch and sequence
     axes stay dynamic.
     """
-    from ffnlab.core.ffn import build_ffn, get_ffn_spec
     from ffnlab._util.files import check_writable
+    from ffnlab.core.ffn import build_ffn, get_ffn_spec
     from ffnlab.core.model import ModelConfig, Transformer
 
     spec = get_ffn_spec(ffn)
@@ -264,27 +334,39 @@ def export_variant(ffn: str, path, model: str = "ffn", d_model: int | None = Non
         if d_model or n_layers:
             raise ValueError("--d-model and --n-layers apply to ffn and small; a Hugging Face config sets its own")
         from ffnlab.tools.hf import build_hf_model
+
         module = build_hf_model(model, spec.name)
         example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
         d_model, d_ff = module.cfg.d_model, module.cfg.d_ff
     else:
         raise ValueError(f"unknown model '{model}'; valid: {', '.join(MODELS)}, or a Hugging Face config.json path")
     report = export_onnx(module, example, path, opset=opset)
-    return {"ffn": spec.name, "acts": list(spec.acts), "model": model, "d_model": d_model, "d_ff": d_ff,
-            "input_shape": list(example.shape), **report}
+    return {
+        "ffn": spec.name,
+        "acts": list(spec.acts),
+        "model": model,
+        "d_model": d_model,
+        "d_ff": d_ff,
+        "input_shape": list(example.shape),
+        **report,
+    }
 
 
 def format_export(report: dict) -> str:
     """Human-readable lines for an export report: what, where, how activations look, parity."""
     r = report
     what = f"{r['ffn']} FFN" if r["model"] == "ffn" else f"{r['model']} model with {r['ffn']} FFNs"
-    lines = [f"exported {what} (d_model={r['d_model']}, d_ff={r['d_ff']}) to {r['path']}: "
-             f"opset {r['opset']}, {r['exporter']} exporter"]
+    lines = [
+        f"exported {what} (d_model={r['d_model']}, d_ff={r['d_ff']}) to {r['path']}: "
+        f"opset {r['opset']}, {r['exporter']} exporter"
+    ]
     if r["fallback"]:
         lines.append(f"  the dynamo exporter failed ({r['fallback']}); used the TorchScript exporter instead")
     lines.append(f"activation {' + '.join(r['acts'])} (FFN ops outside its Linear layers): {r['summary']}")
     if r["model"] == "ffn":
         lines.append(f"graph: {' '.join(r['ops'])}")
-    lines.append(f"parity on input {tuple(r['input_shape'])}: max |onnx - torch| = {r['max_abs_diff']:.2e} "
-                 f"<= tolerance {r['tol']:.2e} (atol {r['atol']:g} + rtol {r['rtol']:g} * max |torch|)")
+    lines.append(
+        f"parity on input {tuple(r['input_shape'])}: max |onnx - torch| = {r['max_abs_diff']:.2e} "
+        f"<= tolerance {r['tol']:.2e} (atol {r['atol']:g} + rtol {r['rtol']:g} * max |torch|)"
+    )
     return "\n".join(lines)

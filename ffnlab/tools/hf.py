@@ -13,6 +13,7 @@ Nothing is patched at class level: only the given instance's submodules change. 
 describing the original FFN and gains `ffnlab_ffn` ({"ffn", "match"}), which `save_pretrained`
 writes to config.json and `load_swapped` reads to rebuild the same modules before loading weights.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,8 +21,8 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +30,20 @@ from torch import nn
 
 from ffnlab._util.names import closest
 from ffnlab.core.activations import ACTIVATIONS, get_activation
-from ffnlab.core.ffn import DEFAULT_INIT, GATED, MATCHES, DenseFFN, FFNSpec, GatedFFN, MixFFN, check_init, \
-    ffn_flops_per_token, ffn_param_count, get_ffn_spec, init_ffn
+from ffnlab.core.ffn import (
+    DEFAULT_INIT,
+    GATED,
+    MATCHES,
+    DenseFFN,
+    FFNSpec,
+    GatedFFN,
+    MixFFN,
+    check_init,
+    ffn_flops_per_token,
+    ffn_param_count,
+    get_ffn_spec,
+    init_ffn,
+)
 from ffnlab.core.model import param_seed
 
 
@@ -51,10 +64,23 @@ class ActivationConfigWarning(UserWarning):
 # Hugging Face ACT2FN name -> ffnlab activation that computes it with the same expression, so a swap
 # to the model's own activation is bit-for-bit what the model computed.
 HF_ACTS = {
-    "relu": "relu", "leaky_relu": "leaky_relu", "relu2": "relu2", "hardswish": "hardswish", "mish": "mish",
-    "gelu": "gelu", "gelu_new": "gelu_new", "gelu_fast": "gelu_fast", "gelu_pytorch_tanh": "gelu_pytorch_tanh",
-    "gelu_accurate": "gelu_accurate", "gelu_python": "gelu_python", "gelu_10": "gelu_10",
-    "quick_gelu": "quick_gelu", "silu": "silu", "swish": "swish", "sigmoid": "sigmoid", "tanh": "tanh",
+    "relu": "relu",
+    "leaky_relu": "leaky_relu",
+    "relu2": "relu2",
+    "hardswish": "hardswish",
+    "mish": "mish",
+    "gelu": "gelu",
+    "gelu_new": "gelu_new",
+    "gelu_fast": "gelu_fast",
+    "gelu_pytorch_tanh": "gelu_pytorch_tanh",
+    "gelu_accurate": "gelu_accurate",
+    "gelu_python": "gelu_python",
+    "gelu_10": "gelu_10",
+    "quick_gelu": "quick_gelu",
+    "silu": "silu",
+    "swish": "swish",
+    "sigmoid": "sigmoid",
+    "tanh": "tanh",
     "linear": "identity",
     "gelu_python_tanh": "gelu_tanh",  # NOTE: same function, but Hugging Face writes it out: not the same bits
 }
@@ -73,8 +99,9 @@ def canonical(act: str) -> str:
 def _hf_act(name: str) -> str:
     key = str(name).strip().lower()
     if key not in HF_ACTS:
-        raise ValueError(f"unsupported Hugging Face activation '{name}'{closest(key, HF_ACTS)}; "
-                         f"supported: {', '.join(HF_ACTS)}")
+        raise ValueError(
+            f"unsupported Hugging Face activation '{name}'{closest(key, HF_ACTS)}; supported: {', '.join(HF_ACTS)}"
+        )
     return HF_ACTS[key]
 
 
@@ -83,8 +110,10 @@ def _gated_name(act: str) -> str:
     for name, spec in GATED.items():
         if spec.acts[0] == canonical(act):
             return name
-    raise ValueError(f"no gated ffnlab variant uses '{act}'; gated variants: "
-                     + ", ".join(f"{n} ({s.acts[0]})" for n, s in GATED.items()))
+    raise ValueError(
+        f"no gated ffnlab variant uses '{act}'; gated variants: "
+        + ", ".join(f"{n} ({s.acts[0]})" for n, s in GATED.items())
+    )
 
 
 def hf_to_ffnlab(name: str) -> str:
@@ -97,7 +126,7 @@ def hf_to_ffnlab(name: str) -> str:
     """
     key = str(name).strip().lower()
     if key.startswith("gated-"):
-        return _gated_name(_hf_act(T5_LEGACY.get(key, key[len("gated-"):])))
+        return _gated_name(_hf_act(T5_LEGACY.get(key, key[len("gated-") :])))
     return _hf_act(key)
 
 
@@ -117,8 +146,10 @@ def ffnlab_to_hf(name: str, key: str = "hidden_act") -> str:
     act = spec.acts[0]
     hf = HF_NAME.get(act, act)
     if hf not in HF_ACTS or canonical(HF_ACTS[hf]) != canonical(act):
-        raise ValueError(f"no Hugging Face activation computes '{act}'; "
-                         f"ffnlab activations with one: {', '.join(sorted(set(HF_ACTS.values())))}")
+        raise ValueError(
+            f"no Hugging Face activation computes '{act}'; "
+            f"ffnlab activations with one: {', '.join(sorted(set(HF_ACTS.values())))}"
+        )
     if key != "feed_forward_proj" or spec.kind == "dense":
         return hf
     if canonical(act) == "gelu_tanh":
@@ -145,8 +176,12 @@ def model_activation(config) -> str:
         return hf_to_ffnlab(T5_LEGACY.get(proj, proj.split("-")[-1]))
     hidden_act, hidden_activation = _get(config, "hidden_act"), _get(config, "hidden_activation")
     if hidden_act and hidden_activation and hidden_act != hidden_activation:
-        warnings.warn(f"config has hidden_act='{hidden_act}' and hidden_activation='{hidden_activation}'; "
-                      f"using hidden_activation='{hidden_activation}'", ActivationConfigWarning, stacklevel=2)
+        warnings.warn(
+            f"config has hidden_act='{hidden_act}' and hidden_activation='{hidden_activation}'; "
+            f"using hidden_activation='{hidden_activation}'",
+            ActivationConfigWarning,
+            stacklevel=2,
+        )
     name = hidden_activation or hidden_act or _get(config, "activation_function")
     if not name:
         raise ValueError(f"config names no activation; looked for {', '.join(HF_KEYS)}")
@@ -181,8 +216,7 @@ def _install_bert(model, path, ffn):
     # BERT splits the FFN: intermediate = act(dense(h)), output = LayerNorm(dropout(dense(.)) + h).
     # The whole ffnlab FFN takes output.dense's place and intermediate becomes an identity, so the
     # FFN stays one module while BertOutput keeps its dropout, residual and LayerNorm.
-    return {**_replace(model, f"{path}.intermediate", nn.Identity()),
-            **_replace(model, f"{path}.output.dense", ffn)}
+    return {**_replace(model, f"{path}.intermediate", nn.Identity()), **_replace(model, f"{path}.output.dense", ffn)}
 
 
 def _t5_weights(ff) -> dict:
@@ -193,10 +227,12 @@ def _t5_weights(ff) -> dict:
 
 def _has(*paths):
     """is_ffn test: the module has every dotted attribute path (gone once swapped, so no double swap)."""
+
     def attr(m, dotted):
         for name in dotted.split("."):
             m = getattr(m, name, None)
         return m
+
     return lambda path, m: all(attr(m, p) is not None for p in paths)
 
 
@@ -216,26 +252,39 @@ class Family:
 FAMILIES: dict[str, Family] = {
     # LLaMA, Mistral, Qwen2, Gemma: down_proj(act(gate_proj x) * up_proj x), no dropout
     "llama": Family(
-        ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"), "mlp with gate_proj/up_proj/down_proj",
+        ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"),
+        "mlp with gate_proj/up_proj/down_proj",
         _has("gate_proj", "up_proj", "down_proj"),
         lambda m: {**_linear("w_gate", m.gate_proj), **_linear("w_up", m.up_proj), **_linear("w_down", m.down_proj)},
-        tasks={"lm": {}, "cls": {}}),
+        tasks={"lm": {}, "cls": {}},
+    ),
     # GPT-2: transformer.h[i].mlp = dropout(c_proj(act(c_fc x))) with Conv1D weights
     "gpt2": Family(
-        ("gpt2",), "mlp with Conv1D c_fc/c_proj", _has("c_fc", "c_proj"),
+        ("gpt2",),
+        "mlp with Conv1D c_fc/c_proj",
+        _has("c_fc", "c_proj"),
         lambda m: {**_linear("w_in", m.c_fc, transpose=True), **_linear("w_out", m.c_proj, transpose=True)},
-        install=_install_gpt2, tasks={"lm": {}, "cls": {}}),
+        install=_install_gpt2,
+        tasks={"lm": {}, "cls": {}},
+    ),
     # BERT, RoBERTa: encoder.layer[i].intermediate.dense and .output.dense
     "bert": Family(
-        ("bert", "roberta"), "layer with intermediate.dense/output.dense", _has("intermediate.dense", "output.dense"),
+        ("bert", "roberta"),
+        "layer with intermediate.dense/output.dense",
+        _has("intermediate.dense", "output.dense"),
         lambda m: {**_linear("w_in", m.intermediate.dense), **_linear("w_out", m.output.dense)},
-        install=_install_bert, tasks={"lm": {"is_decoder": True}, "cls": {}}),  # causal mask for the LM
+        install=_install_bert,
+        tasks={"lm": {"is_decoder": True}, "cls": {}},
+    ),  # causal mask for the LM
     # T5: block[i].layer[-1].DenseReluDense in encoder and decoder, gated or not, dropout on hidden
     # units. Encoder-decoder, so build_hf_model has no task for it (its classifier needs EOS tokens).
     "t5": Family(
-        ("t5", "mt5"), "layer[-1].DenseReluDense with wi/wo",
+        ("t5", "mt5"),
+        "layer[-1].DenseReluDense with wi/wo",
         lambda path, m: path.endswith("DenseReluDense") and hasattr(m, "wo"),
-        _t5_weights, hidden_dropout=lambda m: m.dropout.p),
+        _t5_weights,
+        hidden_dropout=lambda m: m.dropout.p,
+    ),
 }
 
 
@@ -251,11 +300,13 @@ def model_family(model) -> tuple[str, Family]:
         if model_type in family.model_types:
             return name, family
     if not model_type:
-        raise UnsupportedModelError(f"{type(model).__name__} is not a Hugging Face model (no config.model_type); "
-                                    f"supported: {_supported()}")
+        raise UnsupportedModelError(
+            f"{type(model).__name__} is not a Hugging Face model (no config.model_type); supported: {_supported()}"
+        )
     types = [t for f in FAMILIES.values() for t in f.model_types]
-    raise UnsupportedModelError(f"unsupported architecture '{model_type}'{closest(model_type, types)}; "
-                                f"supported: {_supported()}")
+    raise UnsupportedModelError(
+        f"unsupported architecture '{model_type}'{closest(model_type, types)}; supported: {_supported()}"
+    )
 
 
 # ---- swapping ---------------------------------------------------------------------------------
@@ -275,10 +326,10 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
         return d_ff
     if match == "params":
         target = ffn_param_count(own.kind, d_model, d_ff, bias)
-        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)  # noqa: E731
+        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
     else:
         target = ffn_flops_per_token(own, d_model, d_ff, bias)
-        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)  # noqa: E731
+        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)
     if measure(d_ff) == target:
         return d_ff
     exact = (target - measure(0)) * 1000 / (measure(1000) - measure(0))
@@ -291,8 +342,9 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
     return max(2, 2 * round(exact / 2))
 
 
-def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float,
-              exact: bool = False) -> nn.Module:
+def _make_ffn(
+    spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float, exact: bool = False
+) -> nn.Module:
     """ffnlab FFN of `spec`'s kind running `acts`, each followed by dropout p_hidden if non-zero.
 
     NOTE: in a gated FFN the dropout falls on act(gate) before the product; the mask scales the
@@ -300,6 +352,7 @@ def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden
     `exact` keeps GatedFFN on its eager ops, the ones Hugging Face runs: the fused path computes
     bf16/fp16 in fp32, which would change the numbers of a model whose weights carried over.
     """
+
     def act(name):
         a = get_activation(name)
         return nn.Sequential(a, nn.Dropout(p_hidden)) if p_hidden else a
@@ -339,8 +392,10 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
     family_name, family = model_family(model)
     units = [(path, m) for path, m in model.named_modules() if path and family.is_ffn(path, m)]
     if not units:
-        raise UnsupportedModelError(f"{type(model).__name__} ({family_name} family) has no {family.looks_like} "
-                                    "modules; was its FFN swapped already? (restore_ffn puts the originals back)")
+        raise UnsupportedModelError(
+            f"{type(model).__name__} ({family_name} family) has no {family.looks_like} "
+            "modules; was its FFN swapped already? (restore_ffn puts the originals back)"
+        )
     spec = get_ffn_spec(ffn)
     if match not in MATCHES:
         raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
@@ -355,8 +410,9 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
         own = FFNSpec(_own_name(kind, own_act), kind, (own_act,), "", "")
         same = spec.kind == kind and canonical(spec.acts[0]) == canonical(own_act)
         width = d_ff if same else swap_width(spec, own, d_model, d_ff, bias, match)
-        new = _make_ffn(spec, own.acts if same else spec.acts, d_model, width, bias, family.hidden_dropout(unit),
-                        exact=same)
+        new = _make_ffn(
+            spec, own.acts if same else spec.acts, d_model, width, bias, family.hidden_dropout(unit), exact=same
+        )
         if same:
             new.load_state_dict(state)  # copies; strict, so every weight has its place
         else:
@@ -373,9 +429,12 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
     # ... and its digest saved with the weights, so an edited config.json cannot relabel them
     model.register_buffer(DIGEST_KEY, ffn_digest(model.config.ffnlab_ffn), persistent=True)
     if fresh:
-        warnings.warn(f"{len(units)} FFNs swapped from {fresh} to {spec.name}: they are freshly initialised, so "
-                      "pretrained weights no longer fit and the model needs (continued) training",
-                      PretrainedWeightsWarning, stacklevel=2)
+        warnings.warn(
+            f"{len(units)} FFNs swapped from {fresh} to {spec.name}: they are freshly initialised, so "
+            "pretrained weights no longer fit and the model needs (continued) training",
+            PretrainedWeightsWarning,
+            stacklevel=2,
+        )
     return replaced
 
 
@@ -421,14 +480,17 @@ def load_swapped(folder: str | os.PathLike, model_class=None) -> nn.Module:
     config = transformers.AutoConfig.from_pretrained(folder)
     info = getattr(config, "ffnlab_ffn", None)
     if not isinstance(info, dict) or "ffn" not in info:
-        raise ValueError(f"{folder}/config.json has no 'ffnlab_ffn': it was not saved after swap_ffn; "
-                         "load it with from_pretrained")
+        raise ValueError(
+            f"{folder}/config.json has no 'ffnlab_ffn': it was not saved after swap_ffn; load it with from_pretrained"
+        )
     if model_class is None:
         name = (config.architectures or [None])[0]
         model_class = getattr(transformers, name, None) if isinstance(name, str) else None
         if not (isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel)):
-            raise ValueError(f"{folder}/config.json names no transformers model class ({name!r} in "
-                             "'architectures'); pass model_class")
+            raise ValueError(
+                f"{folder}/config.json names no transformers model class ({name!r} in "
+                "'architectures'); pass model_class"
+            )
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     if not files:
         raise ValueError(f"{folder} has no .safetensors weights; save with save_pretrained(safe_serialization=True)")
@@ -438,11 +500,15 @@ def load_swapped(folder: str | os.PathLike, model_class=None) -> nn.Module:
         raise ValueError(f"cannot read the weights in {folder}: {type(e).__name__}: {e}") from None
     saved_digest = state.pop(DIGEST_KEY, None)
     if saved_digest is None:
-        raise ValueError(f"the weights in {folder} carry no FFN digest ({DIGEST_KEY}): they were not saved by "
-                         "save_pretrained after swap_ffn")
+        raise ValueError(
+            f"the weights in {folder} carry no FFN digest ({DIGEST_KEY}): they were not saved by "
+            "save_pretrained after swap_ffn"
+        )
     if not torch.equal(saved_digest, ffn_digest({"ffn": info["ffn"], "match": info.get("match", "params")})):
-        raise ValueError(f"{folder}/config.json's ffnlab_ffn ({info}) is not the FFN the weights were saved with; "
-                         "was config.json edited?")
+        raise ValueError(
+            f"{folder}/config.json's ffnlab_ffn ({info}) is not the FFN the weights were saved with; "
+            "was config.json edited?"
+        )
     try:
         model = model_class(config)
         with warnings.catch_warnings():
@@ -450,13 +516,17 @@ def load_swapped(folder: str | os.PathLike, model_class=None) -> nn.Module:
             swap_ffn(model, info["ffn"], info.get("match", "params"))
         missing, unexpected = model.load_state_dict(state, strict=False)
     except (RuntimeError, TypeError, IndexError) as e:  # sizes in config.json that the weights do not have
-        raise ValueError(f"the weights in {folder} do not fit its config.json: {str(e).splitlines()[0][:300]}") from None
+        raise ValueError(
+            f"the weights in {folder} do not fit its config.json: {str(e).splitlines()[0][:300]}"
+        ) from None
     missing = [k for k in missing if k != DIGEST_KEY]
     loaded = {p.data_ptr() for name, p in model.named_parameters(remove_duplicate=False) if name in state}
     untied = [k for k in missing if not _tied_to(model, k, loaded)]  # save_pretrained drops tied copies
     if unexpected or untied:
-        raise ValueError(f"{folder} does not fit {model_class.__name__} with {info['ffn']} FFNs: "
-                         f"unexpected {sorted(unexpected)[:3]}, missing {sorted(untied)[:3]}")
+        raise ValueError(
+            f"{folder} does not fit {model_class.__name__} with {info['ffn']} FFNs: "
+            f"unexpected {sorted(unexpected)[:3]}, missing {sorted(untied)[:3]}"
+        )
     return model.eval()
 
 
@@ -533,9 +603,17 @@ def load_hf_config(config_path_or_dict) -> dict:
     return config
 
 
-def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: int = 0,
-                   vocab_size: int | None = None, context: int | None = None, task: str = "lm",
-                   n_classes: int = 2, init: str = DEFAULT_INIT) -> HFModel:
+def build_hf_model(
+    config_path_or_dict,
+    ffn: str,
+    match: str = "params",
+    seed: int = 0,
+    vocab_size: int | None = None,
+    context: int | None = None,
+    task: str = "lm",
+    n_classes: int = 2,
+    init: str = DEFAULT_INIT,
+) -> HFModel:
     """Randomly initialised Hugging Face model from a config, its FFNs swapped to `ffn`.
 
     task "lm" builds AutoModelForCausalLM (BERT as a causal decoder), "cls" builds
@@ -551,11 +629,16 @@ def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: i
         raise ValueError(f"unknown task '{task}'; valid: lm, cls")
     if task not in family.tasks:
         have = [n for n, f in FAMILIES.items() if task in f.tasks]
-        raise UnsupportedModelError(f"build_hf_model has no task '{task}' for {config['model_type']}; "
-                                    f"families with it: {', '.join(have)} (else build the model, then swap_ffn)")
+        raise UnsupportedModelError(
+            f"build_hf_model has no task '{task}' for {config['model_type']}; "
+            f"families with it: {', '.join(have)} (else build the model, then swap_ffn)"
+        )
     get_ffn_spec(ffn)
-    config = {k: v for k, v in config.items() if k not in ("transformers_version", "architectures", "dtype",
-                                                           "torch_dtype", "_name_or_path")}
+    config = {
+        k: v
+        for k, v in config.items()
+        if k not in ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
+    }
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     config.update(family.tasks[task], use_cache=False)
@@ -579,14 +662,27 @@ def build_hf_model(config_path_or_dict, ffn: str, match: str = "params", seed: i
         hf.config.pad_token_id = -1
     for path, module in hf.named_modules():
         if isinstance(getattr(module, "spec", None), FFNSpec):
-            init_ffn(module, init, lambda n, shape, prefix=path: torch.Generator().manual_seed(
-                param_seed(seed, f"{prefix}.{n}", shape)))
+            init_ffn(
+                module,
+                init,
+                lambda n, shape, prefix=path: torch.Generator().manual_seed(param_seed(seed, f"{prefix}.{n}", shape)),
+            )
             if isinstance(module, GatedFFN):
                 module.fused = None  # re-initialised: no pretrained numbers to keep, so the fused default
     ffns = ffn_modules(hf)
     cfg = HFModelConfig(
-        model_type=hf_config.model_type, ffn=ffns[0].spec.name, match=match, seed=seed, task=task,
-        context=hf_config.max_position_embeddings, vocab_size=hf_config.vocab_size,
-        d_model=hf_config.hidden_size, d_ff=ffns[0].d_ff, n_layers=hf_config.num_hidden_layers,
-        n_classes=n_classes, init=init, hf_config=hf_config.to_dict())
+        model_type=hf_config.model_type,
+        ffn=ffns[0].spec.name,
+        match=match,
+        seed=seed,
+        task=task,
+        context=hf_config.max_position_embeddings,
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        d_ff=ffns[0].d_ff,
+        n_layers=hf_config.num_hidden_layers,
+        n_classes=n_classes,
+        init=init,
+        hf_config=hf_config.to_dict(),
+    )
     return HFModel(hf, cfg)

@@ -24,6 +24,7 @@ Conventions (they decide what "error" means):
   is tiny while the usual formula cancels, so relative and ULP errors there are large for any
   implementation of that formula; argmax_ulp_x and the per-region columns show where the max sits.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,9 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import mpmath
 import numpy as np
@@ -99,8 +100,10 @@ def _gelu_tanh_df(x):
 
 def _x_sigmoid(k: float) -> Ref:
     """x*sigmoid(k x): silu (k=1) and the sigmoid GELU approximation (k=1.702)."""
-    return Ref(lambda x: x * special.expit(k * x),
-               lambda x: special.expit(k * x) + k * x * special.expit(k * x) * special.expit(-k * x))
+    return Ref(
+        lambda x: x * special.expit(k * x),
+        lambda x: special.expit(k * x) + k * x * special.expit(k * x) * special.expit(-k * x),
+    )
 
 
 def _mish_df(x):
@@ -118,8 +121,11 @@ def _gelu_10_df(x):
 
 def _mean(refs: list[Ref]) -> Ref:
     """Equal-weight mixture: the learnable `switch` at its initial (zero) logits."""
-    return Ref(lambda x: sum(r.f(x) for r in refs) / len(refs), lambda x: sum(r.df(x) for r in refs) / len(refs),
-               tuple(sorted({k for r in refs for k in r.kinks})))
+    return Ref(
+        lambda x: sum(r.f(x) for r in refs) / len(refs),
+        lambda x: sum(r.df(x) for r in refs) / len(refs),
+        tuple(sorted({k for r in refs for k in r.kinks})),
+    )
 
 
 RELU = Ref(lambda x: np.maximum(x, 0.0), lambda x: (x > 0).astype(np.float64), kinks=(0.0,))
@@ -134,8 +140,11 @@ REFERENCES: dict[str, Ref] = {
     "relu": RELU,
     "leaky_relu": Ref(lambda x: np.where(x > 0, x, 0.01 * x), lambda x: np.where(x > 0, 1.0, 0.01), kinks=(0.0,)),
     "relu2": Ref(lambda x: np.maximum(x, 0.0) ** 2, lambda x: 2 * np.maximum(x, 0.0)),
-    "hardswish": Ref(lambda x: x * np.clip(x + 3, 0, 6) / 6,
-                     lambda x: np.where(x < -3, 0.0, np.where(x > 3, 1.0, (2 * x + 3) / 6)), kinks=(-3.0, 3.0)),
+    "hardswish": Ref(
+        lambda x: x * np.clip(x + 3, 0, 6) / 6,
+        lambda x: np.where(x < -3, 0.0, np.where(x > 3, 1.0, (2 * x + 3) / 6)),
+        kinks=(-3.0, 3.0),
+    ),
     "mish": Ref(lambda x: x * np.tanh(np.logaddexp(0.0, x)), _mish_df),
     "gelu": GELU,
     "gelu_erfc": GELU,
@@ -228,9 +237,17 @@ def error_stats(y: np.ndarray, ref: np.ndarray, x: np.ndarray, dtype: torch.dtyp
         err = np.where(np.isnan(err), np.inf, err)
         rel = np.where(err == 0, 0.0, err / np.abs(ref))
         ulps = err / ulp(ref, dtype)
-    out = {"n_points": n, "max_abs_err": None, "argmax_x": None, "max_rel_err": None, "max_ulp": None,
-           "argmax_ulp_x": None, "n_inf": int(np.isinf(y).sum()), "n_nan": int(np.isnan(y).sum()),
-           "n_overflow": int((np.isinf(y) & np.isfinite(ref_rounded)).sum())}
+    out = {
+        "n_points": n,
+        "max_abs_err": None,
+        "argmax_x": None,
+        "max_rel_err": None,
+        "max_ulp": None,
+        "argmax_ulp_x": None,
+        "n_inf": int(np.isinf(y).sum()),
+        "n_nan": int(np.isnan(y).sum()),
+        "n_overflow": int((np.isinf(y) & np.isfinite(ref_rounded)).sum()),
+    }
     if n:
         i, j = int(np.argmax(err)), int(np.argmax(ulps))
         out.update(max_abs_err=float(err[i]), max_rel_err=float(rel.max()), max_ulp=float(ulps[j]))
@@ -306,9 +323,16 @@ def gelu_distance(name: str, lo: float = -10.0, hi: float = 10.0, points: int = 
     impl = get_activation(name)(x32).double().numpy()
     d32 = np.abs(impl - exact.f(x32.double().numpy()))
     i = int(np.argmax(d))
-    out = {"name": name, "same_as": ACTIVATIONS[name].same_as, "max_abs_err": float(d[i]), "argmax_x": float(x[i]),
-           "max_rel_err_pos": None, "argmax_rel_x": None,
-           "max_abs_err_grad": float(d_grad.max()), "max_abs_err_fp32_impl": float(d32.max())}
+    out = {
+        "name": name,
+        "same_as": ACTIVATIONS[name].same_as,
+        "max_abs_err": float(d[i]),
+        "argmax_x": float(x[i]),
+        "max_rel_err_pos": None,
+        "argmax_rel_x": None,
+        "max_abs_err_grad": float(d_grad.max()),
+        "max_abs_err_fp32_impl": float(d32.max()),
+    }
     if pos.any():
         j = int(np.argmax(rel))
         out.update(max_rel_err_pos=float(rel[j]), argmax_rel_x=float(x[pos][j]))
@@ -339,14 +363,24 @@ def gelu_tail(points: int = 301, dtype_name: str = "fp32") -> dict:
         values[name] = y.detach().double().numpy()
         for direction, got, want in (("forward", values[name], f), ("backward", xt.grad.double().numpy(), df)):
             s = error_stats(got, want, x, dtype)
-            rows.append({"name": name, "pass": direction, **{k: s[k] for k in (
-                "max_abs_err", "argmax_x", "max_rel_err", "max_ulp", "n_inf", "n_nan")}})
+            rows.append(
+                {
+                    "name": name,
+                    "pass": direction,
+                    **{k: s[k] for k in ("max_abs_err", "argmax_x", "max_rel_err", "max_ulp", "n_inf", "n_nan")},
+                }
+            )
     samples = []
     for v in TAIL_SAMPLES:
         k = int(np.argmin(np.abs(x - v)))
         samples.append({"x": float(x[k]), "reference": float(f[k]), **{n: float(values[n][k]) for n in TAIL_NAMES}})
-    return {"dtype": dtype_name, "range": list(TAIL_RANGE), "reference": "mpmath, 40 digits", "rows": rows,
-            "samples": samples}
+    return {
+        "dtype": dtype_name,
+        "range": list(TAIL_RANGE),
+        "reference": "mpmath, 40 digits",
+        "rows": rows,
+        "samples": samples,
+    }
 
 
 # ---- gated products in low precision ---------------------------------------------------------------
@@ -381,8 +415,14 @@ def gated_products(dtype_names=("fp16", "bf16"), scales=GATED_SCALES, n: int = 1
                 with np.errstate(all="ignore"):
                     exact = ref.f(a.double().numpy()) * b.double().numpy()
                 exact_rounded = round_to(exact, dtype)
-                row = {"ffn": ffn, "act": act_name, "dtype": dtype_name, "scale": s, "n": n,
-                       "frac_inf_exact": float(np.isinf(exact_rounded).mean())}
+                row = {
+                    "ffn": ffn,
+                    "act": act_name,
+                    "dtype": dtype_name,
+                    "scale": s,
+                    "n": n,
+                    "frac_inf_exact": float(np.isinf(exact_rounded).mean()),
+                }
                 for mode, y in (("eager", eager), ("fused", fused)):
                     with np.errstate(all="ignore"):
                         err = np.where(np.isinf(y) & (y == exact_rounded), 0.0, np.abs(y - exact))
@@ -440,13 +480,15 @@ def measure_gated_param_ratio(d_model: int = 768) -> dict:
     dense = ffn_param_count("dense", d_model, 4 * d_model, bias=False)
     if (8 * d_model) % 3:
         raise ValueError(f"d_model must be a multiple of 3 for d_ff = 8/3 d_model, got {d_model}")
-    return {"ratio_same_d_ff": ffn_param_count("gated", d_model, 4 * d_model, bias=False) / dense,
-            "ratio_d_ff_8_3": ffn_param_count("gated", d_model, 8 * d_model // 3, bias=False) / dense}
+    return {
+        "ratio_same_d_ff": ffn_param_count("gated", d_model, 4 * d_model, bias=False) / dense,
+        "ratio_d_ff_8_3": ffn_param_count("gated", d_model, 8 * d_model // 3, bias=False) / dense,
+    }
 
 
 def measure_gelu_std_reduction() -> dict:
     """1 - std(GELU(X)) for X ~ N(0, 1), by quadrature of the float64 reference."""
-    pdf = lambda t: GELU.f(t) * _pdf(t)  # noqa: E731
+    pdf = lambda t: GELU.f(t) * _pdf(t)
     m1 = integrate.quad(pdf, -np.inf, np.inf)[0]
     m2 = integrate.quad(lambda t: GELU.f(t) ** 2 * _pdf(t), -np.inf, np.inf)[0]
     return {"std_reduction": 1.0 - math.sqrt(m2 - m1 * m1)}
@@ -457,25 +499,38 @@ def measure_relu_inactive_fraction(n: int = 1 << 20, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
     normal = torch.randn(n, generator=gen)
     skewed = torch.empty(n).exponential_(1.0, generator=gen) - 1.0
-    return {"inactive_fraction": float((F.relu(normal) == 0).float().mean()),
-            "inactive_fraction_skewed": float((F.relu(skewed) == 0).float().mean())}
+    return {
+        "inactive_fraction": float((F.relu(normal) == 0).float().mean()),
+        "inactive_fraction_skewed": float((F.relu(skewed) == 0).float().mean()),
+    }
 
 
 def measure_torch_gelu_default() -> dict:
     """The installed torch's default GELU (signature of nn.GELU and the value of F.gelu(1)); history unknowable here."""
     import inspect
+
     default = inspect.signature(torch.nn.GELU.__init__).parameters["approximate"].default
     one = torch.tensor(1.0, dtype=torch.float64)
     exact = abs(F.gelu(one).item() - mp_gelu(1.0)) < 1e-12
     behaves = "none" if exact else "tanh"
-    return {"installed_default": default if default == behaves else f"{default} (signature) / {behaves} (values)",
-            "changed_in_2_0": None}
+    return {
+        "installed_default": default if default == behaves else f"{default} (signature) / {behaves} (values)",
+        "changed_in_2_0": None,
+    }
 
 
-MEASURES: dict[str, Callable[..., dict]] = {f.__name__.removeprefix("measure_"): f for f in (
-    measure_gelu_approx_max_error, measure_gelu_approx_rel_error_above, measure_time_ratio,
-    measure_gated_param_ratio, measure_gelu_std_reduction, measure_relu_inactive_fraction,
-    measure_torch_gelu_default)}
+MEASURES: dict[str, Callable[..., dict]] = {
+    f.__name__.removeprefix("measure_"): f
+    for f in (
+        measure_gelu_approx_max_error,
+        measure_gelu_approx_rel_error_above,
+        measure_time_ratio,
+        measure_gated_param_ratio,
+        measure_gelu_std_reduction,
+        measure_relu_inactive_fraction,
+        measure_torch_gelu_default,
+    )
+}
 VERDICTS = ("holds", "does not hold", "not measurable here")
 
 
@@ -516,8 +571,10 @@ def load_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
     claims = json.loads(Path(path).read_text())["claims"]
     for c in claims:
         if c["measure"] not in MEASURES:
-            raise ValueError(f"claim {c['id']}: unknown measure '{c['measure']}'{closest(c['measure'], MEASURES)}; "
-                             f"valid: {', '.join(MEASURES)}")
+            raise ValueError(
+                f"claim {c['id']}: unknown measure '{c['measure']}'{closest(c['measure'], MEASURES)}; "
+                f"valid: {', '.join(MEASURES)}"
+            )
     return claims
 
 
@@ -528,11 +585,20 @@ def run_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
         measured = MEASURES[c["measure"]](**c.get("args", {}))
         parts = {k: check(measured.get(k), v, c["rule"][k]) for k, v in c["claimed"].items()}
         labels = {True: "holds", False: "does not hold", None: "not measurable here"}
-        rows.append({"id": c["id"], "claim": c["claim"], "source": c["source"],
-                     "claimed": _fmt_values(c["claimed"]), "measured": _fmt_values(measured),
-                     "verdict": verdict(list(parts.values())), "note": c.get("note", ""),
-                     "claimed_values": c["claimed"], "measured_values": measured,
-                     "parts": {k: labels[p] for k, p in parts.items()}})
+        rows.append(
+            {
+                "id": c["id"],
+                "claim": c["claim"],
+                "source": c["source"],
+                "claimed": _fmt_values(c["claimed"]),
+                "measured": _fmt_values(measured),
+                "verdict": verdict(list(parts.values())),
+                "note": c.get("note", ""),
+                "claimed_values": c["claimed"],
+                "measured_values": measured,
+                "parts": {k: labels[p] for k, p in parts.items()},
+            }
+        )
     return rows
 
 
@@ -583,13 +649,24 @@ def check_range(lo: float, hi: float) -> None:
 
 def environment() -> dict:
     """The run environment (`ffnlab._util.machine.environment`) plus the libraries the references use."""
-    return {**machine.environment(), "numpy": np.__version__, "scipy": scipy.__version__,
-            "mpmath": mpmath.__version__, "torch_threads": torch.get_num_threads(),
-            "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cpus"}
+    return {
+        **machine.environment(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "mpmath": mpmath.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cpus",
+    }
 
 
-def run_numerics(names=None, dtypes=("fp32", "fp16", "bf16"), lo: float = -10.0, hi: float = 10.0,
-                 points: int | None = DEFAULT_POINTS, claims: bool = True) -> dict:
+def run_numerics(
+    names=None,
+    dtypes=("fp32", "fp16", "bf16"),
+    lo: float = -10.0,
+    hi: float = 10.0,
+    points: int | None = DEFAULT_POINTS,
+    claims: bool = True,
+) -> dict:
     """Every section of `ffnlab numerics` as one dict; `to_json` makes it strict JSON.
 
     Keys: results (per activation, dtype, pass), gelu_distance (of the named GELU approximations),
@@ -613,7 +690,10 @@ def run_numerics(names=None, dtypes=("fp32", "fp16", "bf16"), lo: float = -10.0,
                 results.append(row)
     approx = [n for n in gelu_approximations() if n in names]
     return {
-        "range": [lo, hi], "points": int(points), "dtypes": dtypes, "environment": environment(),
+        "range": [lo, hi],
+        "points": int(points),
+        "dtypes": dtypes,
+        "environment": environment(),
         "results": results,
         "gelu_distance": [gelu_distance(n, lo, hi, int(points)) for n in approx],
         "tail": gelu_tail(),
@@ -647,7 +727,7 @@ def to_json(report: dict) -> str:
 def _fmt(v) -> str:
     if v is None:
         return "-"
-    if isinstance(v, bool) or isinstance(v, str):
+    if isinstance(v, (bool, str)):
         return str(v)
     if isinstance(v, int):
         return str(v)
@@ -660,62 +740,85 @@ def format_numerics(report: dict) -> str:
     """Readable tables of a `run_numerics` report."""
     env = report["environment"]
     lo, hi = report["range"]
-    out = [f"ffnlab numerics: x in [{lo:g}, {hi:g}], {report['points']} grid points rounded to each dtype; "
-           "float64 reference (scipy), mpmath in the GELU tail",
-           f"torch {env['torch']}, numpy {env['numpy']}, scipy {env['scipy']}, mpmath {env['mpmath']}, "
-           f"Python {env['python']}, {env['machine']}, {env.get('cpu') or '?'} (torch kernels: "
-           f"{env.get('isa') or '?'}), {env['torch_threads']} torch threads", ""]
+    out = [
+        f"ffnlab numerics: x in [{lo:g}, {hi:g}], {report['points']} grid points rounded to each dtype; "
+        "float64 reference (scipy), mpmath in the GELU tail",
+        f"torch {env['torch']}, numpy {env['numpy']}, scipy {env['scipy']}, mpmath {env['mpmath']}, "
+        f"Python {env['python']}, {env['machine']}, {env.get('cpu') or '?'} (torch kernels: "
+        f"{env.get('isa') or '?'}), {env['torch_threads']} torch threads",
+        "",
+    ]
 
     regions = list(REGIONS)
-    out.append("Error against the reference (ulp: unit in the last place of the reference in the dtype; "
-               "inf/nan/ovf: counts)")
-    head = (f"{'name':<18} {'dtype':<5} {'pass':<8} {'max_abs':>9} {'at_x':>7} {'max_rel':>9} {'max_ulp':>9} "
-            f"{'at_x':>7} | "
-            + " ".join(f"{r:>9}" for r in regions) + f" | {'inf':>4} {'nan':>4} {'ovf':>4}")
+    out.append(
+        "Error against the reference (ulp: unit in the last place of the reference in the dtype; inf/nan/ovf: counts)"
+    )
+    head = (
+        f"{'name':<18} {'dtype':<5} {'pass':<8} {'max_abs':>9} {'at_x':>7} {'max_rel':>9} {'max_ulp':>9} "
+        f"{'at_x':>7} | " + " ".join(f"{r:>9}" for r in regions) + f" | {'inf':>4} {'nan':>4} {'ovf':>4}"
+    )
     out += [head, "-" * len(head)]
     for r in report["results"]:
-        out.append(f"{r['name']:<18} {r['dtype']:<5} {r['pass']:<8} {_fmt(r['max_abs_err']):>9} "
-                   f"{_fmt(r['argmax_x']):>7} {_fmt(r['max_rel_err']):>9} {_fmt(r['max_ulp']):>9} "
-                   f"{_fmt(r['argmax_ulp_x']):>7} | "
-                   + " ".join(f"{_fmt(r['regions'][g]['max_ulp']):>9}" for g in regions)
-                   + f" | {r['n_inf']:>4} {r['n_nan']:>4} {r['n_overflow']:>4}")
+        out.append(
+            f"{r['name']:<18} {r['dtype']:<5} {r['pass']:<8} {_fmt(r['max_abs_err']):>9} "
+            f"{_fmt(r['argmax_x']):>7} {_fmt(r['max_rel_err']):>9} {_fmt(r['max_ulp']):>9} "
+            f"{_fmt(r['argmax_ulp_x']):>7} | "
+            + " ".join(f"{_fmt(r['regions'][g]['max_ulp']):>9}" for g in regions)
+            + f" | {r['n_inf']:>4} {r['n_nan']:>4} {r['n_overflow']:>4}"
+        )
     out.append("(columns after the first | are max_ulp per region of x)")
 
     if report["gelu_distance"]:
-        out += ["", "GELU approximations against exact GELU (float64 formulas; last column: fp32 implementation)",
-                f"{'name':<18} {'same_as':<13} {'max_abs':>9} {'at_x':>7} {'max_rel x>0':>11} {'at_x':>7} "
-                f"{'grad max_abs':>12} {'fp32 max_abs':>12}"]
+        out += [
+            "",
+            "GELU approximations against exact GELU (float64 formulas; last column: fp32 implementation)",
+            f"{'name':<18} {'same_as':<13} {'max_abs':>9} {'at_x':>7} {'max_rel x>0':>11} {'at_x':>7} "
+            f"{'grad max_abs':>12} {'fp32 max_abs':>12}",
+        ]
         for d in report["gelu_distance"]:
-            out.append(f"{d['name']:<18} {d['same_as'] or '':<13} {_fmt(d['max_abs_err']):>9} "
-                       f"{_fmt(d['argmax_x']):>7} {_fmt(d['max_rel_err_pos']):>11} {_fmt(d['argmax_rel_x']):>7} "
-                       f"{_fmt(d['max_abs_err_grad']):>12} {_fmt(d['max_abs_err_fp32_impl']):>12}")
+            out.append(
+                f"{d['name']:<18} {d['same_as'] or '':<13} {_fmt(d['max_abs_err']):>9} "
+                f"{_fmt(d['argmax_x']):>7} {_fmt(d['max_rel_err_pos']):>11} {_fmt(d['argmax_rel_x']):>7} "
+                f"{_fmt(d['max_abs_err_grad']):>12} {_fmt(d['max_abs_err_fp32_impl']):>12}"
+            )
 
     tail = report["tail"]
-    out += ["", f"Exact GELU in the negative tail, {tail['dtype']}, x in {tail['range']}, "
-                f"reference {tail['reference']}",
-            f"{'name':<12} {'pass':<8} {'max_rel':>9} {'max_ulp':>9} {'max_abs':>9} {'at_x':>7}"]
+    out += [
+        "",
+        f"Exact GELU in the negative tail, {tail['dtype']}, x in {tail['range']}, reference {tail['reference']}",
+        f"{'name':<12} {'pass':<8} {'max_rel':>9} {'max_ulp':>9} {'max_abs':>9} {'at_x':>7}",
+    ]
     for r in tail["rows"]:
-        out.append(f"{r['name']:<12} {r['pass']:<8} {_fmt(r['max_rel_err']):>9} {_fmt(r['max_ulp']):>9} "
-                   f"{_fmt(r['max_abs_err']):>9} {_fmt(r['argmax_x']):>7}")
+        out.append(
+            f"{r['name']:<12} {r['pass']:<8} {_fmt(r['max_rel_err']):>9} {_fmt(r['max_ulp']):>9} "
+            f"{_fmt(r['max_abs_err']):>9} {_fmt(r['argmax_x']):>7}"
+        )
     out.append(f"{'x':>6} {'mpmath':>11} " + " ".join(f"{n:>11}" for n in TAIL_NAMES))
     for s in tail["samples"]:
         out.append(f"{s['x']:>6g} {s['reference']:>11.4g} " + " ".join(f"{s[n]:>11.4g}" for n in TAIL_NAMES))
 
     if report["gated"]:
         n = report["gated"][0]["n"]
-        out += ["", f"Gated products act(a)*b, a, b ~ N(0, s^2), {n} samples: eager (act and * in the dtype, two "
-                "roundings) vs fused (fp32 inside, one rounding)",
-                f"{'ffn':<7} {'dtype':<5} {'s':>6} | {'inf exact':>9} {'inf eager':>9} {'inf fused':>9} | "
-                f"{'max_ulp eager':>13} {'fused':>7} | {'mean_ulp eager':>14} {'fused':>7} | "
-                f"{'rounded ok eager':>16} {'fused':>7}"]
+        out += [
+            "",
+            f"Gated products act(a)*b, a, b ~ N(0, s^2), {n} samples: eager (act and * in the dtype, two "
+            "roundings) vs fused (fp32 inside, one rounding)",
+            f"{'ffn':<7} {'dtype':<5} {'s':>6} | {'inf exact':>9} {'inf eager':>9} {'inf fused':>9} | "
+            f"{'max_ulp eager':>13} {'fused':>7} | {'mean_ulp eager':>14} {'fused':>7} | "
+            f"{'rounded ok eager':>16} {'fused':>7}",
+        ]
         for g in report["gated"]:
-            out.append(f"{g['ffn']:<7} {g['dtype']:<5} {g['scale']:>6g} | {_fmt(g['frac_inf_exact']):>9} "
-                       f"{_fmt(g['frac_inf_eager']):>9} {_fmt(g['frac_inf_fused']):>9} | "
-                       f"{_fmt(g['max_ulp_eager']):>13} {_fmt(g['max_ulp_fused']):>7} | "
-                       f"{_fmt(g['mean_ulp_eager']):>14} {_fmt(g['mean_ulp_fused']):>7} | "
-                       f"{_fmt(g['frac_correctly_rounded_eager']):>16} {_fmt(g['frac_correctly_rounded_fused']):>7}")
-        out.append("(inf: fraction of products that are inf; ulp errors at large s come from tiny products of very "
-                   "negative a, which fp32 silu/gelu flush to 0)")
+            out.append(
+                f"{g['ffn']:<7} {g['dtype']:<5} {g['scale']:>6g} | {_fmt(g['frac_inf_exact']):>9} "
+                f"{_fmt(g['frac_inf_eager']):>9} {_fmt(g['frac_inf_fused']):>9} | "
+                f"{_fmt(g['max_ulp_eager']):>13} {_fmt(g['max_ulp_fused']):>7} | "
+                f"{_fmt(g['mean_ulp_eager']):>14} {_fmt(g['mean_ulp_fused']):>7} | "
+                f"{_fmt(g['frac_correctly_rounded_eager']):>16} {_fmt(g['frac_correctly_rounded_fused']):>7}"
+            )
+        out.append(
+            "(inf: fraction of products that are inf; ulp errors at large s come from tiny products of very "
+            "negative a, which fp32 silu/gelu flush to 0)"
+        )
 
     if report["claims"]:
         out += ["", "Claims from articles, measured here"]

@@ -7,8 +7,37 @@
 `FUSED_ACTS` is the table of activations with a fused kernel; `GatedFFN` uses it where `fused_pays`
 (measured at least as fast as eager) or its `fused` argument says so, unless FFNLAB_EAGER=1.
 """
-from ffnlab.core.kernels.fused import (BACKENDS, FUSED_ACTS, FusedAct, GatedAct, check_act, compile_failure, eager_forced,
-                                  fused_pays, gated_act, gated_backward, gated_down, gated_forward, pick_backend, triton_ready)
 
-__all__ = ["BACKENDS", "FUSED_ACTS", "FusedAct", "GatedAct", "check_act", "compile_failure", "eager_forced", "fused_pays",
-           "gated_act", "gated_backward", "gated_down", "gated_forward", "pick_backend", "triton_ready"]
+from ffnlab.core.kernels.fused import (
+    BACKENDS,
+    FUSED_ACTS,
+    FusedAct,
+    GatedAct,
+    check_act,
+    compile_failure,
+    eager_forced,
+    fused_pays,
+    gated_act,
+    gated_backward,
+    gated_down,
+    gated_forward,
+    pick_backend,
+    triton_ready,
+)
+
+__all__ = [
+    "BACKENDS",
+    "FUSED_ACTS",
+    "FusedAct",
+    "GatedAct",
+    "check_act",
+    "compile_failure",
+    "eager_forced",
+    "fused_pays",
+    "gated_act",
+    "gated_backward",
+    "gated_down",
+    "gated_forward",
+    "pick_backend",
+    "triton_ready",
+]

@@ -17,13 +17,15 @@ three backends, picked per call by `pick_backend`:
 Internal math is fp32 for fp16/bf16 inputs (fp64 for fp64), rounded once to the input dtype.
 Set FFNLAB_EAGER=1 to make every FFN take its unfused eager path instead (for debugging).
 """
+
 from __future__ import annotations
 
 import math
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -136,20 +138,21 @@ def identity_derivative(g):
 
 
 FUSED_ACTS: dict[str, FusedAct] = {
-    "silu": FusedAct(silu, silu_derivative, default=True),                  # swiglu
-    "gelu": FusedAct(gelu, gelu_derivative, default=True),                  # geglu
-    "gelu_tanh": FusedAct(gelu_tanh, gelu_tanh_derivative, default=True),   # geglu_tanh
-    "relu": FusedAct(F.relu, relu_derivative, default=True),                # reglu
-    "sigmoid": FusedAct(sigmoid, sigmoid_derivative, default=True),         # glu
-    "identity": FusedAct(identity, identity_derivative, default=True),      # bilinear
+    "silu": FusedAct(silu, silu_derivative, default=True),  # swiglu
+    "gelu": FusedAct(gelu, gelu_derivative, default=True),  # geglu
+    "gelu_tanh": FusedAct(gelu_tanh, gelu_tanh_derivative, default=True),  # geglu_tanh
+    "relu": FusedAct(F.relu, relu_derivative, default=True),  # reglu
+    "sigmoid": FusedAct(sigmoid, sigmoid_derivative, default=True),  # glu
+    "identity": FusedAct(identity, identity_derivative, default=True),  # bilinear
 }
 
 
 def check_act(act: str) -> str:
     """`act` if it has a fused kernel; ValueError naming the ones that do otherwise."""
     if act not in FUSED_ACTS:
-        raise ValueError(f"no fused kernel for activation '{act}'{closest(str(act), FUSED_ACTS)}; "
-                         f"fused: {', '.join(FUSED_ACTS)}")
+        raise ValueError(
+            f"no fused kernel for activation '{act}'{closest(str(act), FUSED_ACTS)}; fused: {', '.join(FUSED_ACTS)}"
+        )
     return act
 
 
@@ -213,7 +216,9 @@ def _call_compiled(plain, *args):
                 return _compiled[plain](*args)
         except Exception as e:  # a missing C++ compiler, an inductor bug: the math still runs
             _compile_failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            warnings.warn(f"ffnlab: torch.compile kernels unavailable ({_compile_failed}); using plain ops")
+            warnings.warn(
+                f"ffnlab: torch.compile kernels unavailable ({_compile_failed}); using plain ops", stacklevel=2
+            )
     return plain(*args)
 
 
@@ -250,6 +255,7 @@ def pick_backend(t: torch.Tensor) -> Backend:
 def _run_forward(backend: Backend, act, gate, up):
     if backend == "triton":
         from ffnlab.core.kernels import triton_gated
+
         return triton_gated.forward(act, gate, up)
     if backend == "compiled":
         return _call_compiled(gated_forward, act, gate.reshape(-1), up.reshape(-1)).view(gate.shape)
@@ -259,6 +265,7 @@ def _run_forward(backend: Backend, act, gate, up):
 def _run_backward(backend: Backend, act, gate, up, grad, need_h):
     if backend == "triton":
         from ffnlab.core.kernels import triton_gated
+
         return triton_gated.backward(act, gate, up, grad, need_h)
     if backend == "compiled":
         out = _call_compiled(gated_backward, act, gate.reshape(-1), up.reshape(-1), grad.reshape(-1), need_h)
@@ -299,9 +306,9 @@ class GatedAct(torch.autograd.Function):
         dw = db = None
         if w_down is not None:
             tokens = math.prod(gate.shape[:-1])
-            dy = grad_out.reshape(tokens, w_down.shape[0])      # (tokens, d_model)
+            dy = grad_out.reshape(tokens, w_down.shape[0])  # (tokens, d_model)
             if need_w:
-                dw = dy.T @ h.reshape(tokens, gate.shape[-1])   # (d_model, d_ff)
+                dw = dy.T @ h.reshape(tokens, gate.shape[-1])  # (d_model, d_ff)
             if ctx.has_bias and ctx.needs_input_grad[5]:
                 db = dy.sum(0)
         return dgate, dup, None, None, dw, db
@@ -330,8 +337,9 @@ def _checked_backend(gate, up, act, backend) -> Backend:
     """The backend to use, after checking the arguments (ValueError naming what is wrong)."""
     check_act(act)
     if gate.shape != up.shape or gate.dtype != up.dtype:
-        raise ValueError(f"gate and up must match, got {tuple(gate.shape)} {gate.dtype} "
-                         f"and {tuple(up.shape)} {up.dtype}")
+        raise ValueError(
+            f"gate and up must match, got {tuple(gate.shape)} {gate.dtype} and {tuple(up.shape)} {up.dtype}"
+        )
     if backend is None:
         return pick_backend(gate)
     if backend not in BACKENDS:

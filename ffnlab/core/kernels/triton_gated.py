@@ -9,6 +9,7 @@ fp16/bf16 inputs (fp64 for fp64), rounded once on the store. The formulas mirror
 NOTE: `triton.jit` reads TRITON_INTERPRET when this module is imported: set it to 1 before the
 first import to run these kernels on CPU tensors (slowly; tests do this).
 """
+
 from __future__ import annotations
 
 import math
@@ -72,8 +73,19 @@ def _forward_kernel(g_ptr, u_ptr, h_ptr, n, ACT: tl.constexpr, COMPUTE: tl.const
 
 
 @triton.jit
-def _backward_kernel(g_ptr, u_ptr, dh_ptr, dg_ptr, du_ptr, h_ptr, n, ACT: tl.constexpr, COMPUTE: tl.constexpr,
-                     NEED_H: tl.constexpr, BLOCK: tl.constexpr):
+def _backward_kernel(
+    g_ptr,
+    u_ptr,
+    dh_ptr,
+    dg_ptr,
+    du_ptr,
+    h_ptr,
+    n,
+    ACT: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    NEED_H: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     g = tl.load(g_ptr + offs, mask=mask, other=0).to(COMPUTE)
@@ -103,6 +115,7 @@ def backward(act: str, gate, up, grad, need_h: bool):
     dgate, dup = torch.empty_like(gate), torch.empty_like(up)
     h = torch.empty_like(gate) if need_h else dgate  # a dummy pointer when NEED_H is off
     n = gate.numel()
-    _backward_kernel[(triton.cdiv(n, BLOCK),)](gate, up, grad, dgate, dup, h, n, ACT=act,
-                                               COMPUTE=_compute(gate.dtype), NEED_H=need_h, BLOCK=BLOCK)
+    _backward_kernel[(triton.cdiv(n, BLOCK),)](
+        gate, up, grad, dgate, dup, h, n, ACT=act, COMPUTE=_compute(gate.dtype), NEED_H=need_h, BLOCK=BLOCK
+    )
     return dgate, dup, (h if need_h else None)

@@ -1,0 +1,144 @@
+"""What defines one run (`TrainConfig`, whose JSON is stored beside every result) and what it measured (`RunResult`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Literal
+
+from ffnlab.core.model import ModelConfig
+
+PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("cpu", "cuda", "auto")
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run; `asdict` of it is stored beside the result."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)  # vocab_size is set from the tokenizer
+    hf_config: dict | None = None  # a Hugging Face config: train that architecture instead (FFN swapped)
+    data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
+    tokenizer: Literal["char", "byte", "bpe"] = "char"
+    bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
+    text_field: str = "text"
+    label_field: str = "label"
+    seed: int = 0
+    batch_size: int = 16
+    max_steps: int = 200
+    max_tokens: int | None = None  # overrides max_steps: steps = ceil(tokens / (batch * context))
+    max_seconds: float | None = None  # wall-clock budget: stops at whichever budget ends first, and
+    # the schedule follows the larger of step and time progress
+    lr: float = 2e-3
+    min_lr: float | None = None  # end of the cosine decay; None: lr / 10
+    warmup_steps: int = 20
+    weight_decay: float = 0.1  # on matrices only, not on biases, norms or learnable activations
+    beta2: float = 0.99  # small batches, few steps (nanoGPT's Shakespeare recipe)
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_batches: int = 8  # fixed validation batches at each evaluation during training (the curves)
+    final_eval_batches: int = 32  # at the end, on val and test: the metric a comparison ranks by, measured on
+    # more tokens, so less evaluation noise in paired differences (README, "The default study")
+    log_every: int = 10  # FFN gradient statistics every this many steps
+    spike_factor: float = 4.0  # a spike is a value above this times the running median
+    noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    compile: bool = False
+    threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
+    checkpoint_dir: str | None = None  # None: no checkpoints
+    checkpoint_every: int = 100
+
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelConfig(**self.model)
+        for name in (
+            "batch_size",
+            "max_steps",
+            "eval_every",
+            "eval_batches",
+            "final_eval_batches",
+            "log_every",
+            "checkpoint_every",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("max_tokens", "max_seconds", "threads"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("lr", "min_lr", "max_seconds", "weight_decay", "beta2", "grad_clip", "noise_std", "spike_factor"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value}")
+        if not self.lr > 0 or (self.min_lr or 0) < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
+            raise ValueError("lr and grad_clip must be positive, min_lr and warmup_steps non-negative")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown device '{self.device}'; valid: {', '.join(DEVICES)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown config keys {sorted(unknown)}; valid: {', '.join(sorted(known))}")
+        return cls(**d)
+
+
+@dataclass
+class RunResult:
+    """What one run measured. `to_dict()` is what the store keeps (the sweep files `history` and
+    `events` in tables of their own); metrics a run could not measure (a diverged run's final
+    loss, a split too small to evaluate) are None."""
+
+    ffn: str
+    seed: int
+    status: Literal["finished", "diverged"]
+    task: str
+    steps: int
+    final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches
+    final_val_ppl: float | None  # exp(final_val_loss)
+    final_val_acc: float | None  # classification only
+    final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
+    final_test_acc: float | None
+    noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
+    noisy_val_acc: float | None
+    diverged_step: int | None
+    params: int
+    ffn_params: int
+    flops_per_token: int
+    tokens: int
+    tokens_per_s: float | None  # tokens per step over the median step time
+    step_time_s: float
+    first_step_s: float | None
+    train_seconds: float
+    wall_seconds: float
+    # memory (ffnlab.core.memory): counted from the tensors, the same whatever ran before in the process
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    saved_bytes: int  # kept for backward by one training forward pass
+    train_mem_bytes: int  # the sum of the four above
+    cuda_peak_bytes: int | None  # the CUDA allocator's peak since the run started
+    n_grad_spikes: int
+    n_loss_spikes: int
+    max_grad_norm: float | None  # largest global gradient norm before clipping
+    ffn_grad_mean: float | None  # mean over logged steps and FFN layers of the FFN weights' gradient mean
+    ffn_grad_std: float | None  # ... and of its std
+    behaviour: dict  # per FFN layer: dead units, sparsity, activation scale (ActivationProbe)
+    dead_frac: float | None
+    learned: dict  # per FFN layer: learned parameters of a learnable activation (beta, tau, mixture weights)
+    vocab_size: int
+    device: str
+    precision: str
+    threads: int  # bf16 results depend on it at the 1e-4 level
+    history: dict
+    events: list
+    config: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -20,7 +20,7 @@ MOVED = {
     "data": "run.data",
     "tokenizer": "run.tokenizer",
     "train": "run.train",
-    "sweep": "study.sweep",
+    "sweep": "study",
     "store": "study.store",
     "stats": "study.stats",
     "summary": "study.summary",

@@ -321,7 +321,8 @@ def float_list(text: str) -> list[float]:
 
 def study_from_args(args):
     """A Study from `compare` flags: the preset first, then every flag the user gave."""
-    from ffnlab.study.sweep import DEFAULT_SEEDS, DEFAULT_VARIANTS, PRESETS, Study, preset_config
+    from ffnlab.run.presets import PRESETS, preset_config
+    from ffnlab.study.plan import DEFAULT_SEEDS, DEFAULT_VARIANTS, Study
 
     if args.preset not in PRESETS:
         raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")
@@ -464,7 +465,7 @@ def summary_json(summary: dict) -> dict:
 
 
 def cmd_compare(args):
-    from ffnlab.study.sweep import run_study
+    from ffnlab.study.execute import run_study
 
     if args.log_to:
         import importlib.util

@@ -4,10 +4,11 @@ from dataclasses import replace
 import pytest
 
 from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.run.presets import preset_config
 from ffnlab.study.advise import advise, format_advice, parse_bytes, parse_params
+from ffnlab.study.plan import run_id
 from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
 from ffnlab.study.store import Store
-from ffnlab.study.sweep import preset_config, run_id
 
 # per-seed noise shared by every variant, so paired differences are clean but means still vary
 SEED_NOISE = (0.0, 0.03, -0.02)

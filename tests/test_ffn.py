@@ -13,7 +13,7 @@ from ffnlab.core.ffn import (
     get_ffn_spec,
     init_scheme,
 )
-from ffnlab.study.sweep import DEFAULT_VARIANTS
+from ffnlab.study.plan import DEFAULT_VARIANTS
 from tests.conftest import assert_close
 
 

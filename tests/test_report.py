@@ -6,10 +6,13 @@ from dataclasses import replace
 
 import pytest
 
+from ffnlab.run.presets import preset_config
 from ffnlab.run.train import TrainConfig
+from ffnlab.study.execute import run_study, weights_path
+from ffnlab.study.plan import Study, run_id
 from ffnlab.study.report import load_study, render_html, render_markdown, report_data, seed_band, write_report
 from ffnlab.study.store import Store
-from ffnlab.study.sweep import Study, preset_config, run_id, run_study, summarize, weights_path
+from ffnlab.study.summary import summarize_study
 
 VARIANTS = ["relu", "swiglu"]
 EVIL = "<script>alert(1)</script>"
@@ -92,7 +95,7 @@ def test_report_files(report, smoke_store):
     md = report["markdown"].read_text()
     assert all(f"| {v} |" in md for v in VARIANTS) and "figures/val_loss.png" in md
     study, runs, _ = load_study(smoke_store)  # the verdict shown is the store's own summary
-    assert html.escape(summarize(study, smoke_store, runs)["verdict"]) in page
+    assert html.escape(summarize_study(study, smoke_store, runs)["verdict"]) in page
 
 
 def test_report_data_rows_match_the_store(smoke_store):

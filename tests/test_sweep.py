@@ -11,9 +11,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ffnlab.run.presets import preset_config
 from ffnlab.run.train import TrainConfig
+from ffnlab.study.execute import resolve_jobs, run_study
+from ffnlab.study.plan import Study, plan, run_id
 from ffnlab.study.store import Store
-from ffnlab.study.sweep import Study, plan, preset_config, resolve_jobs, run_id, run_study
 
 
 def smoke_study(**kw):
@@ -464,7 +466,7 @@ def test_data_and_sizes_are_checked_once_before_any_run(run_cli, tmp_path, argv,
 
 
 def test_a_failed_run_says_why_and_the_exit_status_says_seeds_are_missing(run_cli, tmp_path, monkeypatch):
-    from ffnlab.study import sweep
+    from ffnlab.study import execute as sweep
 
     real = sweep.train
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from ffnlab._util import machine
 from ffnlab.core.model import ModelConfig, attend
 from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, spike, train
-from ffnlab.study.sweep import Study, plan
+from ffnlab.study.plan import Study, plan
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 

@@ -213,14 +213,14 @@ EVIDENCE_FIELDS = (
 
 def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
     """The cells of the store's latest study to advise on, from the one summary every output shares
-    (`ffnlab.study.sweep.summarize`): with an axis 'depth' and a stated depth, the cells at the nearest
+    (`ffnlab.study.summary.summarize_study`): with an axis 'depth' and a stated depth, the cells at the nearest
     measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
     from ffnlab.study.report import load_study
     from ffnlab.study.store import Store
-    from ffnlab.study.sweep import summarize
+    from ffnlab.study.summary import summarize_study
 
     study, runs, _ = load_study(store_path)
-    summary = summarize(study, store_path, runs)
+    summary = summarize_study(study, store_path, runs)
     cells = summary["cells"]
     if "depth" in study.axes and depth is not None:
         nearest = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))

@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ffnlab._util.files import write_atomic
-from ffnlab.study.sweep import Study, run_study
+from ffnlab.study.execute import run_study
+from ffnlab.study.plan import Study
 
 PROTOCOL_JSON = "protocol.json"
 STAGES = ("fixed", "tune", "context")

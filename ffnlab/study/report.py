@@ -29,11 +29,12 @@ from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
+from ffnlab.study.execute import weights_path
+from ffnlab.study.plan import AXES, Study, group_key, plan, run_id
 from ffnlab.study.protocol import STAGE_TITLES, load_protocol
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
-from ffnlab.study.summary import literature_text, p_label
-from ffnlab.study.sweep import AXES, Study, group_key, plan, run_id, summarize, weights_path
+from ffnlab.study.summary import literature_text, p_label, summarize_study
 
 REPORT_HTML = "report.html"
 SUMMARY_MD = "summary.md"
@@ -357,7 +358,7 @@ def report_data(
     if study is None:
         study, runs, others = load_study(store_path, baseline)
     runs = plan(study) if runs is None else runs
-    summary = summarize(study, store_path, runs)
+    summary = summarize_study(study, store_path, runs)
     cells: dict[tuple, list] = {}
     with Store(store_path, create=False) as store:
         records = {}

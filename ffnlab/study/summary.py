@@ -14,10 +14,15 @@ and the per-seed values the statistics came from.
 from __future__ import annotations
 
 import math
+import os
 import statistics
+from pathlib import Path
 
+from ffnlab.run.config import TrainConfig
+from ffnlab.study.plan import TUNED_AXES, Study, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import rank_agreement
 from ffnlab.study.stats import MIN_PAIRS, compare, seed_noise
+from ffnlab.study.store import Store
 
 LEVEL = 0.95
 # a row's scalar fields, in the order the CSV writes them (the JSON has every field)
@@ -258,3 +263,166 @@ def literature_text(lit: dict) -> str:
     return f"Rank agreement with {lit['source']} over {lit['n']} shared variants: Kendall τ = {lit['tau']:.2f}. " + (
         f"Pairs ordered differently: {pairs}." if pairs else "Every pair is ordered the same way."
     )
+
+
+# ---- a whole study ----------------------------------------------------------------------------------
+
+
+def summarize_study(study: Study, store_path: str | os.PathLike, runs: list[TrainConfig] | None = None) -> dict:
+    """The study's summary: one `ffnlab.study.summary.summarize_cell` per cell of its axes (never merged),
+    plus, with an lr axis, the tuned comparison (`tuned_cells`)."""
+    runs = plan(study) if runs is None else runs
+    cells: dict[tuple, list] = {}
+    with Store(Path(store_path), create=False) as store:
+        for cfg in runs:
+            cells.setdefault(group_key(cfg, study), []).append((cfg, store.get(run_id(cfg))))
+    out_cells = [
+        summarize_cell(items, study.variants, study.baseline, study.seeds, dict(key)) for key, items in cells.items()
+    ]
+    summary = {
+        "store": str(store_path),
+        "baseline": study.baseline,
+        "seeds": study.seeds,
+        "settings": settings_of(study),
+        "cells": out_cells,
+    }
+    tuned = [a for a in TUNED_AXES if a in study.axes]
+    if tuned:
+        summary["tuned"] = tuned_cells(out_cells, tuned)
+    if len(out_cells) == 1:  # the common case: no extra axes
+        summary.update({k: out_cells[0][k] for k in ("variants", "verdict", "metric")})
+        if "noise_floor" in out_cells[0]:
+            summary["noise_floor"] = out_cells[0]["noise_floor"]
+    return summary
+
+
+def settings_of(study: Study) -> dict:
+    """The run settings a reader needs to judge a comparison, with what it held equal and what not."""
+    b = study.base
+    return {
+        "data": b.data,
+        "task": b.model.task,
+        "tokenizer": b.tokenizer,
+        "model": {
+            k: getattr(b.model, k)
+            for k in ("n_layers", "n_heads", "d_model", "context", "norm", "placement", "pos", "dropout")
+        },
+        "match": b.model.ffn_match,
+        "init": b.model.init,
+        "batch_size": b.batch_size,
+        "budget": (
+            {"max_seconds": b.max_seconds}
+            if b.max_seconds
+            else {"max_tokens": b.max_tokens}
+            if b.max_tokens
+            else {"max_steps": b.max_steps}
+        ),
+        "tokens_per_run": (b.max_tokens or b.max_steps * b.batch_size * b.model.context) if not b.max_seconds else None,
+        "lr": b.lr,
+        "min_lr": b.lr / 10 if b.min_lr is None else b.min_lr,
+        "warmup_steps": b.warmup_steps,
+        "weight_decay": b.weight_decay,
+        "beta2": b.beta2,
+        "grad_clip": b.grad_clip,
+        "precision": plan_precision(b),
+        "seeds": study.seeds,
+        "variants": study.variants,
+        "axes": study.axes,
+        "per_variant": study.per_variant,
+        **held_equal(study),
+    }
+
+
+def held_equal(study: Study) -> dict[str, list[list[str]]]:
+    """{"held_equal": [[what, how]], "not_equal": [[what, why]]}: the comparison's controls, in words.
+
+    Everything but the FFN is held equal by construction (same seed -> same data order and the same
+    non-FFN weights); what cannot be, or was chosen not to be, is named rather than left implicit.
+    An axis of the study is varied on purpose and compared only within its cells."""
+    b = study.base
+    lr = "an lr axis: " + ", ".join(map(str, study.axes["lr"])) if "lr" in study.axes else f"peak {b.lr:g}"
+    min_lr = "lr/10" if b.min_lr is None else f"{b.min_lr:g}"
+    equal = [
+        ["data order", "seed s of every variant trains on the same batches in the same order"],
+        ["evaluation", "the same fixed validation (and test) batches for every variant and seed"],
+        ["non-FFN weights", "identical at the start for one seed: each parameter drawn from its own generator, "
+                            "seeded by seed, name and shape"],
+        ["learning rate and schedule", f"AdamW, {lr}, {b.warmup_steps} warm-up steps, cosine to {min_lr}, "
+                                       f"beta2 {b.beta2}, gradient clip {b.grad_clip}"],
+        ["weight-decay groups",
+         f"{b.weight_decay} on every matrix; none on biases, norms or learnable activation parameters"],
+        ["precision", plan_precision(b)],
+    ]  # fmt: skip
+    unequal = []
+    if any(study.per_variant.values()):
+        equal = [row for row in equal if row[0] != "learning rate and schedule"]
+        unequal.append(per_variant_row(study))
+    for rows in (parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study)):
+        equal += rows["equal"]
+        unequal += rows["unequal"]
+    if study.axes:
+        equal.append(["study axes", f"{', '.join(sorted(study.axes))}: varied on purpose, compared within each cell"])
+    return {"held_equal": equal, "not_equal": unequal}
+
+
+def per_variant_row(study: Study) -> list[str]:
+    """The not-equal row of settings tuned per variant (the protocol's lr, warm-up)."""
+    tuned = sorted({path for overrides in study.per_variant.values() for path in overrides})
+    values = "; ".join(f"{v}: " + ", ".join(f"{k} {x:g}" for k, x in o.items()) for v, o in study.per_variant.items())
+    return ["per-variant settings",
+            f"{', '.join(tuned)} set per variant ({values}), each tuned on validation; the rest of the schedule "
+            "as in the base"]  # fmt: skip
+
+
+def parameter_rows(study: Study) -> dict[str, list[list[str]]]:
+    """Parameters and FLOPs: which of the two the widths match, and so which follows."""
+    m = study.base.model
+    if m.d_ff is not None:
+        why = f"one hidden width (d_ff {m.d_ff}) for every variant: a gated FFN has 1.5x the weights of a dense one"
+        return {"equal": [], "unequal": [["parameters", why]]}
+    if m.ffn_match == "none":
+        return {
+            "equal": [],
+            "unequal": [["parameters", "not matched (--match none): each variant at its conventional width"]],
+        }
+    matched, other = ("parameters", "FLOPs per token") if m.ffn_match == "params" else ("FLOPs per token", "parameters")
+    return {
+        "equal": [[matched, f"every FFN within 1% of the dense 4x FFN's {m.ffn_match} (gated widths 2/3 as wide)"]],
+        "unequal": [[other, f"follow from the width that matches {m.ffn_match}; shown per variant"]],
+    }
+
+
+def init_rows(study: Study) -> dict[str, list[list[str]]]:
+    """FFN initialisation: one scheme for all, per family (a confound), or an axis."""
+    init = study.base.model.init
+    if "init" in study.axes:  # varied on purpose: an axis
+        return {"equal": [], "unequal": []}
+    if init == "family":
+        why = ("init 'family': each activation family its own scheme (relu he, gelu normal 0.02, swish "
+               "lecun_uniform), so init is confounded with the activation")  # fmt: skip
+        return {"equal": [], "unequal": [["FFN initialisation", why]]}
+    return {"equal": [["FFN initialisation", f"{init} for every variant's FFN weights"]], "unequal": []}
+
+
+def budget_rows(study: Study) -> dict[str, list[list[str]]]:
+    """The training budget: equal tokens, or equal wall-clock time (then tokens differ)."""
+    b = study.base
+    if b.max_seconds:
+        why = f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants train on more tokens"
+        return {"equal": [], "unequal": [["tokens seen", why]]}
+    budget = (
+        f"{b.max_tokens:,} tokens"
+        if b.max_tokens
+        else f"{b.max_steps:,} steps of {b.batch_size} x {b.model.context} tokens"
+    )
+    return {"equal": [["budget", budget]], "unequal": []}
+
+
+def bias_rows(study: Study) -> dict[str, list[list[str]]]:
+    """FFN biases: each variant's convention, or one setting for all."""
+    bias = study.base.model.ffn_bias
+    if bias is None:
+        why = ("each variant's convention: dense FFNs have biases, gated ones none (Shazeer 2020); "
+               "ModelConfig.ffn_bias sets one for all")  # fmt: skip
+        return {"equal": [], "unequal": [["biases", why]]}
+    return {"equal": [["biases", "on in every FFN" if bias else "off in every FFN"]], "unequal": []}

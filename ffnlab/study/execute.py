@@ -1,0 +1,319 @@
+"""Executing a study crash-safely: each run claimed, locked, trained (resuming from its checkpoint) and
+recorded in the store in one transaction; in-process, in local worker processes (`jobs`) or as Ray tasks.
+
+A run killed half-way resumes from its checkpoint, kept under the store's folder until it finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from ffnlab.run.train import RunResult, TrainConfig, check_data, check_fits, load_data, resolve_device, train
+from ffnlab.study.mirror import mirror_runs
+from ffnlab.study.plan import Study, plan, plan_precision, run_id, study_id
+from ffnlab.study.store import DEFAULT_PATH, Store
+from ffnlab.study.summary import summarize_study
+
+# ---- executing one run --------------------------------------------------------------------------
+
+
+def checkpoint_dir(store_path: Path, rid: str) -> Path:
+    return store_path.parent / "checkpoints" / rid
+
+
+def lock_path(store_path: Path, rid: str) -> Path:
+    return Path(store_path).parent / "checkpoints" / f"{rid}.lock"
+
+
+@contextlib.contextmanager
+def run_lock(store_path: Path, rid: str, wait: bool):
+    """An exclusive lock on one run, so two sweeps on one store never train the same run at once.
+    Yields False (without waiting) when another process holds it and wait is False. The OS drops
+    the lock when its holder dies, even by kill -9."""
+    path = lock_path(store_path, rid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def record(store: Store, rid: str, run: RunResult):
+    """Write a run's curves, events and result to the store; the status is written last."""
+    result = run.to_dict()
+    hist = result.pop("history")
+    rows = [(i + 1, "train_loss", v) for i, v in enumerate(hist["train_loss"])]
+    rows += [(i + 1, "grad_norm", v) for i, v in enumerate(hist["grad_norm"])]
+    for row in hist["val"]:
+        rows += [(row["step"], f"val_{k}", v) for k, v in row.items() if k != "step"]
+    for row in hist["grad_ffn"]:
+        rows += [(row["step"], k, v) for k, v in row.items() if k != "step"]
+    store.add_metrics(rid, rows)
+    store.add_events(rid, result.pop("events"))
+    store.finish(rid, "finished" if result["status"] == "finished" else "diverged", result)
+
+
+# NOTE: matmul reductions round differently with another thread count, so a run trains on one thread unless
+# its config says otherwise: how a study is scheduled (--jobs, Ray) never changes its numbers, and one
+# single-threaded worker per core (--jobs auto) keeps the cores busy.
+SWEEP_THREADS = 1
+
+
+def execute(cfg_dict: dict, store_path: str, progress=None) -> str:
+    """Run one config unless finished, on SWEEP_THREADS threads (or its own `threads`); resume from
+    its checkpoint; store the result. Returns the run's final status, or 'busy' when another process
+    is training it right now. The process's thread count is restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    cfg = TrainConfig.from_dict(cfg_dict)
+    torch.set_num_threads(cfg.threads or SWEEP_THREADS)
+    try:
+        return execute_run(cfg, Path(store_path), progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
+    """`execute` without the thread setting: claim, lock, train (resuming), record."""
+    rid = run_id(cfg)
+    with Store(store_path) as store:
+        status = store.claim(rid, cfg.to_dict())
+        if status in ("finished", "diverged"):
+            return status
+        with run_lock(store_path, rid, wait=False) as locked:
+            if not locked:
+                return "busy"
+            status = store.get(rid)["status"]  # another sweep may have finished it meanwhile
+            if status in ("finished", "diverged"):
+                lock_path(store_path, rid).unlink(missing_ok=True)  # this process may have made it anew
+                return status
+            ckpt = checkpoint_dir(store_path, rid)
+            store.start(rid)
+            try:
+                # final weights are written before record(), so a finished run always has them
+                result = train(
+                    replace(cfg, checkpoint_dir=str(ckpt)),
+                    progress=progress,
+                    weights_path=weights_path(store_path, rid),
+                )
+            except Exception as e:  # a bug or a bad input in one run must not stop the sweep
+                store.finish(
+                    rid, "failed", {"error": f"{type(e).__name__}: {e}", "ffn": cfg.model.ffn, "seed": cfg.seed}
+                )
+                return "failed"
+            record(store, rid, result)
+            shutil.rmtree(ckpt, ignore_errors=True)
+            # NOTE: safe to remove while held: whoever opens the path later re-reads the status under the lock
+            lock_path(store_path, rid).unlink(missing_ok=True)
+            return store.get(rid)["status"]
+
+
+def weights_path(store_path: Path, rid: str) -> Path:
+    """Where a finished run's final weights live: `<store dir>/weights/<run id>.safetensors`."""
+    return Path(store_path).parent / "weights" / f"{rid}.safetensors"
+
+
+def wait_for(store_path: Path, rid: str):
+    """Block until the process holding a run's lock lets go (it finished or died)."""
+    with run_lock(store_path, rid, wait=True):
+        pass
+
+
+# ---- executing a study ----------------------------------------------------------------------------
+
+
+def resolve_jobs(jobs: int | str, device: str = "cpu") -> int:
+    """Local worker processes for `jobs`: 'auto' is one single-threaded worker per core on the CPU
+    (on 2 cores, two 1-thread workers finish 1.4x the runs per minute of one 2-thread process:
+    README, Performance) and one process on a GPU; a number is taken as it is."""
+    if jobs == "auto":
+        if device != "cpu" and resolve_device(device) == "cuda":
+            return 1
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive number or 'auto', got {jobs!r}")
+    return jobs
+
+
+def run_study(
+    study: Study,
+    store_path: str | os.PathLike = DEFAULT_PATH,
+    jobs: int | str = 1,
+    backend: str = "local",
+    address: str | None = None,
+    quiet: bool = False,
+    log_to: str | None = None,
+) -> dict:
+    """Execute every planned run (skipping finished ones) and return the summary."""
+    if backend not in ("local", "ray"):
+        raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
+    jobs = resolve_jobs(jobs, study.base.device)
+    runs = plan(study)
+    if backend == "local":  # on a Ray cluster the data may live only where the workers are
+        preflight(runs)
+    store_path = Path(store_path)
+    with Store(store_path) as store:
+        recorded = replace(study, base=replace(study.base, precision=plan_precision(study.base)))
+        store.add_study(study_id(recorded), recorded.to_dict())
+        for cfg in runs:
+            store.claim(run_id(cfg), cfg.to_dict())
+        todo = [cfg for cfg in runs if store.get(run_id(cfg))["status"] not in ("finished", "diverged")]
+    display = SweepProgress(len(runs), len(runs) - len(todo), quiet, store_path)
+    busy = []
+    if backend == "ray":
+        run_on_ray(todo, store_path, address, display)
+    elif jobs > 1 and len(todo) > 1:
+        busy = run_in_processes(todo, store_path, min(jobs, len(todo)), display)
+    else:
+        for cfg in todo:
+            status = execute(cfg.to_dict(), str(store_path), display.run_progress(cfg))
+            busy.append(cfg) if status == "busy" else display.done(cfg, status)
+    for cfg in busy:  # trained by a concurrent sweep: wait for it, then retry here (it may have died)
+        wait_for(store_path, run_id(cfg))
+        display.done(cfg, execute(cfg.to_dict(), str(store_path), display.run_progress(cfg)))
+    display.close()
+    if log_to:
+        mirror_runs(runs, store_path, log_to)
+    return summarize_study(study, store_path, runs)
+
+
+def preflight(runs: list[TrainConfig]):
+    """Check once, before any run starts, what would fail every run alike: each data source loads
+    and splits into windows of its context, and each built-in model fits this machine's memory.
+    ValueError naming the problem (the CLI's one line and exit 2) instead of a store of failed runs."""
+    seen_data, seen_model = set(), set()
+    for cfg in runs:
+        data = (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
+        corpus, tok, splits = load_data(*data)
+        if data + (cfg.model.context,) not in seen_data:
+            seen_data.add(data + (cfg.model.context,))
+            check_data(splits, cfg.model.task, cfg.model.context, cfg.data)
+        mcfg = replace(
+            cfg.model,
+            vocab_size=tok.vocab_size,
+            n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes,
+        )
+        key = (json.dumps(asdict(mcfg), sort_keys=True), cfg.batch_size)
+        if not cfg.hf_config and key not in seen_model:
+            seen_model.add(key)
+            check_fits(cfg, mcfg, resolve_device(cfg.device))
+
+
+def run_in_processes(todo, store_path: Path, jobs: int, display) -> list[TrainConfig]:
+    """Local worker processes (each run on SWEEP_THREADS threads); they die with this process
+    (a kill -9 of the sweep leaves no worker training on). Returns the runs a concurrent sweep was
+    training ('busy'), which run_study waits for and retries as for the sequential path."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    busy = []
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent) as pool:
+        futures = {pool.submit(execute, cfg.to_dict(), str(store_path)): cfg for cfg in todo}
+        for fut in as_completed(futures):
+            status = fut.result()
+            busy.append(futures[fut]) if status == "busy" else display.done(futures[fut], status)
+    return busy
+
+
+def die_with_parent():
+    """Ask Linux to SIGKILL this worker when its parent dies (prctl PR_SET_PDEATHSIG); elsewhere a
+    no-op. A killed run loses nothing: it resumes from its checkpoint."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+
+
+def run_on_ray(todo, store_path: Path, address, display):
+    """One Ray task per run with its CPU (or GPU) request; each task writes to the store itself,
+    so the store path must be reachable from the workers (a shared file system on a cluster)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            **({} if address else {"num_cpus": os.cpu_count()}),
+        )
+    try:
+        remote = ray.remote(execute)
+        refs = {}
+        for cfg in todo:
+            gpu = 1 if cfg.device == "cuda" else 0
+            ref = remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), str(store_path.resolve()))
+            refs[ref] = cfg
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            display.done(refs[ready[0]], ray.get(ready[0]))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+class SweepProgress:
+    """Runs done/total with ETA, and the current run's steps, on one terminal line."""
+
+    def __init__(self, total: int, done: int, quiet: bool, store_path: Path):
+        self.total, self.done_n, self.quiet, self.store_path = total, done, quiet, store_path
+        self.t0, self.new_done, self.last = time.perf_counter(), 0, 0.0
+        self.live = sys.stderr.isatty()  # the per-step line only on a terminal
+        if not quiet and done:
+            print(f"ffnlab: {done}/{total} runs already in the store, skipped", file=sys.stderr)
+
+    def eta(self) -> str:
+        if not self.new_done:
+            return "?"
+        left = (time.perf_counter() - self.t0) / self.new_done * (self.total - self.done_n)
+        return f"{left / 60:.1f} min"
+
+    def run_progress(self, cfg):
+        if self.quiet or not self.live:
+            return None
+        head = f"[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed {cfg.seed}: "
+
+        def show(step, total, m):
+            if time.perf_counter() - self.last > 0.2:
+                self.last = time.perf_counter()
+                sys.stderr.write(f"\r{head}{step}/{total} steps, loss {m['loss']:.3f}   ")
+                sys.stderr.flush()
+
+        return show
+
+    def done(self, cfg, status):
+        """One run ended; a failed one's error is shown on its line (from the store)."""
+        self.done_n += 1
+        self.new_done += 1
+        if not self.quiet:
+            why = ""
+            if status == "failed":
+                with Store(self.store_path, create=False) as store:
+                    error = ((store.get(run_id(cfg)) or {}).get("result") or {}).get("error") or "?"
+                why = f" ({error.splitlines()[0][:200]})"
+            sys.stderr.write(
+                f"{chr(13) if self.live else ''}[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed "
+                f"{cfg.seed}: {status}{why}".ljust(78)
+                + "\n"
+            )
+
+    def close(self):
+        if not self.quiet:
+            sys.stderr.flush()

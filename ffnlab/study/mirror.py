@@ -1,0 +1,63 @@
+"""Mirroring finished runs to experiment trackers (TensorBoard, MLflow), for those who browse runs there."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from ffnlab.study.plan import run_id
+from ffnlab.study.store import Store
+
+
+def mirror_runs(runs, store_path: Path, log_to: str):
+    """Copy finished runs' configs and curves to MLflow or TensorBoard, if installed."""
+    with Store(store_path) as store:
+        if log_to == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            for cfg in runs:
+                rid = run_id(cfg)
+                with SummaryWriter(str(store_path.parent / "tensorboard" / rid)) as w:
+                    w.add_text("config", json.dumps(cfg.to_dict()))
+                    for step, name, value in store.metrics(rid):
+                        w.add_scalar(name, value, step)
+        elif log_to == "mlflow":
+            import mlflow
+            from mlflow.entities import Metric, Param
+
+            # the user's tracking server if one is set, else a SQLite file beside the store
+            here = store_path.parent.resolve()
+            ours = not mlflow.is_tracking_uri_set()
+            client = mlflow.MlflowClient(f"sqlite:///{here / 'mlflow.db'}" if ours else mlflow.get_tracking_uri())
+            exp = client.get_experiment_by_name("ffnlab")
+            exp_id = (
+                exp.experiment_id
+                if exp
+                else client.create_experiment(
+                    "ffnlab", artifact_location=(here / "mlartifacts").as_uri() if ours else None
+                )
+            )
+            for cfg in runs:
+                rid = run_id(cfg)
+                run = client.create_run(exp_id, run_name=f"{cfg.model.ffn}-s{cfg.seed}-{rid}")
+                params = [
+                    Param(k, str(v))
+                    for k, v in {
+                        "ffn": cfg.model.ffn,
+                        "seed": cfg.seed,
+                        "run_id": rid,
+                        "precision": cfg.precision,
+                    }.items()
+                ]
+                now = int(time.time() * 1000)
+                metrics = [
+                    Metric(name.replace("/", "."), value, now, step)
+                    for step, name, value in store.metrics(rid)
+                    if math.isfinite(value)
+                ]
+                for i in range(0, max(len(metrics), 1), 1000):  # MLflow takes at most 1000 metrics per batch
+                    client.log_batch(run.info.run_id, metrics=metrics[i : i + 1000], params=params if i == 0 else [])
+                client.log_dict(run.info.run_id, cfg.to_dict(), "config.json")
+                client.set_terminated(run.info.run_id)

@@ -1,0 +1,167 @@
+"""What a study is and which runs it takes: variants x seeds x axes on a base config, each run a `TrainConfig`.
+
+A run's identity is the hash of its config's JSON, so re-running a study skips finished runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field, replace
+
+from ffnlab._util.names import closest
+from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.run.config import TrainConfig
+from ffnlab.run.train import resolve_precision
+
+# The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
+# SwiGLU in LLaMA) with 4 seeds: with fewer variants Holm's correction spends less of alpha, and 4
+# paired seeds separate SwiGLU from ReLU (measured seed variance in the README, "The default study")
+# within the time budget of a 2-core CPU without AMX. `--variants` adds silu, reglu, geglu, ...
+DEFAULT_VARIANTS = ("relu", "gelu", "swiglu")
+DEFAULT_SEEDS = 4
+# axes a "tuned" summary chooses per variant (on validation, reported on test): ffnlab.study.summary.tuned_cells
+TUNED_AXES = ("lr", "warmup")
+# axis name -> the TrainConfig field it sets ("model." for the model config)
+AXES = {
+    "depth": "model.n_layers",
+    "width": "model.d_model",
+    "placement": "model.placement",
+    "norm": "model.norm",
+    "task": "model.task",
+    "data": "data",
+    "init": "model.init",
+    "lr": "lr",
+    "warmup": "warmup_steps",
+    "context": "model.context",
+}
+
+
+@dataclass
+class Study:
+    """What to compare: variants x seeds x axes on a base TrainConfig. Variant and baseline names
+    are stored in their canonical spelling ('SwiGLU' -> 'swiglu')."""
+
+    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
+    seeds: int = DEFAULT_SEEDS
+    base: TrainConfig = field(default_factory=TrainConfig)
+    axes: dict[str, list] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
+    baseline: str = "relu"
+    noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
+    per_variant: dict[str, dict] = field(default_factory=dict)  # variant -> {config path: value}, e.g. the
+    # lr the protocol tuned for it; empty in a plain comparison, where every variant shares the base
+
+    def __post_init__(self) -> None:
+        if isinstance(self.base, dict):
+            self.base = TrainConfig.from_dict(self.base)
+        check_study(self)
+        self.variants = [get_ffn_spec(v).name for v in self.variants]
+        self.baseline = get_ffn_spec(self.baseline).name
+        self.per_variant = {get_ffn_spec(v).name: dict(o) for v, o in self.per_variant.items()}
+
+    def to_dict(self) -> dict:
+        return {
+            "variants": self.variants,
+            "seeds": self.seeds,
+            "base": self.base.to_dict(),
+            "axes": self.axes,
+            "baseline": self.baseline,
+            "noise_floor": self.noise_floor,
+            "per_variant": self.per_variant,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Study:
+        return cls(**d)
+
+
+def study_id(study: Study) -> str:
+    """Identity of a study: sha256 of its JSON (keys sorted)."""
+    return hashlib.sha256(json.dumps(study.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_study(study: Study) -> None:
+    """ValueError naming the first problem of a study and the valid choices; changes nothing."""
+    if not study.variants:
+        raise ValueError("no variants given; e.g. --variants relu,gelu,swiglu")
+    canon = [get_ffn_spec(v).name for v in study.variants]
+    if len(set(canon)) != len(canon):
+        raise ValueError(f"variants repeat: {', '.join(study.variants)}")
+    if get_ffn_spec(study.baseline).name not in canon:
+        raise ValueError(f"baseline '{study.baseline}' is not among the variants; valid: {', '.join(canon)}")
+    if study.seeds < 1 or study.noise_floor < 0:
+        raise ValueError(f"seeds must be >= 1 and noise floor >= 0, got {study.seeds}, {study.noise_floor}")
+    for axis, values in study.axes.items():
+        if axis not in AXES:
+            raise ValueError(f"unknown axis '{axis}'{closest(axis, AXES)}; valid: {', '.join(AXES)}")
+        if not values:
+            raise ValueError(f"axis '{axis}' has no values")
+        for value in values:  # each value is validated by the config dataclasses now, not by a failed run
+            set_field(study.base, AXES[axis], value)
+    for variant, overrides in study.per_variant.items():
+        if get_ffn_spec(variant).name not in canon:
+            raise ValueError(
+                f"per-variant settings for '{variant}', which is not among the variants: {', '.join(canon)}"
+            )
+        for path, value in overrides.items():
+            set_field(study.base, path, value)
+
+
+def set_field(cfg: TrainConfig, path: str, value) -> TrainConfig:
+    """Copy of cfg with 'model.x' or 'x' set to value (validated by the dataclasses)."""
+    if path.startswith("model."):
+        return replace(cfg, model=replace(cfg.model, **{path.removeprefix("model."): value}))
+    return replace(cfg, **{path: value})
+
+
+def config_value(config: dict, path: str):
+    """The value at 'model.x' or 'x' in a config dict (a stored run's config); KeyError if absent."""
+    for part in path.split("."):
+        config = config[part]
+    return config
+
+
+def run_id(cfg: TrainConfig) -> str:
+    """Identity of a run: sha256 of its config JSON (keys sorted), without where it checkpoints.
+
+    Fields that are None are left out, so adding an optional field to the configs later keeps the
+    identity of every run already in a store.
+    """
+    d = cfg.to_dict()
+    d.pop("checkpoint_dir", None)
+    d = {k: v for k, v in d.items() if v is not None}
+    d["model"] = {k: v for k, v in d["model"].items() if v is not None}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan_precision(base: TrainConfig) -> str:
+    """The precision runs are planned with: 'auto' resolved here, so a run's identity says whether
+    it trains in bf16 or fp32."""
+    return resolve_precision(base.precision, base.device)
+
+
+def plan(study: Study) -> list[TrainConfig]:
+    """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds."""
+    axis_names = list(study.axes)
+    runs = []
+    base = replace(study.base, precision=plan_precision(study.base))
+    for values in itertools.product(*(study.axes[a] for a in axis_names)):
+        cfg = base
+        for axis, value in zip(axis_names, values):
+            cfg = set_field(cfg, AXES[axis], value)
+        for variant in study.variants:
+            own = cfg
+            for path, value in study.per_variant.get(variant, {}).items():
+                own = set_field(own, path, value)
+            for seed in range(study.seeds):
+                runs.append(set_field(replace(own, seed=seed), "model.ffn", variant))
+        for seed in range(study.seeds, study.seeds + study.noise_floor):
+            runs.append(set_field(replace(cfg, seed=seed), "model.ffn", study.baseline))
+    return runs
+
+
+def group_key(cfg: TrainConfig, study: Study) -> tuple:
+    """The axis values of a run (its cell in the study), for grouping statistics."""
+    config = cfg.to_dict()
+    return tuple((axis, config_value(config, AXES[axis])) for axis in study.axes)

@@ -13,10 +13,14 @@ import signal
 import sqlite3
 import sys
 import threading
+import typing
 
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab.core.activations import ACTIVATIONS, aliases
-from ffnlab.core.ffn import DEFAULT_INIT, FFNS, INITS, build_ffn, ffn_stats
+from ffnlab.core.ffn import FFNS, build_ffn, ffn_stats
+from ffnlab.flags import add_config_flags, flag_type, given, read_toml, to_toml
+from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
+from ffnlab.study.table import format_protocol, format_table, summary_json, write_csv
 
 
 class UsageError(Exception):
@@ -114,139 +118,65 @@ def cmd_list(args):
 # ---- train ------------------------------------------------------------------------------------
 
 
-def add_run_args(p):
-    """Flags shared by `train` and `compare`: data, model shape and budget. Their defaults are
-    None: a flag the user did not give leaves the base config (or the preset) as it is."""
-    from ffnlab.core.model import CHOICES
+def add_run_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Flags shared by `train` and `compare`: every TrainConfig and ModelConfig field (ffnlab.flags),
+    a Hugging Face config, a TOML config file and --print-config. A flag the user did not give
+    leaves the base config (the preset, then the --config file) as it is."""
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
 
-    p.add_argument("--data", help="bundled corpus (shakespeare), a local path, or a Hugging Face name")
-    p.add_argument("--task", choices=CHOICES["task"], help="lm (default) or cls")
-    p.add_argument("--tokenizer", choices=("char", "byte", "bpe"), help="default char")
-    p.add_argument("--bpe-vocab", type=positive_int)
-    p.add_argument("--text-field")
-    p.add_argument("--label-field")
-    p.add_argument("--layers", type=positive_int)
-    p.add_argument("--heads", type=positive_int)
-    p.add_argument("--d-model", type=positive_int)
-    p.add_argument("--d-ff", type=positive_int, help="hidden width; default: matched by --match")
-    p.add_argument("--context", type=positive_int)
-    p.add_argument("--dropout", type=float)
-    p.add_argument("--norm", choices=CHOICES["norm"])
-    p.add_argument("--placement", choices=CHOICES["placement"])
-    p.add_argument("--pos", choices=CHOICES["pos"])
-    p.add_argument("--match", choices=CHOICES["ffn_match"], help="params (default), flops or none")
-    p.add_argument("--batch-size", type=positive_int)
-    p.add_argument("--steps", type=positive_int, help="optimizer steps")
-    p.add_argument("--max-tokens", type=positive_int, help="token budget (overrides --steps)")
-    p.add_argument("--max-seconds", type=float, help="wall-clock budget per run")
-    p.add_argument("--lr", type=float, help="peak learning rate")
-    p.add_argument("--min-lr", type=float, help="end of the cosine decay (default lr/10)")
-    p.add_argument(
-        "--init",
-        choices=INITS,
-        help=f"FFN initialisation, one scheme for every variant (default "
-        f"{DEFAULT_INIT}); family: the literature's per-activation table (relu he, gelu normal 0.02, "
-        "swish lecun_uniform), which makes init differ between variants",
-    )
-    p.add_argument("--warmup", type=int)
-    p.add_argument("--eval-every", type=positive_int)
-    p.add_argument(
-        "--eval-batches", type=positive_int, help="fixed validation batches per evaluation during training (default 8)"
-    )
-    p.add_argument(
-        "--final-eval-batches",
-        type=positive_int,
-        help="fixed batches of the final val and test evaluation, the number a comparison ranks by (default 32)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=("auto", "fp32", "bf16"),
-        help="auto (default): bf16 autocast on a CPU with AMX or a GPU with bf16, else fp32",
-    )
-    p.add_argument("--device", choices=("cpu", "cuda", "auto"))
-    p.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    p.add_argument(
-        "--threads",
-        type=positive_int,
-        help="CPU threads per run (torch.set_num_threads); on a busy machine 1 beats 2 (benchmarks/train_speed.md)",
-    )
+    add_config_flags(p, TrainConfig, skip)
+    add_config_flags(p, ModelConfig, skip)
     p.add_argument(
         "--hf-config",
         help="a Hugging Face config.json: train that architecture (random init) with each FFN variant swapped in",
     )
+    p.add_argument("--config", help="a TOML file of config fields ([model] for the model); flags override it")
+    p.add_argument("--print-config", action="store_true", help="print the resolved configuration as TOML and stop")
 
 
-MODEL_FLAGS = {
-    "layers": "n_layers",
-    "heads": "n_heads",
-    "d_model": "d_model",
-    "d_ff": "d_ff",
-    "context": "context",
-    "dropout": "dropout",
-    "norm": "norm",
-    "placement": "placement",
-    "pos": "pos",
-    "match": "ffn_match",
-    "task": "task",
-    "init": "init",
-}
-RUN_FLAGS = {
-    "data": "data",
-    "tokenizer": "tokenizer",
-    "bpe_vocab": "bpe_vocab",
-    "text_field": "text_field",
-    "label_field": "label_field",
-    "batch_size": "batch_size",
-    "steps": "max_steps",
-    "max_tokens": "max_tokens",
-    "max_seconds": "max_seconds",
-    "lr": "lr",
-    "min_lr": "min_lr",
-    "warmup": "warmup_steps",
-    "eval_every": "eval_every",
-    "precision": "precision",
-    "device": "device",
-    "compile": "compile",
-    "threads": "threads",
-    "eval_batches": "eval_batches",
-    "final_eval_batches": "final_eval_batches",
-}
-
-
-def apply_run_flags(base, args):
-    """Copy of the TrainConfig `base` with every run flag the user gave; --max-seconds alone
-    lifts the step budget so that time is the only limit."""
+def apply_run_flags(base, args, file: dict | None = None):
+    """Copy of the TrainConfig `base` with the --config file's fields, then every flag the user gave.
+    --max-seconds alone sets max_steps to 10**9, so that time is the only limit (--print-config shows it)."""
     from dataclasses import replace
 
-    given = {k: v for k, v in vars(args).items() if v is not None}
-    model = replace(base.model, **{MODEL_FLAGS[k]: v for k, v in given.items() if k in MODEL_FLAGS})
-    run = {RUN_FLAGS[k]: v for k, v in given.items() if k in RUN_FLAGS}
-    if "max_seconds" in given and "steps" not in given and "max_tokens" not in given:
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
+
+    file = file or {}
+    run = {**{k: v for k, v in file.items() if k in TrainConfig.__dataclass_fields__}, **given(args, TrainConfig)}
+    model = {**file.get("model", {}), **given(args, ModelConfig)}
+    if "max_seconds" in run and "max_steps" not in run and "max_tokens" not in run:
         run["max_steps"] = 10**9
-    if "hf_config" in given:
+    run.pop("model", None)
+    hf_config = args.hf_config or run.pop("hf_config", None)
+    if hf_config:
         from ffnlab.tools.hf import load_hf_config, model_family
 
-        run["hf_config"] = load_hf_config(given["hf_config"])
+        run["hf_config"] = load_hf_config(hf_config) if isinstance(hf_config, str) else hf_config
         model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
-    return replace(base, model=model, **run)
+    return replace(base, model=replace(base.model, **model), **run)
+
+
+def read_config_file(args, tables: dict) -> dict:
+    """The --config file's contents (checked against `tables`), {} without one."""
+    return read_toml(args.config, tables) if args.config else {}
 
 
 def cmd_train(args):
-    from dataclasses import replace
+    from dataclasses import asdict
 
-    from ffnlab.run.train import TrainConfig, progress_bar, train
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.run.train import progress_bar, train
 
     if args.out:
         check_writable(args.out)  # now, not after the training
-    cfg = apply_run_flags(TrainConfig(), args)
-    cfg = replace(
-        cfg,
-        seed=args.seed,
-        checkpoint_dir=args.checkpoint_dir,
-        checkpoint_every=args.checkpoint_every,
-        model=replace(cfg.model, ffn=args.ffn),
-    )
-    show = None if args.quiet or args.json else progress_bar(f"{args.ffn} seed {args.seed}: ")
+    cfg = apply_run_flags(TrainConfig(), args, read_config_file(args, {"": TrainConfig, "model": ModelConfig}))
+    if args.print_config:
+        print(to_toml(asdict(cfg)))
+        return
+    show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
     result = train(cfg, progress=show)
     if args.out:
         write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
@@ -319,149 +249,42 @@ def float_list(text: str) -> list[float]:
     return values
 
 
-def study_from_args(args):
-    """A Study from `compare` flags: the preset first, then every flag the user gave."""
-    from ffnlab.run.presets import PRESETS, preset_config
-    from ffnlab.study.plan import DEFAULT_SEEDS, DEFAULT_VARIANTS, Study
+STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes"}  # a --config file's [study]
 
-    if args.preset not in PRESETS:
-        raise UsageError(f"unknown preset '{args.preset}'; valid: {', '.join(PRESETS)}")
-    base = apply_run_flags(preset_config(args.preset), args)
-    axes = {
-        a: getattr(args, a)
-        for a in (
-            "depth",
-            "width",
-            "placement_axis",
-            "norm_axis",
-            "task_axis",
-            "data_axis",
-            "init_axis",
-            "lr_axis",
-            "warmup_axis",
-            "context_axis",
-        )
-        if getattr(args, a)
-    }
-    axes = {a.removesuffix("_axis"): v for a, v in axes.items()}
-    seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
+
+def study_from_args(args):
+    """A Study from `compare` flags: the preset, then the --config file, then every flag the user gave."""
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.run.presets import preset_config
+    from ffnlab.study.plan import AXES, DEFAULT_SEEDS, DEFAULT_VARIANTS, Study
+
+    file = read_config_file(args, {"": TrainConfig, "model": ModelConfig, "study": STUDY_KEYS})
+    study = file.get("study", {})
+    base = apply_run_flags(preset_config(args.preset or study.get("preset", "standard")), args, file)
+    axes = {**study.get("axes", {}), **{a: getattr(args, f"{a}_axis") for a in AXES if getattr(args, f"{a}_axis")}}
+    seeds = args.seeds or study.get("seeds", DEFAULT_SEEDS)
     if seeds < 2 and not args.no_stats:
         raise UsageError(
             f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
             "use --seeds 3 or more, or --no-stats"
         )
     return Study(
-        variants=args.variants or list(DEFAULT_VARIANTS),
+        variants=args.variants or study.get("variants", list(DEFAULT_VARIANTS)),
         seeds=seeds,
         base=base,
         axes=axes,
-        baseline=args.baseline,
-        noise_floor=args.noise_floor,
+        baseline=args.baseline or study.get("baseline", "relu"),
+        noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
     )
 
 
-def format_table(summary: dict) -> str:
-    """The ranked table of each cell of a study (and of the tuned comparison), with the verdict under
-    it, then what the comparison held equal."""
-    lines = []
-    for cell in summary["cells"] + summary.get("tuned", []):
-        lines += format_cell(cell, summary["baseline"]) + [""]
-    return "\n".join(lines + held_equal_lines(summary["settings"]))
+def study_toml(study) -> str:
+    """A study as a --config file: the base config's fields, [model] and [study]."""
+    from dataclasses import asdict
 
-
-def held_equal_lines(settings: dict) -> list[str]:
-    """What the comparison held equal and what not, one item a line."""
-    return (
-        ["held equal:"]
-        + [f"  {what}: {how}" for what, how in settings["held_equal"]]
-        + ["not equal:"]
-        + [f"  {what}: {why}" for what, why in settings["not_equal"]]
-    )
-
-
-def format_cell(cell: dict, baseline: str) -> list[str]:
-    from ffnlab.study.summary import literature_text, p_label
-
-    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
-    lines = []
-    if cell["axes"]:
-        lines.append("  ".join(f"{k}={v}" for k, v in cell["axes"].items()))
-    tuned = "selected_on" in cell
-    if tuned:
-        lines.append(
-            f"tuned: each variant at its best {' x '.join(cell['tuned_axes'])} on validation, compared on "
-            f"{cell['metric']}"
-        )
-    metric = {"final_val_loss": "val loss", "final_val_acc": "val acc"}.get(cell["metric"], cell["metric"][6:])
-    lines.append(
-        f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
-        f" {'p_adj':>7} "
-        + (
-            "setting"
-            if tuned
-            else f"{'params':>9} {'tok/s':>7} {'mem MiB':>7} {'test':>7} "
-            f"{'noise +':>7} {'events':>6} {'dead':>5} {'div':>3}"
-        )
-    )
-    for r in cell["variants"]:
-        ci = f"{f(r['mean'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
-        sig = "*" if r["significant"] else " "
-        delta = (
-            "baseline"
-            if r["ffn"] == baseline
-            else f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}"
-            if r["delta"] is not None
-            else "-"
-        )
-        p = p_label(r, baseline)
-        if tuned:
-            setting = ", ".join(f"{a} {r.get(a)}" for a in cell["tuned_axes"])
-            lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} {setting}")
-            continue
-        lines.append(
-            f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} "
-            f"{r['params'] or 0:>9,} {r['tokens_per_s'] or 0:>7,.0f} {(r['train_mem_bytes'] or 0) / 2**20:>7.1f} "
-            f"{f(r['test_mean']):>7} {f(r['noise_delta']):>7} {r['stability_events']:>6} "
-            f"{f(r['dead_frac'], 2):>5} {r['diverged']:>3}"
-        )
-    lines.append(cell["verdict"])
-    if cell.get("noise_floor"):
-        nf = cell["noise_floor"]
-        lines.append(f"noise floor ({baseline}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
-    lit = cell.get("literature")
-    if lit and lit["tau"] is not None:
-        lines.append(literature_text(lit))
-    return lines
-
-
-def write_csv(summary: dict, path: str):
-    """One row per (cell, variant), tuned cells included, written atomically."""
-    import csv
-    import io
-
-    from ffnlab.study.summary import ROW_FIELDS
-
-    buf = io.StringIO()
-    cells = summary["cells"] + summary.get("tuned", [])
-    axes = sorted({k for c in cells for k in c["axes"]})
-    writer = csv.DictWriter(buf, fieldnames=axes + ["metric", *ROW_FIELDS], extrasaction="ignore")
-    writer.writeheader()
-    for cell in cells:
-        for r in cell["variants"]:
-            writer.writerow({**cell["axes"], "metric": cell["metric"], **r})
-    write_atomic(path, buf.getvalue())
-
-
-def summary_json(summary: dict) -> dict:
-    """What `compare --json` prints: the summary's cells as they are (the report and advise read the
-    same cells), with the single cell's rows and verdict at the top level when there are no axes."""
-    out = {k: summary[k] for k in ("store", "baseline", "seeds", "settings", "cells") if k in summary}
-    if "tuned" in summary:
-        out["tuned"] = summary["tuned"]
-    if "variants" in summary:
-        out["variants"] = summary["cells"][0]["variants"]
-        out["verdict"] = summary["verdict"]
-    return out
+    head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
+    return to_toml({**asdict(study.base), "study": head})
 
 
 def cmd_compare(args):
@@ -476,6 +299,9 @@ def cmd_compare(args):
     if args.address and args.backend != "ray":
         raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
     study = study_from_args(args)
+    if args.print_config:
+        print(study_toml(study))
+        return 0
     grid = protocol_grid_from(study) if args.protocol else None  # checked before anything is written
     if args.csv:
         check_writable(args.csv)
@@ -559,20 +385,6 @@ def compare_protocol(args, study, grid: dict, run: dict):
         if report:
             print(f"report: {report['html']} (summary: {report['markdown']})")
     return code
-
-
-def format_protocol(result: dict) -> str:
-    """The protocol's three stages as text: each stage's tables under a heading."""
-    from ffnlab.study.protocol import STAGE_TITLES
-
-    lines = []
-    for stage in result["stages"]:
-        s = stage["summary"]
-        lines.append(f"== stage {STAGE_TITLES[stage['name']]} ==")
-        cells = s.get("tuned", []) if stage["name"] == "tune" else s["cells"]
-        for cell in cells:
-            lines += format_cell(cell, s["baseline"]) + [""]
-    return "\n".join(lines + held_equal_lines(result["stages"][0]["summary"]["settings"]))
 
 
 # ---- numerics -----------------------------------------------------------------------------------
@@ -664,43 +476,28 @@ def build_parser() -> Parser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("train", help="train one model and print its result")
-    p.add_argument("--ffn", default="gelu", help="FFN variant (see ffnlab list)")
-    p.add_argument("--seed", type=int, default=0)
     add_run_args(p)
-    p.add_argument("--checkpoint-dir", default=None, help="save checkpoints here and resume from them")
-    p.add_argument("--checkpoint-every", type=positive_int, default=100, help="steps between checkpoints")
     p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
+    add_compare_parser(sub)
+    add_tool_parsers(sub)
+    add_study_tool_parsers(sub)
+    return parser
+
+
+def add_compare_parser(sub) -> None:
+    from ffnlab.study.plan import AXES, DEFAULT_SEEDS
+
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
     p.add_argument("--variants", type=csv_list, default=None, help="comma-separated FFN variants")
-    p.add_argument("--seeds", type=positive_int, default=None, help="seeds per variant (default 4)")
-    p.add_argument("--baseline", default="relu")
-    p.add_argument("--preset", default="standard", help="smoke | quick | standard | paper")
-    p.add_argument("--noise-floor", type=int, default=0, help="extra baseline-only seeds to show seed noise")
-    p.add_argument("--depth", type=int_list, default=None, help="axis: layer counts, e.g. 2,6,12")
-    p.add_argument("--width", type=int_list, default=None, help="axis: d_model values")
-    p.add_argument("--placement-axis", type=csv_list, default=None, help="axis: pre,post")
-    p.add_argument("--norm-axis", type=csv_list, default=None, help="axis: layernorm,rmsnorm")
-    p.add_argument("--task-axis", type=csv_list, default=None, help="axis: lm,cls")
-    p.add_argument("--data-axis", type=csv_list, default=None, help="axis: data sources")
-    p.add_argument(
-        "--init-axis",
-        type=csv_list,
-        default=None,
-        help=f"axis: FFN inits, e.g. lecun,he,family (valid: {', '.join(INITS)})",
-    )
-    p.add_argument(
-        "--lr-axis",
-        type=float_list,
-        default=None,
-        help="axis: peak learning rates, e.g. 1e-3,2e-3,4e-3; "
-        "adds a 'tuned' summary (each variant at its best lr on validation, reported on test)",
-    )
-    p.add_argument("--warmup-axis", type=int_list, default=None, help="axis: warm-up steps, e.g. 10,40")
-    p.add_argument("--context-axis", type=int_list, default=None, help="axis: context lengths (tokens per sequence)")
+    p.add_argument("--seeds", type=positive_int, default=None, help=f"seeds per variant (default {DEFAULT_SEEDS})")
+    p.add_argument("--baseline", default=None, help="the variant the others are compared with (default relu)")
+    p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper")
+    p.add_argument("--noise-floor", type=int, default=None, help="extra baseline-only seeds to show seed noise")
+    add_axis_flags(p, AXES)
     p.add_argument(
         "--protocol",
         action="store_true",
@@ -708,8 +505,8 @@ def build_parser() -> Parser:
         "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
         "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids",
     )
-    add_run_args(p)
-    p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
+    add_run_args(p, skip=("ffn", "seed", "checkpoint_dir"))
+    p.add_argument("--store", default=str(DEFAULT_STORE), help="SQLite run store")
     p.add_argument(
         "--jobs",
         type=jobs_arg,
@@ -736,6 +533,34 @@ def build_parser() -> Parser:
     )
     p.set_defaults(func=cmd_compare)
 
+
+def add_axis_flags(p: argparse.ArgumentParser, axes: dict[str, str]) -> None:
+    """--NAME-axis for each study axis, typed by the config field it sets: integers, numbers or names."""
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
+
+    hints = {
+        **typing.get_type_hints(TrainConfig),
+        **{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
+    }
+    old = {"depth": "--depth", "width": "--width"}  # the names before every axis ended in -axis
+    for axis, path in axes.items():
+        kind, _ = flag_type(hints[path])
+        values = {int: int_list, float: float_list}.get(kind, csv_list)
+        what = {int_list: "integers", float_list: "numbers"}.get(values, "names")
+        p.add_argument(
+            f"--{axis}-axis",
+            *([old[axis]] if axis in old else []),
+            dest=f"{axis}_axis",
+            type=values,
+            default=None,
+            help=f"axis: comma-separated {what} for {path}"
+            + (f" ({old[axis]} is its old name)" if axis in old else ""),
+        )
+
+
+def add_tool_parsers(sub) -> None:
+    """numerics, export and bench."""
     p = sub.add_parser("numerics", help="forward/backward error of every activation against a float64 reference")
     p.add_argument("names", nargs="?", default=None, help="comma-separated activations (default: all)")
     p.add_argument("--dtypes", default="fp32,fp16,bf16", help="comma-separated: fp32, fp16, bf16")
@@ -776,13 +601,16 @@ def build_parser() -> Parser:
     )
     p.add_argument("--d-model", type=int_list, default=None, help="comma-separated widths (default 512; quick 256)")
     p.add_argument("--repeats", type=positive_int, default=None, help="timed repeats per median (default 7; quick 3)")
-    p.add_argument("--quick", action="store_true", help="small sizes, few repeats: under a minute on 2 cores")
+    p.add_argument("--quick", action="store_true", help="small sizes, few repeats (its wall time per machine: benchmarks/README.md)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its rows say so)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)
 
+
+def add_study_tool_parsers(sub) -> None:
+    """report, plot and advise."""
     p = sub.add_parser("report", help="HTML report, Markdown summary and figures of the latest study in a store")
-    p.add_argument("--store", default="ffnlab-runs/ffnlab.db", help="SQLite run store")
+    p.add_argument("--store", default=str(DEFAULT_STORE), help="SQLite run store")
     p.add_argument("--out", default=None, help="output folder (default: report/ beside the store)")
     p.add_argument(
         "--baseline",
@@ -820,7 +648,6 @@ def build_parser() -> Parser:
     p.add_argument("--depth", type=positive_int, default=None, help="number of layers you plan")
     p.add_argument("--json", action="store_true", help="print recommendation, reasons, evidence, alternatives as JSON")
     p.set_defaults(func=cmd_advise)
-    return parser
 
 
 # failures that come from what the user asked for (a name, a size, a path, a store): one line, exit 2

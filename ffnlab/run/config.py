@@ -19,23 +19,23 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)  # vocab_size is set from the tokenizer
     hf_config: dict | None = None  # a Hugging Face config: train that architecture instead (FFN swapped)
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
-    tokenizer: Literal["char", "byte", "bpe"] = "char"
+    tokenizer: Literal["char", "byte", "bpe"] = "char"  # characters, UTF-8 bytes, or BPE trained on the corpus
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
-    text_field: str = "text"
-    label_field: str = "label"
-    seed: int = 0
-    batch_size: int = 16
-    max_steps: int = 200
+    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face)
+    label_field: str = "label"  # the label column, for task cls
+    seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
+    batch_size: int = 16  # sequences per optimizer step
+    max_steps: int = 200  # optimizer steps
     max_tokens: int | None = None  # overrides max_steps: steps = ceil(tokens / (batch * context))
     max_seconds: float | None = None  # wall-clock budget: stops at whichever budget ends first, and
     # the schedule follows the larger of step and time progress
-    lr: float = 2e-3
+    lr: float = 2e-3  # peak learning rate (AdamW)
     min_lr: float | None = None  # end of the cosine decay; None: lr / 10
-    warmup_steps: int = 20
+    warmup_steps: int = 20  # linear warm-up from 0 to lr, then cosine decay to min_lr
     weight_decay: float = 0.1  # on matrices only, not on biases, norms or learnable activations
     beta2: float = 0.99  # small batches, few steps (nanoGPT's Shakespeare recipe)
-    grad_clip: float = 1.0
-    eval_every: int = 50
+    grad_clip: float = 1.0  # global gradient-norm clip
+    eval_every: int = 50  # steps between validation evaluations (the curves)
     eval_batches: int = 8  # fixed validation batches at each evaluation during training (the curves)
     final_eval_batches: int = 32  # at the end, on val and test: the metric a comparison ranks by, measured on
     # more tokens, so less evaluation noise in paired differences (README, "The default study")
@@ -43,11 +43,11 @@ class TrainConfig:
     spike_factor: float = 4.0  # a spike is a value above this times the running median
     noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
-    compile: bool = False
+    device: Literal["cpu", "cuda", "auto"] = "cpu"  # auto: cuda where available
+    compile: bool = False  # torch.compile the model
     threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
     checkpoint_dir: str | None = None  # None: no checkpoints
-    checkpoint_every: int = 100
+    checkpoint_every: int = 100  # steps between checkpoints (with checkpoint_dir)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -72,6 +72,11 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number, got {value}")
         if not self.lr > 0 or (self.min_lr or 0) < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
             raise ValueError("lr and grad_clip must be positive, min_lr and warmup_steps non-negative")
+        if self.weight_decay < 0 or self.noise_std < 0 or not 0 <= self.beta2 < 1 or not self.spike_factor > 1:
+            raise ValueError(
+                f"need weight_decay >= 0, noise_std >= 0, 0 <= beta2 < 1 and spike_factor > 1, got "
+                f"{self.weight_decay}, {self.noise_std}, {self.beta2}, {self.spike_factor}"
+            )
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
         if self.device not in DEVICES:

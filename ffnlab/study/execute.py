@@ -139,8 +139,8 @@ def wait_for(store_path: Path, rid: str):
 
 def resolve_jobs(jobs: int | str, device: str = "cpu") -> int:
     """Local worker processes for `jobs`: 'auto' is one single-threaded worker per core on the CPU
-    (on 2 cores, two 1-thread workers finish 1.4x the runs per minute of one 2-thread process:
-    README, Performance) and one process on a GPU; a number is taken as it is."""
+    (chosen by measurement: README, "The default study") and one process on a GPU; a number is
+    taken as it is."""
     if jobs == "auto":
         if device != "cpu" and resolve_device(device) == "cuda":
             return 1

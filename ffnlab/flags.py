@@ -1,0 +1,125 @@
+"""Command-line flags and TOML files derived from the config dataclasses, so the two never drift apart.
+
+Every field of `TrainConfig` and `ModelConfig` becomes a flag (`n_layers` -> `--n-layers`) with its
+type, its choices (from the `Literal`) and its help (from the comment beside the field). A flag's
+default is None, meaning "not given": the preset or the `--config` file keeps its value.
+`--config FILE.toml` holds the same fields (a `[model]` table for the model, `[study]` for compare).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import io
+import json
+import tokenize
+import tomllib
+import typing
+from dataclasses import MISSING, fields, is_dataclass
+from pathlib import Path
+
+from ffnlab._util.names import closest
+
+# short names that predate the derived ones; both work
+ALIASES = {"n_layers": "--layers", "n_heads": "--heads", "max_steps": "--steps", "warmup_steps": "--warmup",
+           "ffn_match": "--match"}  # fmt: skip
+NOT_FLAGS = ("model", "hf_config", "vocab_size")  # nested, a file path of its own, set from the tokenizer
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """{field: the comment beside it}, continuation comment lines included, read from the source."""
+    lines = inspect.getsource(cls).splitlines()
+    names = {f.name for f in fields(cls)}
+    docs: dict[str, str] = {}
+    last = None
+    for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline):
+        if tok.type == tokenize.NAME and tok.start[1] == 4 and tok.string in names:
+            last = tok.string
+        elif tok.type == tokenize.COMMENT and last is not None:
+            docs[last] = (docs.get(last, "") + " " + tok.string.lstrip("# ")).strip()
+        elif tok.type == tokenize.NAME and tok.start[1] == 4:
+            last = None  # a method or something else: comments below it are not a field's
+    return docs
+
+
+def flag_type(hint) -> tuple[type | None, tuple | None]:
+    """(python type, choices) of a field's type hint: `X | None` -> X, `Literal[...]` -> str and its values."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is typing.Literal:
+        return str, tuple(typing.get_args(hint))
+    if args and typing.get_origin(hint) is not typing.Literal and type(None) in typing.get_args(hint):
+        return flag_type(args[0])
+    return (hint, None) if hint in (int, float, str, bool) else (None, None)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of the dataclass `cls` (but `skip` and NOT_FLAGS), default None."""
+    hints, docs = typing.get_type_hints(cls), field_comments(cls)
+    for f in fields(cls):
+        kind, choices = flag_type(hints[f.name])
+        if f.name in skip or f.name in NOT_FLAGS or kind is None:
+            continue
+        names = ["--" + f.name.replace("_", "-")] + ([ALIASES[f.name]] if f.name in ALIASES else [])
+        default = f.default if f.default is not MISSING else None
+        help = f"{docs.get(f.name, f.name.replace('_', ' '))} (config default: {default})"
+        if kind is bool:
+            parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help)
+        else:
+            parser.add_argument(*names, dest=f.name, type=kind, choices=choices, default=None, help=help)
+
+
+def given(args: argparse.Namespace, cls: type) -> dict:
+    """The fields of `cls` the command line set (flags left out are None)."""
+    return {
+        f.name: getattr(args, f.name)
+        for f in fields(cls)
+        if f.name not in NOT_FLAGS and getattr(args, f.name, None) is not None
+    }
+
+
+# ---- TOML files -------------------------------------------------------------------------------------
+
+
+def read_toml(path: str | Path, tables: dict[str, type | set[str]]) -> dict:
+    """A config file as a dict, every key checked: top-level keys against the dataclass tables[''],
+    each [table] against its dataclass or set of names. ValueError naming the first unknown key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config file {path} is not valid TOML: {e}") from None
+    for table, valid in tables.items():
+        part = data if table == "" else data.get(table, {})
+        if not isinstance(part, dict):
+            raise ValueError(f"config file {path}: '{table}' must be a table ([{table}]), got {part!r}")
+        names = {f.name for f in fields(valid)} if is_dataclass(valid) else set(valid)
+        names |= {t for t in tables if t} if table == "" else set()
+        for key in part:
+            if key not in names:
+                where = f"[{table}] " if table else ""
+                raise ValueError(
+                    f"config file {path}: unknown key {where}'{key}'{closest(key, names)}; valid: {', '.join(sorted(names))}"
+                )
+    return data
+
+
+def toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
+
+
+def to_toml(data: dict, table: str = "") -> str:
+    """`data` as TOML (None values left out: they mean "the default"), nested dicts as [tables]."""
+    scalars = [f"{k} = {toml_value(v)}" for k, v in data.items() if v is not None and not isinstance(v, dict)]
+    out = ([f"[{table}]"] if table and scalars else []) + scalars
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out += ["", to_toml(value, f"{table}.{key}" if table else key)]
+    return "\n".join(out)

@@ -1,0 +1,92 @@
+"""Flags and config files derived from the config dataclasses (ffnlab.flags)."""
+
+import typing
+from dataclasses import fields
+
+import pytest
+
+from ffnlab.cli import build_parser
+from ffnlab.core.model import ModelConfig
+from ffnlab.flags import NOT_FLAGS, field_comments, read_toml, to_toml
+from ffnlab.run.config import TrainConfig
+
+
+def subparser(command: str):
+    return next(a for a in build_parser()._actions if a.dest == "command").choices[command]
+
+
+@pytest.mark.parametrize("cls", [TrainConfig, ModelConfig])
+def test_every_config_field_is_a_train_flag_with_its_choices(cls):
+    actions = {a.dest: a for a in subparser("train")._actions}
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.name in NOT_FLAGS:
+            continue
+        action = actions[f.name]
+        assert "--" + f.name.replace("_", "-") in action.option_strings
+        if typing.get_origin(hints[f.name]) is typing.Literal:
+            assert tuple(action.choices) == typing.get_args(hints[f.name])
+
+
+def test_help_comes_from_the_comment_beside_the_field():
+    docs = field_comments(TrainConfig)
+    assert docs["min_lr"] == "end of the cosine decay; None: lr / 10"
+    assert "the schedule follows the larger of step and time progress" in docs["max_seconds"]  # a continuation
+    helps = {a.dest: a.help for a in subparser("train")._actions}
+    assert helps["min_lr"].startswith("end of the cosine decay; None: lr / 10")
+
+
+def test_old_short_names_set_the_same_fields(run_cli):
+    new = run_cli("train", "--n-layers", 3, "--n-heads", 2, "--max-steps", 7, "--warmup-steps", 2, "--print-config")
+    old = run_cli("train", "--layers", 3, "--heads", 2, "--steps", 7, "--warmup", 2, "--print-config")
+    assert new[0] == old[0] == 0 and new[1] == old[1]
+    assert "n_layers = 3" in new[1] and "max_steps = 7" in new[1]
+    new = run_cli("compare", "--preset", "smoke", "--depth-axis", "1,2", "--print-config")
+    old = run_cli("compare", "--preset", "smoke", "--depth", "1,2", "--print-config")
+    assert new[1] == old[1] and "depth = [1, 2]" in new[1]
+
+
+def test_a_config_file_then_flags_and_print_config_round_trips(run_cli, tmp_path):
+    first = tmp_path / "a.toml"
+    code, out, _ = run_cli("compare", "--preset", "quick", "--variants", "relu,swiglu", "--lr", "1e-3",
+                           "--context-axis", "32,64", "--print-config")  # fmt: skip
+    assert code == 0
+    first.write_text(out)
+    code, again, _ = run_cli("compare", "--config", first, "--print-config")
+    assert code == 0 and again == out  # what it prints is what it reads
+    code, changed, _ = run_cli("compare", "--config", first, "--lr", "3e-3", "--n-layers", 3, "--print-config")
+    assert "lr = 0.003" in changed and "n_layers = 3" in changed and 'variants = ["relu", "swiglu"]' in changed
+    assert "context = [32, 64]" in changed and "max_steps = 150" in changed  # the file's preset and axes stay
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("bogus = 1", "unknown key 'bogus'"),
+        ("[model]\nn_layer = 3", "unknown key [model] 'n_layer' (did you mean 'n_layers'?)"),
+        ("model = 3", "'model' must be a table"),
+        ("lr = ", "not valid TOML"),
+        ("lr = -1.0", "lr and grad_clip must be positive"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    code, _, err = run_cli("train", "--config", path, "--max-steps", 1)
+    assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_toml_writer_and_reader_agree():
+    cfg = TrainConfig(model=ModelConfig(n_layers=3, d_ff=100), lr=3e-4, max_tokens=1000, compile=True)
+    data = read_toml_text(to_toml(cfg.to_dict()))
+    assert TrainConfig(**data) == cfg  # None fields are left out and come back as their default
+
+
+def read_toml_text(text: str) -> dict:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "c.toml"
+        path.write_text(text)
+        return read_toml(path, {"": TrainConfig, "model": ModelConfig})

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from ffnlab.core.activations import get_activation
 from ffnlab.core.ffn import GATED, GatedFFN, build_ffn, ffn_stats
-from ffnlab.core.kernels import FUSED_ACTS, gated_act, gated_down
+from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, gated_act
 from ffnlab.core.kernels.fused import FUSED_MIN_NUMEL
 from tests.conftest import assert_close
 
@@ -120,11 +120,11 @@ def test_fp64_gradcheck(act, backend):
     w = torch.randn(3, 6, dtype=torch.float64, device=DEVICE, requires_grad=True)
     b = torch.randn(3, dtype=torch.float64, device=DEVICE, requires_grad=True)
     assert torch.autograd.gradcheck(lambda g, u: gated_act(g, u, act, backend=backend), (g, u))
-    assert torch.autograd.gradcheck(lambda g, u, w, b: gated_down(g, u, w, b, act, backend=backend), (g, u, w, b))
+    assert torch.autograd.gradcheck(lambda g, u, w, b: fused_gated_down(g, u, w, b, act, backend=backend), (g, u, w, b))
     # and the values are eager's to fp64 precision
     ref_h = get_activation(act)(g) * u
     assert_close(gated_act(g, u, act, backend=backend), ref_h)
-    assert_close(gated_down(g, u, w, b, act, backend=backend), F.linear(ref_h, w, b))
+    assert_close(fused_gated_down(g, u, w, b, act, backend=backend), F.linear(ref_h, w, b))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -177,7 +177,7 @@ def test_empty_and_single_element(act, shape, backend):
     assert [t.shape for t in got] == [torch.Size(shape)] * 3
     assert_near(got, eager(act, g, u, dh), g, u, dh, tol=1e-6)
     w = torch.randn(3, shape[-1], device=DEVICE, requires_grad=True)
-    y = gated_down(g, u, w, None, act, backend=backend)
+    y = fused_gated_down(g, u, w, None, act, backend=backend)
     y.sum().backward()
     assert y.shape == (*shape[:-1], 3) and w.grad.shape == w.shape
 
@@ -204,7 +204,7 @@ def test_fused_saves_gate_and_up_only(act):
     w = torch.randn(d_model, d_ff, requires_grad=True)
     unit = tokens * d_ff * 4  # one fp32 tensor of the hidden width
     eager_bytes = saved_bytes(lambda g, u, w: F.linear(get_activation(act)(g) * u, w), g, u, w)
-    fused_bytes = saved_bytes(lambda g, u, w: gated_down(g, u, w, None, act), g, u, w)
+    fused_bytes = saved_bytes(lambda g, u, w: fused_gated_down(g, u, w, None, act), g, u, w)
     assert fused_bytes == 2 * unit  # gate and up; not act(gate), not the product, not the weight
     # eager keeps act(g) and u for the product and the product for W_down, plus g itself when the
     # activation's backward reads its input; relu and sigmoid read their output, identity nothing

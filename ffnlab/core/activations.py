@@ -137,11 +137,12 @@ class TunableGELU(nn.Module):
         return 0.5 * x * (1.0 + torch.erf(x / (self.tau * math.sqrt(2.0))))
 
 
-class Switch(nn.Module):
-    """Learned softmax-weighted mixture sum_i w_i f_i(x) of registered activations.
+class ScalarMixture(nn.Module):
+    """Softmax mixture sum_i softmax(w)_i f_i(x) of fixed activations over learned scalars w.
 
-    In the spirit of the activation search of Ramachandran et al. 2017 (arXiv:1710.05941);
-    the weights start equal (zero logits).
+    After the activation search of Ramachandran et al. 2017 (arXiv:1710.05941). Registered as
+    "switch", the name stored results carry; it is not Switch-Transformer routing: every activation
+    runs on every element, with one learned weight each for the whole layer, starting equal (zero logits).
     """
 
     def __init__(self, acts: tuple[str, ...] | list[str] = ("relu", "gelu", "silu")):
@@ -225,7 +226,14 @@ ACTIVATIONS: dict[str, ActSpec] = {
             module=TunableGELU,
         ),
         _spec(
-            "switch", None, "sum_i softmax(w)_i f_i(x), w learnable", _SWISH, 20, "other", learnable=True, module=Switch
+            "switch",
+            None,
+            "sum_i softmax(w)_i f_i(x), w learnable",
+            _SWISH,
+            20,
+            "other",
+            learnable=True,
+            module=ScalarMixture,
         ),
         # Hugging Face names, evaluated with Hugging Face's own expressions.
         _spec(

@@ -205,8 +205,8 @@ class GatedFFN(nn.Module):
     the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj).
 
     Activations in `ffnlab.core.kernels.FUSED_ACTS` have a fused path that keeps only W_gate x and
-    W_up x for backward (`gated_down`). `fused`: None takes it where it measured at least as fast
-    as eager (`ffnlab.core.kernels.fused_pays`: CUDA with Triton, large fp32 inputs on the CPU), True
+    W_up x for backward (`fused_gated_down`). `fused`: None takes it where it measured at least as fast
+    as eager (`ffnlab.core.kernels.fused_is_faster`: CUDA with Triton, large fp32 inputs on the CPU), True
     forces it (ValueError if the activation has no kernel; half the activation memory), False
     keeps the eager ops. FFNLAB_EAGER=1 keeps the eager ops whatever `fused` says.
     """
@@ -232,20 +232,20 @@ class GatedFFN(nn.Module):
 
     def use_fused(self, x: torch.Tensor | None = None) -> bool:
         """Whether forward takes the fused path (for input x): `fused`, else the table default where
-        `fused_pays(x)`; never with FFNLAB_EAGER=1."""
-        from ffnlab.core.kernels import FUSED_ACTS, eager_forced, fused_pays
+        `fused_is_faster(x)`; never with FFNLAB_EAGER=1."""
+        from ffnlab.core.kernels import FUSED_ACTS, eager_forced, fused_is_faster
 
         if self.fused_act is None or self.fused is False or eager_forced():
             return False
         if self.fused:
             return True
-        return FUSED_ACTS[self.fused_act].default and (x is None or fused_pays(x, self.w_up.out_features))
+        return FUSED_ACTS[self.fused_act].default and (x is None or fused_is_faster(x, self.w_up.out_features))
 
     def forward(self, x):  # (..., d_model) -> (..., d_model)
         if self.use_fused(x):
-            from ffnlab.core.kernels import gated_down
+            from ffnlab.core.kernels import fused_gated_down
 
-            return gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
+            return fused_gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
         return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
 
     def extra_repr(self):

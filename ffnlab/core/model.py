@@ -119,7 +119,7 @@ class Attention(nn.Module):
         self.proj_act = get_activation(cfg.attn_proj_act) if cfg.attn_proj_act else None
         self.dropout = cfg.dropout
 
-    def heads(self, x, rope=None):
+    def project_heads(self, x, rope=None):
         """q, k, v as (B, nh, T, hs), with the optional projection activation and RoPE applied."""
         B, T, C = x.shape
         qkv = self.qkv(x)
@@ -132,13 +132,13 @@ class Attention(nn.Module):
 
     def forward(self, x, rope=None):  # (B, T, C) -> (B, T, C)
         B, T, C = x.shape
-        q, k, v = self.heads(x, rope)
+        q, k, v = self.project_heads(x, rope)
         y = attend(q, k, v, self.causal, self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def weights(self, x, rope=None):
+    def attention_probs(self, x, rope=None):
         """Attention probabilities (B, nh, T, T), for plots; same math as forward."""
-        q, k, _ = self.heads(x, rope)
+        q, k, _ = self.project_heads(x, rope)
         att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if self.causal:
             T = x.shape[1]
@@ -225,7 +225,7 @@ class Transformer(nn.Module):
         for block in self.blocks[:layer]:
             x = block(x, rope)
         block = self.blocks[layer]
-        return block.attn.weights(block.norm1(x) if block.pre else x, rope)
+        return block.attn.attention_probs(block.norm1(x) if block.pre else x, rope)
 
 
 def param_seed(seed: int, name: str, shape) -> int:

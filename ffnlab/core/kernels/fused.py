@@ -156,7 +156,7 @@ def check_act(act: str) -> str:
     return act
 
 
-def fused_pays(x: torch.Tensor, d_ff: int) -> bool:
+def fused_is_faster(x: torch.Tensor, d_ff: int) -> bool:
     """Whether the fused path is at least as fast as eager for an FFN input `x` (..., d_model) of
     hidden width d_ff: on CUDA with Triton; on the CPU for fp32 outside autocast with at least
     FUSED_MIN_NUMEL hidden elements."""
@@ -319,7 +319,7 @@ def gated_act(gate, up, act: str = "silu", backend: Backend | None = None):
     return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), None, None)
 
 
-def gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backend | None = None):
+def fused_gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backend | None = None):
     """Fused (act(gate) * up) @ w_down^T + b_down: the second half of a gated FFN.
 
     Keeps gate and up for backward (plus the weight, which is kept anyway), not the product.

@@ -158,7 +158,8 @@ class Block(nn.Module):
         self.pre = cfg.placement == "pre"
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         self.attn = Attention(cfg)
-        self.ffn = build_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, cfg.init)
+        # init=None: the Transformer's init_weights initialises it, from the model's per-parameter generators
+        self.ffn = build_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, rope=None):
@@ -236,7 +237,8 @@ def param_seed(seed: int, name: str, shape) -> int:
 
 @torch.no_grad()
 def init_weights(model: Transformer, seed: int = 0):
-    """Initialise each parameter from its own generator, seeded by (seed, name, shape).
+    """Initialise each parameter from its own generator, seeded by (seed, name, shape): the model's
+    one initialisation (its FFNs are built uninitialised, `build_ffn(init=None)`).
 
     Same-named, same-shaped parameters therefore start identical whatever the FFN variant: with
     one seed, relu and swiglu models share embeddings and attention weights, so a seed pairs runs.

@@ -100,9 +100,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, dropout: float = 0.0) -> torch.Tensor:
     """scaled_dot_product_attention over (B, nh, T, hs); bf16 inputs on the CPU are attended in fp32.
 
-    NOTE: the CPU flash-attention kernel's bf16 backward is about 5x slower than its fp32 one at
-    head size 32 (benchmarks/train_speed.md), so under CPU bf16 autocast the scores, softmax and
-    weighted sum run in fp32 (also the more accurate choice) and only the result is cast back.
+    NOTE: the CPU flash-attention kernel's bf16 backward measured slower than its fp32 one
+    (benchmarks/train_speed.md), so under CPU bf16 autocast the scores, softmax and weighted sum
+    run in fp32 (also the more accurate choice) and only the result is cast back.
     """
     if q.dtype == torch.bfloat16 and q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):

@@ -315,6 +315,7 @@ def pick_backend(t: torch.Tensor) -> Backend:
 
 def _run_forward(backend: Backend, act: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     if backend == "triton":
+        # NOTE: imported on first use: it needs triton (optional), and triton.jit reads TRITON_INTERPRET at import
         from ffnlab.core.kernels import triton_gated
 
         return triton_gated.forward(act, gate, up)

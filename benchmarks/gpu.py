@@ -4,7 +4,7 @@
     python benchmarks/gpu.py --dry-run  # the same checks on CPU in Triton's interpreter, tiny sizes
 
 Correctness, per activation and dtype, against PyTorch's eager ops on the same GPU:
-  fp64   torch.autograd.gradcheck of gated_act and gated_down through the Triton kernels
+  fp64   torch.autograd.gradcheck of gated_act and fused_gated_down through the Triton kernels
   fp32   h, d gate, d up within 1e-6 of eager, relative to |result| + |factors| (as tests/test_kernels.py)
   bf16,  within one rounding (unit roundoff u = 2^-8, 2^-11) of the fp64 values on the same inputs:
   fp16   the GPU rounds to nearest, so the interpreter's 2u allowance for bf16 does not apply here
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch
 
 from ffnlab.core.activations import get_activation
-from ffnlab.core.kernels import FUSED_ACTS, gated_act, gated_down, triton_ready
+from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, gated_act, triton_ready
 from ffnlab.tools.bench import bench_ffn, interleaved_medians, timed
 
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
@@ -93,7 +93,9 @@ def check(act: str) -> dict:
     try:
         ok = torch.autograd.gradcheck(
             lambda g, u: gated_act(g, u, act, backend="triton"), (gs, us)
-        ) and torch.autograd.gradcheck(lambda g, u, w, b: gated_down(g, u, w, b, act, backend="triton"), (gs, us, w, b))
+        ) and torch.autograd.gradcheck(
+            lambda g, u, w, b: fused_gated_down(g, u, w, b, act, backend="triton"), (gs, us, w, b)
+        )
         out["float64_gradcheck"] = {"passed": bool(ok)}
     except Exception as e:  # gradcheck raises on a mismatch
         out["float64_gradcheck"] = {"passed": False, "error": str(e).splitlines()[0][:300]}

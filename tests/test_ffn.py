@@ -5,12 +5,16 @@ from ffnlab.core.ffn import (
     DEFAULT_INIT,
     FFNS,
     GATED,
+    DenseFFN,
+    GatedFFN,
+    MixFFN,
     build_ffn,
     ffn_flops_per_token,
     ffn_hidden_dim,
     ffn_param_count,
     ffn_stats,
     get_ffn_spec,
+    init_ffn,
     init_scheme,
 )
 from ffnlab.study.plan import DEFAULT_VARIANTS
@@ -144,3 +148,35 @@ def test_init_schemes():
     assert w.abs().max().item() > 0.99 * bound  # uniform: the bound is reached, a normal would overshoot it
     with pytest.raises(ValueError, match="unknown init 'xavier'.*valid: lecun, he"):
         build_ffn("relu", 64, init="xavier")
+
+
+@pytest.mark.parametrize(
+    "ffn,name",
+    [
+        (lambda: DenseFFN(64, 256, "gelu"), "gelu"),
+        (lambda: GatedFFN(64, 256, "silu"), "swiglu"),
+        (lambda: GatedFFN(64, 256, "tanh"), "gated tanh"),  # no table entry: a spec of its own
+        (lambda: MixFFN(64, 256, ("gelu", "silu")), "mix:gelu+silu"),
+        (lambda: DenseFFN(64, 256, "switch"), "switch"),  # a learnable activation module
+    ],
+)
+def test_directly_built_ffn_has_spec_and_d_ff(ffn, name):
+    torch.manual_seed(0)
+    ffn = ffn()
+    assert ffn.spec.name == name and ffn.d_ff == 256
+    init_ffn(ffn, "he")
+    lin = next(m for m in ffn.modules() if isinstance(m, torch.nn.Linear))
+    assert abs(lin.weight.std().item() - (2 / 64) ** 0.5) < 0.01
+    stats = ffn_stats(ffn, tokens=2)
+    assert stats["ffn"] == name and stats["d_ff"] == 256 and stats["d_model"] == 64
+    if name in FFNS or name.startswith("mix:"):  # the same numbers as the registry's build
+        assert stats["flops_per_token"] == ffn_stats(build_ffn(name, 64, d_ff=256), 2)["flops_per_token"]
+
+
+def test_ffn_outside_the_registry_needs_a_spec():
+    ffn = DenseFFN(16, 32, torch.nn.Sequential(torch.nn.GELU(), torch.nn.Dropout(0.1)))
+    assert ffn.spec is None and ffn.d_ff == 32
+    with pytest.raises(ValueError, match="pass spec="):
+        init_ffn(ffn)
+    named = DenseFFN(16, 32, torch.nn.GELU(), spec=get_ffn_spec("gelu"))
+    assert ffn_stats(named)["ffn"] == "gelu"

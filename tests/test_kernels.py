@@ -8,7 +8,14 @@ import torch.nn.functional as F
 
 from ffnlab.core.activations import get_activation
 from ffnlab.core.ffn import GATED, GatedFFN, build_ffn, ffn_stats
-from ffnlab.core.kernels import FUSED_ACTS, gated_act, gated_down
+from ffnlab.core.kernels import (
+    FUSED_ACTS,
+    fused_gated_down,
+    gated_act,
+    get_fused_policy,
+    set_fused_policy,
+    use_fused_policy,
+)
 from ffnlab.core.kernels.fused import FUSED_MIN_NUMEL
 from tests.conftest import assert_close
 
@@ -120,11 +127,11 @@ def test_fp64_gradcheck(act, backend):
     w = torch.randn(3, 6, dtype=torch.float64, device=DEVICE, requires_grad=True)
     b = torch.randn(3, dtype=torch.float64, device=DEVICE, requires_grad=True)
     assert torch.autograd.gradcheck(lambda g, u: gated_act(g, u, act, backend=backend), (g, u))
-    assert torch.autograd.gradcheck(lambda g, u, w, b: gated_down(g, u, w, b, act, backend=backend), (g, u, w, b))
+    assert torch.autograd.gradcheck(lambda g, u, w, b: fused_gated_down(g, u, w, b, act, backend=backend), (g, u, w, b))
     # and the values are eager's to fp64 precision
     ref_h = get_activation(act)(g) * u
     assert_close(gated_act(g, u, act, backend=backend), ref_h)
-    assert_close(gated_down(g, u, w, b, act, backend=backend), F.linear(ref_h, w, b))
+    assert_close(fused_gated_down(g, u, w, b, act, backend=backend), F.linear(ref_h, w, b))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -177,7 +184,7 @@ def test_empty_and_single_element(act, shape, backend):
     assert [t.shape for t in got] == [torch.Size(shape)] * 3
     assert_near(got, eager(act, g, u, dh), g, u, dh, tol=1e-6)
     w = torch.randn(3, shape[-1], device=DEVICE, requires_grad=True)
-    y = gated_down(g, u, w, None, act, backend=backend)
+    y = fused_gated_down(g, u, w, None, act, backend=backend)
     y.sum().backward()
     assert y.shape == (*shape[:-1], 3) and w.grad.shape == w.shape
 
@@ -204,7 +211,7 @@ def test_fused_saves_gate_and_up_only(act):
     w = torch.randn(d_model, d_ff, requires_grad=True)
     unit = tokens * d_ff * 4  # one fp32 tensor of the hidden width
     eager_bytes = saved_bytes(lambda g, u, w: F.linear(get_activation(act)(g) * u, w), g, u, w)
-    fused_bytes = saved_bytes(lambda g, u, w: gated_down(g, u, w, None, act), g, u, w)
+    fused_bytes = saved_bytes(lambda g, u, w: fused_gated_down(g, u, w, None, act), g, u, w)
     assert fused_bytes == 2 * unit  # gate and up; not act(gate), not the product, not the weight
     # eager keeps act(g) and u for the product and the product for W_down, plus g itself when the
     # activation's backward reads its input; relu and sigmoid read their output, identity nothing
@@ -228,6 +235,7 @@ def test_eager_switch(name, monkeypatch):
     fused_ffn = build_ffn(name, d, d_ff=h, fused=True)
     assert ffn_stats(fused_ffn, tokens)["saved_bytes_per_token"] == 4 * (d + 2 * h)
     monkeypatch.setenv("FFNLAB_EAGER", "1")
+    fused_ffn = build_ffn(name, d, d_ff=h, fused=True)  # the policy is read at construction
     assert not fused_ffn.use_fused()
     kept = 4 if fused_ffn.fused_act in ("silu", "gelu", "gelu_tanh") else 3  # see test_fused_saves_gate_and_up_only
     assert ffn_stats(fused_ffn, tokens)["saved_bytes_per_token"] == 4 * (d + kept * h)
@@ -292,3 +300,42 @@ def test_fused_default_only_where_it_measured_as_fast(name):
     assert forced.use_fused(small) and forced.use_fused(big.bfloat16())
     # the choice is what forward runs: the fused path keeps 2 hidden tensors, eager 3 or 4
     assert ffn_stats(forced, 8)["saved_bytes_per_token"] < ffn_stats(ffn, 8)["saved_bytes_per_token"]
+
+
+def test_fused_policy_is_read_at_construction(monkeypatch):
+    d, h, tokens = 16, 32, 4
+    monkeypatch.delenv("FFNLAB_EAGER", raising=False)
+    assert get_fused_policy() == "auto"
+    with use_fused_policy("never"):
+        eager_ffn = build_ffn("swiglu", d, d_ff=h, fused=True)  # "never" wins over fused=True
+        assert get_fused_policy() == "never"
+    with use_fused_policy("always"):
+        always = build_ffn("swiglu", d, d_ff=h)
+        kept = build_ffn("swiglu", d, d_ff=h, fused=False)  # an explicit False stays eager
+        no_kernel = GatedFFN(d, h, "swish_beta")  # nothing to fuse
+    assert get_fused_policy() == "auto"  # the context manager restores the previous policy
+    auto = build_ffn("swiglu", d, d_ff=h)
+    small = torch.zeros(tokens, d)  # far below FUSED_MIN_NUMEL: auto stays eager on it
+    assert not eager_ffn.use_fused(small) and always.use_fused(small) and not auto.use_fused(small)
+    assert not kept.use_fused(small) and not no_kernel.use_fused(small)
+    assert auto.fused is None and "fused=auto" in repr(auto) and "fused=False" in repr(eager_ffn)
+
+    # "never": forward runs the eager ops (3-4 hidden tensors kept, not the fused 2)
+    monkeypatch.setattr("ffnlab.core.ffn.fused_gated_down", lambda *a: pytest.fail("fused path taken"))
+    eager_ffn(small)
+    assert ffn_stats(eager_ffn, tokens)["saved_bytes_per_token"] == 4 * (d + 4 * h)
+
+    # FFNLAB_EAGER=1 sets the default to "never" for modules built afterwards; built ones keep their choice
+    monkeypatch.undo()
+    monkeypatch.setenv("FFNLAB_EAGER", "1")
+    assert get_fused_policy() == "never" and always.use_fused(small) and auto.fused is None
+    assert build_ffn("swiglu", d, d_ff=h, fused=True).fused is False
+    set_fused_policy("always")  # an explicit policy overrides the environment's default
+    try:
+        assert build_ffn("swiglu", d, d_ff=h).fused is True
+    finally:
+        set_fused_policy(None)
+    monkeypatch.setenv("FFNLAB_EAGER", "0")
+    assert not eager_ffn.use_fused() and get_fused_policy() == "auto"
+    with pytest.raises(ValueError, match="valid: auto, always, never"):
+        set_fused_policy("sometimes")

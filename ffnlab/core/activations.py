@@ -14,7 +14,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +23,7 @@ from torch import nn
 from ffnlab._util.names import closest, normalize
 
 Family = Literal["relu", "gelu", "swish", "other"]
+ActLike = str | nn.Module | Callable[[torch.Tensor], torch.Tensor]  # what get_activation accepts
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 SQRT1_2 = 1.0 / math.sqrt(2.0)
@@ -47,22 +48,22 @@ class ActSpec:
 # ---- plain functions -----------------------------------------------------------------------
 
 
-def relu2(x):
+def relu2(x: torch.Tensor) -> torch.Tensor:
     """Squared ReLU, relu(x)^2. So et al. 2021, Primer (arXiv:2109.08668)."""
     return torch.square(F.relu(x))
 
 
-def leaky_relu(x, negative_slope: float = 0.01):
+def leaky_relu(x: torch.Tensor, negative_slope: float = 0.01) -> torch.Tensor:
     """Leaky ReLU, max(x, a*x). Maas et al. 2013."""
     return F.leaky_relu(x, negative_slope)
 
 
-def gelu(x):
+def gelu(x: torch.Tensor) -> torch.Tensor:
     """Exact GELU, x*Phi(x) with the 1+erf form. Hendrycks & Gimpel 2016 (arXiv:1606.08415)."""
     return F.gelu(x)
 
 
-def gelu_erfc(x):
+def gelu_erfc(x: torch.Tensor) -> torch.Tensor:
     """Exact GELU via erfc: 0.5*x*erfc(-x/sqrt2), free of the 1+erf cancellation in the negative tail.
 
     NOTE: 1 + erf(x/sqrt2) loses every significant digit for x < -5.5 in fp32, where erf is -1 to
@@ -71,43 +72,43 @@ def gelu_erfc(x):
     return 0.5 * x * torch.erfc(-x * SQRT1_2)
 
 
-def gelu_tanh(x):
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU, tanh approximation 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))). Hendrycks & Gimpel 2016."""
     return F.gelu(x, approximate="tanh")
 
 
-def gelu_sigmoid(x):
+def gelu_sigmoid(x: torch.Tensor) -> torch.Tensor:
     """GELU, sigmoid approximation x*sigmoid(1.702x). Hendrycks & Gimpel 2016."""
     return x * torch.sigmoid(1.702 * x)
 
 
-def identity(x):
+def identity(x: torch.Tensor) -> torch.Tensor:
     """Identity; the 'bilinear' GLU variant uses it. Shazeer 2020 (arXiv:2002.05202)."""
     return x
 
 
 # Hugging Face's own expressions, kept verbatim so results match ACT2FN bit for bit.
-def hf_gelu_new(x):
+def hf_gelu_new(x: torch.Tensor) -> torch.Tensor:
     """GPT-2's GELU ('gelu_new' in Hugging Face): tanh approximation written out with pow."""
     return 0.5 * x * (1.0 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-def hf_gelu_fast(x):
+def hf_gelu_fast(x: torch.Tensor) -> torch.Tensor:
     """Hugging Face 'gelu_fast': tanh approximation with the constant rounded to 0.7978845608."""
     return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
 
 
-def hf_gelu_accurate(x):
+def hf_gelu_accurate(x: torch.Tensor) -> torch.Tensor:
     """Hugging Face 'gelu_accurate' (MEGA): tanh approximation, pow(x, 3) with an integer power."""
     return 0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * torch.pow(x, 3))))
 
 
-def hf_gelu_python(x):
+def hf_gelu_python(x: torch.Tensor) -> torch.Tensor:
     """Hugging Face 'gelu_python': the erf form written out, x*0.5*(1+erf(x/sqrt2))."""
     return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
-def hf_gelu_10(x):
+def hf_gelu_10(x: torch.Tensor) -> torch.Tensor:
     """Hugging Face 'gelu_10': exact GELU clipped to [-10, 10] for quantisation (arXiv:2004.09602)."""
     return torch.clip(F.gelu(x), -10, 10)
 
@@ -118,33 +119,34 @@ def hf_gelu_10(x):
 class SwishBeta(nn.Module):
     """Swish x*sigmoid(beta*x) with learnable beta. Ramachandran et al. 2017 (arXiv:1710.05941)."""
 
-    def __init__(self, beta: float = 1.0):
+    def __init__(self, beta: float = 1.0) -> None:
         super().__init__()
         self.beta = nn.Parameter(torch.tensor(float(beta)))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(self.beta * x)
 
 
 class TunableGELU(nn.Module):
     """GELU with learnable temperature, x*Phi(x/tau). Hendrycks & Gimpel 2016, section on tau."""
 
-    def __init__(self, tau: float = 1.0):
+    def __init__(self, tau: float = 1.0) -> None:
         super().__init__()
         self.tau = nn.Parameter(torch.tensor(float(tau)))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return 0.5 * x * (1.0 + torch.erf(x / (self.tau * math.sqrt(2.0))))
 
 
-class Switch(nn.Module):
-    """Learned softmax-weighted mixture sum_i w_i f_i(x) of registered activations.
+class ScalarMixture(nn.Module):
+    """Softmax mixture sum_i softmax(w)_i f_i(x) of fixed activations over learned scalars w.
 
-    In the spirit of the activation search of Ramachandran et al. 2017 (arXiv:1710.05941);
-    the weights start equal (zero logits).
+    After the activation search of Ramachandran et al. 2017 (arXiv:1710.05941). Registered as
+    "switch", the name stored results carry; it is not Switch-Transformer routing: every activation
+    runs on every element, with one learned weight each for the whole layer, starting equal (zero logits).
     """
 
-    def __init__(self, acts: tuple[str, ...] | list[str] = ("relu", "gelu", "silu")):
+    def __init__(self, acts: tuple[str, ...] | list[str] = ("relu", "gelu", "silu")) -> None:
         super().__init__()
         if len(acts) < 2:
             raise ValueError(f"switch needs at least two activations, got {list(acts)}")
@@ -152,11 +154,11 @@ class Switch(nn.Module):
         self.acts = nn.ModuleList(get_activation(a) for a in self.names)
         self.logits = nn.Parameter(torch.zeros(len(self.acts)))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = torch.softmax(self.logits, dim=0)
         return sum(w[i] * act(x) for i, act in enumerate(self.acts))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"acts={list(self.names)}"
 
 
@@ -167,7 +169,9 @@ _SWISH = "Ramachandran et al. 2017, Searching for Activation Functions (arXiv:17
 _HF = "Hugging Face transformers.activations"
 
 
-def _spec(name, fn, formula, paper, flops, family, **kw):
+def _spec(
+    name: str, fn: Callable[..., torch.Tensor] | None, formula: str, paper: str, flops: int, family: Family, **kw: Any
+) -> ActSpec:
     return ActSpec(name=name, fn=fn, formula=formula, paper=paper, flops=flops, family=family, **kw)
 
 
@@ -225,7 +229,14 @@ ACTIVATIONS: dict[str, ActSpec] = {
             module=TunableGELU,
         ),
         _spec(
-            "switch", None, "sum_i softmax(w)_i f_i(x), w learnable", _SWISH, 20, "other", learnable=True, module=Switch
+            "switch",
+            None,
+            "sum_i softmax(w)_i f_i(x), w learnable",
+            _SWISH,
+            20,
+            "other",
+            learnable=True,
+            module=ScalarMixture,
         ),
         # Hugging Face names, evaluated with Hugging Face's own expressions.
         _spec(
@@ -282,7 +293,7 @@ def resolve(name: str) -> str:
 class Activation(nn.Module):
     """A registered parameter-free activation as a module; `name` and kwargs show in repr."""
 
-    def __init__(self, name: str, **kwargs):
+    def __init__(self, name: str, **kwargs: Any) -> None:
         super().__init__()
         spec = ACTIVATIONS[name]
         unknown = set(kwargs) - set(spec.defaults)
@@ -293,14 +304,14 @@ class Activation(nn.Module):
         self.kwargs = {**spec.defaults, **kwargs}
         self.fn = functools.partial(spec.fn, **self.kwargs) if self.kwargs else spec.fn
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return ", ".join([self.name] + [f"{k}={v}" for k, v in self.kwargs.items()])
 
 
-def get_activation(name, **kwargs) -> nn.Module:
+def get_activation(name: ActLike, **kwargs: Any) -> nn.Module:
     """Ready-to-use module for a registered activation name; modules and callables pass through.
 
     >>> get_activation("GELU_tanh")(torch.zeros(2))
@@ -317,15 +328,22 @@ def get_activation(name, **kwargs) -> nn.Module:
     return Activation(key, **kwargs)
 
 
+def activation_name(act: nn.Module) -> str | None:
+    """Registry key of an activation module that `get_activation` built; None for any other module."""
+    if isinstance(act, Activation):
+        return act.name
+    return next((key for key, spec in ACTIVATIONS.items() if spec.learnable and type(act) is spec.module), None)
+
+
 class _Lambda(nn.Module):
     """Wraps a plain callable so it can sit in an nn.Sequential or a TransformerEncoderLayer."""
 
-    def __init__(self, fn):
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         super().__init__()
         self.fn = fn
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fn(x)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return getattr(self.fn, "__name__", repr(self.fn))

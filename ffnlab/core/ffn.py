@@ -13,14 +13,16 @@ parameters or FLOPs with the dense 4x FFN so comparisons are fair.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from ffnlab._util.names import closest, normalize
-from ffnlab.core.activations import ACTIVATIONS, get_activation
+from ffnlab.core.activations import ACTIVATIONS, ActLike, activation_name, get_activation
+from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, fused_is_faster, resolve_fused
 from ffnlab.core.memory import saved_bytes
 
 Match = Literal["params", "flops", "none"]
@@ -31,6 +33,7 @@ INITS = ("lecun", "he", "normal", "lecun_uniform", "family")
 # normal gave the lowest loss for every default variant among the candidates measured (README, "Initialisation")
 DEFAULT_INIT = "lecun"
 LEGACY_INITS = {"auto": "family"}  # the name of the per-family table in stores written before it had one
+GeneratorFor = Callable[[str, torch.Size], torch.Generator]  # (parameter name, shape) -> its random stream
 
 SHAZEER = "Shazeer 2020, GLU Variants Improve Transformer (arXiv:2002.05202)"
 
@@ -187,16 +190,46 @@ def matched_hidden_dim(
 # ---- modules ----------------------------------------------------------------------------------
 
 
-class DenseFFN(nn.Module):
-    """W_out act(W_in x): the Transformer's original position-wise feed-forward network."""
+def spec_for(kind: Literal["dense", "gated", "mix"], acts: tuple[str | None, ...]) -> FFNSpec | None:
+    """Spec of an FFN built directly from activations with registry names `acts`: the table's entry
+    (or `mix:a+b`), or for a gated FFN over an activation no entry names, a spec of its own;
+    None if an activation is outside the registry (None in `acts`)."""
+    if None in acts:
+        return None
+    if kind == "gated":
+        act = acts[0]
+        named = next((s for s in GATED.values() if s.acts == (act,)), None)
+        return named or FFNSpec(f"gated {act}", "gated", (act,), f"W_down({act}(W_gate x) * W_up x)", SHAZEER)
+    if kind == "mix":
+        return get_ffn_spec(f"mix:{acts[0]}+{acts[1]}") if len(acts) == 2 else None
+    return get_ffn_spec(acts[0])
 
-    def __init__(self, d_model: int, d_ff: int, act="relu", bias: bool = True, **act_kwargs):
+
+class DenseFFN(nn.Module):
+    """W_out act(W_in x): the Transformer's original position-wise feed-forward network.
+
+    `spec` (what `init_ffn` and `ffn_stats` read) defaults to the registry's entry for the
+    activation; pass it for an activation outside the registry.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        act: ActLike = "relu",
+        bias: bool = True,
+        *,
+        spec: FFNSpec | None = None,
+        **act_kwargs: Any,
+    ) -> None:
         super().__init__()
         self.w_in = nn.Linear(d_model, d_ff, bias=bias)
         self.act = get_activation(act, **act_kwargs)
         self.w_out = nn.Linear(d_ff, d_model, bias=bias)
+        self.spec = spec or spec_for("dense", (activation_name(self.act),))
+        self.d_ff = d_ff
 
-    def forward(self, x):  # (..., d_model) -> (..., d_model)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -> (..., d_model)
         return self.w_out(self.act(self.w_in(x)))
 
 
@@ -204,23 +237,33 @@ class GatedFFN(nn.Module):
     """W_down(act(W_gate x) * W_up x): the GLU family. The gate goes through the activation,
     the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj).
 
-    Activations in `ffnlab.core.kernels.FUSED_ACTS` have a fused path that keeps only W_gate x and
-    W_up x for backward (`gated_down`). `fused`: None takes it where it measured at least as fast
-    as eager (`ffnlab.core.kernels.fused_pays`: CUDA with Triton, large fp32 inputs on the CPU), True
-    forces it (ValueError if the activation has no kernel; half the activation memory), False
-    keeps the eager ops. FFNLAB_EAGER=1 keeps the eager ops whatever `fused` says.
+    Activations in `FUSED_ACTS` have a fused path that keeps only W_gate x and W_up x for backward
+    (`fused_gated_down`). Which path forward takes is decided here, at construction, from `fused`
+    and the policy of `ffnlab.core.kernels.set_fused_policy` (see `resolve_fused`): `fused=True`
+    takes it (ValueError if the activation has no kernel; half the activation memory) unless the
+    policy is "never" (FFNLAB_EAGER=1), False keeps the eager ops, None follows the policy. The
+    result is the attribute `fused`: True, False, or None for "where `fused_is_faster` says so for
+    the input". `spec` defaults to the registry's gated entry for the activation.
     """
 
     def __init__(
-        self, d_model: int, d_ff: int, act="silu", bias: bool = False, fused: bool | None = None, **act_kwargs
-    ):
-        from ffnlab.core.kernels import FUSED_ACTS
-
+        self,
+        d_model: int,
+        d_ff: int,
+        act: ActLike = "silu",
+        bias: bool = False,
+        fused: bool | None = None,
+        *,
+        spec: FFNSpec | None = None,
+        **act_kwargs: Any,
+    ) -> None:
         super().__init__()
         self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
         self.w_up = nn.Linear(d_model, d_ff, bias=bias)
         self.act = get_activation(act, **act_kwargs)
         self.w_down = nn.Linear(d_ff, d_model, bias=bias)
+        self.spec = spec or spec_for("gated", (activation_name(self.act),))
+        self.d_ff = d_ff
         # kernels exist for plain registered activations, not learnable ones or ones with arguments
         name = getattr(self.act, "name", None)
         self.fused_act = name if name in FUSED_ACTS and not getattr(self.act, "kwargs", None) else None
@@ -228,39 +271,44 @@ class GatedFFN(nn.Module):
             raise ValueError(
                 f"fused=True needs an activation with a fused kernel, got {self.act}; fused: {', '.join(FUSED_ACTS)}"
             )
-        self.fused = fused
+        self.fused = resolve_fused(fused, self.fused_act)
 
     def use_fused(self, x: torch.Tensor | None = None) -> bool:
-        """Whether forward takes the fused path (for input x): `fused`, else the table default where
-        `fused_pays(x)`; never with FFNLAB_EAGER=1."""
-        from ffnlab.core.kernels import FUSED_ACTS, eager_forced, fused_pays
+        """Whether forward takes the fused path (for input x): the choice made at construction, and
+        where that was "auto" (`fused` None), whether `fused_is_faster(x)`."""
+        # NOTE: "auto" cannot be settled at construction: whether the fused path pays depends on the
+        # input's device, dtype, autocast state and number of tokens, and one module sees many inputs.
+        if self.fused is None:
+            return x is None or fused_is_faster(x, self.d_ff)
+        return self.fused
 
-        if self.fused_act is None or self.fused is False or eager_forced():
-            return False
-        if self.fused:
-            return True
-        return FUSED_ACTS[self.fused_act].default and (x is None or fused_pays(x, self.w_up.out_features))
-
-    def forward(self, x):  # (..., d_model) -> (..., d_model)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -> (..., d_model)
         if self.use_fused(x):
-            from ffnlab.core.kernels import gated_down
-
-            return gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
+            return fused_gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
         return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
 
-    def extra_repr(self):
-        on = self.use_fused()
-        return f"fused={'auto' if on and self.fused is None else on}"
+    def extra_repr(self) -> str:
+        return f"fused={'auto' if self.fused is None else self.fused}"
 
 
 class MixFFN(nn.Module):
     """Mean of two dense FFNs with different activations, each at half the hidden width."""
 
-    def __init__(self, d_model: int, d_ff: int, acts=("gelu", "silu"), bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        acts: Sequence[ActLike] = ("gelu", "silu"),
+        bias: bool = True,
+        *,
+        spec: FFNSpec | None = None,
+    ) -> None:
         super().__init__()
         self.branches = nn.ModuleList(DenseFFN(d_model, d_ff // 2, a, bias) for a in acts)
+        self.spec = spec or spec_for("mix", tuple(activation_name(b.act) for b in self.branches))
+        self.d_ff = d_ff
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return sum(b(x) for b in self.branches) / len(self.branches)
 
 
@@ -270,15 +318,16 @@ def build_ffn(
     d_ff: int | None = None,
     bias: bool | None = None,
     match: Match = "params",
-    init: Init = DEFAULT_INIT,
-    **act_kwargs,
+    init: Init | None = DEFAULT_INIT,
+    **kwargs: Any,
 ) -> nn.Module:
     """Build a registered FFN variant.
 
     d_ff=None picks the width by `match` (see `matched_hidden_dim`). bias=None means the variant's
     convention: on for dense and mixed FFNs, off for gated ones (Shazeer 2020). `init` chooses the
-    weight initialisation (see `init_ffn`). Extra keyword arguments go to the activation
-    (e.g. negative_slope=0.1 for leaky_relu).
+    weight initialisation (see `init_ffn`); None leaves it to the caller (the Transformer's
+    `init_weights` initialises every parameter once). Extra keyword arguments go to the class
+    (`fused` for gated FFNs) and from there to the activation (e.g. negative_slope=0.1 for leaky_relu).
     """
     spec = get_ffn_spec(name)
     if d_model <= 0:
@@ -290,13 +339,13 @@ def build_ffn(
     if d_ff is None:
         d_ff = matched_hidden_dim(spec, d_model, match, bias)
     if spec.kind == "gated":
-        ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, **act_kwargs)
+        ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, **kwargs)
     elif spec.kind == "mix":
-        ffn = MixFFN(d_model, d_ff, spec.acts, bias)
+        ffn = MixFFN(d_model, d_ff, spec.acts, bias, spec=spec)
     else:
-        ffn = DenseFFN(d_model, d_ff, spec.acts[0], bias, **act_kwargs)
-    ffn.spec, ffn.d_ff = spec, d_ff
-    init_ffn(ffn, init)
+        ffn = DenseFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, **kwargs)
+    if init is not None:
+        init_ffn(ffn, init)
     return ffn
 
 
@@ -333,14 +382,22 @@ def init_scheme(spec: FFNSpec, init: Init = DEFAULT_INIT) -> str:
     return INIT_BY_FAMILY[ACTIVATIONS[spec.acts[0]].family] if init == "family" else init
 
 
+def spec_of(ffn: nn.Module) -> FFNSpec:
+    """The FFN's spec; ValueError if it has none (an activation outside the registry, no spec= given)."""
+    spec = getattr(ffn, "spec", None)
+    if spec is None:
+        raise ValueError(f"{type(ffn).__name__} has no spec (its activation is not in the registry): pass spec=")
+    return spec
+
+
 @torch.no_grad()
-def init_ffn(ffn: nn.Module, init: Init = DEFAULT_INIT, generator_for=None):
-    """Re-initialise every Linear of an FFN: zero-mean weights by scheme, zero biases.
+def init_ffn(ffn: nn.Module, init: Init = DEFAULT_INIT, generator_for: GeneratorFor | None = None) -> None:
+    """Initialise every Linear of an FFN: zero-mean weights by scheme, zero biases.
 
     `generator_for(name, shape) -> torch.Generator`, if given, gives each weight its own random
     stream; the model uses it so that same-shaped weights start equal across variants.
     """
-    scheme = init_scheme(ffn.spec, init)
+    scheme = init_scheme(spec_of(ffn), init)
     for name, lin in ffn.named_modules():
         if isinstance(lin, nn.Linear):
             gen = generator_for(f"{name}.weight", lin.weight.shape) if generator_for else None
@@ -356,14 +413,14 @@ def init_ffn(ffn: nn.Module, init: Init = DEFAULT_INIT, generator_for=None):
 # ---- measured statistics ------------------------------------------------------------------------
 
 
-def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict:
+def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict[str, Any]:
     """Parameters per weight, FLOPs per token, and bytes kept for backward per token.
 
     The saved bytes are measured, not estimated: one forward pass over `tokens` random tokens
     under `torch.autograd.graph.saved_tensors_hooks`, counting each distinct tensor once and
     leaving out the weights themselves (they are kept anyway).
     """
-    spec = ffn.spec
+    spec = spec_of(ffn)
     d_model = next(p for n, p in ffn.named_parameters() if n.endswith("weight")).shape[1]
     params = {n: p.numel() for n, p in ffn.named_parameters()}
     bias = any(n.endswith("bias") for n in params)

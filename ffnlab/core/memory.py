@@ -23,9 +23,9 @@ def saved_bytes(fn: Callable[[], object], exclude: Iterable[torch.Tensor] = ()) 
     """Bytes autograd keeps for backward while fn() runs, each tensor once, tensors sharing storage
     with `exclude` (the weights, kept anyway) left out. Measured with saved_tensors_hooks."""
     skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen = {}
+    seen: dict[tuple[int, int, tuple[int, ...]], int] = {}
 
-    def pack(t):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         ptr = t.untyped_storage().data_ptr()
         if ptr not in skip:
             seen[(ptr, t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()

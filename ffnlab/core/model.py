@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +18,8 @@ from torch import nn
 
 from ffnlab.core.activations import get_activation
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, get_ffn_spec, init_ffn
+
+Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
 
 
 @dataclass
@@ -44,7 +47,7 @@ class ModelConfig:
     pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token
     attn_proj_act: str | None = None  # activation on Q/K/V projections; off in standard Transformers
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_config(self)
 
 
@@ -58,7 +61,7 @@ CHOICES = {
 }
 
 
-def check_config(cfg: ModelConfig):
+def check_config(cfg: ModelConfig) -> None:
     """Raise ValueError naming the first invalid field and its valid choices."""
     for name in ("vocab_size", "context", "n_layers", "n_heads", "d_model", "n_classes"):
         if getattr(cfg, name) <= 0:
@@ -80,26 +83,26 @@ def check_config(cfg: ModelConfig):
         get_activation(cfg.attn_proj_act)
 
 
-def rope_tables(context: int, head_dim: int, base: float = 10000.0):
+def rope_tables(context: int, head_dim: int, base: float = 10000.0) -> Rope:
     """cos and sin tables (context, head_dim/2) for rotary embeddings (Su et al. 2021, RoFormer)."""
     inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(context, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
 
 
-def apply_rope(x, cos, sin):  # x: (B, nh, T, hs)
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # x: (B, nh, T, hs)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     T = x.shape[-2]
     cos, sin = cos[:T], sin[:T]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
 
 
-def attend(q, k, v, causal: bool, dropout: float = 0.0):
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, dropout: float = 0.0) -> torch.Tensor:
     """scaled_dot_product_attention over (B, nh, T, hs); bf16 inputs on the CPU are attended in fp32.
 
-    NOTE: the CPU flash-attention kernel's bf16 backward is about 5x slower than its fp32 one at
-    head size 32 (benchmarks/train_speed.md), so under CPU bf16 autocast the scores, softmax and
-    weighted sum run in fp32 (also the more accurate choice) and only the result is cast back.
+    NOTE: the CPU flash-attention kernel's bf16 backward measured slower than its fp32 one
+    (benchmarks/train_speed.md), so under CPU bf16 autocast the scores, softmax and weighted sum
+    run in fp32 (also the more accurate choice) and only the result is cast back.
     """
     if q.dtype == torch.bfloat16 and q.device.type == "cpu":
         with torch.autocast("cpu", enabled=False):
@@ -111,7 +114,7 @@ def attend(q, k, v, causal: bool, dropout: float = 0.0):
 class Attention(nn.Module):
     """Multi-head self-attention with scaled_dot_product_attention; causal for the LM."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads, self.causal = cfg.n_heads, cfg.task == "lm"
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
@@ -119,7 +122,9 @@ class Attention(nn.Module):
         self.proj_act = get_activation(cfg.attn_proj_act) if cfg.attn_proj_act else None
         self.dropout = cfg.dropout
 
-    def heads(self, x, rope=None):
+    def project_heads(
+        self, x: torch.Tensor, rope: Rope | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v as (B, nh, T, hs), with the optional projection activation and RoPE applied."""
         B, T, C = x.shape
         qkv = self.qkv(x)
@@ -130,15 +135,15 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
 
-    def forward(self, x, rope=None):  # (B, T, C) -> (B, T, C)
+    def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         B, T, C = x.shape
-        q, k, v = self.heads(x, rope)
+        q, k, v = self.project_heads(x, rope)
         y = attend(q, k, v, self.causal, self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
-    def weights(self, x, rope=None):
+    def attention_probs(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """Attention probabilities (B, nh, T, T), for plots; same math as forward."""
-        q, k, _ = self.heads(x, rope)
+        q, k, _ = self.project_heads(x, rope)
         att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if self.causal:
             T = x.shape[1]
@@ -153,15 +158,16 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
 class Block(nn.Module):
     """Attention and FFN sub-layers with residuals; norm before (pre) or after (post) each."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.pre = cfg.placement == "pre"
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         self.attn = Attention(cfg)
-        self.ffn = build_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, cfg.init)
+        # init=None: the Transformer's init_weights initialises it, from the model's per-parameter generators
+        self.ffn = build_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, rope=None):
+    def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         if self.pre:
             x = x + self.drop(self.attn(self.norm1(x), rope))
             return x + self.drop(self.ffn(self.norm2(x)))
@@ -172,7 +178,7 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     """Token embeddings, n_layers blocks, final norm, and an LM or classification head."""
 
-    def __init__(self, cfg: ModelConfig, seed: int = 0):
+    def __init__(self, cfg: ModelConfig, seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
@@ -192,10 +198,10 @@ class Transformer(nn.Module):
             self.head = nn.Linear(cfg.d_model, cfg.n_classes)
         init_weights(self, seed)
 
-    def rope(self):
+    def rope(self) -> Rope | None:
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
 
-    def embed(self, idx):  # idx: (B, T) -> (B, T, C)
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:  # idx: (B, T) -> (B, T, C)
         T = idx.shape[1]
         if self.cfg.context < T:
             raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
@@ -204,7 +210,9 @@ class Transformer(nn.Module):
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
         return self.drop(x)
 
-    def forward(self, idx, targets=None):
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) token ids -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss."""
         x = self.embed(idx)
         rope = self.rope()
@@ -219,24 +227,25 @@ class Transformer(nn.Module):
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
     @torch.no_grad()
-    def attention_maps(self, idx, layer: int = 0):
+    def attention_maps(self, idx: torch.Tensor, layer: int = 0) -> torch.Tensor:
         """Attention probabilities (B, nh, T, T) at one layer for a fixed input."""
         x, rope = self.embed(idx), self.rope()
         for block in self.blocks[:layer]:
             x = block(x, rope)
         block = self.blocks[layer]
-        return block.attn.weights(block.norm1(x) if block.pre else x, rope)
+        return block.attn.attention_probs(block.norm1(x) if block.pre else x, rope)
 
 
-def param_seed(seed: int, name: str, shape) -> int:
+def param_seed(seed: int, name: str, shape: Sequence[int]) -> int:
     """The seed of one parameter's generator: equal for equal (seed, name, shape) in any model."""
     digest = hashlib.sha256(f"{seed}/{name}/{tuple(shape)}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 @torch.no_grad()
-def init_weights(model: Transformer, seed: int = 0):
-    """Initialise each parameter from its own generator, seeded by (seed, name, shape).
+def init_weights(model: Transformer, seed: int = 0) -> None:
+    """Initialise each parameter from its own generator, seeded by (seed, name, shape): the model's
+    one initialisation (its FFNs are built uninitialised, `build_ffn(init=None)`).
 
     Same-named, same-shaped parameters therefore start identical whatever the FFN variant: with
     one seed, relu and swiglu models share embeddings and attention weights, so a seed pairs runs.
@@ -245,7 +254,7 @@ def init_weights(model: Transformer, seed: int = 0):
     """
     cfg = model.cfg
 
-    def generator(name, shape):
+    def generator(name: str, shape: Sequence[int]) -> torch.Generator:
         return torch.Generator().manual_seed(param_seed(seed, name, shape))
 
     for name, module in model.named_modules():

@@ -156,7 +156,7 @@ REFERENCES: dict[str, Ref] = {
     "identity": Ref(lambda x: x, np.ones_like),
     "swish_beta": SILU,  # beta = 1 at init
     "tunable_gelu": GELU,  # tau = 1 at init
-    "switch": _mean([RELU, GELU, SILU]),  # Switch() default acts relu, gelu, silu
+    "switch": _mean([RELU, GELU, SILU]),  # ScalarMixture() default acts relu, gelu, silu
     "gelu_new": GELU_TANH,
     "gelu_fast": GELU_TANH,
     "gelu_pytorch_tanh": GELU_TANH,

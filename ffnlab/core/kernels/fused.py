@@ -15,17 +15,23 @@ three backends, picked per call by `pick_backend`:
     torch     everything else: the table functions as plain PyTorch ops (no build cost)
 
 Internal math is fp32 for fp16/bf16 inputs (fp64 for fp64), rounded once to the input dtype.
-Set FFNLAB_EAGER=1 to make every FFN take its unfused eager path instead (for debugging).
+
+Whether a `GatedFFN` takes the fused path is decided when it is built, from a process-wide policy
+(as timm's `set_layer_config`): `set_fused_policy("auto" | "always" | "never")`, or the
+`use_fused_policy(...)` context manager for the modules built inside it. FFNLAB_EAGER=1 makes
+"never" the default (every FFN on its unfused eager ops; for debugging).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -46,12 +52,13 @@ GELU_TANH_C = 0.044715
 COMPILE_MIN_NUMEL = 1 << 16
 
 
-# NOTE: GatedFFN's default takes the fused path only where it measured at least as fast as eager for a
-# whole FFN forward+backward (benchmarks/fused_default.py, benchmarks/README.md "The default"): fp32
-# from about 4M hidden elements (1.01x at 5.6M; 0.98x at 2.8M and 0.86-0.90x at 350K on two threads,
-# where the custom Function's per-call cost shows); under bf16 autocast never (0.76-0.97x on two
-# threads: the fp32 round trip costs more than the passes it saves).
+# NOTE: the "auto" policy takes the fused path only where a whole FFN forward+backward measured at least as
+# fast as eager: fp32 from about 4M hidden elements, never under bf16 autocast (benchmarks/README.md, "The default").
 FUSED_MIN_NUMEL = 1 << 22
+
+FusedPolicy = Literal["auto", "always", "never"]
+FUSED_POLICIES = ("auto", "always", "never")
+_policy: FusedPolicy | None = None  # set by set_fused_policy; None: the environment's default
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class FusedAct:
     default: bool  # fused by default in GatedFFN: measured at least as fast as eager (benchmarks/README.md)
 
 
-def sigmoid_and_slope(x):
+def sigmoid_and_slope(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sigmoid(x), sigmoid(x) * (1 - sigmoid(x))) from one exp.
 
     NOTE: the slope is e/(1 + e)^2 with e = exp(-|x|), not s*(1 - s): once s rounds to 1 in fp32
@@ -73,66 +80,66 @@ def sigmoid_and_slope(x):
     return torch.where(x >= 0, 1.0, e) / (1 + e), e / ((1 + e) * (1 + e))
 
 
-def gelu_cdf(g):
+def gelu_cdf(g: torch.Tensor) -> torch.Tensor:
     """Phi(g) = 0.5(1 + erf(g/sqrt2)), the same 1+erf form as F.gelu."""
     return 0.5 * (1 + torch.erf(g * SQRT1_2))
 
 
-def gelu_tanh_arg(g):
+def gelu_tanh_arg(g: torch.Tensor) -> torch.Tensor:
     """2z = 2sqrt(2/pi)(g + 0.044715g^3): 0.5(1 + tanh z) = sigmoid(2z), so gelu_tanh(g) = g*sigmoid(2z)."""
     return 2 * SQRT_2_OVER_PI * (g + GELU_TANH_C * g * g * g)
 
 
 # Forwards and derivatives are written with the same pieces (sigmoid_and_slope, gelu_cdf) so that the
 # compiled backward, which needs both, computes each exp or erf once.
-def silu(g):
+def silu(g: torch.Tensor) -> torch.Tensor:
     """g*sigmoid(g)."""
     return g * sigmoid_and_slope(g)[0]
 
 
-def silu_derivative(g):
+def silu_derivative(g: torch.Tensor) -> torch.Tensor:
     """d/dg g*sigmoid(g) = s + g*s(1 - s), s = sigmoid(g)."""
     s, slope = sigmoid_and_slope(g)
     return s + g * slope
 
 
-def gelu(g):
+def gelu(g: torch.Tensor) -> torch.Tensor:
     """g*Phi(g)."""
     return g * gelu_cdf(g)
 
 
-def gelu_derivative(g):
+def gelu_derivative(g: torch.Tensor) -> torch.Tensor:
     """d/dg g*Phi(g) = Phi(g) + g*phi(g)."""
     return gelu_cdf(g) + g * torch.exp(-0.5 * g * g) * INV_SQRT_2PI
 
 
-def gelu_tanh(g):
+def gelu_tanh(g: torch.Tensor) -> torch.Tensor:
     """0.5g(1 + tanh z) as g*sigmoid(2z), z = sqrt(2/pi)(g + 0.044715g^3); no 1 + tanh cancellation."""
     return g * sigmoid_and_slope(gelu_tanh_arg(g))[0]
 
 
-def gelu_tanh_derivative(g):
+def gelu_tanh_derivative(g: torch.Tensor) -> torch.Tensor:
     """d/dg g*s(2z) = s + g*s(1 - s)*2sqrt(2/pi)(1 + 3*0.044715g^2)."""
     s, slope = sigmoid_and_slope(gelu_tanh_arg(g))
     return s + g * slope * 2 * SQRT_2_OVER_PI * (1 + 3 * GELU_TANH_C * g * g)
 
 
-def relu_derivative(g):
+def relu_derivative(g: torch.Tensor) -> torch.Tensor:
     """1 where g > 0, else 0 (0 at g = 0, as PyTorch's relu backward)."""
     return (g > 0).to(g.dtype)
 
 
-def sigmoid(g):
+def sigmoid(g: torch.Tensor) -> torch.Tensor:
     """1/(1 + exp(-g))."""
     return sigmoid_and_slope(g)[0]
 
 
-def sigmoid_derivative(g):
+def sigmoid_derivative(g: torch.Tensor) -> torch.Tensor:
     """sigmoid(g)(1 - sigmoid(g))."""
     return sigmoid_and_slope(g)[1]
 
 
-def identity_derivative(g):
+def identity_derivative(g: torch.Tensor) -> torch.Tensor:
     """1 everywhere (the bilinear variant)."""
     return torch.ones_like(g)
 
@@ -156,7 +163,7 @@ def check_act(act: str) -> str:
     return act
 
 
-def fused_pays(x: torch.Tensor, d_ff: int) -> bool:
+def fused_is_faster(x: torch.Tensor, d_ff: int) -> bool:
     """Whether the fused path is at least as fast as eager for an FFN input `x` (..., d_model) of
     hidden width d_ff: on CUDA with Triton; on the CPU for fp32 outside autocast with at least
     FUSED_MIN_NUMEL hidden elements."""
@@ -167,9 +174,58 @@ def fused_pays(x: torch.Tensor, d_ff: int) -> bool:
     return x.numel() // max(x.shape[-1], 1) * d_ff >= FUSED_MIN_NUMEL
 
 
+# ---- the policy: fused or eager, decided when a module is built -------------------------------------
+
+
 def eager_forced() -> bool:
-    """True when FFNLAB_EAGER=1 asks every FFN to skip its fused path."""
+    """True when FFNLAB_EAGER=1 is set: the default policy is then "never"."""
     return os.environ.get("FFNLAB_EAGER", "").strip() not in ("", "0")
+
+
+def get_fused_policy() -> FusedPolicy:
+    """The policy gated FFNs read when they are built: `set_fused_policy`'s, else "never" with
+    FFNLAB_EAGER=1, else "auto"."""
+    if _policy is not None:
+        return _policy
+    return "never" if eager_forced() else "auto"
+
+
+def set_fused_policy(policy: FusedPolicy | None) -> None:
+    """Choose where gated FFNs built from now on take the fused path; modules built earlier keep theirs.
+
+        auto     modules left at fused=None take it where `fused_is_faster` says so for each input
+        always   modules left at fused=None take it wherever their activation has a kernel
+        never    no module takes it, whatever its `fused` argument (debugging, export)
+
+    None goes back to the environment's default (FFNLAB_EAGER=1: never; else auto).
+    """
+    global _policy
+    if policy is not None and policy not in FUSED_POLICIES:
+        raise ValueError(f"unknown fused policy '{policy}'; valid: {', '.join(FUSED_POLICIES)}")
+    _policy = policy
+
+
+@contextmanager
+def use_fused_policy(policy: FusedPolicy) -> Iterator[None]:
+    """`set_fused_policy(policy)` for the modules built inside the `with` block, then the previous one."""
+    previous = _policy
+    set_fused_policy(policy)
+    try:
+        yield
+    finally:
+        set_fused_policy(previous)
+
+
+def resolve_fused(fused: bool | None, act: str | None) -> bool | None:
+    """The path a gated FFN takes, decided at build time from its `fused` argument, its activation's
+    kernel (`act`, None if it has none) and the current policy: True fused, False eager, None fused
+    where `fused_is_faster` says so for the input."""
+    policy = get_fused_policy()
+    if act is None or fused is False or policy == "never":
+        return False
+    if fused or policy == "always":
+        return True
+    return None if FUSED_ACTS[act].default else False
 
 
 # ---- the elementwise math, one backend-independent definition ---------------------------------------
@@ -179,13 +235,15 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def gated_forward(act: str, gate, up):
+def gated_forward(act: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """act(gate) * up, computed in fp32 (fp64 for fp64 inputs) and rounded once to gate's dtype."""
     spec, ct = FUSED_ACTS[act], _compute_dtype(gate.dtype)
     return (spec.forward(gate.to(ct)) * up.to(ct)).to(gate.dtype)
 
 
-def gated_backward(act: str, gate, up, grad, need_h: bool):
+def gated_backward(
+    act: str, gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, need_h: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(d gate, d up) of act(gate) * up for output gradient `grad`, plus the product if `need_h`.
 
     d gate = grad * up * act'(gate), d up = grad * act(gate); each rounded once to gate's dtype.
@@ -198,11 +256,13 @@ def gated_backward(act: str, gate, up, grad, need_h: bool):
     return dgate, dup, ((a * u).to(gate.dtype) if need_h else None)
 
 
-_compiled = {}  # gated_forward / gated_backward -> its torch.compile wrapper, made on first use
+_compiled: dict[
+    Callable[..., Any], Callable[..., Any]
+] = {}  # gated_forward / gated_backward -> its torch.compile wrapper, made on first use
 _compile_failed: str | None = None  # why torch.compile could not build the kernels here, once known
 
 
-def _call_compiled(plain, *args):
+def _call_compiled(plain: Callable[..., Any], *args: Any) -> Any:
     """Run `plain` compiled (one graph per act, dtype, need_h; the length is symbolic), falling back
     to the plain ops, with one warning, if the build fails."""
     global _compile_failed
@@ -227,8 +287,9 @@ def compile_failure() -> str | None:
     return _compile_failed
 
 
+@functools.cache
 def triton_ready() -> bool:
-    """True when the Triton kernels can run on CUDA tensors here."""
+    """True when the Triton kernels can run on CUDA tensors here (asked once per process)."""
     if not torch.cuda.is_available():
         return False
     try:
@@ -252,8 +313,9 @@ def pick_backend(t: torch.Tensor) -> Backend:
     return "torch"
 
 
-def _run_forward(backend: Backend, act, gate, up):
+def _run_forward(backend: Backend, act: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     if backend == "triton":
+        # NOTE: imported on first use: it needs triton (optional), and triton.jit reads TRITON_INTERPRET at import
         from ffnlab.core.kernels import triton_gated
 
         return triton_gated.forward(act, gate, up)
@@ -262,7 +324,9 @@ def _run_forward(backend: Backend, act, gate, up):
     return gated_forward(act, gate, up)
 
 
-def _run_backward(backend: Backend, act, gate, up, grad, need_h):
+def _run_backward(
+    backend: Backend, act: str, gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, need_h: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     if backend == "triton":
         from ffnlab.core.kernels import triton_gated
 
@@ -284,7 +348,15 @@ class GatedAct(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, gate, up, act, backend, w_down, b_down):
+    def forward(
+        ctx: Any,
+        gate: torch.Tensor,
+        up: torch.Tensor,
+        act: str,
+        backend: Backend,
+        w_down: torch.Tensor | None,
+        b_down: torch.Tensor | None,
+    ) -> torch.Tensor:
         gate, up = gate.contiguous(), up.contiguous()  # the kernels walk flat memory
         h = _run_forward(backend, act, gate, up) if gate.numel() else torch.empty_like(gate)
         ctx.act, ctx.backend, ctx.has_bias = act, backend, b_down is not None
@@ -292,7 +364,9 @@ class GatedAct(torch.autograd.Function):
         return h if w_down is None else F.linear(h, w_down, b_down)
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(
+        ctx: Any, grad_out: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, None, None, torch.Tensor | None, torch.Tensor | None]:
         gate, up, w_down = ctx.saved_tensors
         need_w = w_down is not None and ctx.needs_input_grad[4]
         if w_down is None:
@@ -314,12 +388,19 @@ class GatedAct(torch.autograd.Function):
         return dgate, dup, None, None, dw, db
 
 
-def gated_act(gate, up, act: str = "silu", backend: Backend | None = None):
+def gated_act(gate: torch.Tensor, up: torch.Tensor, act: str = "silu", backend: Backend | None = None) -> torch.Tensor:
     """Fused act(gate) * up that keeps only gate and up for backward; `backend` None picks one."""
     return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), None, None)
 
 
-def gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backend | None = None):
+def fused_gated_down(
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    w_down: torch.Tensor,
+    b_down: torch.Tensor | None = None,
+    act: str = "silu",
+    backend: Backend | None = None,
+) -> torch.Tensor:
     """Fused (act(gate) * up) @ w_down^T + b_down: the second half of a gated FFN.
 
     Keeps gate and up for backward (plus the weight, which is kept anyway), not the product.
@@ -333,7 +414,7 @@ def gated_down(gate, up, w_down, b_down=None, act: str = "silu", backend: Backen
     return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), w_down, b_down)
 
 
-def _checked_backend(gate, up, act, backend) -> Backend:
+def _checked_backend(gate: torch.Tensor, up: torch.Tensor, act: str, backend: Backend | None) -> Backend:
     """The backend to use, after checking the arguments (ValueError naming what is wrong)."""
     check_act(act)
     if gate.shape != up.shape or gate.dtype != up.dtype:

@@ -8,6 +8,10 @@ fp16/bf16 inputs (fp64 for fp64), rounded once on the store. The formulas mirror
 
 NOTE: `triton.jit` reads TRITON_INTERPRET when this module is imported: set it to 1 before the
 first import to run these kernels on CPU tensors (slowly; tests do this).
+
+NOTE: the `@triton.jit` functions carry no Python type hints: Triton reads a parameter's annotation
+as its kernel type (`tl.constexpr`, `i32`, pointer types), so `n: int` would make it a 32-bit
+argument and change how arguments are specialised. The Python wrappers below are typed.
 """
 
 from __future__ import annotations
@@ -98,11 +102,11 @@ def _backward_kernel(
         tl.store(h_ptr + offs, (a * u).to(h_ptr.dtype.element_ty), mask=mask)
 
 
-def _compute(dtype):
+def _compute(dtype: torch.dtype) -> tl.dtype:
     return tl.float64 if dtype == torch.float64 else tl.float32
 
 
-def forward(act: str, gate, up):
+def forward(act: str, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """act(gate) * up for contiguous tensors of one shape and dtype."""
     h = torch.empty_like(gate)
     n = gate.numel()
@@ -110,7 +114,9 @@ def forward(act: str, gate, up):
     return h
 
 
-def backward(act: str, gate, up, grad, need_h: bool):
+def backward(
+    act: str, gate: torch.Tensor, up: torch.Tensor, grad: torch.Tensor, need_h: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(d gate, d up, act(gate) * up or None) for output gradient `grad`; all contiguous, one shape."""
     dgate, dup = torch.empty_like(gate), torch.empty_like(up)
     h = torch.empty_like(gate) if need_h else dgate  # a dummy pointer when NEED_H is off

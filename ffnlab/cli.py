@@ -601,7 +601,11 @@ def add_tool_parsers(sub) -> None:
     )
     p.add_argument("--d-model", type=int_list, default=None, help="comma-separated widths (default 512; quick 256)")
     p.add_argument("--repeats", type=positive_int, default=None, help="timed repeats per median (default 7; quick 3)")
-    p.add_argument("--quick", action="store_true", help="small sizes, few repeats (its wall time per machine: benchmarks/README.md)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes, few repeats (its wall time per machine: benchmarks/README.md)",
+    )
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its rows say so)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)

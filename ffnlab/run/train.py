@@ -138,6 +138,7 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
 
 
 def on_device(batches: Iterable[Batch], device: str) -> list[Batch]:
+    """The batches moved to `device`."""
     return [(x.to(device), y.to(device)) for x, y in batches]
 
 

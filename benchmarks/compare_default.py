@@ -18,7 +18,7 @@ import time
 import torch
 
 from ffnlab._util.machine import cpu_flags, cpu_has_amx, environment
-from ffnlab.run.train import resolve_precision
+from ffnlab.run.device import resolve_precision
 
 
 def machine_class() -> str:

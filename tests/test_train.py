@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from ffnlab._util import machine
 from ffnlab.core.model import ModelConfig, attend
-from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, spike, train
+from ffnlab.run.monitors import spike
+from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, train
 from ffnlab.study.plan import Study, plan
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
@@ -422,7 +423,7 @@ def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp
     from safetensors.torch import save_model
 
     from ffnlab.core.model import Transformer
-    from ffnlab.run.train import CheckpointWarning
+    from ffnlab.run.checkpoint import CheckpointWarning
 
     cfg = tiny(max_steps=20, checkpoint_every=5, eval_every=10, precision="fp32")
     full = train(cfg)

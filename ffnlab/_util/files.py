@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -16,19 +18,30 @@ def check_writable(path: str | os.PathLike) -> Path:
     return path
 
 
-def write_atomic(path: str | os.PathLike, content: bytes | str) -> Path:
-    """Write through a temporary file of this process beside `path`, then rename: readers and
-    concurrent writers only ever see whole files, and a failure (a full disk, a kill) leaves no
-    temporary file behind but for a kill -9 mid-write."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path of this process beside `path` to write to; renamed onto `path` when the block
+    ends, deleted when it raises. Readers and concurrent writers only ever see whole files, and a
+    failure (a full disk, a kill) leaves no temporary file behind but for a kill -9 mid-write.
+
+        with atomic_path(out) as tmp:
+            torch.save(state, tmp)
+    """
     path = check_writable(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        if isinstance(content, str):
-            tmp.write_text(content, encoding="utf-8")
-        else:
-            tmp.write_bytes(content)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_atomic(path: str | os.PathLike, content: bytes | str) -> Path:
+    """Write `content` to `path` through `atomic_path`: never half-written."""
+    with atomic_path(path) as tmp:
+        if isinstance(content, str):
+            tmp.write_text(content, encoding="utf-8")
+        else:
+            tmp.write_bytes(content)
+    return Path(path)

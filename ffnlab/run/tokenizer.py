@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from ffnlab._util.files import atomic_path
 from ffnlab._util.names import closest
 
 DEFAULT_BPE_VOCAB = 4096
@@ -188,14 +188,8 @@ def build_bpe(texts: list[str], vocab_size: int, cache_dir: str | None) -> BPETo
             pass
     tokenizer_json = train_bpe(texts, vocab_size)
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(tokenizer_json)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp:
+        tmp.write_text(tokenizer_json, encoding="utf-8")
     return BPETokenizer(tokenizer_json)
 
 

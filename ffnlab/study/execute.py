@@ -16,7 +16,9 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from ffnlab.run.train import RunResult, TrainConfig, check_data, check_fits, load_data, resolve_device, train
+from ffnlab.run.config import RunResult, TrainConfig
+from ffnlab.run.device import check_fits, resolve_device
+from ffnlab.run.train import check_data, load_data, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, plan, plan_precision, run_id, study_id
 from ffnlab.study.store import DEFAULT_PATH, Store

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from ffnlab._util.names import closest
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import resolve_precision
+from ffnlab.run.device import resolve_precision
 
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
 # SwiGLU in LLaMA) with 4 seeds: with fewer variants Holm's correction spends less of alpha, and 4

@@ -179,13 +179,13 @@ def mean_or_none(values):
 def fixed_input(cfg: TrainConfig):
     """The first `context` tokens of the validation split, its text, and the model config the
     trained weights need (vocabulary and classes from the data)."""
-    from ffnlab.run.train import fit, load_data
+    from ffnlab.run.train import crop_or_repeat, load_data
 
     corpus, tok, splits = load_data(
         cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field
     )
     T = cfg.model.context
-    ids = splits["val"][:T] if cfg.model.task == "lm" else fit(splits["val"][0][0], T)
+    ids = splits["val"][:T] if cfg.model.task == "lm" else crop_or_repeat(splits["val"][0][0], T)
     mcfg = replace(
         cfg.model,
         vocab_size=tok.vocab_size,

@@ -360,6 +360,8 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
     for rows in (parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study)):
         equal += rows["equal"]
         unequal += rows["unequal"]
+    if study.base.model.dropout:
+        equal.append(["dropout masks", "the same random stream for every variant with one seed"])
     if study.axes:
         equal.append(["study axes", f"{', '.join(sorted(study.axes))}: varied on purpose, compared within each cell"])
     return {"held_equal": equal, "not_equal": unequal}

@@ -67,10 +67,9 @@ def test_grid_rounds_to_dtype_and_drops_out_of_range_points():
     np.testing.assert_array_equal(torch.from_numpy(x).half().double().numpy(), x)
 
 
-# NOTE: PyTorch's vectorised erf/tanh/exp differ by ISA: GELU in |x| < 1 measured 1.4 ULP with AVX-512 (and
-# with ATEN_CPU_CAPABILITY=avx2 or default on that CPU) but 6.55 ULP on an AVX2-only EPYC. ffnlab promises the
-# absolute error; the ULP bound is a margin that holds for every ISA, and `ffnlab numerics` prints each
-# machine's own ULPs beside its CPU and kernel ISA.
+# NOTE: PyTorch's vectorised erf/tanh/exp differ by ISA, so their ULP error does too (measured values:
+# benchmarks/README.md). ffnlab promises the absolute error; the ULP bound is a margin that holds for every
+# ISA, and `ffnlab numerics` prints each machine's own ULPs beside its CPU and kernel ISA.
 TORCH_KERNEL_ULP = 16
 
 

@@ -379,3 +379,30 @@ def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict:
         "flops_per_token": ffn_flops_per_token(spec, d_model, ffn.d_ff, bias),
         "saved_bytes_per_token": saved / tokens,
     }
+
+
+def hidden_dim_for_target(
+    spec: FFNSpec, d_model: int, target: float, match: Match = "params", bias: bool = False, tol: float = 0.01
+) -> int:
+    """d_ff at which `spec` has `target` parameters (match="params") or FLOPs per token ("flops").
+
+    Both counts m(h) are affine in the width h, so the exact width is (target - m(0)) / (m(1) - m(0))
+    (computed over h = 1000 for exactness); it is rounded to the coarsest multiple among 64, 32, 16, 8,
+    2, 1 that keeps m(h) within `tol` (1%) of `target`, so large models get hardware-friendly widths and
+    tiny test models still match. Mixed variants take even widths only. `matched_hidden_dim` (target:
+    the dense 4x FFN) and ffnlab.tools.hf.swap_width (target: a model's own FFN) size with it.
+    """
+    if match == "params":
+        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
+    elif match == "flops":
+        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)
+    else:
+        raise ValueError(f"cannot match '{match}' to a target; valid: params, flops")
+    exact = (target - measure(0)) * 1000 / (measure(1000) - measure(0))
+    for step in (64, 32, 16, 8, 2, 1):
+        if spec.kind == "mix" and step == 1:
+            continue
+        h = max(step, step * round(exact / step))
+        if abs(measure(h) - target) <= tol * target:
+            return h
+    return max(2, 2 * round(exact / 2))

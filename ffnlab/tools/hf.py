@@ -42,6 +42,7 @@ from ffnlab.core.ffn import (
     ffn_flops_per_token,
     ffn_param_count,
     get_ffn_spec,
+    hidden_dim_for_target,
     init_ffn,
 )
 from ffnlab.core.model import param_seed
@@ -316,30 +317,21 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
     """Hidden width of `spec` that matches the model's own FFN (`own`, width d_ff) in parameters or
     FLOPs per token; match="none" keeps d_ff.
 
-    Both counts are affine in the width: solve exactly, keep d_ff where it already matches exactly
-    (a swap to the same kind), else round as `matched_hidden_dim` does: to the coarsest multiple of
-    64, 32, 16, 8, 2, 1 within 1% of the target (even widths for mix).
+    d_ff stays where it already matches exactly (a swap to the same kind); any other width comes from
+    `ffnlab.core.ffn.hidden_dim_for_target`, the rounding `matched_hidden_dim` uses: the coarsest
+    multiple of 64, 32, 16, 8, 2, 1 within 1% of the target (even widths for mix).
     """
     if match not in MATCHES:
         raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
     if match == "none":
         return d_ff
     if match == "params":
-        target = ffn_param_count(own.kind, d_model, d_ff, bias)
-        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
+        target, mine = (ffn_param_count(s.kind, d_model, d_ff, bias) for s in (own, spec))
     else:
-        target = ffn_flops_per_token(own, d_model, d_ff, bias)
-        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)
-    if measure(d_ff) == target:
+        target, mine = (ffn_flops_per_token(s, d_model, d_ff, bias) for s in (own, spec))
+    if mine == target:
         return d_ff
-    exact = (target - measure(0)) * 1000 / (measure(1000) - measure(0))
-    for step in (64, 32, 16, 8, 2, 1):
-        if spec.kind == "mix" and step == 1:
-            continue
-        h = max(step, step * round(exact / step))
-        if abs(measure(h) - target) <= 0.01 * target:
-            return h
-    return max(2, 2 * round(exact / 2))
+    return hidden_dim_for_target(spec, d_model, target, match, bias)
 
 
 def _make_ffn(

@@ -5,7 +5,7 @@ import torch
 
 from ffnlab.core.ffn import build_ffn, ffn_flops_per_token, get_ffn_spec
 from ffnlab.tools import bench
-from ffnlab.tools.bench import IMPLS, bench_activation, bench_ffn, peak_memory, step_flops
+from ffnlab.tools.bench import IMPLS, bench_activation, bench_ffn, peak_bytes_during, step_flops
 
 ROW_KEYS = {
     "ffn",
@@ -22,9 +22,9 @@ ROW_KEYS = {
 MACHINE = {"matmul_gflops": 100.0, "copy_gbs": 10.0}
 
 
-def test_peak_memory_sees_a_temporary():
+def test_peak_bytes_during_sees_a_temporary():
     size = 1 << 20  # 4 MB of fp32, freed before the function returns
-    peak = peak_memory(lambda: torch.ones(size).sum())
+    peak = peak_bytes_during(lambda: torch.ones(size).sum())
     assert 4 * size <= peak < 8 * size
 
 

@@ -180,3 +180,34 @@ def test_ffn_outside_the_registry_needs_a_spec():
         init_ffn(ffn)
     named = DenseFFN(16, 32, torch.nn.GELU(), spec=get_ffn_spec("gelu"))
     assert ffn_stats(named)["ffn"] == "gelu"
+
+
+def test_hidden_dim_for_target_known_values():
+    from ffnlab.core.ffn import hidden_dim_for_target
+
+    swiglu = get_ffn_spec("swiglu")
+    # LLaMA-7B's width before its round-up to 256: 3 * 4096 * h = 2 * 4096 * 16384 -> h = 10922.7 -> 171 * 64
+    assert hidden_dim_for_target(swiglu, 4096, 2 * 4096 * 16384) == 10944
+    # GPT-2-style 4x dense with biases at d_model 32 (8352 params) -> gated: 98h + 32 -> 85 (84 is 1.05% off)
+    assert hidden_dim_for_target(swiglu, 32, 8352, bias=True) == 85
+    assert hidden_dim_for_target(get_ffn_spec("gelu"), 32, 3 * 32 * 64) == 96
+    with pytest.raises(ValueError, match="valid: params, flops"):
+        hidden_dim_for_target(swiglu, 32, 1000, match="none")
+
+
+@pytest.mark.parametrize("name", ["swiglu", "geglu", "reglu", "gelu", "relu", "mix:gelu+relu"])
+@pytest.mark.parametrize("match", ["params", "flops"])
+def test_matched_hidden_dim_is_hidden_dim_for_the_dense_4x_target(name, match):
+    from ffnlab.core.ffn import FFNSpec, hidden_dim_for_target, matched_hidden_dim
+
+    spec = get_ffn_spec(name)
+    for d_model, bias in ((32, False), (96, True), (768, False)):
+        dense = FFNSpec("dense", "dense", spec.acts[:1], "", "")
+        target = (
+            ffn_param_count("dense", d_model, 4 * d_model, bias)
+            if match == "params"
+            else ffn_flops_per_token(dense, d_model, 4 * d_model, bias)
+        )
+        assert hidden_dim_for_target(spec, d_model, target, match, bias) == matched_hidden_dim(
+            spec, d_model, match, bias
+        )

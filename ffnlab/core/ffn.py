@@ -156,12 +156,9 @@ def ffn_flops_per_token(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> i
 def matched_hidden_dim(
     spec: FFNSpec, d_model: int, match: Match = "params", bias: bool = False, mult: float = 4, tol: float = 0.01
 ) -> int:
-    """d_ff that makes `spec` match the dense `mult`x FFN in parameters or FLOPs per token.
-
-    The exact real-valued width is rounded to the coarsest multiple among 64, 32, 16, 8, 2, 1 that
-    keeps the matched quantity within `tol` (1%) of the target, so large models get
-    hardware-friendly widths and tiny test models still match. `match="none"` returns the
-    conventional `ffn_hidden_dim` width instead. Mixed variants round to an even width.
+    """d_ff that makes `spec` match the dense `mult`x FFN in parameters or FLOPs per token
+    (`hidden_dim_for_target` with that FFN's count as the target). `match="none"` returns the
+    conventional `ffn_hidden_dim` width instead.
     """
     if match == "none":
         return ffn_hidden_dim(d_model, spec.gated, mult)
@@ -170,14 +167,29 @@ def matched_hidden_dim(
     d_dense = int(mult * d_model)
     if match == "params":
         target = ffn_param_count("dense", d_model, d_dense, bias)
-        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
     else:  # the reference is the dense FFN with the same (first) activation: swiglu vs silu 4x
-        dense = FFNSpec("dense", "dense", spec.acts[:1], "", "")
-        target = ffn_flops_per_token(dense, d_model, d_dense, bias)
+        target = ffn_flops_per_token(FFNSpec("dense", "dense", spec.acts[:1], "", ""), d_model, d_dense, bias)
+    return hidden_dim_for_target(spec, d_model, target, match, bias, tol)
+
+
+def hidden_dim_for_target(
+    spec: FFNSpec, d_model: int, target: float, match: Match = "params", bias: bool = False, tol: float = 0.01
+) -> int:
+    """d_ff at which `spec` has `target` parameters (match="params") or FLOPs per token ("flops").
+
+    Both counts m(h) are affine in the width h, so the exact width is (target - m(0)) / (m(1) - m(0))
+    (computed over h = 1000 for exactness); it is rounded to the coarsest multiple among 64, 32, 16, 8,
+    2, 1 that keeps m(h) within `tol` (1%) of `target`, so large models get hardware-friendly widths and
+    tiny test models still match. Mixed variants take even widths only. `matched_hidden_dim` (target:
+    the dense 4x FFN) and ffnlab.tools.hf.swap_width (target: a model's own FFN) size with it.
+    """
+    if match == "params":
+        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
+    elif match == "flops":
         measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)
-    # measure is affine in h: solve exactly, then round
-    m0, m1 = measure(0), measure(1000) - measure(0)
-    exact = (target - m0) * 1000 / m1
+    else:
+        raise ValueError(f"cannot match '{match}' to a target; valid: params, flops")
+    exact = (target - measure(0)) * 1000 / (measure(1000) - measure(0))
     for step in (64, 32, 16, 8, 2, 1):
         if spec.kind == "mix" and step == 1:
             continue

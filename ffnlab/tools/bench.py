@@ -19,8 +19,10 @@ import copy
 import platform
 import statistics
 import time
+from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 
 from ffnlab._util.machine import bf16_native
 from ffnlab._util.text import first_line
@@ -43,7 +45,7 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def peak_memory(fn, device="cpu") -> int:
+def peak_bytes_during(fn: Callable[[], object], device: str = "cpu") -> int:
     """Peak bytes allocated above what was live before, while fn() runs.
 
     CUDA: the allocator's own peak. CPU: the running sum of the profiler's allocation and free
@@ -76,7 +78,9 @@ def step_flops(name: str, d_model: int, d_ff: int, bias: bool, tokens: int) -> i
 # ---- the machine ------------------------------------------------------------------------------------
 
 
-def measure_machine(quick: bool = False, device="cpu", dtypes=(torch.float32, torch.bfloat16)) -> dict:
+def measure_machine(
+    quick: bool = False, device: str = "cpu", dtypes: Sequence[torch.dtype] = (torch.float32, torch.bfloat16)
+) -> dict:
     """This machine's peak rates: matmul GFLOP/s for each of `dtypes` (only those the run reports)
     and copy GB/s, each the best of its repeats (a peak is what the machine can do; load from other
     processes only ever lowers it). A dtype not measured has rate None."""
@@ -128,10 +132,10 @@ def _triton_version():
         return None
 
 
-# ---- FFN rows -----------------------------------------------------------------------------------------
+# ---- timing in turns ----------------------------------------------------------------------------------
 
 
-def timed(fn, device="cpu") -> float:
+def timed(fn: Callable[[], object], device: str = "cpu") -> float:
     """Seconds fn() takes (waiting for the GPU to finish, on CUDA)."""
     start = time.perf_counter()
     fn()
@@ -139,7 +143,7 @@ def timed(fn, device="cpu") -> float:
     return time.perf_counter() - start
 
 
-def interleaved_medians(fns: dict, repeats: int, device="cpu") -> dict:
+def interleaved_medians(fns: dict[str, Callable[[], float]], repeats: int, device: str = "cpu") -> dict[str, float]:
     """Median milliseconds of each fn, timed in turns (a, b, c, a, b, c, ...) so that load from other
     processes on a shared machine falls on all of them alike. Each fn returns the seconds it took
     (so that it can leave set-up, such as the forward before a backward, out of the time)."""
@@ -169,13 +173,82 @@ def _warm_up(fn, device) -> tuple[float, str | None]:
 # ---- FFN rows -----------------------------------------------------------------------------------------
 
 
+def _ffn_row(ffn: nn.Module, impl: str, tokens: int, d_model: int) -> dict:
+    """An FFN row with every measurement still empty."""
+    return {
+        "ffn": ffn.spec.name,
+        "impl": impl,
+        "tokens": tokens,
+        "d_model": d_model,
+        "d_ff": ffn.d_ff,
+        "fwd_ms": None,
+        "bwd_ms": None,
+        "step_ms": None,
+        "compile_s": None,
+        "saved_bytes": None,
+        "peak_mem_bytes": None,
+        "gflops": None,
+        "peak_frac": None,
+    }
+
+
+def _ffn_unavailable(ffn: nn.Module, impl: str, compile: bool) -> str | None:
+    """Why `impl` cannot run for this FFN here, before trying it; None if it can."""
+    if impl == "fused" and not (isinstance(ffn, GatedFFN) and ffn.fused_act is not None):
+        return "no fused kernel for this variant (only gated FFNs have one)"
+    if impl == "fused" and eager_forced():
+        return "FFNLAB_EAGER=1"
+    if impl == "compiled" and not compile:
+        return "--no-compile"
+    return None
+
+
+def _ffn_step(base: nn.Module, impl: str, x: torch.Tensor, dy: torch.Tensor) -> tuple:
+    """(ffn, model, step) for one impl: a copy of `base` with its own AdamW, and one training step of it."""
+    ffn = copy.deepcopy(base)
+    if isinstance(ffn, GatedFFN):
+        ffn.fused = impl == "fused"
+    model = torch.compile(ffn) if impl == "compiled" else ffn
+    opt = torch.optim.AdamW(ffn.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        x.grad = None
+        model(x).backward(dy)
+        opt.step()
+
+    return ffn, model, step
+
+
+def _fused_backend(x: torch.Tensor, hidden_numel: int) -> str:
+    """Which kernels the fused path ran: they depend on the device and the hidden tensor's size."""
+    backend = pick_backend(x.new_empty(hidden_numel))
+    return "torch (compile failed)" if backend == "compiled" and compile_failure() else backend
+
+
+def _ffn_medians(runs: dict, x: torch.Tensor, dy: torch.Tensor, repeats: int, device: str) -> tuple[dict, dict, dict]:
+    """Median step, forward and backward milliseconds of every impl in `runs`, the impls timed in turns."""
+
+    def backward(model):
+        y = model(x)
+        _sync(device)
+        return timed(lambda: y.backward(dy), device)
+
+    steps = interleaved_medians({i: lambda r=r: timed(r[2], device) for i, r in runs.items()}, repeats, device)
+    fwds = interleaved_medians(
+        {i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device
+    )
+    bwds = interleaved_medians({i: lambda r=r: backward(r[1]) for i, r in runs.items()}, repeats, device)
+    return steps, fwds, bwds
+
+
 def bench_ffn(
     name: str,
     tokens: int,
     d_model: int,
     repeats: int = 5,
     compile: bool = True,
-    device="cpu",
+    device: str = "cpu",
     machine: dict | None = None,
 ) -> list[dict]:
     """One row per impl (eager, fused, compiled): times, saved bytes, peak memory and GFLOP/s of FFN
@@ -188,70 +261,27 @@ def bench_ffn(
     flops = step_flops(name, d_model, base.d_ff, bias, tokens)
     rows, runs = {}, {}
     for impl in IMPLS:
-        row = {
-            "ffn": base.spec.name,
-            "impl": impl,
-            "tokens": tokens,
-            "d_model": d_model,
-            "d_ff": base.d_ff,
-            "fwd_ms": None,
-            "bwd_ms": None,
-            "step_ms": None,
-            "compile_s": None,
-            "saved_bytes": None,
-            "peak_mem_bytes": None,
-            "gflops": None,
-            "peak_frac": None,
-        }
-        rows[impl] = row
-        fused_ok = isinstance(base, GatedFFN) and base.fused_act is not None
-        if impl == "fused" and not fused_ok:
-            row["unavailable"] = "no fused kernel for this variant (only gated FFNs have one)"
+        row = rows[impl] = _ffn_row(base, impl, tokens, d_model)
+        reason = _ffn_unavailable(base, impl, compile)
+        if reason:
+            row["unavailable"] = reason
             continue
-        if impl == "fused" and eager_forced():
-            row["unavailable"] = "FFNLAB_EAGER=1"
-            continue
-        if impl == "compiled" and not compile:
-            row["unavailable"] = "--no-compile"
-            continue
-        ffn = copy.deepcopy(base)
-        if isinstance(ffn, GatedFFN):
-            ffn.fused = impl == "fused"
-        model = torch.compile(ffn) if impl == "compiled" else ffn
-        opt = torch.optim.AdamW(ffn.parameters(), lr=1e-4)
-
-        def step(model=model, opt=opt):
-            opt.zero_grad(set_to_none=True)
-            x.grad = None
-            model(x).backward(dy)
-            opt.step()
-
+        ffn, model, step = _ffn_step(base, impl, x, dy)
         first_s, failure = _warm_up(step, device)
         if failure:
             row["unavailable"] = failure
             continue
         runs[impl] = (ffn, model, step, first_s)
-        if impl == "fused":  # which kernels ran: they depend on the device and the hidden tensor's size
-            backend = pick_backend(x.new_empty(tokens * base.d_ff))
-            row["backend"] = "torch (compile failed)" if backend == "compiled" and compile_failure() else backend
-
-    def backward(model):
-        y = model(x)
-        _sync(device)
-        return timed(lambda: y.backward(dy), device)
-
-    steps = interleaved_medians({i: lambda r=r: timed(r[2], device) for i, r in runs.items()}, repeats, device)
-    fwds = interleaved_medians(
-        {i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device
-    )
-    bwds = interleaved_medians({i: lambda r=r: backward(r[1]) for i, r in runs.items()}, repeats, device)
+        if impl == "fused":
+            row["backend"] = _fused_backend(x, tokens * base.d_ff)
+    steps, fwds, bwds = _ffn_medians(runs, x, dy, repeats, device)
     for impl, (ffn, model, step, first_s) in runs.items():
         row = rows[impl]
         row.update(fwd_ms=fwds[impl], bwd_ms=bwds[impl], step_ms=steps[impl])
         if impl != "eager":
             row["compile_s"] = round(max(0.0, first_s - steps[impl] / 1e3), 3)
         row["saved_bytes"] = saved_bytes(lambda model=model: model(x), exclude=list(ffn.parameters()))
-        row["peak_mem_bytes"] = peak_memory(step, device)
+        row["peak_mem_bytes"] = peak_bytes_during(step, device)
         row["gflops"] = flops / (steps[impl] * 1e-3) / 1e9
         if machine:
             row["peak_frac"] = row["gflops"] / machine["matmul_gflops"]
@@ -261,8 +291,44 @@ def bench_ffn(
 # ---- activation rows ----------------------------------------------------------------------------------
 
 
+def _activation_row(act_name: str, ffn_name: str, impl: str, dtype: torch.dtype, numel: int) -> dict:
+    """An activation row with every measurement still empty."""
+    return {
+        "name": act_name,
+        "ffn": ffn_name,
+        "impl": impl,
+        "dtype": str(dtype).removeprefix("torch."),
+        "numel": numel,
+        "fwd_ms": None,
+        "fwd_bwd_ms": None,
+        "gbs": None,
+        "copy_gbs": None,
+        "copy_frac": None,
+    }
+
+
+def _elementwise(impl: str, act: nn.Module, act_name: str, gated: bool) -> Callable:
+    """fn(g, u) for one impl: the fused kernel, or act(g) * u (act(g) if not gated), compiled for "compiled"."""
+    if impl == "fused":
+
+        def fn(g, u):
+            return gated_act(g, u, act_name)
+    else:
+
+        def fn(g, u):
+            return act(g) * u if gated else act(g)
+
+    return torch.compile(fn, dynamic=False) if impl == "compiled" else fn
+
+
 def bench_activation(
-    ffn_name: str, tokens: int, d_ff: int, dtype=torch.float32, repeats: int = 5, compile: bool = True, device="cpu"
+    ffn_name: str,
+    tokens: int,
+    d_ff: int,
+    dtype: torch.dtype = torch.float32,
+    repeats: int = 5,
+    compile: bool = True,
+    device: str = "cpu",
 ) -> list[dict]:
     """One row per impl: GB/s of the elementwise part of FFN `ffn_name` on (tokens, d_ff), act(g) * u
     for gated variants and act(x) for dense ones, with forward and forward + backward milliseconds.
@@ -279,35 +345,14 @@ def bench_activation(
     moved = (3 if gated else 2) * g.numel() * g.element_size()
     rows, runs = {}, {}
     for impl in IMPLS:
-        row = {
-            "name": act_name,
-            "ffn": spec.name,
-            "impl": impl,
-            "dtype": str(dtype).removeprefix("torch."),
-            "numel": g.numel(),
-            "fwd_ms": None,
-            "fwd_bwd_ms": None,
-            "gbs": None,
-            "copy_gbs": None,
-            "copy_frac": None,
-        }
-        rows[impl] = row
+        row = rows[impl] = _activation_row(act_name, spec.name, impl, dtype, g.numel())
         if impl == "fused" and not (gated and act_name in FUSED_ACTS):
             row["unavailable"] = "no fused kernel (only gated activations are fused)"
             continue
         if impl == "compiled" and not compile:
             row["unavailable"] = "--no-compile"
             continue
-        if impl == "fused":
-
-            def fn(g, u):
-                return gated_act(g, u, act_name)
-        else:
-
-            def fn(g, u):
-                return act(g) * u if gated else act(g)
-
-        fn = torch.compile(fn, dynamic=False) if impl == "compiled" else fn
+        fn = _elementwise(impl, act, act_name, gated)
 
         def fwd(fn=fn):
             with torch.no_grad():
@@ -346,14 +391,14 @@ def bench_activation(
 
 
 def run_bench(
-    ffns=None,
-    tokens=None,
-    d_models=None,
+    ffns: Sequence[str] | None = None,
+    tokens: Sequence[int] | None = None,
+    d_models: Sequence[int] | None = None,
     quick: bool = False,
     compile: bool = True,
     repeats: int | None = None,
     device: str | None = None,
-    log=None,
+    log: Callable[[str], None] | None = None,
 ) -> dict:
     """Every FFN x size x impl row, and the activations' rows at the first size, with the machine.
 
@@ -366,7 +411,7 @@ def run_bench(
     repeats = repeats or preset["repeats"]
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     log = log or (lambda _: None)
-    # NOTE: where bf16 is emulated (an AVX2-only CPU) its rows would time the emulation, 40x slower than fp32
+    # NOTE: where bf16 is emulated (an AVX2-only CPU) its rows would time the emulation (cost: benchmarks/README.md)
     dtypes = (torch.float32, torch.bfloat16) if bf16_native(torch.device(device).type) else (torch.float32,)
     skipped = [] if len(dtypes) == 2 else ["bf16: emulated on this CPU (no AMX or AVX512_BF16), not timed"]
     machine = measure_machine(quick, device, dtypes)

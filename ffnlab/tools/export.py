@@ -57,7 +57,7 @@ class FirstOutput(nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.module(x)[0]
 
 
@@ -68,7 +68,7 @@ def _attr(a):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def graph_ops(onnx_path) -> list[tuple]:
+def graph_ops(onnx_path: str | os.PathLike) -> list[tuple]:
     """Every node of an ONNX file (graph, then local functions) as (op_type, name, attributes, classes).
 
     `classes` is the module class hierarchy the dynamo exporter records for each node (outermost
@@ -97,7 +97,7 @@ def _in_ffn_nonlinearity(classes) -> bool:
     return any(c.startswith("ffnlab.core.ffn.") for c in classes) and not any(c.startswith(LINEAR) for c in classes)
 
 
-def describe_activations(onnx_path) -> list[dict]:
+def describe_activations(onnx_path: str | os.PathLike) -> list[dict]:
     """How the FFN activations of an exported graph are expressed: {"op", "name", **attributes}
     per node, in graph order.
 
@@ -114,8 +114,9 @@ def describe_activations(onnx_path) -> list[dict]:
     ]
 
 
-def summarize(described: list[dict]) -> str:
-    """'Gelu(approximate=tanh) x2, Pow x1': counts of each op with its attributes."""
+def activation_summary(described: list[dict]) -> str:
+    """One line for `describe_activations`' list, 'Gelu(approximate=tanh) x2, Pow x1': each op with its
+    attributes and how often it occurs."""
 
     def label(d):
         attrs = ", ".join(
@@ -181,7 +182,7 @@ def _export(module, example, path, opset, dynamo, dynamic):
 def export_onnx(
     module: nn.Module,
     example: torch.Tensor,
-    path,
+    path: str | os.PathLike,
     opset: int = OPSET,
     dynamo: bool = True,
     dynamic: bool = True,
@@ -200,7 +201,8 @@ def export_onnx(
     within atol + rtol * max |torch|, else ValueError.
 
     Returns {"path", "opset", "exporter", "fallback", "max_abs_diff", "tol", "ops", "activations",
-    "summary"}: ops are all op types in graph order, activations `describe_activations`' list.
+    "summary"}: ops are all op types in graph order, activations `describe_activations`' list,
+    summary its `activation_summary` line.
     """
     import onnxruntime as ort
 
@@ -217,7 +219,7 @@ def export_onnx(
             m.fused = fused
 
 
-def file_opset(path) -> int | None:
+def file_opset(path: str | os.PathLike) -> int | None:
     """The default-domain opset an ONNX file declares (what runtimes see), None if it names none."""
     import onnx
 
@@ -225,7 +227,7 @@ def file_opset(path) -> int | None:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
-def check_opset(opset: int):
+def check_opset(opset: int) -> None:
     """ValueError naming the range torch's exporters can write, unless `opset` is in it."""
     from torch.onnx import _constants
 
@@ -292,7 +294,7 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
         "rtol": rtol,
         "ops": ops,
         "activations": described,
-        "summary": summarize(described),
+        "summary": activation_summary(described),
     }
 
 
@@ -302,7 +304,12 @@ MODELS = ("ffn", "small")  # or a path to a Hugging Face config.json
 
 
 def export_variant(
-    ffn: str, path, model: str = "ffn", d_model: int | None = None, n_layers: int | None = None, opset: int = OPSET
+    ffn: str,
+    path: str | os.PathLike,
+    model: str = "ffn",
+    d_model: int | None = None,
+    n_layers: int | None = None,
+    opset: int = OPSET,
 ) -> dict:
     """Export one FFN variant to ONNX, alone or inside a model, and return export_onnx's report.
 

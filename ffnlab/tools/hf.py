@@ -23,6 +23,7 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -42,9 +43,13 @@ from ffnlab.core.ffn import (
     ffn_flops_per_token,
     ffn_param_count,
     get_ffn_spec,
+    hidden_dim_for_target,
     init_ffn,
 )
 from ffnlab.core.model import param_seed
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 class UnsupportedModelError(ValueError):
@@ -162,7 +167,7 @@ def _get(config, key):
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
-def model_activation(config) -> str:
+def model_activation(config: dict | PretrainedConfig) -> str:
     """ffnlab activation (exact expression) that a Hugging Face config's FFN runs.
 
     Reads feed_forward_proj (T5), else hidden_activation, hidden_act or activation_function (GPT-2).
@@ -292,7 +297,7 @@ def _supported() -> str:
     return "; ".join(f"{name} ({', '.join(f.model_types)})" for name, f in FAMILIES.items())
 
 
-def model_family(model) -> tuple[str, Family]:
+def model_family(model: nn.Module | dict | PretrainedConfig) -> tuple[str, Family]:
     """(name, Family) of a Hugging Face model (or config) by its model_type; UnsupportedModelError else."""
     config = getattr(model, "config", model)
     model_type = _get(config, "model_type")
@@ -316,30 +321,21 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
     """Hidden width of `spec` that matches the model's own FFN (`own`, width d_ff) in parameters or
     FLOPs per token; match="none" keeps d_ff.
 
-    Both counts are affine in the width: solve exactly, keep d_ff where it already matches exactly
-    (a swap to the same kind), else round as `matched_hidden_dim` does: to the coarsest multiple of
-    64, 32, 16, 8, 2, 1 within 1% of the target (even widths for mix).
+    d_ff stays where it already matches exactly (a swap to the same kind); any other width comes from
+    `ffnlab.core.ffn.hidden_dim_for_target`, the rounding `matched_hidden_dim` uses: the coarsest
+    multiple of 64, 32, 16, 8, 2, 1 within 1% of the target (even widths for mix).
     """
     if match not in MATCHES:
         raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
     if match == "none":
         return d_ff
     if match == "params":
-        target = ffn_param_count(own.kind, d_model, d_ff, bias)
-        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
+        target, mine = (ffn_param_count(s.kind, d_model, d_ff, bias) for s in (own, spec))
     else:
-        target = ffn_flops_per_token(own, d_model, d_ff, bias)
-        measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)
-    if measure(d_ff) == target:
+        target, mine = (ffn_flops_per_token(s, d_model, d_ff, bias) for s in (own, spec))
+    if mine == target:
         return d_ff
-    exact = (target - measure(0)) * 1000 / (measure(1000) - measure(0))
-    for step in (64, 32, 16, 8, 2, 1):
-        if spec.kind == "mix" and step == 1:
-            continue
-        h = max(step, step * round(exact / step))
-        if abs(measure(h) - target) <= 0.01 * target:
-            return h
-    return max(2, 2 * round(exact / 2))
+    return hidden_dim_for_target(spec, d_model, target, match, bias)
 
 
 def _make_ffn(
@@ -438,7 +434,7 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
     return replaced
 
 
-def restore_ffn(model: nn.Module, replaced: dict[str, nn.Module]):
+def restore_ffn(model: nn.Module, replaced: dict[str, nn.Module]) -> None:
     """Put back the modules `swap_ffn` returned."""
     for path, module in replaced.items():
         model.set_submodule(path, module)
@@ -465,7 +461,7 @@ def _tied_to(model: nn.Module, key: str, loaded: set[int]) -> bool:
         return False
 
 
-def load_swapped(folder: str | os.PathLike, model_class=None) -> nn.Module:
+def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> nn.Module:
     """A model that `swap_ffn` changed and `save_pretrained` wrote to `folder`, loaded back (eval mode).
 
     The architecture comes from config.json (`model_class`, default its `architectures[0]`), the
@@ -564,7 +560,9 @@ class HFModel(nn.Module):
         super().__init__()
         self.hf, self.cfg = hf, cfg
 
-    def forward(self, idx, targets=None):
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss.
 
         LM targets are already shifted by the caller (targets[t] is the token after idx[t]), as for
@@ -581,7 +579,7 @@ class HFModel(nn.Module):
         return ffn_modules(self.hf)
 
 
-def load_hf_config(config_path_or_dict) -> dict:
+def load_hf_config(config_path_or_dict: str | os.PathLike | dict | PretrainedConfig) -> dict:
     """A Hugging Face config as a dict: from a JSON file, a dict or a PretrainedConfig.
     ValueError naming the file if it does not parse or has no model_type."""
     source = "config"
@@ -603,8 +601,45 @@ def load_hf_config(config_path_or_dict) -> dict:
     return config
 
 
+def _hf_config_for(
+    config: dict, family: Family, task: str, vocab_size: int | None, context: int | None, n_classes: int
+) -> PretrainedConfig:
+    """The PretrainedConfig to build: `config` without its provenance fields, with the task's overrides,
+    no KV cache, and vocab_size, context and n_classes where given."""
+    from transformers import AutoConfig
+
+    config = {
+        k: v
+        for k, v in config.items()
+        if k not in ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
+    }
+    config.update(family.tasks[task], use_cache=False)
+    if vocab_size is not None:
+        config["vocab_size"] = vocab_size
+    if task == "cls":
+        config["num_labels"] = n_classes
+    hf_config = AutoConfig.for_model(**config)
+    if context is not None:
+        hf_config.max_position_embeddings = context  # n_positions for GPT-2, through its attribute map
+    return hf_config
+
+
+def _init_ffns_seeded(hf: nn.Module, init: str, seed: int) -> None:
+    """Initialise every ffnlab FFN in `hf` by `init`, each weight from its own generator (as
+    ffnlab.core.model.init_weights does), so one seed gives the same FFN weights whatever else changes."""
+    for path, module in hf.named_modules():
+        if isinstance(getattr(module, "spec", None), FFNSpec):
+            init_ffn(
+                module,
+                init,
+                lambda n, shape, prefix=path: torch.Generator().manual_seed(param_seed(seed, f"{prefix}.{n}", shape)),
+            )
+            if isinstance(module, GatedFFN):
+                module.fused = None  # re-initialised: no pretrained numbers to keep, so the fused default
+
+
 def build_hf_model(
-    config_path_or_dict,
+    config_path_or_dict: str | os.PathLike | dict | PretrainedConfig,
     ffn: str,
     match: str = "params",
     seed: int = 0,
@@ -634,21 +669,9 @@ def build_hf_model(
             f"families with it: {', '.join(have)} (else build the model, then swap_ffn)"
         )
     get_ffn_spec(ffn)
-    config = {
-        k: v
-        for k, v in config.items()
-        if k not in ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
-    }
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    config.update(family.tasks[task], use_cache=False)
-    if vocab_size is not None:
-        config["vocab_size"] = vocab_size
-    if task == "cls":
-        config["num_labels"] = n_classes
-    hf_config = AutoConfig.for_model(**config)
-    if context is not None:
-        hf_config.max_position_embeddings = context  # n_positions for GPT-2, through its attribute map
+    hf_config = _hf_config_for(config, family, task, vocab_size, context, n_classes)
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         torch.manual_seed(seed)
@@ -660,15 +683,7 @@ def build_hf_model(
         # batches without a pad id; -1 never occurs, so they take the last position. Set after
         # construction so no embedding row became a padding row.
         hf.config.pad_token_id = -1
-    for path, module in hf.named_modules():
-        if isinstance(getattr(module, "spec", None), FFNSpec):
-            init_ffn(
-                module,
-                init,
-                lambda n, shape, prefix=path: torch.Generator().manual_seed(param_seed(seed, f"{prefix}.{n}", shape)),
-            )
-            if isinstance(module, GatedFFN):
-                module.fused = None  # re-initialised: no pretrained numbers to keep, so the fused default
+    _init_ffns_seeded(hf, init, seed)
     ffns = ffn_modules(hf)
     cfg = HFModelConfig(
         model_type=hf_config.model_type,

@@ -1,0 +1,31 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from ffnlab._util.jsonio import json_safe
+
+
+def test_non_finite_floats_become_strings():
+    assert json_safe([math.inf, -math.inf, math.nan, 1.5]) == ["inf", "-inf", "nan", 1.5]
+
+
+def test_numpy_scalars_become_python_values():
+    out = json_safe({"f": np.float32(1.5), "i": np.int64(3), "b": np.bool_(True), "nan": np.float64("nan")})
+    assert out == {"f": 1.5, "i": 3, "b": True, "nan": "nan"}
+    assert [type(v) for v in out.values()] == [float, int, bool, str]
+
+
+def test_tuples_become_lists_so_a_round_trip_compares_equal():
+    obj = {"a": (1, (2.0, math.inf)), "b": [{"c": -math.inf}], "d": None, "e": "x"}
+    safe = json_safe(obj)
+    assert safe == {"a": [1, [2.0, "inf"]], "b": [{"c": "-inf"}], "d": None, "e": "x"}
+    text = json.dumps(safe, allow_nan=False)
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"literal {c}")) == safe
+
+
+def test_input_is_not_modified():
+    obj = {"a": [math.nan]}
+    json_safe(obj)
+    assert math.isnan(obj["a"][0])

@@ -7,7 +7,9 @@ from dataclasses import replace
 import pytest
 
 from ffnlab.run.train import TrainConfig
-from ffnlab.study.report import load_study, render_html, render_markdown, report_data, seed_band, write_report
+from ffnlab.study.load import load_study
+from ffnlab.study.render import render_html, render_markdown
+from ffnlab.study.report import report_data, seed_band, write_report
 from ffnlab.study.store import Store
 from ffnlab.study.sweep import Study, preset_config, run_id, run_study, summarize, weights_path
 

@@ -215,7 +215,7 @@ def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
     """The cells of the store's latest study to advise on, from the one summary every output shares
     (`ffnlab.study.sweep.summarize`): with an axis 'depth' and a stated depth, the cells at the nearest
     measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
-    from ffnlab.study.report import load_study
+    from ffnlab.study.load import load_study
     from ffnlab.study.store import Store
     from ffnlab.study.sweep import summarize
 

@@ -42,17 +42,17 @@ def render_figures(data: dict) -> dict[str, bytes]:
     styles = plots.variant_styles(data["variants"])
     figs = PngDict()  # each figure becomes PNG bytes (and is closed) as soon as it is drawn
     for i, cell in enumerate(data["cells"]):
-        sfx = f"_{i + 1}" if len(data["cells"]) > 1 else ""
+        suffix = figure_suffix(i, len(data["cells"]))
         where = cell_label(cell)
         title = f" ({where})" if where else ""
-        figs[f"val_loss{sfx}.png"] = plots.band_figure(
+        figs[f"val_loss{suffix}.png"] = plots.band_figure(
             cell["curves"],
             styles,
             f"validation loss, mean and {round(cell['level'] * 100)}% CI over seeds{title}",
             "training step",
             "validation loss (nats/token)",
         )
-        figs[f"final{sfx}.png"] = plots.final_figure(
+        figs[f"final{suffix}.png"] = plots.final_figure(
             [
                 {
                     "ffn": r["ffn"],
@@ -68,14 +68,14 @@ def render_figures(data: dict) -> dict[str, bytes]:
             metric_label(cell["metric"]),
             cell["level"],
         )
-        figs[f"loss_vs_time{sfx}.png"] = plots.band_figure(
+        figs[f"loss_vs_time{suffix}.png"] = plots.band_figure(
             cell["time_curves"],
             styles,
             f"validation loss against wall-clock training time{title}",
             "training time (s)",
             "validation loss (nats/token)",
         )
-        figs[f"grad_norm{sfx}.png"] = plots.traces_figure(
+        figs[f"grad_norm{suffix}.png"] = plots.traces_figure(
             cell["traces"],
             styles,
             f"gradient norm before clipping, one line per seed{title}",
@@ -83,14 +83,14 @@ def render_figures(data: dict) -> dict[str, bytes]:
             "global gradient norm",
         )
         if any(cell["behaviour"].values()):
-            figs[f"behaviour{sfx}.png"] = plots.layers_figure(
+            figs[f"behaviour{suffix}.png"] = plots.layers_figure(
                 cell["behaviour"],
                 styles,
                 {"dead_frac": "dead units (fraction never > 0)", "zero_frac": "sparsity (fraction of exact zeros)"},
             )
         att = cell.get("attention") or {}
         if att.get("maps"):
-            figs[f"attention{sfx}.png"] = plots.attention_figure(att["maps"], att["layer"])
+            figs[f"attention{suffix}.png"] = plots.attention_figure(att["maps"], att["layer"])
     acts = data["activations"]
     figs["activations.png"] = plots.activations_figure(list(acts), labels=acts)
     return dict(figs)
@@ -101,6 +101,21 @@ def render_figures(data: dict) -> dict[str, bytes]:
 
 def cell_label(cell: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in cell["axes"].items())
+
+
+def figure_suffix(index: int, n_cells: int) -> str:
+    """'_2' in the file names of the second cell's figures when a study has several cells, '' when one."""
+    return f"_{index + 1}" if n_cells > 1 else ""
+
+
+def three_digits(value) -> str:
+    """A number to 3 significant digits ('1.23e-05', '4.1e+04'), '-' for None, anything else as text.
+
+    NOTE: not `human`: ULP counts and gradient means span many decades, and an SI suffix ('41k')
+    would hide that; numerics.json also holds 'inf' as a string."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:.3g}"
+    return "-" if value is None else str(value)
 
 
 def delta_text(r: dict, baseline: str) -> str:
@@ -222,8 +237,8 @@ def stability_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
             num(r["max_grad_norm"], 3),
             num(r["dead_frac"], 3),
             num(r["sparsity"], 3),
-            _fmt_num(r["ffn_grad_mean"]),
-            _fmt_num(r["ffn_grad_std"]),
+            three_digits(r["ffn_grad_mean"]),
+            three_digits(r["ffn_grad_std"]),
         ]
         for r in cell["rows"]
     ]
@@ -357,6 +372,11 @@ def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
 
+def cell_heading(cell: dict) -> str:
+    """The cell's axis values as a sub-heading; '' for a study without axes."""
+    return f"<h3>{esc(cell_label(cell))}</h3>" if cell["axes"] else ""
+
+
 def html_table(head: list[str], rows: list[list[str]], text_cols=(0,), marks: dict | None = None) -> str:
     """A table whose every cell is escaped text. Columns in `text_cols` are left-aligned (numbers
     right); `marks` maps (row, col) to a CSS class."""
@@ -453,9 +473,9 @@ def html_numerics(numerics: dict) -> str:
                 r.get("name"),
                 r.get("dtype"),
                 r.get("pass"),
-                _fmt_num(r.get("max_abs_err")),
-                _fmt_num(r.get("max_ulp")),
-                _fmt_num(r.get("argmax_ulp_x")),
+                three_digits(r.get("max_abs_err")),
+                three_digits(r.get("max_ulp")),
+                three_digits(r.get("argmax_ulp_x")),
                 r.get("n_inf", "-"),
                 r.get("n_nan", "-"),
             ]
@@ -484,25 +504,50 @@ def html_numerics(numerics: dict) -> str:
     return "".join(parts) or '<p class="note">numerics.json holds no results.</p>'
 
 
-def _fmt_num(v) -> str:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return f"{v:.3g}"
-    return "-" if v is None else str(v)
-
-
 def render_html(data: dict, figures: dict[str, bytes]) -> str:
     """The self-contained report page."""
-    variants, baseline = data["variants"], data["baseline"]
-    s = data["settings"]
-    title = f"ffnlab report: {', '.join(variants)} on {s['data']}"
+    title = f"ffnlab report: {', '.join(data['variants'])} on {data['settings']['data']}"
+    cells = data["cells"]
     body = [
+        *page_top(data, title),
+        *ranking_section(data),
+        *literature_section(cells),
+        *settings_section(data),
+        *curves_section(cells, figures),
+        *cost_section(cells, figures, data["env"]),
+        *stability_section(cells, figures),
+        *signals_section(cells),
+        *activations_section(data["activations"], figures),
+        *attention_section(cells, figures),
+    ]
+    if data["numerics"]:
+        body.append('<h2 id="numerics">Numerics of the activations</h2>' + html_numerics(data["numerics"]))
+    body.append(
+        f"<footer>ffnlab report from {esc(data['store'])}. Reproduce: <code>ffnlab report --store "
+        f"{esc(data['store'])}</code></footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="icon" href="data:,">'  # no favicon request, so no 404 in the console
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+    )
+
+
+# Each part of the page below is a list of HTML pieces; render_html joins them with line breaks.
+
+
+def page_top(data: dict, title: str) -> list[str]:
+    """Title, what was compared, each cell's verdict, the links to the sections and a word on other studies."""
+    settings, others = data["settings"], data["other_studies"]
+    parts = [
         f"<h1>{esc(title)}</h1>",
-        f'<p class="note">{len(variants)} FFN variants x {s["seeds"]} seeds, baseline {esc(baseline)}; '
-        f"generated {esc(data['generated'])}</p>",
+        f'<p class="note">{len(data["variants"])} FFN variants x {settings["seeds"]} seeds, baseline '
+        f"{esc(data['baseline'])}; generated {esc(data['generated'])}</p>",
     ]
     for cell in data["cells"]:
         where = cell_label(cell)
-        body.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(cell["verdict"])}</p>')
+        parts.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(cell["verdict"])}</p>')
     sections = [
         "ranking",
         "literature",
@@ -516,96 +561,111 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
         "attention",
         *(["numerics"] if data["numerics"] else []),
     ]
-    names = {"signals": "other measurements"}
-    body.append("<nav>" + "".join(f'<a href="#{s}">{names.get(s, s)}</a>' for s in sections) + "</nav>")
-    if data["other_studies"]:
-        body.append(
-            f'<p class="note">The store holds {data["other_studies"]} other stud'
-            f"{'y' if data['other_studies'] == 1 else 'ies'} (other settings); this report shows the most "
-            "recently finished one.</p>"
+    link_text = {"signals": "other measurements"}
+    parts.append("<nav>" + "".join(f'<a href="#{s}">{link_text.get(s, s)}</a>' for s in sections) + "</nav>")
+    if others:
+        parts.append(
+            f'<p class="note">The store holds {others} other stud{"y" if others == 1 else "ies"} (other '
+            "settings); this report shows the most recently finished one.</p>"
         )
-    cells = data["cells"]
-    sfx = lambda i: f"_{i + 1}" if len(cells) > 1 else ""
-    heading = lambda cell: f"<h3>{esc(cell_label(cell))}</h3>" if cell["axes"] else ""
+    return parts
 
-    body.append('<h2 id="ranking">Ranking</h2>')
+
+def ranking_section(data: dict) -> list[str]:
+    """The ranking of each cell with the noise floor, the tuned comparison and the validation protocol."""
+    cells, baseline = data["cells"], data["baseline"]
+    parts = ['<h2 id="ranking">Ranking</h2>']
     for cell in cells:
-        body.append(heading(cell) + html_ranking(cell, baseline))
+        parts.append(cell_heading(cell) + html_ranking(cell, baseline))
         if cell.get("noise_floor"):
-            nf = cell["noise_floor"]
-            body.append(
-                f'<p class="note">Noise floor: {esc(baseline)} over {esc(nf["n"])} seeds has std '
-                f"{esc(num(nf['std']))} and range {esc(num(nf['range']))}.</p>"
+            noise = cell["noise_floor"]
+            parts.append(
+                f'<p class="note">Noise floor: {esc(baseline)} over {esc(noise["n"])} seeds has std '
+                f"{esc(num(noise['std']))} and range {esc(num(noise['range']))}.</p>"
             )
-    pct = round(cells[0]["level"] * 100)
-    body.append(
-        f'<p class="note">Mean over seeds with its {pct}% t-interval. Δ is the paired difference to '
-        f"{esc(baseline)} over seeds (negative loss Δ = better). * = significant at α={cells[0]['alpha']:g} "
-        "after Holm correction of the paired t-tests; coloured blue when better, orange when worse.</p>"
+    parts.append(
+        f'<p class="note">Mean over seeds with its {round(cells[0]["level"] * 100)}% t-interval. Δ is the paired '
+        f"difference to {esc(baseline)} over seeds (negative loss Δ = better). * = significant at "
+        f"α={cells[0]['alpha']:g} after Holm correction of the paired t-tests; coloured blue when better, "
+        "orange when worse.</p>"
     )
-
     if data["tuned"]:
-        body.append("<h3>Tuned: each variant at its own best setting</h3>")
+        parts.append("<h3>Tuned: each variant at its own best setting</h3>")
         for cell in data["tuned"]:
-            body.append(html_table(*tuned_rows(cell, baseline), (1,)))
-            body.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell["verdict"])}</p>')
-        body.append(
+            parts.append(html_table(*tuned_rows(cell, baseline), (1,)))
+            parts.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell["verdict"])}</p>')
+        parts.append(
             '<p class="note">The setting of each variant is the one with the best mean validation '
             "metric over seeds; the comparison uses the test split, so the selection cannot flatter the "
             "winner (Melis et al. 2018).</p>"
         )
     if data.get("protocol"):
-        body.append(html_protocol(data["protocol"], baseline))
+        parts.append(html_protocol(data["protocol"], baseline))
+    return parts
 
-    body.append('<h2 id="literature">Against the literature</h2>')
+
+def literature_section(cells: list[dict]) -> list[str]:
+    parts = ['<h2 id="literature">Against the literature</h2>']
     for cell in cells:
         table = literature_rows(cell)
         if table is None:
-            body.append(
-                heading(cell) + '<p class="note">No published ranking to compare with: it needs a language '
+            parts.append(
+                cell_heading(cell) + '<p class="note">No published ranking to compare with: it needs a language '
                 "model study with at least two of Shazeer (2020) Table 1's variants.</p>"
             )
             continue
-        body.append(heading(cell) + html_table(*table) + f"<p>{esc(literature_text(cell['literature']))}</p>")
+        parts.append(cell_heading(cell) + html_table(*table) + f"<p>{esc(literature_text(cell['literature']))}</p>")
+    return parts
 
-    body.append('<h2 id="settings">Run settings</h2>')
-    body.append(html_table(["setting", "value"], [list(r) for r in settings_rows(data)], (0, 1)))
-    body.append("<h3>What the comparison held equal</h3>")
-    body.append(html_table(["held equal", "how"], s["held_equal"], (0, 1)))
-    body.append("<h3>What it did not</h3>")
-    body.append(html_table(["not equal", "why"], s["not_equal"], (0, 1)))
 
-    body.append('<h2 id="curves">Learning curves and final loss</h2>')
+def settings_section(data: dict) -> list[str]:
+    settings = data["settings"]
+    return [
+        '<h2 id="settings">Run settings</h2>',
+        html_table(["setting", "value"], [list(row) for row in settings_rows(data)], (0, 1)),
+        "<h3>What the comparison held equal</h3>",
+        html_table(["held equal", "how"], settings["held_equal"], (0, 1)),
+        "<h3>What it did not</h3>",
+        html_table(["not equal", "why"], settings["not_equal"], (0, 1)),
+    ]
+
+
+def curves_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]:
+    pct = round(cells[0]["level"] * 100)
+    parts = ['<h2 id="curves">Learning curves and final loss</h2>']
     for i, cell in enumerate(cells):
-        body.append(heading(cell))
-        body.append(
+        suffix = figure_suffix(i, len(cells))
+        parts.append(cell_heading(cell))
+        parts.append(
             html_image(
                 figures,
-                f"val_loss{sfx(i)}.png",
+                f"val_loss{suffix}.png",
                 f"Validation loss during training: mean over seeds with a {pct}% confidence band.",
             )
         )
-        body.append(
+        parts.append(
             html_image(
                 figures,
-                f"final{sfx(i)}.png",
+                f"final{suffix}.png",
                 f"Final {metric_label(cell['metric'])} per variant: "
                 f"mean with {pct}% CI error bars; dots are single seeds.",
             )
         )
+    return parts
 
-    body.append('<h2 id="cost">Cost</h2>')
+
+def cost_section(cells: list[dict], figures: dict[str, bytes], env: dict) -> list[str]:
+    parts = ['<h2 id="cost">Cost</h2>']
     for i, cell in enumerate(cells):
-        body.append(heading(cell) + html_table(*cost_rows(cell)))
-        body.append(
+        parts.append(cell_heading(cell) + html_table(*cost_rows(cell)))
+        parts.append(
             html_image(
                 figures,
-                f"loss_vs_time{sfx(i)}.png",
+                f"loss_vs_time{figure_suffix(i, len(cells))}.png",
                 "Validation loss against wall-clock training time (mean over seeds, with band).",
             )
         )
-    env = data["env"]
-    body.append(
+    parts.append(
         f'<p class="note">tokens/s: mean over seeds of the median step; step time: median over seeds, '
         "with the range of the seeds' own medians: a wide range means the machine was busy while they "
         "ran, and only a quiet machine's timings (or <code>ffnlab bench</code>) compare speed. "
@@ -613,84 +673,81 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
         "parameters, gradients, optimizer state and what one training forward pass keeps for backward "
         "(counted with saved_tensors_hooks), so it does not depend on what else ran in the process.</p>"
     )
+    return parts
 
-    body.append('<h2 id="stability">Stability</h2>')
+
+def stability_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]:
+    parts = ['<h2 id="stability">Stability</h2>']
     for i, cell in enumerate(cells):
-        body.append(heading(cell) + html_table(*stability_rows(cell)))
-        body.append(
+        suffix = figure_suffix(i, len(cells))
+        parts.append(cell_heading(cell) + html_table(*stability_rows(cell)))
+        parts.append(
             html_image(
                 figures,
-                f"grad_norm{sfx(i)}.png",
+                f"grad_norm{suffix}.png",
                 "Global gradient norm per step before clipping; "
                 "triangles mark gradient spikes, dotted lines divergence.",
             )
         )
-        body.append(
+        parts.append(
             html_image(
                 figures,
-                f"behaviour{sfx(i)}.png",
+                f"behaviour{suffix}.png",
                 "Per layer, on the validation set after training: "
                 "fraction of FFN units that never activate (dead) and fraction of exact zeros "
                 "after the activation (sparsity), mean over seeds.",
             )
         )
+    return parts
 
-    body.append('<h2 id="signals">Other measurements</h2>')
+
+def signals_section(cells: list[dict]) -> list[str]:
+    parts = ['<h2 id="signals">Other measurements</h2>']
     for cell in cells:
-        body.append(heading(cell) + html_table(*signal_rows(cell), (0, 5)))
-    body.append(
+        parts.append(cell_heading(cell) + html_table(*signal_rows(cell), (0, 5)))
+    parts.append(
         '<p class="note">Test: the held-out test split (never used to choose anything here). Embedding '
         "noise: the validation metric with Gaussian noise on the token embeddings, a robustness probe; its "
         "effect is the mean change from the clean metric. Learned parameters: means over seeds at the end "
         "of training.</p>"
     )
+    return parts
 
-    body.append('<h2 id="activations">The activation functions</h2>')
-    body.append(
+
+def activations_section(activations: dict[str, str], figures: dict[str, bytes]) -> list[str]:
+    return [
+        '<h2 id="activations">The activation functions</h2>',
         html_table(
             ["activation", "formula", "source"],
-            [[a, ACTIVATIONS[a].formula, ACTIVATIONS[a].paper] for a in data["activations"]],
+            [[a, ACTIVATIONS[a].formula, ACTIVATIONS[a].paper] for a in activations],
             (0, 1, 2),
-        )
-    )
-    body.append(
+        ),
         html_image(
             figures, "activations.png", "Each compared activation (for gated variants, the gate's) and its derivative."
-        )
-    )
+        ),
+    ]
 
-    body.append('<h2 id="attention">Attention patterns</h2>')
+
+def attention_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]:
+    parts = ['<h2 id="attention">Attention patterns</h2>']
     for i, cell in enumerate(cells):
-        att = cell.get("attention") or {}
-        body.append(heading(cell))
-        if att.get("maps"):
-            seeds = ", ".join(f"{v} seed {s}" for v, s in att["seeds"].items())
-            body.append(
+        attention = cell.get("attention") or {}
+        parts.append(cell_heading(cell))
+        if attention.get("maps"):
+            seeds = ", ".join(f"{v} seed {s}" for v, s in attention["seeds"].items())
+            parts.append(
                 html_image(
                     figures,
-                    f"attention{sfx(i)}.png",
-                    f"Attention weights at layer {att['layer']} "
-                    f"of each variant's trained model ({seeds}) on the first {att['tokens']} "
+                    f"attention{figure_suffix(i, len(cells))}.png",
+                    f"Attention weights at layer {attention['layer']} "
+                    f"of each variant's trained model ({seeds}) on the first {attention['tokens']} "
                     "validation tokens; rows are queries, columns keys.",
                 )
             )
-            body.append(f'<p class="note">Input:</p><pre>{esc(att["text"][:600])}</pre>')
+            parts.append(f'<p class="note">Input:</p><pre>{esc(attention["text"][:600])}</pre>')
         else:
-            body.append(f'<p class="note">{esc(att.get("note", "not computed"))}</p>')
-
-    if data["numerics"]:
-        body.append('<h2 id="numerics">Numerics of the activations</h2>' + html_numerics(data["numerics"]))
-
-    body.append(
-        f"<footer>ffnlab report from {esc(data['store'])}. Reproduce: <code>ffnlab report --store "
-        f"{esc(data['store'])}</code></footer>"
-    )
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<link rel="icon" href="data:,">'  # no favicon request, so no 404 in the console
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
-    )
+            parts.append(f'<p class="note">{esc(attention.get("note", "not computed"))}</p>')
+    return parts
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
@@ -714,7 +771,7 @@ def render_markdown(data: dict, figure_names) -> str:
     s = data["settings"]
     out = [f"## FFN comparison: {md_escape(', '.join(data['variants']))} on {md_escape(s['data'])}", ""]
     for i, cell in enumerate(data["cells"]):
-        sfx = f"_{i + 1}" if len(data["cells"]) > 1 else ""
+        suffix = figure_suffix(i, len(data["cells"]))
         if cell["axes"]:
             out += [f"### {md_escape(cell_label(cell))}", ""]
         out += [
@@ -727,7 +784,7 @@ def render_markdown(data: dict, figure_names) -> str:
         ]
         if cell.get("literature") and cell["literature"]["tau"] is not None:
             out += [md_escape(literature_text(cell["literature"])), ""]
-        for name, alt in ((f"val_loss{sfx}.png", "validation loss"), (f"final{sfx}.png", "final loss")):
+        for name, alt in ((f"val_loss{suffix}.png", "validation loss"), (f"final{suffix}.png", "final loss")):
             if name in figure_names:
                 out.append(f"![{alt}]({FIGURES_DIR}/{name})")
         out.append("")

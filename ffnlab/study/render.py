@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 
-from ffnlab._util.text import human, num
+from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.study import plots
 from ffnlab.study.protocol import STAGE_TITLES
@@ -100,7 +100,8 @@ def render_figures(data: dict) -> dict[str, bytes]:
 
 
 def cell_label(cell: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in cell["axes"].items())
+    """'depth=2, width=64': the cell's axis values; '' for a study without axes."""
+    return key_values(cell["axes"])
 
 
 def figure_suffix(index: int, n_cells: int) -> str:

@@ -17,13 +17,21 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
-from ffnlab._util.text import human, human_bytes
+from ffnlab._util.text import human, human_bytes, key_values
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
-from ffnlab.study.published import ACT_FIELDS, GATED_MODEL_TYPES, MODEL_FAMILIES, SHAZEER_2020_65K, SHAZEER_2020_524K
+from ffnlab.study.published import (
+    ACT_FIELDS,
+    GATED_MODEL_TYPES,
+    MODEL_FAMILIES,
+    SHAZEER_2020_65K,
+    SHAZEER_2020_524K,
+    PublishedTable,
+)
 from ffnlab.study.stats import holm, paired_diff
 
 DEPLOYS = ("cpu", "gpu", "edge")
@@ -294,7 +302,7 @@ def advise_measured(
     if len(advices) == 1:
         return advices[0]
     picks = {a["recommendation"] for a in advices}
-    where = lambda a: ", ".join(f"{k}={v}" for k, v in a["cell"].items())
+    where = lambda a: key_values(a["cell"])
     agree = len(picks) == 1
     reasons = [
         f"The store's study has {len(advices)} cells here ({'; '.join(where(a) for a in advices)}); each is "
@@ -318,15 +326,53 @@ def advise_measured(
     }
 
 
-def advise_cell(
-    cell: dict, facts: dict, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
-) -> dict:
-    """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
+@dataclass
+class CellChoice:
+    """One cell's variants weighed for advice: which are eligible, the best, and the one recommended."""
+
+    variants: dict[str, dict]  # `cell_variants` of the cell
+    excluded: dict[str, str]  # variant -> why it is out of the running
+    mean: dict[str, float]  # of each eligible variant, in the cell's order
+    best: str
+    diffs: dict[str, dict]  # each other eligible variant against the best: paired over seeds, Holm-corrected
+    choice: str  # the best, or a faster variant tied with it when cost counts
+    runner_up: str | None  # the best eligible variant but the choice
+    unit: str  # of a paired difference: ' nats' or ' accuracy'
+
+    @property
+    def eligible(self) -> list[str]:
+        return list(self.mean)
+
+    @property
+    def tied(self) -> list[str]:
+        """The eligible variants not significantly different from the best."""
+        return [n for n in self.diffs if not self.diffs[n]["significant"]]
+
+    def versus(self, name: str, ref: str) -> str:
+        """'-0.060 nats vs gelu, 95% CI [-0.080, -0.040], p=0.003, 3 paired seeds'."""
+        d = paired_diff(self.variants[name]["values"], self.variants[ref]["values"])
+        if d["delta"] is None:
+            return f"no seed in common with {ref}"
+        ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
+        p = f", p={d['p']:.2g}" if d["p"] is not None else ""
+        return f"{d['delta']:+.3f}{self.unit} vs {ref}{ci}{p}, {d['n']} paired seeds"
+
+    def costs(self, name: str, ref: str) -> str:
+        """'step time -12%, params +0%, training memory +8%': `name` relative to `ref`."""
+        v, r = self.variants[name], self.variants[ref]
+        return (
+            f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
+            f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
+        )
+
+
+def choose_in_cell(
+    cell: dict, facts: dict, params_budget=None, memory_budget=None, cost_sensitive: bool = False
+) -> CellChoice:
+    """The best eligible variant of a cell, or, when cost counts, a tied one that is clearly faster;
+    ValueError saying why when no variant is eligible."""
     variants = cell_variants(cell)
-    if "depth" in cell["axes"]:
-        facts = {**facts, "n_layers": cell["axes"]["depth"]}
     sign = -1.0 if facts["higher_is_better"] else 1.0  # sign * value: lower is better
-    unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, params_budget, memory_budget))}
     eligible = [n for n in variants if n not in excluded]
     if not eligible:
@@ -341,36 +387,54 @@ def advise_cell(
         diffs[n]["p_adj"] = p_adj
         diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
     tied = [n for n in diffs if not diffs[n]["significant"]]
-    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
     choice = best
     if cost_sensitive and tied:
         fastest = min([best] + tied, key=lambda n: variants[n]["step_time_s"] or math.inf)
         if variants[fastest]["step_time_s"] < (1 - SPEED_TOLERANCE) * variants[best]["step_time_s"]:
             choice = fastest
+    runner_up = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
+    unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
+    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit)
 
-    def versus(n, ref):
-        """'-0.060 nats vs gelu (95% CI [-0.080, -0.040], p_adj=0.003, 3 paired seeds)'."""
-        d = paired_diff(variants[n]["values"], variants[ref]["values"])
-        if d["delta"] is None:
-            return f"no seed in common with {ref}"
-        ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
-        p = f", p={d['p']:.2g}" if d["p"] is not None else ""
-        return f"{d['delta']:+.3f}{unit} vs {ref}{ci}{p}, {d['n']} paired seeds"
 
-    def costs(n, ref):
-        v, r = variants[n], variants[ref]
-        return (
-            f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
-            f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
-        )
+def advise_cell(
+    cell: dict, facts: dict, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
+) -> dict:
+    """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
+    if "depth" in cell["axes"]:
+        facts = {**facts, "n_layers": cell["axes"]["depth"]}
+    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
+    weighed = choose_in_cell(cell, facts, params_budget, memory_budget, cost_sensitive)
+    reasons = choice_reasons(weighed, cell, facts, latency_sensitive, deploy)
+    reasons += caveat_reasons(weighed, facts, deploy, depth)
+    rows = {r["ffn"]: r for r in cell["variants"]}
+    evidence = {
+        "kind": "measured",
+        **facts,
+        "axes": cell["axes"],
+        "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in weighed.variants},
+    }
+    variants = list(weighed.variants)
+    return {
+        "recommendation": weighed.choice,
+        "basis": "measured",
+        "reasons": reasons,
+        "evidence": evidence,
+        "alternatives": measured_alternatives(weighed),
+        "command": compare_command(variants, facts["data"], depth or facts["n_layers"], seeds=max(5, facts["seeds"])),
+        "cell": cell["axes"],
+    }
 
-    baseline = facts["baseline"]
+
+def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, latency_sensitive: bool, deploy) -> list[str]:
+    """Where it was measured, why the choice, and how it compares with the runner-up and the baseline."""
+    best, choice, mean, eligible, tied = weighed.best, weighed.choice, weighed.mean, weighed.eligible, weighed.tied
     layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
     where = (
         f"{facts['store']}: {layers}, d_model {facts['d_model']}, data {facts['data']}, {facts['seeds']} seeds, "
         f"FFNs matched in {facts['match']}, FFN init {facts['init']} for all, timed on {facts['device']}"
     )
-    cell_where = ", ".join(f"{k}={v}" for k, v in cell["axes"].items())
+    cell_where = key_values(cell["axes"])
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
     if choice == best:
         reasons.append(
@@ -380,15 +444,14 @@ def advise_cell(
     else:
         reasons.append(
             f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
-            f"({versus(choice, best)}) and is faster ({costs(choice, best)}); with "
+            f"({weighed.versus(choice, best)}) and is faster ({weighed.costs(choice, best)}); with "
             f"{'latency in mind' if latency_sensitive else f'a {deploy} deployment'} the faster one wins."
         )
-    runner = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
-    for ref in dict.fromkeys([runner, baseline]):
+    for ref in dict.fromkeys([weighed.runner_up, facts["baseline"]]):
         if ref is None or ref == choice or ref not in eligible or (choice != best and ref == best):
             continue  # (the best was already quoted when the choice is a faster tied one)
-        reasons.append(f"{choice}: {versus(choice, ref)}; {costs(choice, ref)}.")
-    significant_losers = [n for n in diffs if diffs[n]["significant"]]
+        reasons.append(f"{choice}: {weighed.versus(choice, ref)}; {weighed.costs(choice, ref)}.")
+    significant_losers = [n for n in weighed.diffs if weighed.diffs[n]["significant"]]
     if significant_losers:
         reasons.append(
             f"{best} is significantly better than {', '.join(significant_losers)} (paired t-tests, Holm-corrected)."
@@ -399,7 +462,13 @@ def advise_cell(
             f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
             "(command below)."
         )
-    spread = max((variants[n]["step_time_spread"] for n in eligible), default=None)
+    return reasons
+
+
+def caveat_reasons(weighed: CellChoice, facts: dict, deploy, depth) -> list[str]:
+    """What limits the advice: busy-machine timings, another device or depth, and the excluded variants."""
+    reasons = []
+    spread = max((weighed.variants[n]["step_time_spread"] for n in weighed.eligible), default=None)
     if spread and spread > 1.5:
         reasons.append(
             f"Step times of one variant vary up to {spread:.1f}x between its seeds: the machine was busy "
@@ -412,50 +481,40 @@ def advise_cell(
             f"You plan {depth} layers but the measurement has {facts['n_layers']}: gaps between FFNs "
             f"can change with depth; measure at your depth (command below)."
         )
-    for n, why in excluded.items():
+    for n, why in weighed.excluded.items():
         reasons.append(f"{n} excluded: {why}.")
+    return reasons
+
+
+def measured_alternatives(weighed: CellChoice) -> list[dict]:
+    """Every variant but the recommended one: why excluded, or its numbers against the recommendation."""
+    variants, choice = weighed.variants, weighed.choice
     alternatives = []
     for n in variants:
         if n == choice:
             continue
-        if n in excluded:
-            alternatives.append({"ffn": n, "excluded": excluded[n]})
+        if n in weighed.excluded:
+            alternatives.append({"ffn": n, "excluded": weighed.excluded[n]})
             continue
         d = paired_diff(variants[n]["values"], variants[choice]["values"])
         alternatives.append(
             {
                 "ffn": n,
-                "mean": mean[n],
+                "mean": weighed.mean[n],
                 "delta_vs_recommendation": d["delta"],
                 "ci": [d["ci_low"], d["ci_high"]],
                 "p": d["p"],
-                "p_adj_vs_best": diffs.get(n, {}).get("p_adj"),
+                "p_adj_vs_best": weighed.diffs.get(n, {}).get("p_adj"),
                 "step_time_ratio": (
                     variants[n]["step_time_s"] / variants[choice]["step_time_s"]
                     if variants[n]["step_time_s"] and variants[choice]["step_time_s"]
                     else None
                 ),
                 "params": variants[n]["params"],
-                "summary": f"{versus(n, choice)}; {costs(n, choice)}",
+                "summary": f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
             }
         )
-    rows = {r["ffn"]: r for r in cell["variants"]}
-    evidence = {
-        "kind": "measured",
-        **facts,
-        "axes": cell["axes"],
-        "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in variants},
-    }
-    command = compare_command(list(variants), facts["data"], depth or facts["n_layers"], seeds=max(5, facts["seeds"]))
-    return {
-        "recommendation": choice,
-        "basis": "measured",
-        "reasons": reasons,
-        "evidence": evidence,
-        "alternatives": alternatives,
-        "command": command,
-        "cell": cell["axes"],
-    }
+    return alternatives
 
 
 # ---- published ----------------------------------------------------------------------------------
@@ -521,21 +580,39 @@ def advise_published(params_budget=None, memory_budget=None, latency_sensitive=F
         "Measure it on your own data before committing (command below): published gaps of "
         "0.01-0.05 nats need several seeds to confirm."
     )
-    alternatives = [
+    variants = list(dict.fromkeys([choice, *tied, "gelu", "relu"]))
+    return {
+        "recommendation": choice,
+        "basis": "published",
+        "reasons": reasons,
+        "evidence": published_evidence(table, long_run),
+        "alternatives": published_alternatives(table, long_run, choice),
+        "command": compare_command(variants, None, depth),
+    }
+
+
+def published_alternatives(table: PublishedTable, long_run: PublishedTable, choice: str) -> list[dict]:
+    """Every other variant of the table, best first, with its published numbers and gap to the choice."""
+    values = table.values
+    return [
         {
             "ffn": n,
             "published": values[n],
-            "std": spread.get(n),
+            "std": table.spread.get(n),
             "published_524k": long_run.values[n],
             "delta_vs_recommendation": round(values[n] - values[choice], 3),
         }
         for n in sorted(values, key=values.get)
         if n != choice
     ]
-    evidence = {
+
+
+def published_evidence(*tables: PublishedTable) -> dict:
+    """The source and the numbers of the published tables the advice rests on (all from one paper)."""
+    return {
         "kind": "published",
-        "source": table.source,
-        "arxiv": table.arxiv,
+        "source": tables[0].source,
+        "arxiv": tables[0].arxiv,
         "tables": [
             {
                 "table": t.table,
@@ -545,17 +622,8 @@ def advise_published(params_budget=None, memory_budget=None, latency_sensitive=F
                 "spread": t.spread,
                 "paper_names": t.names,
             }
-            for t in (table, long_run)
+            for t in tables
         ],
-    }
-    variants = list(dict.fromkeys([choice, *tied, "gelu", "relu"]))
-    return {
-        "recommendation": choice,
-        "basis": "published",
-        "reasons": reasons,
-        "evidence": evidence,
-        "alternatives": alternatives,
-        "command": compare_command(variants, None, depth),
     }
 
 
@@ -628,7 +696,7 @@ def format_advice(advice: dict) -> str:
     elif ev["kind"] == "pretrained":
         out += ["", f"source: {ev['source']}"]
     for cell in advice.get("cells", []):
-        where = ", ".join(f"{k}={v}" for k, v in cell["cell"].items())
+        where = key_values(cell["cell"])
         body = format_advice({**cell, "command": None}).splitlines()
         out += ["", f"cell {where}:"] + [f"  {line}" if line else "" for line in body]
     if advice["command"]:

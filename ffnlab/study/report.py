@@ -15,11 +15,16 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from ffnlab._util.files import write_atomic
+from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.core.model import ModelConfig, Transformer
 from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
 from ffnlab.study.load import load_study
@@ -27,6 +32,7 @@ from ffnlab.study.protocol import load_protocol
 from ffnlab.study.render import FIGURES_DIR, REPORT_HTML, SUMMARY_MD, render_figures, render_html, render_markdown
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
+from ffnlab.study.summary import mean_of
 from ffnlab.study.sweep import Study, group_key, plan, run_id, summarize, weights_path
 
 NUMERICS_JSON = "numerics.json"  # beside the store, written by `ffnlab report --numerics`
@@ -62,36 +68,28 @@ def time_band(losses: list[dict[int, float]], times: list[dict[int, float]], lev
     return band
 
 
-def mean_or_none(values):
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return statistics.mean(values) if values else None
-
-
-def fixed_input(cfg: TrainConfig):
+def fixed_input(cfg: TrainConfig) -> tuple[torch.Tensor, str, ModelConfig]:
     """The first `context` tokens of the validation split, its text, and the model config the
     trained weights need (vocabulary and classes from the data)."""
     from ffnlab.run.train import fit, load_data
 
-    corpus, tok, splits = load_data(
+    corpus, tokenizer, splits = load_data(
         cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field
     )
-    T = cfg.model.context
-    ids = splits["val"][:T] if cfg.model.task == "lm" else fit(splits["val"][0][0], T)
-    mcfg = replace(
+    context = cfg.model.context
+    ids = splits["val"][:context] if cfg.model.task == "lm" else fit(splits["val"][0][0], context)
+    model_config = replace(
         cfg.model,
-        vocab_size=tok.vocab_size,
+        vocab_size=tokenizer.vocab_size,
         n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes,
     )
-    return ids, tok.decode(ids.tolist()), mcfg
+    return ids, tokenizer.decode(ids.tolist()), model_config
 
 
 def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | None) -> dict:
     """Attention maps (n_heads, T, T) of each variant's lowest-seed finished model at one layer,
     on the same fixed input; {"note"} when the weights or the data are not at hand."""
-    import torch
     from safetensors.torch import load_model
-
-    from ffnlab.core.model import Transformer
 
     if not any(rec["status"] == "finished" for items in runs.values() for _, rec in items):
         return {"note": "no run finished (all diverged or failed): there is no trained model to draw"}
@@ -125,17 +123,16 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
     try:
         ids, text, _ = fixed_input(cfg)
     except Exception as e:  # the data may be gone or need a network; the rest of the report stands
-        return {"note": f"attention maps skipped: cannot load the data '{cfg.data}' ({type(e).__name__}: {e})"}
+        return {"note": f"attention maps skipped: cannot load the data '{cfg.data}' ({first_line(e)})"}
     maps = {}
     for variant, (c, rec) in picks.items():
-        _, _, mcfg = fixed_input(c)  # the data is cached: this only sets the variant's FFN
-        model = Transformer(mcfg, c.seed)
+        _, _, model_config = fixed_input(c)  # the data is cached: this only sets the variant's FFN
+        model = Transformer(model_config, c.seed)
         try:
             load_model(model, str(weights_path(store_path, rec["id"])))
         except Exception as e:  # a damaged or foreign file: the rest of the report stands
             return {
-                "note": f"attention maps skipped: cannot read {weights_path(store_path, rec['id'])} "
-                f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else '-'})"
+                "note": f"attention maps skipped: cannot read {weights_path(store_path, rec['id'])} ({first_line(e)})"
             }
         model.eval()
         with torch.no_grad():
@@ -191,7 +188,7 @@ def cell_data(
         curves[v] = seed_band(losses)
         time_curves[v] = time_band(losses, times)
         behaviour[v] = {
-            name: {k: mean_or_none([b.get(k) for b in bs]) for k in ("dead_frac", "zero_frac", "inactive_frac")}
+            name: {k: mean_of([b.get(k) for b in bs]) for k in ("dead_frac", "zero_frac", "inactive_frac")}
             for name, bs in layers.items()
         }
     rows = [dict(r) for r in summary_cell["variants"]]
@@ -216,7 +213,7 @@ def cell_data(
     return out
 
 
-def load_numerics(store_path: Path, variants, run: bool) -> dict | None:
+def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) -> dict | None:
     """numerics.json beside the store (computed first when `run`), or None when there is none."""
     path = Path(store_path).parent / NUMERICS_JSON
     if run:
@@ -234,7 +231,7 @@ def load_numerics(store_path: Path, variants, run: bool) -> dict | None:
 
 
 def report_data(
-    store_path,
+    store_path: str | Path,
     study: Study | None = None,
     runs: list[TrainConfig] | None = None,
     baseline: str | None = None,
@@ -285,12 +282,12 @@ def report_data(
 # ---- writing ------------------------------------------------------------------------------------
 
 
-def default_out_dir(store_path) -> Path:
+def default_out_dir(store_path: str | Path) -> Path:
     """The report folder beside the store: ffnlab-runs/ffnlab.db -> ffnlab-runs/report."""
     return Path(store_path).parent / "report"
 
 
-def check_out_dir(out_dir: Path) -> Path:
+def check_out_dir(out_dir: str | Path) -> Path:
     """ValueError in one line unless `out_dir` can be created or written, without creating anything:
     the nearest existing folder on its path must be a writable folder."""
     existing = Path(out_dir).absolute()
@@ -314,14 +311,14 @@ def prepare_out_dir(out_dir: Path) -> Path:
 
 
 def write_report(
-    store_path,
-    out_dir=None,
+    store_path: str | Path,
+    out_dir: str | Path | None = None,
     study: Study | None = None,
-    runs=None,
+    runs: list[TrainConfig] | None = None,
     baseline: str | None = None,
     layer: int | None = None,
     numerics: bool = False,
-) -> dict[str, Path]:
+) -> dict[str, Path | list[Path]]:
     """Render the report of a store and write report.html, summary.md and figures/*.png into
     `out_dir` (default: `report/` beside the store). Returns the written paths by kind.
 

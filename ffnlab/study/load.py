@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.train import TrainConfig
@@ -12,7 +13,7 @@ from ffnlab.study.store import Store
 from ffnlab.study.sweep import AXES, Study, plan, run_id
 
 
-def axis_value(config: dict, axis: str):
+def axis_value(config: dict, axis: str) -> object:
     """The value of a study axis ('depth' -> config['model']['n_layers']) in a config dict."""
     obj = config
     for part in AXES[axis].split("."):
@@ -38,7 +39,7 @@ def study_key(config: dict) -> str:
     return json.dumps(d, sort_keys=True)
 
 
-def load_study(store_path, baseline: str | None = None) -> tuple[Study, list[TrainConfig], int]:
+def load_study(store_path: str | Path, baseline: str | None = None) -> tuple[Study, list[TrainConfig], int]:
     """The most recently run study in a store with a finished run: (study, its runs' configs, number
     of other studies). `baseline` replaces the study's own.
 
@@ -60,7 +61,7 @@ def load_study(store_path, baseline: str | None = None) -> tuple[Study, list[Tra
     return study, runs, len(recorded) - 1
 
 
-def rebuild_study(store_path, baseline: str | None = None) -> tuple[Study, list[TrainConfig], int]:
+def rebuild_study(store_path: str | Path, baseline: str | None = None) -> tuple[Study, list[TrainConfig], int]:
     """For a store without study records: the most recently finished group of runs that agree on
     everything but the FFN, the seed and the axes an older ffnlab had (LEGACY_AXES).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Container, Iterable, Sequence
 
 from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
@@ -26,6 +27,7 @@ FIGURES_DIR = "figures"
 
 
 def metric_label(metric: str) -> str:
+    """The axis label of the metric a cell ranks by."""
     return "validation loss (nats/token)" if metric == "final_val_loss" else "validation accuracy"
 
 
@@ -119,13 +121,14 @@ def three_digits(value) -> str:
     return "-" if value is None else str(value)
 
 
-def delta_text(r: dict, baseline: str) -> str:
-    if r["ffn"] == baseline:
+def delta_text(row: dict, baseline: str) -> str:
+    """'+0.0123 [0.0050, 0.0196] *': a ranking row's paired difference to the baseline, its CI and significance."""
+    if row["ffn"] == baseline:
         return "baseline"
-    if r["delta"] is None:
+    if row["delta"] is None:
         return "-"
-    ci = f" [{num(r['delta_ci_low'])}, {num(r['delta_ci_high'])}]" if r["delta_ci_low"] is not None else ""
-    return f"{r['delta']:+.4f}{ci}{' *' if r['significant'] else ''}"
+    ci = f" [{num(row['delta_ci_low'])}, {num(row['delta_ci_high'])}]" if row["delta_ci_low"] is not None else ""
+    return f"{row['delta']:+.4f}{ci}{' *' if row['significant'] else ''}"
 
 
 def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
@@ -303,48 +306,49 @@ def literature_rows(cell: dict) -> tuple[list[str], list[list[str]]] | None:
 
 
 def settings_rows(data: dict) -> list[tuple[str, str]]:
-    s, env = data["settings"], data["env"]
-    m = dict(s["model"])
-    axes = s.get("axes") or {}
+    settings, env = data["settings"], data["env"]
+    model = dict(settings["model"])
+    axes = settings.get("axes") or {}
     for axis, key in (("depth", "n_layers"), ("width", "d_model"), ("context", "context")):  # an axis overrides
         if axis in axes:
-            m[key] = "/".join(map(str, axes[axis]))
-    budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["budget"].items())
-    rows = [("data", f"{s['data']} ({s['task']}, {s['tokenizer']} tokenizer)")]
+            model[key] = "/".join(map(str, axes[axis]))
+    budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
+    rows = [("data", f"{settings['data']} ({settings['task']}, {settings['tokenizer']} tokenizer)")]
     if data.get("architecture"):
         rows.append(("architecture", data["architecture"]))
     rows += [
         (
             "model",
-            f"{m['n_layers']} layer{'s' if m['n_layers'] != 1 else ''}, {m['n_heads']} heads, "
-            f"d_model {m['d_model']}, context {m['context']}, {m['norm']} ({m['placement']}-norm), "
-            f"{m['pos']} positions, dropout {m['dropout']}",
+            f"{model['n_layers']} layer{'s' if model['n_layers'] != 1 else ''}, {model['n_heads']} heads, "
+            f"d_model {model['d_model']}, context {model['context']}, {model['norm']} ({model['placement']}-norm), "
+            f"{model['pos']} positions, dropout {model['dropout']}",
         ),
         (
             "FFN matching",
-            f"{s['match']} (hidden width chosen so every variant matches the dense 4x FFN's {s['match']})"
-            if s["match"] != "none"
+            f"{settings['match']} (hidden width chosen so every variant matches the dense 4x FFN's {settings['match']})"
+            if settings["match"] != "none"
             else "none (each variant at its own width)",
         ),
         (
             "budget",
-            f"{budget}, batch {s['batch_size']}, {human(s['tokens_per_run'])} tokens per run"
-            if s.get("tokens_per_run")
+            f"{budget}, batch {settings['batch_size']}, {human(settings['tokens_per_run'])} tokens per run"
+            if settings.get("tokens_per_run")
             else budget,
         ),
-        ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else s["init"]),
+        ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else settings["init"]),
         (
             "optimiser",
-            f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else s['lr']}"
-            f", cosine to {s.get('min_lr', '-')}, warm-up {s.get('warmup_steps', '-')} steps, weight decay "
-            f"{s.get('weight_decay', '-')}, beta2 {s.get('beta2', '-')}, clip {s.get('grad_clip', '-')}",
+            f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else settings['lr']}"
+            f", cosine to {settings.get('min_lr', '-')}, warm-up {settings.get('warmup_steps', '-')} steps, "
+            f"weight decay {settings.get('weight_decay', '-')}, beta2 {settings.get('beta2', '-')}, "
+            f"clip {settings.get('grad_clip', '-')}",
         ),
-        ("precision", s["precision"]),
-        ("seeds", f"{s['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
-        ("variants", ", ".join(s["variants"]) + f" (baseline {data['baseline']})"),
+        ("precision", settings["precision"]),
+        ("seeds", f"{settings['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
+        ("variants", ", ".join(settings["variants"]) + f" (baseline {data['baseline']})"),
     ]
-    if s.get("axes"):
-        rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in s["axes"].items())))
+    if settings.get("axes"):
+        rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in settings["axes"].items())))
     if env:
         where = env.get("gpu") or env.get("cpu") or "-"
         rows.append(
@@ -369,7 +373,8 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
 # ---- HTML ---------------------------------------------------------------------------------------
 
 
-def esc(text) -> str:
+def esc(text: object) -> str:
+    """Text safe anywhere in the page, attribute values included."""
     return html.escape(str(text), quote=True)
 
 
@@ -378,7 +383,9 @@ def cell_heading(cell: dict) -> str:
     return f"<h3>{esc(cell_label(cell))}</h3>" if cell["axes"] else ""
 
 
-def html_table(head: list[str], rows: list[list[str]], text_cols=(0,), marks: dict | None = None) -> str:
+def html_table(
+    head: list[str], rows: list[list[str]], text_cols: tuple[int, ...] = (0,), marks: dict | None = None
+) -> str:
     """A table whose every cell is escaped text. Columns in `text_cols` are left-aligned (numbers
     right); `marks` maps (row, col) to a CSS class."""
     marks = marks or {}
@@ -754,23 +761,24 @@ def attention_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]
 # ---- Markdown -----------------------------------------------------------------------------------
 
 
-def md_escape(text) -> str:
+def md_escape(text: object) -> str:
     """Text safe inside a Markdown table cell: HTML escaped, pipes and backslashes escaped, line
     breaks (a path may hold one) as spaces, so one cell never breaks its table row."""
     text = " ".join(str(text).splitlines())
     return html.escape(text, quote=False).replace("\\", "\\\\").replace("|", "\\|")
 
 
-def md_table(head, rows) -> str:
+def md_table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table whose every cell is escaped text."""
     lines = ["| " + " | ".join(md_escape(h) for h in head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def render_markdown(data: dict, figure_names) -> str:
+def render_markdown(data: dict, figure_names: Container[str]) -> str:
     """A short summary for a README or a pull request: verdict, ranking, costs, settings, figures."""
-    s = data["settings"]
-    out = [f"## FFN comparison: {md_escape(', '.join(data['variants']))} on {md_escape(s['data'])}", ""]
+    settings = data["settings"]
+    out = [f"## FFN comparison: {md_escape(', '.join(data['variants']))} on {md_escape(settings['data'])}", ""]
     for i, cell in enumerate(data["cells"]):
         suffix = figure_suffix(i, len(data["cells"]))
         if cell["axes"]:
@@ -801,8 +809,8 @@ def render_markdown(data: dict, figure_names) -> str:
     out.append(f"* = significant at α={data['cells'][0]['alpha']:g} after Holm correction (paired t-test over seeds).")
     out += [
         "",
-        "Held equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["held_equal"])) + ".",
-        "Not equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in s["not_equal"])) + ".",
+        "Held equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in settings["held_equal"])) + ".",
+        "Not equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in settings["not_equal"])) + ".",
         "",
         "<details><summary>Run settings</summary>",
         "",

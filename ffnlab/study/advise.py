@@ -60,7 +60,7 @@ BYTE_SUFFIX = {
 }
 
 
-def parse_quantity(text: str, units: dict, what: str, example: str) -> float:
+def parse_quantity(text: str, units: dict[str, float], what: str, example: str) -> float:
     """'1.5M' -> 1.5e6 with the given suffix table; ValueError naming the valid suffixes."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in units:
@@ -219,7 +219,7 @@ EVIDENCE_FIELDS = (
 )
 
 
-def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
+def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict], dict]:
     """The cells of the store's latest study to advise on, from the one summary every output shares
     (`ffnlab.study.sweep.summarize`): with an axis 'depth' and a stated depth, the cells at the nearest
     measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
@@ -271,29 +271,34 @@ def cell_variants(cell: dict) -> dict[str, dict]:
     return out
 
 
-def exclusion(v: dict, params_budget, memory_budget) -> str | None:
+def exclusion(variant: dict, params_budget: float | None, memory_budget: float | None) -> str | None:
     """Why a measured variant is out of the running, or None."""
-    if v["diverged"]:
-        return f"diverged in {v['diverged']} of {v['diverged'] + len(v['values'])} runs"
-    if not v["values"]:
+    if variant["diverged"]:
+        return f"diverged in {variant['diverged']} of {variant['diverged'] + len(variant['values'])} runs"
+    if not variant["values"]:
         return "no finished run"
-    if params_budget and v["params"] and v["params"] > params_budget:
-        return f"{human(v['params'])} parameters exceed the budget of {human(params_budget)}"
-    if memory_budget and v["train_mem_bytes"] and v["train_mem_bytes"] > memory_budget:
+    if params_budget and variant["params"] and variant["params"] > params_budget:
+        return f"{human(variant['params'])} parameters exceed the budget of {human(params_budget)}"
+    if memory_budget and variant["train_mem_bytes"] and variant["train_mem_bytes"] > memory_budget:
         return (
-            f"training memory {human_bytes(v['train_mem_bytes'])} (parameters, gradients, optimizer state, "
+            f"training memory {human_bytes(variant['train_mem_bytes'])} (parameters, gradients, optimizer state, "
             f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}"
         )
     return None
 
 
-def pct(a, b) -> str:
-    """'+11%': a relative to b."""
-    return f"{(a / b - 1) * 100:+.0f}%" if a and b else "?"
+def pct(value: float | None, reference: float | None) -> str:
+    """'+11%': `value` relative to `reference`; '?' when either is missing."""
+    return f"{(value / reference - 1) * 100:+.0f}%" if value and reference else "?"
 
 
 def advise_measured(
-    store_path, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
+    store_path: str | Path,
+    params_budget: float | None = None,
+    memory_budget: float | None = None,
+    latency_sensitive: bool = False,
+    deploy: str | None = None,
+    depth: int | None = None,
 ) -> dict:
     """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
     axis than depth), each cell's advice and a recommendation only where they agree."""
@@ -367,7 +372,11 @@ class CellChoice:
 
 
 def choose_in_cell(
-    cell: dict, facts: dict, params_budget=None, memory_budget=None, cost_sensitive: bool = False
+    cell: dict,
+    facts: dict,
+    params_budget: float | None = None,
+    memory_budget: float | None = None,
+    cost_sensitive: bool = False,
 ) -> CellChoice:
     """The best eligible variant of a cell, or, when cost counts, a tied one that is clearly faster;
     ValueError saying why when no variant is eligible."""
@@ -398,7 +407,13 @@ def choose_in_cell(
 
 
 def advise_cell(
-    cell: dict, facts: dict, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
+    cell: dict,
+    facts: dict,
+    params_budget: float | None = None,
+    memory_budget: float | None = None,
+    latency_sensitive: bool = False,
+    deploy: str | None = None,
+    depth: int | None = None,
 ) -> dict:
     """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
     if "depth" in cell["axes"]:
@@ -426,7 +441,9 @@ def advise_cell(
     }
 
 
-def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, latency_sensitive: bool, deploy) -> list[str]:
+def choice_reasons(
+    weighed: CellChoice, cell: dict, facts: dict, latency_sensitive: bool, deploy: str | None
+) -> list[str]:
     """Where it was measured, why the choice, and how it compares with the runner-up and the baseline."""
     best, choice, mean, eligible, tied = weighed.best, weighed.choice, weighed.mean, weighed.eligible, weighed.tied
     layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
@@ -465,7 +482,7 @@ def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, latency_sensiti
     return reasons
 
 
-def caveat_reasons(weighed: CellChoice, facts: dict, deploy, depth) -> list[str]:
+def caveat_reasons(weighed: CellChoice, facts: dict, deploy: str | None, depth: int | None) -> list[str]:
     """What limits the advice: busy-machine timings, another device or depth, and the excluded variants."""
     reasons = []
     spread = max((weighed.variants[n]["step_time_spread"] for n in weighed.eligible), default=None)
@@ -520,7 +537,8 @@ def measured_alternatives(weighed: CellChoice) -> list[dict]:
 # ---- published ----------------------------------------------------------------------------------
 
 
-def compare_command(variants, data: str | None, depth: int | None, seeds: int = 3) -> str:
+def compare_command(variants: list[str], data: str | None, depth: int | None, seeds: int = 3) -> str:
+    """The `ffnlab compare` command that measures these variants (on YOUR_DATA when no data is known)."""
     parts = [
         "ffnlab compare",
         f"--variants {','.join(variants)}",
@@ -532,7 +550,14 @@ def compare_command(variants, data: str | None, depth: int | None, seeds: int = 
     return " ".join(parts)
 
 
-def advise_published(params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None) -> dict:
+def advise_published(
+    params_budget: float | None = None,
+    memory_budget: float | None = None,
+    latency_sensitive: bool = False,
+    deploy: str | None = None,
+    depth: int | None = None,
+) -> dict:
+    """Advice from Shazeer (2020) Table 1 when nothing was measured: the best variant, or the cheapest tied one."""
     table, long_run = SHAZEER_2020_65K, SHAZEER_2020_524K
     values, spread = table.values, table.spread
     best = min(values, key=values.get)
@@ -631,9 +656,9 @@ def published_evidence(*tables: PublishedTable) -> dict:
 
 
 def advise(
-    store=None,
-    params_budget=None,
-    memory_budget=None,
+    store: str | Path | None = None,
+    params_budget: float | str | None = None,
+    memory_budget: float | str | None = None,
     latency_sensitive: bool = False,
     pretrained: str | None = None,
     deploy: str | None = None,

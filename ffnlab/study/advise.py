@@ -40,6 +40,23 @@ ALPHA = 0.05
 # models on a shared machine jitter by several percent.
 SPEED_TOLERANCE = 0.05
 
+
+@dataclass(frozen=True)
+class Situation:
+    """What the user says about their use, which every source of evidence weighs."""
+
+    params_budget: float | None = None  # parameters
+    memory_budget: float | None = None  # bytes of training memory
+    latency_sensitive: bool = False
+    deploy: str | None = None  # one of DEPLOYS
+    depth: int | None = None  # the number of layers planned
+
+    @property
+    def cost_sensitive(self) -> bool:
+        """Speed decides between tied variants: latency matters or the model runs on a CPU or at the edge."""
+        return self.latency_sensitive or self.deploy in ("cpu", "edge")
+
+
 # ---- parsing ------------------------------------------------------------------------------------
 
 COUNT_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9}
@@ -271,12 +288,13 @@ def cell_variants(cell: dict) -> dict[str, dict]:
     return out
 
 
-def exclusion(variant: dict, params_budget: float | None, memory_budget: float | None) -> str | None:
+def exclusion(variant: dict, situation: Situation) -> str | None:
     """Why a measured variant is out of the running, or None."""
     if variant["diverged"]:
         return f"diverged in {variant['diverged']} of {variant['diverged'] + len(variant['values'])} runs"
     if not variant["values"]:
         return "no finished run"
+    params_budget, memory_budget = situation.params_budget, situation.memory_budget
     if params_budget and variant["params"] and variant["params"] > params_budget:
         return f"{human(variant['params'])} parameters exceed the budget of {human(params_budget)}"
     if memory_budget and variant["train_mem_bytes"] and variant["train_mem_bytes"] > memory_budget:
@@ -292,18 +310,11 @@ def pct(value: float | None, reference: float | None) -> str:
     return f"{(value / reference - 1) * 100:+.0f}%" if value and reference else "?"
 
 
-def advise_measured(
-    store_path: str | Path,
-    params_budget: float | None = None,
-    memory_budget: float | None = None,
-    latency_sensitive: bool = False,
-    deploy: str | None = None,
-    depth: int | None = None,
-) -> dict:
+def advise_measured(store_path: str | Path, situation: Situation) -> dict:
     """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
     axis than depth), each cell's advice and a recommendation only where they agree."""
-    cells, facts = measured_cells(store_path, depth)
-    advices = [advise_cell(c, facts, params_budget, memory_budget, latency_sensitive, deploy, depth) for c in cells]
+    cells, facts = measured_cells(store_path, situation.depth)
+    advices = [advise_cell(c, facts, situation) for c in cells]
     if len(advices) == 1:
         return advices[0]
     picks = {a["recommendation"] for a in advices}
@@ -371,18 +382,12 @@ class CellChoice:
         )
 
 
-def choose_in_cell(
-    cell: dict,
-    facts: dict,
-    params_budget: float | None = None,
-    memory_budget: float | None = None,
-    cost_sensitive: bool = False,
-) -> CellChoice:
+def choose_in_cell(cell: dict, facts: dict, situation: Situation) -> CellChoice:
     """The best eligible variant of a cell, or, when cost counts, a tied one that is clearly faster;
     ValueError saying why when no variant is eligible."""
     variants = cell_variants(cell)
     sign = -1.0 if facts["higher_is_better"] else 1.0  # sign * value: lower is better
-    excluded = {name: why for name, v in variants.items() if (why := exclusion(v, params_budget, memory_budget))}
+    excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
     eligible = [n for n in variants if n not in excluded]
     if not eligible:
         raise ValueError(
@@ -397,7 +402,7 @@ def choose_in_cell(
         diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
     tied = [n for n in diffs if not diffs[n]["significant"]]
     choice = best
-    if cost_sensitive and tied:
+    if situation.cost_sensitive and tied:
         fastest = min([best] + tied, key=lambda n: variants[n]["step_time_s"] or math.inf)
         if variants[fastest]["step_time_s"] < (1 - SPEED_TOLERANCE) * variants[best]["step_time_s"]:
             choice = fastest
@@ -406,22 +411,12 @@ def choose_in_cell(
     return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit)
 
 
-def advise_cell(
-    cell: dict,
-    facts: dict,
-    params_budget: float | None = None,
-    memory_budget: float | None = None,
-    latency_sensitive: bool = False,
-    deploy: str | None = None,
-    depth: int | None = None,
-) -> dict:
+def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
     """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
     if "depth" in cell["axes"]:
         facts = {**facts, "n_layers": cell["axes"]["depth"]}
-    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
-    weighed = choose_in_cell(cell, facts, params_budget, memory_budget, cost_sensitive)
-    reasons = choice_reasons(weighed, cell, facts, latency_sensitive, deploy)
-    reasons += caveat_reasons(weighed, facts, deploy, depth)
+    weighed = choose_in_cell(cell, facts, situation)
+    reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
     rows = {r["ffn"]: r for r in cell["variants"]}
     evidence = {
         "kind": "measured",
@@ -436,14 +431,14 @@ def advise_cell(
         "reasons": reasons,
         "evidence": evidence,
         "alternatives": measured_alternatives(weighed),
-        "command": compare_command(variants, facts["data"], depth or facts["n_layers"], seeds=max(5, facts["seeds"])),
+        "command": compare_command(
+            variants, facts["data"], situation.depth or facts["n_layers"], seeds=max(5, facts["seeds"])
+        ),
         "cell": cell["axes"],
     }
 
 
-def choice_reasons(
-    weighed: CellChoice, cell: dict, facts: dict, latency_sensitive: bool, deploy: str | None
-) -> list[str]:
+def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situation) -> list[str]:
     """Where it was measured, why the choice, and how it compares with the runner-up and the baseline."""
     best, choice, mean, eligible, tied = weighed.best, weighed.choice, weighed.mean, weighed.eligible, weighed.tied
     layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
@@ -462,7 +457,8 @@ def choice_reasons(
         reasons.append(
             f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
             f"({weighed.versus(choice, best)}) and is faster ({weighed.costs(choice, best)}); with "
-            f"{'latency in mind' if latency_sensitive else f'a {deploy} deployment'} the faster one wins."
+            f"{'latency in mind' if situation.latency_sensitive else f'a {situation.deploy} deployment'} the "
+            "faster one wins."
         )
     for ref in dict.fromkeys([weighed.runner_up, facts["baseline"]]):
         if ref is None or ref == choice or ref not in eligible or (choice != best and ref == best):
@@ -482,8 +478,9 @@ def choice_reasons(
     return reasons
 
 
-def caveat_reasons(weighed: CellChoice, facts: dict, deploy: str | None, depth: int | None) -> list[str]:
+def caveat_reasons(weighed: CellChoice, facts: dict, situation: Situation) -> list[str]:
     """What limits the advice: busy-machine timings, another device or depth, and the excluded variants."""
+    deploy, depth = situation.deploy, situation.depth
     reasons = []
     spread = max((weighed.variants[n]["step_time_spread"] for n in weighed.eligible), default=None)
     if spread and spread > 1.5:
@@ -550,22 +547,15 @@ def compare_command(variants: list[str], data: str | None, depth: int | None, se
     return " ".join(parts)
 
 
-def advise_published(
-    params_budget: float | None = None,
-    memory_budget: float | None = None,
-    latency_sensitive: bool = False,
-    deploy: str | None = None,
-    depth: int | None = None,
-) -> dict:
+def advise_published(situation: Situation) -> dict:
     """Advice from Shazeer (2020) Table 1 when nothing was measured: the best variant, or the cheapest tied one."""
     table, long_run = SHAZEER_2020_65K, SHAZEER_2020_524K
     values, spread = table.values, table.spread
     best = min(values, key=values.get)
     # tied: the gap is within the larger of the two reported inter-run standard deviations
     tied = [n for n in values if n != best and values[n] - values[best] <= max(spread[n], spread[best])]
-    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
     flops = {n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops for n in values}
-    choice = min([best] + tied, key=lambda n: (flops[n], values[n])) if cost_sensitive else best
+    choice = min([best] + tied, key=lambda n: (flops[n], values[n])) if situation.cost_sensitive else best
     cite = f"{table.source} (arXiv:{table.arxiv}), {table.table.split(',')[0]}"
     name = table.names
     reasons = [
@@ -583,24 +573,25 @@ def advise_published(
             "the paper's numbers do not separate them."
         )
     if choice != best:
+        why = "latency-sensitive" if situation.latency_sensitive else f"{situation.deploy} deployment"
         reasons.append(
-            f"Cost counts here ({'latency-sensitive' if latency_sensitive else f'{deploy} deployment'}): "
+            f"Cost counts here ({why}): "
             f"{choice}'s activation costs about {flops[choice]} FLOPs per element against "
             f"{flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins."
         )
-    if deploy == "edge":
+    if situation.deploy == "edge":
         reasons.append(
             f"On edge hardware ReLU-family gates are cheapest and give exact zeros: reglu "
             f"({values['reglu']:.3f}) trails {choice} by {values['reglu'] - values[choice]:.3f}."
         )
-    if params_budget or memory_budget:
+    if situation.params_budget or situation.memory_budget:
         reasons.append(
             "The paper matches parameters and compute (gated d_ff = 2/3 of dense), so a parameter or "
             "memory budget does not reorder it; ffnlab matches variants the same way (--match params). "
             "Training memory differs: a gated FFN keeps two hidden activations for backward."
         )
-    if depth is not None:
-        reasons.append(f"The published model has 12+12 layers; at {depth} layers the gaps may differ.")
+    if situation.depth is not None:
+        reasons.append(f"The published model has 12+12 layers; at {situation.depth} layers the gaps may differ.")
     reasons.append(
         "Measure it on your own data before committing (command below): published gaps of "
         "0.01-0.05 nats need several seeds to confirm."
@@ -612,7 +603,7 @@ def advise_published(
         "reasons": reasons,
         "evidence": published_evidence(table, long_run),
         "alternatives": published_alternatives(table, long_run, choice),
-        "command": compare_command(variants, None, depth),
+        "command": compare_command(variants, None, situation.depth),
     }
 
 
@@ -671,8 +662,13 @@ def advise(
         raise ValueError(f"unknown deployment '{deploy}'{closest(deploy, DEPLOYS)}; valid: {', '.join(DEPLOYS)}")
     if depth is not None and depth <= 0:
         raise ValueError(f"depth must be positive, got {depth}")
-    params_budget = parse_params(params_budget) if isinstance(params_budget, str) else params_budget
-    memory_budget = parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget
+    situation = Situation(
+        params_budget=parse_params(params_budget) if isinstance(params_budget, str) else params_budget,
+        memory_budget=parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget,
+        latency_sensitive=latency_sensitive,
+        deploy=deploy,
+        depth=depth,
+    )
     if pretrained:
         advice = advise_pretrained(pretrained)
         if store is not None:
@@ -687,8 +683,8 @@ def advise(
                 f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "
                 "get advice from published results"
             )
-        return advise_measured(store, params_budget, memory_budget, latency_sensitive, deploy, depth)
-    return advise_published(params_budget, memory_budget, latency_sensitive, deploy, depth)
+        return advise_measured(store, situation)
+    return advise_published(situation)
 
 
 def format_advice(advice: dict) -> str:

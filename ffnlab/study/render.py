@@ -111,7 +111,7 @@ def figure_suffix(index: int, n_cells: int) -> str:
     return f"_{index + 1}" if n_cells > 1 else ""
 
 
-def three_digits(value) -> str:
+def three_digits(value: object) -> str:
     """A number to 3 significant digits ('1.23e-05', '4.1e+04'), '-' for None, anything else as text.
 
     NOTE: not `human`: ULP counts and gradient means span many decades, and an SI suffix ('41k')

@@ -38,7 +38,7 @@ from ffnlab.study.sweep import Study, group_key, plan, run_id, summarize, weight
 NUMERICS_JSON = "numerics.json"  # beside the store, written by `ffnlab report --numerics`
 
 
-# ---- numbers behind the figures -----------------------------------------------------------------
+# ---- the data the report shows ------------------------------------------------------------------
 
 
 def seed_band(series: list[dict[float, float]], level: float = 0.95) -> dict:

@@ -177,7 +177,7 @@ def test_a_number_where_text_belongs_is_named(run_cli, tmp_path):
 
 
 def test_a_line_break_in_a_path_stays_in_its_markdown_cell():
-    from ffnlab.study.report import md_table
+    from ffnlab.study.render import md_table
 
     table = md_table(["setting", "value"], [["store", "runs/a\nb|c.db"]])
     assert table.splitlines()[-1] == "| store | runs/a b\\|c.db |"

@@ -9,8 +9,10 @@ import pytest
 from ffnlab.run.presets import preset_config
 from ffnlab.run.train import TrainConfig
 from ffnlab.study.execute import run_study, weights_path
+from ffnlab.study.load import load_study
 from ffnlab.study.plan import Study, run_id
-from ffnlab.study.report import load_study, render_html, render_markdown, report_data, seed_band, write_report
+from ffnlab.study.render import render_html, render_markdown
+from ffnlab.study.report import report_data, seed_band, write_report
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
 

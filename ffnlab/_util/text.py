@@ -1,4 +1,4 @@
-"""Text for people: numbers with SI or binary suffixes and one-line error summaries."""
+"""Text for people: numbers with SI or binary suffixes, settings as key=value and one-line error summaries."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def num(value: float | None, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return f"{value:.{digits}f}"
+
+
+def key_values(mapping: dict) -> str:
+    """{'depth': 2, 'lr': 0.001} -> 'depth=2, lr=0.001' (a study cell's axis values, for one)."""
+    return ", ".join(f"{key}={value}" for key, value in mapping.items())
 
 
 def first_line(e: BaseException, limit: int = 300) -> str:

@@ -17,13 +17,21 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
-from ffnlab._util.text import human, human_bytes
+from ffnlab._util.text import human, human_bytes, key_values
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
-from ffnlab.study.published import ACT_FIELDS, GATED_MODEL_TYPES, MODEL_FAMILIES, SHAZEER_2020_65K, SHAZEER_2020_524K
+from ffnlab.study.published import (
+    ACT_FIELDS,
+    GATED_MODEL_TYPES,
+    MODEL_FAMILIES,
+    SHAZEER_2020_65K,
+    SHAZEER_2020_524K,
+    PublishedTable,
+)
 from ffnlab.study.stats import holm, paired_diff
 
 DEPLOYS = ("cpu", "gpu", "edge")
@@ -31,6 +39,23 @@ ALPHA = 0.05
 # Step-time difference below which two variants count as equally fast: CPU timings of small
 # models on a shared machine jitter by several percent.
 SPEED_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What the user says about their use, which every source of evidence weighs."""
+
+    params_budget: float | None = None  # parameters
+    memory_budget: float | None = None  # bytes of training memory
+    latency_sensitive: bool = False
+    deploy: str | None = None  # one of DEPLOYS
+    depth: int | None = None  # the number of layers planned
+
+    @property
+    def cost_sensitive(self) -> bool:
+        """Speed decides between tied variants: latency matters or the model runs on a CPU or at the edge."""
+        return self.latency_sensitive or self.deploy in ("cpu", "edge")
+
 
 # ---- parsing ------------------------------------------------------------------------------------
 
@@ -52,7 +77,7 @@ BYTE_SUFFIX = {
 }
 
 
-def parse_quantity(text: str, units: dict, what: str, example: str) -> float:
+def parse_quantity(text: str, units: dict[str, float], what: str, example: str) -> float:
     """'1.5M' -> 1.5e6 with the given suffix table; ValueError naming the valid suffixes."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in units:
@@ -211,11 +236,11 @@ EVIDENCE_FIELDS = (
 )
 
 
-def measured_cells(store_path, depth: int | None) -> tuple[list[dict], dict]:
+def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict], dict]:
     """The cells of the store's latest study to advise on, from the one summary every output shares
     (`ffnlab.study.summary.summarize_study`): with an axis 'depth' and a stated depth, the cells at the nearest
     measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
-    from ffnlab.study.report import load_study
+    from ffnlab.study.load import load_study
     from ffnlab.study.store import Store
     from ffnlab.study.summary import summarize_study
 
@@ -263,38 +288,37 @@ def cell_variants(cell: dict) -> dict[str, dict]:
     return out
 
 
-def exclusion(v: dict, params_budget, memory_budget) -> str | None:
+def exclusion(variant: dict, situation: Situation) -> str | None:
     """Why a measured variant is out of the running, or None."""
-    if v["diverged"]:
-        return f"diverged in {v['diverged']} of {v['diverged'] + len(v['values'])} runs"
-    if not v["values"]:
+    if variant["diverged"]:
+        return f"diverged in {variant['diverged']} of {variant['diverged'] + len(variant['values'])} runs"
+    if not variant["values"]:
         return "no finished run"
-    if params_budget and v["params"] and v["params"] > params_budget:
-        return f"{human(v['params'])} parameters exceed the budget of {human(params_budget)}"
-    if memory_budget and v["train_mem_bytes"] and v["train_mem_bytes"] > memory_budget:
+    params_budget, memory_budget = situation.params_budget, situation.memory_budget
+    if params_budget and variant["params"] and variant["params"] > params_budget:
+        return f"{human(variant['params'])} parameters exceed the budget of {human(params_budget)}"
+    if memory_budget and variant["train_mem_bytes"] and variant["train_mem_bytes"] > memory_budget:
         return (
-            f"training memory {human_bytes(v['train_mem_bytes'])} (parameters, gradients, optimizer state, "
+            f"training memory {human_bytes(variant['train_mem_bytes'])} (parameters, gradients, optimizer state, "
             f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}"
         )
     return None
 
 
-def pct(a, b) -> str:
-    """'+11%': a relative to b."""
-    return f"{(a / b - 1) * 100:+.0f}%" if a and b else "?"
+def pct(value: float | None, reference: float | None) -> str:
+    """'+11%': `value` relative to `reference`; '?' when either is missing."""
+    return f"{(value / reference - 1) * 100:+.0f}%" if value and reference else "?"
 
 
-def advise_measured(
-    store_path, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
-) -> dict:
+def advise_measured(store_path: str | Path, situation: Situation) -> dict:
     """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
     axis than depth), each cell's advice and a recommendation only where they agree."""
-    cells, facts = measured_cells(store_path, depth)
-    advices = [advise_cell(c, facts, params_budget, memory_budget, latency_sensitive, deploy, depth) for c in cells]
+    cells, facts = measured_cells(store_path, situation.depth)
+    advices = [advise_cell(c, facts, situation) for c in cells]
     if len(advices) == 1:
         return advices[0]
     picks = {a["recommendation"] for a in advices}
-    where = lambda a: ", ".join(f"{k}={v}" for k, v in a["cell"].items())
+    where = lambda a: key_values(a["cell"])
     agree = len(picks) == 1
     reasons = [
         f"The store's study has {len(advices)} cells here ({'; '.join(where(a) for a in advices)}); each is "
@@ -318,16 +342,52 @@ def advise_measured(
     }
 
 
-def advise_cell(
-    cell: dict, facts: dict, params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None
-) -> dict:
-    """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
+@dataclass
+class CellChoice:
+    """One cell's variants weighed for advice: which are eligible, the best, and the one recommended."""
+
+    variants: dict[str, dict]  # `cell_variants` of the cell
+    excluded: dict[str, str]  # variant -> why it is out of the running
+    mean: dict[str, float]  # of each eligible variant, in the cell's order
+    best: str
+    diffs: dict[str, dict]  # each other eligible variant against the best: paired over seeds, Holm-corrected
+    choice: str  # the best, or a faster variant tied with it when cost counts
+    runner_up: str | None  # the best eligible variant but the choice
+    unit: str  # of a paired difference: ' nats' or ' accuracy'
+
+    @property
+    def eligible(self) -> list[str]:
+        return list(self.mean)
+
+    @property
+    def tied(self) -> list[str]:
+        """The eligible variants not significantly different from the best."""
+        return [n for n in self.diffs if not self.diffs[n]["significant"]]
+
+    def versus(self, name: str, ref: str) -> str:
+        """'-0.060 nats vs gelu, 95% CI [-0.080, -0.040], p=0.003, 3 paired seeds'."""
+        d = paired_diff(self.variants[name]["values"], self.variants[ref]["values"])
+        if d["delta"] is None:
+            return f"no seed in common with {ref}"
+        ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
+        p = f", p={d['p']:.2g}" if d["p"] is not None else ""
+        return f"{d['delta']:+.3f}{self.unit} vs {ref}{ci}{p}, {d['n']} paired seeds"
+
+    def costs(self, name: str, ref: str) -> str:
+        """'step time -12%, params +0%, training memory +8%': `name` relative to `ref`."""
+        v, r = self.variants[name], self.variants[ref]
+        return (
+            f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
+            f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
+        )
+
+
+def choose_in_cell(cell: dict, facts: dict, situation: Situation) -> CellChoice:
+    """The best eligible variant of a cell, or, when cost counts, a tied one that is clearly faster;
+    ValueError saying why when no variant is eligible."""
     variants = cell_variants(cell)
-    if "depth" in cell["axes"]:
-        facts = {**facts, "n_layers": cell["axes"]["depth"]}
     sign = -1.0 if facts["higher_is_better"] else 1.0  # sign * value: lower is better
-    unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
-    excluded = {name: why for name, v in variants.items() if (why := exclusion(v, params_budget, memory_budget))}
+    excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
     eligible = [n for n in variants if n not in excluded]
     if not eligible:
         raise ValueError(
@@ -341,36 +401,52 @@ def advise_cell(
         diffs[n]["p_adj"] = p_adj
         diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
     tied = [n for n in diffs if not diffs[n]["significant"]]
-    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
     choice = best
-    if cost_sensitive and tied:
+    if situation.cost_sensitive and tied:
         fastest = min([best] + tied, key=lambda n: variants[n]["step_time_s"] or math.inf)
         if variants[fastest]["step_time_s"] < (1 - SPEED_TOLERANCE) * variants[best]["step_time_s"]:
             choice = fastest
+    runner_up = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
+    unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
+    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit)
 
-    def versus(n, ref):
-        """'-0.060 nats vs gelu (95% CI [-0.080, -0.040], p_adj=0.003, 3 paired seeds)'."""
-        d = paired_diff(variants[n]["values"], variants[ref]["values"])
-        if d["delta"] is None:
-            return f"no seed in common with {ref}"
-        ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
-        p = f", p={d['p']:.2g}" if d["p"] is not None else ""
-        return f"{d['delta']:+.3f}{unit} vs {ref}{ci}{p}, {d['n']} paired seeds"
 
-    def costs(n, ref):
-        v, r = variants[n], variants[ref]
-        return (
-            f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
-            f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
-        )
+def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
+    """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
+    if "depth" in cell["axes"]:
+        facts = {**facts, "n_layers": cell["axes"]["depth"]}
+    weighed = choose_in_cell(cell, facts, situation)
+    reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
+    rows = {r["ffn"]: r for r in cell["variants"]}
+    evidence = {
+        "kind": "measured",
+        **facts,
+        "axes": cell["axes"],
+        "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in weighed.variants},
+    }
+    variants = list(weighed.variants)
+    return {
+        "recommendation": weighed.choice,
+        "basis": "measured",
+        "reasons": reasons,
+        "evidence": evidence,
+        "alternatives": measured_alternatives(weighed),
+        "command": compare_command(
+            variants, facts["data"], situation.depth or facts["n_layers"], seeds=max(5, facts["seeds"])
+        ),
+        "cell": cell["axes"],
+    }
 
-    baseline = facts["baseline"]
+
+def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situation) -> list[str]:
+    """Where it was measured, why the choice, and how it compares with the runner-up and the baseline."""
+    best, choice, mean, eligible, tied = weighed.best, weighed.choice, weighed.mean, weighed.eligible, weighed.tied
     layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
     where = (
         f"{facts['store']}: {layers}, d_model {facts['d_model']}, data {facts['data']}, {facts['seeds']} seeds, "
         f"FFNs matched in {facts['match']}, FFN init {facts['init']} for all, timed on {facts['device']}"
     )
-    cell_where = ", ".join(f"{k}={v}" for k, v in cell["axes"].items())
+    cell_where = key_values(cell["axes"])
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
     if choice == best:
         reasons.append(
@@ -380,15 +456,15 @@ def advise_cell(
     else:
         reasons.append(
             f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
-            f"({versus(choice, best)}) and is faster ({costs(choice, best)}); with "
-            f"{'latency in mind' if latency_sensitive else f'a {deploy} deployment'} the faster one wins."
+            f"({weighed.versus(choice, best)}) and is faster ({weighed.costs(choice, best)}); with "
+            f"{'latency in mind' if situation.latency_sensitive else f'a {situation.deploy} deployment'} the "
+            "faster one wins."
         )
-    runner = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
-    for ref in dict.fromkeys([runner, baseline]):
+    for ref in dict.fromkeys([weighed.runner_up, facts["baseline"]]):
         if ref is None or ref == choice or ref not in eligible or (choice != best and ref == best):
             continue  # (the best was already quoted when the choice is a faster tied one)
-        reasons.append(f"{choice}: {versus(choice, ref)}; {costs(choice, ref)}.")
-    significant_losers = [n for n in diffs if diffs[n]["significant"]]
+        reasons.append(f"{choice}: {weighed.versus(choice, ref)}; {weighed.costs(choice, ref)}.")
+    significant_losers = [n for n in weighed.diffs if weighed.diffs[n]["significant"]]
     if significant_losers:
         reasons.append(
             f"{best} is significantly better than {', '.join(significant_losers)} (paired t-tests, Holm-corrected)."
@@ -399,7 +475,14 @@ def advise_cell(
             f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
             "(command below)."
         )
-    spread = max((variants[n]["step_time_spread"] for n in eligible), default=None)
+    return reasons
+
+
+def caveat_reasons(weighed: CellChoice, facts: dict, situation: Situation) -> list[str]:
+    """What limits the advice: busy-machine timings, another device or depth, and the excluded variants."""
+    deploy, depth = situation.deploy, situation.depth
+    reasons = []
+    spread = max((weighed.variants[n]["step_time_spread"] for n in weighed.eligible), default=None)
     if spread and spread > 1.5:
         reasons.append(
             f"Step times of one variant vary up to {spread:.1f}x between its seeds: the machine was busy "
@@ -412,56 +495,47 @@ def advise_cell(
             f"You plan {depth} layers but the measurement has {facts['n_layers']}: gaps between FFNs "
             f"can change with depth; measure at your depth (command below)."
         )
-    for n, why in excluded.items():
+    for n, why in weighed.excluded.items():
         reasons.append(f"{n} excluded: {why}.")
+    return reasons
+
+
+def measured_alternatives(weighed: CellChoice) -> list[dict]:
+    """Every variant but the recommended one: why excluded, or its numbers against the recommendation."""
+    variants, choice = weighed.variants, weighed.choice
     alternatives = []
     for n in variants:
         if n == choice:
             continue
-        if n in excluded:
-            alternatives.append({"ffn": n, "excluded": excluded[n]})
+        if n in weighed.excluded:
+            alternatives.append({"ffn": n, "excluded": weighed.excluded[n]})
             continue
         d = paired_diff(variants[n]["values"], variants[choice]["values"])
         alternatives.append(
             {
                 "ffn": n,
-                "mean": mean[n],
+                "mean": weighed.mean[n],
                 "delta_vs_recommendation": d["delta"],
                 "ci": [d["ci_low"], d["ci_high"]],
                 "p": d["p"],
-                "p_adj_vs_best": diffs.get(n, {}).get("p_adj"),
+                "p_adj_vs_best": weighed.diffs.get(n, {}).get("p_adj"),
                 "step_time_ratio": (
                     variants[n]["step_time_s"] / variants[choice]["step_time_s"]
                     if variants[n]["step_time_s"] and variants[choice]["step_time_s"]
                     else None
                 ),
                 "params": variants[n]["params"],
-                "summary": f"{versus(n, choice)}; {costs(n, choice)}",
+                "summary": f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
             }
         )
-    rows = {r["ffn"]: r for r in cell["variants"]}
-    evidence = {
-        "kind": "measured",
-        **facts,
-        "axes": cell["axes"],
-        "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in variants},
-    }
-    command = compare_command(list(variants), facts["data"], depth or facts["n_layers"], seeds=max(5, facts["seeds"]))
-    return {
-        "recommendation": choice,
-        "basis": "measured",
-        "reasons": reasons,
-        "evidence": evidence,
-        "alternatives": alternatives,
-        "command": command,
-        "cell": cell["axes"],
-    }
+    return alternatives
 
 
 # ---- published ----------------------------------------------------------------------------------
 
 
-def compare_command(variants, data: str | None, depth: int | None, seeds: int = 3) -> str:
+def compare_command(variants: list[str], data: str | None, depth: int | None, seeds: int = 3) -> str:
+    """The `ffnlab compare` command that measures these variants (on YOUR_DATA when no data is known)."""
     parts = [
         "ffnlab compare",
         f"--variants {','.join(variants)}",
@@ -473,15 +547,15 @@ def compare_command(variants, data: str | None, depth: int | None, seeds: int = 
     return " ".join(parts)
 
 
-def advise_published(params_budget=None, memory_budget=None, latency_sensitive=False, deploy=None, depth=None) -> dict:
+def advise_published(situation: Situation) -> dict:
+    """Advice from Shazeer (2020) Table 1 when nothing was measured: the best variant, or the cheapest tied one."""
     table, long_run = SHAZEER_2020_65K, SHAZEER_2020_524K
     values, spread = table.values, table.spread
     best = min(values, key=values.get)
     # tied: the gap is within the larger of the two reported inter-run standard deviations
     tied = [n for n in values if n != best and values[n] - values[best] <= max(spread[n], spread[best])]
-    cost_sensitive = latency_sensitive or deploy in ("cpu", "edge")
     flops = {n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops for n in values}
-    choice = min([best] + tied, key=lambda n: (flops[n], values[n])) if cost_sensitive else best
+    choice = min([best] + tied, key=lambda n: (flops[n], values[n])) if situation.cost_sensitive else best
     cite = f"{table.source} (arXiv:{table.arxiv}), {table.table.split(',')[0]}"
     name = table.names
     reasons = [
@@ -499,43 +573,62 @@ def advise_published(params_budget=None, memory_budget=None, latency_sensitive=F
             "the paper's numbers do not separate them."
         )
     if choice != best:
+        why = "latency-sensitive" if situation.latency_sensitive else f"{situation.deploy} deployment"
         reasons.append(
-            f"Cost counts here ({'latency-sensitive' if latency_sensitive else f'{deploy} deployment'}): "
+            f"Cost counts here ({why}): "
             f"{choice}'s activation costs about {flops[choice]} FLOPs per element against "
             f"{flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins."
         )
-    if deploy == "edge":
+    if situation.deploy == "edge":
         reasons.append(
             f"On edge hardware ReLU-family gates are cheapest and give exact zeros: reglu "
             f"({values['reglu']:.3f}) trails {choice} by {values['reglu'] - values[choice]:.3f}."
         )
-    if params_budget or memory_budget:
+    if situation.params_budget or situation.memory_budget:
         reasons.append(
             "The paper matches parameters and compute (gated d_ff = 2/3 of dense), so a parameter or "
             "memory budget does not reorder it; ffnlab matches variants the same way (--match params). "
             "Training memory differs: a gated FFN keeps two hidden activations for backward."
         )
-    if depth is not None:
-        reasons.append(f"The published model has 12+12 layers; at {depth} layers the gaps may differ.")
+    if situation.depth is not None:
+        reasons.append(f"The published model has 12+12 layers; at {situation.depth} layers the gaps may differ.")
     reasons.append(
         "Measure it on your own data before committing (command below): published gaps of "
         "0.01-0.05 nats need several seeds to confirm."
     )
-    alternatives = [
+    variants = list(dict.fromkeys([choice, *tied, "gelu", "relu"]))
+    return {
+        "recommendation": choice,
+        "basis": "published",
+        "reasons": reasons,
+        "evidence": published_evidence(table, long_run),
+        "alternatives": published_alternatives(table, long_run, choice),
+        "command": compare_command(variants, None, situation.depth),
+    }
+
+
+def published_alternatives(table: PublishedTable, long_run: PublishedTable, choice: str) -> list[dict]:
+    """Every other variant of the table, best first, with its published numbers and gap to the choice."""
+    values = table.values
+    return [
         {
             "ffn": n,
             "published": values[n],
-            "std": spread.get(n),
+            "std": table.spread.get(n),
             "published_524k": long_run.values[n],
             "delta_vs_recommendation": round(values[n] - values[choice], 3),
         }
         for n in sorted(values, key=values.get)
         if n != choice
     ]
-    evidence = {
+
+
+def published_evidence(*tables: PublishedTable) -> dict:
+    """The source and the numbers of the published tables the advice rests on (all from one paper)."""
+    return {
         "kind": "published",
-        "source": table.source,
-        "arxiv": table.arxiv,
+        "source": tables[0].source,
+        "arxiv": tables[0].arxiv,
         "tables": [
             {
                 "table": t.table,
@@ -545,17 +638,8 @@ def advise_published(params_budget=None, memory_budget=None, latency_sensitive=F
                 "spread": t.spread,
                 "paper_names": t.names,
             }
-            for t in (table, long_run)
+            for t in tables
         ],
-    }
-    variants = list(dict.fromkeys([choice, *tied, "gelu", "relu"]))
-    return {
-        "recommendation": choice,
-        "basis": "published",
-        "reasons": reasons,
-        "evidence": evidence,
-        "alternatives": alternatives,
-        "command": compare_command(variants, None, depth),
     }
 
 
@@ -563,9 +647,9 @@ def advise_published(params_budget=None, memory_budget=None, latency_sensitive=F
 
 
 def advise(
-    store=None,
-    params_budget=None,
-    memory_budget=None,
+    store: str | Path | None = None,
+    params_budget: float | str | None = None,
+    memory_budget: float | str | None = None,
     latency_sensitive: bool = False,
     pretrained: str | None = None,
     deploy: str | None = None,
@@ -578,8 +662,13 @@ def advise(
         raise ValueError(f"unknown deployment '{deploy}'{closest(deploy, DEPLOYS)}; valid: {', '.join(DEPLOYS)}")
     if depth is not None and depth <= 0:
         raise ValueError(f"depth must be positive, got {depth}")
-    params_budget = parse_params(params_budget) if isinstance(params_budget, str) else params_budget
-    memory_budget = parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget
+    situation = Situation(
+        params_budget=parse_params(params_budget) if isinstance(params_budget, str) else params_budget,
+        memory_budget=parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget,
+        latency_sensitive=latency_sensitive,
+        deploy=deploy,
+        depth=depth,
+    )
     if pretrained:
         advice = advise_pretrained(pretrained)
         if store is not None:
@@ -594,8 +683,8 @@ def advise(
                 f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "
                 "get advice from published results"
             )
-        return advise_measured(store, params_budget, memory_budget, latency_sensitive, deploy, depth)
-    return advise_published(params_budget, memory_budget, latency_sensitive, deploy, depth)
+        return advise_measured(store, situation)
+    return advise_published(situation)
 
 
 def format_advice(advice: dict) -> str:
@@ -628,7 +717,7 @@ def format_advice(advice: dict) -> str:
     elif ev["kind"] == "pretrained":
         out += ["", f"source: {ev['source']}"]
     for cell in advice.get("cells", []):
-        where = ", ".join(f"{k}={v}" for k, v in cell["cell"].items())
+        where = key_values(cell["cell"])
         body = format_advice({**cell, "command": None}).splitlines()
         out += ["", f"cell {where}:"] + [f"  {line}" if line else "" for line in body]
     if advice["command"]:

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.colors import PowerNorm
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ffnlab._util.names import normalize
@@ -45,7 +46,7 @@ STYLE = {
 }
 
 
-def variant_styles(names) -> dict[str, dict]:
+def variant_styles(names: list[str]) -> dict[str, dict]:
     """name -> {"color", "linestyle"}: a fixed colour per position, style changing every 8 names."""
     return {
         n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[(i // len(OKABE_ITO)) % 4]}
@@ -53,14 +54,14 @@ def variant_styles(names) -> dict[str, dict]:
     }
 
 
-def figure(ncols: int = 1, nrows: int = 1, width: float = 7.5, height: float = 4.0):
+def figure(ncols: int = 1, nrows: int = 1, width: float = 7.5, height: float = 4.0) -> tuple[Figure, np.ndarray]:
     """A new figure and its axes under the report style."""
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
     return fig, axes
 
 
-def png_bytes(fig) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     """The figure as PNG bytes; the figure is closed."""
     buf = io.BytesIO()
     with plt.rc_context(STYLE):
@@ -69,7 +70,7 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
-def figure_format(path) -> str:
+def figure_format(path: str | Path) -> str:
     """'png' or 'svg' from a file name; ValueError naming the valid extensions otherwise."""
     ext = Path(path).suffix.lower().lstrip(".")
     if ext not in FORMATS:
@@ -99,7 +100,7 @@ def save(fig, path) -> Path:
 # ---- activation functions ---------------------------------------------------------------------
 
 
-def activation_labels(names) -> dict[str, str]:
+def activation_labels(names: list[str]) -> dict[str, str]:
     """Registry activation -> legend text, for activation names and FFN variants alike: a gated
     variant contributes its gate ('silu (swiglu gate)'), a mix both branches. ValueError with
     the valid names for an unknown one."""
@@ -130,7 +131,9 @@ def curve(name: str, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return y.detach().numpy(), dy.numpy()
 
 
-def activations_figure(names, lo: float = -4.0, hi: float = 4.0, points: int = 801, labels=None):
+def activations_figure(
+    names: list[str], lo: float = -4.0, hi: float = 4.0, points: int = 801, labels: dict[str, str] | None = None
+) -> Figure:
     """Curves (left) and derivatives (right) of registered activations, side by side.
 
     `labels` maps an activation to its legend text (e.g. 'silu (swiglu gate)')."""
@@ -161,7 +164,9 @@ def activations_figure(names, lo: float = -4.0, hi: float = 4.0, points: int = 8
 # ---- training curves --------------------------------------------------------------------------
 
 
-def band_figure(bands: dict[str, dict], styles: dict, title: str, xlabel: str, ylabel: str, log_y: bool = False):
+def band_figure(
+    bands: dict[str, dict], styles: dict, title: str, xlabel: str, ylabel: str, log_y: bool = False
+) -> Figure:
     """Mean line with a shaded confidence band per variant.
 
     bands: variant -> {"x": [...], "mean": [...], "low": [...], "high": [...], "n": seeds}."""
@@ -184,7 +189,7 @@ def band_figure(bands: dict[str, dict], styles: dict, title: str, xlabel: str, y
     return fig
 
 
-def final_figure(rows: list[dict], styles: dict, baseline: str, ylabel: str, level: float = 0.95):
+def final_figure(rows: list[dict], styles: dict, baseline: str, ylabel: str, level: float = 0.95) -> Figure:
     """Final metric per variant: mean with its confidence interval as error bars, each seed as a dot.
 
     rows: [{"ffn", "mean", "ci_low", "ci_high", "values": [per-seed]}] in ranking order."""
@@ -214,7 +219,7 @@ def final_figure(rows: list[dict], styles: dict, baseline: str, ylabel: str, lev
     return fig
 
 
-def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabel: str, ylabel: str):
+def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabel: str, ylabel: str) -> Figure:
     """One thin line per seed, the variant's colour, with spikes and divergence marked; a log
     scale when the values span more than a factor of 20.
 
@@ -246,7 +251,7 @@ def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabe
     return fig
 
 
-def layers_figure(per_layer: dict[str, dict[str, dict]], styles: dict, panels: dict[str, str]):
+def layers_figure(per_layer: dict[str, dict[str, dict]], styles: dict, panels: dict[str, str]) -> Figure:
     """Grouped bars per layer, one panel per quantity.
 
     per_layer: variant -> layer -> {quantity: value}; panels: quantity -> axis label."""
@@ -273,7 +278,7 @@ def layers_figure(per_layer: dict[str, dict[str, dict]], styles: dict, panels: d
     return fig
 
 
-def _layer_order(name: str):
+def _layer_order(name: str) -> tuple[list[int], str]:
     digits = "".join(c if c.isdigit() else " " for c in name).split()
     return ([int(d) for d in digits], name)
 
@@ -283,7 +288,7 @@ def _layer_label(name: str) -> str:
     return name.replace("blocks.", "").replace(".ffn", "").replace(".branches.", "/") or name
 
 
-def attention_figure(maps: dict[str, np.ndarray], layer: int, max_heads: int = 4):
+def attention_figure(maps: dict[str, np.ndarray], layer: int, max_heads: int = 4) -> Figure:
     """Attention weights as heat maps: one row per variant, one column per head (at most `max_heads`).
 
     maps: variant -> array (n_heads, T, T) of probabilities, rows = queries."""

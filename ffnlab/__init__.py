@@ -5,7 +5,7 @@ from ffnlab.core.activations import ACTIVATIONS, get_activation
 from ffnlab.core.ffn import FFNS, build_ffn, ffn_hidden_dim, ffn_stats
 from ffnlab.core.model import ModelConfig, Transformer
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 _compat.install()
 __all__ = [
     "ACTIVATIONS",

@@ -229,24 +229,24 @@ def csv_list(text: str) -> list[str]:
     return items
 
 
-def int_list(text: str) -> list[int]:
-    try:
-        values = [int(t) for t in csv_list(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
-    if any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
-    return values
+def number_list(kind: type, what: str):
+    """An argparse type for comma-separated positive numbers of `kind`, named `<kind>_list`."""
+
+    def parse(text: str) -> list:
+        try:
+            values = [kind(t) for t in csv_list(text)]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got '{text}'") from None
+        if any(not v > 0 for v in values):
+            raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
+        return values
+
+    parse.__name__ = f"{kind.__name__}_list"
+    return parse
 
 
-def float_list(text: str) -> list[float]:
-    try:
-        values = [float(t) for t in csv_list(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got '{text}'") from None
-    if any(not v > 0 for v in values):
-        raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
-    return values
+int_list = number_list(int, "integers")
+float_list = number_list(float, "numbers")
 
 
 STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes"}  # a --config file's [study]

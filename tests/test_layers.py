@@ -67,3 +67,20 @@ def test_the_check_sees_upward_imports_also_inside_functions(tmp_path, source, e
     core.mkdir(parents=True)
     (core / "bad.py").write_text(source)
     assert upward_imports(tmp_path / "ffnlab") == expected
+
+
+def architecture_section() -> str:
+    readme = (PACKAGE.parent / "README.md").read_text()
+    return readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_architecture_names_every_module_and_only_those():
+    import re
+
+    section = architecture_section()
+    named = set(re.findall(r"`(?:[\w/]+/)?(\w+\.(?:py|csv|json))`", section)) - {"test_layers.py"}
+    files = {p.name for p in PACKAGE.rglob("*") if p.suffix in (".py", ".csv", ".json") and p.name != "__init__.py"}
+    assert named - files == set(), "README names modules that do not exist"
+    assert files - named == set(), "modules the README's architecture section does not name"
+    diagram = set(re.findall(r"^(\w+)/ ", section, re.M))
+    assert diagram == set(LAYERS) - {"cli"}

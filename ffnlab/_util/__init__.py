@@ -1,1 +1,1 @@
-"""Small private helpers shared by every layer, one purpose per module (files, names, text, machine)."""
+"""Small private helpers shared by every layer, one purpose per module (files, jsonio, names, text, machine)."""

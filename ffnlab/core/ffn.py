@@ -224,16 +224,8 @@ class DenseFFN(nn.Module):
     activation; pass it for an activation outside the registry.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        act: ActLike = "relu",
-        bias: bool = True,
-        *,
-        spec: FFNSpec | None = None,
-        **act_kwargs: Any,
-    ) -> None:
+    def __init__(self, d_model: int, d_ff: int, act: ActLike = "relu", bias: bool = True, *,
+                 spec: FFNSpec | None = None, **act_kwargs: Any) -> None:  # fmt: skip
         super().__init__()
         self.w_in = nn.Linear(d_model, d_ff, bias=bias)
         self.act = get_activation(act, **act_kwargs)
@@ -258,17 +250,8 @@ class GatedFFN(nn.Module):
     the input". `spec` defaults to the registry's gated entry for the activation.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        act: ActLike = "silu",
-        bias: bool = False,
-        fused: bool | None = None,
-        *,
-        spec: FFNSpec | None = None,
-        **act_kwargs: Any,
-    ) -> None:
+    def __init__(self, d_model: int, d_ff: int, act: ActLike = "silu", bias: bool = False,
+                 fused: bool | None = None, *, spec: FFNSpec | None = None, **act_kwargs: Any) -> None:  # fmt: skip
         super().__init__()
         self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
         self.w_up = nn.Linear(d_model, d_ff, bias=bias)

@@ -17,38 +17,32 @@ from ffnlab.run.config import TrainConfig
 
 def smoke() -> TrainConfig:
     """Seconds per run: for tests and trying the commands."""
-    return TrainConfig(
-        model=ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32),
-        batch_size=8, max_steps=30, eval_every=10, eval_batches=2, final_eval_batches=2, warmup_steps=5,
-        checkpoint_every=10,
-    )  # fmt: skip
+    model = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
+    return run(model, batch_size=8, max_steps=30, every=10, eval_batches=2, final_eval_batches=2, warmup_steps=5)
 
 
 def quick() -> TrainConfig:
     """About ten seconds per run on 2 cores."""
-    return TrainConfig(
-        model=ModelConfig(n_layers=2, n_heads=2, d_model=64, context=64),
-        batch_size=16, max_steps=150, eval_every=50, eval_batches=4, final_eval_batches=8, warmup_steps=10,
-        checkpoint_every=50,
-    )  # fmt: skip
+    model = ModelConfig(n_layers=2, n_heads=2, d_model=64, context=64)
+    return run(model, batch_size=16, max_steps=150, every=50, eval_batches=4, final_eval_batches=8, warmup_steps=10)
 
 
 def standard() -> TrainConfig:
     """The default study's runs: 480 steps of 16 x 64 tokens, 32 final evaluation batches."""
-    return TrainConfig(
-        model=ModelConfig(n_layers=2, n_heads=4, d_model=128, context=64),
-        batch_size=16, max_steps=480, eval_every=100, eval_batches=8, final_eval_batches=32, warmup_steps=20,
-        checkpoint_every=100,
-    )  # fmt: skip
+    model = ModelConfig(n_layers=2, n_heads=4, d_model=128, context=64)
+    return run(model, batch_size=16, max_steps=480, every=100, eval_batches=8, final_eval_batches=32, warmup_steps=20)
 
 
 def paper() -> TrainConfig:
     """Shazeer 2020's shape (6 layers, pre-norm, no dropout) at a CPU-sized width and budget."""
-    return TrainConfig(
-        model=ModelConfig(n_layers=6, n_heads=8, d_model=256, context=256),
-        batch_size=32, max_steps=5000, eval_every=250, eval_batches=16, final_eval_batches=64, warmup_steps=200,
-        lr=1e-3, checkpoint_every=250,
-    )  # fmt: skip
+    model = ModelConfig(n_layers=6, n_heads=8, d_model=256, context=256)
+    return run(model, batch_size=32, max_steps=5000, every=250, eval_batches=16, final_eval_batches=64,
+               warmup_steps=200, lr=1e-3)  # fmt: skip
+
+
+def run(model: ModelConfig, every: int, **fields) -> TrainConfig:
+    """A preset's TrainConfig: evaluated and checkpointed `every` steps."""
+    return TrainConfig(model=model, eval_every=every, checkpoint_every=every, **fields)
 
 
 PRESETS: dict[str, Callable[[], TrainConfig]] = {"smoke": smoke, "quick": quick, "standard": standard, "paper": paper}

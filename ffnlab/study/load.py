@@ -9,16 +9,13 @@ from pathlib import Path
 
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.train import TrainConfig
-from ffnlab.study.plan import AXES, Study, plan, run_id
+from ffnlab.study.plan import AXES, Study, config_value, plan, run_id
 from ffnlab.study.store import Store
 
 
 def axis_value(config: dict, axis: str) -> object:
     """The value of a study axis ('depth' -> config['model']['n_layers']) in a config dict."""
-    obj = config
-    for part in AXES[axis].split("."):
-        obj = obj[part]
-    return obj
+    return config_value(config, AXES[axis])
 
 
 LEGACY_AXES = ("depth", "width", "placement", "norm", "task", "data")  # the axes before studies were recorded
@@ -31,11 +28,8 @@ def study_key(config: dict) -> str:
     d.pop("checkpoint_dir", None)
     d["model"].pop("ffn", None)
     for axis in LEGACY_AXES:
-        *parents, last = AXES[axis].split(".")
-        obj = d
-        for part in parents:
-            obj = obj[part]
-        obj.pop(last, None)
+        parent, _, last = AXES[axis].rpartition(".")
+        (config_value(d, parent) if parent else d).pop(last, None)
     return json.dumps(d, sort_keys=True)
 
 

@@ -9,7 +9,6 @@ A variant keeps its colour across all figures of a report (`variant_styles`).
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import matplotlib
@@ -22,6 +21,7 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ffnlab._util.files import atomic_path
 from ffnlab._util.names import normalize
 from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve
 from ffnlab.core.ffn import FFNS, get_ffn_spec
@@ -86,14 +86,11 @@ def save(fig, path) -> Path:
     """Write the figure to `path` (format by extension) through a temporary file; closes it."""
     path = Path(path)
     fmt = figure_format(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with plt.rc_context(STYLE):
+        with atomic_path(path) as tmp, plt.rc_context(STYLE):
             fig.savefig(tmp, format=fmt)
-        os.replace(tmp, path)
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return path
 
 

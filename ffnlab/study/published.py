@@ -7,7 +7,10 @@ reader can check them.
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -41,57 +44,33 @@ SHAZEER_SETUP = (
     "parameters and compute match), span-corruption pre-training on C4, no dropout, Adafactor"
 )
 
+
 # NOTE: 'log-perplexity' is the per-token training objective on held-out C4, in nats. The 65,536-step
 # column carries the inter-run standard deviation in parentheses; the 524,288-step column has none.
-SHAZEER_2020_65K = PublishedTable(
-    source=SHAZEER,
-    arxiv="2002.05202",
-    table="Table 1, column '65,536 steps'",
-    metric="held-out log-perplexity (nats per token)",
-    lower_is_better=True,
-    setup=SHAZEER_SETUP + ", 65,536 training steps",
-    values={
-        "relu": 1.997,
-        "gelu": 1.983,
-        "silu": 1.994,
-        "glu": 1.982,
-        "bilinear": 1.960,
-        "geglu": 1.942,
-        "swiglu": 1.944,
-        "reglu": 1.953,
-    },
-    spread={
-        "relu": 0.005,
-        "gelu": 0.005,
-        "silu": 0.003,
-        "glu": 0.006,
-        "bilinear": 0.005,
-        "geglu": 0.004,
-        "swiglu": 0.010,
-        "reglu": 0.003,
-    },
-    names=SHAZEER_NAMES,
-)
+def shazeer_column(steps: str, values: dict[str, float], spread: dict[str, float] | None = None) -> PublishedTable:
+    """One column of Shazeer 2020's Table 1 (held-out log-perplexity after `steps` training steps)."""
+    return PublishedTable(
+        source=SHAZEER,
+        arxiv="2002.05202",
+        table=f"Table 1, column '{steps} steps'",
+        metric="held-out log-perplexity (nats per token)",
+        lower_is_better=True,
+        setup=SHAZEER_SETUP + f", {steps} training steps",
+        values=values,
+        spread=spread or {},
+        names=SHAZEER_NAMES,
+    )
 
-SHAZEER_2020_524K = PublishedTable(
-    source=SHAZEER,
-    arxiv="2002.05202",
-    table="Table 1, column '524,288 steps'",
-    metric="held-out log-perplexity (nats per token)",
-    lower_is_better=True,
-    setup=SHAZEER_SETUP + ", 524,288 training steps",
-    values={
-        "relu": 1.677,
-        "gelu": 1.679,
-        "silu": 1.683,
-        "glu": 1.663,
-        "bilinear": 1.648,
-        "geglu": 1.633,
-        "swiglu": 1.636,
-        "reglu": 1.645,
-    },
-    names=SHAZEER_NAMES,
-)
+
+SHAZEER_2020_65K = shazeer_column(
+    "65,536",
+    {"relu": 1.997, "gelu": 1.983, "silu": 1.994, "glu": 1.982, "bilinear": 1.960, "geglu": 1.942, "swiglu": 1.944, "reglu": 1.953},
+    spread={"relu": 0.005, "gelu": 0.005, "silu": 0.003, "glu": 0.006, "bilinear": 0.005, "geglu": 0.004, "swiglu": 0.010, "reglu": 0.003},
+)  # fmt: skip
+SHAZEER_2020_524K = shazeer_column(
+    "524,288",
+    {"relu": 1.677, "gelu": 1.679, "silu": 1.683, "glu": 1.663, "bilinear": 1.648, "geglu": 1.633, "swiglu": 1.636, "reglu": 1.645},
+)  # fmt: skip
 
 TABLES = (SHAZEER_2020_65K, SHAZEER_2020_524K)
 
@@ -140,6 +119,9 @@ def rank_agreement(
 # ---- pretrained models --------------------------------------------------------------------------
 
 
+FAMILIES_CSV = Path(__file__).with_name("model_families.csv")
+
+
 @dataclass(frozen=True)
 class ModelFamily:
     """The FFN a pretrained model family was trained with, as its Hugging Face config states it."""
@@ -152,21 +134,10 @@ class ModelFamily:
     example: str  # a model id of the family
 
 
-# Longest prefix wins, so 'flan-t5' and 't5-v1_1' are matched before 't5'.
-MODEL_FAMILIES: tuple[ModelFamily, ...] = (
-    ModelFamily("bert", "bert", "hidden_act", "gelu", "gelu", "bert-base-uncased"),
-    ModelFamily("roberta", "roberta", "hidden_act", "gelu", "gelu", "roberta-base"),
-    ModelFamily("distilbert", "distilbert", "activation", "gelu", "gelu", "distilbert-base-uncased"),
-    ModelFamily("gpt2", "gpt2", "activation_function", "gelu_new", "gelu_new", "gpt2"),
-    ModelFamily("opt", "opt", "activation_function", "relu", "relu", "facebook/opt-125m"),
-    ModelFamily("t5", "t5", "feed_forward_proj", "relu", "relu", "t5-base"),
-    ModelFamily("t5-v1_1", "t5", "feed_forward_proj", "gated-gelu", "geglu_tanh", "google/t5-v1_1-base"),
-    ModelFamily("flan-t5", "t5", "feed_forward_proj", "gated-gelu", "geglu_tanh", "google/flan-t5-base"),
-    ModelFamily("llama", "llama", "hidden_act", "silu", "swiglu", "meta-llama/Llama-2-7b-hf"),
-    ModelFamily("meta-llama", "llama", "hidden_act", "silu", "swiglu", "meta-llama/Meta-Llama-3-8B"),
-    ModelFamily("mistral", "mistral", "hidden_act", "silu", "swiglu", "mistralai/Mistral-7B-v0.1"),
-    ModelFamily("qwen2", "qwen2", "hidden_act", "silu", "swiglu", "Qwen/Qwen2-7B"),
-    ModelFamily("gemma", "gemma", "hidden_activation", "gelu_pytorch_tanh", "geglu_tanh", "google/gemma-7b"),
+# One row per family in model_families.csv (family prefix, model_type, config field, its value, ffnlab
+# variant, example id). Longest prefix wins, so 'flan-t5' and 't5-v1_1' are matched before 't5'.
+MODEL_FAMILIES: tuple[ModelFamily, ...] = tuple(
+    ModelFamily(**row) for row in csv.DictReader(io.StringIO(FAMILIES_CSV.read_text(encoding="utf-8")))
 )
 
 # Architectures whose MLP is gated (gate_proj/up_proj/down_proj): the activation names the gate.

@@ -131,121 +131,51 @@ def delta_text(row: dict, baseline: str) -> str:
     return f"{row['delta']:+.4f}{ci}{' *' if row['significant'] else ''}"
 
 
+def ci_text(r: dict) -> str:
+    """'mean [ci_low, ci_high]' of a row."""
+    return f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]"
+
+
 def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
     """Header and plain-text rows of the ranking table (shared by HTML and Markdown)."""
     pct = round(cell["level"] * 100)
     metric = "val loss" if cell["metric"] == "final_val_loss" else "val acc"
-    head = [
-        "rank",
-        "ffn",
-        f"{metric} mean [{pct}% CI]",
-        f"Δ vs {baseline} [{pct}% CI]",
-        "p (Holm)",
-        "seeds",
-        "diverged",
-    ]
-    rows = [
-        [
-            str(r["rank"]),
-            r["ffn"],
-            f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
-            delta_text(r, baseline),
-            p_label(r, baseline),
-            str(r["n_seeds"]),
-            str(r["diverged"]),
-        ]
-        for r in cell["rows"]
-    ]
+    head = ["rank", "ffn", f"{metric} mean [{pct}% CI]", f"Δ vs {baseline} [{pct}% CI]", "p (Holm)", "seeds",
+            "diverged"]  # fmt: skip
+    rows = [[str(r["rank"]), r["ffn"], ci_text(r), delta_text(r, baseline), p_label(r, baseline), str(r["n_seeds"]),
+             str(r["diverged"])] for r in cell["rows"]]  # fmt: skip
     return head, rows
 
 
 def tuned_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
     """The tuned comparison: each variant's lr chosen on validation, its test metric compared."""
     metric = "test loss" if cell["metric"] == "final_test_loss" else "test acc"
-    head = [
-        "rank",
-        "ffn",
-        "chosen setting",
-        "val mean at it",
-        f"{metric} mean [95% CI]",
-        f"Δ vs {baseline} [95% CI]",
-        "p (Holm)",
-        "seeds",
-    ]
-    rows = [
-        [
-            str(r["rank"]),
-            r["ffn"],
-            ", ".join(f"{a} {r.get(a)}" for a in cell.get("tuned_axes", ["lr"])),
-            num(r.get("val_mean")),
-            f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]",
-            delta_text(r, baseline),
-            p_label(r, baseline),
-            str(r["n_seeds"]),
-        ]
-        for r in cell["variants"]
-    ]
+    head = ["rank", "ffn", "chosen setting", "val mean at it", f"{metric} mean [95% CI]", f"Δ vs {baseline} [95% CI]",
+            "p (Holm)", "seeds"]  # fmt: skip
+    setting = lambda r: ", ".join(f"{a} {r.get(a)}" for a in cell.get("tuned_axes", ["lr"]))
+    rows = [[str(r["rank"]), r["ffn"], setting(r), num(r.get("val_mean")), ci_text(r), delta_text(r, baseline),
+             p_label(r, baseline), str(r["n_seeds"])] for r in cell["variants"]]  # fmt: skip
     return head, rows
 
 
 def cost_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    head = [
-        "ffn",
-        "params",
-        "FLOPs/token",
-        "tokens/s",
-        "step time (ms)",
-        "seeds' range (ms)",
-        "vs baseline",
-        "training memory",
-        "saved for backward",
-        "train time (s)",
-    ]
+    head = ["ffn", "params", "FLOPs/token", "tokens/s", "step time (ms)", "seeds' range (ms)", "vs baseline",
+            "training memory", "saved for backward", "train time (s)"]  # fmt: skip
     spread = lambda r: f"{r[0] * 1e3:.1f}-{r[1] * 1e3:.1f}" if r else "-"
-    rows = [
-        [
-            r["ffn"],
-            human(r["params"]),
-            human(r["flops_per_token"]),
-            human(r["tokens_per_s"]),
-            num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1),
-            spread(r["step_time_range"]),
-            f"{(r['step_time_ratio'] - 1) * 100:+.0f}%" if r["step_time_ratio"] else "-",
-            human(r["train_mem_bytes"], "B"),
-            human(r["saved_bytes"], "B"),
-            num(r["train_seconds"], 1),
-        ]
-        for r in cell["rows"]
-    ]
+    ratio = lambda r: f"{(r['step_time_ratio'] - 1) * 100:+.0f}%" if r["step_time_ratio"] else "-"
+    step_ms = lambda r: num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1)
+    rows = [[r["ffn"], human(r["params"]), human(r["flops_per_token"]), human(r["tokens_per_s"]), step_ms(r),
+             spread(r["step_time_range"]), ratio(r), human(r["train_mem_bytes"], "B"), human(r["saved_bytes"], "B"),
+             num(r["train_seconds"], 1)] for r in cell["rows"]]  # fmt: skip
     return head, rows
 
 
 def stability_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    head = [
-        "ffn",
-        "gradient spikes",
-        "loss spikes",
-        "diverged runs",
-        "max gradient norm",
-        "dead units",
-        "sparsity",
-        "FFN grad mean",
-        "FFN grad std",
-    ]
-    rows = [
-        [
-            r["ffn"],
-            str(r["grad_spikes"]),
-            str(r["loss_spikes"]),
-            f"{r['diverged']} of {r['runs']}",
-            num(r["max_grad_norm"], 3),
-            num(r["dead_frac"], 3),
-            num(r["sparsity"], 3),
-            three_digits(r["ffn_grad_mean"]),
-            three_digits(r["ffn_grad_std"]),
-        ]
-        for r in cell["rows"]
-    ]
+    head = ["ffn", "gradient spikes", "loss spikes", "diverged runs", "max gradient norm", "dead units", "sparsity",
+            "FFN grad mean", "FFN grad std"]  # fmt: skip
+    rows = [[r["ffn"], str(r["grad_spikes"]), str(r["loss_spikes"]), f"{r['diverged']} of {r['runs']}",
+             num(r["max_grad_norm"], 3), num(r["dead_frac"], 3), num(r["sparsity"], 3),
+             three_digits(r["ffn_grad_mean"]), three_digits(r["ffn_grad_std"])] for r in cell["rows"]]  # fmt: skip
     return head, rows
 
 
@@ -253,25 +183,11 @@ def signal_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
     """What else was measured per variant: test metric, robustness to embedding noise, perplexity,
     learned activation parameters."""
     lm = cell["metric"] == "final_val_loss"
-    head = [
-        "ffn",
-        "test loss" if lm else "test acc",
-        "with embedding noise",
-        "noise effect",
-        "perplexity",
-        "learned activation parameters",
-    ]
-    rows = [
-        [
-            r["ffn"],
-            num(r["test_mean"]),
-            num(r["noisy_mean"]),
-            f"{r['noise_delta']:+.4f}" if r["noise_delta"] is not None else "-",
-            num(r["ppl"], 2),
-            learned_text(r["learned"]),
-        ]
-        for r in cell["rows"]
-    ]
+    head = ["ffn", "test loss" if lm else "test acc", "with embedding noise", "noise effect", "perplexity",
+            "learned activation parameters"]  # fmt: skip
+    effect = lambda r: f"{r['noise_delta']:+.4f}" if r["noise_delta"] is not None else "-"
+    rows = [[r["ffn"], num(r["test_mean"]), num(r["noisy_mean"]), effect(r), num(r["ppl"], 2),
+             learned_text(r["learned"])] for r in cell["rows"]]  # fmt: skip
     return head, rows
 
 

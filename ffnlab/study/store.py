@@ -34,6 +34,7 @@ import sqlite3
 import threading
 import time
 
+from ffnlab._util.jsonio import json_safe
 from ffnlab._util.machine import environment
 
 SCHEMA_VERSION = 1
@@ -333,7 +334,7 @@ class Store:
             if name not in ignore:
                 metrics[run_id].append((step, name, math.nan if value is None else value))
         events = {run_id: self.events(run_id) for run_id in runs}
-        return _finite_or_str({"schema_version": SCHEMA_VERSION, "runs": runs, "metrics": metrics, "events": events})
+        return json_safe({"schema_version": SCHEMA_VERSION, "runs": runs, "metrics": metrics, "events": events})
 
     def integrity_check(self) -> str:
         """SQLite's own consistency check: 'ok' when the file is sound."""
@@ -384,14 +385,3 @@ def _set_wal(conn: sqlite3.Connection):
             time.sleep(0.05)
     if mode.lower() != "wal":
         raise ValueError(f"run store needs WAL journaling, but its file system allows only '{mode}'")
-
-
-def _finite_or_str(obj):
-    """Copy of obj with non-finite floats as 'nan'/'inf'/'-inf' and tuples as lists, so == works."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite_or_str(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite_or_str(v) for v in obj]
-    return obj

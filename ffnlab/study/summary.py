@@ -25,6 +25,8 @@ from ffnlab.study.stats import MIN_PAIRS, compare, seed_noise
 from ffnlab.study.store import Store
 
 LEVEL = 0.95
+# a run's memory in bytes (ffnlab.core.memory): the total, its four parts, and the CUDA allocator's peak
+MEMORY_FIELDS = ("train_mem_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes", "cuda_peak_bytes")
 # a row's scalar fields, in the order the CSV writes them (the JSON has every field)
 ROW_FIELDS = (
     "ffn",
@@ -51,12 +53,7 @@ ROW_FIELDS = (
     "tokens_per_s",
     "step_time_s",
     "train_seconds",
-    "train_mem_bytes",
-    "param_bytes",
-    "grad_bytes",
-    "optimizer_bytes",
-    "saved_bytes",
-    "cuda_peak_bytes",
+    *MEMORY_FIELDS,
     "grad_spikes",
     "loss_spikes",
     "max_grad_norm",
@@ -111,17 +108,7 @@ def variant_costs(results: list[dict], runs: int, task: str) -> dict:
         "step_time_range": [min(step_times), max(step_times)] if step_times else None,
         "train_seconds": mean_of(r.get("train_seconds") for r in results),
         # memory is counted from tensors (ffnlab.core.memory), so seeds agree; the max guards against none
-        **{
-            k: max((r[k] for r in results if r.get(k) is not None), default=None)
-            for k in (
-                "train_mem_bytes",
-                "param_bytes",
-                "grad_bytes",
-                "optimizer_bytes",
-                "saved_bytes",
-                "cuda_peak_bytes",
-            )
-        },
+        **{k: max((r[k] for r in results if r.get(k) is not None), default=None) for k in MEMORY_FIELDS},
         "grad_spikes": sum(r.get("n_grad_spikes", 0) for r in results),
         "loss_spikes": sum(r.get("n_loss_spikes", 0) for r in results),
         "stability_events": sum(r.get("n_grad_spikes", 0) + r.get("n_loss_spikes", 0) for r in results),

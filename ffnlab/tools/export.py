@@ -14,13 +14,13 @@ import contextlib
 import io
 import logging
 import os
-import tempfile
 import warnings
 from collections import Counter
 
 import torch
 from torch import nn
 
+from ffnlab._util.files import atomic_path
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import GatedFFN
 
@@ -246,12 +246,8 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"no folder {folder} to write {path} into")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result should look like any new file
-    try:
+    with atomic_path(path) as tmp_path:  # renamed onto path only if every check below passes
+        tmp = str(tmp_path)
         exporter, fallback = ("dynamo" if dynamo else "torchscript"), None
         with _quiet():
             try:
@@ -279,10 +275,6 @@ def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, o
             raise ValueError(f"ONNX output differs from PyTorch by {diff:.2e} > tolerance {tol:.2e}; nothing written")
         ops = [op for op, _, _, _ in graph_ops(tmp)]
         described = describe_activations(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return {
         "path": path,
         "opset": opset,

@@ -59,36 +59,31 @@ def _error_table(results: list[dict]) -> list[str]:
 def _gelu_distance_table(distances: list[dict]) -> list[str]:
     if not distances:
         return []
-    out = [
-        "",
-        "GELU approximations against exact GELU (float64 formulas; last column: fp32 implementation)",
-        f"{'name':<18} {'same_as':<13} {'max_abs':>9} {'at_x':>7} {'max_rel x>0':>11} {'at_x':>7} "
-        f"{'grad max_abs':>12} {'fp32 max_abs':>12}",
+    title = "GELU approximations against exact GELU (float64 formulas; last column: fp32 implementation)"
+    head = (f"{'name':<18} {'same_as':<13} {'max_abs':>9} {'at_x':>7} {'max_rel x>0':>11} {'at_x':>7} "
+            f"{'grad max_abs':>12} {'fp32 max_abs':>12}")  # fmt: skip
+    rows = [
+        f"{d['name']:<18} {d['same_as'] or '':<13} {fmt_value(d['max_abs_err']):>9} {fmt_value(d['argmax_x']):>7} "
+        f"{fmt_value(d['max_rel_err_pos']):>11} {fmt_value(d['argmax_rel_x']):>7} "
+        f"{fmt_value(d['max_abs_err_grad']):>12} {fmt_value(d['max_abs_err_fp32_impl']):>12}"
+        for d in distances
     ]
-    for d in distances:
-        out.append(
-            f"{d['name']:<18} {d['same_as'] or '':<13} {fmt_value(d['max_abs_err']):>9} "
-            f"{fmt_value(d['argmax_x']):>7} {fmt_value(d['max_rel_err_pos']):>11} {fmt_value(d['argmax_rel_x']):>7} "
-            f"{fmt_value(d['max_abs_err_grad']):>12} {fmt_value(d['max_abs_err_fp32_impl']):>12}"
-        )
-    return out
+    return ["", title, head, *rows]
 
 
 def _tail_table(tail: dict) -> list[str]:
-    out = [
-        "",
-        f"Exact GELU in the negative tail, {tail['dtype']}, x in {tail['range']}, reference {tail['reference']}",
-        f"{'name':<12} {'pass':<8} {'max_rel':>9} {'max_ulp':>9} {'max_abs':>9} {'at_x':>7}",
+    title = f"Exact GELU in the negative tail, {tail['dtype']}, x in {tail['range']}, reference {tail['reference']}"
+    head = f"{'name':<12} {'pass':<8} {'max_rel':>9} {'max_ulp':>9} {'max_abs':>9} {'at_x':>7}"
+    rows = [
+        f"{r['name']:<12} {r['pass']:<8} {fmt_value(r['max_rel_err']):>9} {fmt_value(r['max_ulp']):>9} "
+        f"{fmt_value(r['max_abs_err']):>9} {fmt_value(r['argmax_x']):>7}"
+        for r in tail["rows"]
     ]
-    for r in tail["rows"]:
-        out.append(
-            f"{r['name']:<12} {r['pass']:<8} {fmt_value(r['max_rel_err']):>9} {fmt_value(r['max_ulp']):>9} "
-            f"{fmt_value(r['max_abs_err']):>9} {fmt_value(r['argmax_x']):>7}"
-        )
-    out.append(f"{'x':>6} {'mpmath':>11} " + " ".join(f"{n:>11}" for n in TAIL_NAMES))
-    for s in tail["samples"]:
-        out.append(f"{s['x']:>6g} {s['reference']:>11.4g} " + " ".join(f"{s[n]:>11.4g}" for n in TAIL_NAMES))
-    return out
+    samples = [
+        f"{s['x']:>6g} {s['reference']:>11.4g} " + " ".join(f"{s[n]:>11.4g}" for n in TAIL_NAMES)
+        for s in tail["samples"]
+    ]
+    return ["", title, head, *rows, f"{'x':>6} {'mpmath':>11} " + " ".join(f"{n:>11}" for n in TAIL_NAMES), *samples]
 
 
 def _gated_table(gated: list[dict]) -> list[str]:

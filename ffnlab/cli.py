@@ -249,7 +249,28 @@ int_list = number_list(int, "integers")
 float_list = number_list(float, "numbers")
 
 
-STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes"}  # a --config file's [study]
+STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes", "per_variant"}  # a --config's [study]
+# what `--opt VARIANT:KEY=VALUE,...` may set per variant: the optimiser and its schedule
+OPT_FIELDS = ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")
+
+
+def opt_arg(text: str) -> tuple[str, dict]:
+    """'gelu:lr=1e-4,beta2=0.98' -> ('gelu', {'lr': 0.0001, 'beta2': 0.98})."""
+    variant, sep, settings = text.partition(":")
+    if not sep or not variant.strip() or not settings.strip():
+        raise argparse.ArgumentTypeError(f"expected VARIANT:KEY=VALUE[,KEY=VALUE...], e.g. gelu:lr=1e-4, got '{text}'")
+    values = {}
+    for item in csv_list(settings):
+        key, sep, value = (s.strip() for s in item.partition("="))
+        if key not in OPT_FIELDS or not sep:
+            raise argparse.ArgumentTypeError(
+                f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
+            )
+        try:
+            values[key] = int(value) if key == "warmup_steps" else float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs a number") from None
+    return variant.strip(), values
 
 
 def study_from_args(args):
@@ -269,6 +290,11 @@ def study_from_args(args):
             f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
             "use --seeds 3 or more, or --no-stats"
         )
+    per_variant = {v: dict(o) for v, o in study.get("per_variant", {}).items()}
+    for variant, values in args.opt or []:
+        per_variant.setdefault(variant, {}).update(values)
+    if per_variant and args.protocol:
+        raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
     return Study(
         variants=args.variants or study.get("variants", list(DEFAULT_VARIANTS)),
         seeds=seeds,
@@ -276,6 +302,7 @@ def study_from_args(args):
         axes=axes,
         baseline=args.baseline or study.get("baseline", "relu"),
         noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
+        per_variant=per_variant,
     )
 
 
@@ -504,6 +531,14 @@ def add_compare_parser(sub) -> None:
         help="the validation protocol: 1. compare at fixed settings, "
         "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
         "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids",
+    )
+    p.add_argument(
+        "--opt",
+        type=opt_arg,
+        action="append",
+        default=None,
+        help=f"per-variant optimiser settings, e.g. --opt gelu:lr=1e-4,beta2=0.98 (repeatable; keys: "
+        f"{', '.join(OPT_FIELDS)}); part of each run's identity and shown in the output as not held equal",
     )
     add_run_args(p, skip=("ffn", "seed", "checkpoint_dir"))
     p.add_argument("--store", default=str(DEFAULT_STORE), help="SQLite run store")

@@ -90,3 +90,40 @@ def read_toml_text(text: str) -> dict:
         path = Path(folder) / "c.toml"
         path.write_text(text)
         return read_toml(path, {"": TrainConfig, "model": ModelConfig})
+
+
+def test_opt_sets_per_variant_optimiser_settings_in_the_runs_and_the_output(run_cli, tmp_path):
+    from ffnlab.cli import build_parser, study_from_args
+    from ffnlab.study.plan import plan, run_id
+    from ffnlab.study.summary import held_equal
+
+    argv = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", "2",
+            "--opt", "gelu:lr=1e-4,beta2=0.98", "--opt", "GELU:warmup_steps=3"]  # fmt: skip
+    study = study_from_args(build_parser().parse_args(argv))
+    assert study.per_variant == {"gelu": {"lr": 1e-4, "beta2": 0.98, "warmup_steps": 3}}
+    runs = {(c.model.ffn, c.seed): c for c in plan(study)}
+    assert runs["gelu", 0].lr == 1e-4 and runs["gelu", 0].beta2 == 0.98 and runs["gelu", 0].warmup_steps == 3
+    assert runs["relu", 0].lr == study.base.lr and runs["relu", 0].beta2 == study.base.beta2
+    plain = study_from_args(build_parser().parse_args(argv[:7]))
+    assert run_id(runs["gelu", 0]) not in {run_id(c) for c in plan(plain)}  # the setting is part of the identity
+    not_equal = dict(held_equal(study)["not_equal"])
+    assert "gelu: lr 0.0001, beta2 0.98, warmup_steps 3" in not_equal["per-variant settings"]
+    code, out, _ = run_cli(*argv, "--print-config")
+    path = tmp_path / "s.toml"
+    path.write_text(out)
+    assert run_cli("compare", "--config", path, "--print-config")[1] == out  # round trip
+
+
+@pytest.mark.parametrize(
+    "opt, needle",
+    [
+        ("gelu", "expected VARIANT:KEY=VALUE"),
+        ("gelu:depth=2", "KEY one of lr, min_lr"),
+        ("gelu:lr=fast", "lr needs a number"),
+        ("silu:lr=1e-3", "not among the variants"),
+        ("gelu:lr=-1", "must be positive"),
+    ],
+)
+def test_bad_opt_is_one_line_exit_2(run_cli, opt, needle):
+    code, _, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--opt", opt, "--print-config")
+    assert code == 2 and err.count("\n") == 1 and needle in err, err

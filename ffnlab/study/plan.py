@@ -58,7 +58,10 @@ class Study:
         check_study(self)
         self.variants = [get_ffn_spec(v).name for v in self.variants]
         self.baseline = get_ffn_spec(self.baseline).name
-        self.per_variant = {get_ffn_spec(v).name: dict(o) for v, o in self.per_variant.items()}
+        per_variant: dict[str, dict] = {}
+        for variant, overrides in self.per_variant.items():  # 'GELU' and 'gelu' are one variant
+            per_variant.setdefault(get_ffn_spec(variant).name, {}).update(overrides)
+        self.per_variant = per_variant
 
     def to_dict(self) -> dict:
         return {

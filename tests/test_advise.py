@@ -360,6 +360,12 @@ def test_a_budget_that_rules_out_the_best_variant_changes_the_published_pick():
     assert any("give --model-size" in r for r in unsized["reasons"])
 
 
+def test_the_published_advice_ends_with_measuring_it_and_a_checkpoint_says_what_it_ignored():
+    assert advise(model_size="7B", seq_len=4096)["reasons"][-1].startswith("Measure it on your own data")
+    reasons = advise(situation="finetune", pretrained="gpt2", model_size="7B", seq_len=4096)["reasons"]
+    assert reasons[-1] == "--model-size, --seq-len did not change this: the checkpoint fixes the activation (finetune)."
+
+
 def test_a_gpu_tier_is_a_memory_budget():
     advice = advise(hardware="gpu-24gb", memory_budget="40GiB")
     assert advice["situation"]["memory_budget"] == 24 * 2**30 and advice["situation"]["deploy"] == "gpu"

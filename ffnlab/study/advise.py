@@ -844,6 +844,21 @@ def situation_rules(situation: Situation) -> list[dict]:
     return rules
 
 
+def unused_inputs(situation: Situation) -> list[str]:
+    """A reason naming the inputs a checkpoint's situation does not weigh, if any were given."""
+    given = {
+        "--model-size": situation.model_size,
+        "--seq-len": situation.seq_len,
+        "--params-budget": situation.params_budget,
+        "--memory-budget": situation.memory_budget,
+        "--depth": situation.depth,
+    }
+    named = [flag for flag, value in given.items() if value]
+    if situation.stage == "pretrain" or not named:
+        return []
+    return [f"{', '.join(named)} did not change this: the checkpoint fixes the activation ({situation.stage})."]
+
+
 def advise(
     store: str | Path | None = None,
     params_budget: float | str | None = None,
@@ -885,7 +900,8 @@ def advise(
     else:
         advice = advise_published(context)
     rules = advice.get("rules", []) + (situation_rules(context) if context.stage == "pretrain" else [])
-    advice["reasons"] += [rule_line(r) for r in rules]
+    closing = [advice["reasons"].pop()] if advice["basis"] == "published" else []  # "measure it" stays last
+    advice["reasons"] += [rule_line(r) for r in rules] + closing + unused_inputs(context)
     advice["rules"] = rules
     advice["situation"] = asdict(context)
     advice["branch"] = f"{context.stage}/{advice['basis']}"

@@ -323,6 +323,13 @@ FLOW = [
         ["inference-fixed", "inference-fused"],
         ["exact up to rounding"],
     ),
+    (
+        {"situation": "inference", "pretrained": "bert-base-uncased", "deploy": "edge"},
+        "gelu",
+        "inference/pretrained",
+        ["inference-fixed", "inference-gelu-exact", "inference-dense", "inference-export"],
+        ["exact (erf)", "ffnlab export --ffn gelu", "onnxruntime"],
+    ),
 ]
 
 

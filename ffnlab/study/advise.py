@@ -229,7 +229,7 @@ CHANGE_COSTS = {
 STAGE_RULES = {"finetune": "keep-pretrained", "peft": "peft-frozen", "inference": "inference-fixed"}
 
 
-def advise_pretrained(pretrained: str, stage: str = "finetune") -> dict:
+def advise_pretrained(pretrained: str, stage: str = "finetune", hardware: str | None = None) -> dict:
     """Keep the activation a checkpoint was trained with (fine-tuning, PEFT or inference)."""
     model = resolve_pretrained(pretrained)
     shape = "as the gate of a gated (GLU) FFN" if model["gated"] else "in a dense FFN"
@@ -261,13 +261,13 @@ def advise_pretrained(pretrained: str, stage: str = "finetune") -> dict:
         "rules": rules,
     }
     if stage == "inference":
-        advice["implementation"], more = implementation(model)
+        advice["implementation"], more = implementation(model, hardware)
         advice["rules"] = rules + more
     return advice
 
 
-def implementation(model: dict) -> tuple[str, list[dict]]:
-    """The fastest exact way to run a checkpoint's FFN, and the rules behind it."""
+def implementation(model: dict, hardware: str | None = None) -> tuple[str, list[dict]]:
+    """The fastest exact way to run a checkpoint's FFN on `hardware`, and the rules behind it."""
     act, ffn = model["act"], model["ffn"] or model["act"]
     canon = ACTIVATIONS[act].same_as or act if act in ACTIVATIONS else act
     rules = []
@@ -281,6 +281,9 @@ def implementation(model: dict) -> tuple[str, list[dict]]:
     else:
         rules.append(apply_rule("inference-dense", ffn=ffn, act=canon))
         how = f"the framework's built-in {canon}, fused into the matmul by torch.compile"
+    if hardware in ("cpu", "mobile"):
+        rules.append(apply_rule("inference-export", hardware=hardware, ffn=ffn, act=act))
+        how += f"; on {hardware}, ONNX Runtime (ffnlab export --ffn {ffn})"
     return how, rules
 
 
@@ -884,7 +887,7 @@ def advise(
         latency_sensitive=latency_sensitive, depth=depth, seq_len=seq_len,
     )  # fmt: skip
     if pretrained:
-        advice = advise_pretrained(pretrained, context.stage)
+        advice = advise_pretrained(pretrained, context.stage, context.hardware)
         if store is not None:
             advice["reasons"].append(
                 f"The measurements in {store} were not used: they compare training from "

@@ -349,7 +349,7 @@ def test_the_flow_branches_with_a_reason_and_its_evidence(inputs, recommendation
 
 def test_every_rule_has_a_branch_in_the_flow_table():
     hit = {rule for _, _, _, rules, _ in FLOW for rule in rules}
-    assert hit == set(RULES)
+    assert hit | {"mobile-measured"} == set(RULES)  # (measured on mobile: its own test below)
     for rule in RULES.values():
         assert rule.evidence in EVIDENCE and rule.source
 
@@ -379,6 +379,21 @@ def test_a_gpu_tier_is_a_memory_budget():
     assert advise(hardware="gpu-24gb", memory_budget="8GiB")["situation"]["memory_budget"] == 8 * 2**30
     with pytest.raises(ValueError, match="no published variant fits the budgets at 7B"):
         advise(hardware="gpu-80gb", model_size="7B")
+
+
+def test_on_mobile_the_measurements_pick_a_tied_relu_family_variant(tmp_path):
+    # swiglu and reglu are statistically tied (noisy pairs), equally fast; gelu is clearly worse
+    store = fabricated_store(
+        tmp_path / "s.db", {"gelu": 2.2, "reglu": 1.951, "swiglu": 1.950}, jitter={"reglu": (0.02, -0.03, 0.015)}
+    )
+    assert advise(store=store, hardware="cpu")["recommendation"] == "swiglu"
+    advice = advise(store=store, hardware="mobile")
+    assert advice["recommendation"] == "reglu" and [r["rule"] for r in advice["rules"]] == ["mobile-measured"]
+    assert any(r.startswith("[rule of thumb] On mobile") for r in advice["reasons"])
+    assert any("suits the hardware" in r for r in advice["reasons"])
+    # a ReLU-family variant the measurements separate from the best is not picked
+    store = fabricated_store(tmp_path / "t.db", {"gelu": 2.2, "reglu": 2.05, "swiglu": 1.950})
+    assert advise(store=store, deploy="edge")["recommendation"] == "swiglu"
 
 
 def test_a_gpu_tier_excludes_measured_variants_by_training_memory(tmp_path):

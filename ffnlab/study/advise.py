@@ -37,6 +37,7 @@ from ffnlab.study.flow import (
     deploy_of,
     ffn_flop_share,
     memory_rule,
+    mobile_friendly,
     model_shape,
     resolve_hardware,
     rule_line,
@@ -263,6 +264,7 @@ def advise_pretrained(pretrained: str, stage: str = "finetune", hardware: str | 
     if stage == "inference":
         advice["implementation"], more = implementation(model, hardware)
         advice["rules"] = rules + more
+    reasons += [rule_line(r) for r in advice["rules"]]
     return advice
 
 
@@ -428,6 +430,7 @@ class CellChoice:
     choice: str  # the best, or a faster variant tied with it when cost counts
     runner_up: str | None  # the best eligible variant but the choice
     unit: str  # of a paired difference: ' nats' or ' accuracy'
+    rule: dict | None = None  # the flow's rule that moved the choice away from the best, if one did
 
     @property
     def eligible(self) -> list[str]:
@@ -475,14 +478,18 @@ def choose_in_cell(cell: dict, facts: dict, situation: Situation) -> CellChoice:
         diffs[n]["p_adj"] = p_adj
         diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
     tied = [n for n in diffs if not diffs[n]["significant"]]
-    choice = best
-    if situation.cost_sensitive and tied:
+    choice, rule = best, None
+    friendly = [n for n in [best] + tied if mobile_friendly(n)]
+    if situation.hardware == "mobile" and friendly and best not in friendly:
+        choice = min(friendly, key=lambda n: sign * mean[n])
+        rule = apply_rule("mobile-measured", ffn=choice)
+    elif situation.cost_sensitive and tied:
         fastest = min([best] + tied, key=lambda n: variants[n]["step_time_s"] or math.inf)
         if variants[fastest]["step_time_s"] < (1 - SPEED_TOLERANCE) * variants[best]["step_time_s"]:
             choice = fastest
     runner_up = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
     unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
-    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit)
+    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule)
 
 
 def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
@@ -491,6 +498,8 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
         facts = {**facts, "n_layers": cell["axes"]["depth"]}
     weighed = choose_in_cell(cell, facts, situation)
     reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
+    rules = [weighed.rule] if weighed.rule else []
+    reasons += [rule_line(r) for r in rules]
     rows = {r["ffn"]: r for r in cell["variants"]}
     evidence = {
         "kind": "measured",
@@ -509,6 +518,7 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
             variants, facts["data"], situation.depth or facts["n_layers"], seeds=max(5, facts["seeds"])
         ),
         "cell": cell["axes"],
+        "rules": rules,
     }
 
 
@@ -526,6 +536,11 @@ def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situ
         reasons.append(
             f"{best} has the best mean final {facts['metric'].removeprefix('final_').replace('_', ' ')} "
             f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
+        )
+    elif weighed.rule:
+        reasons.append(
+            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"({weighed.versus(choice, best)}) and suits the hardware (rule below)."
         )
     else:
         reasons.append(
@@ -660,7 +675,7 @@ def choose_published(situation: Situation) -> PublishedChoice:
     best = min(eligible, key=values.get)
     # tied: the gap is within the larger of the two reported inter-run standard deviations
     tied = [n for n in eligible if n != best and values[n] - values[best] <= max(spread[n], spread[best])]
-    relu_family = [n for n in eligible if ACTIVATIONS[get_ffn_spec(n).acts[0]].family == "relu"]
+    relu_family = [n for n in eligible if mobile_friendly(n)]
     if situation.hardware == "mobile" and relu_family:
         choice = min(relu_family, key=values.get)
         return PublishedChoice(
@@ -698,6 +713,9 @@ def advise_published(situation: Situation) -> dict:
             "the paper's numbers do not separate them."
         )
     reasons += published_situation_reasons(situation, picked)
+    rules = [apply_rule("budget-exclusion", ffn=n, why=why) for n, why in picked.excluded.items()]
+    rules += ([picked.rule] if picked.rule else []) + situation_rules(situation)
+    reasons += [rule_line(r) for r in rules]
     reasons.append(
         "Measure it on your own data before committing (command below): published gaps of "
         "0.01-0.05 nats need several seeds to confirm."
@@ -710,8 +728,7 @@ def advise_published(situation: Situation) -> dict:
         "evidence": published_evidence(table, long_run),
         "alternatives": published_alternatives(table, long_run, choice, picked.excluded),
         "command": compare_command(variants, None, situation.depth),
-        "rules": [apply_rule("budget-exclusion", ffn=n, why=why) for n, why in picked.excluded.items()]
-        + ([picked.rule] if picked.rule else []),
+        "rules": rules,
     }
 
 
@@ -902,10 +919,10 @@ def advise(
         advice = advise_measured(store, context)
     else:
         advice = advise_published(context)
-    rules = advice.get("rules", []) + (situation_rules(context) if context.stage == "pretrain" else [])
-    closing = [advice["reasons"].pop()] if advice["basis"] == "published" else []  # "measure it" stays last
-    advice["reasons"] += [rule_line(r) for r in rules] + closing + unused_inputs(context)
-    advice["rules"] = rules
+    # the published advice quotes the situation's rules itself, before its closing "measure it"
+    extra = situation_rules(context) if advice["basis"] == "measured" else []
+    advice["reasons"] += [rule_line(r) for r in extra] + unused_inputs(context)
+    advice["rules"] = advice.get("rules", []) + extra
     advice["situation"] = asdict(context)
     advice["branch"] = f"{context.stage}/{advice['basis']}"
     return advice

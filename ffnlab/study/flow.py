@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ffnlab._util.names import closest
 from ffnlab._util.text import human, human_bytes
+from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import ffn_param_count, get_ffn_spec, matched_hidden_dim
 from ffnlab.study.published import MODEL_SHAPES, ModelShape
 
@@ -105,6 +106,11 @@ def deploy_of(hardware: str | None) -> str | None:
     if hardware is None:
         return None
     return "edge" if hardware == "mobile" else hardware.split("-")[0]
+
+
+def mobile_friendly(ffn: str) -> bool:
+    """Whether every activation of a variant is of the ReLU family or hard-swish (piecewise linear)."""
+    return all(ACTIVATIONS[a].family == "relu" or a == "hardswish" for a in get_ffn_spec(ffn).acts if a)
 
 
 def size_text(params: float) -> str:

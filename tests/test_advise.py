@@ -370,7 +370,10 @@ def test_a_budget_that_rules_out_the_best_variant_changes_the_published_pick():
 def test_the_published_advice_ends_with_measuring_it_and_a_checkpoint_says_what_it_ignored():
     assert advise(model_size="7B", seq_len=4096)["reasons"][-1].startswith("Measure it on your own data")
     reasons = advise(situation="finetune", pretrained="gpt2", model_size="7B", seq_len=4096)["reasons"]
-    assert reasons[-1] == "--model-size, --seq-len did not change this: the checkpoint fixes the activation (finetune)."
+    assert (
+        reasons[-1]
+        == "The model size, the sequence length did not change this: the checkpoint fixes the activation (finetune)."
+    )
 
 
 def test_a_gpu_tier_is_a_memory_budget():

@@ -867,16 +867,18 @@ def situation_rules(situation: Situation) -> list[dict]:
 def unused_inputs(situation: Situation) -> list[str]:
     """A reason naming the inputs a checkpoint's situation does not weigh, if any were given."""
     given = {
-        "--model-size": situation.model_size,
-        "--seq-len": situation.seq_len,
-        "--params-budget": situation.params_budget,
-        "--memory-budget": situation.memory_budget,
-        "--depth": situation.depth,
+        "the model size": situation.model_size,
+        "the sequence length": situation.seq_len,
+        "the parameter budget": situation.params_budget,
+        "the memory budget": situation.memory_budget,
+        "the depth": situation.depth,
     }
     named = [flag for flag, value in given.items() if value]
     if situation.stage == "pretrain" or not named:
         return []
-    return [f"{', '.join(named)} did not change this: the checkpoint fixes the activation ({situation.stage})."]
+    return [
+        f"{', '.join(named).capitalize()} did not change this: the checkpoint fixes the activation ({situation.stage})."
+    ]
 
 
 def advise(
@@ -908,7 +910,7 @@ def advise(
         if store is not None:
             advice["reasons"].append(
                 f"The measurements in {store} were not used: they compare training from "
-                "scratch, which fine-tuning is not."
+                "scratch, which starting from a checkpoint is not."
             )
     elif store is not None:
         if not Path(store).is_file():

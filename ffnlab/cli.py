@@ -487,6 +487,10 @@ def cmd_advise(args):
         args.pretrained,
         args.deploy,
         args.depth,
+        situation=args.situation,
+        hardware=args.hardware,
+        seq_len=args.seq_len,
+        model_size=args.model_size,
     )
     print(json.dumps(advice, indent=1) if args.json else format_advice(advice))
 
@@ -672,18 +676,52 @@ def add_study_tool_parsers(sub) -> None:
     p.add_argument("--xmax", type=float, default=4.0, help="right end of the x range")
     p.set_defaults(func=cmd_plot)
 
-    p = sub.add_parser("advise", help="recommend an FFN variant for a situation, with the evidence and its source")
+    add_advise_parser(sub)
+
+
+def add_advise_parser(sub) -> None:
+    """advise: one flag per input of the decision flow (ffnlab.study.flow)."""
+    from ffnlab.study.flow import DEPLOY_HARDWARE, HARDWARE, STAGES
+
+    p = sub.add_parser(
+        "advise",
+        help="recommend an FFN variant for a situation, with the evidence and its source",
+        description="Recommend an FFN variant. The flow: --situation (from a checkpoint: keep its activation, "
+        "or for inference run it fastest; from scratch: --store measurements, else published results), then "
+        "--hardware, --seq-len, --model-size and the budgets; every reason says its evidence "
+        "(measured, published or rule of thumb).",
+    )
+    p.add_argument(
+        "--situation",
+        choices=STAGES,
+        default=None,
+        help="pretrain: from scratch; finetune: full fine-tuning; peft: parameter-efficient fine-tuning; "
+        "inference: deployment only (default: finetune with --pretrained, else pretrain)",
+    )
     p.add_argument("--store", default=None, help="run store with your measurements (default: published results)")
-    p.add_argument("--params-budget", default=None, help="most parameters the model may have, e.g. 125M")
-    p.add_argument("--memory-budget", default=None, help="most training memory, e.g. 16GiB or 500MB")
-    p.add_argument("--latency-sensitive", action="store_true", help="prefer the faster of statistically tied variants")
     p.add_argument(
         "--pretrained",
         default=None,
-        help="fine-tuning this model: path to its config.json, or a name "
+        help="the checkpoint (finetune, peft, inference): path to its config.json, or a name "
         "such as bert-base-uncased, gpt2, t5-base, mistral",
     )
-    p.add_argument("--deploy", choices=("cpu", "gpu", "edge"), default=None, help="where the model will run")
+    p.add_argument(
+        "--hardware",
+        choices=HARDWARE,
+        default=None,
+        help="where the model trains or runs; a gpu-NNgb tier is also a memory budget",
+    )
+    p.add_argument(
+        "--deploy",
+        choices=tuple(DEPLOY_HARDWARE),
+        default=None,
+        help="older form of --hardware: cpu, gpu, edge (= mobile)",
+    )
+    p.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (long context: see rules)")
+    p.add_argument("--model-size", default=None, help="parameters of the planned model, e.g. 125M, 1B, 7B")
+    p.add_argument("--params-budget", default=None, help="most parameters the model may have, e.g. 125M")
+    p.add_argument("--memory-budget", default=None, help="most training memory, e.g. 16GiB or 500MB")
+    p.add_argument("--latency-sensitive", action="store_true", help="prefer the faster of statistically tied variants")
     p.add_argument("--depth", type=positive_int, default=None, help="number of layers you plan")
     p.add_argument("--json", action="store_true", help="print recommendation, reasons, evidence, alternatives as JSON")
     p.set_defaults(func=cmd_advise)

@@ -6,6 +6,15 @@ import pytest
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.presets import preset_config
 from ffnlab.study.advise import advise, format_advice, parse_bytes, parse_params
+from ffnlab.study.flow import (
+    EVIDENCE,
+    HARDWARE,
+    RULES,
+    STAGES,
+    model_shape,
+    training_memory_estimate,
+    variant_params,
+)
 from ffnlab.study.plan import run_id
 from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
 from ffnlab.study.store import Store
@@ -180,8 +189,9 @@ def test_published_cost_sensitive_picks_the_cheapest_tied_variant():
 
     table = SHAZEER_2020_65K
     best = min(table.values, key=table.values.get)
-    advice = advise(deploy="edge", depth=6)
+    advice = advise(deploy="cpu", depth=6)
     choice = advice["recommendation"]
+    assert choice != best
     assert table.values[choice] - table.values[best] <= max(table.spread[choice], table.spread[best])
     flops = lambda n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops
     assert flops(choice) <= flops(best)
@@ -228,6 +238,14 @@ def test_advise_cli_json(run_cli, tmp_path):
         (["--params-budget", "lots"], "cannot read parameter budget 'lots'"),
         (["--pretrained", "{tmp}/nope/config.json"], "no model config at"),
         (["--deploy", "tpu"], "invalid choice"),
+        (["--hardware", "tpu"], "invalid choice"),
+        (["--situation", "pretraining"], "invalid choice"),
+        (["--situation", "peft"], "give --pretrained"),
+        (["--situation", "pretrain", "--pretrained", "gpt2"], "give one of them"),
+        (["--deploy", "cpu", "--hardware", "mobile"], "contradicts --hardware mobile"),
+        (["--model-size", "huge"], "cannot read model size 'huge'"),
+        (["--seq-len", "0"], "--seq-len"),
+        (["--model-size", "7B", "--hardware", "gpu-16gb"], "no published variant fits the budgets at 7B"),
     ],
 )
 def test_advise_cli_bad_input(run_cli, tmp_path, argv, needle):
@@ -235,3 +253,196 @@ def test_advise_cli_bad_input(run_cli, tmp_path, argv, needle):
         s.claim("x", {"model": {"ffn": "relu"}})
     code, out, err = run_cli("advise", *[a.format(tmp=tmp_path) for a in argv])
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+# ---- the decision flow: one row per branch ----------------------------------------------------------
+
+SHAPE_350M = model_shape(350e6)
+DENSE_350M, GATED_350M = (training_memory_estimate(f, 350e6, SHAPE_350M, 2048) for f in ("gelu", "swiglu"))
+PARAMS_DENSE_7B, PARAMS_GATED_7B = (variant_params(f, 7e9, model_shape(7e9)) for f in ("gelu", "swiglu"))
+
+FLOW = [
+    # (inputs, recommendation, branch, rules applied, words the reasons must hold)
+    ({}, "geglu", "pretrain/published", [], ["Shazeer 2020"]),
+    ({"hardware": "mobile"}, "reglu", "pretrain/published", ["mobile-relu"], ["ReLU family", "quantise"]),
+    ({"deploy": "edge"}, "reglu", "pretrain/published", ["mobile-relu"], ["ReLU family"]),
+    ({"hardware": "cpu"}, "swiglu", "pretrain/published", ["cpu-cheap"], ["cheaper of the tied"]),
+    ({"latency_sensitive": True}, "swiglu", "pretrain/published", ["cpu-cheap"], ["latency-sensitive"]),
+    ({"hardware": "cpu", "seq_len": 512}, "swiglu", "pretrain/published", ["cpu-cheap", "short-context"], ["63%"]),
+    ({"hardware": "cpu", "seq_len": 32768}, "geglu", "pretrain/published", ["long-context"], ["15%", "quality"]),
+    ({"model_size": "50M"}, "geglu", "pretrain/published", ["small-model"], ["below the scale", "measure"]),
+    ({"model_size": "350M"}, "geglu", "pretrain/published", ["mid-model"], ["Narang"]),
+    ({"model_size": "7B"}, "swiglu", "pretrain/published", ["large-model"], ["LLaMA", "PaLM", "7B model"]),
+    (
+        {"model_size": "350M", "hardware": "gpu-80gb"},
+        "geglu",
+        "pretrain/published",
+        ["mid-model", "gpu-memory"],
+        ["gpu-80gb", "80 GiB", "keeps gate, up"],
+    ),
+    (  # a memory budget between the dense and the gated estimate rules out every gated variant
+        {"model_size": "350M", "memory_budget": (DENSE_350M + GATED_350M) / 2},
+        "gelu",
+        "pretrain/published",
+        ["budget-exclusion"] * 5 + ["mid-model"],
+        ["Budgets rule out", "training memory"],
+    ),
+    (  # so does a parameter budget, even for a large model (the budget beats the large-model rule)
+        {"model_size": "7B", "params_budget": (PARAMS_DENSE_7B + PARAMS_GATED_7B) / 2},
+        "gelu",
+        "pretrain/published",
+        ["budget-exclusion"] * 5 + ["large-model"],
+        ["exceed the budget"],
+    ),
+    ({"pretrained": "bert-base-uncased"}, "gelu", "finetune/pretrained", ["keep-pretrained"], ["costs accuracy"]),
+    (
+        {"situation": "peft", "pretrained": "meta-llama/Llama-2-7b-hf"},
+        "swiglu",
+        "peft/pretrained",
+        ["peft-frozen"],
+        ["frozen", "LoRA"],
+    ),
+    (
+        {"situation": "inference", "pretrained": "gpt2"},
+        "gelu_new",
+        "inference/pretrained",
+        ["inference-fixed", "inference-gelu-exact", "inference-dense"],
+        ["tanh-approximation", "not an exact substitute"],
+    ),
+    (
+        {"situation": "inference", "pretrained": "google/gemma-7b"},
+        "geglu_tanh",
+        "inference/pretrained",
+        ["inference-fixed", "inference-gelu-exact", "inference-fused"],
+        ["fused kernel", "ffnlab bench"],
+    ),
+    (
+        {"situation": "inference", "pretrained": "meta-llama/Llama-2-7b-hf", "hardware": "gpu-24gb"},
+        "swiglu",
+        "inference/pretrained",
+        ["inference-fixed", "inference-fused"],
+        ["exact up to rounding"],
+    ),
+    (
+        {"situation": "inference", "pretrained": "bert-base-uncased", "deploy": "edge"},
+        "gelu",
+        "inference/pretrained",
+        ["inference-fixed", "inference-gelu-exact", "inference-dense", "inference-export"],
+        ["exact (erf)", "ffnlab export --ffn gelu", "onnxruntime"],
+    ),
+]
+
+
+@pytest.mark.parametrize("inputs,recommendation,branch,rules,words", FLOW, ids=lambda v: None)
+def test_the_flow_branches_with_a_reason_and_its_evidence(inputs, recommendation, branch, rules, words):
+    advice = advise(**inputs)
+    assert advice["recommendation"] == recommendation
+    assert advice["branch"] == branch
+    assert [r["rule"] for r in advice["rules"]] == rules
+    text = " ".join(advice["reasons"])
+    for word in words:
+        assert word in text, word
+    for applied in advice["rules"]:
+        assert applied["evidence"] in EVIDENCE and applied["source"]
+        assert f"[{applied['evidence']}] {applied['text']}" in text  # marked as such in the output
+
+
+def test_every_rule_has_a_branch_in_the_flow_table():
+    hit = {rule for _, _, _, rules, _ in FLOW for rule in rules}
+    assert hit | {"mobile-measured"} == set(RULES)  # (measured on mobile: its own test below)
+    for rule in RULES.values():
+        assert rule.evidence in EVIDENCE and rule.source
+
+
+def test_a_budget_that_rules_out_the_best_variant_changes_the_published_pick():
+    free = advise(model_size="350M", seq_len=2048)
+    tight = advise(model_size="350M", seq_len=2048, memory_budget=(DENSE_350M + GATED_350M) / 2)
+    assert free["recommendation"] == "geglu" and tight["recommendation"] == "gelu"
+    excluded = {a["ffn"]: a["excluded"] for a in tight["alternatives"] if "excluded" in a}
+    assert set(excluded) == {"geglu", "swiglu", "reglu", "bilinear", "glu"}
+    assert "exceeds the budget" in excluded["geglu"]
+    # without a model size nothing can be estimated: the pick stays, and the advice says what is missing
+    unsized = advise(memory_budget="1GiB")
+    assert unsized["recommendation"] == "geglu"
+    assert any("give --model-size" in r for r in unsized["reasons"])
+
+
+def test_the_published_advice_ends_with_measuring_it_and_a_checkpoint_says_what_it_ignored():
+    assert advise(model_size="7B", seq_len=4096)["reasons"][-1].startswith("Measure it on your own data")
+    reasons = advise(situation="finetune", pretrained="gpt2", model_size="7B", seq_len=4096)["reasons"]
+    assert (
+        reasons[-1]
+        == "The model size, the sequence length did not change this: the checkpoint fixes the activation (finetune)."
+    )
+
+
+def test_a_gpu_tier_is_a_memory_budget():
+    advice = advise(hardware="gpu-24gb", memory_budget="40GiB")
+    assert advice["situation"]["memory_budget"] == 24 * 2**30 and advice["situation"]["deploy"] == "gpu"
+    assert advise(hardware="gpu-24gb", memory_budget="8GiB")["situation"]["memory_budget"] == 8 * 2**30
+    with pytest.raises(ValueError, match="no published variant fits the budgets at 7B"):
+        advise(hardware="gpu-80gb", model_size="7B")
+
+
+def test_on_mobile_the_measurements_pick_a_tied_relu_family_variant(tmp_path):
+    # swiglu and reglu are statistically tied (noisy pairs), equally fast; gelu is clearly worse
+    store = fabricated_store(
+        tmp_path / "s.db", {"gelu": 2.2, "reglu": 1.951, "swiglu": 1.950}, jitter={"reglu": (0.02, -0.03, 0.015)}
+    )
+    assert advise(store=store, hardware="cpu")["recommendation"] == "swiglu"
+    advice = advise(store=store, hardware="mobile")
+    assert advice["recommendation"] == "reglu" and [r["rule"] for r in advice["rules"]] == ["mobile-measured"]
+    assert any(r.startswith("[rule of thumb] On mobile") for r in advice["reasons"])
+    assert any("suits the hardware" in r for r in advice["reasons"])
+    # a ReLU-family variant the measurements separate from the best is not picked
+    store = fabricated_store(tmp_path / "t.db", {"gelu": 2.2, "reglu": 2.05, "swiglu": 1.950})
+    assert advise(store=store, deploy="edge")["recommendation"] == "swiglu"
+
+
+def test_a_gpu_tier_excludes_measured_variants_by_training_memory(tmp_path):
+    store = fabricated_store(
+        tmp_path / "s.db", {"relu": 2.0, "gelu": 1.98, "swiglu": 1.90}, memory={"swiglu": 17 * 2**30}
+    )
+    assert advise(store=store, hardware="gpu-24gb")["recommendation"] == "swiglu"
+    advice = advise(store=store, hardware="gpu-16gb")
+    assert advice["recommendation"] == "gelu" and advice["branch"] == "pretrain/measured"
+
+
+def test_memory_estimate_grows_with_gating_and_context():
+    shape = model_shape(125e6)
+    assert shape.d_model == 768 and shape.n_layers == 12
+    dense, gated = (training_memory_estimate(f, 125e6, shape, 1024) for f in ("relu", "reglu"))
+    # the gated FFN keeps 16/3 more bytes per token and unit of d_model in every layer
+    assert gated - dense == pytest.approx(
+        12 * 1024 * 768 * 16 / 3 + 16 * (variant_params("reglu", 125e6, shape) - 125e6)
+    )
+    assert training_memory_estimate("relu", 125e6, shape, 2048) > 2 * dense - 16 * 125e6
+
+
+def test_advise_help_lists_every_input_of_the_flow(capsys):
+    from ffnlab.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["advise", "--help"])
+    assert exit.value.code == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    for flag in ("--situation", "--pretrained", "--store", "--hardware", "--deploy", "--seq-len", "--model-size"):
+        assert flag in flat
+    for flag in ("--params-budget", "--memory-budget", "--latency-sensitive", "--depth"):
+        assert flag in flat
+    for choice in (*STAGES, *HARDWARE):
+        assert choice in flat
+
+
+def test_advise_cli_json_keeps_its_keys_and_adds_the_flow(run_cli):
+    code, out, err = run_cli("advise", "--situation", "inference", "--pretrained", "gpt2", "--json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert {"recommendation", "basis", "reasons", "evidence", "alternatives", "command"} <= set(advice)
+    assert advice["situation"]["stage"] == "inference" and advice["branch"] == "inference/pretrained"
+    assert advice["implementation"] and all(r["evidence"] in EVIDENCE for r in advice["rules"])
+    code, out, err = run_cli("advise", "--hardware", "mobile", "--model-size", "125M", "--seq-len", "1024", "--json")
+    advice = json.loads(out)
+    assert code == 0 and advice["recommendation"] == "reglu"
+    assert advice["situation"]["hardware"] == "mobile" and advice["situation"]["seq_len"] == 1024
+    assert advice["situation"]["model_size"] == 125e6

@@ -17,15 +17,36 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
 from ffnlab._util.text import human, human_bytes, key_values
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
+from ffnlab.core.kernels.fused import FUSED_ACTS
+from ffnlab.study.flow import (
+    DEFAULT_SEQ_LEN,
+    DEPLOY_HARDWARE,
+    HARDWARE_MEMORY,
+    LONG_CONTEXT_SHARE,
+    STAGES,
+    apply_rule,
+    budget_exclusions,
+    check_choice,
+    deploy_of,
+    ffn_flop_share,
+    memory_rule,
+    mobile_friendly,
+    model_shape,
+    resolve_hardware,
+    rule_line,
+    size_text,
+    size_tier,
+)
 from ffnlab.study.published import (
     ACT_FIELDS,
+    GATED_AT_SCALE,
     GATED_MODEL_TYPES,
     MODEL_FAMILIES,
     SHAZEER_2020_65K,
@@ -34,7 +55,7 @@ from ffnlab.study.published import (
 )
 from ffnlab.study.stats import holm, paired_diff
 
-DEPLOYS = ("cpu", "gpu", "edge")
+DEPLOYS = tuple(DEPLOY_HARDWARE)
 ALPHA = 0.05
 # Step-time difference below which two variants count as equally fast: CPU timings of small
 # models on a shared machine jitter by several percent.
@@ -48,8 +69,23 @@ class Situation:
     params_budget: float | None = None  # parameters
     memory_budget: float | None = None  # bytes of training memory
     latency_sensitive: bool = False
-    deploy: str | None = None  # one of DEPLOYS
+    deploy: str | None = None  # one of DEPLOYS, derived from the hardware
     depth: int | None = None  # the number of layers planned
+    stage: str = "pretrain"  # one of flow.STAGES
+    hardware: str | None = None  # one of flow.HARDWARE
+    seq_len: int | None = None  # tokens per sequence
+    model_size: float | None = None  # parameters of the planned model
+
+    @property
+    def d_model(self) -> int:
+        """The width the FLOP shares are computed at: of the published shape nearest the model size,
+        else T5-base's 768 (the published comparison's)."""
+        return model_shape(self.model_size).d_model if self.model_size else 768
+
+    @property
+    def long_context(self) -> bool:
+        """The context dominates a layer's FLOPs (the FFN's share is below LONG_CONTEXT_SHARE)."""
+        return self.seq_len is not None and ffn_flop_share(self.d_model, self.seq_len) < LONG_CONTEXT_SHARE
 
     @property
     def cost_sensitive(self) -> bool:
@@ -182,15 +218,27 @@ def resolve_pretrained(name_or_config: str) -> dict:
     return lookup_family(name_or_config)
 
 
-def advise_pretrained(pretrained: str) -> dict:
+# what changing the activation would do, per situation that starts from a checkpoint
+CHANGE_COSTS = {
+    "finetune": "Fine-tuning with a different activation feeds those weights a function they were never trained "
+    "with: the pre-trained behaviour is lost and must be relearned, which defeats the point of starting from it.",
+    "peft": "Parameter-efficient fine-tuning keeps those weights frozen, so they could not even adapt to "
+    "a different activation: the model would simply compute something else.",
+    "inference": "For inference the checkpoint fixes it: any other activation computes a different function "
+    "with the same weights.",
+}
+STAGE_RULES = {"finetune": "keep-pretrained", "peft": "peft-frozen", "inference": "inference-fixed"}
+
+
+def advise_pretrained(pretrained: str, stage: str = "finetune", hardware: str | None = None) -> dict:
+    """Keep the activation a checkpoint was trained with (fine-tuning, PEFT or inference)."""
     model = resolve_pretrained(pretrained)
     shape = "as the gate of a gated (GLU) FFN" if model["gated"] else "in a dense FFN"
     ffn = model["ffn"] or model["act"]
     reasons = [
         f"{model['model']} (model_type {model['model_type']}) was pre-trained with {model['act']} {shape}; "
         f"its FFN weights were learned for that nonlinearity.",
-        "Fine-tuning with a different activation feeds those weights a function they were never trained with: "
-        "the pre-trained behaviour is lost and must be relearned, which defeats the point of starting from it.",
+        CHANGE_COSTS[stage],
         f"So keep {ffn}"
         + (f" (ffnlab name; Hugging Face calls it '{model['hf_act']}')" if model["hf_act"] != ffn else "")
         + ".",
@@ -203,14 +251,42 @@ def advise_pretrained(pretrained: str) -> dict:
             "why_not": "invalidates the pre-trained FFN weights; compare activations only when training from scratch",
         }
     ]
-    return {
+    rules = [apply_rule(STAGE_RULES[stage], act=model["act"])]
+    advice = {
         "recommendation": ffn,
         "basis": "pretrained",
         "reasons": reasons,
         "evidence": {"kind": "pretrained", **model},
         "alternatives": alternatives,
         "command": None,
+        "rules": rules,
     }
+    if stage == "inference":
+        advice["implementation"], more = implementation(model, hardware)
+        advice["rules"] = rules + more
+    reasons += [rule_line(r) for r in advice["rules"]]
+    return advice
+
+
+def implementation(model: dict, hardware: str | None = None) -> tuple[str, list[dict]]:
+    """The fastest exact way to run a checkpoint's FFN on `hardware`, and the rules behind it."""
+    act, ffn = model["act"], model["ffn"] or model["act"]
+    canon = ACTIVATIONS[act].same_as or act if act in ACTIVATIONS else act
+    rules = []
+    if canon in ("gelu", "gelu_tanh"):
+        forms = ("exact (erf)", "tanh-approximation")
+        form, other = forms if canon == "gelu" else forms[::-1]
+        rules.append(apply_rule("inference-gelu-exact", act=act, form=form, other=other))
+    if model["gated"] and canon in FUSED_ACTS:
+        rules.append(apply_rule("inference-fused", ffn=ffn, act=act))
+        how = f"fused act(gate) * up: ffnlab.core.kernels.fused.gated_act(gate, up, act='{canon}')"
+    else:
+        rules.append(apply_rule("inference-dense", ffn=ffn, act=canon))
+        how = f"the framework's built-in {canon}, fused into the matmul by torch.compile"
+    if hardware in ("cpu", "mobile"):
+        rules.append(apply_rule("inference-export", hardware=hardware, ffn=ffn, act=act))
+        how += f"; on {hardware}, ONNX Runtime (ffnlab export --ffn {ffn})"
+    return how, rules
 
 
 # ---- measured -----------------------------------------------------------------------------------
@@ -354,6 +430,7 @@ class CellChoice:
     choice: str  # the best, or a faster variant tied with it when cost counts
     runner_up: str | None  # the best eligible variant but the choice
     unit: str  # of a paired difference: ' nats' or ' accuracy'
+    rule: dict | None = None  # the flow's rule that moved the choice away from the best, if one did
 
     @property
     def eligible(self) -> list[str]:
@@ -401,14 +478,18 @@ def choose_in_cell(cell: dict, facts: dict, situation: Situation) -> CellChoice:
         diffs[n]["p_adj"] = p_adj
         diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
     tied = [n for n in diffs if not diffs[n]["significant"]]
-    choice = best
-    if situation.cost_sensitive and tied:
+    choice, rule = best, None
+    friendly = [n for n in [best] + tied if mobile_friendly(n)]
+    if situation.hardware == "mobile" and friendly and best not in friendly:
+        choice = min(friendly, key=lambda n: sign * mean[n])
+        rule = apply_rule("mobile-measured", ffn=choice)
+    elif situation.cost_sensitive and tied:
         fastest = min([best] + tied, key=lambda n: variants[n]["step_time_s"] or math.inf)
         if variants[fastest]["step_time_s"] < (1 - SPEED_TOLERANCE) * variants[best]["step_time_s"]:
             choice = fastest
     runner_up = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
     unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
-    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit)
+    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule)
 
 
 def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
@@ -417,6 +498,8 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
         facts = {**facts, "n_layers": cell["axes"]["depth"]}
     weighed = choose_in_cell(cell, facts, situation)
     reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
+    rules = [weighed.rule] if weighed.rule else []
+    reasons += [rule_line(r) for r in rules]
     rows = {r["ffn"]: r for r in cell["variants"]}
     evidence = {
         "kind": "measured",
@@ -435,6 +518,7 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
             variants, facts["data"], situation.depth or facts["n_layers"], seeds=max(5, facts["seeds"])
         ),
         "cell": cell["axes"],
+        "rules": rules,
     }
 
 
@@ -452,6 +536,11 @@ def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situ
         reasons.append(
             f"{best} has the best mean final {facts['metric'].removeprefix('final_').replace('_', ' ')} "
             f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
+        )
+    elif weighed.rule:
+        reasons.append(
+            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"({weighed.versus(choice, best)}) and suits the hardware (rule below)."
         )
     else:
         reasons.append(
@@ -547,17 +636,68 @@ def compare_command(variants: list[str], data: str | None, depth: int | None, se
     return " ".join(parts)
 
 
-def advise_published(situation: Situation) -> dict:
-    """Advice from Shazeer (2020) Table 1 when nothing was measured: the best variant, or the cheapest tied one."""
-    table, long_run = SHAZEER_2020_65K, SHAZEER_2020_524K
-    values, spread = table.values, table.spread
-    best = min(values, key=values.get)
+@dataclass
+class PublishedChoice:
+    """The published variants weighed for a situation: which are out, the best, the tied and the pick."""
+
+    excluded: dict[str, str]  # variant -> why a budget rules it out
+    best: str  # of the eligible variants
+    tied: list[str]  # eligible variants within the reported spread of the best
+    choice: str
+    rule: dict | None  # the flow's rule that moved the choice away from the best, if one did
+
+
+def published_exclusions(situation: Situation) -> dict[str, str]:
+    """Variant -> why a budget rules it out, estimated at the stated model size (none without one)."""
+    if not situation.model_size or not (situation.params_budget or situation.memory_budget):
+        return {}
+    return budget_exclusions(
+        list(SHAZEER_2020_65K.values),
+        situation.model_size,
+        situation.seq_len or DEFAULT_SEQ_LEN,
+        situation.params_budget,
+        situation.memory_budget,
+    )
+
+
+def choose_published(situation: Situation) -> PublishedChoice:
+    """The best published variant within the budgets, moved by the flow's rules: the ReLU family on
+    mobile hardware, SwiGLU for a large model, the cheapest tied activation when cost counts."""
+    values, spread = SHAZEER_2020_65K.values, SHAZEER_2020_65K.spread
+    excluded = published_exclusions(situation)
+    eligible = [n for n in values if n not in excluded]
+    if not eligible:
+        smallest, why = next(iter(excluded.items()))  # the table starts with the dense relu
+        raise ValueError(
+            f"no published variant fits the budgets at {size_text(situation.model_size)} parameters, "
+            f"not even {smallest}: {why}; raise a budget, shorten --seq-len or give a smaller --model-size"
+        )
+    best = min(eligible, key=values.get)
     # tied: the gap is within the larger of the two reported inter-run standard deviations
-    tied = [n for n in values if n != best and values[n] - values[best] <= max(spread[n], spread[best])]
-    flops = {n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops for n in values}
-    choice = min([best] + tied, key=lambda n: (flops[n], values[n])) if situation.cost_sensitive else best
+    tied = [n for n in eligible if n != best and values[n] - values[best] <= max(spread[n], spread[best])]
+    relu_family = [n for n in eligible if mobile_friendly(n)]
+    if situation.hardware == "mobile" and relu_family:
+        choice = min(relu_family, key=values.get)
+        return PublishedChoice(
+            excluded, best, tied, choice, apply_rule("mobile-relu", ffn=choice, gap=values[choice] - values[best])
+        )
+    if situation.model_size and size_tier(situation.model_size) == "large" and "swiglu" in (best, *tied):
+        return PublishedChoice(excluded, best, tied, "swiglu", None)  # the large-model rule says why
+    if situation.cost_sensitive and tied and not situation.long_context:
+        flops = {n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops for n in values}
+        choice = min([best] + tied, key=lambda n: (flops[n], values[n]))
+        return PublishedChoice(excluded, best, tied, choice, apply_rule("cpu-cheap") if choice != best else None)
+    return PublishedChoice(excluded, best, tied, best, None)
+
+
+def advise_published(situation: Situation) -> dict:
+    """Advice from Shazeer (2020) Table 1 when nothing was measured: the best variant within the
+    budgets, or the one the situation's rules prefer."""
+    table, long_run = SHAZEER_2020_65K, SHAZEER_2020_524K
+    picked = choose_published(situation)
+    choice, best, tied = picked.choice, picked.best, picked.tied
+    values, spread, name = table.values, table.spread, table.names
     cite = f"{table.source} (arXiv:{table.arxiv}), {table.table.split(',')[0]}"
-    name = table.names
     reasons = [
         f"No measurements given (no --store), so this rests on published results: {cite}; {table.metric}, "
         f"{table.setup}.",
@@ -572,43 +712,61 @@ def advise_published(situation: Situation) -> dict:
             f"Within the reported run-to-run spread of {name[best]} {values[best]:.3f}: {gaps}; "
             "the paper's numbers do not separate them."
         )
-    if choice != best:
-        why = "latency-sensitive" if situation.latency_sensitive else f"{situation.deploy} deployment"
-        reasons.append(
-            f"Cost counts here ({why}): "
-            f"{choice}'s activation costs about {flops[choice]} FLOPs per element against "
-            f"{flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins."
-        )
-    if situation.deploy == "edge":
-        reasons.append(
-            f"On edge hardware ReLU-family gates are cheapest and give exact zeros: reglu "
-            f"({values['reglu']:.3f}) trails {choice} by {values['reglu'] - values[choice]:.3f}."
-        )
-    if situation.params_budget or situation.memory_budget:
-        reasons.append(
-            "The paper matches parameters and compute (gated d_ff = 2/3 of dense), so a parameter or "
-            "memory budget does not reorder it; ffnlab matches variants the same way (--match params). "
-            "Training memory differs: a gated FFN keeps two hidden activations for backward."
-        )
-    if situation.depth is not None:
-        reasons.append(f"The published model has 12+12 layers; at {situation.depth} layers the gaps may differ.")
+    reasons += published_situation_reasons(situation, picked)
+    rules = [apply_rule("budget-exclusion", ffn=n, why=why) for n, why in picked.excluded.items()]
+    rules += ([picked.rule] if picked.rule else []) + situation_rules(situation)
+    reasons += [rule_line(r) for r in rules]
     reasons.append(
         "Measure it on your own data before committing (command below): published gaps of "
         "0.01-0.05 nats need several seeds to confirm."
     )
-    variants = list(dict.fromkeys([choice, *tied, "gelu", "relu"]))
+    variants = list(dict.fromkeys([choice, best, *tied, "gelu", "relu"]))
     return {
         "recommendation": choice,
         "basis": "published",
         "reasons": reasons,
         "evidence": published_evidence(table, long_run),
-        "alternatives": published_alternatives(table, long_run, choice),
+        "alternatives": published_alternatives(table, long_run, choice, picked.excluded),
         "command": compare_command(variants, None, situation.depth),
+        "rules": rules,
     }
 
 
-def published_alternatives(table: PublishedTable, long_run: PublishedTable, choice: str) -> list[dict]:
-    """Every other variant of the table, best first, with its published numbers and gap to the choice."""
+def published_situation_reasons(situation: Situation, picked: PublishedChoice) -> list[str]:
+    """What the situation changed about the published pick: cost, budgets, depth."""
+    values, choice, best = SHAZEER_2020_65K.values, picked.choice, picked.best
+    reasons = []
+    if choice != best and picked.rule and picked.rule["rule"] == "cpu-cheap":
+        flops = {n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops for n in (choice, best)}
+        why = "latency-sensitive" if situation.latency_sensitive else f"{situation.deploy} deployment"
+        reasons.append(
+            f"Cost counts here ({why}): {choice}'s activation costs about {flops[choice]} FLOPs per element "
+            f"against {flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins."
+        )
+    if picked.excluded:
+        reasons.append(
+            f"Budgets rule out {', '.join(picked.excluded)} at {size_text(situation.model_size)} parameters, so the "
+            f"pick is among the rest ({best} {values[best]:.3f} is the best of them)."
+        )
+    elif situation.params_budget or situation.memory_budget:
+        reasons.append(
+            "The paper matches parameters and compute (gated d_ff = 2/3 of dense), as ffnlab does (--match params); "
+            + (
+                "every variant fits the budgets at the stated model size."
+                if situation.model_size
+                else "give --model-size to check each variant's parameters and training memory against the budgets."
+            )
+        )
+    if situation.depth is not None:
+        reasons.append(f"The published model has 12+12 layers; at {situation.depth} layers the gaps may differ.")
+    return reasons
+
+
+def published_alternatives(
+    table: PublishedTable, long_run: PublishedTable, choice: str, excluded: dict[str, str] | None = None
+) -> list[dict]:
+    """Every other variant of the table, best first, with its published numbers and gap to the choice,
+    and why a budget rules it out where one does."""
     values = table.values
     return [
         {
@@ -617,6 +775,7 @@ def published_alternatives(table: PublishedTable, long_run: PublishedTable, choi
             "std": table.spread.get(n),
             "published_524k": long_run.values[n],
             "delta_vs_recommendation": round(values[n] - values[choice], 3),
+            **({"excluded": excluded[n]} if n in (excluded or {}) else {}),
         }
         for n in sorted(values, key=values.get)
         if n != choice
@@ -646,6 +805,82 @@ def published_evidence(*tables: PublishedTable) -> dict:
 # ---- entry --------------------------------------------------------------------------------------
 
 
+def make_situation(
+    stage: str | None,
+    pretrained: str | None,
+    hardware: str | None,
+    deploy: str | None,
+    params_budget: float | str | None,
+    memory_budget: float | str | None,
+    model_size: float | str | None,
+    **rest: object,
+) -> Situation:
+    """A Situation from the user's inputs, checked: names against their choices, sizes parsed
+    ('125M', '16GiB'), a GPU tier's memory taken as a memory budget (the smaller of the two)."""
+    stage = check_choice(stage, STAGES, "situation") or ("finetune" if pretrained else "pretrain")
+    if stage != "pretrain" and not pretrained:
+        known = ", ".join(sorted({f.example for f in MODEL_FAMILIES})[:4])
+        raise ValueError(
+            f"--situation {stage} starts from a checkpoint: give --pretrained (its config.json or a name such as {known})"
+        )
+    if stage == "pretrain" and pretrained:
+        raise ValueError(
+            "--pretrained names a checkpoint to start from; --situation pretrain trains from scratch: give one of them"
+        )
+    hardware = resolve_hardware(hardware, deploy)
+    memory = parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget
+    tier = HARDWARE_MEMORY.get(hardware) if hardware else None
+    for name, value in (("sequence length", rest.get("seq_len")), ("depth", rest.get("depth"))):
+        if value is not None and value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    return Situation(
+        params_budget=parse_params(params_budget) if isinstance(params_budget, str) else params_budget,
+        memory_budget=min(m for m in (memory, tier) if m) if memory or tier else None,
+        deploy=deploy_of(hardware),
+        stage=stage,
+        hardware=hardware,
+        model_size=parse_quantity(model_size, COUNT_SUFFIX, "model size", "1B")
+        if isinstance(model_size, str)
+        else model_size,
+        **rest,
+    )
+
+
+def situation_rules(situation: Situation) -> list[dict]:
+    """The rules of the model-size, sequence-length and GPU-memory branches that apply."""
+    rules, size = [], situation.model_size
+    if size:
+        large = "; ".join(f"{g.model}: {g.source}" for g in GATED_AT_SCALE)
+        names = ", ".join(f"{g.model} ({g.params}, {g.ffn})" for g in GATED_AT_SCALE)
+        rules.append(
+            apply_rule(f"{size_tier(size)}-model", size=size_text(size), large_models=large, large_names=names)
+        )
+    if situation.seq_len:
+        d, n = situation.d_model, situation.seq_len
+        rule = "long-context" if situation.long_context else "short-context"
+        rules.append(apply_rule(rule, seq_len=n, d_model=d, share=ffn_flop_share(d, n), short=ffn_flop_share(d, 512)))
+    if size and HARDWARE_MEMORY.get(situation.hardware or ""):
+        rules.append(memory_rule(situation.hardware, size, situation.seq_len or DEFAULT_SEQ_LEN))
+    return rules
+
+
+def unused_inputs(situation: Situation) -> list[str]:
+    """A reason naming the inputs a checkpoint's situation does not weigh, if any were given."""
+    given = {
+        "the model size": situation.model_size,
+        "the sequence length": situation.seq_len,
+        "the parameter budget": situation.params_budget,
+        "the memory budget": situation.memory_budget,
+        "the depth": situation.depth,
+    }
+    named = [flag for flag, value in given.items() if value]
+    if situation.stage == "pretrain" or not named:
+        return []
+    return [
+        f"{', '.join(named).capitalize()} did not change this: the checkpoint fixes the activation ({situation.stage})."
+    ]
+
+
 def advise(
     store: str | Path | None = None,
     params_budget: float | str | None = None,
@@ -654,37 +889,45 @@ def advise(
     pretrained: str | None = None,
     deploy: str | None = None,
     depth: int | None = None,
+    situation: str | None = None,
+    hardware: str | None = None,
+    seq_len: int | None = None,
+    model_size: float | str | None = None,
 ) -> dict:
-    """Recommend an FFN variant for a situation; see the module docstring for the order of evidence.
+    """Recommend an FFN variant for a situation (ffnlab.study.flow lists the inputs and their branches):
+    from a checkpoint, keep its activation (fine-tuning, PEFT) or run it fastest (inference); when
+    training from scratch, from measurements in `store`, else from published results.
 
-    Budgets may be numbers or strings ('125M', '16GiB')."""
-    if deploy is not None and deploy not in DEPLOYS:
-        raise ValueError(f"unknown deployment '{deploy}'{closest(deploy, DEPLOYS)}; valid: {', '.join(DEPLOYS)}")
-    if depth is not None and depth <= 0:
-        raise ValueError(f"depth must be positive, got {depth}")
-    situation = Situation(
-        params_budget=parse_params(params_budget) if isinstance(params_budget, str) else params_budget,
-        memory_budget=parse_bytes(memory_budget) if isinstance(memory_budget, str) else memory_budget,
-        latency_sensitive=latency_sensitive,
-        deploy=deploy,
-        depth=depth,
-    )
+    Budgets and the model size may be numbers or strings ('125M', '16GiB'). Besides "recommendation",
+    "basis", "reasons", "evidence", "alternatives" and "command", the result holds "situation" (the
+    inputs), "branch" ('pretrain/published', ...) and "rules" (each with its "evidence")."""
+    context = make_situation(
+        situation, pretrained, hardware, deploy, params_budget, memory_budget, model_size,
+        latency_sensitive=latency_sensitive, depth=depth, seq_len=seq_len,
+    )  # fmt: skip
     if pretrained:
-        advice = advise_pretrained(pretrained)
+        advice = advise_pretrained(pretrained, context.stage, context.hardware)
         if store is not None:
             advice["reasons"].append(
                 f"The measurements in {store} were not used: they compare training from "
-                "scratch, which fine-tuning is not."
+                "scratch, which starting from a checkpoint is not."
             )
-        return advice
-    if store is not None:
+    elif store is not None:
         if not Path(store).is_file():
             raise ValueError(
                 f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "
                 "get advice from published results"
             )
-        return advise_measured(store, situation)
-    return advise_published(situation)
+        advice = advise_measured(store, context)
+    else:
+        advice = advise_published(context)
+    # the published advice quotes the situation's rules itself, before its closing "measure it"
+    extra = situation_rules(context) if advice["basis"] == "measured" else []
+    advice["reasons"] += [rule_line(r) for r in extra] + unused_inputs(context)
+    advice["rules"] = advice.get("rules", []) + extra
+    advice["situation"] = asdict(context)
+    advice["branch"] = f"{context.stage}/{advice['basis']}"
+    return advice
 
 
 def format_advice(advice: dict) -> str:
@@ -694,7 +937,10 @@ def format_advice(advice: dict) -> str:
         "published": "from published results",
         "pretrained": "from the pretrained model",
     }[advice["basis"]]
-    out = [f"recommendation: {advice['recommendation']}  ({basis})", "", "why:"]
+    out = [f"recommendation: {advice['recommendation']}  ({basis})"]
+    if advice.get("implementation"):
+        out.append(f"implementation: {advice['implementation']}")
+    out += ["", "why:"]
     out += [f"  - {r}" for r in advice["reasons"]]
     if advice["alternatives"]:
         out += ["", "alternatives:"]

@@ -158,3 +158,51 @@ GATED_MODEL_TYPES = (
 # config.json fields that name the FFN activation, in the order Hugging Face reads them
 # (Gemma: hidden_activation wins over hidden_act).
 ACT_FIELDS = ("hidden_activation", "hidden_act", "activation_function", "feed_forward_proj", "activation")
+
+
+# ---- published model shapes and FFNs at scale -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A published model's size and shape: what `ffnlab advise --model-size` estimates memory and FLOPs with."""
+
+    name: str
+    params: float
+    n_layers: int
+    d_model: int
+    n_heads: int
+    source: str
+
+
+GPT3 = "Brown et al. 2020, Language Models are Few-Shot Learners (arXiv:2005.14165), Table 2.1"
+MODEL_SHAPES: tuple[ModelShape, ...] = tuple(
+    ModelShape(name, params, n_layers, d_model, n_heads, GPT3)
+    for name, params, n_layers, d_model, n_heads in (
+        ("GPT-3 Small", 125e6, 12, 768, 12),
+        ("GPT-3 Medium", 350e6, 24, 1024, 16),
+        ("GPT-3 Large", 760e6, 24, 1536, 16),
+        ("GPT-3 XL", 1.3e9, 24, 2048, 24),
+        ("GPT-3 2.7B", 2.7e9, 32, 2560, 32),
+        ("GPT-3 6.7B", 6.7e9, 32, 4096, 32),
+        ("GPT-3 13B", 13e9, 40, 5140, 40),  # NOTE: 5140 as printed in the paper's table
+        ("GPT-3 175B", 175e9, 96, 12288, 96),
+    )
+)
+
+
+@dataclass(frozen=True)
+class GatedAtScale:
+    """A published large model family and the gated FFN it was trained with."""
+
+    model: str
+    params: str
+    ffn: str  # ffnlab name
+    source: str
+
+
+GATED_AT_SCALE: tuple[GatedAtScale, ...] = (
+    GatedAtScale("PaLM", "8B-540B", "swiglu", "Chowdhery et al. 2022, PaLM (arXiv:2204.02311), Section 2"),
+    GatedAtScale("LLaMA", "7B-65B", "swiglu", "Touvron et al. 2023, LLaMA (arXiv:2302.13971), Section 2.2"),
+    GatedAtScale("Gemma", "2B-7B", "geglu_tanh", "Gemma Team 2024, Gemma (arXiv:2403.08295), Section 2"),
+)

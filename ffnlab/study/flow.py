@@ -1,0 +1,193 @@
+"""The decision flow of `ffnlab advise`: the inputs a recommendation branches on, and the rules each
+branch applies, kept as data in advice_rules.csv (rule, branch, evidence, source, text).
+
+    situation   pretrain | finetune | peft | inference    what is being done with the model
+    hardware    cpu | mobile | gpu | gpu-16gb ... gpu-80gb where it trains or runs (--deploy maps onto it)
+    seq_len     tokens per sequence                        long context: the FFN's share of the cost shrinks
+    model_size  parameters                                 small, mid (the published scale) or large
+    budgets     parameters, training memory                a variant over a budget is out of the running
+
+Every rule states its evidence: "published" (a paper's table or a published model), "rule of thumb"
+(an estimate or practice, with where it comes from); measured evidence comes from a run store.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ffnlab._util.names import closest
+from ffnlab._util.text import human, human_bytes
+from ffnlab.core.activations import ACTIVATIONS
+from ffnlab.core.ffn import ffn_param_count, get_ffn_spec, matched_hidden_dim
+from ffnlab.study.published import MODEL_SHAPES, ModelShape
+
+STAGES = ("pretrain", "finetune", "peft", "inference")
+# training memory of each hardware tier; None: no memory tier (a CPU, a phone, an unstated GPU)
+HARDWARE_MEMORY: dict[str, int | None] = {
+    "cpu": None,
+    "mobile": None,
+    "gpu": None,
+    "gpu-16gb": 16 * 2**30,
+    "gpu-24gb": 24 * 2**30,
+    "gpu-40gb": 40 * 2**30,
+    "gpu-80gb": 80 * 2**30,
+}
+HARDWARE = tuple(HARDWARE_MEMORY)
+DEPLOY_HARDWARE = {"cpu": "cpu", "gpu": "gpu", "edge": "mobile"}  # the older --deploy choices
+EVIDENCE = ("measured", "published", "rule of thumb")
+SMALL_MODEL = 100e6  # below the published comparison's scale (T5-base, about 220M parameters)
+LARGE_MODEL = 1e9  # from here on, gated FFNs are the published default (PaLM, LLaMA, Gemma)
+LONG_CONTEXT_SHARE = 1 / 3  # FFN share of a layer's forward FLOPs below which the context dominates
+DEFAULT_SEQ_LEN = 2048  # GPT-3's context, assumed for memory estimates when --seq-len is not given
+BYTES_PER_PARAM = 16  # mixed-precision AdamW: 16-bit weights and grads, fp32 master weights and two moments
+# NOTE: Korthikanti et al. 2022 count 19 s*b*h bytes for a dense 4h MLP; a gated one of width 8h/3
+# keeps its input (2), gate, up, act(gate) and product (4 x 16/3) and a dropout mask (1): 16/3 more.
+DENSE_LAYER_BYTES = 34  # per s*b*h, attention's 5*a*s/h term added separately
+GATED_EXTRA_BYTES = 16 / 3
+
+RULES_CSV = Path(__file__).with_name("advice_rules.csv")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One branch's rule: what it says, on what evidence, from which source."""
+
+    rule: str
+    branch: str
+    evidence: str  # one of EVIDENCE
+    source: str
+    text: str  # a format string filled in with the situation's numbers
+
+
+RULES: dict[str, Rule] = {
+    row["rule"]: Rule(**row) for row in csv.DictReader(io.StringIO(RULES_CSV.read_text(encoding="utf-8")))
+}
+
+
+def apply_rule(rule: str, **fields: object) -> dict:
+    """{"rule", "branch", "evidence", "source", "text"} of a rule, filled in with `fields`."""
+    r = RULES[rule]
+    return {
+        "rule": r.rule,
+        "branch": r.branch,
+        "evidence": r.evidence,
+        "source": r.source.format(**fields),
+        "text": r.text.format(**fields),
+    }
+
+
+def rule_line(applied: dict) -> str:
+    """An applied rule as a reason, marked with its evidence: '[rule of thumb] ... (source: ...)'."""
+    return f"[{applied['evidence']}] {applied['text']} (source: {applied['source']})"
+
+
+def check_choice(value: str | None, valid: tuple[str, ...], what: str) -> str | None:
+    """`value` if it is one of `valid` (or None); ValueError naming the valid ones otherwise."""
+    if value is not None and value not in valid:
+        raise ValueError(f"unknown {what} '{value}'{closest(value, valid)}; valid: {', '.join(valid)}")
+    return value
+
+
+def resolve_hardware(hardware: str | None, deploy: str | None) -> str | None:
+    """The hardware tier from --hardware or the older --deploy (cpu, gpu, edge -> mobile)."""
+    check_choice(hardware, HARDWARE, "hardware")
+    mapped = DEPLOY_HARDWARE[check_choice(deploy, tuple(DEPLOY_HARDWARE), "deployment")] if deploy else None
+    if hardware and mapped and deploy_of(hardware) != deploy:
+        raise ValueError(f"--deploy {deploy} contradicts --hardware {hardware}; give one of them")
+    return hardware or mapped
+
+
+def deploy_of(hardware: str | None) -> str | None:
+    """The --deploy name of a hardware tier: cpu, gpu or edge."""
+    if hardware is None:
+        return None
+    return "edge" if hardware == "mobile" else hardware.split("-")[0]
+
+
+def mobile_friendly(ffn: str) -> bool:
+    """Whether every activation of a variant is of the ReLU family or hard-swish (piecewise linear)."""
+    return all(ACTIVATIONS[a].family == "relu" or a == "hardswish" for a in get_ffn_spec(ffn).acts if a)
+
+
+def size_text(params: float) -> str:
+    """A model size as people write it: 7e9 -> '7B', 1.25e8 -> '125M'."""
+    return human(params).replace("G", "B")
+
+
+def model_shape(params: float) -> ModelShape:
+    """The published model shape nearest in parameters (on a log scale)."""
+    return min(MODEL_SHAPES, key=lambda s: abs(math.log(s.params / params)))
+
+
+def size_tier(params: float) -> str:
+    """'small', 'mid' or 'large': below, at, or above the scale of the published comparison."""
+    return "small" if params < SMALL_MODEL else "large" if params >= LARGE_MODEL else "mid"
+
+
+def ffn_flop_share(d_model: int, seq_len: int) -> float:
+    """The FFN's share of a layer's forward FLOPs per token (Kaplan et al. 2020, Table 1):
+
+    FFN 2 * 8 d^2, attention projections 2 * 4 d^2, attention over the context 2 * n_ctx * d,
+    so share = 8 d / (12 d + n_ctx)."""
+    return 8 * d_model / (12 * d_model + seq_len)
+
+
+def variant_params(ffn: str, params: float, shape: ModelShape) -> float:
+    """Parameters of a `params`-sized model with `ffn` in every layer, each FFN matched in parameters
+    to the dense 4x one as ffnlab does (`--match params`, within 1%)."""
+    spec = get_ffn_spec(ffn)
+    d = shape.d_model
+    dense = ffn_param_count("dense", d, 4 * d, bias=False)
+    own = ffn_param_count(spec.kind, d, matched_hidden_dim(spec, d), bias=False)
+    return params + shape.n_layers * (own - dense)
+
+
+def training_memory_estimate(ffn: str, params: float, shape: ModelShape, seq_len: int) -> float:
+    """Bytes to train a `params`-sized model of `shape` with `ffn`, one sequence of `seq_len` per step:
+
+        16 * params + n_layers * s * h * (34 + extra + 5 * a * s / h)     (Korthikanti et al. 2022)
+
+    where extra = 16/3 for a gated FFN (the tensors it keeps for backward beyond a dense one's)."""
+    s, h, a = seq_len, shape.d_model, shape.n_heads
+    extra = GATED_EXTRA_BYTES if get_ffn_spec(ffn).gated else 0.0
+    per_layer = s * h * (DENSE_LAYER_BYTES + extra + 5 * a * s / h)
+    return BYTES_PER_PARAM * variant_params(ffn, params, shape) + shape.n_layers * per_layer
+
+
+def budget_exclusions(
+    variants: list[str], params: float, seq_len: int, params_budget: float | None, memory_budget: float | None
+) -> dict[str, str]:
+    """Variant -> why a budget rules it out, estimated at `params` parameters and `seq_len` tokens."""
+    shape = model_shape(params)
+    out = {}
+    for ffn in variants:
+        count = variant_params(ffn, params, shape)
+        memory = training_memory_estimate(ffn, params, shape, seq_len)
+        if params_budget and count > params_budget:
+            out[ffn] = f"{human(count)} parameters (estimated) exceed the budget of {human(params_budget)}"
+        elif memory_budget and memory > memory_budget:
+            out[ffn] = (
+                f"training memory {human_bytes(memory)} (estimated at {seq_len} tokens, one sequence per step) "
+                f"exceeds the budget of {human_bytes(memory_budget)}"
+            )
+    return out
+
+
+def memory_rule(hardware: str, params: float, seq_len: int) -> dict:
+    """The gpu-memory rule: the tier's budget and the dense and gated estimates at this size."""
+    shape = model_shape(params)
+    return apply_rule(
+        "gpu-memory",
+        hardware=hardware,
+        budget=human_bytes(HARDWARE_MEMORY[hardware]),
+        size=size_text(params),
+        layers=shape.n_layers,
+        d_model=shape.d_model,
+        seq_len=seq_len,
+        dense=human_bytes(training_memory_estimate("gelu", params, shape, seq_len)),
+        gated=human_bytes(training_memory_estimate("swiglu", params, shape, seq_len)),
+    )

@@ -126,6 +126,14 @@ def parse_attn_act(text: str | None) -> dict[str, str | None]:
     }
 
 
+def describe_attn_act(text: str | None) -> str:
+    """An attn_act spec in words for reports: "none", "gelu on Q, K and V" or "Q gelu, K gelu, V none"."""
+    acts = parse_attn_act(text)
+    if len(set(acts.values())) == 1:
+        return "none" if acts["q"] is None else f"{acts['q']} on Q, K and V"
+    return ", ".join(f"{key.upper()} {act or 'none'}" for key, act in acts.items())
+
+
 def rope_tables(context: int, head_dim: int, base: float = 10000.0) -> Rope:
     """cos and sin tables (context, head_dim/2) for rotary embeddings (Su et al. 2021, RoFormer)."""
     inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)

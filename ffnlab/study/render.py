@@ -13,6 +13,7 @@ from collections.abc import Container, Iterable, Sequence
 
 from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
+from ffnlab.core.model import describe_attn_act
 from ffnlab.study import plots
 from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.summary import literature_text, p_label
@@ -252,6 +253,12 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
             else budget,
         ),
         ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else settings["init"]),
+        (
+            "Q/K/V activations",
+            "; ".join(map(str, axes["attn_act"])) + " (an axis)"
+            if "attn_act" in axes
+            else describe_attn_act(settings.get("attn_act")),
+        ),
         (
             "optimiser",
             f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else settings['lr']}"

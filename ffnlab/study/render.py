@@ -675,10 +675,29 @@ def attention_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]
                     "validation tokens; rows are queries, columns keys.",
                 )
             )
+            parts.append(attention_stats_table(attention))
             parts.append(f'<p class="note">Input:</p><pre>{esc(attention["text"][:600])}</pre>')
         else:
             parts.append(f'<p class="note">{esc(attention.get("note", "not computed"))}</p>')
     return parts
+
+
+def attention_stats_table(attention: dict) -> str:
+    """Entropy and sparsity of each variant's attention (ffnlab.study.report.attention_stats), as a table."""
+    stats = attention.get("stats") or {}  # absent in report data from before they were computed
+    if not stats:
+        return ""
+    rows = [
+        [variant, num(s["entropy"], 3), num(s["uniform_entropy"], 3), f"{s['sparsity']:.1%}"]
+        for variant, s in stats.items()
+    ]
+    head = ["variant", "entropy (nats)", "even attention", "weights < 0.01"]
+    note = (
+        f'<p class="note">At layer {attention["layer"]}, over heads and queries: entropy -Σ p log p of each '
+        "query's attention (0: one key; the even-attention column: spread over every key it can see) and "
+        "the share of the weights it can place that are below 0.01.</p>"
+    )
+    return html_table(head, rows) + note
 
 
 # ---- Markdown -----------------------------------------------------------------------------------

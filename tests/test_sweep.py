@@ -390,7 +390,7 @@ def test_init_lr_and_context_axes_from_the_cli(run_cli, tmp_path):
 
 @pytest.mark.slow  # two short runs and a report: about 30 s on a loaded 2-core machine
 def test_attn_act_axis_from_the_cli(run_cli, tmp_path):
-    axis = "none;q=gelu,k=gelu,v=identity"
+    axis = "none;q=gelu,v=gelu"  # gelu on v: at 4 steps attention is near uniform, so q and k barely matter
     args = [
         "--variants",
         "relu",
@@ -416,7 +416,7 @@ def test_attn_act_axis_from_the_cli(run_cli, tmp_path):
     with Store(tmp_path / "s.db", create=False) as s:
         assert sorted(r["config"]["model"]["attn_act"] for r in s.runs()) == sorted(axis.split(";"))
     page = (tmp_path / "report" / "report.html").read_text()
-    assert "Q/K/V activations" in page and "none; q=gelu,k=gelu,v=identity (an axis)" in page
+    assert "Q/K/V activations" in page and "none; q=gelu,v=gelu (an axis)" in page
 
 
 def test_attn_act_flag_reaches_the_config_and_the_settings(run_cli):

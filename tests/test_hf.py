@@ -591,8 +591,12 @@ def test_one_name_puts_it_on_q_k_and_v(name):
 
 
 def test_attn_act_none_changes_nothing_and_a_second_swap_is_refused():
-    model = build("llama")
+    model = build("llama").eval().to(torch.bfloat16)
     assert swap_attn_act(model, "none") == {} and not hasattr(model.config, "ffnlab_attn_act")
+    swap_attn_act(model, "q=swish_beta")  # a learnable activation takes the projection's dtype and mode
+    learned = model.model.layers[0].self_attn.q_proj
+    assert not learned.training and all(p.dtype == torch.bfloat16 for p in learned.act.parameters())
+    model = build("llama")
     swap_attn_act(model, "v=silu")
     with pytest.raises(UnsupportedModelError, match="wrapped already"):
         swap_attn_act(model, "v=silu")

@@ -611,7 +611,10 @@ def swap_attn_act(model: nn.Module, spec: str | None) -> dict[str, nn.Module]:
         )
     replaced = {}
     for path, new in news.items():
-        replaced.update(_replace(model, path, new))
+        weight = new.proj.weight  # learnable activations join the projection's device, dtype and mode
+        replaced.update(
+            _replace(model, path, new.to(device=weight.device, dtype=weight.dtype).train(new.proj.training))
+        )
     model.config.ffnlab_attn_act = spec
     return replaced
 

@@ -222,11 +222,16 @@ def format_run(r) -> str:
 # ---- compare ----------------------------------------------------------------------------------
 
 
-def csv_list(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
+def csv_list(text: str, sep: str = ",") -> list[str]:
+    items = [t.strip() for t in text.split(sep) if t.strip()]
     if not items:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got '{text}'")
+        raise argparse.ArgumentTypeError(f"expected a '{sep}'-separated list, got '{text}'")
     return items
+
+
+def semicolon_list(text: str) -> list[str]:
+    """Items separated by ';', for axis values that hold commas themselves (attn_act specs)."""
+    return csv_list(text, ";")
 
 
 def number_list(kind: type, what: str):
@@ -586,15 +591,17 @@ def add_axis_flags(p: argparse.ArgumentParser, axes: dict[str, str]) -> None:
     for axis, path in axes.items():
         kind, _ = flag_type(hints[path])
         values = {int: int_list, float: float_list}.get(kind, csv_list)
-        what = {int_list: "integers", float_list: "numbers"}.get(values, "names")
+        what = "comma-separated " + {int_list: "integers", float_list: "numbers"}.get(values, "names")
+        if axis == "attn_act":  # a spec holds commas
+            values = semicolon_list
+            what = "';'-separated Q/K/V activations, e.g. 'none;gelu;q=gelu,k=gelu' (none: no activation)"
         p.add_argument(
-            f"--{axis}-axis",
+            f"--{axis.replace('_', '-')}-axis",
             *([old[axis]] if axis in old else []),
             dest=f"{axis}_axis",
             type=values,
             default=None,
-            help=f"axis: comma-separated {what} for {path}"
-            + (f" ({old[axis]} is its old name)" if axis in old else ""),
+            help=f"axis: {what} for {path}" + (f" ({old[axis]} is its old name)" if axis in old else ""),
         )
 
 

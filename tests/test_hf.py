@@ -31,6 +31,7 @@ from ffnlab.core.model import param_count  # noqa: E402
 from ffnlab.tools.hf import (  # noqa: E402
     FAMILIES,
     HF_ACTS,
+    QKV_NAMES,
     ActivationConfigWarning,
     PretrainedWeightsWarning,
     UnsupportedModelError,
@@ -41,7 +42,9 @@ from ffnlab.tools.hf import (  # noqa: E402
     hf_to_ffnlab,
     load_swapped,
     model_activation,
+    model_family,
     restore_ffn,
+    swap_attn_act,
     swap_ffn,
     swap_width,
 )
@@ -541,3 +544,95 @@ def test_load_swapped_edited_sizes_and_damaged_weights_are_value_errors(tmp_path
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(ValueError, match="cannot read the weights"):
         load_swapped(tmp_path)
+
+
+# ---- Q/K/V activations --------------------------------------------------------------------------
+
+QKV_FAMILIES = ("llama", "gpt2", "bert", "t5")
+
+
+def first_qkv(model, x) -> list[torch.Tensor]:
+    """q, k, v as the model's first attention computes them on x (after any Q/K/V activation)."""
+    family = model_family(model)[0]
+    if family == "gpt2":
+        names, outs = ("c_attn",), {}
+    else:
+        names, outs = QKV_NAMES[family], {}
+    attention = next(m for m in model.modules() if all(hasattr(m, n) for n in names))
+    handles = [
+        getattr(attention, n).register_forward_hook(lambda m, i, o, n=n: outs.setdefault(n, o.detach())) for n in names
+    ]
+    with torch.no_grad():
+        logits(model.eval(), x)
+    for handle in handles:
+        handle.remove()
+    if family == "gpt2":
+        return list(outs["c_attn"].split(attention.split_size, dim=-1))
+    return [outs[n] for n in names]
+
+
+@pytest.mark.parametrize("name", QKV_FAMILIES)
+def test_q_activation_changes_q_only_and_the_output(name):
+    plain, model = build(name).eval(), build(name).eval()
+    replaced = swap_attn_act(model, "q=gelu")
+    assert replaced and model.config.ffnlab_attn_act == "q=gelu"
+    x = batch()
+    (q0, k0, v0), (q1, k1, v1) = first_qkv(plain, x), first_qkv(model, x)
+    assert torch.equal(q1, F.gelu(q0)) and torch.equal(k1, k0) and torch.equal(v1, v0)
+    assert not torch.allclose(logits(plain, x), logits(model, x))
+
+
+@pytest.mark.parametrize("name", QKV_FAMILIES)
+def test_one_name_puts_it_on_q_k_and_v(name):
+    plain, model = build(name).eval(), build(name).eval()
+    swap_attn_act(model, "relu")
+    for before, after in zip(first_qkv(plain, batch()), first_qkv(model, batch())):
+        assert torch.equal(after, before.relu())
+
+
+def test_attn_act_none_changes_nothing_and_a_second_swap_is_refused():
+    model = build("llama").eval().to(torch.bfloat16)
+    assert swap_attn_act(model, "none") == {} and not hasattr(model.config, "ffnlab_attn_act")
+    swap_attn_act(model, "q=swish_beta")  # a learnable activation takes the projection's dtype and mode
+    learned = model.model.layers[0].self_attn.q_proj
+    assert not learned.training and all(p.dtype == torch.bfloat16 for p in learned.act.parameters())
+    model = build("llama")
+    swap_attn_act(model, "v=silu")
+    with pytest.raises(UnsupportedModelError, match="wrapped already"):
+        swap_attn_act(model, "v=silu")
+
+
+def test_attn_act_bad_input_and_families_without_it():
+    with pytest.raises(ValueError, match="unknown projection 'o'; valid: q, k, v"):
+        swap_attn_act(build("llama"), "o=gelu")
+    cross = AutoModelForCausalLM.from_config(
+        GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=V, add_cross_attention=True)
+    )
+    with pytest.raises(UnsupportedModelError, match="cross-attention: its c_attn holds only K and V"):
+        swap_attn_act(cross, "gelu")
+    from transformers import OPTConfig, OPTForCausalLM
+
+    opt = OPTForCausalLM(
+        OPTConfig(hidden_size=16, ffn_dim=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=V)
+    )
+    with pytest.raises(UnsupportedModelError, match="unsupported architecture 'opt'"):
+        swap_attn_act(opt, "gelu")
+
+
+def test_training_config_attn_act_reaches_a_hugging_face_model(tmp_path):
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.train import hf_factory
+
+    make = hf_factory(LlamaConfig(**DECODER).to_dict())
+    mcfg = ModelConfig(vocab_size=V, context=16, ffn="swiglu", attn_act="k=gelu")
+    model, plain = make(mcfg, 0), make(ModelConfig(vocab_size=V, context=16, ffn="swiglu"), 0)
+    assert model.cfg.attn_act == "k=gelu"
+    assert [type(m).__name__ for m in model.hf.model.layers[0].self_attn.children()][:3] == [
+        "Linear",
+        "ProjectionAct",
+        "Linear",
+    ]
+    x = batch()[:, :8]
+    assert not torch.allclose(model(x)[0], plain(x)[0])
+    model.hf.save_pretrained(tmp_path)
+    assert torch.equal(load_swapped(tmp_path)(input_ids=x).logits, model.eval()(x)[0])

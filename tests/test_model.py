@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from ffnlab.core.model import ModelConfig, Transformer, param_count
+from ffnlab.core.model import ModelConfig, Transformer, param_count, parse_attn_act
 
 SMALL = dict(vocab_size=50, context=16, n_layers=2, n_heads=2, d_model=32)
 
@@ -85,3 +85,65 @@ def test_too_long_sequence():
     model = Transformer(ModelConfig(**SMALL))
     with pytest.raises(ValueError, match="exceeds the model's context"):
         model(torch.zeros(1, 17, dtype=torch.long))
+
+
+# ---- Q/K/V activations -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (None, dict(q=None, k=None, v=None)),
+        ("none", dict(q=None, k=None, v=None)),
+        ("GELU", dict(q="gelu", k="gelu", v="gelu")),
+        ("q=gelu,k=gelu,v=identity", dict(q="gelu", k="gelu", v=None)),
+        ("v = silu", dict(q=None, k=None, v="silu")),
+    ],
+)
+def test_parse_attn_act(text, expected):
+    assert parse_attn_act(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gelux", "unknown activation 'gelux'"),
+        ("x=gelu", "unknown projection 'x'; valid: q, k, v"),
+        ("q=gelu,q=relu", "'q' given twice"),
+        ("gelu,k=relu", "key=activation pairs, got 'gelu'"),
+        ("q=", "key=activation pairs"),
+    ],
+)
+def test_parse_attn_act_bad_input(text, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**SMALL, attn_act=text)
+
+
+def test_attn_act_and_its_old_name_not_both():
+    with pytest.raises(ValueError, match="not both"):
+        ModelConfig(**SMALL, attn_act="gelu", attn_proj_act="gelu")
+
+
+def projected_heads(attn_act=None, **kw):
+    model = Transformer(ModelConfig(**SMALL, attn_act=attn_act, **kw), seed=0).eval()
+    x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        return model.blocks[0].attn.project_heads(x), model(torch.arange(16)[None])[0]
+
+
+@pytest.mark.parametrize("key", ["q", "k", "v"])
+def test_each_projection_activation_changes_only_its_projection(key):
+    (plain, plain_out), (act, act_out) = projected_heads(), projected_heads(f"{key}=gelu")
+    for i, name in enumerate("qkv"):
+        assert torch.equal(plain[i], act[i]) != (name == key), name
+    index = "qkv".index(key)
+    assert torch.equal(act[index], torch.nn.functional.gelu(plain[index]))
+    assert not torch.allclose(plain_out, act_out)
+
+
+def test_one_name_and_the_old_field_mean_all_three():
+    (plain, _), (act, out) = projected_heads(), projected_heads("relu")
+    for i in range(3):
+        assert torch.equal(act[i], plain[i].relu())
+    (_, old_out) = projected_heads(attn_proj_act="relu")
+    assert torch.equal(out, old_out)

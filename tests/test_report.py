@@ -4,6 +4,7 @@ import shutil
 import tempfile
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from ffnlab.run.presets import preset_config
@@ -12,7 +13,7 @@ from ffnlab.study.execute import run_study, weights_path
 from ffnlab.study.load import load_study
 from ffnlab.study.plan import Study, run_id
 from ffnlab.study.render import render_html, render_markdown
-from ffnlab.study.report import report_data, seed_band, write_report
+from ffnlab.study.report import attention_stats, report_data, seed_band, write_report
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
 
@@ -96,6 +97,7 @@ def test_report_files(report, smoke_store):
         assert needle not in page
     md = report["markdown"].read_text()
     assert all(f"| {v} |" in md for v in VARIANTS) and "figures/val_loss.png" in md
+    assert "entropy (nats)" in page and "weights &lt; 0.01" in page  # the attention numbers beside the maps
     study, runs, _ = load_study(smoke_store)  # the verdict shown is the store's own summary
     assert html.escape(summarize_study(study, smoke_store, runs)["verdict"]) in page
 
@@ -309,3 +311,20 @@ def test_report_reconstructs_axes_and_reads_numerics(tmp_path):
     assert [c["rows"][0]["ffn"] for c in data["cells"]] == ["gelu", "gelu"]  # lower made-up loss ranks first
     assert data["cells"][1]["behaviour"]["relu"]["blocks.1.ffn"]["zero_frac"] == 0.5
     assert sum(row["grad_spikes"] for row in data["cells"][0]["rows"]) == 4
+
+
+def test_attention_stats_on_known_matrices():
+    T = 8
+    uniform = np.full((2, T, T), 1 / T)
+    assert attention_stats(uniform, causal=False) == pytest.approx(
+        {"entropy": math.log(T), "uniform_entropy": math.log(T), "sparsity": 0.0}
+    )
+    one_hot = np.broadcast_to(np.eye(T), (2, T, T))
+    assert attention_stats(one_hot, causal=False) == pytest.approx(
+        {"entropy": 0.0, "uniform_entropy": math.log(T), "sparsity": (T - 1) / T}
+    )
+    causal_uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]  # query i: 1/(i+1) on keys 0..i
+    stats = attention_stats(causal_uniform[None], causal=True)
+    assert stats["entropy"] == pytest.approx(stats["uniform_entropy"]) and stats["sparsity"] == 0.0
+    assert stats["entropy"] == pytest.approx(np.log(np.arange(1, T + 1)).mean())
+    assert attention_stats(np.eye(T)[None], causal=True)["sparsity"] == pytest.approx(28 / 36)  # 36 visible, 8 ones

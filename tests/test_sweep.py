@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ffnlab.core.model import ModelConfig
 from ffnlab.run.presets import preset_config
 from ffnlab.run.train import TrainConfig
 from ffnlab.study.execute import resolve_jobs, run_study
@@ -33,7 +34,8 @@ def test_plan_expansion_and_run_identity():
     assert run_id(runs[0]) != run_id(replace(runs[0], lr=runs[0].lr * 2))
     assert run_id(runs[0]) == run_id(replace(runs[0], checkpoint_dir="/elsewhere"))
     stored = runs[0].to_dict()
-    del stored["hf_config"]  # a config stored before this optional field existed keeps its identity
+    del stored["hf_config"], stored["model"]["attn_act"]  # a config stored before these optional fields
+    # existed keeps its identity
     assert run_id(TrainConfig.from_dict(stored)) == run_id(runs[0])
     assert {(c.model.n_layers, c.model.placement) for c in runs} == {(1, "pre"), (1, "post"), (2, "pre"), (2, "post")}
 
@@ -387,6 +389,48 @@ def test_init_lr_and_context_axes_from_the_cli(run_cli, tmp_path):
     assert "What the comparison held equal" in page and "Tuned: each variant at its own best setting" in page
 
 
+@pytest.mark.slow  # two short runs and a report: about 30 s on a loaded 2-core machine
+def test_attn_act_axis_from_the_cli(run_cli, tmp_path):
+    axis = "none;q=gelu,v=gelu"  # gelu on v: at 4 steps attention is near uniform, so q and k barely matter
+    args = [
+        "--variants",
+        "relu",
+        "--seeds",
+        1,
+        "--no-stats",
+        "--attn-act-axis",
+        axis,
+        "--store",
+        tmp_path / "s.db",
+        "--json",
+    ]
+    code, out, err = run_cli(*SMOKE, *args)
+    assert code == 0, err
+    d = json.loads(out)
+    assert [c["axes"]["attn_act"] for c in d["cells"]] == axis.split(";")
+    means = [c["variants"][0]["mean"] for c in d["cells"]]
+    assert means[0] != means[1]  # the activation reached the model: same seed, same data, other loss
+    assert d["settings"]["axes"]["attn_act"] == axis.split(";") and d["settings"]["attn_act"] is None
+    assert dict(d["settings"]["held_equal"])["Q/K/V activations"].startswith(
+        f"the attn_act axis ({axis.replace(';', '; ')})"
+    )
+    with Store(tmp_path / "s.db", create=False) as s:
+        assert sorted(r["config"]["model"]["attn_act"] for r in s.runs()) == sorted(axis.split(";"))
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "Q/K/V activations" in page and "none; q=gelu,v=gelu (an axis)" in page
+
+
+def test_attn_act_flag_reaches_the_config_and_the_settings(run_cli):
+    from ffnlab.study.summary import settings_of
+
+    code, out, err = run_cli(*SMOKE, "--attn-act", "q=gelu", "--print-config")
+    assert code == 0 and 'attn_act = "q=gelu"' in out, err
+    settings = settings_of(smoke_study(base=replace(preset_config("smoke"), model=ModelConfig(attn_act="q=gelu"))))
+    assert settings["attn_act"] == "q=gelu"
+    assert ["Q/K/V activations", "Q gelu, K none, V none for every variant"] in settings["held_equal"]
+    assert ["Q/K/V activations", "none for every variant"] in settings_of(smoke_study())["held_equal"]
+
+
 def test_init_flag_reaches_the_runs_and_the_report(run_cli, tmp_path):
     code, out, err = run_cli(*SMOKE, "--init", "he", "--lr", "3e-3", "--store", tmp_path / "s.db", "--json")
     assert code == 0, err
@@ -410,6 +454,8 @@ def test_init_flag_reaches_the_runs_and_the_report(run_cli, tmp_path):
         (["--init", "xavier"], "invalid choice"),
         (["--lr-axis", "1e-3,-1"], "values must be positive"),
         (["--context-axis", "16,0"], "values must be positive"),
+        (["--attn-act-axis", "none;q=gelux"], "unknown activation 'gelux'"),
+        (["--attn-act-axis", "none;x=gelu"], "unknown projection 'x'; valid: q, k, v"),
     ],
 )
 def test_bad_axis_values_fail_before_any_run(run_cli, tmp_path, args, needle):

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ffnlab.core.activations import get_activation
+from ffnlab.core.activations import get_activation, resolve
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, get_ffn_spec, init_ffn
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
@@ -45,7 +45,9 @@ class ModelConfig:
     task: Literal["lm", "cls"] = "lm"
     n_classes: int = 2
     pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token
-    attn_proj_act: str | None = None  # activation on Q/K/V projections; off in standard Transformers
+    attn_act: str | None = None  # activations on Q, K, V: one name for all three or e.g. "q=gelu,k=gelu,v=identity"
+    # (a missing projection gets none; "none": no activation anywhere); off in standard Transformers
+    attn_proj_act: str | None = None  # older name: means the same as attn_act; kept so stored configs keep their ids
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -79,8 +81,57 @@ def check_config(cfg: ModelConfig) -> None:
             raise ValueError(f"unknown {name} '{getattr(cfg, name)}'; valid: {', '.join(valid)}")
     get_ffn_spec(cfg.ffn)
     check_init(cfg.init)
-    if cfg.attn_proj_act is not None:
-        get_activation(cfg.attn_proj_act)
+    if cfg.attn_act is not None and cfg.attn_proj_act is not None:
+        raise ValueError(
+            f"set attn_act or its older name attn_proj_act, not both: {cfg.attn_act!r}, {cfg.attn_proj_act!r}"
+        )
+    parse_attn_act(qkv_act_spec(cfg))
+
+
+PROJECTIONS = ("q", "k", "v")
+NO_ACTIVATION = ("none", "identity")
+
+
+def qkv_act_spec(cfg: ModelConfig) -> str | None:
+    """The Q/K/V activation spec a model runs: attn_act, or the older attn_proj_act."""
+    return cfg.attn_act if cfg.attn_act is not None else cfg.attn_proj_act
+
+
+def parse_attn_act(text: str | None) -> dict[str, str | None]:
+    """{"q": act, "k": act, "v": act} from an attn_act spec; None for no activation.
+
+    One name ("gelu") puts that activation on all three; "q=gelu,k=gelu,v=identity" names each,
+    and a projection left out gets none; None, "none" and "identity" mean none. Names are the
+    registry's canonical keys. ValueError naming the problem and the valid keys or names.
+    """
+    if text is None or not text.strip():
+        return dict.fromkeys(PROJECTIONS)
+    items = [item.strip() for item in text.split(",")]
+    if len(items) == 1 and "=" not in items[0]:
+        names = dict.fromkeys(PROJECTIONS, items[0])
+    else:
+        names = {}
+        for item in items:
+            key, sep, name = (part.strip() for part in item.partition("="))
+            if not sep or not name:
+                raise ValueError(f"attn_act '{text}': expected one activation or key=activation pairs, got '{item}'")
+            if key not in PROJECTIONS:
+                raise ValueError(f"attn_act '{text}': unknown projection '{key}'; valid: {', '.join(PROJECTIONS)}")
+            if key in names:
+                raise ValueError(f"attn_act '{text}': projection '{key}' given twice")
+            names[key] = name
+    return {
+        key: None if names.get(key) is None or names[key].lower() in NO_ACTIVATION else resolve(names[key])
+        for key in PROJECTIONS
+    }
+
+
+def describe_attn_act(text: str | None) -> str:
+    """An attn_act spec in words for reports: "none", "gelu on Q, K and V" or "Q gelu, K gelu, V none"."""
+    acts = parse_attn_act(text)
+    if len(set(acts.values())) == 1:
+        return "none" if acts["q"] is None else f"{acts['q']} on Q, K and V"
+    return ", ".join(f"{key.upper()} {act or 'none'}" for key, act in acts.items())
 
 
 def rope_tables(context: int, head_dim: int, base: float = 10000.0) -> Rope:
@@ -119,18 +170,20 @@ class Attention(nn.Module):
         self.n_heads, self.causal = cfg.n_heads, cfg.task == "lm"
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.proj_act = get_activation(cfg.attn_proj_act) if cfg.attn_proj_act else None
+        # one module per projection: a learnable activation learns its own parameters for each
+        acts = parse_attn_act(qkv_act_spec(cfg))
+        self.qkv_acts = nn.ModuleDict({key: get_activation(name) for key, name in acts.items() if name})
         self.dropout = cfg.dropout
 
     def project_heads(
         self, x: torch.Tensor, rope: Rope | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k, v as (B, nh, T, hs), with the optional projection activation and RoPE applied."""
+        """q, k, v as (B, nh, T, hs), with the optional per-projection activations and RoPE applied."""
         B, T, C = x.shape
-        qkv = self.qkv(x)
-        if self.proj_act is not None:
-            qkv = self.proj_act(qkv)
-        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in qkv.split(C, dim=2))
+        projected = dict(zip(PROJECTIONS, self.qkv(x).split(C, dim=2)))  # (B, T, C) each
+        for key, act in self.qkv_acts.items():
+            projected[key] = act(projected[key])
+        q, k, v = (projected[key].view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for key in PROJECTIONS)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v

@@ -30,7 +30,7 @@ from torch import nn
 
 from ffnlab.core.ffn import ffn_flops_per_token
 from ffnlab.core.memory import saved_bytes, training_memory
-from ffnlab.core.model import ModelConfig, Transformer, param_count
+from ffnlab.core.model import ModelConfig, Transformer, param_count, qkv_act_spec
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
@@ -160,6 +160,7 @@ def hf_factory(hf_config: dict) -> ModelFactory:
             task=mcfg.task,
             n_classes=mcfg.n_classes,
             init=mcfg.init,
+            attn_act=qkv_act_spec(mcfg),
         )
 
     return build

@@ -35,6 +35,7 @@ AXES = {
     "lr": "lr",
     "warmup": "warmup_steps",
     "context": "model.context",
+    "attn_act": "model.attn_act",  # values ';'-separated on the command line: a spec holds commas
 }
 
 

@@ -13,6 +13,7 @@ from collections.abc import Container, Iterable, Sequence
 
 from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
+from ffnlab.core.model import describe_attn_act
 from ffnlab.study import plots
 from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.summary import literature_text, p_label
@@ -252,6 +253,12 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
             else budget,
         ),
         ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else settings["init"]),
+        (
+            "Q/K/V activations",
+            "; ".join(map(str, axes["attn_act"])) + " (an axis)"
+            if "attn_act" in axes
+            else describe_attn_act(settings.get("attn_act")),
+        ),
         (
             "optimiser",
             f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else settings['lr']}"
@@ -668,10 +675,29 @@ def attention_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]
                     "validation tokens; rows are queries, columns keys.",
                 )
             )
+            parts.append(attention_stats_table(attention))
             parts.append(f'<p class="note">Input:</p><pre>{esc(attention["text"][:600])}</pre>')
         else:
             parts.append(f'<p class="note">{esc(attention.get("note", "not computed"))}</p>')
     return parts
+
+
+def attention_stats_table(attention: dict) -> str:
+    """Entropy and sparsity of each variant's attention (ffnlab.study.report.attention_stats), as a table."""
+    stats = attention.get("stats") or {}  # absent in report data from before they were computed
+    if not stats:
+        return ""
+    rows = [
+        [variant, num(s["entropy"], 3), num(s["uniform_entropy"], 3), f"{s['sparsity']:.1%}"]
+        for variant, s in stats.items()
+    ]
+    head = ["variant", "entropy (nats)", "even attention", "weights < 0.01"]
+    note = (
+        f'<p class="note">At layer {attention["layer"]}, over heads and queries: entropy -Σ p log p of each '
+        "query's attention (0: one key; the even-attention column: spread over every key it can see) and "
+        "the share of the weights it can place that are below 0.01.</p>"
+    )
+    return html_table(head, rows) + note
 
 
 # ---- Markdown -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ffnlab._util.files import write_atomic
@@ -87,6 +88,31 @@ def fixed_input(cfg: TrainConfig) -> tuple[torch.Tensor, str, ModelConfig]:
     return ids, tokenizer.decode(ids.tolist()), model_config
 
 
+SPARSE_WEIGHT = 0.01  # an attention weight below this counts as sparse: under 1% of a query's attention
+
+
+def attention_stats(probs: np.ndarray, causal: bool) -> dict[str, float]:
+    """Entropy and sparsity of attention probabilities (n_heads, T, T), each query's row summing to 1.
+
+    entropy: the mean over heads and queries of -sum_j p_j log p_j, in nats (0 log 0 = 0): 0 when
+    every query attends to a single key, log T when it spreads evenly over T keys.
+    uniform_entropy: that mean for even attention over the keys each query can see (log T, or the
+    mean of log(i + 1) over queries i for a causal LM), the ceiling to read the entropy against.
+    sparsity: the fraction of the weights a query can place (keys j <= i for a causal LM, all T
+    otherwise) that are below SPARSE_WEIGHT (0.01): 0 for even attention over up to 100 keys,
+    near 1 when each query attends to a few keys only.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    T = probs.shape[-1]
+    visible = np.tril(np.ones((T, T), dtype=bool)) if causal else np.ones((T, T), dtype=bool)
+    logs = np.log(np.where(probs > 0, probs, 1.0))  # 0 log 0 = 0
+    return {
+        "entropy": float((-(probs * logs).sum(-1)).mean()),
+        "uniform_entropy": float(np.log(visible.sum(-1)).mean()),
+        "sparsity": float((probs < SPARSE_WEIGHT)[..., visible].mean()),
+    }
+
+
 def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | None) -> dict:
     """Attention maps (n_heads, T, T) of each variant's lowest-seed finished model at one layer,
     on the same fixed input; {"note"} when the weights or the data are not at hand."""
@@ -141,6 +167,7 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
     return {
         "layer": layer,
         "maps": maps,
+        "stats": {variant: attention_stats(m, cfg.model.task == "lm") for variant, m in maps.items()},
         "seeds": {v: c.seed for v, (c, _) in picks.items()},
         "text": text,
         "tokens": len(ids),

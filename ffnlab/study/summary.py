@@ -18,6 +18,7 @@ import os
 import statistics
 from pathlib import Path
 
+from ffnlab.core.model import describe_attn_act, qkv_act_spec
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.plan import TUNED_AXES, Study, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import rank_agreement
@@ -296,6 +297,7 @@ def settings_of(study: Study) -> dict:
         },
         "match": b.model.ffn_match,
         "init": b.model.init,
+        "attn_act": qkv_act_spec(b.model),  # activations on Q, K, V (ModelConfig.attn_act)
         "batch_size": b.batch_size,
         "budget": (
             {"max_seconds": b.max_seconds}
@@ -339,6 +341,7 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
         ["weight-decay groups",
          f"{b.weight_decay} on every matrix; none on biases, norms or learnable activation parameters"],
         ["precision", plan_precision(b)],
+        attn_act_row(study),
     ]  # fmt: skip
     unequal = []
     if any(study.per_variant.values()):
@@ -352,6 +355,14 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
     if study.axes:
         equal.append(["study axes", f"{', '.join(sorted(study.axes))}: varied on purpose, compared within each cell"])
     return {"held_equal": equal, "not_equal": unequal}
+
+
+def attn_act_row(study: Study) -> list[str]:
+    """The held-equal row of the Q/K/V activations: one setting for every variant, or the attn_act axis."""
+    if "attn_act" in study.axes:
+        values = "; ".join(map(str, study.axes["attn_act"]))
+        return ["Q/K/V activations", f"the attn_act axis ({values}): the same for every variant within a cell"]
+    return ["Q/K/V activations", f"{describe_attn_act(qkv_act_spec(study.base.model))} for every variant"]
 
 
 def per_variant_row(study: Study) -> list[str]:

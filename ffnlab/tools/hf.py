@@ -2,6 +2,7 @@
 Hugging Face architectures behind ffnlab's `forward(idx, targets) -> (logits, loss)` interface.
 
     swap_ffn(model, "swiglu")            replaces every FFN of that one model instance in place
+    swap_attn_act(model, "q=gelu,k=gelu") activations on the q/k/v projections of every attention
     load_swapped(folder)                 a swapped model saved with save_pretrained, loaded back
     build_hf_model(config, "geglu")      random-init model from a config, FFN swapped, seeded
     hf_to_ffnlab / ffnlab_to_hf          activation names both ways (hidden_act, feed_forward_proj)
@@ -46,7 +47,7 @@ from ffnlab.core.ffn import (
     hidden_dim_for_target,
     init_ffn,
 )
-from ffnlab.core.model import param_seed
+from ffnlab.core.model import PROJECTIONS, param_seed, parse_attn_act
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -510,6 +511,8 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PretrainedWeightsWarning)  # every weight is loaded next
             swap_ffn(model, info["ffn"], info.get("match", "params"))
+        if getattr(config, "ffnlab_attn_act", None):
+            swap_attn_act(model, config.ffnlab_attn_act)
         missing, unexpected = model.load_state_dict(state, strict=False)
     except (RuntimeError, TypeError, IndexError) as e:  # sizes in config.json that the weights do not have
         raise ValueError(
@@ -529,6 +532,91 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
 def ffn_modules(model: nn.Module) -> list[nn.Module]:
     """The ffnlab FFNs inside a model (those `swap_ffn` or `build_ffn` made), in module order."""
     return [m for m in model.modules() if isinstance(getattr(m, "spec", None), FFNSpec)]
+
+
+# ---- Q/K/V activations ------------------------------------------------------------------------
+
+# family -> names of the q, k and v projection Linears inside one attention module; GPT-2 fuses
+# all three into one Conv1D, c_attn, whose output is q|k|v
+QKV_NAMES = {"llama": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "value"), "t5": ("q", "k", "v")}
+
+
+class ProjectionAct(nn.Module):
+    """A q, k or v projection followed by an activation: act(proj(x))."""
+
+    def __init__(self, proj: nn.Module, act: nn.Module) -> None:
+        super().__init__()
+        self.proj, self.act = proj, act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.proj(x))
+
+
+class FusedQKVAct(nn.Module):
+    """GPT-2's fused c_attn (output q|k|v, split_size each) with an activation on each third."""
+
+    def __init__(self, proj: nn.Module, acts: dict[str, str | None], split_size: int) -> None:
+        super().__init__()
+        self.proj, self.split_size = proj, split_size
+        self.acts = nn.ModuleDict({key: get_activation(name) for key, name in acts.items() if name})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, 3C)
+        parts = dict(zip(PROJECTIONS, self.proj(x).split(self.split_size, dim=-1)))
+        return torch.cat([self.acts[key](t) if key in self.acts else t for key, t in parts.items()], dim=-1)
+
+
+def _qkv_wrappers(family_name: str, path: str, module: nn.Module, acts: dict) -> dict[str, nn.Module]:
+    """{path of a projection: its replacement} for one module: empty unless it is an attention."""
+    if family_name == "gpt2":
+        if not isinstance(getattr(module, "c_attn", None), nn.Module) or isinstance(module.c_attn, FusedQKVAct):
+            return {}
+        if hasattr(module, "q_attn"):
+            raise UnsupportedModelError(
+                f"{path} is GPT-2 cross-attention: its c_attn holds only K and V (Q is q_attn); "
+                "Q/K/V activations cover GPT-2 self-attention only"
+            )
+        return {f"{path}.c_attn": FusedQKVAct(module.c_attn, acts, module.split_size)}
+    names = QKV_NAMES[family_name]
+    if not all(isinstance(getattr(module, n, None), nn.Linear) for n in names):
+        return {}
+    return {
+        f"{path}.{name}": ProjectionAct(getattr(module, name), get_activation(acts[key]))
+        for key, name in zip(PROJECTIONS, names)
+        if acts[key]
+    }
+
+
+def swap_attn_act(model: nn.Module, spec: str | None) -> dict[str, nn.Module]:
+    """Put the activations of an attn_act spec ("gelu", "q=gelu,k=gelu,v=identity"; see
+    ffnlab.core.model.parse_attn_act) on the q, k and v projections of every attention of this
+    Hugging Face model instance, in place.
+
+    Each projection Linear becomes act(Linear(x)) (`ProjectionAct`); GPT-2's fused c_attn has its
+    output split into q, k, v thirds, each with its own activation (`FusedQKVAct`). Weights carry
+    over. Returns {module path: module it replaced}; `model.set_submodule(path, old)` puts one back.
+    The spec is recorded as config.ffnlab_attn_act, so `load_swapped` applies it again.
+    UnsupportedModelError (a ValueError) for a family without it or a model without q/k/v projections.
+    """
+    acts = parse_attn_act(spec)
+    family_name, _ = model_family(model)
+    if not any(acts.values()):
+        return {}
+    news = {}
+    for path, module in model.named_modules():  # every wrapper first, so a failure leaves the model untouched
+        news.update(_qkv_wrappers(family_name, path, module, acts))
+    if not news:
+        raise UnsupportedModelError(
+            f"{type(model).__name__} ({family_name} family) has no attention with q/k/v projections "
+            f"({'c_attn' if family_name == 'gpt2' else '/'.join(QKV_NAMES[family_name])}); were they wrapped already?"
+        )
+    replaced = {}
+    for path, new in news.items():
+        weight = new.proj.weight  # learnable activations join the projection's device, dtype and mode
+        replaced.update(
+            _replace(model, path, new.to(device=weight.device, dtype=weight.dtype).train(new.proj.training))
+        )
+    model.config.ffnlab_attn_act = spec
+    return replaced
 
 
 # ---- Hugging Face architectures behind ffnlab's interface ------------------------------------
@@ -551,6 +639,7 @@ class HFModelConfig:
     n_classes: int
     init: str
     hf_config: dict  # the full Hugging Face config, as built
+    attn_act: str | None = None  # activations on q, k, v (swap_attn_act)
 
 
 class HFModel(nn.Module):
@@ -648,6 +737,7 @@ def build_hf_model(
     task: str = "lm",
     n_classes: int = 2,
     init: str = DEFAULT_INIT,
+    attn_act: str | None = None,
 ) -> HFModel:
     """Randomly initialised Hugging Face model from a config, its FFNs swapped to `ffn`.
 
@@ -656,7 +746,8 @@ def build_hf_model(
     config's. Seeding: the Hugging Face weights come from `seed` under a forked RNG (the global
     RNG is untouched), so every FFN variant gets the same embeddings and attention for one seed;
     every FFN, even one that is the model's own, is then initialised by ffnlab's rule (`init`) from
-    per-weight generators, as ffnlab.core.model.init_weights does.
+    per-weight generators, as ffnlab.core.model.init_weights does. attn_act puts activations on
+    the q, k and v projections (`swap_attn_act`).
     """
     config = load_hf_config(config_path_or_dict)
     family_name, family = model_family(config)
@@ -678,6 +769,7 @@ def build_hf_model(
         warnings.simplefilter("ignore", PretrainedWeightsWarning)  # nothing pretrained here
         hf = auto.from_config(hf_config)
         swap_ffn(hf, ffn, match, init)
+        swap_attn_act(hf, attn_act)
     if task == "cls" and hf_config.pad_token_id is None:
         # NOTE: last-token classifiers (LLaMA, GPT-2) look for the last non-pad token and refuse
         # batches without a pad id; -1 never occurs, so they take the last position. Set after
@@ -699,5 +791,6 @@ def build_hf_model(
         n_classes=n_classes,
         init=init,
         hf_config=hf_config.to_dict(),
+        attn_act=attn_act,
     )
     return HFModel(hf, cfg)

@@ -219,7 +219,8 @@ class InputMixture(nn.Module):
     functions instead of experts; learned activation mixtures: Manessi & Rozza 2018 (arXiv:1801.09403).
     The gate reads h, the token's hidden pre-activation (d_ff wide), so the module is an activation
     like any other, f(h), and FFNs and probes call it alike. W and b start at zero: every token starts
-    with equal weights, as `switch` does. `d_ff` is h's width.
+    with equal weights, as `switch` does; W is a matrix, so training decays it like every matrix
+    (towards equal weights). `d_ff` is h's width.
     """
 
     def __init__(self, acts: tuple[str, ...] | list[str], d_ff: int) -> None:

@@ -113,6 +113,10 @@ def cmd_list(args):
                 f"{r['name']:<14} {'yes' if r['gated'] else 'no':<6} {r['d_ff']:>6} {r['params']:>10,}  {r['formula']}"
             )
     print("\nmix:ACT1+ACT2 mixes two dense FFNs at half width each, e.g. mix:gelu+silu")
+    print(
+        "switch_x:ACT1+ACT2+... mixes 2+ parameter-free activations per token by a learned softmax gate on the\n"
+        "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match"
+    )
 
 
 # ---- train ------------------------------------------------------------------------------------

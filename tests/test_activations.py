@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from ffnlab.core.activations import ACTIVATIONS, aliases, get_activation, resolve
+from ffnlab.core.activations import ACTIVATIONS, aliases, attention_context, get_activation, resolve
 
 # Independent float64 references, written from the papers' formulas with math/erf per element.
 Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
@@ -27,6 +27,7 @@ REF = {
     "swish_beta": lambda x: x * sig(x),
     "tunable_gelu": lambda x: x * Phi(x),
     "switch": lambda x: (max(0.0, x) + x * Phi(x) + x * sig(x)) / 3,
+    "agelu": lambda x: x * sig(torch.tensor(1.702).item() * x),  # a bare FFN: a = 1; beta a float32 parameter
     "gelu_new": gtanh,
     "gelu_fast": gtanh,
     "gelu_pytorch_tanh": gtanh,
@@ -154,3 +155,14 @@ def test_accurate_gelu_beats_one_plus_erf_in_negative_tail():
     err_erf = ((get_activation("gelu")(x).double() - exact).abs() / exact.abs()).max()
     err_erfc = ((get_activation("gelu_erfc")(x).double() - exact).abs() / exact.abs()).max()
     assert err_erfc < 1e-5 < err_erf
+
+
+def test_agelu_bare_is_x_sigmoid_beta_x_and_context_sets_a():
+    act = get_activation("agelu")
+    x = torch.linspace(-4, 4, 9)
+    torch.testing.assert_close(act(x), x * torch.sigmoid(act.beta * x))  # no attention output: a = 1
+    attn = torch.full((9, 2), 3.0)  # nine tokens, d_model 2: rms 3, so a = 4
+    x = x[:, None]  # (tokens, d_ff=1)
+    with attention_context(act, attn):
+        torch.testing.assert_close(act(x), x * torch.sigmoid(4 * act.beta * x))
+    assert act.a is None  # back to a = 1 after the block's FFN

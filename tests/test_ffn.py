@@ -211,3 +211,37 @@ def test_matched_hidden_dim_is_hidden_dim_for_the_dense_4x_target(name, match):
         assert hidden_dim_for_target(spec, d_model, target, match, bias) == matched_hidden_dim(
             spec, d_model, match, bias
         )
+
+
+SWITCH_X = "switch_x:gelu+silu+relu"
+
+
+def test_switch_x_gate_learns_per_token_weights_and_is_parameter_matched():
+    ffn = build_ffn(SWITCH_X, 16)
+    gate = ffn.act
+    h = torch.randn(2, 5, ffn.d_ff)
+    assert_close(gate.weights(h), torch.full((2, 5, 3), 1 / 3))  # zero-initialised gate: equal weights
+    ffn(torch.randn(4, 16)).square().sum().backward()
+    assert gate.gate_weight.grad.abs().sum() > 0 and gate.gate_bias.grad.abs().sum() > 0
+    torch.optim.SGD(ffn.parameters(), lr=0.1).step()
+    w1, w2 = gate.weights(torch.randn(ffn.d_ff)), gate.weights(torch.randn(ffn.d_ff))
+    assert_close(w1.sum(), torch.tensor(1.0))
+    assert not torch.allclose(w1, w2)  # the mixture depends on the token
+    dense = ffn_stats(build_ffn("gelu", 64))["params"]
+    assert abs(ffn_stats(build_ffn(SWITCH_X, 64))["params"] - dense) <= 0.01 * dense  # the gate counted
+
+
+@pytest.mark.parametrize(
+    "name,needle",
+    [
+        ("switch_x:gelu", "two or more activations"),
+        ("switch_x:gelu+nope", "'nope' in 'switch_x:gelu\\+nope' is not an activation; valid: relu, leaky_relu"),
+        ("switch_x:gelu+swiglu", "not gated FFNs: 'swiglu'.*valid: relu"),
+        ("switch_x:gelu+swish_beta", "has learned parameters; valid: relu"),
+        ("switch_x:gelu+gelu", "repeated"),
+    ],
+)
+def test_switch_x_bad_names_are_one_line_errors(name, needle):
+    with pytest.raises(ValueError, match=needle) as err:
+        get_ffn_spec(name)
+    assert "\n" not in str(err.value)

@@ -277,6 +277,16 @@ def test_swap_keeps_dtype_and_train_mode():
     model(input_ids=batch())  # runs in float64 throughout
 
 
+def test_swap_to_switch_x_builds_its_gate_and_runs():
+    model = build("llama")
+    before = param_count(model)
+    with pytest.warns(PretrainedWeightsWarning):
+        swap_ffn(model, "switch_x:gelu+silu")
+    assert model.model.layers[1].mlp.act.names == ("gelu", "silu")
+    assert abs(param_count(model) - before) <= 0.01 * before  # the gate counted in the width
+    model(input_ids=batch())
+
+
 def test_swap_width_matches_params_and_flops():
     swiglu, gelu = get_ffn_spec("swiglu"), get_ffn_spec("gelu")
     assert swap_width(gelu, swiglu, 32, 64, bias=False) == 96  # 3*32*64 = 2*32*96
@@ -383,8 +393,10 @@ def test_t5_and_named_mappings():
         hf_to_ffnlab("gelu_neww")
     with pytest.raises(ValueError, match="no gated ffnlab variant uses 'mish'"):
         hf_to_ffnlab("gated-mish")
-    with pytest.raises(ValueError, match="mixes two"):
+    with pytest.raises(ValueError, match="mixes 2 activations"):
         ffnlab_to_hf("mix:gelu+silu")
+    with pytest.raises(ValueError, match="mixes 3 activations"):
+        ffnlab_to_hf("switch_x:gelu+silu+relu")
     with pytest.raises(ValueError, match="unknown config key"):
         ffnlab_to_hf("gelu", "act")
 

@@ -147,3 +147,27 @@ def test_one_name_and_the_old_field_mean_all_three():
         assert torch.equal(act[i], plain[i].relu())
     (_, old_out) = projected_heads(attn_proj_act="relu")
     assert torch.equal(out, old_out)
+
+
+def test_agelu_reads_its_blocks_attention_output_and_learns_beta():
+    from ffnlab.core.activations import attention_context
+
+    model = Transformer(ModelConfig(vocab_size=11, context=8, n_layers=1, n_heads=2, d_model=16, ffn="agelu"))
+    block, seen = model.blocks[0], {}
+    block.attn.register_forward_hook(lambda m, args, out: seen.update(attn=out))
+    first_call = lambda m, args, out: None if "ffn" in seen else seen.update(ffn=(args[0], out))
+    block.ffn.register_forward_hook(first_call)  # the model's own call, not the test's below
+    idx = torch.randint(0, 11, (2, 8))
+    _, loss = model(idx, idx)
+    loss.backward()
+    beta = block.ffn.act.beta
+    assert beta.grad is not None and beta.grad.abs().item() > 0  # beta trains
+    ffn_in, ffn_out = seen["ffn"]
+    with torch.no_grad():
+        bare = block.ffn(ffn_in)  # a = 1
+        with attention_context(block.ffn, seen["attn"]):
+            fed = block.ffn(ffn_in)
+        with attention_context(block.ffn, 10 * seen["attn"]):  # another attention output
+            other = block.ffn(ffn_in)
+    torch.testing.assert_close(ffn_out, fed)  # the block fed its attention output
+    assert not torch.allclose(ffn_out, bare) and not torch.allclose(fed, other)

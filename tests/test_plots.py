@@ -29,6 +29,10 @@ def test_activation_labels_name_gates_and_branches():
         "tanh": "tanh (mix:gelu+tanh branch)",
     }
     assert plots.activation_labels(["GELU-tanh"]) == {"gelu_tanh": "gelu_tanh"}
+    assert plots.activation_labels(["switch_x:relu+tanh"]) == {
+        "relu": "relu (switch_x:relu+tanh candidate)",
+        "tanh": "tanh (switch_x:relu+tanh candidate)",
+    }
     with pytest.raises(ValueError, match="did you mean 'silu'"):
         plots.activation_labels(["sliu"])
 

@@ -26,6 +26,7 @@ MP = {
     "gelu": lambda x: x * _mp_phi(x),
     "gelu_tanh": lambda x: x / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (x + 0.044715 * x**3))),
     "gelu_sigmoid": lambda x: x * _mp_sigmoid(1.702 * x),
+    "agelu": lambda x: x * _mp_sigmoid(float(np.float32(1.702)) * x),  # a = 1, its float32 beta at init
     "silu": lambda x: x * _mp_sigmoid(x),
     "sigmoid": _mp_sigmoid,
     "tanh": mpmath.tanh,

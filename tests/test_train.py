@@ -451,3 +451,10 @@ def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp
     assert not (tmp_path / "pwned").exists()
     assert r.status == "finished" and r.history["train_loss"] == full.history["train_loss"]
     assert r.final_val_loss == full.final_val_loss
+
+
+def test_switch_x_reports_its_mean_gate_weights_per_layer():
+    r = train(tiny(model=replace(TINY, ffn="switch_x:gelu+silu+relu"), max_steps=4, eval_every=4))
+    weights = r.learned["blocks.0.ffn"]["weights"]
+    assert set(weights) == {"gelu", "silu", "relu"} and sum(weights.values()) == pytest.approx(1.0)
+    assert weights != pytest.approx({"gelu": 1 / 3, "silu": 1 / 3, "relu": 1 / 3}, abs=1e-6)  # the gate trained

@@ -10,9 +10,10 @@ mathematically, and the canonical entry lists them as its aliases.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -162,6 +163,86 @@ class ScalarMixture(nn.Module):
         return f"acts={list(self.names)}"
 
 
+class AttentionGELU(nn.Module):
+    """Attention-aware GELU x*sigmoid(beta*a*x), a = 1 + the token's attention-output RMS; this project's
+    construction on the Swish family x*sigmoid(beta*x) (Ramachandran et al. 2017, arXiv:1710.05941).
+
+    `a` is per token, broadcast over the hidden units: a = 1 + sqrt(mean_d attn_d^2), where attn is the
+    same block's attention sub-layer output (before dropout and the residual sum), detached. The block
+    sets it through `attention_context`; outside one (a bare FFN, a Hugging Face model) there is no
+    attention output, r = 0 and a = 1, so the unit is x*sigmoid(beta*x). beta starts at 1.702, GELU's
+    sigmoid constant (Hendrycks & Gimpel 2016), so at a = 1 it starts as gelu_sigmoid.
+
+    NOTE: beta is one scalar per layer, as swish_beta's, so the two differ only by `a`; one beta per
+    hidden unit would confound attention-awareness with per-unit slopes. `a` is detached so the
+    gate cannot train attention to rescale its own output norm (a cheap, destabilising route), and
+    attention's gradients stay those of every other variant. a >= 1: attention output near zero
+    (early training, projections start small) leaves a plain GELU, not a linear x/2.
+    """
+
+    def __init__(self, beta: float = 1.702) -> None:
+        super().__init__()
+        self.beta = nn.Parameter(torch.tensor(float(beta)))
+        self.a: torch.Tensor | None = None  # (..., 1) while the block runs its FFN, else None (a = 1)
+
+    def set_attention(self, attn_out: torch.Tensor | None) -> None:
+        """Set a from the attention output (..., d_model), or back to 1 with None."""
+        if attn_out is None:
+            self.a = None
+            return
+        rms = attn_out.detach().float().square().mean(-1, keepdim=True).sqrt()
+        self.a = (1.0 + rms).to(attn_out.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        slope = self.beta if self.a is None else self.beta * self.a
+        return x * torch.sigmoid(slope * x)
+
+
+@contextlib.contextmanager
+def attention_context(ffn: nn.Module, attn_out: torch.Tensor) -> Iterator[None]:
+    """Within the `with`, every attention-aware activation inside `ffn` reads `attn_out`; after it, a = 1."""
+    users = [m for m in ffn.modules() if isinstance(m, AttentionGELU)]
+    for m in users:
+        m.set_attention(attn_out)
+    try:
+        yield
+    finally:
+        for m in users:
+            m.set_attention(None)
+
+
+class InputMixture(nn.Module):
+    """Per-token softmax mixture sum_i g_i(h) f_i(h), g(h) = softmax(W h + b), of fixed activations.
+
+    This project's construction: the input-dependent form of `switch` (ScalarMixture), with a mixture-
+    of-experts style per-token softmax gate (Shazeer et al. 2017, arXiv:1701.06538) over activation
+    functions instead of experts; learned activation mixtures: Manessi & Rozza 2018 (arXiv:1801.09403).
+    The gate reads h, the token's hidden pre-activation (d_ff wide), so the module is an activation
+    like any other, f(h), and FFNs and probes call it alike. W and b start at zero: every token starts
+    with equal weights, as `switch` does; W is a matrix, so training decays it like every matrix
+    (towards equal weights). `d_ff` is h's width.
+    """
+
+    def __init__(self, acts: tuple[str, ...] | list[str], d_ff: int) -> None:
+        super().__init__()
+        self.names = tuple(acts)
+        self.acts = nn.ModuleList(get_activation(a) for a in self.names)
+        # plain parameters, not an nn.Linear, so that the FFN's init (which draws every Linear) leaves them at zero
+        self.gate_weight = nn.Parameter(torch.zeros(len(self.names), d_ff))
+        self.gate_bias = nn.Parameter(torch.zeros(len(self.names)))
+
+    def weights(self, h: torch.Tensor) -> torch.Tensor:
+        """The mixture weights g(h), (..., n_acts), summing to 1 per token."""
+        return torch.softmax(F.linear(h, self.gate_weight, self.gate_bias), dim=-1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., d_ff) -> (..., d_ff)
+        g = self.weights(h)
+        return sum(g[..., i : i + 1] * act(h) for i, act in enumerate(self.acts))
+
+    def extra_repr(self) -> str:
+        return f"acts={list(self.names)}"
+
+
 # ---- the table -----------------------------------------------------------------------------
 
 _HG = "Hendrycks & Gimpel 2016, Gaussian Error Linear Units (arXiv:1606.08415)"
@@ -237,6 +318,16 @@ ACTIVATIONS: dict[str, ActSpec] = {
             "other",
             learnable=True,
             module=ScalarMixture,
+        ),
+        _spec(
+            "agelu",
+            None,
+            "x*sigmoid(beta*a*x), a = 1 + rms(attention output), beta learnable (init 1.702)",
+            "this project's construction on the Swish family, " + _SWISH,
+            7,
+            "gelu",
+            learnable=True,
+            module=AttentionGELU,
         ),
         # Hugging Face names, evaluated with Hugging Face's own expressions.
         _spec(

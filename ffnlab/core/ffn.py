@@ -3,6 +3,7 @@
     dense    y = W_out act(W_in x + b_in) + b_out               (Vaswani et al. 2017)
     gated    y = W_down (act(W_gate x) * W_up x)                (Shazeer 2020, GLU Variants)
     mix:a+b  y = (dense_a(x) + dense_b(x)) / 2, each at half width
+    switch_x:a+b+...  y = W_out sum_i g_i(h) a_i(h) + b_out, h = W_in x + b_in, g(h) = softmax(W_g h + b_g)
 
 Every registered activation is also a dense FFN of the same name (`gelu`, `silu`, ...). Gated
 variants name their activation in `GATED`. Sizes come from `ffn_hidden_dim` (the conventional
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from ffnlab._util.names import closest, normalize
-from ffnlab.core.activations import ACTIVATIONS, ActLike, activation_name, get_activation
+from ffnlab.core.activations import ACTIVATIONS, ActLike, InputMixture, activation_name, get_activation
 from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, fused_is_faster, resolve_fused
 from ffnlab.core.memory import saved_bytes
 
@@ -43,8 +44,8 @@ class FFNSpec:
     """A named FFN variant: its structure, activation and where it comes from."""
 
     name: str
-    kind: Literal["dense", "gated", "mix"]
-    acts: tuple[str, ...]  # one activation, or two for mix
+    kind: Literal["dense", "gated", "mix", "switch"]
+    acts: tuple[str, ...]  # one activation, two for mix, the candidates of switch_x
     formula: str
     paper: str
 
@@ -99,11 +100,41 @@ def get_ffn_spec(name: str) -> FFNSpec:
             f"(dense_{acts[0]}(x) + dense_{acts[1]}(x)) / 2, half width each",
             "ffnlab",
         )
+    if key.startswith("switch_x:"):
+        return switch_x_spec(name)
     if key in FFNS:
         return FFNS[key]
     if key in ACTIVATIONS:  # a Hugging Face alias such as gelu_new: dense FFN with that expression
         return FFNSpec(key, "dense", (key,), f"W_out {key}(W_in x + b_in) + b_out", ACTIVATIONS[key].paper)
-    raise ValueError(f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, or mix:ACT1+ACT2")
+    raise ValueError(
+        f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, mix:ACT1+ACT2, or switch_x:ACT1+ACT2+..."
+    )
+
+
+def switch_x_spec(name: str) -> FFNSpec:
+    """Spec of `switch_x:ACT1+ACT2+...`: a dense FFN whose activation is a per-token softmax mixture of
+    two or more distinct parameter-free registered activations (`InputMixture`); ValueError otherwise."""
+    parts = normalize(name).removeprefix("switch_x:").split("+")
+    plain = [n for n, a in ACTIVATIONS.items() if not a.learnable]
+    choices = f"valid: {', '.join(plain)}"
+    if len(parts) < 2:
+        raise ValueError(f"switch_x needs two or more activations, e.g. switch_x:gelu+silu+relu, got '{name}'")
+    for part in parts:
+        if part in GATED:
+            raise ValueError(f"switch_x mixes activations, not gated FFNs: '{part}' in '{name}'; {choices}")
+        if part not in plain:
+            learnable = part in ACTIVATIONS
+            why = "has learned parameters" if learnable else f"is not an activation{closest(part, ACTIVATIONS)}"
+            raise ValueError(f"switch_x: '{part}' in '{name}' {why}; {choices}")
+    if len(set(parts)) < len(parts):
+        raise ValueError(f"switch_x: an activation is repeated in '{name}'; each candidate once")
+    return FFNSpec(
+        "switch_x:" + "+".join(parts),
+        "switch",
+        tuple(parts),
+        "W_out sum_i g_i(h) act_i(h) + b_out, g = softmax(W_g h + b_g), h = W_in x + b_in; gate counted in params",
+        "ffnlab; per-token version of switch (" + ACTIVATIONS["switch"].paper + ")",
+    )
 
 
 # ---- sizing: pure arithmetic -----------------------------------------------------------------
@@ -130,8 +161,11 @@ def ffn_hidden_dim(
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
-def ffn_param_count(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
-    """Weights (and biases) of an FFN: dense 2*d*h (+h+d), gated 3*d*h (+2h+d), mix as dense."""
+def ffn_param_count(kind: str, d_model: int, d_ff: int, bias: bool, n_acts: int = 1) -> int:
+    """Weights (and biases) of an FFN: dense 2*d*h (+h+d), gated 3*d*h (+2h+d), mix as dense,
+    switch as dense plus its gate over `n_acts` candidates, n_acts*(h+1) (the gate always has a bias)."""
+    if kind == "switch":
+        return ffn_param_count("dense", d_model, d_ff, bias) + n_acts * (d_ff + 1)
     if kind == "gated":
         return 3 * d_model * d_ff + (2 * d_ff + d_model if bias else 0)
     n_halves = 2 if kind == "mix" else 1
@@ -139,12 +173,19 @@ def ffn_param_count(kind: str, d_model: int, d_ff: int, bias: bool) -> int:
     return n_halves * (2 * d_model * h + (h + d_model if bias else 0))
 
 
+def spec_param_count(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> int:
+    """`ffn_param_count` of the variant `spec` (switch_x's gate sized by its candidates)."""
+    return ffn_param_count(spec.kind, d_model, d_ff, bias, n_acts=len(spec.acts))
+
+
 def ffn_flops_per_token(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> int:
     """Forward FLOPs per token: 2 per multiply-add of each matmul, plus the activation's estimate,
     plus the elementwise product of gated variants and the averaging of mixed ones."""
-    matmul = 2 * (ffn_param_count(spec.kind, d_model, d_ff, bias=False))
-    biases = ffn_param_count(spec.kind, d_model, d_ff, bias) - ffn_param_count(spec.kind, d_model, d_ff, False)
-    if spec.kind == "gated":
+    matmul = 2 * (spec_param_count(spec, d_model, d_ff, bias=False))
+    biases = spec_param_count(spec, d_model, d_ff, bias) - spec_param_count(spec, d_model, d_ff, False)
+    if spec.kind == "switch":  # every candidate, the softmax (about 3 per logit) and the weighted sum
+        act = (sum(ACTIVATIONS[a].flops for a in spec.acts) + 2 * len(spec.acts)) * d_ff + 3 * len(spec.acts)
+    elif spec.kind == "gated":
         act = (ACTIVATIONS[spec.acts[0]].flops + 1) * d_ff
     elif spec.kind == "mix":
         act = sum(ACTIVATIONS[a].flops for a in spec.acts) * (d_ff // 2) + 2 * d_model
@@ -184,7 +225,7 @@ def hidden_dim_for_target(
     the dense 4x FFN) and ffnlab.tools.hf.swap_width (target: a model's own FFN) size with it.
     """
     if match == "params":
-        measure = lambda h: ffn_param_count(spec.kind, d_model, h, bias)
+        measure = lambda h: spec_param_count(spec, d_model, h, bias)
     elif match == "flops":
         measure = lambda h: ffn_flops_per_token(spec, d_model, h, bias)
     else:
@@ -337,6 +378,8 @@ def build_ffn(
         ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, **kwargs)
     elif spec.kind == "mix":
         ffn = MixFFN(d_model, d_ff, spec.acts, bias, spec=spec)
+    elif spec.kind == "switch":
+        ffn = DenseFFN(d_model, d_ff, InputMixture(spec.acts, d_ff), bias, spec=spec)
     else:
         ffn = DenseFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, **kwargs)
     if init is not None:
@@ -418,7 +461,7 @@ def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict[str, Any]:
     spec = spec_of(ffn)
     d_model = next(p for n, p in ffn.named_parameters() if n.endswith("weight")).shape[1]
     params = {n: p.numel() for n, p in ffn.named_parameters()}
-    bias = any(n.endswith("bias") for n in params)
+    bias = any(isinstance(m, nn.Linear) and m.bias is not None for m in ffn.modules())  # not switch_x's gate
     x = torch.randn(tokens, d_model, requires_grad=True)
     saved = saved_bytes(lambda: ffn(x), exclude=ffn.parameters())
     return {

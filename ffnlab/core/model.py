@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ffnlab.core.activations import get_activation, resolve
+from ffnlab.core.activations import attention_context, get_activation, resolve
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, get_ffn_spec, init_ffn
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
@@ -221,11 +221,16 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
+        # attention-aware activations (agelu) read this block's attention output during the FFN
         if self.pre:
-            x = x + self.drop(self.attn(self.norm1(x), rope))
-            return x + self.drop(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.drop(self.attn(x, rope)))
-        return self.norm2(x + self.drop(self.ffn(x)))
+            attn = self.attn(self.norm1(x), rope)
+            x = x + self.drop(attn)
+            with attention_context(self.ffn, attn):
+                return x + self.drop(self.ffn(self.norm2(x)))
+        attn = self.attn(x, rope)
+        x = self.norm1(x + self.drop(attn))
+        with attention_context(self.ffn, attn):
+            return self.norm2(x + self.drop(self.ffn(x)))
 
 
 class Transformer(nn.Module):

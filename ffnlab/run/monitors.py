@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from ffnlab.core.activations import InputMixture
 from ffnlab.core.ffn import DenseFFN, GatedFFN
 
 SPIKE_WINDOW = 50  # a spike is judged against the median of this many previous values
@@ -61,10 +62,12 @@ def spike_events(step: int, grad_norm: float, loss: float, hist: dict, factor: f
 class ActivationProbe:
     """Forward hooks that record, per FFN, which hidden units ever activate and how large the
     activations are. Recomputes the pre-activation from the FFN's input, so it sees the same
-    numbers whether the FFN runs an eager or a fused kernel."""
+    numbers whether the FFN runs an eager or a fused kernel. For a switch_x FFN it also sums the
+    gate's mixture weights over the tokens it sees (`mixture_weights`)."""
 
     def __init__(self, ffns: Iterable[tuple[str, nn.Module]]) -> None:
         self.stats, self.handles = {}, []
+        self.mixtures: dict[str, list] = {}  # name -> [candidate names, sum of g(h) over tokens, tokens]
         for name, ffn in ffns:
             self.handles.append(ffn.register_forward_pre_hook(functools.partial(self.record, name)))
 
@@ -96,6 +99,16 @@ class ActivationProbe:
             s[key][1] += t.square().sum().item()
         hidden = post * ffn.w_up(x).flatten(0, -2) if isinstance(ffn, GatedFFN) else post
         s["max"] = max(s["max"], hidden.abs().max().item())
+        if isinstance(ffn.act, InputMixture):
+            with torch.autocast(pre.device.type, enabled=False):  # fp32 weights that sum to 1, under bf16 too
+                weights = ffn.act.weights(pre.float())  # (tokens, n_acts)
+            total = self.mixtures.setdefault(name, [ffn.act.names, torch.zeros(weights.shape[-1]), 0])
+            total[1] += weights.sum(dim=0)
+            total[2] += weights.shape[0]
+
+    def mixture_weights(self) -> dict[str, dict[str, float]]:
+        """Per switch_x FFN, its gate's weight of each candidate averaged over every token seen."""
+        return {name: dict(zip(acts, (total / n).tolist())) for name, (acts, total, n) in self.mixtures.items()}
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per FFN: dead units (never active), zero and inactive fractions, pre- and
@@ -119,13 +132,21 @@ class ActivationProbe:
             h.remove()
 
 
-def learned_params(ffns: Iterable[tuple[str, nn.Module]]) -> dict[str, dict]:
+def learned_params(
+    ffns: Iterable[tuple[str, nn.Module]], mixtures: dict[str, dict[str, float]] | None = None
+) -> dict[str, dict]:
     """Per FFN layer, the learned parameters of its activation: {"beta": 1.3}, {"tau": 0.9}, or a
-    switch's mixture {"weights": {"relu": 0.2, ...}}; layers without any are left out."""
+    switch's mixture {"weights": {"relu": 0.2, ...}}; layers without any are left out. A switch_x
+    layer's gate depends on the token, so its "weights" are the average over the evaluated tokens,
+    `mixtures` (`ActivationProbe.mixture_weights`), and its gate matrix is not listed."""
     out = {}
     for name, ffn in ffns:
         act = getattr(ffn, "act", None)
         if act is None:
+            continue
+        if isinstance(act, InputMixture):
+            if name in (mixtures or {}):
+                out[name] = {"weights": mixtures[name]}
             continue
         values = {}
         for pname, p in act.named_parameters(recurse=False):
@@ -147,9 +168,12 @@ def ffn_grad_summary(grad_rows: list[dict]) -> dict[str, float | None]:
     return out
 
 
-def monitor_summary(hist: dict, behaviour: dict[str, dict[str, float]], ffns: NamedFFNs) -> dict:
+def monitor_summary(
+    hist: dict, behaviour: dict[str, dict[str, float]], ffns: NamedFFNs, mixtures: dict | None = None
+) -> dict:
     """The RunResult fields the monitors fill: spike counts, the largest gradient norm, FFN gradient
-    statistics, behaviour and its mean dead fraction, and the learned activation parameters."""
+    statistics, behaviour and its mean dead fraction, and the learned activation parameters (with
+    switch_x's mean mixture weights, `mixtures`)."""
     return {
         "n_grad_spikes": sum(e["kind"] == "grad_spike" for e in hist["events"]),
         "n_loss_spikes": sum(e["kind"] == "loss_spike" for e in hist["events"]),
@@ -157,5 +181,5 @@ def monitor_summary(hist: dict, behaviour: dict[str, dict[str, float]], ffns: Na
         **ffn_grad_summary(hist["grad_ffn"]),
         "behaviour": behaviour,
         "dead_frac": statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
-        "learned": learned_params(ffns),
+        "learned": learned_params(ffns, mixtures),
     }

@@ -437,7 +437,7 @@ def finish(
     """Wrap a run up: a finished run's final evaluations (it is 'diverged' if they are not finite) and
     weights, then the RunResult of everything the run measured."""
     hist = setup.hist
-    evals = {"final": {}, "behaviour": {}, "noisy": {}, "test": {}}
+    evals = {"final": {}, "behaviour": {}, "mixtures": {}, "noisy": {}, "test": {}}
     if status == "finished":
         evals = final_evaluations(setup, step, train_seconds)
         if not math.isfinite(evals["final"]["loss"]):
@@ -461,7 +461,7 @@ def finish(
         noisy_val_acc=noisy.get("acc"),
         diverged_step=next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
         **measured_costs(setup, step, train_seconds),
-        **monitor_summary(hist, evals["behaviour"], setup.ffns),
+        **monitor_summary(hist, evals["behaviour"], setup.ffns, evals["mixtures"]),
         vocab_size=setup.vocab_size,
         device=setup.device,
         precision=setup.cfg.precision,
@@ -475,7 +475,8 @@ def finish(
 def final_evaluations(setup: Setup, step: int, train_seconds: float) -> dict[str, dict]:
     """A finished run's evaluations: the last point of the validation curve (if not there yet), then
     on final_eval_batches 'final' (val), 'noisy' (val with noise on the embeddings) and 'test'
-    (empty when the test split is too small), and the FFNs' 'behaviour' on the curve's batches."""
+    (empty when the test split is too small), and the FFNs' 'behaviour' (and switch_x's mean 'mixtures')
+    on the curve's batches."""
     cfg, model, task, autocast, context = setup.cfg, setup.model, setup.task, setup.autocast, setup.model_cfg.context
     if not setup.hist["val"] or setup.hist["val"][-1]["step"] != step:
         val = evaluate(model, setup.val_batches, task, autocast)
@@ -494,6 +495,7 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> dict[str
     return {
         "final": final,
         "behaviour": probe.summary(),
+        "mixtures": probe.mixture_weights(),
         "noisy": evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std),
         "test": evaluate(model, final_sets["test"], task, autocast) if "test" in final_sets else {},
     }

@@ -99,19 +99,18 @@ def save(fig, path) -> Path:
 
 def activation_labels(names: list[str]) -> dict[str, str]:
     """Registry activation -> legend text, for activation names and FFN variants alike: a gated
-    variant contributes its gate ('silu (swiglu gate)'), a mix both branches. ValueError with
+    variant contributes its gate ('silu (swiglu gate)'), a mix both branches, a switch_x its candidates. ValueError with
     the valid names for an unknown one."""
     uses: dict[str, list[str]] = {}
     for name in names:
         key = normalize(name)
         if key in ACTIVATIONS:
             uses.setdefault(key, []).append(key)
-        elif key in FFNS or key.startswith("mix:"):
+        elif key in FFNS or key.startswith(("mix:", "switch_x:")):
             spec = get_ffn_spec(key)
+            role = {"dense": "", "gated": " gate", "mix": " branch", "switch": " candidate"}[spec.kind]
             for act in spec.acts:
-                uses.setdefault(act, []).append(
-                    spec.name if spec.kind == "dense" else f"{spec.name} gate" if spec.gated else f"{spec.name} branch"
-                )
+                uses.setdefault(act, []).append(spec.name + role)
         else:
             resolve(key)  # raises with a did-you-mean and the valid activations
     return {act: act if u == [act] else f"{act} ({', '.join(u)})" for act, u in uses.items()}

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab._util.names import closest
-from ffnlab.core.activations import ACTIVATIONS, get_activation
+from ffnlab.core.activations import ACTIVATIONS, InputMixture, get_activation
 from ffnlab.core.ffn import (
     DEFAULT_INIT,
     GATED,
@@ -42,10 +42,10 @@ from ffnlab.core.ffn import (
     MixFFN,
     check_init,
     ffn_flops_per_token,
-    ffn_param_count,
     get_ffn_spec,
     hidden_dim_for_target,
     init_ffn,
+    spec_param_count,
 )
 from ffnlab.core.model import PROJECTIONS, param_seed, parse_attn_act
 
@@ -147,8 +147,8 @@ def ffnlab_to_hf(name: str, key: str = "hidden_act") -> str:
     if key not in HF_KEYS:
         raise ValueError(f"unknown config key '{key}'; valid: {', '.join(HF_KEYS)}")
     spec = get_ffn_spec(name)
-    if spec.kind == "mix":
-        raise ValueError(f"'{name}' mixes two activations; Hugging Face configs name one")
+    if spec.kind in ("mix", "switch"):
+        raise ValueError(f"'{name}' mixes {len(spec.acts)} activations; Hugging Face configs name one")
     act = spec.acts[0]
     hf = HF_NAME.get(act, act)
     if hf not in HF_ACTS or canonical(HF_ACTS[hf]) != canonical(act):
@@ -331,7 +331,7 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
     if match == "none":
         return d_ff
     if match == "params":
-        target, mine = (ffn_param_count(s.kind, d_model, d_ff, bias) for s in (own, spec))
+        target, mine = (spec_param_count(s, d_model, d_ff, bias) for s in (own, spec))
     else:
         target, mine = (ffn_flops_per_token(s, d_model, d_ff, bias) for s in (own, spec))
     if mine == target:
@@ -358,6 +358,9 @@ def _make_ffn(
         ffn = GatedFFN(d_model, d_ff, act(acts[0]), bias, fused=False if exact else None)
     elif spec.kind == "mix":
         ffn = MixFFN(d_model, d_ff, tuple(act(a) for a in acts), bias)
+    elif spec.kind == "switch":  # dropout after the mixture: the gate reads the undropped pre-activation
+        mixture = InputMixture(acts, d_ff)
+        ffn = DenseFFN(d_model, d_ff, nn.Sequential(mixture, nn.Dropout(p_hidden)) if p_hidden else mixture, bias)
     else:
         ffn = DenseFFN(d_model, d_ff, act(acts[0]), bias)
     ffn.spec, ffn.d_ff = spec, d_ff

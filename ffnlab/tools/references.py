@@ -110,6 +110,7 @@ REFERENCES: dict[str, Ref] = {
     "swish_beta": SILU,  # beta = 1 at init
     "tunable_gelu": GELU,  # tau = 1 at init
     "switch": _mean([RELU, GELU, SILU]),  # ScalarMixture() default acts relu, gelu, silu
+    "agelu": _x_sigmoid(float(np.float32(1.702))),  # a = 1 outside a block; beta 1.702 as float32 holds it
     "gelu_new": GELU_TANH,
     "gelu_fast": GELU_TANH,
     "gelu_pytorch_tanh": GELU_TANH,

@@ -274,7 +274,7 @@ def study_from_args(args):
         seeds=seeds,
         base=base,
         axes=axes,
-        baseline=args.baseline or study.get("baseline", "relu"),
+        baseline=args.baseline or study.get("baseline"),
         noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
     )
 
@@ -494,7 +494,11 @@ def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
     p.add_argument("--variants", type=csv_list, default=None, help="comma-separated FFN variants")
     p.add_argument("--seeds", type=positive_int, default=None, help=f"seeds per variant (default {DEFAULT_SEEDS})")
-    p.add_argument("--baseline", default=None, help="the variant the others are compared with (default relu)")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="the variant the others are compared with (default relu, or the first variant where relu is not run)",
+    )
     p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper")
     p.add_argument("--noise-floor", type=int, default=None, help="extra baseline-only seeds to show seed noise")
     add_axis_flags(p, AXES)

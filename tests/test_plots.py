@@ -29,6 +29,8 @@ def test_activation_labels_name_gates_and_branches():
         "tanh": "tanh (mix:gelu+tanh branch)",
     }
     assert plots.activation_labels(["GELU-tanh"]) == {"gelu_tanh": "gelu_tanh"}
+    schedule = plots.activation_labels(["gelu*2+reglu*1"])  # a schedule: its layers' variants
+    assert schedule == plots.activation_labels(["gelu", "reglu"]) == {"gelu": "gelu", "relu": "relu (reglu gate)"}
     with pytest.raises(ValueError, match="did you mean 'silu'"):
         plots.activation_labels(["sliu"])
 

@@ -627,7 +627,9 @@ def add_tool_parsers(sub) -> None:
     p._negative_number_matcher = re.compile(r"^-\.?\d")
 
     p = sub.add_parser("export", help="export an FFN variant (alone or in a model) to ONNX, checked in onnxruntime")
-    p.add_argument("--ffn", required=True, help="FFN variant (see ffnlab list), or mix:ACT1+ACT2")
+    p.add_argument(
+        "--ffn", required=True, help="FFN variant (see ffnlab list), mix:ACT1+ACT2, or with --model small a schedule"
+    )
     p.add_argument(
         "--model",
         default="ffn",

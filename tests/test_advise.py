@@ -235,3 +235,11 @@ def test_advise_cli_bad_input(run_cli, tmp_path, argv, needle):
         s.claim("x", {"model": {"ffn": "relu"}})
     code, out, err = run_cli("advise", *[a.format(tmp=tmp_path) for a in argv])
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_the_suggested_command_quotes_a_schedule():
+    from ffnlab.study.advise import compare_command
+
+    assert compare_command(["gelu", "swiglu"], "shakespeare", None).startswith("ffnlab compare --variants gelu,swiglu ")
+    command = compare_command(["gelu", "gelu*2+swiglu*2"], "shakespeare", 4)
+    assert "--variants 'gelu,gelu*2+swiglu*2' " in command and command.endswith("--layers 4")

@@ -59,6 +59,7 @@ def test_list_sizes_a_schedule_per_layer(run_cli):
         (["list", "--schedule", "gelu*2+swiglu*2", "--layers", "3"], "covers 4 layers but n_layers is 3"),
         (["list", "--schedule", "gelu*2+swiglue*2"], "did you mean 'swiglu'"),
         (["list", "--layers", "3"], "add --schedule"),
+        (["train", "--ffn", "gelu*4+swiglu*2", "--layers", "4"], "covers 6 layers but n_layers is 4"),
         (["list", "--d-model", "0"], "must be positive"),
         (["list", "--d-model", "abc"], "positive integer"),
         (["nosuchcommand"], "invalid choice"),

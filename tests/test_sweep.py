@@ -313,6 +313,15 @@ def test_compare_on_a_hugging_face_config(run_cli, tmp_path):
     assert code == 2 and "unsupported architecture 'bloom'" in err and not (tmp_path / "t.db").exists()
 
 
+def test_a_schedule_on_a_hugging_face_config_fails_before_any_run(run_cli, tmp_path):
+    cfg = tmp_path / "llama.json"
+    cfg.write_text(json.dumps(LLAMA))
+    argv = ["--variants", "relu,relu*1+swiglu*1", "--layers", 2, "--hf-config", cfg, "--store", tmp_path / "s.db"]
+    code, _, err = run_cli(*SMOKE[:3], "--seeds", 2, *argv)
+    assert code == 2 and "'relu*1+swiglu*1' is a per-layer schedule, not one FFN" in err, err
+    assert not (tmp_path / "s.db").exists()
+
+
 def test_log_to_tensorboard_mirrors_curves(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -17,7 +17,7 @@ import typing
 
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab.core.activations import ACTIVATIONS, aliases
-from ffnlab.core.ffn import FFNS, build_ffn, ffn_stats
+from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
 from ffnlab.flags import add_config_flags, flag_type, given, read_toml, to_toml
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 from ffnlab.study.table import format_protocol, format_table, summary_json, write_csv
@@ -93,7 +93,47 @@ def list_rows(d_model: int = 512) -> list[dict]:
     return rows
 
 
+def schedule_rows(schedule: str, d_model: int = 512, n_layers: int | None = None) -> dict:
+    """How a per-layer schedule is sized: each layer's variant, d_ff, params and FLOPs per token,
+    and its FFN parameters against n_layers dense 4x FFNs. n_layers=None: as many as the schedule
+    names (1 for a plain variant)."""
+    spec = get_ffn_spec(schedule)
+    n_layers = n_layers or sum(n for _, n in spec.runs) or 1
+    layers = layer_sizes(spec.name, n_layers, d_model)
+    params = sum(r["params"] for r in layers)
+    dense = n_layers * ffn_param_count("dense", d_model, 4 * d_model, bias=True)
+    return {
+        "schedule": spec.name,
+        "formula": spec.formula,
+        "d_model": d_model,
+        "n_layers": n_layers,
+        "layers": [{"layer": i + 1, **r} for i, r in enumerate(layers)],
+        "params": params,
+        "flops_per_token": sum(r["flops_per_token"] for r in layers),
+        "dense_params": dense,
+        "vs_dense": params / dense - 1,
+    }
+
+
+def print_schedule(d: dict) -> None:
+    print(f"schedule {d['schedule']}: {d['formula']} (d_model={d['d_model']}, each layer matched to the dense 4x FFN)")
+    print(f"{'layer':<6} {'ffn':<14} {'d_ff':>6} {'params':>12} {'FLOPs/token':>12}")
+    for r in d["layers"]:
+        print(f"{r['layer']:<6} {r['variant']:<14} {r['d_ff']:>6} {r['params']:>12,} {r['flops_per_token']:>12,}")
+    print(f"{'total':<6} {'':<14} {'':>6} {d['params']:>12,} {d['flops_per_token']:>12,}")
+    print(f"{'dense 4x, ' + str(d['n_layers']) + ' layers':<28} {d['dense_params']:>12,}  ({d['vs_dense']:+.2%})")
+
+
 def cmd_list(args):
+    if args.schedule:
+        d = schedule_rows(args.schedule, args.d_model, args.n_layers)
+        if args.json:
+            print(json.dumps(d, indent=1))
+        else:
+            print_schedule(d)
+        return
+    if args.n_layers:
+        raise UsageError("--layers sizes a schedule: add --schedule, e.g. --schedule gelu*2+swiglu*2")
     rows = list_rows(args.d_model)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -116,6 +156,8 @@ def cmd_list(args):
     print(
         "switch_x:ACT1+ACT2+... mixes 2+ parameter-free activations per token by a learned softmax gate on the\n"
         "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match"
+        "a per-layer schedule names each layer's FFN as VARIANT*LAYERS joined by '+', first layer first, the counts "
+        "adding up to n_layers: gelu*2+swiglu*2 (--ffn, --variants; sizes: ffnlab list --schedule gelu*2+swiglu*2)"
     )
 
 
@@ -309,7 +351,7 @@ def study_from_args(args):
         seeds=seeds,
         base=base,
         axes=axes,
-        baseline=args.baseline or study.get("baseline", "relu"),
+        baseline=args.baseline or study.get("baseline"),
         noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
         per_variant=per_variant,
     )
@@ -513,6 +555,11 @@ def build_parser() -> Parser:
     p = sub.add_parser("list", help="activations and FFN variants with formulas and sizes")
     p.add_argument("--d-model", type=positive_int, default=512, help="width for the params column")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p.add_argument(
+        "--schedule", help="size a per-layer schedule instead, e.g. gelu*2+swiglu*2: d_ff and params per layer"
+    )
+    p.add_argument("--layers", "--n-layers", dest="n_layers", type=positive_int, default=None,
+                   help="layers of the --schedule (default: as many as it names)")  # fmt: skip
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("train", help="train one model and print its result")
@@ -534,7 +581,11 @@ def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
     p.add_argument("--variants", type=csv_list, default=None, help="comma-separated FFN variants")
     p.add_argument("--seeds", type=positive_int, default=None, help=f"seeds per variant (default {DEFAULT_SEEDS})")
-    p.add_argument("--baseline", default=None, help="the variant the others are compared with (default relu)")
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="the variant the others are compared with (default relu, or the first variant where relu is not run)",
+    )
     p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper")
     p.add_argument("--noise-floor", type=int, default=None, help="extra baseline-only seeds to show seed noise")
     add_axis_flags(p, AXES)
@@ -624,7 +675,9 @@ def add_tool_parsers(sub) -> None:
     p._negative_number_matcher = re.compile(r"^-\.?\d")
 
     p = sub.add_parser("export", help="export an FFN variant (alone or in a model) to ONNX, checked in onnxruntime")
-    p.add_argument("--ffn", required=True, help="FFN variant (see ffnlab list), or mix:ACT1+ACT2")
+    p.add_argument(
+        "--ffn", required=True, help="FFN variant (see ffnlab list), mix:ACT1+ACT2, or with --model small a schedule"
+    )
     p.add_argument(
         "--model",
         default="ffn",

@@ -446,3 +446,11 @@ def test_advise_cli_json_keeps_its_keys_and_adds_the_flow(run_cli):
     assert code == 0 and advice["recommendation"] == "reglu"
     assert advice["situation"]["hardware"] == "mobile" and advice["situation"]["seq_len"] == 1024
     assert advice["situation"]["model_size"] == 125e6
+
+
+def test_the_suggested_command_quotes_a_schedule():
+    from ffnlab.study.advise import compare_command
+
+    assert compare_command(["gelu", "swiglu"], "shakespeare", None).startswith("ffnlab compare --variants gelu,swiglu ")
+    command = compare_command(["gelu", "gelu*2+swiglu*2"], "shakespeare", 4)
+    assert "--variants 'gelu,gelu*2+swiglu*2' " in command and command.endswith("--layers 4")

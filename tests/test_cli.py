@@ -35,9 +35,31 @@ def test_list_table(run_cli):
     assert "swiglu" in out and "W_down(silu(W_gate x) * W_up x)" in out and "gelu_new" in out
 
 
+def test_list_sizes_a_schedule_per_layer(run_cli):
+    code, out, err = run_cli("list", "--schedule", "GELU*1+gelu*1+swiglu*2", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["schedule"] == "gelu*2+swiglu*2" and d["n_layers"] == 4  # the layers it names
+    assert [(r["variant"], r["d_ff"], r["params"]) for r in d["layers"]] == [
+        ("gelu", 2048, 2_099_712),  # the README's Variants table at d_model 512
+        ("gelu", 2048, 2_099_712),
+        ("swiglu", 1376, 2_113_536),
+        ("swiglu", 1376, 2_113_536),
+    ]
+    assert d["params"] == 2 * 2_099_712 + 2 * 2_113_536 and d["dense_params"] == 4 * 2_099_712
+    assert 0 < d["vs_dense"] < 0.01
+    code, out, _ = run_cli("list", "--schedule", "gelu*2+swiglu*2", "--layers", 4)
+    assert code == 0 and "8,426,496" in out and "dense 4x, 4 layers" in out and "(+0.33%)" in out
+    assert "VARIANT*LAYERS" in run_cli("list")[1]
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [
+        (["list", "--schedule", "gelu*2+swiglu*2", "--layers", "3"], "covers 4 layers but n_layers is 3"),
+        (["list", "--schedule", "gelu*2+swiglue*2"], "did you mean 'swiglu'"),
+        (["list", "--layers", "3"], "add --schedule"),
+        (["train", "--ffn", "gelu*4+swiglu*2", "--layers", "4"], "covers 6 layers but n_layers is 4"),
         (["list", "--d-model", "0"], "must be positive"),
         (["list", "--d-model", "abc"], "positive integer"),
         (["nosuchcommand"], "invalid choice"),

@@ -16,6 +16,8 @@ from ffnlab.core.ffn import (
     get_ffn_spec,
     init_ffn,
     init_scheme,
+    layer_sizes,
+    layer_variants,
 )
 from ffnlab.study.plan import DEFAULT_VARIANTS
 from tests.conftest import assert_close
@@ -245,3 +247,71 @@ def test_switch_x_bad_names_are_one_line_errors(name, needle):
     with pytest.raises(ValueError, match=needle) as err:
         get_ffn_spec(name)
     assert "\n" not in str(err.value)
+
+
+# ---- per-layer schedules ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schedule,n_layers,expected",
+    [
+        ("gelu*2+swiglu*2", 4, ["gelu", "gelu", "swiglu", "swiglu"]),
+        ("gelu*4+swiglu*2", 6, ["gelu"] * 4 + ["swiglu"] * 2),
+        ("SwiGLU*1+gelu*1+geglu-tanh*1", 3, ["swiglu", "gelu", "geglu_tanh"]),
+        ("mix:gelu+silu*1+relu*1", 2, ["mix:gelu+silu", "relu"]),
+        ("geglu", 3, ["geglu"] * 3),  # a plain name: one variant everywhere
+    ],
+)
+def test_layer_variants_known_values(schedule, n_layers, expected):
+    assert layer_variants(schedule, n_layers) == expected
+
+
+@pytest.mark.parametrize(
+    "name,canonical",
+    [
+        ("GELU*2+gelu*2", "gelu*4"),
+        (" SwiGLU*1 + swiglu*2+gelu*1", "swiglu*3+gelu*1"),
+        ("mix:GELU+silu*2", "mix:gelu+silu*2"),
+        ("gelu*1+relu*1+gelu*1", "gelu*1+relu*1+gelu*1"),  # only neighbouring runs merge
+    ],
+)
+def test_schedule_canonical_name(name, canonical):
+    spec = get_ffn_spec(name)
+    assert spec.kind == "schedule" and spec.name == canonical
+    assert get_ffn_spec(spec.name) == spec
+
+
+@pytest.mark.parametrize(
+    "schedule,n_layers,match",
+    [
+        ("gelu*2+swiglue*2", 4, "bad schedule 'gelu\\*2\\+swiglue\\*2': unknown .*did you mean 'swiglu'"),
+        ("gelu*2+swiglu*1", 4, "'gelu\\*2\\+swiglu\\*1' covers 3 layers but n_layers is 4"),
+        ("gelu*4+swiglu*2", 4, "covers 6 layers but n_layers is 4"),
+        ("gelu*0+swiglu*4", 4, "'gelu\\*0' needs a whole number of layers, at least 1"),
+        ("gelu*-1+swiglu*5", 4, "at least 1"),
+        ("gelu+swiglu*2", 4, "VARIANT\\*LAYERS joined by '\\+'"),
+        ("gelu*2+", 2, "VARIANT\\*LAYERS"),
+        ("gelu*2+swiglu*2", 0, "n_layers must be positive"),
+    ],
+)
+def test_bad_schedules(schedule, n_layers, match):
+    with pytest.raises(ValueError, match=match):
+        layer_variants(schedule, n_layers)
+
+
+def test_a_schedule_is_not_one_ffn():
+    with pytest.raises(ValueError, match="per-layer schedule, not one FFN"):
+        build_ffn("gelu*2+swiglu*2", 32)
+
+
+def test_schedule_layers_each_match_the_dense_4x_ffn():
+    d_model, n_layers = 128, 4
+    rows = layer_sizes("gelu*1+swiglu*2+mix:gelu+silu*1", n_layers, d_model)
+    assert [r["variant"] for r in rows] == ["gelu", "swiglu", "swiglu", "mix:gelu+silu"]
+    assert [r["d_ff"] for r in rows] == [512, 344, 344, 512]  # each variant sized on its own
+    dense = ffn_param_count("dense", d_model, 4 * d_model, bias=True)
+    for r in rows:
+        assert abs(r["params"] - dense) <= 0.01 * dense
+        assert r["params"] == n_params(build_ffn(r["variant"], d_model))
+    uniform = layer_sizes("gelu", n_layers, d_model)
+    assert abs(sum(r["params"] for r in rows) - sum(r["params"] for r in uniform)) <= 0.01 * n_layers * dense

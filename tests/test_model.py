@@ -71,6 +71,7 @@ def test_attention_maps_are_causal_distributions():
         (dict(d_model=30, n_heads=4), "divisible by n_heads"),
         (dict(n_layers=0), "n_layers must be positive"),
         (dict(ffn="swiglue"), "did you mean 'swiglu'"),
+        (dict(ffn="gelu*1+swiglu*2"), "covers 3 layers but n_layers is 2"),
         (dict(norm="batchnorm"), "valid: layernorm, rmsnorm"),
         (dict(d_ff=-1), "d_ff must be positive"),
         (dict(dropout=1.5), "dropout"),
@@ -171,3 +172,25 @@ def test_agelu_reads_its_blocks_attention_output_and_learns_beta():
             other = block.ffn(ffn_in)
     torch.testing.assert_close(ffn_out, fed)  # the block fed its attention output
     assert not torch.allclose(ffn_out, bare) and not torch.allclose(fed, other)
+
+
+def test_schedule_builds_each_layer_with_its_variant():
+    model = Transformer(ModelConfig(**{**SMALL, "n_layers": 4}, ffn="GELU*1+gelu*1+swiglu*2"))
+    assert [b.ffn.spec.name for b in model.blocks] == ["gelu", "gelu", "swiglu", "swiglu"]
+    assert [type(b.ffn).__name__ for b in model.blocks] == ["DenseFFN", "DenseFFN", "GatedFFN", "GatedFFN"]
+    assert [b.ffn.act.name for b in model.blocks] == ["gelu", "gelu", "silu", "silu"]
+
+
+def test_schedule_is_parameter_matched_and_shares_non_ffn_weights():
+    cfg = {**SMALL, "n_layers": 4}
+    uniform = Transformer(ModelConfig(**cfg, ffn="gelu"), seed=7)
+    scheduled = Transformer(ModelConfig(**cfg, ffn="swiglu*2+gelu*2"), seed=7)
+    ffn_params = [sum(p.numel() for b in m.blocks for p in b.ffn.parameters()) for m in (uniform, scheduled)]
+    assert abs(ffn_params[1] - ffn_params[0]) <= 0.01 * ffn_params[0]
+    assert param_count(scheduled) - ffn_params[1] == param_count(uniform) - ffn_params[0]
+    weights = dict(uniform.named_parameters())
+    for name, p in scheduled.named_parameters():
+        if ".ffn." not in name:
+            assert torch.equal(p, weights[name]), name
+    # the gelu layers (2, 3) start as the uniform gelu model's; the swiglu layers are new weights
+    assert torch.equal(scheduled.blocks[3].ffn.w_in.weight, uniform.blocks[3].ffn.w_in.weight)

@@ -33,6 +33,9 @@ def test_activation_labels_name_gates_and_branches():
         "relu": "relu (switch_x:relu+tanh candidate)",
         "tanh": "tanh (switch_x:relu+tanh candidate)",
     }
+
+    schedule = plots.activation_labels(["gelu*2+reglu*1"])  # a schedule: its layers' variants
+    assert schedule == plots.activation_labels(["gelu", "reglu"]) == {"gelu": "gelu", "relu": "relu (reglu gate)"}
     with pytest.raises(ValueError, match="did you mean 'silu'"):
         plots.activation_labels(["sliu"])
 

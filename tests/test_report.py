@@ -12,7 +12,7 @@ from ffnlab.run.train import TrainConfig
 from ffnlab.study.execute import run_study, weights_path
 from ffnlab.study.load import load_study
 from ffnlab.study.plan import Study, run_id
-from ffnlab.study.render import render_html, render_markdown
+from ffnlab.study.render import md_escape, render_html, render_markdown
 from ffnlab.study.report import attention_stats, report_data, seed_band, write_report
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
@@ -126,6 +126,10 @@ def test_escapes_a_variant_name_in_a_rendered_summary(smoke_store):
     assert "<script" not in page and html.escape(EVIL) in page
     md = render_markdown(data, [])
     assert "<script" not in md and html.escape(EVIL, quote=False) in md
+
+
+def test_markdown_shows_a_schedule_as_written():
+    assert md_escape("gelu*2+swiglu*2") == "gelu\\*2+swiglu\\*2"  # not gelu<em>2+swiglu</em>2
 
 
 def chromium():

@@ -53,6 +53,15 @@ def test_bad_study(kw, needle):
         smoke_study(**kw)
 
 
+def test_a_schedule_is_a_variant_of_a_study():
+    base = replace(preset_config("smoke"), model=replace(preset_config("smoke").model, n_layers=2))
+    study = Study(variants=["gelu", "GELU*1+swiglu*1"], seeds=2, base=base)
+    assert study.variants == ["gelu", "gelu*1+swiglu*1"] and study.baseline == "gelu"  # no relu: the first
+    assert [c.model.ffn for c in plan(study)] == ["gelu", "gelu", "gelu*1+swiglu*1", "gelu*1+swiglu*1"]
+    with pytest.raises(ValueError, match="'gelu\\*1\\+swiglu\\*1' covers 2 layers but n_layers is 3"):
+        Study(variants=["gelu", "gelu*1+swiglu*1"], seeds=2, base=base, axes={"depth": [2, 3]})
+
+
 def test_rerun_skips_finished_runs_and_stats(tmp_path):
     store = tmp_path / "s.db"
     summary = run_study(smoke_study(), store, quiet=True)
@@ -197,6 +206,8 @@ def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):
         (["--baseline", "gelu", "--variants", "relu,swiglu"], "not among the variants"),
         (["--seeds", "1"], "at least 2 seeds"),
         (["--depth", "2,x"], "integers"),
+        (["--variants", "relu,gelu*1+swiglu*2"], "covers 3 layers but n_layers is 2"),
+        (["--variants", "relu,gelu*0+swiglu*2"], "'gelu*0' needs a whole number of layers"),
     ],
 )
 def test_compare_bad_input_writes_nothing(run_cli, tmp_path, argv, needle):
@@ -302,6 +313,15 @@ def test_compare_on_a_hugging_face_config(run_cli, tmp_path):
     cfg.write_text(json.dumps({**LLAMA, "model_type": "bloom"}))
     code, _, err = run_cli("compare", "--preset", "smoke", "--hf-config", cfg, "--store", tmp_path / "t.db")
     assert code == 2 and "unsupported architecture 'bloom'" in err and not (tmp_path / "t.db").exists()
+
+
+def test_a_schedule_on_a_hugging_face_config_fails_before_any_run(run_cli, tmp_path):
+    cfg = tmp_path / "llama.json"
+    cfg.write_text(json.dumps(LLAMA))
+    argv = ["--variants", "relu,relu*1+swiglu*1", "--layers", 2, "--hf-config", cfg, "--store", tmp_path / "s.db"]
+    code, _, err = run_cli(*SMOKE[:3], "--seeds", 2, *argv)
+    assert code == 2 and "'relu*1+swiglu*1' is a per-layer schedule, not one FFN" in err, err
+    assert not (tmp_path / "s.db").exists()
 
 
 def test_log_to_tensorboard_mirrors_curves(tmp_path):
@@ -535,3 +555,16 @@ def test_a_failed_run_says_why_and_the_exit_status_says_seeds_are_missing(run_cl
 def test_finished_runs_leave_no_lock_or_checkpoint(tmp_path):
     run_study(smoke_study(), tmp_path / "s.db", jobs=1, quiet=True)
     assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_compare_a_per_layer_schedule_from_the_cli(run_cli, tmp_path):
+    variants = "gelu,GELU*1+swiglu*1"
+    code, out, err = run_cli(*SMOKE[:3], "--layers", 2, "--variants", variants, "--seeds", 2, "--steps", 2,
+                             "--eval-every", 2, "--store", tmp_path / "s.db", "--json")  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["baseline"] == "gelu" and {v["ffn"] for v in d["variants"]} == {"gelu", "gelu*1+swiglu*1"}
+    params = {v["ffn"]: v["params"] for v in d["variants"]}
+    assert params["gelu"] != params["gelu*1+swiglu*1"]
+    assert abs(params["gelu"] - params["gelu*1+swiglu*1"]) <= 0.01 * params["gelu"]

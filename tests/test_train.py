@@ -458,3 +458,23 @@ def test_switch_x_reports_its_mean_gate_weights_per_layer():
     weights = r.learned["blocks.0.ffn"]["weights"]
     assert set(weights) == {"gelu", "silu", "relu"} and sum(weights.values()) == pytest.approx(1.0)
     assert weights != pytest.approx({"gelu": 1 / 3, "silu": 1 / 3, "relu": 1 / 3}, abs=1e-6)  # the gate trained
+
+
+def test_schedule_flops_per_token_sum_its_layers():
+    from ffnlab.core.ffn import layer_sizes
+    from ffnlab.core.model import Transformer
+    from ffnlab.run.train import model_flops_per_token
+
+    def ffn_flops(ffn):  # n_layers=0 and n_out=0 leave out attention and the head: the FFNs alone
+        return model_flops_per_token(Transformer(replace(TINY, n_layers=2, ffn=ffn)), 32, 0, 32, 0)
+
+    expected = sum(row["flops_per_token"] for row in layer_sizes("gelu*1+swiglu*1", 2, 32))
+    assert ffn_flops("gelu*1+swiglu*1") == expected != ffn_flops("gelu")
+
+
+@pytest.mark.slow
+def test_schedule_run_reports_ffn_params_summed_over_its_layers():
+    from ffnlab.core.ffn import layer_sizes
+
+    r = train(tiny(model=replace(TINY, n_layers=2, ffn="gelu*1+swiglu*1"), max_steps=2, eval_every=2, eval_batches=1))
+    assert r.ffn_params == sum(row["params"] for row in layer_sizes("gelu*1+swiglu*1", 2, 32))

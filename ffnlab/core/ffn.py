@@ -4,6 +4,7 @@
     gated    y = W_down (act(W_gate x) * W_up x)                (Shazeer 2020, GLU Variants)
     mix:a+b  y = (dense_a(x) + dense_b(x)) / 2, each at half width
     switch_x:a+b+...  y = W_out sum_i g_i(h) a_i(h) + b_out, h = W_in x + b_in, g(h) = softmax(W_g h + b_g)
+    a*2+b*2  a per-layer schedule: the first 2 layers' FFNs are a, the next 2 b (`layer_variants`)
 
 Every registered activation is also a dense FFN of the same name (`gelu`, `silu`, ...). Gated
 variants name their activation in `GATED`. Sizes come from `ffn_hidden_dim` (the conventional
@@ -14,6 +15,7 @@ parameters or FLOPs with the dense 4x FFN so comparisons are fair.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -44,10 +46,11 @@ class FFNSpec:
     """A named FFN variant: its structure, activation and where it comes from."""
 
     name: str
-    kind: Literal["dense", "gated", "mix", "switch"]
-    acts: tuple[str, ...]  # one activation, two for mix, the candidates of switch_x
+    kind: Literal["dense", "gated", "mix", "switch", "schedule"]
+    acts: tuple[str, ...]  # one activation, two for mix, the candidates of switch_x, every layer's for a schedule
     formula: str
     paper: str
+    runs: tuple[tuple[str, int], ...] = ()  # a schedule's (variant, layers) runs, in layer order
 
     @property
     def gated(self) -> bool:
@@ -83,8 +86,11 @@ FFNS: dict[str, FFNSpec] = {
 
 
 def get_ffn_spec(name: str) -> FFNSpec:
-    """Spec for a variant name (case-insensitive), including `mix:a+b`; ValueError if unknown."""
+    """Spec for a variant name (case-insensitive), including `mix:a+b` and per-layer schedules
+    `a*2+b*2` (see `schedule_spec`); ValueError if unknown."""
     key = normalize(name)
+    if "*" in key:
+        return schedule_spec(name)
     if key.startswith("mix:"):
         parts = key[4:].split("+")
         if len(parts) != 2 or not all(parts):
@@ -107,7 +113,8 @@ def get_ffn_spec(name: str) -> FFNSpec:
     if key in ACTIVATIONS:  # a Hugging Face alias such as gelu_new: dense FFN with that expression
         return FFNSpec(key, "dense", (key,), f"W_out {key}(W_in x + b_in) + b_out", ACTIVATIONS[key].paper)
     raise ValueError(
-        f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, mix:ACT1+ACT2, or switch_x:ACT1+ACT2+..."
+        f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, mix:ACT1+ACT2, "
+        "switch_x:ACT1+ACT2+..., or a schedule such as gelu*2+swiglu*2"
     )
 
 
@@ -135,6 +142,76 @@ def switch_x_spec(name: str) -> FFNSpec:
         "W_out sum_i g_i(h) act_i(h) + b_out, g = softmax(W_g h + b_g), h = W_in x + b_in; gate counted in params",
         "ffnlab; per-token version of switch (" + ACTIVATIONS["switch"].paper + ")",
     )
+
+
+def single_ffn_spec(name: str) -> FFNSpec:
+    """`get_ffn_spec` for where one FFN is built (a module, a swap, an export): a schedule is refused."""
+    spec = get_ffn_spec(name)
+    if spec.kind == "schedule":
+        raise ValueError(
+            f"'{spec.name}' is a per-layer schedule, not one FFN: give one variant here, "
+            "or train a Transformer with it (--ffn), which builds each layer's own"
+        )
+    return spec
+
+
+# ---- per-layer schedules --------------------------------------------------------------------------
+
+SCHEDULE_SYNTAX = "VARIANT*LAYERS joined by '+', e.g. gelu*2+swiglu*2, the counts adding up to n_layers"
+RUN = r"(mix:[^+*]*\+[^+*]*|[^+*]*)\*([^+*]*)"  # one run of layers: a variant (mix:a+b too) and its count
+
+
+def schedule_spec(name: str) -> FFNSpec:
+    """Spec of a per-layer schedule such as `gelu*2+swiglu*2` (two gelu layers, then two swiglu).
+
+    Its name is the canonical form: each variant's canonical name, neighbouring runs of one variant
+    merged (`GELU*2+gelu*2` -> `gelu*4`), so one schedule has one run id. Every run needs a count
+    of at least 1; a list of one variant per layer is `gelu*1+swiglu*1+gelu*1`. ValueError names
+    the part that is wrong.
+    """
+    key = normalize(name).replace(" ", "")
+    if not re.fullmatch(rf"{RUN}(\+{RUN})*", key):
+        raise ValueError(f"bad schedule '{name}': write {SCHEDULE_SYNTAX}")
+    runs: list[tuple[str, int]] = []
+    for variant, count in re.findall(RUN, key):
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"bad schedule '{name}': '{variant}*{count}' needs a whole number of layers, at least 1")
+        try:
+            variant = single_ffn_spec(variant).name
+        except ValueError as error:
+            raise ValueError(f"bad schedule '{name}': {error}") from None
+        if runs and runs[-1][0] == variant:
+            runs[-1] = (variant, runs[-1][1] + int(count))
+        else:
+            runs.append((variant, int(count)))
+    first = [1 + sum(n for _, n in runs[:i]) for i in range(len(runs))]
+    spans = [f"{a}-{a + n - 1}" if n > 1 else f"{a}" for a, (_, n) in zip(first, runs)]
+    return FFNSpec(
+        "+".join(f"{v}*{n}" for v, n in runs),
+        "schedule",
+        tuple(dict.fromkeys(a for v, _ in runs for a in get_ffn_spec(v).acts)),
+        "layers " + "; ".join(f"{span}: {v}" for span, (v, _) in zip(spans, runs)),
+        "ffnlab (per-layer schedule)",
+        tuple(runs),
+    )
+
+
+def layer_variants(ffn: str, n_layers: int) -> list[str]:
+    """The canonical variant of each of `n_layers` layers, first layer first: a schedule's runs in
+    order (`gelu*2+swiglu*1`, 3 -> gelu, gelu, swiglu), or one variant everywhere. ValueError if a
+    schedule's counts do not add up to n_layers."""
+    if n_layers <= 0:
+        raise ValueError(f"n_layers must be positive, got {n_layers}")
+    spec = get_ffn_spec(ffn)
+    if spec.kind != "schedule":
+        return [spec.name] * n_layers
+    covered = sum(n for _, n in spec.runs)
+    if covered != n_layers:
+        raise ValueError(
+            f"schedule '{spec.name}' covers {covered} layers but n_layers is {n_layers}; "
+            f"its counts must add up to n_layers"
+        )
+    return [v for v, n in spec.runs for _ in range(n)]
 
 
 # ---- sizing: pure arithmetic -----------------------------------------------------------------
@@ -238,6 +315,41 @@ def hidden_dim_for_target(
         if abs(measure(h) - target) <= tol * target:
             return h
     return max(2, 2 * round(exact / 2))
+
+
+def ffn_width(
+    spec: FFNSpec, d_model: int, d_ff: int | None = None, bias: bool | None = None, match: Match = "params"
+) -> tuple[int, bool]:
+    """(d_ff, bias) that `build_ffn` gives `spec`: d_ff=None is sized by `match` (`matched_hidden_dim`),
+    bias=None is the variant's convention, on for dense and mixed FFNs, off for gated ones."""
+    if d_model <= 0:
+        raise ValueError(f"d_model must be positive, got {d_model}")
+    if d_ff is not None and d_ff <= 0:
+        raise ValueError(f"d_ff must be positive, got {d_ff}")
+    if bias is None:
+        bias = not spec.gated
+    return (matched_hidden_dim(spec, d_model, match, bias) if d_ff is None else d_ff), bias
+
+
+def layer_sizes(
+    ffn: str,
+    n_layers: int,
+    d_model: int,
+    d_ff: int | None = None,
+    bias: bool | None = None,
+    match: Match = "params",
+) -> list[dict[str, Any]]:
+    """Each layer's FFN as the Transformer builds it: variant, d_ff, params and forward FLOPs per
+    token. Every layer is sized on its own (`ffn_width`), so a schedule's FFN parameters, the sum
+    over its layers, match n_layers dense 4x FFNs as closely as each layer matches one."""
+    rows = []
+    for variant in layer_variants(ffn, n_layers):
+        spec = get_ffn_spec(variant)
+        width, has_bias = ffn_width(spec, d_model, d_ff, bias, match)
+        params = ffn_param_count(spec.kind, d_model, width, has_bias)
+        flops = ffn_flops_per_token(spec, d_model, width, has_bias)
+        rows.append({"variant": spec.name, "d_ff": width, "params": params, "flops_per_token": flops})
+    return rows
 
 
 # ---- modules ----------------------------------------------------------------------------------
@@ -365,15 +477,8 @@ def build_ffn(
     `init_weights` initialises every parameter once). Extra keyword arguments go to the class
     (`fused` for gated FFNs) and from there to the activation (e.g. negative_slope=0.1 for leaky_relu).
     """
-    spec = get_ffn_spec(name)
-    if d_model <= 0:
-        raise ValueError(f"d_model must be positive, got {d_model}")
-    if d_ff is not None and d_ff <= 0:
-        raise ValueError(f"d_ff must be positive, got {d_ff}")
-    if bias is None:
-        bias = not spec.gated
-    if d_ff is None:
-        d_ff = matched_hidden_dim(spec, d_model, match, bias)
+    spec = single_ffn_spec(name)
+    d_ff, bias = ffn_width(spec, d_model, d_ff, bias, match)
     if spec.kind == "gated":
         ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, **kwargs)
     elif spec.kind == "mix":

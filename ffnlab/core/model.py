@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab.core.activations import attention_context, get_activation, resolve
-from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, get_ffn_spec, init_ffn
+from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, init_ffn, layer_variants
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
 
@@ -31,7 +31,7 @@ class ModelConfig:
     n_layers: int = 4
     n_heads: int = 4
     d_model: int = 128
-    ffn: str = "gelu"  # any name `ffnlab list` shows, or mix:ACT1+ACT2
+    ffn: str = "gelu"  # any name `ffnlab list` shows, mix:ACT1+ACT2, or a per-layer schedule gelu*2+swiglu*2
     d_ff: int | None = None  # None: chosen by ffn_match
     ffn_match: Literal["params", "flops", "none"] = "params"  # equal to the dense 4x FFN
     ffn_bias: bool | None = None  # None: variant's convention (dense on, gated off)
@@ -79,7 +79,7 @@ def check_config(cfg: ModelConfig) -> None:
     for name, valid in CHOICES.items():
         if getattr(cfg, name) not in valid:
             raise ValueError(f"unknown {name} '{getattr(cfg, name)}'; valid: {', '.join(valid)}")
-    get_ffn_spec(cfg.ffn)
+    layer_variants(cfg.ffn, cfg.n_layers)
     check_init(cfg.init)
     if cfg.attn_act is not None and cfg.attn_proj_act is not None:
         raise ValueError(
@@ -211,13 +211,13 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
 class Block(nn.Module):
     """Attention and FFN sub-layers with residuals; norm before (pre) or after (post) each."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, ffn: str | None = None) -> None:  # ffn: this layer's variant
         super().__init__()
         self.pre = cfg.placement == "pre"
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         self.attn = Attention(cfg)
         # init=None: the Transformer's init_weights initialises it, from the model's per-parameter generators
-        self.ffn = build_ffn(cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None)
+        self.ffn = build_ffn(ffn or cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
@@ -246,7 +246,8 @@ class Transformer(nn.Module):
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        # each layer its own variant: all one for a plain name, a schedule's runs in order otherwise
+        self.blocks = nn.ModuleList(Block(cfg, ffn) for ffn in layer_variants(cfg.ffn, cfg.n_layers))
         self.norm = make_norm(cfg) if cfg.placement == "pre" else nn.Identity()
         if cfg.task == "lm":
             self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -627,7 +628,7 @@ def compare_command(variants: list[str], data: str | None, depth: int | None, se
     """The `ffnlab compare` command that measures these variants (on YOUR_DATA when no data is known)."""
     parts = [
         "ffnlab compare",
-        f"--variants {','.join(variants)}",
+        f"--variants {shlex.quote(','.join(variants))}",  # quoted where a schedule's '*' would glob
         f"--seeds {seeds}",
         f"--data {data}" if data else "--data YOUR_DATA",
     ]

@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
 from ffnlab.run.train import check_data, load_data, train
@@ -200,6 +201,8 @@ def preflight(runs: list[TrainConfig]):
     ValueError naming the problem (the CLI's one line and exit 2) instead of a store of failed runs."""
     seen_data, seen_model = set(), set()
     for cfg in runs:
+        if cfg.hf_config:
+            single_ffn_spec(cfg.model.ffn)  # a Hugging Face model's FFNs are all swapped for one variant
         data = (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
         corpus, tok, splits = load_data(*data)
         if data + (cfg.model.context,) not in seen_data:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.train import TrainConfig
-from ffnlab.study.plan import AXES, Study, config_value, plan, run_id
+from ffnlab.study.plan import AXES, Study, config_value, default_baseline, plan, run_id
 from ffnlab.study.store import Store
 
 
@@ -85,7 +85,7 @@ def rebuild_study(store_path: str | Path, baseline: str | None = None) -> tuple[
         if len(values) > 1:
             axes[axis] = values
     if baseline is None:
-        baseline = "relu" if "relu" in variants else variants[0]
+        baseline = default_baseline(variants)
     elif get_ffn_spec(baseline).name not in variants:
         raise ValueError(f"baseline '{baseline}' was not run in this study; valid: {', '.join(variants)}")
     baseline = get_ffn_spec(baseline).name

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from ffnlab._util.names import closest
-from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.core.ffn import get_ffn_spec, layer_variants
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.device import resolve_precision
 
@@ -48,7 +48,7 @@ class Study:
     seeds: int = DEFAULT_SEEDS
     base: TrainConfig = field(default_factory=TrainConfig)
     axes: dict[str, list] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
-    baseline: str = "relu"
+    baseline: str | None = None  # None: relu where it is run, else the first variant (`default_baseline`)
     noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
     per_variant: dict[str, dict] = field(default_factory=dict)  # variant -> {config path: value}, e.g. the
     # lr the protocol tuned for it; empty in a plain comparison, where every variant shares the base
@@ -56,6 +56,8 @@ class Study:
     def __post_init__(self) -> None:
         if isinstance(self.base, dict):
             self.base = TrainConfig.from_dict(self.base)
+        if self.baseline is None:
+            self.baseline = default_baseline(self.variants)
         check_study(self)
         self.variants = [get_ffn_spec(v).name for v in self.variants]
         self.baseline = get_ffn_spec(self.baseline).name
@@ -78,6 +80,12 @@ class Study:
     @classmethod
     def from_dict(cls, d: dict) -> Study:
         return cls(**d)
+
+
+def default_baseline(variants: list[str]) -> str:
+    """The variant others are compared with when none is named: relu where it is run, else the first."""
+    canon = [get_ffn_spec(v).name for v in variants]
+    return "relu" if "relu" in canon or not canon else canon[0]
 
 
 def study_id(study: Study) -> str:
@@ -103,6 +111,9 @@ def check_study(study: Study) -> None:
             raise ValueError(f"axis '{axis}' has no values")
         for value in values:  # each value is validated by the config dataclasses now, not by a failed run
             set_field(study.base, AXES[axis], value)
+    for n_layers in study.axes.get("depth", [study.base.model.n_layers]):  # a schedule fits every depth
+        for variant in canon:
+            layer_variants(variant, n_layers)
     for variant, overrides in study.per_variant.items():
         if get_ffn_spec(variant).name not in canon:
             raise ValueError(

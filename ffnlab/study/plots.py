@@ -99,11 +99,13 @@ def save(fig, path) -> Path:
 
 def activation_labels(names: list[str]) -> dict[str, str]:
     """Registry activation -> legend text, for activation names and FFN variants alike: a gated
-    variant contributes its gate ('silu (swiglu gate)'), a mix both branches, a switch_x its candidates. ValueError with
-    the valid names for an unknown one."""
+    variant contributes its gate ('silu (swiglu gate)'), a mix both branches, a switch_x its candidates. ValueError
+    with the valid names for an unknown one; a per-layer schedule contributes its layers' variants."""
+    keys = []
+    for name in map(normalize, names):
+        keys += [v for v, _ in get_ffn_spec(name).runs] if "*" in name else [name]
     uses: dict[str, list[str]] = {}
-    for name in names:
-        key = normalize(name)
+    for key in dict.fromkeys(keys):
         if key in ACTIVATIONS:
             uses.setdefault(key, []).append(key)
         elif key in FFNS or key.startswith(("mix:", "switch_x:")):

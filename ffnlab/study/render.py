@@ -704,10 +704,11 @@ def attention_stats_table(attention: dict) -> str:
 
 
 def md_escape(text: object) -> str:
-    """Text safe inside a Markdown table cell: HTML escaped, pipes and backslashes escaped, line
-    breaks (a path may hold one) as spaces, so one cell never breaks its table row."""
+    """Text safe inside a Markdown table cell: HTML escaped, pipes, backslashes and asterisks escaped
+    (a schedule such as gelu*2+swiglu*2 is not emphasis), line breaks (a path may hold one) as
+    spaces, so one cell never breaks its table row."""
     text = " ".join(str(text).splitlines())
-    return html.escape(text, quote=False).replace("\\", "\\\\").replace("|", "\\|")
+    return html.escape(text, quote=False).replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*")
 
 
 def md_table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

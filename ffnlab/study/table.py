@@ -40,9 +40,10 @@ def format_cell(cell: dict, baseline: str) -> list[str]:
             f"tuned: each variant at its best {' x '.join(cell['tuned_axes'])} on validation, compared on "
             f"{cell['metric']}"
         )
+    width = max([14] + [len(r["ffn"]) for r in cell["variants"]])  # a schedule's name can be long
     metric = {"final_val_loss": "val loss", "final_val_acc": "val acc"}.get(cell["metric"], cell["metric"][6:])
     lines.append(
-        f"{'rank':<4} {'ffn':<14} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
+        f"{'rank':<4} {'ffn':<{width}} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
         f" {'p_adj':>7} "
         + (
             "setting"
@@ -64,10 +65,10 @@ def format_cell(cell: dict, baseline: str) -> list[str]:
         p = p_label(r, baseline)
         if tuned:
             setting = ", ".join(f"{a} {r.get(a)}" for a in cell["tuned_axes"])
-            lines.append(f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} {setting}")
+            lines.append(f"{r['rank']:<4} {r['ffn']:<{width}} {ci:<26} {delta:<30} {p:>7} {setting}")
             continue
         lines.append(
-            f"{r['rank']:<4} {r['ffn']:<14} {ci:<26} {delta:<30} {p:>7} "
+            f"{r['rank']:<4} {r['ffn']:<{width}} {ci:<26} {delta:<30} {p:>7} "
             f"{r['params'] or 0:>9,} {r['tokens_per_s'] or 0:>7,.0f} {(r['train_mem_bytes'] or 0) / 2**20:>7.1f} "
             f"{f(r['test_mean']):>7} {f(r['noise_delta']):>7} {r['stability_events']:>6} "
             f"{f(r['dead_frac'], 2):>5} {r['diverged']:>3}"

@@ -27,7 +27,7 @@ from torch import nn
 from ffnlab._util.machine import bf16_native
 from ffnlab._util.text import first_line
 from ffnlab.core.activations import get_activation
-from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec
+from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec, single_ffn_spec
 from ffnlab.core.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
 from ffnlab.core.memory import saved_bytes
 
@@ -336,7 +336,7 @@ def bench_activation(
     copy_frac compares with a copy of one such tensor timed in the same turns (copy_gbs): on a shared
     machine a median only compares fairly with a median taken at the same moments.
     """
-    spec = get_ffn_spec(ffn_name)
+    spec = single_ffn_spec(ffn_name)
     act_name, gated = spec.acts[0], spec.kind == "gated"
     act = get_activation(act_name)
     torch.manual_seed(0)
@@ -405,7 +405,7 @@ def run_bench(
     Defaults come from QUICK or FULL; `log(str)` hears about progress (the CLI prints to stderr).
     """
     preset = QUICK if quick else FULL
-    ffns = [get_ffn_spec(n).name for n in (ffns or preset["ffns"])]
+    ffns = [single_ffn_spec(n).name for n in (ffns or preset["ffns"])]
     tokens = list(tokens or preset["tokens"])
     d_models = list(d_models or preset["d_models"])
     repeats = repeats or preset["repeats"]

@@ -42,9 +42,9 @@ from ffnlab.core.ffn import (
     MixFFN,
     check_init,
     ffn_flops_per_token,
-    get_ffn_spec,
     hidden_dim_for_target,
     init_ffn,
+    single_ffn_spec,
     spec_param_count,
 )
 from ffnlab.core.model import PROJECTIONS, param_seed, parse_attn_act
@@ -146,7 +146,7 @@ def ffnlab_to_hf(name: str, key: str = "hidden_act") -> str:
     """
     if key not in HF_KEYS:
         raise ValueError(f"unknown config key '{key}'; valid: {', '.join(HF_KEYS)}")
-    spec = get_ffn_spec(name)
+    spec = single_ffn_spec(name)
     if spec.kind in ("mix", "switch"):
         raise ValueError(f"'{name}' mixes {len(spec.acts)} activations; Hugging Face configs name one")
     act = spec.acts[0]
@@ -396,7 +396,7 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
             f"{type(model).__name__} ({family_name} family) has no {family.looks_like} "
             "modules; was its FFN swapped already? (restore_ffn puts the originals back)"
         )
-    spec = get_ffn_spec(ffn)
+    spec = single_ffn_spec(ffn)
     if match not in MATCHES:
         raise ValueError(f"unknown match '{match}'; valid: {', '.join(MATCHES)}")
     check_init(init)
@@ -762,7 +762,7 @@ def build_hf_model(
             f"build_hf_model has no task '{task}' for {config['model_type']}; "
             f"families with it: {', '.join(have)} (else build the model, then swap_ffn)"
         )
-    get_ffn_spec(ffn)
+    single_ffn_spec(ffn)
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     hf_config = _hf_config_for(config, family, task, vocab_size, context, n_classes)

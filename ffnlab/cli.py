@@ -155,6 +155,11 @@ def apply_run_flags(base, args, file: dict | None = None):
 
         run["hf_config"] = load_hf_config(hf_config) if isinstance(hf_config, str) else hf_config
         model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
+    init_from = run.get("init_from", base.init_from)
+    if init_from and "ffn" not in model:  # fine-tuning keeps the folder's activation unless --ffn swaps it
+        from ffnlab.tools.pretrained import pretrained_ffn
+
+        model["ffn"] = pretrained_ffn(init_from)
     return replace(base, model=replace(base.model, **model), **run)
 
 
@@ -176,8 +181,12 @@ def cmd_train(args):
     if args.print_config:
         print(to_toml(asdict(cfg)))
         return
+    if args.command == "finetune" and not cfg.init_from:
+        raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
+    if args.save_pretrained:
+        check_writable(args.save_pretrained)
     show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
-    result = train(cfg, progress=show)
+    result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
     if args.out:
         write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
     if args.json:
@@ -269,14 +278,31 @@ def study_from_args(args):
             f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
             "use --seeds 3 or more, or --no-stats"
         )
+    variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
+    baseline = args.baseline or study.get("baseline", "relu")
+    if base.init_from:
+        from ffnlab.run.train import resolve_init
+
+        base = resolve_init(base)  # the folder's digest is part of the study
+        variants, baseline = finetune_variants(base.model.ffn, args.variants or study.get("variants"))
     return Study(
-        variants=args.variants or study.get("variants", list(DEFAULT_VARIANTS)),
+        variants=variants,
         seeds=seeds,
         base=base,
         axes=axes,
-        baseline=args.baseline or study.get("baseline", "relu"),
+        baseline=baseline,
         noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
     )
+
+
+def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
+    """(variants, baseline) of `compare --from`: keeping the folder's activation `own` (the baseline),
+    then each swap in --variants."""
+    from ffnlab.core.ffn import get_ffn_spec
+
+    if not swaps:
+        raise UsageError(f"compare --from needs --variants: the activations to swap to (the model runs {own})")
+    return [own] + [v for v in swaps if get_ffn_spec(v).name != get_ffn_spec(own).name], own
 
 
 def study_toml(study) -> str:
@@ -475,12 +501,22 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("train", help="train one model and print its result")
-    add_run_args(p)
-    p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train)
+    for name, what in (
+        ("train", "train one model and print its result"),
+        ("finetune", "fine-tune a save_pretrained folder (--from), its FFN activation kept or swapped (--ffn)"),
+    ):
+        p = sub.add_parser(name, help=what)
+        add_run_args(p)
+        p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument(
+            "--save-pretrained",
+            default=None,
+            metavar="FOLDER",
+            help="save the trained Hugging Face model (--hf-config or --from) there, for a later --from",
+        )
+        p.set_defaults(func=cmd_train)
 
     add_compare_parser(sub)
     add_tool_parsers(sub)

@@ -160,6 +160,8 @@ def apply_run_flags(base, args, file: dict | None = None):
         from ffnlab.tools.pretrained import pretrained_ffn
 
         model["ffn"] = pretrained_ffn(init_from)
+    if init_from and "tokenizer" not in run and os.path.isfile(os.path.join(init_from, "tokenizer.json")):
+        run["tokenizer"] = "pretrained"  # the folder's own tokenizer, unless --tokenizer says otherwise
     return replace(base, model=replace(base.model, **model), **run)
 
 
@@ -183,8 +185,8 @@ def cmd_train(args):
         return
     if args.command == "finetune" and not cfg.init_from:
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
-    if args.save_pretrained:
-        check_writable(args.save_pretrained)
+    if args.save_pretrained and os.path.isfile(args.save_pretrained):  # a folder, created when saved
+        raise UsageError(f"--save-pretrained {args.save_pretrained} is a file; give a folder")
     show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
     result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
     if args.out:

@@ -106,14 +106,22 @@ def test_a_changed_folder_is_another_run(pretrained, tmp_path):
         resolve_init(replace(study.base, init_digest="0" * 16))
 
 
-@pytest.mark.parametrize(("hf_config", "own"), [(LLAMA, "swiglu"), (GPT2, "gelu_new"), (BERT, "gelu")])
-def test_saved_folder_loads_back_with_the_same_logits(hf_config, own, tmp_path):
+@pytest.mark.parametrize(
+    ("hf_config", "own", "swap", "act"),
+    [(LLAMA, "swiglu", "geglu", "gelu"), (GPT2, "gelu_new", "relu", "relu"), (BERT, "gelu", "silu", "silu")],
+)
+def test_saved_folder_loads_back_and_swaps_keeping_the_weights(hf_config, own, swap, act, tmp_path):
     model = build_hf_model(hf_config, own, vocab_size=50, context=16, seed=1).eval()
     save_unswapped(model.hf, tmp_path)
     assert pretrained_ffn(tmp_path) == own
     loaded = load_pretrained(tmp_path, own, vocab_size=50, context=16).eval()
     idx = torch.randint(50, (2, 16), generator=torch.Generator().manual_seed(0))
     assert_close(loaded(idx)[0], model(idx)[0])
+    swapped = load_pretrained(tmp_path, swap, vocab_size=50, context=16).eval()
+    ffn, own_ffn = ffn_modules(swapped.hf)[0], ffn_modules(model.hf)[0]
+    assert activation_name(ffn.act) == act
+    assert all(torch.equal(a, b) for a, b in zip(ffn.state_dict().values(), own_ffn.state_dict().values()))
+    assert not torch.allclose(swapped(idx)[0], model(idx)[0])
     head = load_pretrained(tmp_path, own, task="cls", n_classes=3)  # a new head on the pretrained body
     assert head(idx)[0].shape == (2, 3)
 
@@ -145,3 +153,24 @@ def test_cli_compare_keep_against_swap_with_an_lr_axis(pretrained, run_cli, tmp_
     held = dict(map(tuple, settings["held_equal"]))
     assert folder_digest(folder) in held["pretrained weights"] and "warm-up" in held
     assert "swiglu kept" in dict(map(tuple, settings["not_equal"]))["FFN activation"]
+
+
+def test_the_folders_own_tokenizer(tmp_path, run_cli):
+    from ffnlab.run.tokenizer import train_bpe
+
+    text = "".join(f"Line {i}: to be, or not to be, that is the question.\n" for i in range(400))
+    (tmp_path / "corpus.txt").write_text(text)  # small, so the BPE encodes it in no time
+    tokenizer_json = train_bpe([text], 300)
+    vocab = json.loads(tokenizer_json)["model"]["vocab"]
+    model = build_hf_model(LLAMA, "swiglu", vocab_size=len(vocab), context=16)
+    folder = tmp_path / "model"
+    save_unswapped(model.hf, folder)
+    digest = folder_digest(folder)
+    (folder / "tokenizer.json").write_text(tokenizer_json)
+    assert folder_digest(folder) != digest  # the tokenizer is part of the start
+    setup = prepare(tiny("swiglu", init_from=str(folder), tokenizer="pretrained", data=str(tmp_path / "corpus.txt")))
+    assert setup.vocab_size == len(vocab)
+    with pytest.raises(ValueError, match="tokenizer 'pretrained' is the init_from folder's"):
+        tiny("swiglu", tokenizer="pretrained")
+    code, out, err = run_cli("finetune", "--from", folder, "--print-config")  # picked when the folder has one
+    assert code == 0 and 'tokenizer = "pretrained"' in out

@@ -59,11 +59,24 @@ Autocast = Callable[[], contextlib.AbstractContextManager]
 # ---- data -------------------------------------------------------------------------------------
 
 
+def data_args(cfg: TrainConfig) -> tuple:
+    """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
+    folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
+    return (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field, folder)
+
+
 @functools.lru_cache(maxsize=8)
 def load_data(
-    data: str, task: str, tokenizer: str, bpe_vocab: int, text_field: str, label_field: str
+    data: str,
+    task: str,
+    tokenizer: str,
+    bpe_vocab: int,
+    text_field: str,
+    label_field: str,
+    folder: str | None = None,
 ) -> tuple[Corpus, Tokenizer, dict[str, Split]]:
-    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps."""
+    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `folder` is
+    where the 'pretrained' tokenizer's tokenizer.json is."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
@@ -73,6 +86,7 @@ def load_data(
         tokenizer,
         all_text if tokenizer == "char" else corpus.train,
         vocab_size=bpe_vocab if tokenizer == "bpe" else None,
+        folder=folder,
     )
     splits = {}
     for split in ("train", "val", "test"):
@@ -346,7 +360,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         torch.cuda.reset_peak_memory_stats()
 
     # -- data and model
-    corpus, tok, splits = load_data(cfg.data, task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
+    corpus, tok, splits = load_data(*data_args(cfg))
     n_classes = len(corpus.classes) if task == "cls" else cfg.model.n_classes
     mcfg = replace(cfg.model, vocab_size=tok.vocab_size, n_classes=n_classes)
     check_data(splits, task, mcfg.context, cfg.data)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
-from ffnlab.run.train import check_data, load_data, train
+from ffnlab.run.train import check_data, data_args, load_data, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, plan, plan_precision, run_id, study_id
 from ffnlab.study.store import DEFAULT_PATH, Store
@@ -200,7 +200,7 @@ def preflight(runs: list[TrainConfig]):
     ValueError naming the problem (the CLI's one line and exit 2) instead of a store of failed runs."""
     seen_data, seen_model = set(), set()
     for cfg in runs:
-        data = (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
+        data = data_args(cfg)
         corpus, tok, splits = load_data(*data)
         if data + (cfg.model.context,) not in seen_data:
             seen_data.add(data + (cfg.model.context,))

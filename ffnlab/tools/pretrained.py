@@ -11,9 +11,9 @@ A swap changes the activation only (`swap_ffn(carry=True)`): gelu -> silu in a d
 geglu in a gated one. Every weight carries over (attention, embeddings, norms and the FFN matrices);
 nothing is newly initialised but a classification head the folder does not have. A swap to the other
 kind (dense -> gated) would need new FFN weights and is refused.
-The vocabulary is ffnlab's tokenizer's: its size must equal the model's (a folder that ffnlab
-pretrained with `--save-pretrained` on the same data and tokenizer fits); the folder's own Hugging
-Face tokenizer is not used.
+The tokenizer is the folder's tokenizer.json (`tokenizer="pretrained"`, what `--from` picks when the
+folder has one) or one of ffnlab's; its vocabulary must have the model's size (a folder that ffnlab
+pretrained with `--save-pretrained` on the same data and tokenizer fits).
 """
 
 from __future__ import annotations
@@ -74,12 +74,13 @@ def weight_files(path: Path) -> list[Path]:
 
 
 def folder_digest(folder: str | os.PathLike) -> str:
-    """sha256 (16 hex digits) of config.json and every safetensors file, names and bytes: a folder
+    """sha256 (16 hex digits) of config.json, tokenizer.json and every safetensors file: a folder
     whose weights or config changed is a different start, so a different run."""
     path = Path(folder)
     check_folder(path)
     digest = hashlib.sha256()
-    for file in [path / "config.json", *weight_files(path)]:
+    tokenizer = [path / "tokenizer.json"] if (path / "tokenizer.json").is_file() else []
+    for file in [path / "config.json", *tokenizer, *weight_files(path)]:
         digest.update(file.name.encode())
         with open(file, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):

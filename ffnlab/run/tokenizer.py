@@ -194,7 +194,7 @@ def build_bpe(texts: list[str], vocab_size: int, cache_dir: str | None) -> BPETo
     return BPETokenizer(tokenizer_json)
 
 
-TOKENIZERS = ("char", "byte", "bpe", "pretrained")
+TOKENIZERS = ("char", "byte", "bpe")  # built from texts; 'pretrained' reads a folder's tokenizer.json
 
 
 def folder_tokenizer(folder: str | None) -> BPETokenizer:
@@ -220,10 +220,11 @@ def build_tokenizer(
     vocab_size is for 'bpe' only (default DEFAULT_BPE_VOCAB, at least 257); 'char' takes its size
     from the texts and 'byte' is always 256; 'pretrained' is the tokenizer.json in `folder`.
     """
-    if kind not in TOKENIZERS:
-        raise ValueError(f"unknown tokenizer '{kind}'{closest(str(kind), TOKENIZERS)}; valid: {', '.join(TOKENIZERS)}")
     if kind == "pretrained":
         return folder_tokenizer(folder)
+    if kind not in TOKENIZERS:
+        valid = (*TOKENIZERS, "pretrained")
+        raise ValueError(f"unknown tokenizer '{kind}'{closest(str(kind), valid)}; valid: {', '.join(valid)}")
     texts = [texts] if isinstance(texts, str) else list(texts)
     if kind != "bpe" and vocab_size is not None:
         raise ValueError(f"vocab_size is for the 'bpe' tokenizer only; '{kind}' sets its own")

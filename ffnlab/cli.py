@@ -201,6 +201,13 @@ def apply_run_flags(base, args, file: dict | None = None):
 
         run["hf_config"] = load_hf_config(hf_config) if isinstance(hf_config, str) else hf_config
         model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
+    init_from = run.get("init_from", base.init_from)
+    if init_from and "ffn" not in model:  # fine-tuning keeps the folder's activation unless --ffn swaps it
+        from ffnlab.tools.pretrained import pretrained_ffn
+
+        model["ffn"] = pretrained_ffn(init_from)
+    if init_from and "tokenizer" not in run and os.path.isfile(os.path.join(init_from, "tokenizer.json")):
+        run["tokenizer"] = "pretrained"  # the folder's own tokenizer, unless --tokenizer says otherwise
     return replace(base, model=replace(base.model, **model), **run)
 
 
@@ -222,8 +229,12 @@ def cmd_train(args):
     if args.print_config:
         print(to_toml(asdict(cfg)))
         return
+    if args.command == "finetune" and not cfg.init_from:
+        raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
+    if args.save_pretrained and os.path.isfile(args.save_pretrained):  # a folder, created when saved
+        raise UsageError(f"--save-pretrained {args.save_pretrained} is a file; give a folder")
     show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
-    result = train(cfg, progress=show)
+    result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
     if args.out:
         write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
     if args.json:
@@ -346,15 +357,32 @@ def study_from_args(args):
         per_variant.setdefault(variant, {}).update(values)
     if per_variant and args.protocol:
         raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
+    variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
+    baseline = args.baseline or study.get("baseline")
+    if base.init_from:
+        from ffnlab.run.train import resolve_init
+
+        base = resolve_init(base)  # the folder's digest is part of the study
+        variants, baseline = finetune_variants(base.model.ffn, args.variants or study.get("variants"))
     return Study(
-        variants=args.variants or study.get("variants", list(DEFAULT_VARIANTS)),
+        variants=variants,
         seeds=seeds,
         base=base,
         axes=axes,
-        baseline=args.baseline or study.get("baseline"),
+        baseline=baseline,
         noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
         per_variant=per_variant,
     )
+
+
+def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
+    """(variants, baseline) of `compare --from`: keeping the folder's activation `own` (the baseline),
+    then each swap in --variants."""
+    from ffnlab.core.ffn import get_ffn_spec
+
+    if not swaps:
+        raise UsageError(f"compare --from needs --variants: the activations to swap to (the model runs {own})")
+    return [own] + [v for v in swaps if get_ffn_spec(v).name != get_ffn_spec(own).name], own
 
 
 def study_toml(study) -> str:
@@ -562,12 +590,22 @@ def build_parser() -> Parser:
                    help="layers of the --schedule (default: as many as it names)")  # fmt: skip
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("train", help="train one model and print its result")
-    add_run_args(p)
-    p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train)
+    for name, what in (
+        ("train", "train one model and print its result"),
+        ("finetune", "fine-tune a save_pretrained folder (--from), its FFN activation kept or swapped (--ffn)"),
+    ):
+        p = sub.add_parser(name, help=what)
+        add_run_args(p)
+        p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument(
+            "--save-pretrained",
+            default=None,
+            metavar="FOLDER",
+            help="save the trained Hugging Face model (--hf-config or --from) there, for a later --from",
+        )
+        p.set_defaults(func=cmd_train)
 
     add_compare_parser(sub)
     add_tool_parsers(sub)

@@ -22,8 +22,9 @@ from ffnlab._util.names import closest
 
 # short names that predate the derived ones; both work
 ALIASES = {"n_layers": "--layers", "n_heads": "--heads", "max_steps": "--steps", "warmup_steps": "--warmup",
-           "ffn_match": "--match"}  # fmt: skip
-NOT_FLAGS = ("model", "hf_config", "vocab_size")  # nested, a file path of its own, set from the tokenizer
+           "ffn_match": "--match", "init_from": "--from"}  # fmt: skip
+# nested, a file path of its own, set from the tokenizer, computed from the folder
+NOT_FLAGS = ("model", "hf_config", "vocab_size", "init_digest")
 
 
 def field_comments(cls: type) -> dict[str, str]:

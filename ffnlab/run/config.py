@@ -18,8 +18,12 @@ class TrainConfig:
 
     model: ModelConfig = field(default_factory=ModelConfig)  # vocab_size is set from the tokenizer
     hf_config: dict | None = None  # a Hugging Face config: train that architecture instead (FFN swapped)
+    init_from: str | None = None  # a save_pretrained folder to fine-tune from (its architecture and weights);
+    # model.ffn is then the activation it runs after a weight-keeping swap (ffnlab.tools.pretrained)
+    init_digest: str | None = None  # sha256 of that folder's config and weights, set when planned or run
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
-    tokenizer: Literal["char", "byte", "bpe"] = "char"  # characters, UTF-8 bytes, or BPE trained on the corpus
+    tokenizer: Literal["char", "byte", "bpe", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained on
+    # the corpus, or the tokenizer.json of the init_from folder
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face)
     label_field: str = "label"  # the label column, for task cls
@@ -77,6 +81,12 @@ class TrainConfig:
                 f"need weight_decay >= 0, noise_std >= 0, 0 <= beta2 < 1 and spike_factor > 1, got "
                 f"{self.weight_decay}, {self.noise_std}, {self.beta2}, {self.spike_factor}"
             )
+        if self.tokenizer == "pretrained" and not self.init_from:
+            raise ValueError(
+                "tokenizer 'pretrained' is the init_from folder's (--from); valid without it: char, byte, bpe"
+            )
+        if self.init_from and self.hf_config:
+            raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
         if self.device not in DEVICES:

@@ -113,7 +113,8 @@ def safe_chunks(text: str, size: int = CHUNK_CHARS):
 
 
 class BPETokenizer:
-    """Byte-level BPE (GPT-2 style) from Hugging Face `tokenizers`; lossless on any text."""
+    """Byte-level BPE (GPT-2 style) from Hugging Face `tokenizers`; lossless on any text. Also wraps a
+    pretrained folder's tokenizer.json (any `tokenizers` model), without its special tokens."""
 
     kind = "bpe"
 
@@ -127,10 +128,10 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         if len(text) <= CHUNK_CHARS:
-            return self.tokenizer.encode(text).ids
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
         # one long encode runs on one core (10 s for 5 MB); chunks cut where the byte-level
         # pre-tokenizer splits anyway encode in parallel to the same ids
-        encodings = self.tokenizer.encode_batch(list(safe_chunks(text, CHUNK_CHARS)))
+        encodings = self.tokenizer.encode_batch(list(safe_chunks(text, CHUNK_CHARS)), add_special_tokens=False)
         return [i for encoding in encodings for i in encoding.ids]
 
     def encode_array(self, text: str) -> np.ndarray:
@@ -193,19 +194,37 @@ def build_bpe(texts: list[str], vocab_size: int, cache_dir: str | None) -> BPETo
     return BPETokenizer(tokenizer_json)
 
 
-TOKENIZERS = ("char", "byte", "bpe")
+TOKENIZERS = ("char", "byte", "bpe")  # built from texts; 'pretrained' reads a folder's tokenizer.json
+
+
+def folder_tokenizer(folder: str | None) -> BPETokenizer:
+    """The tokenizer.json of a save_pretrained folder; ValueError if it has none."""
+    path = Path(folder or "") / "tokenizer.json"
+    if not folder or not path.is_file():
+        raise ValueError(
+            f"tokenizer 'pretrained' reads the tokenizer.json of the folder fine-tuned from (--from); "
+            f"{folder or 'no folder'} has none; use char, byte or bpe"
+        )
+    return BPETokenizer(path.read_text(encoding="utf-8"))
 
 
 def build_tokenizer(
-    kind: str, texts: list[str], vocab_size: int | None = None, cache_dir: str | None = None
+    kind: str,
+    texts: list[str],
+    vocab_size: int | None = None,
+    cache_dir: str | None = None,
+    folder: str | None = None,
 ) -> Tokenizer:
     """A tokenizer of `kind` for `texts` (pass every split for 'char', so val/test have no <unk>).
 
     vocab_size is for 'bpe' only (default DEFAULT_BPE_VOCAB, at least 257); 'char' takes its size
-    from the texts and 'byte' is always 256.
+    from the texts and 'byte' is always 256; 'pretrained' is the tokenizer.json in `folder`.
     """
+    if kind == "pretrained":
+        return folder_tokenizer(folder)
     if kind not in TOKENIZERS:
-        raise ValueError(f"unknown tokenizer '{kind}'{closest(str(kind), TOKENIZERS)}; valid: {', '.join(TOKENIZERS)}")
+        valid = (*TOKENIZERS, "pretrained")
+        raise ValueError(f"unknown tokenizer '{kind}'{closest(str(kind), valid)}; valid: {', '.join(valid)}")
     texts = [texts] if isinstance(texts, str) else list(texts)
     if kind != "bpe" and vocab_size is not None:
         raise ValueError(f"vocab_size is for the 'bpe' tokenizer only; '{kind}' sets its own")

@@ -59,11 +59,24 @@ Autocast = Callable[[], contextlib.AbstractContextManager]
 # ---- data -------------------------------------------------------------------------------------
 
 
+def data_args(cfg: TrainConfig) -> tuple:
+    """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
+    folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
+    return (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field, folder)
+
+
 @functools.lru_cache(maxsize=8)
 def load_data(
-    data: str, task: str, tokenizer: str, bpe_vocab: int, text_field: str, label_field: str
+    data: str,
+    task: str,
+    tokenizer: str,
+    bpe_vocab: int,
+    text_field: str,
+    label_field: str,
+    folder: str | None = None,
 ) -> tuple[Corpus, Tokenizer, dict[str, Split]]:
-    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps."""
+    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `folder` is
+    where the 'pretrained' tokenizer's tokenizer.json is."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
@@ -73,6 +86,7 @@ def load_data(
         tokenizer,
         all_text if tokenizer == "char" else corpus.train,
         vocab_size=bpe_vocab if tokenizer == "bpe" else None,
+        folder=folder,
     )
     splits = {}
     for split in ("train", "val", "test"):
@@ -164,6 +178,40 @@ def hf_factory(hf_config: dict) -> ModelFactory:
         )
 
     return build
+
+
+def pretrained_factory(folder: str) -> ModelFactory:
+    """model_factory loading a save_pretrained folder, its FFN activation swapped to model.ffn with
+    the weights kept (ffnlab.tools.pretrained); the seed only draws a new classification head."""
+    from ffnlab.tools.pretrained import load_pretrained
+
+    def build(mcfg: ModelConfig, seed: int) -> nn.Module:
+        return load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+
+    return build
+
+
+def resolve_init(cfg: TrainConfig) -> TrainConfig:
+    """cfg with init_digest set from its init_from folder; ValueError if the folder changed since the
+    run was planned (its digest then differs from the one in the config)."""
+    if not cfg.init_from:
+        return cfg
+    from ffnlab.tools.pretrained import folder_digest
+
+    digest = folder_digest(cfg.init_from)
+    if cfg.init_digest not in (None, digest):
+        raise ValueError(
+            f"{cfg.init_from} changed since the run was planned (digest {digest}, planned {cfg.init_digest}); "
+            "plan the study again"
+        )
+    return replace(cfg, init_digest=digest)
+
+
+def default_factory(cfg: TrainConfig) -> ModelFactory:
+    """The model a config asks for: a pretrained folder, a Hugging Face architecture, or ffnlab's Transformer."""
+    if cfg.init_from:
+        return pretrained_factory(cfg.init_from)
+    return hf_factory(cfg.hf_config) if cfg.hf_config else Transformer
 
 
 def lr_at(progress: float, step: int, cfg: TrainConfig) -> float:
@@ -305,6 +353,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     started = time.perf_counter()
     device = resolve_device(cfg.device)
     cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))  # the stored config says what ran
+    cfg = resolve_init(cfg)
     task = cfg.model.task
     if cfg.threads:  # NOTE: on a shared machine one thread per run beats two fighting for cores (train_speed.md)
         torch.set_num_threads(cfg.threads)
@@ -312,14 +361,13 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         torch.cuda.reset_peak_memory_stats()
 
     # -- data and model
-    corpus, tok, splits = load_data(cfg.data, task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
+    corpus, tok, splits = load_data(*data_args(cfg))
     n_classes = len(corpus.classes) if task == "cls" else cfg.model.n_classes
     mcfg = replace(cfg.model, vocab_size=tok.vocab_size, n_classes=n_classes)
     check_data(splits, task, mcfg.context, cfg.data)
-    if model_factory is None and not cfg.hf_config:
+    if model_factory is None and not (cfg.hf_config or cfg.init_from):
         check_fits(cfg, mcfg, device)
-    if model_factory is None:
-        model_factory = hf_factory(cfg.hf_config) if cfg.hf_config else Transformer
+    model_factory = model_factory or default_factory(cfg)
     model, opt, gen = build_model(cfg, mcfg, model_factory, device)
     val_batches = on_device(eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context), device)
     tokens_per_step = cfg.batch_size * mcfg.context
@@ -371,6 +419,7 @@ def train(
     progress: Progress | None = None,
     model_factory: ModelFactory | None = None,
     weights_path: str | os.PathLike | None = None,
+    pretrained_path: str | os.PathLike | None = None,
 ) -> RunResult:
     """Run one training and return what it measured.
 
@@ -379,8 +428,12 @@ def train(
     Hugging Face architecture when `cfg.hf_config` is set); the module must take (idx, targets)
     and return (logits, loss).
     `weights_path`: where to write the final weights (safetensors) of a finished run.
+    `pretrained_path`: a folder to `save_pretrained` a finished Hugging Face model (hf_config or
+    init_from) into, for fine-tuning later (`init_from`); ValueError at once for ffnlab's Transformer.
     A run that hits a non-finite loss or gradient ends with status 'diverged'; it never raises.
     """
+    if pretrained_path is not None and not (cfg.hf_config or cfg.init_from):
+        raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     setup = prepare(cfg, model_factory)
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
     status = "finished"
@@ -428,14 +481,19 @@ def train(
             save_checkpoint(setup.checkpoint_dir, model, state)
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
-    return finish(setup, status, step, time.perf_counter() - t0, weights_path)
+    return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
 
 
 def finish(
-    setup: Setup, status: str, step: int, train_seconds: float, weights_path: str | os.PathLike | None = None
+    setup: Setup,
+    status: str,
+    step: int,
+    train_seconds: float,
+    weights_path: str | os.PathLike | None = None,
+    pretrained_path: str | os.PathLike | None = None,
 ) -> RunResult:
-    """Wrap a run up: a finished run's final evaluations (it is 'diverged' if they are not finite) and
-    weights, then the RunResult of everything the run measured."""
+    """Wrap a run up: a finished run's final evaluations (it is 'diverged' if they are not finite),
+    weights and save_pretrained folder, then the RunResult of everything the run measured."""
     hist = setup.hist
     evals = {"final": {}, "behaviour": {}, "mixtures": {}, "noisy": {}, "test": {}}
     if status == "finished":
@@ -443,8 +501,8 @@ def finish(
         if not math.isfinite(evals["final"]["loss"]):
             status = "diverged"
             hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(evals["final"]["loss"])})
-        elif weights_path is not None:
-            save_weights(setup.model, Path(weights_path))
+        else:
+            save_final(setup, weights_path, pretrained_path)
     final, noisy, test = evals["final"], evals["noisy"], evals["test"]
     return RunResult(
         ffn=setup.model_cfg.ffn,
@@ -470,6 +528,17 @@ def finish(
         events=hist["events"],
         config=setup.cfg.to_dict(),
     )
+
+
+def save_final(setup: Setup, weights_path: str | os.PathLike | None, pretrained_path: str | os.PathLike | None) -> None:
+    """A finished run's weights (safetensors) and its Hugging Face model as a save_pretrained folder;
+    a swapped model is saved with its original FFN modules, so the folder loads with from_pretrained."""
+    if weights_path is not None:
+        save_weights(setup.model, Path(weights_path))
+    if pretrained_path is not None:
+        from ffnlab.tools.hf import save_unswapped
+
+        save_unswapped(setup.model.hf, Path(pretrained_path))
 
 
 def final_evaluations(setup: Setup, step: int, train_seconds: float) -> dict[str, dict]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
-from ffnlab.run.train import check_data, load_data, train
+from ffnlab.run.train import check_data, data_args, load_data, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, plan, plan_precision, run_id, study_id
 from ffnlab.study.store import DEFAULT_PATH, Store
@@ -203,7 +203,7 @@ def preflight(runs: list[TrainConfig]):
     for cfg in runs:
         if cfg.hf_config:
             single_ffn_spec(cfg.model.ffn)  # a Hugging Face model's FFNs are all swapped for one variant
-        data = (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field)
+        data = data_args(cfg)
         corpus, tok, splits = load_data(*data)
         if data + (cfg.model.context,) not in seen_data:
             seen_data.add(data + (cfg.model.context,))

@@ -14,6 +14,7 @@ from ffnlab._util.names import closest
 from ffnlab.core.ffn import get_ffn_spec, layer_variants
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.device import resolve_precision
+from ffnlab.run.train import resolve_init
 
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
 # SwiGLU in LLaMA) with 4 seeds: with fewer variants Holm's correction spends less of alpha, and 4
@@ -160,7 +161,7 @@ def plan(study: Study) -> list[TrainConfig]:
     """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds."""
     axis_names = list(study.axes)
     runs = []
-    base = replace(study.base, precision=plan_precision(study.base))
+    base = resolve_init(replace(study.base, precision=plan_precision(study.base)))  # a changed folder: new ids
     for values in itertools.product(*(study.axes[a] for a in axis_names)):
         cfg = base
         for axis, value in zip(axis_names, values):

@@ -73,11 +73,9 @@ def time_band(losses: list[dict[int, float]], times: list[dict[int, float]], lev
 def fixed_input(cfg: TrainConfig) -> tuple[torch.Tensor, str, ModelConfig]:
     """The first `context` tokens of the validation split, its text, and the model config the
     trained weights need (vocabulary and classes from the data)."""
-    from ffnlab.run.train import crop_or_repeat, load_data
+    from ffnlab.run.train import crop_or_repeat, data_args, load_data
 
-    corpus, tokenizer, splits = load_data(
-        cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field
-    )
+    corpus, tokenizer, splits = load_data(*data_args(cfg))
     context = cfg.model.context
     ids = splits["val"][:context] if cfg.model.task == "lm" else crop_or_repeat(splits["val"][0][0], context)
     model_config = replace(

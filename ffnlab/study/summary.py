@@ -347,7 +347,12 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
     if any(study.per_variant.values()):
         equal = [row for row in equal if row[0] != "learning rate and schedule"]
         unequal.append(per_variant_row(study))
-    for rows in (parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study)):
+    if b.init_from:  # fine-tuning: the folder's weights, widths and biases for every variant
+        equal = [row for row in equal if row[0] != "non-FFN weights"]
+        sources = (pretrained_rows(study), budget_rows(study))
+    else:
+        sources = (parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study))
+    for rows in sources:
         equal += rows["equal"]
         unequal += rows["unequal"]
     if study.base.model.dropout:
@@ -363,6 +368,24 @@ def attn_act_row(study: Study) -> list[str]:
         values = "; ".join(map(str, study.axes["attn_act"]))
         return ["Q/K/V activations", f"the attn_act axis ({values}): the same for every variant within a cell"]
     return ["Q/K/V activations", f"{describe_attn_act(qkv_act_spec(study.base.model))} for every variant"]
+
+
+def pretrained_rows(study: Study) -> dict[str, list[list[str]]]:
+    """Fine-tuning from a pretrained folder: every weight is the folder's, only the activation changes."""
+    b, own = study.base, study.baseline  # the CLI makes the folder's own activation the baseline
+    equal = [
+        ["pretrained weights", f"every variant and seed starts from {b.init_from} (digest {b.init_digest or '-'}): "
+                               "attention, embeddings, norms and the FFN matrices carried over"],
+        ["parameters", "the pretrained FFN widths and matrices: a swap changes the activation only"],
+        ["warm-up", f"a fresh warm-up of {b.warmup_steps} steps from the pretrained weights for every variant"],
+    ]  # fmt: skip
+    swaps = [v for v in study.variants if v != own]
+    unequal = [["FFN activation", f"{own} kept (the pretrained one) vs swapped to {', '.join(swaps) or '-'}, "
+                                  "the FFN weights unchanged"]]  # fmt: skip
+    if b.model.task == "cls":
+        unequal.append(["classification head", "newly initialised (the folder has none); the same for every "
+                                               "variant with one seed"])  # fmt: skip
+    return {"equal": equal, "unequal": unequal}
 
 
 def per_variant_row(study: Study) -> list[str]:

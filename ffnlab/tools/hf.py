@@ -17,6 +17,7 @@ writes to config.json and `load_swapped` reads to rebuild the same modules befor
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -34,6 +35,7 @@ from ffnlab._util.names import closest
 from ffnlab.core.activations import ACTIVATIONS, InputMixture, get_activation
 from ffnlab.core.ffn import (
     DEFAULT_INIT,
+    FFNS,
     GATED,
     MATCHES,
     DenseFFN,
@@ -367,6 +369,11 @@ def _make_ffn(
     return ffn
 
 
+def _of_kind(kind: str) -> list[str]:
+    """The FFN variants of one kind (dense or gated), by name."""
+    return [name for name, spec in FFNS.items() if spec.kind == kind]
+
+
 def _own_name(kind: str, act: str) -> str:
     if kind == "dense":
         return act
@@ -376,7 +383,9 @@ def _own_name(kind: str, act: str) -> str:
         return f"gated {act}"
 
 
-def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFAULT_INIT) -> dict[str, nn.Module]:
+def swap_ffn(
+    model: nn.Module, ffn: str, match: str = "params", init: str = DEFAULT_INIT, carry: bool = False
+) -> dict[str, nn.Module]:
     """Replace every FFN of this Hugging Face model instance by the ffnlab variant `ffn`, in place.
 
     Returns {module path: module it replaced} (`restore_ffn` puts them back). Device and dtype stay.
@@ -388,6 +397,10 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
     activation expression is kept, so logits are unchanged bit for bit. Otherwise the FFNs are
     freshly initialised (`init`, see ffnlab.core.ffn.init_ffn; global RNG) and a PretrainedWeightsWarning
     says the model needs (continued) training.
+
+    `carry=True` is the activation-only swap of fine-tuning: `ffn` must be of the model's kind
+    (dense or gated), keeps its width and takes over its weights; only the activation changes
+    (recorded with match "none", the width kept). ValueError for a variant of the other kind.
     """
     family_name, family = model_family(model)
     units = [(path, m) for path, m in model.named_modules() if path and family.is_ffn(path, m)]
@@ -409,12 +422,17 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
         bias = any(k.endswith(".bias") for k in state)
         own = FFNSpec(_own_name(kind, own_act), kind, (own_act,), "", "")
         same = spec.kind == kind and canonical(spec.acts[0]) == canonical(own_act)
-        width = d_ff if same else swap_width(spec, own, d_model, d_ff, bias, match)
+        if carry and spec.kind != kind:
+            raise ValueError(
+                f"'{spec.name}' is a {spec.kind} FFN but the model's are {kind}: a swap that keeps the "
+                f"pretrained FFN weights changes the activation only; {kind} variants: {', '.join(_of_kind(kind))}"
+            )
+        width = d_ff if same or carry else swap_width(spec, own, d_model, d_ff, bias, match)
         new = _make_ffn(
             spec, own.acts if same else spec.acts, d_model, width, bias, family.hidden_dropout(unit), exact=same
         )
-        if same:
-            new.load_state_dict(state)  # copies; strict, so every weight has its place
+        if same or carry:  # copies; strict for the own function, else a learnable activation keeps its init
+            new.load_state_dict(state, strict=same)
         else:
             init_ffn(new, init)
             fresh = own.name
@@ -425,7 +443,10 @@ def swap_ffn(model: nn.Module, ffn: str, match: str = "params", init: str = DEFA
         for new_path, old in family.install(model, path, new).items():
             model.get_submodule(new_path).train(old.training)  # new modules start in train mode
             replaced[new_path] = old
-    model.config.ffnlab_ffn = {"ffn": spec.name, "match": match}  # saved with the config: see load_swapped
+    model.config.ffnlab_ffn = {
+        "ffn": spec.name,
+        "match": "none" if carry else match,
+    }  # saved with the config: see load_swapped
     # ... and its digest saved with the weights, so an edited config.json cannot relabel them
     model.register_buffer(DIGEST_KEY, ffn_digest(model.config.ffnlab_ffn), persistent=True)
     if fresh:
@@ -463,6 +484,57 @@ def _tied_to(model: nn.Module, key: str, loaded: set[int]) -> bool:
         return model.get_parameter(key).data_ptr() in loaded
     except AttributeError:  # a buffer, or no such parameter
         return False
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers without its progress bars and warnings (load and save report nothing we need)."""
+    from transformers.utils import logging
+
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def save_unswapped(model: nn.Module, folder: str | os.PathLike) -> None:
+    """Save a swapped model as a plain Hugging Face folder (`from_pretrained` loads it): its config
+    names the swapped activation and its FFN weights sit in the architecture's own modules.
+
+    Possible where the ffnlab FFN is of the architecture's kind (dense or gated) and width and its
+    activation has a Hugging Face name: swiglu or reglu in LLaMA, gelu_new or relu in GPT-2; else ValueError.
+    """
+    family_name, family = model_family(model)
+    info = getattr(model.config, "ffnlab_ffn", None)
+    if not isinstance(info, dict):
+        raise ValueError("the model's FFN was not swapped by swap_ffn; save it with save_pretrained")
+    config = copy.deepcopy(model.config)
+    del config.ffnlab_ffn
+    key = next(k for k in HF_KEYS if _get(config, k))
+    setattr(config, key, ffnlab_to_hf(info["ffn"], key))
+    with torch.random.fork_rng(devices=[]):
+        plain = type(model)(config)
+    units = [m for path, m in plain.named_modules() if path and family.is_ffn(path, m)]
+    ffns = ffn_modules(model)
+    with torch.no_grad():
+        for unit, ffn in zip(units, ffns):
+            targets, source = family.weights(unit), ffn.state_dict()
+            if set(targets) != set(source) or any(t.shape != source[n].shape for n, t in targets.items()):
+                raise ValueError(
+                    f"a {ffn.spec.kind} {ffn.spec.name} FFN of width {ffn.d_ff} does not fit {family_name}'s own "
+                    "FFN modules; train a variant of the architecture's kind with --match none to save this folder"
+                )
+            for name, target in targets.items():
+                target.copy_(source[name])  # a view for GPT-2's transposed Conv1D: writes the parameter
+        state = {k: v for k, v in model.state_dict().items() if k != DIGEST_KEY}
+        plain.load_state_dict({k: v for k, v in state.items() if k in plain.state_dict()}, strict=False)
+    with quiet_transformers():
+        plain.save_pretrained(os.fspath(folder), safe_serialization=True)
 
 
 def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> nn.Module:

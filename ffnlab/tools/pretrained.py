@@ -1,0 +1,156 @@
+"""A local `save_pretrained` folder as the start of a fine-tuning run, its FFN activation optionally swapped.
+
+    check_folder(folder)              the folder's config as a dict; one-line ValueError if it cannot be used
+    folder_digest(folder)             sha256 of config.json and the safetensors weights: part of a run's identity
+    pretrained_ffn(folder)            the ffnlab FFN variant the folder's model runs (the "keep" variant)
+    load_pretrained(folder, ffn, ...) the model with its weights (safetensors only), behind ffnlab's interface
+
+Supported: the llama (LLaMA, Mistral, Qwen2, Qwen3, Gemma), gpt2 and bert (BERT, RoBERTa) families of
+`ffnlab.tools.hf.FAMILIES`, for the LM and classification tasks (T5, encoder-decoder, is not).
+A swap changes the activation only (`swap_ffn(carry=True)`): gelu -> silu in a dense FFN, swiglu ->
+geglu in a gated one. Every weight carries over (attention, embeddings, norms and the FFN matrices);
+nothing is newly initialised but a classification head the folder does not have. A swap to the other
+kind (dense -> gated) would need new FFN weights and is refused.
+The tokenizer is the folder's tokenizer.json (`tokenizer="pretrained"`, what `--from` picks when the
+folder has one) or one of ffnlab's; its vocabulary must have the model's size (a folder that ffnlab
+pretrained with `--save-pretrained` on the same data and tokenizer fits).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from ffnlab.tools.hf import (
+    FAMILIES,
+    HFModel,
+    HFModelConfig,
+    PretrainedWeightsWarning,
+    ffn_modules,
+    model_family,
+    quiet_transformers,
+    swap_ffn,
+)
+
+TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)  # what fine-tuning supports
+
+
+def check_folder(folder: str | os.PathLike) -> dict:
+    """The config.json of a save_pretrained folder as a dict. ValueError, one line, when the folder is
+    missing, has no config.json or safetensors weights, was saved after swap_ffn, or its family is
+    not supported for fine-tuning."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"pretrained folder {folder} does not exist or is not a folder")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{folder} has no config.json: not a save_pretrained folder")
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot parse {folder}/config.json: {e}") from None
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise ValueError(f"{folder}/config.json has no model_type")
+    family_name, _ = model_family(config)  # UnsupportedModelError (a ValueError) names the supported ones
+    if family_name not in TASK_FAMILIES:
+        raise ValueError(
+            f"fine-tuning does not support the {family_name} family ('{config['model_type']}'); "
+            f"supported families: {', '.join(TASK_FAMILIES)}"
+        )
+    if "ffnlab_ffn" in config:
+        raise ValueError(f"{folder} was saved after swap_ffn; fine-tune from the folder of the unswapped model")
+    if not weight_files(path):
+        raise ValueError(f"{folder} has no .safetensors weights; save with save_pretrained(safe_serialization=True)")
+    return config
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The folder's safetensors files, sorted."""
+    return sorted(path.glob("*.safetensors"))
+
+
+def folder_digest(folder: str | os.PathLike) -> str:
+    """sha256 (16 hex digits) of config.json, tokenizer.json and every safetensors file: a folder
+    whose weights or config changed is a different start, so a different run."""
+    path = Path(folder)
+    check_folder(path)
+    digest = hashlib.sha256()
+    tokenizer = [path / "tokenizer.json"] if (path / "tokenizer.json").is_file() else []
+    for file in [path / "config.json", *tokenizer, *weight_files(path)]:
+        digest.update(file.name.encode())
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def pretrained_ffn(folder: str | os.PathLike) -> str:
+    """The ffnlab FFN variant the folder's model runs: 'swiglu' for LLaMA, 'gelu_new' for GPT-2."""
+    from ffnlab.tools.hf import _gated_name, model_activation
+
+    config = check_folder(folder)
+    act = model_activation(config)
+    return _gated_name(act) if model_family(config)[0] == "llama" else act
+
+
+def load_pretrained(
+    folder: str | os.PathLike,
+    ffn: str,
+    task: str = "lm",
+    n_classes: int = 2,
+    vocab_size: int | None = None,
+    context: int | None = None,
+) -> HFModel:
+    """The folder's model with its weights, its FFN activation swapped to `ffn` (weights carried over,
+    see the module docstring), as an HFModel for training. ValueError when the vocabulary or context
+    does not fit, or `ffn` is of the other kind than the model's FFN."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    config = check_folder(folder)
+    _, family = model_family(config)
+    if task not in family.tasks:
+        raise ValueError(f"unknown task '{task}'; valid: {', '.join(family.tasks)}")
+    hf_config = AutoConfig.from_pretrained(os.fspath(folder), use_cache=False, **family.tasks[task])
+    if vocab_size is not None and vocab_size != hf_config.vocab_size:
+        raise ValueError(
+            f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
+            f"{vocab_size}; fine-tune with the data and --tokenizer it was pretrained with"
+        )
+    context = context or hf_config.max_position_embeddings
+    if context > hf_config.max_position_embeddings:
+        raise ValueError(
+            f"--context {context} exceeds the {hf_config.max_position_embeddings} positions of the model in {folder}"
+        )
+    if task == "cls":
+        hf_config.num_labels = n_classes
+    auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
+    with quiet_transformers():  # the new classification head is named in the comparison's settings
+        hf = auto.from_pretrained(
+            os.fspath(folder), config=hf_config, use_safetensors=True, local_files_only=True, dtype=torch.float32
+        )
+    if task == "cls" and hf.config.pad_token_id is None:
+        hf.config.pad_token_id = -1  # as in build_hf_model: the last position is the last token
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PretrainedWeightsWarning)
+        swap_ffn(hf, ffn, match="none", carry=True)
+    ffns = ffn_modules(hf)
+    cfg = HFModelConfig(
+        model_type=hf_config.model_type,
+        ffn=ffns[0].spec.name,
+        match="none",
+        seed=0,
+        task=task,
+        context=context,
+        vocab_size=hf_config.vocab_size,
+        d_model=hf_config.hidden_size,
+        d_ff=ffns[0].d_ff,
+        n_layers=hf_config.num_hidden_layers,
+        n_classes=n_classes,
+        init="pretrained",
+        hf_config=hf_config.to_dict(),
+    )
+    return HFModel(hf, cfg)

@@ -1,0 +1,176 @@
+"""Fine-tuning from a save_pretrained folder: a tiny LLaMA pretrained here by ffnlab, kept or swapped."""
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from ffnlab.core.ffn import activation_name
+from ffnlab.core.model import ModelConfig
+from ffnlab.run.config import TrainConfig
+from ffnlab.run.train import evaluate, prepare, resolve_init, train
+from ffnlab.study.plan import Study, plan, run_id
+from ffnlab.tools.hf import build_hf_model, ffn_modules, save_unswapped
+from ffnlab.tools.pretrained import check_folder, folder_digest, load_pretrained, pretrained_ffn
+from tests.conftest import assert_close
+
+LLAMA = dict(
+    model_type="llama",
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
+GPT2 = dict(model_type="gpt2", n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)
+BERT = dict(model_type="bert", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+SMALL = dict(batch_size=4, eval_every=100, eval_batches=2, final_eval_batches=1, precision="fp32", warmup_steps=2)
+
+
+def tiny(ffn: str, **kw) -> TrainConfig:
+    return TrainConfig(model=ModelConfig(ffn=ffn, context=16), **{**SMALL, **kw})
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """(folder, result): a tiny LLaMA trained 15 steps on the bundled corpus, saved with save_pretrained."""
+    folder = tmp_path_factory.mktemp("pretrained") / "llama"
+    result = train(tiny("swiglu", hf_config=LLAMA, max_steps=15, lr=1e-2), pretrained_path=folder)
+    return folder, result
+
+
+def test_keep_starts_at_the_pretrained_loss(pretrained):
+    folder, before = pretrained
+    setup = prepare(tiny("swiglu", init_from=str(folder)))
+    start = evaluate(setup.model, setup.val_batches, "lm", setup.autocast)["loss"]
+    assert start == pytest.approx(before.history["val"][-1]["loss"], abs=1e-5)  # the same weights, same batches
+    assert start < before.history["val"][0]["loss"] - 0.3  # far below a random init's loss
+    assert setup.cfg.init_digest == folder_digest(folder)
+
+
+def test_swap_puts_the_new_activation_in_place_and_keeps_the_weights(pretrained):
+    folder, _ = pretrained
+    keep, swap = (prepare(tiny(ffn, init_from=str(folder))) for ffn in ("swiglu", "reglu"))
+    kept, swapped = ffn_modules(keep.model.hf), ffn_modules(swap.model.hf)
+    assert [f.spec.name for f in swapped] == ["reglu"] and activation_name(swapped[0].act) == "relu"
+    assert activation_name(kept[0].act) == "silu"
+    assert_close(swapped[0].w_gate.weight, kept[0].w_gate.weight)  # weights carried over, not re-initialised
+    losses = [evaluate(s.model, s.val_batches, "lm", s.autocast)["loss"] for s in (keep, swap)]
+    assert abs(losses[0] - losses[1]) > 1e-4
+
+
+def test_swap_to_the_other_kind_is_refused(pretrained):
+    folder, _ = pretrained
+    with pytest.raises(ValueError, match="'gelu' is a dense FFN but the model's are gated") as e:
+        prepare(tiny("gelu", init_from=str(folder)))
+    assert "\n" not in str(e.value) and "swiglu" in str(e.value)  # names the valid choices
+
+
+def test_bad_folders_give_one_line_errors(pretrained, tmp_path):
+    folder, _ = pretrained
+    (tmp_path / "empty").mkdir()
+    t5 = tmp_path / "t5"
+    t5.mkdir()
+    (t5 / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "whisper"}))
+    cases = {
+        tmp_path / "missing": "does not exist",
+        tmp_path / "empty": "has no config.json",
+        t5: "does not support the t5 family",
+        other: "unsupported architecture 'whisper'",
+    }
+    for path, message in cases.items():
+        with pytest.raises(ValueError, match=message) as e:
+            check_folder(path)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="vocabulary of .* tokens, the tokenizer gives 256"):
+        prepare(tiny("swiglu", init_from=str(folder), tokenizer="byte"))
+    with pytest.raises(ValueError, match="exceeds the 16 positions"):
+        prepare(replace(tiny("swiglu", init_from=str(folder)), model=ModelConfig(ffn="swiglu", context=64)))
+
+
+def test_a_changed_folder_is_another_run(pretrained, tmp_path):
+    folder, _ = pretrained
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    study = Study(variants=["swiglu"], seeds=1, base=tiny("swiglu", init_from=str(copy)), baseline="swiglu")
+    before = run_id(plan(study)[0])
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "rms_norm_eps": 1e-5}))
+    assert run_id(plan(study)[0]) != before
+    with pytest.raises(ValueError, match="changed since the run was planned"):
+        resolve_init(replace(study.base, init_digest="0" * 16))
+
+
+@pytest.mark.parametrize(
+    ("hf_config", "own", "swap", "act"),
+    [(LLAMA, "swiglu", "geglu", "gelu"), (GPT2, "gelu_new", "relu", "relu"), (BERT, "gelu", "silu", "silu")],
+)
+def test_saved_folder_loads_back_and_swaps_keeping_the_weights(hf_config, own, swap, act, tmp_path):
+    model = build_hf_model(hf_config, own, vocab_size=50, context=16, seed=1).eval()
+    save_unswapped(model.hf, tmp_path)
+    assert pretrained_ffn(tmp_path) == own
+    loaded = load_pretrained(tmp_path, own, vocab_size=50, context=16).eval()
+    idx = torch.randint(50, (2, 16), generator=torch.Generator().manual_seed(0))
+    assert_close(loaded(idx)[0], model(idx)[0])
+    swapped = load_pretrained(tmp_path, swap, vocab_size=50, context=16).eval()
+    ffn, own_ffn = ffn_modules(swapped.hf)[0], ffn_modules(model.hf)[0]
+    assert activation_name(ffn.act) == act
+    assert all(torch.equal(a, b) for a, b in zip(ffn.state_dict().values(), own_ffn.state_dict().values()))
+    assert not torch.allclose(swapped(idx)[0], model(idx)[0])
+    head = load_pretrained(tmp_path, own, task="cls", n_classes=3)  # a new head on the pretrained body
+    assert head(idx)[0].shape == (2, 3)
+
+
+def test_cli_finetune(pretrained, run_cli):
+    folder, _ = pretrained
+    flags = ["--steps", 2, "--context", 16, "--batch-size", 4, "--eval-batches", 1, "--final-eval-batches", 1]
+    code, out, err = run_cli("finetune", "--from", folder, "--ffn", "reglu", "--quiet", *flags)
+    assert code == 0, err
+    assert out.startswith("reglu: finished after 2 steps")
+    code, _, err = run_cli("finetune", "--from", folder.parent / "nope", "--quiet", *flags)
+    assert code == 2 and "does not exist" in err
+    code, _, err = run_cli("train", "--save-pretrained", folder.parent / "x", "--quiet", *flags)
+    assert code == 2 and "needs a Hugging Face model" in err
+
+
+@pytest.mark.slow
+def test_cli_compare_keep_against_swap_with_an_lr_axis(pretrained, run_cli, tmp_path):
+    folder, _ = pretrained
+    code, out, err = run_cli(
+        "compare", "--from", folder, "--variants", "reglu", "--seeds", 2, "--lr-axis", "1e-3,3e-4",
+        "--steps", 3, "--context", 16, "--batch-size", 4, "--eval-batches", 1, "--final-eval-batches", 1,
+        "--precision", "fp32", "--jobs", 1, "--store", tmp_path / "runs.db", "--no-report", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    settings = summary["settings"]
+    assert settings["variants"] == ["swiglu", "reglu"]
+    held = dict(map(tuple, settings["held_equal"]))
+    assert folder_digest(folder) in held["pretrained weights"] and "warm-up" in held
+    assert "swiglu kept" in dict(map(tuple, settings["not_equal"]))["FFN activation"]
+
+
+def test_the_folders_own_tokenizer(tmp_path, run_cli):
+    from ffnlab.run.tokenizer import train_bpe
+
+    text = "".join(f"Line {i}: to be, or not to be, that is the question.\n" for i in range(400))
+    (tmp_path / "corpus.txt").write_text(text)  # small, so the BPE encodes it in no time
+    tokenizer_json = train_bpe([text], 300)
+    vocab = json.loads(tokenizer_json)["model"]["vocab"]
+    model = build_hf_model(LLAMA, "swiglu", vocab_size=len(vocab), context=16)
+    folder = tmp_path / "model"
+    save_unswapped(model.hf, folder)
+    digest = folder_digest(folder)
+    (folder / "tokenizer.json").write_text(tokenizer_json)
+    assert folder_digest(folder) != digest  # the tokenizer is part of the start
+    setup = prepare(tiny("swiglu", init_from=str(folder), tokenizer="pretrained", data=str(tmp_path / "corpus.txt")))
+    assert setup.vocab_size == len(vocab)
+    with pytest.raises(ValueError, match="tokenizer 'pretrained' is the init_from folder's"):
+        tiny("swiglu", tokenizer="pretrained")
+    code, out, err = run_cli("finetune", "--from", folder, "--print-config")  # picked when the folder has one
+    assert code == 0 and 'tokenizer = "pretrained"' in out

@@ -106,6 +106,13 @@ def test_opt_sets_per_variant_optimiser_settings_in_the_runs_and_the_output(run_
     assert runs["relu", 0].lr == study.base.lr and runs["relu", 0].beta2 == study.base.beta2
     plain = study_from_args(build_parser().parse_args(argv[:7]))
     assert run_id(runs["gelu", 0]) not in {run_id(c) for c in plan(plain)}  # the setting is part of the identity
+    from ffnlab.study.render import settings_rows
+    from ffnlab.study.summary import settings_of
+
+    settings = settings_of(study)
+    assert settings["per_variant"] == study.per_variant  # compare --json
+    rows = dict(settings_rows({"settings": settings, "env": {}, "baseline": "relu", "store": "s.db"}))  # the report
+    assert rows["per-variant settings"] == "gelu: lr 0.0001, beta2 0.98, warmup_steps 3"
     not_equal = dict(held_equal(study)["not_equal"])
     assert "gelu: lr 0.0001, beta2 0.98, warmup_steps 3" in not_equal["per-variant settings"]
     code, out, _ = run_cli(*argv, "--print-config")

@@ -270,6 +270,12 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
         ("seeds", f"{settings['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
         ("variants", ", ".join(settings["variants"]) + f" (baseline {data['baseline']})"),
     ]
+    if settings.get("per_variant"):
+        rows.append(("per-variant settings", "; ".join(
+            f"{v}: " + ", ".join(f"{k} {x}" for k, x in o.items()) for v, o in settings["per_variant"].items())))  # fmt: skip
+    if settings.get("pretrained"):
+        rows.append(("pretrained", f"fine-tuned from {settings['pretrained']['from']} "
+                                   f"(digest {settings['pretrained']['digest']})"))  # fmt: skip
     if settings.get("axes"):
         rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in settings["axes"].items())))
     if env:

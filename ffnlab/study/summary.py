@@ -318,6 +318,7 @@ def settings_of(study: Study) -> dict:
         "variants": study.variants,
         "axes": study.axes,
         "per_variant": study.per_variant,
+        "pretrained": {"from": b.init_from, "digest": b.init_digest} if b.init_from else None,
         **held_equal(study),
     }
 

@@ -235,32 +235,12 @@ def test_compare_json_and_csv(run_cli, tmp_path):
     assert code == 0, err
     d = json.loads(out)
     assert d["baseline"] == "relu" and d["store"].endswith("s.db")
-    keys = {
-        "ffn",
-        "n_seeds",
-        "mean",
-        "std",
-        "ci_low",
-        "ci_high",
-        "delta",
-        "delta_ci_low",
-        "delta_ci_high",
-        "p_adj",
-        "significant",
-        "params",
-        "flops_per_token",
-        "tokens_per_s",
-        "train_mem_bytes",
-        "saved_bytes",
-        "diverged",
-        "test_mean",
-        "noisy_mean",
-        "noise_delta",
-        "ppl",
-        "ffn_grad_mean",
-        "ffn_grad_std",
-        "learned",
-    }
+    # the row keys the README documents for compare --json
+    keys = set(
+        "ffn n_seeds mean std ci_low ci_high delta delta_ci_low delta_ci_high p_adj significant params "  # noqa: SIM905
+        "flops_per_token tokens_per_s train_mem_bytes saved_bytes diverged test_mean noisy_mean "
+        "noise_delta ppl ffn_grad_mean ffn_grad_std learned".split()
+    )
     assert all(keys <= set(v) for v in d["variants"])
     gelu = next(v for v in d["variants"] if v["ffn"] == "gelu")
     assert gelu["p_adj"] is None and "needs >= 3 seeds" in d["verdict"]  # 2 seeds: interval, no test

@@ -138,3 +138,24 @@ def test_bf16_is_neither_calibrated_nor_timed_where_it_is_emulated(monkeypatch):
     monkeypatch.setattr(bench, "bf16_native", lambda device: True)
     result = bench.run_bench(["swiglu"], [16], [16], repeats=1, compile=False)
     assert {a["dtype"] for a in result["activations"]} == {"float32", "bfloat16"} and not result["skipped"]
+
+
+@pytest.mark.parametrize("flags, native", [({"amx_bf16", "avx512f", "avx2"}, True), ({"avx2", "fma"}, False)])
+def test_precision_and_calibration_follow_the_cpu_flags(monkeypatch, flags, native):
+    """An AMX CPU trains in bf16 and calibrates bf16 matmuls; an AVX2-only one does neither (issue #16)."""
+    from ffnlab._util import machine
+    from ffnlab.run.device import resolve_precision
+
+    monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset(flags))
+    calibrated = []
+    real = bench.measure_machine
+
+    def measure(quick, device, dtypes):  # what it is asked to calibrate; timed in fp32 only, to stay fast
+        calibrated.append(tuple(dtypes))
+        return {**real(True, device, (torch.float32,)), "matmul_gflops_bf16": 1.0 if torch.bfloat16 in dtypes else None}
+
+    monkeypatch.setattr(bench, "measure_machine", measure)
+    result = bench.run_bench(["gelu"], [16], [16], repeats=1, compile=False)
+    assert resolve_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    assert calibrated[0] == ((torch.float32, torch.bfloat16) if native else (torch.float32,))
+    assert bool(result["skipped"]) != native

@@ -48,7 +48,7 @@ def flag_type(hint) -> tuple[type | None, tuple | None]:
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is typing.Literal:
         return str, tuple(typing.get_args(hint))
-    if args and typing.get_origin(hint) is not typing.Literal and type(None) in typing.get_args(hint):
+    if args and type(None) in typing.get_args(hint):
         return flag_type(args[0])
     return (hint, None) if hint in (int, float, str, bool) else (None, None)
 

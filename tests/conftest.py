@@ -13,6 +13,10 @@ TOL = {
 }
 
 
+# the smallest model a CLI training run takes: flags shared by the train and CLI tests
+TINY_MODEL = ["--layers", 1, "--heads", 2, "--d-model", 32, "--context", 32, "--batch-size", 4]
+
+
 def assert_close(actual, expected, dtype=None, **kw):
     """torch.testing.assert_close with (rtol, atol) chosen per dtype."""
     rtol, atol = TOL[dtype or expected.dtype]

@@ -8,6 +8,7 @@ import pytest
 
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import FFNS
+from tests.conftest import TINY_MODEL
 
 
 def test_list_json_has_every_entry(run_cli):
@@ -77,24 +78,7 @@ def test_console_script_exit_code():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("ffnlab: error:")
 
 
-TINY_TRAIN = [
-    "train",
-    "--layers",
-    1,
-    "--heads",
-    2,
-    "--d-model",
-    32,
-    "--context",
-    32,
-    "--batch-size",
-    4,
-    "--steps",
-    2,
-    "--eval-every",
-    2,
-    "--quiet",
-]
+TINY_TRAIN = ["train", *TINY_MODEL, "--steps", 2, "--eval-every", 2, "--quiet"]
 TINY_COMPARE = [
     "compare",
     "--preset",

@@ -16,6 +16,7 @@ from ffnlab.core.model import ModelConfig, attend
 from ffnlab.run.monitors import spike
 from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, train
 from ffnlab.study.plan import Study, plan
+from tests.conftest import TINY_MODEL
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 
@@ -244,51 +245,14 @@ def test_kill_and_resume_ends_with_the_same_metrics(tmp_path):
 
 
 def test_cli_json_output(run_cli):
-    code, out, err = run_cli(
-        "train",
-        "--ffn",
-        "relu",
-        "--layers",
-        1,
-        "--heads",
-        2,
-        "--d-model",
-        32,
-        "--context",
-        32,
-        "--batch-size",
-        4,
-        "--steps",
-        5,
-        "--eval-every",
-        5,
-        "--json",
-    )
+    code, out, err = run_cli("train", "--ffn", "relu", *TINY_MODEL, "--steps", 5, "--eval-every", 5, "--json")
     assert code == 0, err
     r = json.loads(out)
     for key in ("ffn", "seed", "status", "final_val_loss", "params", "tokens_per_s", "steps"):
         assert key in r
     assert r["ffn"] == "relu" and r["steps"] == 5
     code, out, err = run_cli(
-        "train",
-        "--ffn",
-        "relu",
-        "--layers",
-        1,
-        "--heads",
-        2,
-        "--d-model",
-        32,
-        "--context",
-        32,
-        "--batch-size",
-        4,
-        "--steps",
-        5,
-        "--eval-every",
-        5,
-        "--precision",
-        "fp32",
+        "train", "--ffn", "relu", *TINY_MODEL, "--steps", 5, "--eval-every", 5, "--precision", "fp32"
     )
     assert code == 0 and "relu: finished after 5 steps" in out and "tokens/s in fp32" in out, err
     for needle in (
@@ -301,25 +265,7 @@ def test_cli_json_output(run_cli):
     ):
         assert needle in out, needle
     code, out, err = run_cli(
-        "train",
-        "--ffn",
-        "swish_beta",
-        "--layers",
-        1,
-        "--heads",
-        2,
-        "--d-model",
-        32,
-        "--context",
-        32,
-        "--batch-size",
-        4,
-        "--steps",
-        5,
-        "--eval-every",
-        5,
-        "--init",
-        "he",
+        "train", "--ffn", "swish_beta", *TINY_MODEL, "--steps", 5, "--eval-every", 5, "--init", "he"
     )
     assert code == 0 and 'learned blocks.0.ffn: {"beta": ' in out, err
 
@@ -329,16 +275,7 @@ def test_cli_threads_and_eval_batches_reach_the_config(run_cli, tmp_path):
     try:
         code, _, err = run_cli(
             "train",
-            "--layers",
-            1,
-            "--heads",
-            2,
-            "--d-model",
-            32,
-            "--context",
-            32,
-            "--batch-size",
-            4,
+            *TINY_MODEL,
             "--steps",
             2,
             "--eval-every",

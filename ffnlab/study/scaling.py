@@ -1,0 +1,390 @@
+"""Compute-scaling fits: a power law per FFN variant and a compute multiplier against the baseline.
+
+Each variant is trained at several model sizes with several seeds; each run gives (compute C in
+FLOPs, final validation loss L). Per variant we fit the saturating power law of Kaplan et al. 2020
+("Scaling Laws for Neural Language Models") in the form Hoffmann et al. 2022 ("Training
+Compute-Optimal Large Language Models", Chinchilla) fit it:
+
+    L(C) = E + A * C^(-alpha)          E: irreducible loss, A > 0, alpha: how fast loss falls
+    minimise  sum_i Huber_delta( log L_pred(C_i) - log L_i ),   delta = 1e-2   (Hoffmann et al.: 1e-3)
+    subject to  0 <= E < min(L),  A > 0,  ALPHA_MIN <= alpha <= ALPHA_MAX
+
+and compare a variant with the baseline by a compute multiplier:
+
+    L* = L_baseline(C_max)                      baseline's fitted loss at the largest measured compute
+    C_v = L_variant^{-1}(L*) = (A_v / (L* - E_v))^(1/alpha_v)
+    k  = C_max / C_v                            "the baseline needs k times the compute the variant
+                                                 needs to reach the same loss"; k > 1: variant better
+
+The confidence interval of k comes from a bootstrap over SEEDS, paired across variants: every replicate
+draws seed ids with replacement once and refits baseline and all variants on the runs of those same
+seeds, because a seed fixes data order and init for every variant and pairing cancels that shared
+noise. With 3-5 seeds a plain percentile interval covers far less than it says (3 seeds have only 10
+distinct resamples, and a bootstrap's spread is the plug-in one, short by sqrt((n-1)/n)). So the
+interval is a small-sample t interval on log k, centred on the point estimate, then exponentiated:
+
+    log k -/+ t_{(1+level)/2, n-1} * sqrt(n / (n-1)) * se,   se = (q_0.8413 - q_0.1587)(log k*) / 2
+
+with n the number of seeds and log k* the bootstrap replicates (se from quantiles: replicates where the
+variant never reaches L* have log k* = -inf). E and alpha get the same interval (alpha on log scale).
+Coverage of the 95% CI of k, measured with `benchmarks/scaling_coverage.py --studies 300` (baseline
+E=1.5, alpha=0.3, L=3.0 at 1e11; 4 sizes 1e11..1e13; variant = baseline at k_true=1.25x compute;
+per-run noise sd 0.015 and a per-seed offset sd 0.02 shared by both variants; n_boot=200):
+
+    seeds                            3      4      5
+    this interval                  COV3   COV4   COV5     (median width of log k: W3, W4, W5)
+    plain percentile               PCT3   PCT4   PCT5
+
+A second draw of 300 studies per seed count gave 0.973, 0.970, 0.960 for this interval.
+
+Diverged runs (non-finite loss) are left out of every fit and counted per variant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as sps
+
+ALPHA_MIN, ALPHA_MAX = 0.02, 2.0
+# NOTE: a residual beyond delta counts linearly, so one spiked or mislogged run cannot drag the curve.
+# Hoffmann et al. use delta = 1e-3 on ~400 runs; on our 12-20 runs per variant, with seed noise of
+# ~0.5% in log loss, 1e-3 turns the fit into least absolute deviations: in simulation (4 seeds x 4
+# sizes, benchmarks/scaling_coverage.py settings) the sd of log k was 0.106 with 1e-3, 0.095 with 1e-2
+# and 0.082 with plain least squares, and 1e-3 fits took 2.5x longer. 1e-2 keeps noise quadratic and
+# still caps a run that is more than 1% off.
+HUBER_DELTA = 1e-2
+LOSS_FIT = (
+    f"Huber (delta {HUBER_DELTA:g}) on log residuals log L_pred - log L; "
+    f"bounds 0 <= E < min(L), A > 0, {ALPHA_MIN:g} <= alpha <= {ALPHA_MAX:g}"
+)
+_ALPHA_GRID = np.geomspace(ALPHA_MIN, ALPHA_MAX, 48)
+_ONE_SIGMA = sps.norm.cdf(1.0) - 0.5  # 0.3413: quantile offsets that bracket +/- one standard error
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """L(C) = E + A * C**(-alpha), fitted; `converged` False (with `note` saying why) when not to trust it."""
+
+    E: float
+    A: float
+    alpha: float
+    converged: bool  # optimiser reported success and no parameter is pressed against a bound
+    note: str  # '' or a short reason
+
+    def loss(self, compute: float | np.ndarray) -> float | np.ndarray:
+        """Fitted loss at `compute` FLOPs."""
+        value = self.E + self.A * np.power(np.asarray(compute, dtype=float), -self.alpha)
+        return float(value) if np.ndim(value) == 0 else value
+
+    def compute_for(self, loss: float) -> float:
+        """Compute C with L(C) = loss, (A / (loss - E))^(1/alpha); math.inf when loss <= E (never reached)."""
+        if loss <= self.E:
+            return math.inf
+        # in logs: A alone can be ~1e30 when C is in FLOPs
+        return math.exp((math.log(self.A) - math.log(loss - self.E)) / self.alpha)
+
+
+def _validated(compute: Sequence[float], loss: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays of compute and loss, or ValueError naming what is wrong with them."""
+    if len(compute) != len(loss):
+        raise ValueError(f"compute and loss differ in length: {len(compute)} vs {len(loss)}")
+    c, y = np.asarray(compute, dtype=float), np.asarray(loss, dtype=float)
+    for name, values in (("compute", c), ("loss", y)):
+        if not np.all(np.isfinite(values)) or np.any(values <= 0):
+            raise ValueError(f"{name} values must be finite and positive, got {values.tolist()}")
+    if len(np.unique(c)) < 3:
+        raise ValueError(
+            f"a power law E + A*C^-alpha has 3 parameters: need 3 distinct compute values, got {len(np.unique(c))}"
+        )
+    return c, y
+
+
+def _grid_start(x: np.ndarray, y: np.ndarray, e_max: float) -> tuple[float, float, float]:
+    """(E, a, alpha) on normalised compute x: best of an alpha grid, E and a by linear least squares.
+
+    For fixed alpha the model is linear in (E, a) (variable projection), so the grid gives a start
+    near the global optimum and the refinement never wanders into a poor local one.
+    """
+    z = x[None, :] ** -_ALPHA_GRID[:, None]  # (grid, points)
+    zc, yc = z - z.mean(axis=1, keepdims=True), y - y.mean()
+    a = np.maximum((zc * yc).sum(axis=1) / np.maximum((zc * zc).sum(axis=1), 1e-300), 1e-12 * y.min())
+    e = np.clip(y.mean() - a * z.mean(axis=1), 0.0, e_max)
+    # E was clipped: a is refit for that E, so every grid row is a feasible curve
+    a = np.maximum((z * (y - e[:, None])).sum(axis=1) / (z * z).sum(axis=1), 1e-12 * y.min())
+    sse = ((np.log(e[:, None] + a[:, None] * z) - np.log(y)) ** 2).sum(axis=1)
+    best = int(np.argmin(sse))
+    return float(e[best]), float(a[best]), float(_ALPHA_GRID[best])
+
+
+def _bound_note(result: optimize.OptimizeResult, e_max: float) -> str:
+    """'' or which parameter the optimiser left pressed against a bound, and why that matters."""
+    if not result.success:
+        return f"optimiser did not converge: {result.message}"
+    notes = {
+        (0, -1): "E at its lower bound 0",
+        (0, 1): f"E at its upper bound min(loss) {e_max:.4g}",
+        (1, -1): "A at its lower bound: loss does not fall with compute",
+        (1, 1): "A at its upper bound",
+        (2, -1): f"alpha at its lower bound {ALPHA_MIN:g}",
+        (2, 1): f"alpha at its upper bound {ALPHA_MAX:g}",
+    }
+    return "; ".join(notes[(i, int(m))] for i, m in enumerate(result.active_mask) if (i, int(m)) in notes)
+
+
+def fit_power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLaw:
+    """Fit L(C) = E + A * C^-alpha by Huber loss on log residuals (see the module docstring).
+
+    Works on x = C / geometric-mean(C) so the parameters are O(1) for the optimiser, and returns A in
+    the original units: A = a * Cref^alpha. Raises ValueError on mismatched lengths, non-finite or
+    non-positive values, or fewer than 3 distinct compute values. Takes about a millisecond.
+    """
+    c, y = _validated(compute, loss)
+    c_ref = math.exp(float(np.log(c).mean()))
+    x, log_x, log_y = c / c_ref, np.log(c / c_ref), np.log(y)
+    e_max = float(y.min()) * (1.0 - 1e-6)  # E = min(L) would put a residual at log 0
+    # a is the reducible loss at the mean compute, so it lies below max(L); the wide box only keeps
+    # exp() from overflowing on a trial step
+    log_a_bounds = (math.log(1e-9 * float(y.min())), math.log(1e3 * float(y.max())))
+    e0, a0, alpha0 = _grid_start(x, y, e_max)
+
+    def residuals(p: np.ndarray) -> np.ndarray:
+        return np.log(p[0] + np.exp(p[1]) * x ** -p[2]) - log_y
+
+    def jacobian(p: np.ndarray) -> np.ndarray:
+        reducible = np.exp(p[1]) * x ** -p[2]
+        pred = p[0] + reducible
+        return np.stack([1.0 / pred, reducible / pred, -log_x * reducible / pred], axis=1)
+
+    lower = np.array([0.0, log_a_bounds[0], ALPHA_MIN])
+    upper = np.array([e_max, log_a_bounds[1], ALPHA_MAX])
+    # least_squares wants a strictly feasible start; the grid may sit exactly on a bound
+    start = np.clip([e0, math.log(a0), alpha0], lower + 1e-9, upper - 1e-9)
+    result = optimize.least_squares(
+        residuals, start, jac=jacobian, bounds=(lower, upper), loss="huber", f_scale=HUBER_DELTA, x_scale="jac"
+    )
+    e, log_a, alpha = (float(v) for v in result.x)
+    note = _bound_note(result, e_max)
+    return PowerLaw(E=e, A=math.exp(log_a + alpha * math.log(c_ref)), alpha=alpha, converged=not note, note=note)
+
+
+def compute_multiplier(baseline: PowerLaw, variant: PowerLaw, at_compute: float) -> float:
+    """How many times the variant's compute the baseline needs to reach the same loss.
+
+        L*  = baseline.loss(at_compute)        the baseline's fitted loss at `at_compute` (the largest
+                                               measured compute, in `fit_scaling`)
+        C_v = variant.compute_for(L*)          compute at which the variant's curve reaches L*
+        k   = at_compute / C_v
+
+    "The baseline needs k times the compute the variant needs to reach the same loss": k > 1 means the
+    variant is worth more compute; then C_v < at_compute and both curves are read inside the measured
+    range. Returns 0.0 when the variant never reaches L* (L* <= variant.E).
+    """
+    c_v = variant.compute_for(float(baseline.loss(at_compute)))
+    return 0.0 if math.isinf(c_v) else at_compute / c_v
+
+
+def _small_sample_interval(point: float, draws: np.ndarray, n_seeds: int, level: float) -> list[float]:
+    """[lo, hi] = point -/+ t_{(1+level)/2, n-1} * sqrt(n/(n-1)) * (q_0.8413 - q_0.1587)(draws) / 2, n = n_seeds.
+
+    The standard error is read from the bootstrap draws' quantiles rather than their std, so a few
+    wild replicates (a fit pressed against a bound, a curve that never reaches: log k = -inf) cannot
+    blow it up. A bootstrap over n seeds shows the plug-in spread, short of the unbiased one by
+    sqrt((n-1)/n), and that spread is itself estimated from n seeds, hence Student's t with n-1 df:
+    for a mean of n normal values this is exactly the t interval. Measured coverage: module docstring.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+    if n_seeds < 2 or len(draws) == 0 or not math.isfinite(point):
+        return [math.nan, math.nan]
+    # NOTE: inverted_cdf returns draws themselves; interpolating between -inf and a number gives nan
+    q_lo, q_hi = np.quantile(draws, [0.5 - _ONE_SIGMA, 0.5 + _ONE_SIGMA], method="inverted_cdf")
+    widen = float(sps.t.ppf((1.0 + level) / 2.0, n_seeds - 1)) * math.sqrt(n_seeds / (n_seeds - 1))
+    half = widen * (q_hi - q_lo) / 2.0
+    return [point - half, point + half]
+
+
+def _group_runs(runs: list[dict]) -> tuple[dict[str, list[tuple[float, float, object]]], dict[str, int]]:
+    """Finite (compute, loss, seed) points by variant, and the number of diverged runs by variant."""
+    points: dict[str, list[tuple[float, float, object]]] = {}
+    diverged: dict[str, int] = {}
+    for run in runs:
+        name = str(run["variant"])
+        points.setdefault(name, [])
+        diverged.setdefault(name, 0)
+        if math.isfinite(float(run["loss"])):
+            points[name].append((float(run["compute"]), float(run["loss"]), run["seed"]))
+        else:
+            diverged[name] += 1
+    return points, diverged
+
+
+def _fit_seeds(points: list[tuple[float, float, object]], seeds: tuple) -> PowerLaw:
+    """Fit on the points of `seeds`, a seed appearing as many times as it was drawn."""
+    by_seed: dict[object, list[tuple[float, float]]] = {}
+    for c, y, s in points:
+        by_seed.setdefault(s, []).append((c, y))
+    chosen = [p for s in seeds for p in by_seed.get(s, [])]
+    return fit_power_law([c for c, _ in chosen], [y for _, y in chosen])
+
+
+def _bootstrap(points: dict, baseline: str, seed_ids: list, n_boot: int, seed: int, at: list[float]) -> dict:
+    """Paired bootstrap over seeds: per variant, draws of E, log alpha and log k at each compute in `at`.
+
+    One draw of seed ids per replicate serves every variant. A fit depends only on the multiset of
+    seeds drawn (3 seeds: 10 of them, 5 seeds: 126), so fits are cached by it.
+    """
+    rng = np.random.default_rng(seed)
+    cache: dict[tuple, PowerLaw | None] = {}
+
+    def fit(name: str, seeds: tuple) -> PowerLaw | None:
+        if (name, seeds) not in cache:
+            try:
+                cache[name, seeds] = _fit_seeds(points[name], seeds)
+            except ValueError:  # e.g. the seeds drawn cover fewer than 3 sizes of this variant
+                cache[name, seeds] = None
+        return cache[name, seeds]
+
+    draws = {name: {"E": [], "log_alpha": [], "log_k": [[] for _ in at], "failed": 0} for name in points}
+    for idx in rng.integers(0, len(seed_ids), size=(n_boot, len(seed_ids))):
+        seeds = tuple(seed_ids[i] for i in sorted(idx))
+        base = fit(baseline, seeds)
+        for name in points:
+            law = fit(name, seeds)
+            if base is None or law is None:
+                draws[name]["failed"] += 1
+                continue
+            draws[name]["E"].append(law.E)
+            draws[name]["log_alpha"].append(math.log(law.alpha))
+            for column, c in zip(draws[name]["log_k"], at, strict=True):
+                k = compute_multiplier(base, law, c)
+                column.append(math.log(k) if k > 0 else -math.inf)
+    return draws
+
+
+def _finite_or_none(values: list[float]) -> list[float | None]:
+    """Strict JSON has no inf or nan: an unbounded or missing interval end becomes None."""
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def _multiplier_ci(point: float, log_k_draws: list[float], n_seeds: int, level: float) -> list[float | None]:
+    """CI of a multiplier k, built on log k (k is a ratio) and exponentiated; 0 when it never reaches."""
+    if point <= 0:
+        return [None, None]
+    lo, hi = _small_sample_interval(math.log(point), np.asarray(log_k_draws), n_seeds, level)
+    return _finite_or_none([math.exp(lo) if lo > -math.inf else 0.0, math.exp(hi)])
+
+
+def _sci(x: float) -> str:
+    """Compact scientific notation: 1e12, 1.2e12."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
+def _inverse(k: float | None) -> str:
+    """1/k with 2 decimals, for a CI end of k: None (k unbounded) reads 0.00, k = 0 (never reaches) inf."""
+    if k is None:
+        return "0.00"
+    return "inf" if k == 0.0 else f"{1.0 / k:.2f}"
+
+
+def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: list[float]) -> str:
+    """One plain sentence for a variant's multiplier, reading k as 1/k x the baseline's compute."""
+    span = f"{_sci(compute_range[0])}-{_sci(compute_range[1])} FLOPs"
+    k, (lo, hi) = row["multiplier"], row["multiplier_ci"]
+    if k == 0.0:
+        text = f"{name} never reaches {baseline}'s loss at {_sci(compute_range[1])} FLOPs: its fitted floor E={row['E']:.3g} lies above it"
+    else:
+        # 1/k swaps the ends: the upper bound of k gives the lower bound of 1/k
+        ci = f"{level * 100:g}% CI {_inverse(hi)}-{_inverse(lo)}" if lo is not None else "no CI: fewer than 2 seeds"
+        text = f"{name} reaches {baseline}'s loss with {1.0 / k:.2f}x the compute ({ci}) over {span}"
+    if not row["converged"]:
+        text += f" (fit not converged: {row['note']})"
+    if row["boot_failed"]:
+        text += f" ({row['boot_failed']} bootstrap replicates failed to fit)"
+    return text
+
+
+def _variant_row(
+    name: str, law: PowerLaw, points: list, diverged: int, draws: dict, n_seeds: int, level: float
+) -> dict:
+    """The JSON row of one variant, without multipliers (they need the baseline)."""
+    e_lo, e_hi = _small_sample_interval(law.E, np.asarray(draws["E"]), n_seeds, level)
+    a_lo, a_hi = _small_sample_interval(math.log(law.alpha), np.asarray(draws["log_alpha"]), n_seeds, level)
+    return {
+        "E": law.E,
+        "A": law.A,
+        "alpha": law.alpha,
+        "converged": law.converged,
+        "note": law.note,
+        "E_ci": _finite_or_none([max(e_lo, 0.0), e_hi]),
+        "alpha_ci": _finite_or_none([math.exp(a_lo), math.exp(a_hi)]),
+        "n_seeds": len({s for _, _, s in points}),
+        "n_points": len(points),
+        "diverged": diverged,
+        "boot_failed": draws["failed"],
+        "points": [[c, y, s] for c, y, s in points],
+    }
+
+
+def fit_scaling(
+    runs: list[dict],
+    baseline: str,
+    level: float = 0.95,
+    n_boot: int = 500,
+    seed: int = 0,
+    extrapolate_to: float | None = None,
+) -> dict:
+    """Power-law fit per variant, compute multiplier against `baseline` and its paired seed-bootstrap CI.
+
+    `runs`: dicts with "variant", "seed", "compute", "loss"; a non-finite loss (diverged run) is left out
+    and counted. The point estimates fit all seeds of a variant pooled; multipliers are read at the
+    largest measured compute (see `compute_multiplier`), and also at `extrapolate_to` when given. The
+    CIs are the small-sample intervals of the module docstring. Returns a JSON-able dict (no nan/inf:
+    a missing or unbounded CI end is None).
+    """
+    points, diverged = _group_runs(runs)
+    if baseline not in points:
+        raise ValueError(f"baseline {baseline!r} is not among the variants {sorted(points)}")
+    finite = [p for pts in points.values() for p in pts]
+    if not finite:
+        raise ValueError("every run diverged: nothing to fit")
+    compute_range = [min(c for c, _, _ in finite), max(c for c, _, _ in finite)]
+    at = [compute_range[1]] + ([float(extrapolate_to)] if extrapolate_to is not None else [])
+    seed_ids = sorted({s for _, _, s in finite}, key=str)
+    laws = {name: fit_power_law([c for c, _, _ in pts], [y for _, y, _ in pts]) for name, pts in points.items()}
+    draws = _bootstrap(points, baseline, seed_ids, n_boot, seed, at)
+    variants, sentences = {}, []
+    for name, law in laws.items():
+        row = _variant_row(name, law, points[name], diverged[name], draws[name], len(seed_ids), level)
+        ks = [compute_multiplier(laws[baseline], law, c) for c in at]
+        cis = [
+            _multiplier_ci(k, column, len(seed_ids), level) for k, column in zip(ks, draws[name]["log_k"], strict=True)
+        ]
+        if name == baseline:  # exactly 1 by definition, not up to bootstrap noise
+            ks, cis = [1.0] * len(at), [[1.0, 1.0]] * len(at)
+        row["multiplier"], row["multiplier_ci"] = ks[0], cis[0]
+        if extrapolate_to is not None:
+            row["extrapolated"] = {
+                "compute": at[1],
+                "multiplier": ks[1],
+                "multiplier_ci": cis[1],
+                "note": "extrapolation beyond the largest measured compute",
+            }
+        variants[name] = row
+        if name != baseline:
+            sentences.append(_sentence(name, baseline, row, level, compute_range))
+    return {
+        "baseline": baseline,
+        "level": level,
+        "n_boot": n_boot,
+        "loss_fit": LOSS_FIT,
+        "compute_range": compute_range,
+        "at_compute": compute_range[1],
+        "variants": variants,
+        "sentences": sentences,
+    }

@@ -19,7 +19,7 @@ def scaled(law: PowerLaw, k: float) -> PowerLaw:
 
 
 def study_runs(rng: np.random.Generator, n_seeds: int, k_true: float, point_sd: float, seed_sd: float) -> list[dict]:
-    """relu and swiglu = relu at k_true x compute; a per-seed offset shared by both variants, as paired seeds share it."""
+    """relu, and swiglu = relu at k_true x compute; a per-seed offset shared by both, as paired seeds share it."""
     runs = []
     for seed in range(n_seeds):
         offset = rng.normal(0.0, seed_sd)

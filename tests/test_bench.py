@@ -140,22 +140,45 @@ def test_bf16_is_neither_calibrated_nor_timed_where_it_is_emulated(monkeypatch):
     assert {a["dtype"] for a in result["activations"]} == {"float32", "bfloat16"} and not result["skipped"]
 
 
-@pytest.mark.parametrize("flags, native", [({"amx_bf16", "avx512f", "avx2"}, True), ({"avx2", "fma"}, False)])
-def test_precision_and_calibration_follow_the_cpu_flags(monkeypatch, flags, native):
+@pytest.mark.parametrize(
+    "flags, isa, native",
+    [
+        ({"amx_bf16", "avx512f", "avx2"}, "", True),
+        ({"avx512_bf16", "avx512f", "avx2"}, "avx512_core_bf16", True),
+        ({"avx2", "fma"}, "", False),
+        ({"amx_bf16", "avx512f", "avx2"}, "AVX2", False),  # oneDNN capped below bf16: emulated whatever the CPU
+    ],
+)
+def test_precision_and_calibration_follow_the_cpu_flags(monkeypatch, flags, isa, native):
     """An AMX CPU trains in bf16 and calibrates bf16 matmuls; an AVX2-only one does neither (issue #16)."""
     from ffnlab._util import machine
     from ffnlab.run.device import resolve_precision
 
     monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
     calibrated = []
     real = bench.measure_machine
 
-    def measure(quick, device, dtypes):  # what it is asked to calibrate; timed in fp32 only, to stay fast
+    def measure(shape, copy_numel, repeats, device, dtypes):  # what it is asked to calibrate; fp32 only, fast
         calibrated.append(tuple(dtypes))
-        return {**real(True, device, (torch.float32,)), "matmul_gflops_bf16": 1.0 if torch.bfloat16 in dtypes else None}
+        return {
+            **real(shape, copy_numel, repeats, device, (torch.float32,)),
+            "matmul_gflops_bf16": 1.0 if torch.bfloat16 in dtypes else None,
+        }
 
     monkeypatch.setattr(bench, "measure_machine", measure)
     result = bench.run_bench(["gelu"], [16], [16], repeats=1, compile=False)
     assert resolve_precision("auto", "cpu") == ("bf16" if native else "fp32")
     assert calibrated[0] == ((torch.float32, torch.bfloat16) if native else (torch.float32,))
     assert bool(result["skipped"]) != native
+
+
+def test_calibration_is_sized_to_the_benchmark(monkeypatch):
+    """The matmul peak is measured at the run's largest up projection and the copy at its hidden tensor,
+    not at a fixed 2048^2 (issue #16: `bench --quick` calibrated longer than it benchmarked)."""
+    shape, copy_numel = bench.calibration_size(["gelu", "swiglu"], [16, 32], [16, 8])
+    d_ff = max(build_ffn(n, 16).d_ff for n in ("gelu", "swiglu"))
+    assert shape == (32, 16, d_ff) and copy_numel == 32 * d_ff
+    result = bench.run_bench(["gelu"], [16], [16], repeats=1, compile=False)
+    assert result["machine"]["matmul_shape"] == [16, 16, build_ffn("gelu", 16).d_ff]
+    assert result["machine"]["copy_mb"] == round(16 * 64 * 4 / 2**20, 1)

@@ -32,11 +32,20 @@ def cpu_has_amx() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
+# oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) below which its bf16 matmuls are emulated whatever the CPU has
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
+
+
 def bf16_native(device: str = "cpu") -> bool:
     """Whether bf16 matmuls run in hardware here: a CUDA GPU with bf16, or a CPU with AMX-bf16 or
-    AVX512_BF16 (on an AVX2-only CPU PyTorch emulates them; benchmarks/README.md has the cost)."""
+    AVX512_BF16 that oneDNN is allowed to use (on an AVX2-only CPU, or with ONEDNN_MAX_CPU_ISA=AVX2,
+    PyTorch emulates them; benchmarks/README.md has the cost)."""
     if device == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() in ONEDNN_ISAS_WITHOUT_BF16:
+        return False
     return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 

@@ -79,31 +79,35 @@ def step_flops(name: str, d_model: int, d_ff: int, bias: bool, tokens: int) -> i
 
 
 def measure_machine(
-    quick: bool = False, device: str = "cpu", dtypes: Sequence[torch.dtype] = (torch.float32, torch.bfloat16)
+    shape: tuple[int, int, int],
+    copy_numel: int,
+    repeats: int,
+    device: str = "cpu",
+    dtypes: Sequence[torch.dtype] = (torch.float32, torch.bfloat16),
 ) -> dict:
-    """This machine's peak rates: matmul GFLOP/s for each of `dtypes` (only those the run reports)
-    and copy GB/s, each the best of its repeats (a peak is what the machine can do; load from other
+    """This machine's peak rates at the benchmark's own sizes: matmul GFLOP/s of an (m, k) @ (k, n)
+    product for each of `dtypes` (only those the run reports) and copy GB/s of `copy_numel` fp32
+    values, each the best of its repeats (a peak is what the machine can do; load from other
     processes only ever lowers it). A dtype not measured has rate None."""
-    n = 1024 if quick else 2048
-    repeats = 5 if quick else 11
+    m, k, n = shape
     rates = {torch.float32: None, torch.bfloat16: None}
     for dtype in dtypes:
-        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+        a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
         a @ b  # warm-up
-        best = min(timed(lambda a=a, b=b: a @ b, device) for _ in range(repeats))
-        rates[dtype] = 2 * n**3 / best / 1e9
-    src = torch.randn((4 if quick else 16) << 20, device=device)  # 16 MB or 64 MB of fp32
+        best = best_seconds(lambda a=a, b=b: a @ b, 2 * repeats + 1, device)
+        rates[dtype] = 2 * m * k * n / best / 1e9
+    src = torch.randn(copy_numel, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    best = min(timed(lambda: dst.copy_(src), device) for _ in range(2 * repeats))
+    best = best_seconds(lambda: dst.copy_(src), 2 * repeats, device)
     return {
         **{
-            key: None if rates[dtype] is None else round(rates[dtype], 1)
+            key: None if rates[dtype] is None else float(f"{rates[dtype]:.4g}")
             for key, dtype in (("matmul_gflops", torch.float32), ("matmul_gflops_bf16", torch.bfloat16))
         },
-        "copy_gbs": round(2 * src.numel() * 4 / best / 1e9, 2),
-        "matmul_n": n,
-        "copy_mb": src.numel() * 4 >> 20,
+        "copy_gbs": float(f"{2 * src.numel() * 4 / best / 1e9:.4g}"),
+        "matmul_shape": [m, k, n],
+        "copy_mb": round(src.numel() * 4 / 2**20, 1),
         "device": torch.cuda.get_device_name()
         if torch.device(device).type == "cuda"
         else platform.processor() or platform.machine(),
@@ -112,6 +116,28 @@ def measure_machine(
         "triton": _triton_version(),
         "python": platform.python_version(),
     }
+
+
+def best_seconds(fn: Callable[[], object], repeats: int, device: str = "cpu") -> float:
+    """Fastest seconds per call of fn over `repeats` timings, each of enough calls to last >= 1 ms: a
+    calibration sized to a small benchmark is a few microseconds, below what one timing resolves."""
+
+    def batch(calls: int) -> float:
+        return timed(lambda: [fn() for _ in range(calls)], device)
+
+    calls = 1
+    while batch(calls) < 1e-3 and calls < 1 << 16:
+        calls *= 2
+    return min(batch(calls) for _ in range(repeats)) / calls
+
+
+def calibration_size(ffns: Sequence[str], tokens: Sequence[int], d_models: Sequence[int]) -> tuple:
+    """The matmul (m, k, n) and copy size the machine is calibrated at: the benchmark's largest up
+    projection, tokens x d_model @ d_model x d_ff, and its hidden tensor, tokens x d_ff. Sized to what is
+    timed, so `bench --quick` calibrates in milliseconds and a row's fraction of peak compares like with like."""
+    d_model = max(d_models)
+    d_ff = max(build_ffn(name, d_model).d_ff for name in ffns)
+    return (max(tokens), d_model, d_ff), max(tokens) * d_ff
 
 
 def best_of(*machines: dict) -> dict:
@@ -414,7 +440,8 @@ def run_bench(
     # NOTE: where bf16 is emulated (an AVX2-only CPU) its rows would time the emulation (cost: benchmarks/README.md)
     dtypes = (torch.float32, torch.bfloat16) if bf16_native(torch.device(device).type) else (torch.float32,)
     skipped = [] if len(dtypes) == 2 else ["bf16: emulated on this CPU (no AMX or AVX512_BF16), not timed"]
-    machine = measure_machine(quick, device, dtypes)
+    shape, copy_numel = calibration_size(ffns, tokens, d_models)
+    machine = measure_machine(shape, copy_numel, repeats, device, dtypes)
     log(f"machine: {machine['matmul_gflops']} GFLOP/s fp32 matmul, {machine['copy_gbs']} GB/s copy")
     # NOTE: the rows' fractions of peak are filled in at the end, against the best of two
     # measurements of the machine (start and end), so one busy moment does not make the peak
@@ -430,7 +457,7 @@ def run_bench(
         for dtype in dtypes:
             log(f"activation {name} {dtype}")
             activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, compile, device)
-    machine = best_of(machine, measure_machine(quick, device, dtypes))
+    machine = best_of(machine, measure_machine(shape, copy_numel, repeats, device, dtypes))
     for row in rows:
         row["peak_frac"] = None if row["gflops"] is None else round(row["gflops"] / machine["matmul_gflops"], 4)
     command = (

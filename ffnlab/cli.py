@@ -311,7 +311,16 @@ int_list = number_list(int, "integers")
 float_list = number_list(float, "numbers")
 
 
-STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes", "per_variant"}  # a --config's [study]
+STUDY_KEYS = {
+    "preset",
+    "variants",
+    "seeds",
+    "baseline",
+    "noise_floor",
+    "axes",
+    "per_variant",
+    "scale",
+}  # a --config's [study]
 # what `--opt VARIANT:KEY=VALUE,...` may set per variant: the optimiser and its schedule
 OPT_FIELDS = ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")
 
@@ -335,6 +344,32 @@ def opt_arg(text: str) -> tuple[str, dict]:
     return variant.strip(), values
 
 
+def scale_arg(text: str) -> tuple[str, list[int]]:
+    """'width=64,128,256' -> ('width', [64, 128, 256]); 'tokens=2e5,4e5,8e5' -> ('tokens', [200000, ...])."""
+    axis, sep, values = (part.strip() for part in text.partition("="))
+    if not sep or not axis or not values:
+        raise argparse.ArgumentTypeError(f"expected AXIS=V1,V2,..., e.g. width=64,128,256, got '{text}'")
+    try:
+        numbers = [float(v) for v in csv_list(values)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--scale {text}: values must be numbers") from None
+    if any(not (n > 0 and n == int(n)) for n in numbers):
+        raise argparse.ArgumentTypeError(f"--scale {text}: values must be positive whole numbers")
+    return axis, [int(n) for n in numbers]
+
+
+def scale_of(args, study: dict, preset: str) -> dict[str, list[int]]:
+    """The compute axes of a study and their values: --scale flags, else the --config file's, else the
+    preset's own (`--preset scaling`)."""
+    from ffnlab.study.plan import PRESET_SCALES
+
+    if args.scale:
+        return dict(args.scale)
+    if study.get("scale"):
+        return {a: study.get("axes", {}).get(a, []) for a in study["scale"]}
+    return dict(PRESET_SCALES.get(preset, {}))
+
+
 def study_from_args(args):
     """A Study from `compare` flags: the preset, then the --config file, then every flag the user gave."""
     from ffnlab.core.model import ModelConfig
@@ -344,8 +379,14 @@ def study_from_args(args):
 
     file = read_config_file(args, {"": TrainConfig, "model": ModelConfig, "study": STUDY_KEYS})
     study = file.get("study", {})
-    base = apply_run_flags(preset_config(args.preset or study.get("preset", "standard")), args, file)
-    axes = {**study.get("axes", {}), **{a: getattr(args, f"{a}_axis") for a in AXES if getattr(args, f"{a}_axis")}}
+    preset = args.preset or study.get("preset", "standard")
+    base = apply_run_flags(preset_config(preset), args, file)
+    scale = scale_of(args, study, preset)
+    flagged = {a: getattr(args, f"{a}_axis") for a in AXES if getattr(args, f"{a}_axis")}
+    both = sorted(set(scale) & set(flagged))
+    if both:
+        raise UsageError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
+    axes = {**study.get("axes", {}), **scale, **flagged}
     seeds = args.seeds or study.get("seeds", DEFAULT_SEEDS)
     if seeds < 2 and not args.no_stats:
         raise UsageError(
@@ -372,6 +413,7 @@ def study_from_args(args):
         baseline=baseline,
         noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
         per_variant=per_variant,
+        scale=list(scale),
     )
 
 
@@ -405,6 +447,10 @@ def cmd_compare(args):
     if args.address and args.backend != "ray":
         raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
     study = study_from_args(args)
+    if args.extrapolate_to is not None and not (study.scale and args.extrapolate_to > 0):
+        raise UsageError(
+            "--extrapolate-to FLOPS (> 0) reads the scaling fits: add --scale AXIS=... or --preset scaling"
+        )
     if args.print_config:
         print(study_toml(study))
         return 0
@@ -421,6 +467,10 @@ def cmd_compare(args):
     if args.protocol:
         return compare_protocol(args, study, grid, run)
     summary = run_study(study, args.store, **run)
+    if args.extrapolate_to is not None:
+        from ffnlab.study.summary import summarize_study
+
+        summary = summarize_study(study, args.store, extrapolate_to=args.extrapolate_to)
     if args.csv:
         write_csv(summary, args.csv)
     if not args.json and not args.quiet:  # the ranking as soon as it is known; the report takes seconds more
@@ -624,7 +674,22 @@ def add_compare_parser(sub) -> None:
         default=None,
         help="the variant the others are compared with (default relu, or the first variant where relu is not run)",
     )
-    p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper")
+    p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper | scaling")
+    p.add_argument(
+        "--scale",
+        type=scale_arg,
+        action="append",
+        default=None,
+        help="a compute axis to fit loss against compute over: width=32,64,128,256 (d_model), depth=..., "
+        "tokens=... (repeatable); adds the power-law fits and compute multipliers (README, 'Scaling')",
+    )
+    p.add_argument(
+        "--extrapolate-to",
+        type=float,
+        default=None,
+        metavar="FLOPS",
+        help="with --scale: also read each multiplier at this compute, marked as an extrapolation",
+    )
     p.add_argument("--noise-floor", type=int, default=None, help="extra baseline-only seeds to show seed noise")
     add_axis_flags(p, AXES)
     p.add_argument(

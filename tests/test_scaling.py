@@ -137,3 +137,74 @@ def test_huber_fit_shrugs_off_an_outlier_and_flags_flat_data():
 
     flat = fit_power_law(compute, 2.0 + np.random.default_rng(4).normal(0.0, 0.01, compute.size))
     assert not flat.converged and flat.note
+
+
+# ---- a study with a compute axis: `compare --scale` ------------------------------------------------------
+
+SCALE_ARGS = ("compare", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", 2, "--max-steps", 8,
+              "--scale", "width=8,16,24", "--no-report")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
+    """Every run's compute is its whole-model training FLOPs, the fits and multipliers reach --json and
+    the table, --extrapolate-to adds a marked extrapolation, and a study without --scale has no section."""
+    from ffnlab.run.presets import preset_config
+    from ffnlab.study.plan import Study
+    from ffnlab.study.store import Store
+    from ffnlab.study.summary import summarize_study
+
+    store = tmp_path / "s.db"
+    code, out, err = run_cli(*SCALE_ARGS, "--store", store, "--json", "--extrapolate-to", "1e12")
+    assert code == 0, err
+    scaling = json.loads(out)["scaling"]
+    assert scaling["scale"] == {"width": [8, 16, 24]} and scaling["baseline"] == "relu"
+    assert set(scaling["variants"]) == {"relu", "swiglu"} and scaling["variants"]["relu"]["multiplier"] == 1.0
+    row = scaling["variants"]["swiglu"]
+    assert row["n_seeds"] == 2 and row["n_points"] == 6 and {"E", "A", "alpha", "multiplier_ci"} <= set(row)
+    assert row["extrapolated"]["compute"] == 1e12 and "extrapolation" in row["extrapolated"]["note"]
+    with Store(store) as db:
+        results = [r["result"] for r in db.runs(status="finished")]
+    assert len(results) == 12
+    for r in results:
+        assert r["train_flops"] == 3 * r["flops_per_token"] * r["tokens"]
+    by_width = sorted({(r["config"]["model"]["d_model"], r["train_flops"]) for r in results if r["ffn"] == "relu"})
+    assert [c for _, c in by_width] == sorted(c for _, c in by_width) and len(by_width) == 3  # compute grows
+    points = sorted(c for c, _, _ in row["points"])
+    assert points == sorted(r["train_flops"] for r in results if r["ffn"] == "swiglu")
+    assert scaling["compute_range"] == [min(r["train_flops"] for r in results), max(r["train_flops"] for r in results)]
+    code, out, _ = run_cli(*SCALE_ARGS, "--store", store)  # finished: read back from the store
+    assert code == 0 and "scaling over width 8/16/24" in out and "swiglu reaches relu's loss with" in out
+    plain = Study(variants=["relu", "swiglu"], seeds=2, base=preset_config("smoke", model={"d_model": 8}, max_steps=8))
+    assert "scale" not in plain.to_dict()  # absent: the ids of studies without a compute axis are unchanged
+    assert "scaling" not in summarize_study(plain, store)
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (("--scale", "lr=1,2,3"), "cannot scale 'lr'"),
+        (("--scale", "width=8,16"), "at least 3 sizes"),
+        (("--scale", "width=8,16,24", "--width-axis", "8,16"), "--width-axis both set"),
+        (("--scale", "width=8,16,24", "--depth-axis", "1,2"), "drop the other axes (depth)"),
+        (("--scale", "width=8,x"), "values must be numbers"),
+        (("--extrapolate-to", "1e12"), "--extrapolate-to FLOPS"),
+    ],
+)
+def test_compare_scale_errors_are_one_line_exit_2(run_cli, tmp_path, extra, needle):
+    argv = ("compare", "--preset", "smoke", "--variants", "relu,swiglu", "--store", tmp_path / "s.db", *extra)
+    code, _, err = run_cli(*argv)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_preset_scaling_scales_width_and_round_trips_through_a_config_file(run_cli, tmp_path):
+    from ffnlab.study.plan import PRESET_SCALES
+
+    code, out, _ = run_cli("compare", "--preset", "scaling", "--print-config")
+    assert code == 0 and 'scale = ["width"]' in out
+    assert f"width = {PRESET_SCALES['scaling']['width']}".replace("'", "") in out.replace("'", "")
+    path = tmp_path / "scaling.toml"
+    path.write_text(out)
+    code, again, _ = run_cli("compare", "--config", path, "--print-config")
+    assert code == 0 and again == out

@@ -16,6 +16,12 @@ def human(value: float | None, unit: str = "") -> str:
     return f"{value:.3g}{unit}"
 
 
+def sci(x: float) -> str:
+    """Compact scientific notation, for FLOPs: 1e12, 1.2e12."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+
+
 def human_bytes(n: float) -> str:
     """3 * 2**20 -> '3 MiB' (binary suffixes)."""
     for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):

@@ -125,8 +125,9 @@ class RunResult:
     diverged_step: int | None
     params: int
     ffn_params: int
-    flops_per_token: int
+    flops_per_token: int  # forward, whole model
     tokens: int
+    train_flops: int  # training compute: 3 x flops_per_token x tokens (ffnlab.run.train.train_flops)
     tokens_per_s: float | None  # tokens per step over the median step time
     step_time_s: float
     first_step_s: float | None

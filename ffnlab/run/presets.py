@@ -40,12 +40,24 @@ def paper() -> TrainConfig:
                warmup_steps=200, lr=1e-3)  # fmt: skip
 
 
+def scaling() -> TrainConfig:
+    """The base of `compare --preset scaling`: the standard run, whose width the study scales
+    (`ffnlab.study.plan.PRESET_SCALES`), so one fit spans about two decades of compute."""
+    return standard()
+
+
 def run(model: ModelConfig, every: int, **fields) -> TrainConfig:
     """A preset's TrainConfig: evaluated and checkpointed `every` steps."""
     return TrainConfig(model=model, eval_every=every, checkpoint_every=every, **fields)
 
 
-PRESETS: dict[str, Callable[[], TrainConfig]] = {"smoke": smoke, "quick": quick, "standard": standard, "paper": paper}
+PRESETS: dict[str, Callable[[], TrainConfig]] = {
+    "smoke": smoke,
+    "quick": quick,
+    "standard": standard,
+    "paper": paper,
+    "scaling": scaling,
+}
 
 
 def preset_config(name: str, model: dict | None = None, **overrides) -> TrainConfig:

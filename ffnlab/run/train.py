@@ -301,6 +301,13 @@ def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context
     return attn + ffn + 2 * d_model * n_out
 
 
+def train_flops(flops_per_token: int, tokens: int) -> int:
+    """Training compute of a run: forward FLOPs per token (`model_flops_per_token`, the whole model) x 3
+    (backward costs twice the forward: a gradient for the input and one for the weights of each matmul)
+    x tokens trained. Kaplan et al. 2020's C = 6 N D, with attention and the head counted."""
+    return 3 * flops_per_token * tokens
+
+
 def step_saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: Autocast) -> int:
     """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y);
     the graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
@@ -578,11 +585,13 @@ def measured_costs(setup: Setup, step: int, train_seconds: float) -> dict:
     median_step = statistics.median(step_times) if step_times else float("nan")
     d_model, n_layers = getattr(model.cfg, "d_model", mcfg.d_model), getattr(model.cfg, "n_layers", mcfg.n_layers)
     n_out = mcfg.vocab_size if setup.task == "lm" else mcfg.n_classes
+    flops_per_token = model_flops_per_token(model, d_model, n_layers, mcfg.context, n_out)
     return {
         "params": param_count(model),
         "ffn_params": sum(p.numel() for _, f in setup.ffns for p in f.parameters()),
-        "flops_per_token": model_flops_per_token(model, d_model, n_layers, mcfg.context, n_out),
+        "flops_per_token": flops_per_token,
         "tokens": step * setup.tokens_per_step,
+        "train_flops": train_flops(flops_per_token, step * setup.tokens_per_step),
         "tokens_per_s": setup.tokens_per_step / median_step if step_times else None,
         "step_time_s": median_step,
         "first_step_s": step_time[0] if step_time else None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field, replace
 
 from ffnlab._util.names import closest
@@ -37,7 +38,13 @@ AXES = {
     "warmup": "warmup_steps",
     "context": "model.context",
     "attn_act": "model.attn_act",  # values ';'-separated on the command line: a spec holds commas
+    "tokens": "max_tokens",
 }
+# axes that change a run's training compute, so `--scale` may fit loss against compute over them
+SCALE_AXES = ("width", "depth", "tokens")
+# what `--preset scaling` scales when --scale is not given: sizes chosen from measurements (README,
+# "Scaling: compute multipliers")
+PRESET_SCALES = {"scaling": {"width": [32, 64, 128, 256]}}
 
 
 @dataclass
@@ -53,6 +60,7 @@ class Study:
     noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
     per_variant: dict[str, dict] = field(default_factory=dict)  # variant -> {config path: value}, e.g. the
     # lr the protocol tuned for it; empty in a plain comparison, where every variant shares the base
+    scale: list[str] = field(default_factory=list)  # axes fitted as compute (ffnlab.study.scaling), e.g. ["width"]
 
     def __post_init__(self) -> None:
         if isinstance(self.base, dict):
@@ -76,6 +84,7 @@ class Study:
             "baseline": self.baseline,
             "noise_floor": self.noise_floor,
             "per_variant": self.per_variant,
+            **({"scale": self.scale} if self.scale else {}),  # absent otherwise: older studies keep their ids
         }
 
     @classmethod
@@ -112,6 +121,7 @@ def check_study(study: Study) -> None:
             raise ValueError(f"axis '{axis}' has no values")
         for value in values:  # each value is validated by the config dataclasses now, not by a failed run
             set_field(study.base, AXES[axis], value)
+    check_scale(study)
     for n_layers in study.axes.get("depth", [study.base.model.n_layers]):  # a schedule fits every depth
         for variant in canon:
             layer_variants(variant, n_layers)
@@ -122,6 +132,26 @@ def check_study(study: Study) -> None:
             )
         for path, value in overrides.items():
             set_field(study.base, path, value)
+
+
+def check_scale(study: Study) -> None:
+    """ValueError unless the scale axes are compute axes with values, at least 3 compute points in all
+    (a power law has 3 parameters) and no other axis beside them (one fit per variant)."""
+    for axis in study.scale:
+        if axis not in SCALE_AXES:
+            raise ValueError(f"cannot scale '{axis}'{closest(axis, SCALE_AXES)}; valid: {', '.join(SCALE_AXES)}")
+        if axis not in study.axes:
+            raise ValueError(f"scale axis '{axis}' has no values; e.g. --scale {axis}=64,128,256")
+    if not study.scale:
+        return
+    others = [a for a in study.axes if a not in study.scale]
+    if others:
+        raise ValueError(
+            f"--scale fits one curve per variant; drop the other axes ({', '.join(others)}) or run one scaling study each"
+        )
+    points = math.prod(len(set(study.axes[a])) for a in study.scale)
+    if points < 3:
+        raise ValueError(f"--scale needs at least 3 sizes or budgets (a power law has 3 parameters), got {points}")
 
 
 def set_field(cfg: TrainConfig, path: str, value) -> TrainConfig:

@@ -53,6 +53,8 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
+from ffnlab._util.text import sci
+
 ALPHA_MIN, ALPHA_MAX = 0.02, 2.0
 # NOTE: a residual beyond delta counts linearly, so one spiked or mislogged run cannot drag the curve.
 # Hoffmann et al. use delta = 1e-3 on ~400 runs; on our 12-20 runs per variant, with seed noise of
@@ -283,12 +285,6 @@ def _multiplier_ci(point: float, log_k_draws: list[float], n_seeds: int, level: 
     return _finite_or_none([math.exp(lo) if lo > -math.inf else 0.0, math.exp(hi)])
 
 
-def _sci(x: float) -> str:
-    """Compact scientific notation: 1e12, 1.2e12."""
-    mantissa, exponent = f"{x:.1e}".split("e")
-    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
-
-
 def _inverse(k: float | None) -> str:
     """1/k with 2 decimals, for a CI end of k: None (k unbounded) reads 0.00, k = 0 (never reaches) inf."""
     if k is None:
@@ -298,11 +294,11 @@ def _inverse(k: float | None) -> str:
 
 def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: list[float]) -> str:
     """One plain sentence for a variant's multiplier, reading k as 1/k x the baseline's compute."""
-    span = f"{_sci(compute_range[0])}-{_sci(compute_range[1])} FLOPs"
+    span = f"{sci(compute_range[0])}-{sci(compute_range[1])} FLOPs"
     k, (lo, hi) = row["multiplier"], row["multiplier_ci"]
     if k == 0.0:
         floor = f"its fitted floor E={row['E']:.3g} lies above it"
-        text = f"{name} never reaches {baseline}'s loss at {_sci(compute_range[1])} FLOPs: {floor}"
+        text = f"{name} never reaches {baseline}'s loss at {sci(compute_range[1])} FLOPs: {floor}"
     else:
         # 1/k swaps the ends: the upper bound of k gives the lower bound of 1/k
         ci = f"{level * 100:g}% CI {_inverse(hi)}-{_inverse(lo)}" if lo is not None else "no CI: fewer than 2 seeds"

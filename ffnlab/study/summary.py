@@ -22,6 +22,7 @@ from ffnlab.core.model import describe_attn_act, qkv_act_spec
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.plan import TUNED_AXES, Study, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import rank_agreement
+from ffnlab.study.scaling import fit_scaling
 from ffnlab.study.stats import MIN_PAIRS, compare, seed_noise
 from ffnlab.study.store import Store
 
@@ -256,9 +257,15 @@ def literature_text(lit: dict) -> str:
 # ---- a whole study ----------------------------------------------------------------------------------
 
 
-def summarize_study(study: Study, store_path: str | os.PathLike, runs: list[TrainConfig] | None = None) -> dict:
+def summarize_study(
+    study: Study,
+    store_path: str | os.PathLike,
+    runs: list[TrainConfig] | None = None,
+    extrapolate_to: float | None = None,
+) -> dict:
     """The study's summary: one `ffnlab.study.summary.summarize_cell` per cell of its axes (never merged),
-    plus, with an lr axis, the tuned comparison (`tuned_cells`)."""
+    plus, with an lr axis, the tuned comparison (`tuned_cells`), and with --scale axes the loss-vs-compute
+    fits (`scaling_of`; `extrapolate_to` FLOPs adds a multiplier there, marked as an extrapolation)."""
     runs = plan(study) if runs is None else runs
     cells: dict[tuple, list] = {}
     with Store(Path(store_path), create=False) as store:
@@ -277,11 +284,33 @@ def summarize_study(study: Study, store_path: str | os.PathLike, runs: list[Trai
     tuned = [a for a in TUNED_AXES if a in study.axes]
     if tuned:
         summary["tuned"] = tuned_cells(out_cells, tuned)
+    if study.scale:
+        summary["scaling"] = scaling_of(study, [item for items in cells.values() for item in items], extrapolate_to)
     if len(out_cells) == 1:  # the common case: no extra axes
         summary.update({k: out_cells[0][k] for k in ("variants", "verdict", "metric")})
         if "noise_floor" in out_cells[0]:
             summary["noise_floor"] = out_cells[0]["noise_floor"]
     return summary
+
+
+def scaling_of(study: Study, items: list, extrapolate_to: float | None = None) -> dict | None:
+    """`ffnlab.study.scaling.fit_scaling` over the study's paired seeds: each run's training compute
+    (`train_flops`) against its final metric; None while fewer than 3 computes have finished."""
+    task = items[0][0].model.task
+    metric = metric_of(task)
+    runs = []
+    for cfg, rec in items:
+        res = (rec or {}).get("result") or {}
+        if cfg.seed >= study.seeds or not rec or rec["status"] not in ("finished", "diverged"):
+            continue  # noise-floor seeds are unpaired; unfinished runs have no point yet
+        compute = res.get("train_flops") or 3 * res["flops_per_token"] * res["tokens"]  # stores before train_flops
+        loss = res.get(metric) if rec["status"] == "finished" else None
+        runs.append({"variant": cfg.model.ffn, "seed": cfg.seed, "compute": compute, "loss": loss or math.nan})
+    try:
+        fits = fit_scaling(runs, study.baseline, level=LEVEL, extrapolate_to=extrapolate_to)
+    except ValueError as e:  # too few finished sizes yet (a study still running, or many diverged)
+        return {"error": str(e), "scale": {a: study.axes[a] for a in study.scale}}
+    return {"scale": {a: study.axes[a] for a in study.scale}, "metric": metric, **fits}
 
 
 def settings_of(study: Study) -> dict:

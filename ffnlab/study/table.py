@@ -6,6 +6,7 @@ import csv
 import io
 
 from ffnlab._util.files import write_atomic
+from ffnlab._util.text import sci
 from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.summary import ROW_FIELDS, literature_text, p_label
 
@@ -16,7 +17,41 @@ def format_table(summary: dict) -> str:
     lines = []
     for cell in summary["cells"] + summary.get("tuned", []):
         lines += format_cell(cell, summary["baseline"]) + [""]
+    if "scaling" in summary:
+        lines += scaling_lines(summary["scaling"]) + [""]
     return "\n".join(lines + held_equal_lines(summary["settings"]))
+
+
+def two(x: float | None) -> str:
+    """A multiplier with 2 decimals; "-" for a CI end the bootstrap left unbounded."""
+    return "-" if x is None else f"{x:.2f}"
+
+
+def scaling_lines(scaling: dict) -> list[str]:
+    """The loss-vs-compute fits as a table (E, alpha, multiplier with CIs) and the plain sentences."""
+    scale = ", ".join(f"{a} {'/'.join(map(str, v))}" for a, v in scaling["scale"].items())
+    if "error" in scaling:
+        return [f"scaling over {scale}: no fit yet ({scaling['error']})"]
+    level = round(100 * scaling["level"])
+    lines = [
+        f"scaling over {scale}: L(C) = E + A C^-alpha per variant ({scaling['loss_fit']}), "
+        f"C = training FLOPs {sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])}",
+        f"  {'variant':<16}{'E':>8}{'alpha':>8}  {'multiplier':>10}  {level}% CI",
+    ]
+    for name, row in scaling["variants"].items():
+        lo, hi = (two(x) for x in row["multiplier_ci"])
+        note = "" if row["converged"] else f"  (fit: {row['note']})"
+        lines.append(
+            f"  {name:<16}{row['E']:>8.3f}{row['alpha']:>8.3f}  {two(row['multiplier']):>10}  {lo} to {hi}{note}"
+        )
+        if "extrapolated" in row:
+            x = row["extrapolated"]
+            lo, hi = (two(v) for v in x["multiplier_ci"])
+            lines.append(f"  {'':<32}at {sci(x['compute'])} FLOPs: {two(x['multiplier'])} ({lo} to {hi}), {x['note']}")
+    lines.append(
+        "  multiplier k: the baseline needs k x the compute to reach the variant's loss at the largest compute"
+    )
+    return lines + [f"  {s}" for s in scaling["sentences"]]
 
 
 def held_equal_lines(settings: dict) -> list[str]:
@@ -99,7 +134,7 @@ def write_csv(summary: dict, path: str):
 def summary_json(summary: dict) -> dict:
     """What `compare --json` prints: the summary's cells as they are (the report and advise read the
     same cells), with the single cell's rows and verdict at the top level when there are no axes."""
-    out = {k: summary[k] for k in ("store", "baseline", "seeds", "settings", "cells") if k in summary}
+    out = {k: summary[k] for k in ("store", "baseline", "seeds", "settings", "cells", "scaling") if k in summary}
     if "tuned" in summary:
         out["tuned"] = summary["tuned"]
     if "variants" in summary:

@@ -104,6 +104,15 @@ def test_fit_scaling_report_shape_and_diverged_runs():
     assert "extrapolated" not in swiglu and swiglu["multiplier"] > 1.0
     assert swiglu["multiplier_ci"][0] < swiglu["multiplier"] < swiglu["multiplier_ci"][1]
     assert swiglu["E_ci"][0] <= swiglu["E"] <= swiglu["E_ci"][1]
+    curve = swiglu["curve"]  # the plotted fit: on the measured range, inside its band
+    assert curve["compute"][0] == pytest.approx(1e11) and curve["compute"][-1] == pytest.approx(1e13)
+    assert curve["loss"] == pytest.approx(
+        [
+            float(v)
+            for v in PowerLaw(swiglu["E"], swiglu["A"], swiglu["alpha"], True, "").loss(np.array(curve["compute"]))
+        ]
+    )
+    assert all(lo < y < hi for lo, y, hi in zip(curve["low"], curve["loss"], curve["high"], strict=True))
     (sentence,) = out["sentences"]
     assert "swiglu reaches relu's loss with" in sentence and "95% CI" in sentence and "1e11-1e13 FLOPs" in sentence
     assert fit_scaling(runs, "relu", n_boot=50) == out  # seeded: reproducible
@@ -178,6 +187,10 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     plain = Study(variants=["relu", "swiglu"], seeds=2, base=preset_config("smoke", model={"d_model": 8}, max_steps=8))
     assert "scale" not in plain.to_dict()  # absent: the ids of studies without a compute axis are unchanged
     assert "scaling" not in summarize_study(plain, store)
+    code, _, err = run_cli("report", "--store", store)
+    html, md = (tmp_path / "report" / "report.html").read_text(), (tmp_path / "report" / "summary.md").read_text()
+    assert code == 0 and 'id="scaling"' in html and "swiglu reaches relu&#x27;s loss with" in html, err
+    assert "Scaling: compute multipliers" in md and (tmp_path / "report" / "figures" / "scaling.png").exists()
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FormatStrFormatter, MaxNLocator
 
 from ffnlab._util.files import atomic_path
 from ffnlab._util.names import normalize
@@ -184,6 +184,30 @@ def band_figure(
         ax.legend()
     else:
         ax.text(0.5, 0.5, "no finished run", transform=ax.transAxes, ha="center", va="center", color="0.4")
+    return fig
+
+
+def scaling_figure(scaling: dict, styles: dict, ylabel: str) -> Figure:
+    """Loss against training compute on log axes: each run as a dot, each variant's fitted power law
+    with its confidence band (`ffnlab.study.scaling.fit_scaling`'s "curve")."""
+    fig, axes = figure()
+    ax = axes[0][0]
+    for name, row in scaling["variants"].items():
+        style, curve = styles[name], row["curve"]
+        ax.scatter([c for c, _, _ in row["points"]], [y for _, y, _ in row["points"]], color=style["color"],
+                   alpha=0.5, s=16, zorder=2)  # fmt: skip
+        label = f"{name}: E={row['E']:.3g}, alpha={row['alpha']:.3g}, k={row['multiplier']:.2f}"
+        ax.plot(curve["compute"], curve["loss"], label=label, linewidth=1.8, **style)
+        if None not in curve["low"] + curve["high"]:
+            ax.fill_between(curve["compute"], curve["low"], curve["high"], color=style["color"], alpha=0.18, lw=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    level = round(scaling["level"] * 100)
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))  # losses span a few tenths: no 4x10^0 labels
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%.2f"))
+    ax.set(title=f"loss against compute: fits E + A C^-alpha, {level}% bands over seeds",
+           xlabel="training compute C (FLOPs)", ylabel=ylabel)  # fmt: skip
+    ax.legend()
     return fig
 
 

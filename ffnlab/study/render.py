@@ -94,6 +94,9 @@ def render_figures(data: dict) -> dict[str, bytes]:
         att = cell.get("attention") or {}
         if att.get("maps"):
             figs[f"attention{suffix}.png"] = plots.attention_figure(att["maps"], att["layer"])
+    scaling = data.get("scaling")
+    if scaling and "variants" in scaling:
+        figs["scaling.png"] = plots.scaling_figure(scaling, styles, metric_label(data["cells"][0]["metric"]))
     acts = data["activations"]
     figs["activations.png"] = plots.activations_figure(list(acts), labels=acts)
     return dict(figs)
@@ -448,6 +451,7 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
     body = [
         *page_top(data, title),
         *ranking_section(data),
+        *scaling_section(data.get("scaling"), figures),
         *literature_section(cells),
         *settings_section(data),
         *curves_section(cells, figures),
@@ -487,6 +491,7 @@ def page_top(data: dict, title: str) -> list[str]:
         parts.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(cell["verdict"])}</p>')
     sections = [
         "ranking",
+        *(["scaling"] if data.get("scaling") else []),
         "literature",
         *(["protocol"] if data.get("protocol") else []),
         "settings",
@@ -538,6 +543,50 @@ def ranking_section(data: dict) -> list[str]:
         )
     if data.get("protocol"):
         parts.append(html_protocol(data["protocol"], baseline))
+    return parts
+
+
+def scaling_rows(scaling: dict) -> tuple[list[str], list[list[str]]]:
+    """The fits as a table: per variant E, alpha and the compute multiplier, each with its interval."""
+    level = round(scaling["level"] * 100)
+
+    def ci(pair: list) -> str:
+        return "-" if None in pair else f"{pair[0]:.3g} to {pair[1]:.3g}"
+
+    head = ["FFN", "E", f"E {level}% CI", "alpha", f"alpha {level}% CI", "multiplier k", f"k {level}% CI", "fit"]
+    rows = [
+        [
+            name,
+            f"{r['E']:.3g}",
+            ci(r["E_ci"]),
+            f"{r['alpha']:.3g}",
+            ci(r["alpha_ci"]),
+            f"{r['multiplier']:.2f}",
+            ci(r["multiplier_ci"]),
+            "converged" if r["converged"] else r["note"],
+        ]  # fmt: skip
+        for name, r in scaling["variants"].items()
+    ]
+    return head, rows
+
+
+def scaling_section(scaling: dict | None, figures: dict[str, bytes]) -> list[str]:
+    """The loss-vs-compute plot, the table of fits and the plain sentences of a study with --scale."""
+    if not scaling:
+        return []
+    scale = ", ".join(f"{a} {', '.join(map(str, v))}" for a, v in scaling["scale"].items())
+    parts = ['<h2 id="scaling">Scaling: compute multipliers</h2>', f'<p class="note">Scaled: {esc(scale)}.</p>']
+    if "error" in scaling:
+        return parts + [f"<p>No fit yet: {esc(scaling['error'])}</p>"]
+    parts += [html_image(figures, "scaling.png", "loss against training compute, fits and bands")]
+    parts += [html_table(*scaling_rows(scaling))]
+    parts += [f'<p class="verdict">{esc(s)}</p>' for s in scaling["sentences"]]
+    parts.append(
+        f'<p class="note">Fit: {esc(scaling["loss_fit"])}. Compute C = training FLOPs of the whole model (3 x '
+        f"forward FLOPs per token x tokens). k: {esc(scaling['baseline'])} needs k x the compute to reach the "
+        "variant's loss at the largest measured compute (k > 1: the variant is worth more compute). Intervals: "
+        "paired bootstrap over seeds with a small-sample t widening (ffnlab.study.scaling).</p>"
+    )
     return parts
 
 
@@ -755,6 +804,12 @@ def render_markdown(data: dict, figure_names: Container[str]) -> str:
             md_table(*tuned_rows(cell, data["baseline"])),
             "",
         ]
+    scaling = data.get("scaling")
+    if scaling and "variants" in scaling:
+        out += ["### Scaling: compute multipliers", "", md_table(*scaling_rows(scaling)), ""]
+        out += [md_escape(s) for s in scaling["sentences"]] + [""]
+        if "scaling.png" in figure_names:
+            out += [f"![loss against compute]({FIGURES_DIR}/scaling.png)", ""]
     out.append(f"* = significant at α={data['cells'][0]['alpha']:g} after Holm correction (paired t-test over seeds).")
     out += [
         "",

@@ -297,6 +297,7 @@ def report_data(
         "env": env,
         "cells": out_cells,
         "tuned": summary.get("tuned", []),
+        "scaling": summary.get("scaling"),
         "other_studies": others,
         "activations": plots.activation_labels(study.variants),
         "numerics": load_numerics(store_path, study.variants, numerics),

@@ -56,6 +56,7 @@ from scipy import stats as sps
 from ffnlab._util.text import sci
 
 ALPHA_MIN, ALPHA_MAX = 0.02, 2.0
+CURVE_POINTS = 24  # computes at which each fitted curve and its band are given, for the plot
 # NOTE: a residual beyond delta counts linearly, so one spiked or mislogged run cannot drag the curve.
 # Hoffmann et al. use delta = 1e-3 on ~400 runs; on our 12-20 runs per variant, with seed noise of
 # ~0.5% in log loss, 1e-3 turns the fit into least absolute deviations: in simulation (4 seeds x 4
@@ -238,8 +239,11 @@ def _fit_seeds(points: list[tuple[float, float, object]], seeds: tuple) -> Power
     return fit_power_law([c for c, _ in chosen], [y for _, y in chosen])
 
 
-def _bootstrap(points: dict, baseline: str, seed_ids: list, n_boot: int, seed: int, at: list[float]) -> dict:
-    """Paired bootstrap over seeds: per variant, draws of E, log alpha and log k at each compute in `at`.
+def _bootstrap(
+    points: dict, baseline: str, seed_ids: list, n_boot: int, seed: int, at: list[float], grid: np.ndarray
+) -> dict:
+    """Paired bootstrap over seeds: per variant, draws of E, log alpha, log k at each compute in `at` and
+    the fitted log loss at each compute of `grid` (the band of the plotted curve).
 
     One draw of seed ids per replicate serves every variant. A fit depends only on the multiset of
     seeds drawn (3 seeds: 10 of them, 5 seeds: 126), so fits are cached by it.
@@ -255,7 +259,9 @@ def _bootstrap(points: dict, baseline: str, seed_ids: list, n_boot: int, seed: i
                 cache[name, seeds] = None
         return cache[name, seeds]
 
-    draws = {name: {"E": [], "log_alpha": [], "log_k": [[] for _ in at], "failed": 0} for name in points}
+    draws = {
+        name: {"E": [], "log_alpha": [], "log_k": [[] for _ in at], "log_loss": [], "failed": 0} for name in points
+    }
     for idx in rng.integers(0, len(seed_ids), size=(n_boot, len(seed_ids))):
         seeds = tuple(seed_ids[i] for i in sorted(idx))
         base = fit(baseline, seeds)
@@ -266,6 +272,7 @@ def _bootstrap(points: dict, baseline: str, seed_ids: list, n_boot: int, seed: i
                 continue
             draws[name]["E"].append(law.E)
             draws[name]["log_alpha"].append(math.log(law.alpha))
+            draws[name]["log_loss"].append(np.log(law.loss(grid)))
             for column, c in zip(draws[name]["log_k"], at, strict=True):
                 k = compute_multiplier(base, law, c)
                 column.append(math.log(k) if k > 0 else -math.inf)
@@ -310,8 +317,21 @@ def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: 
     return text
 
 
+def _band(law: PowerLaw, grid: np.ndarray, log_loss_draws: list, n_seeds: int, level: float) -> dict:
+    """The fitted curve on `grid` with its interval at each compute (on log loss, as the fit), for the plot."""
+    draws = np.asarray(log_loss_draws).reshape(-1, len(grid))
+    fitted = np.asarray(law.loss(grid), dtype=float)
+    ends = [_small_sample_interval(math.log(y), draws[:, i], n_seeds, level) for i, y in enumerate(fitted)]
+    return {
+        "compute": grid.tolist(),
+        "loss": fitted.tolist(),
+        "low": _finite_or_none([math.exp(lo) for lo, _ in ends]),
+        "high": _finite_or_none([math.exp(hi) for _, hi in ends]),
+    }
+
+
 def _variant_row(
-    name: str, law: PowerLaw, points: list, diverged: int, draws: dict, n_seeds: int, level: float
+    name: str, law: PowerLaw, points: list, diverged: int, draws: dict, n_seeds: int, level: float, grid: np.ndarray
 ) -> dict:
     """The JSON row of one variant, without multipliers (they need the baseline)."""
     e_lo, e_hi = _small_sample_interval(law.E, np.asarray(draws["E"]), n_seeds, level)
@@ -329,6 +349,7 @@ def _variant_row(
         "diverged": diverged,
         "boot_failed": draws["failed"],
         "points": [[c, y, s] for c, y, s in points],
+        "curve": _band(law, grid, draws["log_loss"], n_seeds, level),
     }
 
 
@@ -359,10 +380,11 @@ def fit_scaling(
     at = [compute_range[1]] + ([float(extrapolate_to)] if extrapolate_to is not None else [])
     seed_ids = sorted({s for _, _, s in finite}, key=str)
     laws = {name: fit_power_law([c for c, _, _ in pts], [y for _, y, _ in pts]) for name, pts in points.items()}
-    draws = _bootstrap(points, baseline, seed_ids, n_boot, seed, at)
+    grid = np.geomspace(compute_range[0], compute_range[1], CURVE_POINTS)
+    draws = _bootstrap(points, baseline, seed_ids, n_boot, seed, at, grid)
     variants, sentences = {}, []
     for name, law in laws.items():
-        row = _variant_row(name, law, points[name], diverged[name], draws[name], len(seed_ids), level)
+        row = _variant_row(name, law, points[name], diverged[name], draws[name], len(seed_ids), level, grid)
         ks = [compute_multiplier(laws[baseline], law, c) for c in at]
         cis = [
             _multiplier_ci(k, column, len(seed_ids), level) for k, column in zip(ks, draws[name]["log_k"], strict=True)

@@ -187,6 +187,11 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     plain = Study(variants=["relu", "swiglu"], seeds=2, base=preset_config("smoke", model={"d_model": 8}, max_steps=8))
     assert "scale" not in plain.to_dict()  # absent: the ids of studies without a compute axis are unchanged
     assert "scaling" not in summarize_study(plain, store)
+    code, out, _ = run_cli("advise", "--store", store, "--json")  # advice at the largest size, with multipliers
+    advice = json.loads(out)
+    assert code == 0 and advice["evidence"]["axes"] == {"width": 24} and "d_model 24" in advice["reasons"][0]
+    assert advice["evidence"]["scaling"]["swiglu"]["multiplier"] == row["multiplier"]
+    assert any(r.startswith("Scaling study (") for r in advice["reasons"])
     code, _, err = run_cli("report", "--store", store)
     html, md = (tmp_path / "report" / "report.html").read_text(), (tmp_path / "report" / "summary.md").read_text()
     assert code == 0 and 'id="scaling"' in html and "swiglu reaches relu&#x27;s loss with" in html, err

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
-from ffnlab._util.text import human, human_bytes, key_values
+from ffnlab._util.text import human, human_bytes, key_values, sci
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
 from ffnlab.core.kernels.fused import FUSED_ACTS
@@ -324,7 +324,10 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict
     study, runs, _ = load_study(store_path)
     summary = summarize_study(study, store_path, runs)
     cells = summary["cells"]
-    if "depth" in study.axes and depth is not None:
+    if study.scale:  # the multipliers are read at the largest compute: advise at that size too
+        largest = {a: max(study.axes[a]) for a in study.scale}
+        cells = [c for c in cells if all(c["axes"][a] == v for a, v in largest.items())]
+    elif "depth" in study.axes and depth is not None:
         nearest = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
         cells = [c for c in cells if c["axes"]["depth"] == nearest]
     with Store(store_path, create=False) as store:
@@ -343,6 +346,7 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict
         "baseline": study.baseline,
         "device": env.get("device", "?"),
         "init": cfg.model.init,
+        "scaling": summary.get("scaling") if "variants" in (summary.get("scaling") or {}) else None,
     }
     return cells, facts
 
@@ -497,10 +501,13 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
     """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
     if "depth" in cell["axes"]:
         facts = {**facts, "n_layers": cell["axes"]["depth"]}
+    if "width" in cell["axes"]:
+        facts = {**facts, "d_model": cell["axes"]["width"]}
     weighed = choose_in_cell(cell, facts, situation)
     reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
     rules = [weighed.rule] if weighed.rule else []
     reasons += [rule_line(r) for r in rules]
+    reasons += scaling_reasons(weighed.choice, facts["scaling"])
     rows = {r["ffn"]: r for r in cell["variants"]}
     evidence = {
         "kind": "measured",
@@ -508,6 +515,11 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
         "axes": cell["axes"],
         "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in weighed.variants},
     }
+    if facts["scaling"]:
+        evidence["scaling"] = {
+            n: {k: r[k] for k in ("multiplier", "multiplier_ci", "E", "alpha")}
+            for n, r in facts["scaling"]["variants"].items()
+        }
     variants = list(weighed.variants)
     return {
         "recommendation": weighed.choice,
@@ -521,6 +533,26 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
         "cell": cell["axes"],
         "rules": rules,
     }
+
+
+def scaling_reasons(choice: str, scaling: dict | None) -> list[str]:
+    """What the store's compute multipliers say about the choice: its own sentence, and the variant with
+    the largest multiplier whose interval is above 1 when that is another one."""
+    if not scaling:
+        return []
+    rows, baseline = scaling["variants"], scaling["baseline"]
+    lines = [s for s in scaling["sentences"] if s.startswith(f"{choice} ")]
+    if choice == baseline:
+        lines.append(f"{choice} is the baseline of the scaling fits (multiplier 1 by definition).")
+    worth = {n: r["multiplier"] for n, r in rows.items() if n != baseline and (r["multiplier_ci"][0] or 0) > 1}
+    top = max(worth, key=worth.get, default=None)
+    if top is not None and top != choice:
+        lines.append(
+            f"By the scaling fits {top} is worth {worth[top]:.2f}x {baseline}'s compute (interval above 1), more "
+            f"than {choice}: where the compute budget matters more than the constraints above, consider {top}."
+        )
+    where = f"{sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])} FLOPs"
+    return [f"Scaling study ({where}, advice at the largest size): " + " ".join(lines)] if lines else []
 
 
 def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situation) -> list[str]:

@@ -9,9 +9,11 @@ nanoGPT's README ("I only have a macbook"): 4 layers, 4 heads, d_model 128, cont
 cosine to 1e-4 over the run with 100 warm-up steps, beta2 0.99, no dropout, fp32, no compile, torch's
 default threads. Runs alternate (nanoGPT, ffnlab, nanoGPT, ...) so drift on a shared machine hits both.
 
-Not held equal, and said in the output: nanoGPT holds out the last 10% of the file, ffnlab splits it
-90/5/5 (so the two validation losses are on different text); nanoGPT evaluates on 20 random batches,
-ffnlab on 32 fixed ones. A benchmark, not a test: the numbers depend on the machine.
+Both hold out the same text: nanoGPT's prepare.py keeps the last 10% of the characters for validation, and
+ffnlab reads the same cut from a folder of train.txt / val.txt / test.txt written beside nanoGPT's data
+(test.txt a copy of val.txt: ffnlab's rule for named files, README "Data"). Not held equal, and said in
+the output: nanoGPT estimates its validation loss on 20 random batches, ffnlab on the recipe's fixed
+batches. A benchmark, not a test: the numbers depend on the machine.
 """
 
 import argparse
@@ -35,12 +37,20 @@ from ffnlab.run.train import train
 TOKENS_PER_ITER = RECIPE.batch_size * RECIPE.model.context
 
 
-def prepare(nanogpt: Path) -> None:
-    """nanoGPT's shakespeare_char train.bin/val.bin from our copy of the corpus, by its own prepare.py."""
+def prepare(nanogpt: Path) -> Path:
+    """nanoGPT's shakespeare_char train.bin/val.bin from our copy of the corpus, by its own prepare.py,
+    and the same split as text files for ffnlab: the folder it trains on."""
     folder = nanogpt / "data" / "shakespeare_char"
     if not (folder / "train.bin").exists():
         shutil.copyfile(DATA, folder / "input.txt")
         subprocess.run([sys.executable, "prepare.py"], cwd=folder, check=True, capture_output=True)
+    text = (folder / "input.txt").read_text()
+    cut = int(len(text) * 0.9)  # prepare.py's cut: data[:int(n*0.9)] trains, the rest validates
+    split = folder / "ffnlab_split"
+    split.mkdir(exist_ok=True)
+    for name, part in (("train.txt", text[:cut]), ("val.txt", text[cut:]), ("test.txt", text[cut:])):
+        (split / name).write_text(part)
+    return split
 
 
 def run_nanogpt(nanogpt: Path, iters: int) -> dict:
@@ -61,8 +71,8 @@ def run_nanogpt(nanogpt: Path, iters: int) -> dict:
     return {"ms_per_iter": round(ms, 2), "tokens_per_s": round(TOKENS_PER_ITER / ms * 1e3), "val_loss": val[-1]}
 
 
-def run_ffnlab(iters: int, precision: str) -> dict:
-    cfg = replace(RECIPE, max_steps=iters, precision=precision, threads=None)
+def run_ffnlab(iters: int, precision: str, data: Path, compile: bool) -> dict:
+    cfg = replace(RECIPE, data=str(data), max_steps=iters, precision=precision, threads=None, compile=compile)
     r = train(cfg)
     return {
         "ms_per_iter": round(r.step_time_s * 1e3, 2),
@@ -77,20 +87,23 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--pairs", type=int, default=1)
     parser.add_argument("--precision", default="fp32", help="ffnlab's precision (nanoGPT's CPU recipe is fp32)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile ffnlab's model (nanoGPT's recipe: no)")
     args = parser.parse_args()
     print("command: python benchmarks/nanogpt_side_by_side.py " + " ".join(sys.argv[1:]))
     print("machine:", json.dumps(machine()))
     rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=args.nanogpt, capture_output=True, text=True).stdout.strip()
     print("nanogpt:", rev or "(not a git checkout)")
-    prepare(args.nanogpt)
+    data = prepare(args.nanogpt)
     runs = {"nanogpt": [], "ffnlab": []}
     for _ in range(args.pairs):
         runs["nanogpt"].append(run_nanogpt(args.nanogpt, args.iters))
-        runs["ffnlab"].append(run_ffnlab(args.iters, args.precision))
+        runs["ffnlab"].append(run_ffnlab(args.iters, args.precision, data, args.compile))
     tps = {k: statistics.median(r["tokens_per_s"] for r in v) for k, v in runs.items()}
     print(json.dumps({"runs": runs, "ffnlab_over_nanogpt_tokens_per_s": round(tps["ffnlab"] / tps["nanogpt"], 2),
-                      "not_equal": ["validation text: nanoGPT the last 10% of the file, ffnlab a 5% split",
-                                    "evaluation: nanoGPT 20 random batches, ffnlab 32 fixed batches"]}, indent=1))  # fmt: skip
+                      "held_equal": ["model, batch, schedule, optimiser, iterations", "validation text: the last 10%"],
+                      "not_equal": [f"evaluation: nanoGPT 20 random batches, ffnlab {RECIPE.final_eval_batches} "
+                                    "fixed batches", f"ffnlab precision {args.precision}, compile {args.compile}"]},
+                     indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ AXES = {
 SCALE_AXES = ("width", "depth", "tokens")
 # what `--preset scaling` scales when --scale is not given: sizes chosen from measurements (README,
 # "Scaling: compute multipliers")
-PRESET_SCALES = {"scaling": {"width": [32, 64, 128, 256]}}
+PRESET_SCALES = {"scaling": {"width": [24, 48, 96, 192]}}
 
 
 @dataclass

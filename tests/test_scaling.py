@@ -226,3 +226,13 @@ def test_preset_scaling_scales_width_and_round_trips_through_a_config_file(run_c
     path.write_text(out)
     code, again, _ = run_cli("compare", "--config", path, "--print-config")
     assert code == 0 and again == out
+
+
+def test_a_pure_power_law_is_trusted_with_e_at_its_bound():
+    """E = 0 is Kaplan et al.'s pure power law, the best curve when the range does not reach the floor:
+    noted, but converged (only other bounds or a failed optimiser mean 'do not trust')."""
+    compute = np.geomspace(1e11, 1e13, 5)
+    law = fit_power_law(compute, 30.0 * compute**-0.08 - 0.2)  # the best E would be negative: pressed to 0
+    assert law.converged and "pure power law" in law.note and law.E < 1e-9
+    flat = fit_power_law(compute, np.full(5, 2.0))  # a trend-free loss is still not to be trusted
+    assert not flat.converged and "alpha at its lower bound" in flat.note

@@ -182,6 +182,31 @@ def test_ray_backend_runs_the_smoke_preset(tmp_path):
     assert {r["n_seeds"] for r in summary["variants"]} == {2}
     local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)  # every sweep run trains on one thread
     assert [r["mean"] for r in summary["variants"]] == [r["mean"] for r in local["variants"]]
+    with Store(tmp_path / "ray.db", create=False) as s:  # recorded by the driver: weights, the worker's env
+        runs = s.runs()
+    assert all(r["attempts"] == 1 and r["env"]["torch"] == torch.__version__ for r in runs)
+    assert all((tmp_path / "weights" / f"{r['id']}.safetensors").is_file() for r in runs)
+
+
+def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tmp_path):
+    """Ray tasks train on workers that may not see the store's folder: the task gets the config and a
+    checkpoint folder, returns result, weights and environment; the driver records them."""
+    from ffnlab.study.execute import record_returned, train_on_worker
+
+    cfg = plan(smoke_study())[0]
+    returned = train_on_worker(cfg.to_dict(), str(tmp_path / "worker"))
+    assert set(returned) == {"result", "weights", "env"} and returned["weights"][:8] and returned["env"]["python"]
+    assert not (tmp_path / "worker" / run_id(cfg)).exists()  # its checkpoints are gone once it finished
+    assert not list(tmp_path.glob("*.db"))
+    store = tmp_path / "driver" / "s.db"
+    with Store(store) as s:
+        s.claim(run_id(cfg), cfg.to_dict())
+        s.start(run_id(cfg))
+        assert record_returned(s, store, cfg, returned) == "finished"
+        assert s.get(run_id(cfg))["result"]["final_val_loss"] == returned["result"].final_val_loss
+    assert (store.parent / "weights" / f"{run_id(cfg)}.safetensors").read_bytes() == returned["weights"]
+    bad = train_on_worker({**cfg.to_dict(), "data": str(tmp_path / "missing.txt")}, str(tmp_path / "worker"))
+    assert set(bad) == {"error", "env"} and "missing.txt" in bad["error"]
 
 
 def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):

@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ffnlab._util.files import write_atomic
 from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
@@ -55,7 +56,7 @@ def run_lock(store_path: Path, rid: str, wait: bool):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def record(store: Store, rid: str, run: RunResult):
+def record(store: Store, rid: str, run: RunResult, env: dict | None = None):
     """Write a run's curves, events and result to the store; the status is written last."""
     result = run.to_dict()
     hist = result.pop("history")
@@ -67,7 +68,7 @@ def record(store: Store, rid: str, run: RunResult):
         rows += [(row["step"], k, v) for k, v in row.items() if k != "step"]
     store.add_metrics(rid, rows)
     store.add_events(rid, result.pop("events"))
-    store.finish(rid, "finished" if result["status"] == "finished" else "diverged", result)
+    store.finish(rid, "finished" if result["status"] == "finished" else "diverged", result, env)
 
 
 # NOTE: matmul reductions round differently with another thread count, so a run trains on one thread unless
@@ -179,7 +180,7 @@ def run_study(
     display = SweepProgress(len(runs), len(runs) - len(todo), quiet, store_path)
     busy = []
     if backend == "ray":
-        run_on_ray(todo, store_path, address, display)
+        busy = run_on_ray(todo, store_path, address, display)
     elif jobs > 1 and len(todo) > 1:
         busy = run_in_processes(todo, store_path, min(jobs, len(todo)), display)
     else:
@@ -245,9 +246,11 @@ def die_with_parent():
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
 
 
-def run_on_ray(todo, store_path: Path, address, display):
-    """One Ray task per run with its CPU (or GPU) request; each task writes to the store itself,
-    so the store path must be reachable from the workers (a shared file system on a cluster)."""
+def run_on_ray(todo, store_path: Path, address, display) -> list[TrainConfig]:
+    """One Ray task per run with its CPU (or GPU) request. Only this process touches the store: it claims
+    and locks each run, and records what the task returns (result, final weights, the worker's
+    environment), so a cluster needs no shared file system (SQLite is not safe over NFS). Checkpoints
+    stay on the worker that trains (`ray_checkpoint_root`). Returns the runs a concurrent sweep holds."""
     import ray
 
     started = not ray.is_initialized()
@@ -258,20 +261,80 @@ def run_on_ray(todo, store_path: Path, address, display):
             log_to_driver=False,
             **({} if address else {"num_cpus": os.cpu_count()}),
         )
-    try:
-        remote = ray.remote(execute)
-        refs = {}
-        for cfg in todo:
-            gpu = 1 if cfg.device == "cuda" else 0
-            ref = remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), str(store_path.resolve()))
-            refs[ref] = cfg
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            display.done(refs[ready[0]], ray.get(ready[0]))
-    finally:
-        if started:
-            ray.shutdown()
+    busy, refs = [], {}
+    with contextlib.ExitStack() as held, Store(store_path) as store:
+        try:
+            remote = ray.remote(train_on_worker)
+            root = str(ray_checkpoint_root(store_path, address))
+            for cfg in todo:
+                if not held.enter_context(run_lock(store_path, run_id(cfg), wait=False)):
+                    busy.append(cfg)
+                    continue
+                status = store.get(run_id(cfg))["status"]
+                if status in ("finished", "diverged"):  # another sweep finished it meanwhile
+                    display.done(cfg, status)
+                    continue
+                store.start(run_id(cfg))
+                gpu = 1 if cfg.device == "cuda" else 0
+                refs[remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), root)] = cfg
+            pending = list(refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                cfg = refs[ready[0]]
+                display.done(cfg, record_returned(store, store_path, cfg, ray.get(ready[0])))
+        finally:
+            if started:
+                ray.shutdown()
+    return busy
+
+
+def ray_checkpoint_root(store_path: Path, address: str | None) -> Path:
+    """Where Ray tasks checkpoint: beside the store on a local cluster (a killed sweep resumes as with
+    --jobs), in the worker's own cache on a remote one (a task retried on that machine resumes)."""
+    if address is None:
+        return store_path.resolve().parent / "checkpoints"
+    return Path("~/.cache/ffnlab/ray-checkpoints")  # '~' expanded by the worker, in its own home
+
+
+def train_on_worker(cfg_dict: dict, checkpoint_root: str) -> dict:
+    """A Ray task: train one run on SWEEP_THREADS threads (or its own), checkpointing under
+    `checkpoint_root` on this worker, and return what the driver records: {"result": RunResult,
+    "weights": safetensors bytes, "env"} or {"error": one line, "env"}."""
+    import tempfile
+
+    import torch
+
+    from ffnlab._util.machine import environment
+
+    cfg = TrainConfig.from_dict(cfg_dict)
+    torch.set_num_threads(cfg.threads or SWEEP_THREADS)
+    ckpt = Path(checkpoint_root).expanduser() / run_id(cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Path(tmp) / "weights.safetensors"
+        try:
+            result = train(replace(cfg, checkpoint_dir=str(ckpt)), weights_path=weights)
+        except Exception as e:  # a bug or a bad input in one run must not stop the sweep
+            return {"error": f"{type(e).__name__}: {e}", "env": environment()}
+        out = {"result": result, "weights": weights.read_bytes() if weights.exists() else None, "env": environment()}
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return out
+
+
+def record_returned(store: Store, store_path: Path, cfg: TrainConfig, returned: dict) -> str:
+    """Record a Ray task's return in the store (weights first, as `execute_run` does); the run's status."""
+    rid = run_id(cfg)
+    if "error" in returned:
+        store.finish(
+            rid, "failed", {"error": returned["error"], "ffn": cfg.model.ffn, "seed": cfg.seed}, returned["env"]
+        )
+        return "failed"
+    if returned["weights"] is not None:
+        path = weights_path(store_path, rid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, returned["weights"])
+    record(store, rid, returned["result"], returned["env"])
+    lock_path(store_path, rid).unlink(missing_ok=True)
+    return store.get(rid)["status"]
 
 
 class SweepProgress:

@@ -563,7 +563,7 @@ def scaling_rows(scaling: dict) -> tuple[list[str], list[list[str]]]:
             ci(r["alpha_ci"]),
             f"{r['multiplier']:.2f}",
             ci(r["multiplier_ci"]),
-            "converged" if r["converged"] else r["note"],
+            ("converged" if r["converged"] else "not converged") + (f": {r['note']}" if r["note"] else ""),
         ]  # fmt: skip
         for name, r in scaling["variants"].items()
     ]

@@ -79,7 +79,7 @@ class PowerLaw:
     E: float
     A: float
     alpha: float
-    converged: bool  # optimiser reported success and no parameter is pressed against a bound
+    converged: bool  # optimiser reported success and no parameter is pressed against a bound (E = 0 allowed)
     note: str  # '' or a short reason
 
     def loss(self, compute: float | np.ndarray) -> float | np.ndarray:
@@ -127,19 +127,23 @@ def _grid_start(x: np.ndarray, y: np.ndarray, e_max: float) -> tuple[float, floa
     return float(e[best]), float(a[best]), float(_ALPHA_GRID[best])
 
 
-def _bound_note(result: optimize.OptimizeResult, e_max: float) -> str:
-    """'' or which parameter the optimiser left pressed against a bound, and why that matters."""
+def _bound_note(result: optimize.OptimizeResult, e_max: float) -> tuple[str, bool]:
+    """('' or which parameter the optimiser left pressed against a bound, whether the fit is to be trusted).
+
+    E at 0 is trusted: the pure power law of Kaplan et al. 2020 is the best curve, because the measured
+    range does not reach the loss floor; any other bound (or a failed optimiser) is not."""
     if not result.success:
-        return f"optimiser did not converge: {result.message}"
+        return f"optimiser did not converge: {result.message}", False
     notes = {
-        (0, -1): "E at its lower bound 0",
+        (0, -1): "E at its lower bound 0: a pure power law over this range",
         (0, 1): f"E at its upper bound min(loss) {e_max:.4g}",
         (1, -1): "A at its lower bound: loss does not fall with compute",
         (1, 1): "A at its upper bound",
         (2, -1): f"alpha at its lower bound {ALPHA_MIN:g}",
         (2, 1): f"alpha at its upper bound {ALPHA_MAX:g}",
     }
-    return "; ".join(notes[(i, int(m))] for i, m in enumerate(result.active_mask) if (i, int(m)) in notes)
+    pressed = [(i, int(m)) for i, m in enumerate(result.active_mask) if (i, int(m)) in notes]
+    return "; ".join(notes[key] for key in pressed), all(key == (0, -1) for key in pressed)
 
 
 def fit_power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLaw:
@@ -174,8 +178,8 @@ def fit_power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLaw:
         residuals, start, jac=jacobian, bounds=(lower, upper), loss="huber", f_scale=HUBER_DELTA, x_scale="jac"
     )
     e, log_a, alpha = (float(v) for v in result.x)
-    note = _bound_note(result, e_max)
-    return PowerLaw(E=e, A=math.exp(log_a + alpha * math.log(c_ref)), alpha=alpha, converged=not note, note=note)
+    note, trusted = _bound_note(result, e_max)
+    return PowerLaw(E=e, A=math.exp(log_a + alpha * math.log(c_ref)), alpha=alpha, converged=trusted, note=note)
 
 
 def compute_multiplier(baseline: PowerLaw, variant: PowerLaw, at_compute: float) -> float:

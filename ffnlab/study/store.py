@@ -238,16 +238,18 @@ class Store:
             _require(conn, run_id)
             conn.executemany("INSERT OR REPLACE INTO events (run_id, step, kind, detail) VALUES (?, ?, ?, ?)", rows)
 
-    def finish(self, run_id: str, status: str, result: dict) -> None:
-        """Record a run's outcome and result in one transaction of its own. No-op on a run already finished."""
+    def finish(self, run_id: str, status: str, result: dict, env: dict | None = None) -> None:
+        """Record a run's outcome and result in one transaction of its own. No-op on a run already finished.
+        `env`: the environment of the machine that trained it, when that is not the one that started it (Ray)."""
         if status not in FINAL:
             raise ValueError(f"finish status must be one of {', '.join(FINAL)}, got '{status}'")
         result = dumps(result)
         with self._write() as conn:
             _require(conn, run_id)
             conn.execute(
-                "UPDATE runs SET status = ?, result = ?, finished_at = ? WHERE id = ? AND status != 'finished'",
-                (status, result, time.time(), run_id),
+                "UPDATE runs SET status = ?, result = ?, finished_at = ?, env = COALESCE(?, env) "
+                "WHERE id = ? AND status != 'finished'",
+                (status, result, time.time(), None if env is None else dumps(env), run_id),
             )
 
     def add_study(self, study_id: str, study: dict) -> None:

@@ -40,7 +40,7 @@ def scaling_lines(scaling: dict) -> list[str]:
     ]
     for name, row in scaling["variants"].items():
         lo, hi = (two(x) for x in row["multiplier_ci"])
-        note = "" if row["converged"] else f"  (fit: {row['note']})"
+        note = f"  ({'' if row['converged'] else 'not converged: '}{row['note']})" if row["note"] else ""
         lines.append(
             f"  {name:<16}{row['E']:>8.3f}{row['alpha']:>8.3f}  {two(row['multiplier']):>10}  {lo} to {hi}{note}"
         )

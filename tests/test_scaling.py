@@ -236,3 +236,24 @@ def test_a_pure_power_law_is_trusted_with_e_at_its_bound():
     assert law.converged and "pure power law" in law.note and law.E < 1e-9
     flat = fit_power_law(compute, np.full(5, 2.0))  # a trend-free loss is still not to be trusted
     assert not flat.converged and "alpha at its lower bound" in flat.note
+
+
+def test_lack_of_fit_tells_a_law_from_a_shape_it_cannot_have():
+    """Seeds at each compute are replicates: points on a power law pass, losses that fall faster and faster
+    (a model still leaving its plateau, as small budgets on the bundled corpus do) fail, and the sentence
+    says the multiplier is then a summary, not a law."""
+    from ffnlab.study.scaling import lack_of_fit
+
+    rng = np.random.default_rng(5)
+    compute = np.repeat(np.geomspace(1e11, 1e13, 5), 4)
+    lawful = BASE.loss(compute) + rng.normal(0.0, 0.01, compute.size)
+    fit = lack_of_fit(fit_power_law(compute, lawful), compute, lawful)
+    assert fit["lack_of_fit_p"] > 0.05 and fit["rms_log_residual"] < 0.01
+    log_c = np.log10(compute / 1e11)
+    bent = 2.6 - 0.05 * log_c - 0.1 * log_c**2 + rng.normal(0.0, 0.01, compute.size)  # accelerating fall
+    assert lack_of_fit(fit_power_law(compute, bent), compute, bent)["lack_of_fit_p"] < 0.001
+    runs = [{"variant": v, "seed": i % 4, "compute": c, "loss": y + (0.0 if v == "relu" else -0.02)}
+            for v in ("relu", "swiglu") for i, (c, y) in enumerate(zip(compute, bent, strict=True))]  # fmt: skip
+    (sentence,) = fit_scaling(runs, "relu", n_boot=20)["sentences"]
+    assert "misses the measured points" in sentence and "relu p=" in sentence
+    assert lack_of_fit(fit_power_law(compute[:12], lawful[:12]), compute[:12], lawful[:12])["lack_of_fit_p"] is None

@@ -553,7 +553,8 @@ def scaling_rows(scaling: dict) -> tuple[list[str], list[list[str]]]:
     def ci(pair: list) -> str:
         return "-" if None in pair else f"{pair[0]:.3g} to {pair[1]:.3g}"
 
-    head = ["FFN", "E", f"E {level}% CI", "alpha", f"alpha {level}% CI", "multiplier k", f"k {level}% CI", "fit"]
+    head = ["FFN", "E", f"E {level}% CI", "alpha", f"alpha {level}% CI", "multiplier k", f"k {level}% CI",
+            "lack of fit p", "fit"]  # fmt: skip
     rows = [
         [
             name,
@@ -563,6 +564,7 @@ def scaling_rows(scaling: dict) -> tuple[list[str], list[list[str]]]:
             ci(r["alpha_ci"]),
             f"{r['multiplier']:.2f}",
             ci(r["multiplier_ci"]),
+            "-" if r["lack_of_fit_p"] is None else f"{r['lack_of_fit_p']:.2g}",
             ("converged" if r["converged"] else "not converged") + (f": {r['note']}" if r["note"] else ""),
         ]  # fmt: skip
         for name, r in scaling["variants"].items()
@@ -585,7 +587,9 @@ def scaling_section(scaling: dict | None, figures: dict[str, bytes]) -> list[str
         f'<p class="note">Fit: {esc(scaling["loss_fit"])}. Compute C = training FLOPs of the whole model (3 x '
         f"forward FLOPs per token x tokens). k: {esc(scaling['baseline'])} needs k x the compute to reach the "
         "variant's loss at the largest measured compute (k > 1: the variant is worth more compute). Intervals: "
-        "paired bootstrap over seeds with a small-sample t widening (ffnlab.study.scaling).</p>"
+        "paired bootstrap over seeds with a small-sample t widening (ffnlab.study.scaling). Lack of fit: an F test "
+        "of the residuals against the seed-to-seed spread at each compute; a small p means the power law misses "
+        "the points, and the multiplier is a summary of the curves, not a law.</p>"
     )
     return parts
 

@@ -56,6 +56,7 @@ from scipy import stats as sps
 from ffnlab._util.text import sci
 
 ALPHA_MIN, ALPHA_MAX = 0.02, 2.0
+LOF_ALPHA = 0.05  # lack-of-fit p below which a sentence warns that the law misses the points
 CURVE_POINTS = 24  # computes at which each fitted curve and its band are given, for the plot
 # NOTE: a residual beyond delta counts linearly, so one spiked or mislogged run cannot drag the curve.
 # Hoffmann et al. use delta = 1e-3 on ~400 runs; on our 12-20 runs per variant, with seed noise of
@@ -303,8 +304,9 @@ def _inverse(k: float | None) -> str:
     return "inf" if k == 0.0 else f"{1.0 / k:.2f}"
 
 
-def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: list[float]) -> str:
-    """One plain sentence for a variant's multiplier, reading k as 1/k x the baseline's compute."""
+def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: list[float], base_row: dict) -> str:
+    """One plain sentence for a variant's multiplier, reading k as 1/k x the baseline's compute, with a
+    warning when the power law misses the points of either curve (`lack_of_fit`)."""
     span = f"{sci(compute_range[0])}-{sci(compute_range[1])} FLOPs"
     k, (lo, hi) = row["multiplier"], row["multiplier_ci"]
     if k == 0.0:
@@ -318,6 +320,12 @@ def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: 
         text += f" (fit not converged: {row['note']})"
     if row["boot_failed"]:
         text += f" ({row['boot_failed']} bootstrap replicates failed to fit)"
+    misfit = [
+        (n, r["lack_of_fit_p"]) for n, r in ((name, row), (baseline, base_row)) if (r["lack_of_fit_p"] or 1) < LOF_ALPHA
+    ]
+    if misfit:
+        which = ", ".join(f"{n} p={p:.2g}" for n, p in misfit)
+        text += f"; but the power law misses the measured points (lack of fit: {which}): a summary, not a law"
     return text
 
 
@@ -332,6 +340,30 @@ def _band(law: PowerLaw, grid: np.ndarray, log_loss_draws: list, n_seeds: int, l
         "low": _finite_or_none([math.exp(lo) for lo, _ in ends]),
         "high": _finite_or_none([math.exp(hi) for _, hi in ends]),
     }
+
+
+def lack_of_fit(law: PowerLaw, compute: Sequence[float], loss: Sequence[float]) -> dict:
+    """Does the power law fit the points, or only summarise them? The classic lack-of-fit F test on log
+    loss, with the seeds at one compute as replicates:
+
+        SS_pure = sum over computes of the squared deviations of the seeds from their mean there
+        SS_lack = sum of squared residuals of the fit - SS_pure      (df: computes - 3)
+        F = (SS_lack / (m - 3)) / (SS_pure / (n - m)),   n points at m distinct computes
+
+    A small p says the curve misses the points by more than seed noise explains (e.g. losses that still
+    fall faster and faster, before a model has left its early plateau), so a multiplier read off it
+    summarises a shape the law does not have. Also the RMS of the log residuals. p is None without
+    replicates or with 3 computes (no degrees of freedom left)."""
+    c, log_y = np.asarray(compute, dtype=float), np.log(np.asarray(loss, dtype=float))
+    resid = log_y - np.log(np.asarray(law.loss(c), dtype=float))
+    levels = np.unique(c)
+    pure = sum(float(((log_y[c == v] - log_y[c == v].mean()) ** 2).sum()) for v in levels)
+    n, m = len(c), len(levels)
+    out = {"rms_log_residual": float(np.sqrt((resid**2).mean())), "lack_of_fit_p": None}
+    if m > 3 and n > m and pure > 0:
+        f = (max(float((resid**2).sum()) - pure, 0.0) / (m - 3)) / (pure / (n - m))
+        out["lack_of_fit_p"] = float(sps.f.sf(f, m - 3, n - m))
+    return out
 
 
 def _variant_row(
@@ -354,6 +386,7 @@ def _variant_row(
         "boot_failed": draws["failed"],
         "points": [[c, y, s] for c, y, s in points],
         "curve": _band(law, grid, draws["log_loss"], n_seeds, level),
+        **lack_of_fit(law, [c for c, _, _ in points], [y for _, y, _ in points]),
     }
 
 
@@ -386,7 +419,7 @@ def fit_scaling(
     laws = {name: fit_power_law([c for c, _, _ in pts], [y for _, y, _ in pts]) for name, pts in points.items()}
     grid = np.geomspace(compute_range[0], compute_range[1], CURVE_POINTS)
     draws = _bootstrap(points, baseline, seed_ids, n_boot, seed, at, grid)
-    variants, sentences = {}, []
+    variants = {}
     for name, law in laws.items():
         row = _variant_row(name, law, points[name], diverged[name], draws[name], len(seed_ids), level, grid)
         ks = [compute_multiplier(laws[baseline], law, c) for c in at]
@@ -404,8 +437,11 @@ def fit_scaling(
                 "note": "extrapolation beyond the largest measured compute",
             }
         variants[name] = row
-        if name != baseline:
-            sentences.append(_sentence(name, baseline, row, level, compute_range))
+    sentences = [
+        _sentence(n, baseline, r, level, compute_range, variants[baseline])
+        for n, r in variants.items()
+        if n != baseline
+    ]
     return {
         "baseline": baseline,
         "level": level,

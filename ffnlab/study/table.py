@@ -36,21 +36,23 @@ def scaling_lines(scaling: dict) -> list[str]:
     lines = [
         f"scaling over {scale}: L(C) = E + A C^-alpha per variant ({scaling['loss_fit']}), "
         f"C = training FLOPs {sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])}",
-        f"  {'variant':<16}{'E':>8}{'alpha':>8}  {'multiplier':>10}  {level}% CI",
+        f"  {'variant':<16}{'E':>8}{'alpha':>8}{'lof p':>8}  {'multiplier':>10}  {level}% CI",
     ]
     for name, row in scaling["variants"].items():
         lo, hi = (two(x) for x in row["multiplier_ci"])
         note = f"  ({'' if row['converged'] else 'not converged: '}{row['note']})" if row["note"] else ""
+        lof = "-" if row["lack_of_fit_p"] is None else f"{row['lack_of_fit_p']:.2g}"
         lines.append(
-            f"  {name:<16}{row['E']:>8.3f}{row['alpha']:>8.3f}  {two(row['multiplier']):>10}  {lo} to {hi}{note}"
+            f"  {name:<16}{row['E']:>8.3f}{row['alpha']:>8.3f}{lof:>8}  {two(row['multiplier']):>10}  {lo} to {hi}{note}"
         )
         if "extrapolated" in row:
             x = row["extrapolated"]
             lo, hi = (two(v) for v in x["multiplier_ci"])
             lines.append(f"  {'':<32}at {sci(x['compute'])} FLOPs: {two(x['multiplier'])} ({lo} to {hi}), {x['note']}")
     lines.append(
-        "  multiplier k: the baseline needs k x the compute to reach the variant's loss at the largest compute"
+        "  multiplier k: the baseline needs k x the compute to reach the variant's loss at the largest compute;"
     )
+    lines.append("  lof p: lack-of-fit test against seed noise (small: the power law misses the points)")
     return lines + [f"  {s}" for s in scaling["sentences"]]
 
 

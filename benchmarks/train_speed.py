@@ -130,7 +130,7 @@ def start_competitor() -> subprocess.Popen:
 def window(cfg: TrainConfig) -> dict:
     """One timed `train()` call: tokens/s of the median step, first-step seconds, load and cores used."""
     load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), time.process_time()
-    r = train(cfg)
+    r = train(cfg).to_dict()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     return {
         "tokens_per_s": r["tokens_per_s"],
@@ -185,7 +185,7 @@ def full_run(name: str, log, seed: int = 0) -> dict:
     """The whole 2000-step recipe for one candidate: val loss, median-step and end-to-end tokens/s."""
     torch._dynamo.reset()  # compile again, as a fresh `ffnlab train` would (the on-disk cache stays warm)
     load0, cpu0, wall0 = os.getloadavg()[0], time.process_time(), time.perf_counter()
-    r = train(replace(RECIPE, seed=seed, **CANDIDATES[name]))
+    r = train(replace(RECIPE, seed=seed, **CANDIDATES[name])).to_dict()
     wall = time.perf_counter() - wall0
     row = {
         "name": name,
@@ -220,7 +220,7 @@ def defaults_check(log) -> list[dict]:
     ):
         torch.set_num_threads(DEFAULT_THREADS)
         load0, wall0 = os.getloadavg()[0], time.perf_counter()
-        r = train(replace(TrainConfig(max_steps=200), **overrides))
+        r = train(replace(TrainConfig(max_steps=200), **overrides)).to_dict()
         val = r["history"]["val"]
         rows.append(
             {

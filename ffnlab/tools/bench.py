@@ -439,7 +439,11 @@ def run_bench(
     log = log or (lambda _: None)
     # NOTE: where bf16 is emulated (an AVX2-only CPU) its rows would time the emulation (cost: benchmarks/README.md)
     dtypes = (torch.float32, torch.bfloat16) if bf16_native(torch.device(device).type) else (torch.float32,)
-    skipped = [] if len(dtypes) == 2 else ["bf16: emulated on this CPU (no AMX or AVX512_BF16), not timed"]
+    skipped = (
+        []
+        if len(dtypes) == 2
+        else ["bf16: emulated here (no AMX or AVX512_BF16, or ONEDNN_MAX_CPU_ISA below them), not timed"]
+    )
     shape, copy_numel = calibration_size(ffns, tokens, d_models)
     machine = measure_machine(shape, copy_numel, repeats, device, dtypes)
     log(f"machine: {machine['matmul_gflops']} GFLOP/s fp32 matmul, {machine['copy_gbs']} GB/s copy")

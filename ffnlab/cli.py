@@ -311,16 +311,8 @@ int_list = number_list(int, "integers")
 float_list = number_list(float, "numbers")
 
 
-STUDY_KEYS = {
-    "preset",
-    "variants",
-    "seeds",
-    "baseline",
-    "noise_floor",
-    "axes",
-    "per_variant",
-    "scale",
-}  # a --config's [study]
+# the keys of a --config file's [study] table
+STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes", "per_variant", "scale"}
 # what `--opt VARIANT:KEY=VALUE,...` may set per variant: the optimiser and its schedule
 OPT_FIELDS = ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")
 

@@ -207,6 +207,14 @@ def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tm
     assert (store.parent / "weights" / f"{run_id(cfg)}.safetensors").read_bytes() == returned["weights"]
     bad = train_on_worker({**cfg.to_dict(), "data": str(tmp_path / "missing.txt")}, str(tmp_path / "worker"))
     assert set(bad) == {"error", "env"} and "missing.txt" in bad["error"]
+    crashed = plan(smoke_study())[1]  # a task that died under Ray returns nothing: the driver marks it failed
+    with Store(store) as s:
+        s.claim(run_id(crashed), crashed.to_dict())
+        s.start(run_id(crashed))
+        assert record_returned(s, store, crashed, {"error": "WorkerCrashedError: killed", "env": None}) == "failed"
+        assert (
+            s.get(run_id(crashed))["result"]["error"] == "WorkerCrashedError: killed" and s.get(run_id(crashed))["env"]
+        )
 
 
 def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):

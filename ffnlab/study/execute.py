@@ -17,6 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from ffnlab._util.files import write_atomic
+from ffnlab._util.text import first_line
 from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
@@ -281,7 +282,11 @@ def run_on_ray(todo, store_path: Path, address, display) -> list[TrainConfig]:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
                 cfg = refs[ready[0]]
-                display.done(cfg, record_returned(store, store_path, cfg, ray.get(ready[0])))
+                try:
+                    returned = ray.get(ready[0])
+                except Exception as e:  # the task itself died (a worker killed, out of memory): one failed run
+                    returned = {"error": first_line(e), "env": None}
+                display.done(cfg, record_returned(store, store_path, cfg, returned))
         finally:
             if started:
                 ray.shutdown()

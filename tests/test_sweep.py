@@ -160,6 +160,29 @@ def test_kill_9_mid_sweep_then_resume_equals_uninterrupted(tmp_path):
     assert not any(ckpts.glob("*/latest.json"))  # finished runs clean up their checkpoints
 
 
+def test_sigterm_stops_a_sweep_and_its_workers_at_once(tmp_path):
+    """`kill` (SIGTERM) ends `compare --jobs 2` within seconds, not after every queued run: the CLI unwinds,
+    the pool's workers are killed and their locks let go (their runs resume from checkpoints later)."""
+    store = tmp_path / "s.db"
+    proc = subprocess.Popen(compare_cmd(store, "--jobs", 2, "--steps", 20000), stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not any((tmp_path / "checkpoints").glob("*/latest.json")):  # both workers are training
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    deadline = time.time() + 10
+    for lock in (tmp_path / "checkpoints").glob("*.lock"):
+        with open(lock) as f:
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.time() < deadline, f"a worker still holds {lock.name}"
+                    time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_two_concurrent_sweeps_on_one_store(tmp_path):
     store = tmp_path / "shared.db"

@@ -229,12 +229,27 @@ def run_in_processes(todo, store_path: Path, jobs: int, display) -> list[TrainCo
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     busy = []
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent)
+    try:
         futures = {pool.submit(execute, cfg.to_dict(), str(store_path)): cfg for cfg in todo}
         for fut in as_completed(futures):
             status = fut.result()
             busy.append(futures[fut]) if status == "busy" else display.done(futures[fut], status)
+    except BaseException:  # Ctrl-C, SIGTERM (the CLI raises SystemExit), a bug: stop now, not after the queue
+        stop_workers(pool)
+        raise
+    pool.shutdown()
     return busy
+
+
+def stop_workers(pool) -> None:
+    """Cancel a pool's queued runs and kill the runs in flight. NOTE: the executor's own shutdown (also at
+    interpreter exit) waits for every running task, hours for a long run; a killed run loses only the
+    steps since its last checkpoint and resumes from it. `_processes` is private, so it is read defensively."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
+    for process in workers:
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def die_with_parent():

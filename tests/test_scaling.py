@@ -192,6 +192,15 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     assert code == 0 and advice["evidence"]["axes"] == {"width": 24} and "d_model 24" in advice["reasons"][0]
     assert advice["evidence"]["scaling"]["swiglu"]["multiplier"] == row["multiplier"]
     assert any(r.startswith("Scaling study (") for r in advice["reasons"])
+    from ffnlab.study.advise import scaling_reasons
+
+    bent = {
+        **scaling,
+        "variants": {**scaling["variants"], "relu": {**scaling["variants"]["relu"], "lack_of_fit_p": 1e-6}},
+    }
+    bent["variants"]["swiglu"] = {**row, "multiplier": 1.9, "multiplier_ci": [1.4, 2.4]}
+    (line,) = scaling_reasons("relu", bent)  # the baseline chosen, a better-scaling variant named, misfit said
+    assert "swiglu is worth 1.90x" in line and "misses the measured points" in line
     code, _, err = run_cli("report", "--store", store)
     html, md = (tmp_path / "report" / "report.html").read_text(), (tmp_path / "report" / "summary.md").read_text()
     assert code == 0 and 'id="scaling"' in html and "swiglu reaches relu&#x27;s loss with" in html, err

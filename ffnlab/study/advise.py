@@ -54,6 +54,7 @@ from ffnlab.study.published import (
     SHAZEER_2020_524K,
     PublishedTable,
 )
+from ffnlab.study.scaling import LOF_ALPHA
 from ffnlab.study.stats import holm, paired_diff
 
 DEPLOYS = tuple(DEPLOY_HARDWARE)
@@ -547,9 +548,15 @@ def scaling_reasons(choice: str, scaling: dict | None) -> list[str]:
     worth = {n: r["multiplier"] for n, r in rows.items() if n != baseline and (r["multiplier_ci"][0] or 0) > 1}
     top = max(worth, key=worth.get, default=None)
     if top is not None and top != choice:
+        misfit = any((rows[n]["lack_of_fit_p"] or 1) < LOF_ALPHA for n in (top, baseline))
         lines.append(
             f"By the scaling fits {top} is worth {worth[top]:.2f}x {baseline}'s compute (interval above 1), more "
-            f"than {choice}: where the compute budget matters more than the constraints above, consider {top}."
+            f"than {choice}: where the compute budget matters more than the constraints above, consider {top}"
+            + (
+                " (though the power law misses the measured points: a summary of this range, not a law)."
+                if misfit
+                else "."
+            )
         )
     where = f"{sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])} FLOPs"
     return [f"Scaling study ({where}, advice at the largest size): " + " ".join(lines)] if lines else []

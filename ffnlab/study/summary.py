@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ffnlab.core.model import describe_attn_act, qkv_act_spec
 from ffnlab.run.config import TrainConfig
+from ffnlab.run.train import train_flops
 from ffnlab.study.plan import TUNED_AXES, Study, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import rank_agreement
 from ffnlab.study.scaling import fit_scaling
@@ -303,7 +304,7 @@ def scaling_of(study: Study, items: list, extrapolate_to: float | None = None) -
         res = (rec or {}).get("result") or {}
         if cfg.seed >= study.seeds or not rec or rec["status"] not in ("finished", "diverged"):
             continue  # noise-floor seeds are unpaired; unfinished runs have no point yet
-        compute = res.get("train_flops") or 3 * res["flops_per_token"] * res["tokens"]  # stores before train_flops
+        compute = res.get("train_flops") or train_flops(res["flops_per_token"], res["tokens"])  # older stores
         loss = res.get(metric) if rec["status"] == "finished" else None
         runs.append({"variant": cfg.model.ffn, "seed": cfg.seed, "compute": compute, "loss": loss or math.nan})
     try:

@@ -27,7 +27,7 @@ from torch import nn
 from ffnlab._util.machine import bf16_native
 from ffnlab._util.text import first_line
 from ffnlab.core.activations import get_activation
-from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, get_ffn_spec, single_ffn_spec
+from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, ffn_width, get_ffn_spec, single_ffn_spec
 from ffnlab.core.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
 from ffnlab.core.memory import saved_bytes
 
@@ -136,7 +136,7 @@ def calibration_size(ffns: Sequence[str], tokens: Sequence[int], d_models: Seque
     projection, tokens x d_model @ d_model x d_ff, and its hidden tensor, tokens x d_ff. Sized to what is
     timed, so `bench --quick` calibrates in milliseconds and a row's fraction of peak compares like with like."""
     d_model = max(d_models)
-    d_ff = max(build_ffn(name, d_model).d_ff for name in ffns)
+    d_ff = max(ffn_width(single_ffn_spec(name), d_model)[0] for name in ffns)  # sizes only: no module built
     return (max(tokens), d_model, d_ff), max(tokens) * d_ff
 
 
@@ -457,7 +457,7 @@ def run_bench(
                 rows += bench_ffn(name, n_tokens, d_model, repeats, compile, device)
     activations = []
     for name in ffns:
-        d_ff = build_ffn(name, d_models[0]).d_ff
+        d_ff = ffn_width(single_ffn_spec(name), d_models[0])[0]
         for dtype in dtypes:
             log(f"activation {name} {dtype}")
             activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, compile, device)

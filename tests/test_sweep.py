@@ -105,6 +105,20 @@ def compare_cmd(store, *extra):
     ]
 
 
+def assert_locks_released(folder, seconds: float = 10.0):
+    """Every run lock in `folder` can be taken within `seconds`: no worker process still holds one."""
+    deadline = time.time() + seconds
+    for lock in folder.glob("*.lock"):
+        with open(lock) as f:
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.time() < deadline, f"a worker process still holds {lock.name}"
+                    time.sleep(0.1)
+
+
 def deterministic(store_path):
     """What must agree between two sweeps: statuses, final metrics and every loss curve."""
     with Store(store_path, create=False) as s:
@@ -142,16 +156,7 @@ def test_kill_9_mid_sweep_then_resume_equals_uninterrupted(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    deadline = time.time() + 10  # the sweep's worker processes die with it: no run lock stays held
-    for lock in ckpts.glob("*.lock"):
-        with open(lock) as f:
-            while True:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    assert time.time() < deadline, f"an orphaned worker still holds {lock.name}"
-                    time.sleep(0.1)
+    assert_locks_released(ckpts)  # the sweep's worker processes die with it: no run lock stays held
     with sqlite3.connect(store) as db:
         assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
     again = subprocess.run(compare_cmd(store), capture_output=True, text=True)
@@ -171,16 +176,7 @@ def test_sigterm_stops_a_sweep_and_its_workers_at_once(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 128 + signal.SIGTERM
-    deadline = time.time() + 10
-    for lock in (tmp_path / "checkpoints").glob("*.lock"):
-        with open(lock) as f:
-            while True:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    assert time.time() < deadline, f"a worker still holds {lock.name}"
-                    time.sleep(0.1)
+    assert_locks_released(tmp_path / "checkpoints")
 
 
 @pytest.mark.slow

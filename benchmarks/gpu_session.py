@@ -95,42 +95,37 @@ def train_cmd(device: str, way: str) -> list[str]:
     return [sys.executable, "-m", "ffnlab.cli", *map(str, args), *TRAIN_WAYS[way][1]]
 
 
+RUN_KEYS = ("tokens_per_s", "step_time_s", "first_step_s", "final_val_loss", "saved_bytes", "cuda_peak_bytes")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the JSON files (created)")
     parser.add_argument("--dry-run", action="store_true", help="the CPU at toy sizes: checks the plumbing")
+    parser.add_argument("--budget-s", type=int, default=420, help="no step runs past this many seconds in all")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    device = "cpu" if args.dry_run else "cuda"
+    deadline = time.perf_counter() + args.budget_s
+    device, dry = ("cpu", ["--dry-run"]) if args.dry_run else ("cuda", [])
     session = {"machine": machine(args.dry_run), "steps": {}}
     print(json.dumps(session["machine"]), flush=True)
-    py = [sys.executable]
-    kernels = step(
-        "kernels", [*py, str(ROOT / "benchmarks/gpu.py"), *(["--dry-run"] if args.dry_run else [])], args.out, 200
-    )
-    session["steps"]["kernels"] = {k: kernels.get(k) for k in ("rc", "wall_s", "error")}
+
+    def run(name: str, cmd: list[str], limit_s: int, env: dict | None = None, keys: tuple = ()) -> None:
+        limit_s = max(1, min(limit_s, int(deadline - time.perf_counter())))  # what is left of the budget
+        kept = step(name, cmd, args.out, limit_s, env)
+        result = kept.get("result") or {}
+        session["steps"][name] = {
+            **{k: kept.get(k) for k in ("rc", "wall_s", "error")},
+            **{k: result.get(k) for k in keys},
+        }
+
+    run("kernels", [sys.executable, str(ROOT / "benchmarks/gpu.py"), *dry], 200)
     store = Path(tempfile.mkdtemp(prefix="ffnlab-gpu-")) / "ffnlab.db"
     budget = ["--preset", "smoke", "--seeds", "2"] if args.dry_run else []
-    compare = [*py, "-m", "ffnlab.cli", "compare", "--device", device, "--store", str(store), "--json", "--no-report"]
-    study = step("study", [*compare, *budget], args.out, 240)
-    session["steps"]["study"] = {k: study.get(k) for k in ("rc", "wall_s", "error")}
+    compare = ["-m", "ffnlab.cli", "compare", "--device", device, "--store", str(store), "--json", "--no-report"]
+    run("study", [sys.executable, *compare, *budget], 150)
     for way, (env, _) in TRAIN_WAYS.items():
-        kept = step(f"train_{way}", train_cmd(device, way), args.out, 120, env)
-        r = kept.get("result") or {}
-        session["steps"][f"train_{way}"] = {
-            **{k: kept.get(k) for k in ("rc", "wall_s", "error")},
-            **{
-                k: r.get(k)
-                for k in (
-                    "tokens_per_s",
-                    "step_time_s",
-                    "first_step_s",
-                    "final_val_loss",
-                    "saved_bytes",
-                    "cuda_peak_bytes",
-                )
-            },
-        }
+        run(f"train_{way}", train_cmd(device, way), 100, env, RUN_KEYS)
     (args.out / "session.json").write_text(json.dumps(session, indent=1))
     print(json.dumps(session["steps"], indent=1))
     return 0 if all(s["rc"] == 0 for s in session["steps"].values()) else 1

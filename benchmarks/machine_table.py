@@ -1,0 +1,94 @@
+"""The per-machine-class table of benchmarks/README.md (issue #16), every row measured in one command.
+
+    python benchmarks/machine_table.py --nanogpt DIR [--out FILE]    # 15-30 minutes, by machine class
+    python benchmarks/machine_table.py --nanogpt DIR --smoke         # toy sizes: checks the plumbing
+
+Runs, one after another (so no row shares the CPU with another): nanoGPT beside ffnlab on its CPU recipe
+in fp32, and again with ffnlab at `auto` precision and `--compile`; the default study; `ffnlab bench
+--quick`; the monitors on and off. Prints the machine and a Markdown table whose rows give the result,
+the command and the date, ready to paste under the machine's class; each script's own output is kept
+in --out (JSON lines) so every number can be traced. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+from compare_default import machine
+
+HERE = Path(__file__).resolve().parent
+
+
+def timed(cmd: list[str], log) -> tuple[str, float]:
+    """(stdout, wall seconds) of cmd, which must succeed; both kept in the log."""
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    log.write(json.dumps({"command": cmd[1:], "rc": proc.returncode, "wall_s": wall, "stdout": proc.stdout}) + "\n")
+    if proc.returncode:
+        sys.exit(f"{' '.join(cmd[1:])} failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return proc.stdout, wall
+
+
+def last_json(text: str) -> dict:
+    """The JSON object a benchmark prints last (indented over lines or on one)."""
+    start = max(text.rfind("\n{"), -1) + 1
+    return json.loads(text[start:])
+
+
+def nanogpt_row(stdout: str) -> str:
+    out = last_json(stdout)
+    n, f = out["runs"]["nanogpt"][0], out["runs"]["ffnlab"][0]
+    return (
+        f"nanoGPT {n['tokens_per_s']:,} tokens/s ({n['ms_per_iter']} ms/iter), val {n['val_loss']:.3f}; ffnlab "
+        f"{f['tokens_per_s']:,} ({f['ms_per_iter']} ms), val {f['val_loss']:.3f}: "
+        f"**{out['ffnlab_over_nanogpt_tokens_per_s']}x**"
+    )
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout outside this repository")
+    parser.add_argument("--out", type=Path, default=Path("machine_table.jsonl"), help="each script's output")
+    parser.add_argument("--smoke", action="store_true", help="toy budgets, to check the plumbing")
+    args = parser.parse_args(argv)
+    py, date = sys.executable, time.strftime("%Y-%m-%d")
+    iters = ["--iters", "40" if args.smoke else "2000"]
+    nano = [py, str(HERE / "nanogpt_side_by_side.py"), "--nanogpt", str(args.nanogpt), *iters]
+    study = [py, str(HERE / "compare_default.py"), *(["--preset", "smoke", "--seeds", "2"] if args.smoke else [])]
+    pairs = ["--pairs", "1", "--steps", "20"] if args.smoke else ["--pairs", "9"]
+    monitors = [py, str(HERE / "monitor_overhead.py"), *pairs, "--precision", "fp32"]
+    rows = []
+    with args.out.open("w") as log:
+        m = machine()
+        print("machine:", json.dumps(m), flush=True)
+        log.write(json.dumps({"machine": m}) + "\n")
+        rows.append(("nanoGPT recipe, fp32 both", nanogpt_row(timed(nano, log)[0]), nano))
+        fast = [*nano, "--precision", "auto", "--compile"]
+        rows.append(("nanoGPT recipe, ffnlab `auto` + `--compile`", nanogpt_row(timed(fast, log)[0]), fast))
+        out, wall = timed(study, log)
+        verdict = re.search(r"^verdict: (.*)$", out, re.M)
+        rows.append(("default study", f"{wall:.0f} s ({wall / 60:.1f} min); {verdict[1] if verdict else ''}", study))
+        bench = [py, "-m", "ffnlab.cli", "bench", "--quick", "--json"]
+        rows.append(("`bench --quick`", f"{timed(bench, log)[1]:.1f} s wall", bench))
+        over = last_json(timed(monitors, log)[0])
+        on, off = over["step_ms_monitors_on"], over["step_ms_monitors_off"]
+        result = f"{over['overhead_median_of_pairs']} (median of {over['pairs']} on/off pairs; {on} vs {off} ms/step)"
+        rows.append(("monitor overhead", result, monitors))
+    print(f"\n**{m['cpu']} ({m['class']}), {m['cores']} cores** — `auto` precision is {m['precision']} here.\n")
+    print("| row | result | command | date |\n|---|---|---|---|")
+    for name, result, cmd in rows:
+        command = " ".join(["python" if c == py else c for c in cmd]).replace(str(HERE.parent) + "/", "")
+        print(f"| {name} | {result} | `{command}` | {date} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

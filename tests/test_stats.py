@@ -3,7 +3,7 @@ import math
 import pytest
 from scipy import stats as sps
 
-from ffnlab.study.stats import compare, holm, mean_ci, paired_diff, seed_noise
+from ffnlab.study.stats import compare, gap_heterogeneity, holm, mean_ci, paired_diff, seed_noise
 
 NAN, INF = float("nan"), float("inf")
 
@@ -173,3 +173,52 @@ def test_seed_noise():
     assert s["n"] == 3 and s["diverged"] == 1 and s["min"] == 3.28 and s["max"] == 3.32
     assert s["range"] == pytest.approx(0.04) and s["std"] == pytest.approx(0.02)
     assert seed_noise([1.0])["std"] is None and seed_noise([])["min"] is None
+
+
+def planted_gaps(k, n, cell_shift, seed_spread, noise, rng):
+    """k cells x n seeds of gaps: a shift per cell, a per-seed offset shared by every cell, and noise."""
+    seed_offset = rng.normal(0, seed_spread, n)
+    return [{s: c * cell_shift + seed_offset[s] + rng.normal(0, noise) for s in range(n)} for c in range(k)]
+
+
+def test_gap_heterogeneity_matches_a_two_way_linear_model():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    gaps = planted_gaps(3, 5, 0.3, 1.0, 0.5, rng)
+    got = gap_heterogeneity(gaps)
+    # the same F as full (cell + seed) against reduced (seed only) least-squares models
+    y = np.array([gaps[c][s] for c in range(3) for s in range(5)])
+    cell = np.kron(np.eye(3), np.ones((5, 1)))
+    seed = np.kron(np.ones((3, 1)), np.eye(5))
+    rss = [np.sum((y - x @ np.linalg.lstsq(x, y, rcond=None)[0]) ** 2) for x in (np.hstack([cell, seed]), seed)]
+    f = ((rss[1] - rss[0]) / 2) / (rss[0] / 8)
+    assert got["df"] == (2, 8) and got["n"] == 5 and got["k"] == 3
+    assert got["f"] == pytest.approx(f, rel=1e-9) and got["p"] == pytest.approx(sps.f.sf(f, 2, 8), rel=1e-9)
+
+
+def test_gap_heterogeneity_blocks_on_the_seed():
+    import numpy as np
+
+    # a steady shift between two cells hidden under a large per-seed offset: pairing by seed finds it,
+    # a one-way test over the cells' gaps cannot
+    gaps = planted_gaps(2, 6, 0.2, 2.0, 0.02, np.random.default_rng(1))
+    assert gap_heterogeneity(gaps)["p"] < 1e-4
+    assert sps.f_oneway(*[list(g.values()) for g in gaps]).pvalue > 0.5
+
+
+def test_gap_heterogeneity_holds_its_level_when_no_cell_differs():
+    import numpy as np
+
+    rng = np.random.default_rng(2)
+    ps = [gap_heterogeneity(planted_gaps(3, 4, 0.0, 1.0, 0.3, rng))["p"] for _ in range(2000)]
+    assert 0.035 < sum(p < 0.05 for p in ps) / len(ps) < 0.065
+
+
+def test_gap_heterogeneity_needs_two_cells_and_three_complete_seeds():
+    assert gap_heterogeneity([{0: 0.1, 1: 0.2, 2: 0.3}])["p"] is None
+    two = gap_heterogeneity([{0: 0.1, 1: 0.2, 2: 0.3}, {0: 0.4, 1: math.nan, 2: 0.1, 3: 0.2}])
+    assert two["n"] == 2 and two["p"] is None and two["left_out"] == [1, 3]
+    # every seed moves by the same amount between cells: exact, as paired_diff
+    assert gap_heterogeneity([{0: 0.1, 1: 0.2, 2: 0.4}, {0: 0.2, 1: 0.3, 2: 0.5}])["p"] == 0.0
+    assert gap_heterogeneity([{0: 0.1, 1: 0.2, 2: 0.4}, {0: 0.1, 1: 0.2, 2: 0.4}])["p"] == 1.0

@@ -4,8 +4,10 @@ import math
 import pytest
 
 from ffnlab.study.advise import advise
+from ffnlab.study.render import render_html, render_markdown
 from ffnlab.study.report import report_data
-from ffnlab.study.summary import learned_mean, tuned_cells
+from ffnlab.study.stats import gap_heterogeneity
+from ffnlab.study.summary import across_cells, learned_mean, tuned_cells
 
 # the numbers of a row that every output must agree on
 SHARED = (
@@ -88,6 +90,49 @@ def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_stor
         by_axes(printed["cells"])[json.dumps({"depth": 2, "placement": p}, sort_keys=True)] for p in ("pre", "post")
     )
     assert pre["variants"][0]["mean"] != post["variants"][0]["mean"]  # different cells, different numbers
+
+
+def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
+    store, printed = two_axis_store
+    across = printed["across_cells"]
+    assert across["cells"] == [", ".join(f"{k}={v}" for k, v in c["axes"].items()) for c in printed["cells"]]
+    swiglu = across["variants"]["swiglu"]
+    assert swiglu["gaps"] == [next(r for r in c["variants"] if r["ffn"] == "swiglu")["delta"] for c in printed["cells"]]
+    # the test recomputed from the per-seed values the JSON prints (one variant: Holm changes nothing)
+    rows = [{r["ffn"]: r["values"] for r in c["variants"]} for c in printed["cells"]]
+    want = gap_heterogeneity([{s: r["swiglu"][s] - r["relu"][s] for s in r["swiglu"]} for r in rows])
+    assert (swiglu["n"], swiglu["df"]) == (3, [3, 6]) and swiglu["p"] == pytest.approx(want["p"]) == swiglu["p_adj"]
+    assert across["best"] == [c["variants"][0]["ffn"] for c in printed["cells"]]
+    data = report_data(store, attention=False)
+    assert data["across_cells"]["sentences"] == across["sentences"]
+    for page in (render_html(data, {}), render_markdown(data, set())):
+        assert "Across the 4 cells" in page and "swiglu&#x27;s gap to relu" in page.replace("'", "&#x27;")
+
+
+def test_across_cells_words_holm_and_the_best_of_each_cell():
+    def cell(lr, gelu_shift, swiglu_shift):
+        base = {0: 2.0, 1: 2.3, 2: 2.1, 3: 2.6}  # large seed-to-seed spread, shared by the variants
+        noise = {0: 0.001, 1: -0.002, 2: 0.0, 3: 0.001} if lr < 5e-3 else {0: -0.001, 1: 0.0, 2: 0.002, 3: -0.001}
+        values = {
+            "relu": base,
+            "gelu": {s: x + gelu_shift + noise[s] for s, x in base.items()},
+            "swiglu": {s: x + swiglu_shift - noise[s] for s, x in base.items()},
+        }
+        means = {v: sum(x.values()) / 4 for v, x in values.items()}
+        rows = [{"ffn": v, "values": values[v], "mean": means[v], "delta": means[v] - means["relu"]} for v in values]
+        return {"axes": {"lr": lr}, "variants": sorted(rows, key=lambda r: r["mean"])}
+
+    # gelu's gap does not move (0.01 in both cells); swiglu's goes from -0.05 to +0.05: it wins one cell only
+    got = across_cells([cell(1e-3, 0.01, -0.05), cell(1e-2, 0.01, 0.05)], "relu")
+    gelu, swiglu = got["variants"]["gelu"], got["variants"]["swiglu"]
+    assert not gelu["differs"] and swiglu["differs"] and swiglu["p_adj"] == min(1.0, 2 * swiglu["p"])
+    assert got["best"] == ["swiglu", "relu"]
+    words = {sentence.split("'")[0]: sentence for sentence in got["sentences"][:2]}  # the first cell's ranking order
+    assert words["gelu"].startswith("gelu's gap to relu shows no detectable change between cells (F(1, 3) = ")
+    assert words["swiglu"].startswith("swiglu's gap to relu changes between cells (F(1, 3) = ")
+    assert "-0.0500 at lr=0.001; +0.0500 at lr=0.01." in words["swiglu"]
+    assert got["sentences"][2] == "The best mean differs between cells: swiglu at lr=0.001; relu at lr=0.01."
+    assert across_cells([cell(1e-3, 0.01, -0.05)], "relu") is None  # one cell: nothing to compare across
 
 
 def test_tuned_cells_choose_on_validation_and_compare_on_test():

@@ -531,6 +531,7 @@ def ranking_section(data: dict) -> list[str]:
         f"α={cells[0]['alpha']:g} after Holm correction of the paired t-tests; coloured blue when better, "
         "orange when worse.</p>"
     )
+    parts += across_section(data.get("across_cells"))
     if data["tuned"]:
         parts.append("<h3>Tuned: each variant at its own best setting</h3>")
         for cell in data["tuned"]:
@@ -544,6 +545,24 @@ def ranking_section(data: dict) -> list[str]:
     if data.get("protocol"):
         parts.append(html_protocol(data["protocol"], baseline))
     return parts
+
+
+ACROSS_NOTE = (
+    "Per variant, a repeated-measures F test of whether its per-seed gap to the baseline differs between the "
+    "cells (seeds as blocks, over the seeds finished in every cell), Holm-corrected over the variants; the "
+    "best mean of each cell is by the means alone."
+)
+
+
+def across_section(across: dict | None) -> list[str]:
+    """Whether each gap changes between the cells: the sentences and how they were tested."""
+    if not across:
+        return []
+    return (
+        [f"<h3>Across the {len(across['cells'])} cells</h3>"]
+        + [f'<p class="verdict">{esc(s)}</p>' for s in across["sentences"]]
+        + [f'<p class="note">{esc(ACROSS_NOTE)}</p>']
+    )
 
 
 def scaling_rows(scaling: dict) -> tuple[list[str], list[list[str]]]:
@@ -799,6 +818,9 @@ def render_markdown(data: dict, figure_names: Container[str]) -> str:
             if name in figure_names:
                 out.append(f"![{alt}]({FIGURES_DIR}/{name})")
         out.append("")
+    if data.get("across_cells"):
+        out += [f"### Across the {len(data['across_cells']['cells'])} cells", ""]
+        out += [md_escape(s) for s in data["across_cells"]["sentences"]] + ["", md_escape(ACROSS_NOTE), ""]
     for cell in data["tuned"]:
         out += [
             f"### Tuned ({md_escape(cell_label(cell))}): lr chosen on validation, compared on test",

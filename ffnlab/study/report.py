@@ -297,6 +297,7 @@ def report_data(
         "env": env,
         "cells": out_cells,
         "tuned": summary.get("tuned", []),
+        "across_cells": summary.get("across_cells"),
         "scaling": summary.get("scaling"),
         "other_studies": others,
         "activations": plots.activation_labels(study.variants),

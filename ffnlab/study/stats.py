@@ -1,4 +1,4 @@
-"""Statistics for comparing FFN variants over seeds: t-intervals, paired t-tests, Holm correction.
+"""Statistics for comparing FFN variants over seeds: t-intervals, paired t-tests, Holm correction, and\nwhether a gap differs between the cells of a study.
 
 Each variant is trained with the same seeds as the baseline, so the comparison is PAIRED: for seed s
 the difference d_s = loss_variant(s) - loss_baseline(s) removes whatever that seed does to both
@@ -99,6 +99,45 @@ def holm(pvalues: list[float | None]) -> list[float | None]:
         running = max(running, (m - rank) * pvalues[i])
         adjusted[i] = min(1.0, running)
     return adjusted
+
+
+def gap_heterogeneity(gaps: list[dict[int, float]]) -> dict:
+    """Whether a variant's paired gap to the baseline differs between k cells: a repeated-measures F
+    test on the per-seed gaps with seeds as blocks, over the seeds finished in every cell.
+
+        d_cs    = variant - baseline for seed s in cell c (k cells x n complete seeds)
+        SS_cell = n * sum_c (mean_c - mean)^2                      df_cell = k - 1
+        SS_err  = sum_cs (d_cs - mean_c - mean_s + mean)^2          df_err  = (k - 1)(n - 1)
+        F       = (SS_cell / df_cell) / (SS_err / df_err),  p = P(F_{df_cell, df_err} > F)
+
+    Blocking on the seed removes what a seed does to the gap in every cell alike (its data order,
+    among others). Returns {"k", "n", "f", "df", "p", "left_out"}: `left_out` the seeds missing or
+    non-finite in some cell; with k < 2 or n < MIN_PAIRS, f and p are None (no test).
+
+    NOTE: SS_err = 0 (every seed's gaps move by the same amounts between cells) makes F = x/0; as in
+    `paired_diff`, p = 0 if SS_cell > 0 (the cells differ exactly) and p = 1 if not.
+    """
+    finite = [{s: d for s, d in g.items() if math.isfinite(d)} for g in gaps]
+    seeds = sorted(set.intersection(*(set(g) for g in finite))) if finite else []
+    left_out = sorted(set().union(*(set(g) for g in gaps)) - set(seeds)) if gaps else []
+    k, n = len(gaps), len(seeds)
+    out = {"k": k, "n": n, "f": None, "df": None, "p": None, "left_out": left_out}
+    if k < 2 or n < MIN_PAIRS:
+        return out
+    d = [[g[s] for s in seeds] for g in finite]  # k x n
+    mean = math.fsum(x for row in d for x in row) / (k * n)
+    cell_means = [math.fsum(row) / n for row in d]
+    seed_means = [math.fsum(d[c][j] for c in range(k)) / k for j in range(n)]
+    ss_cell = n * math.fsum((m - mean) ** 2 for m in cell_means)
+    ss_err = math.fsum((d[c][j] - cell_means[c] - seed_means[j] + mean) ** 2 for c in range(k) for j in range(n))
+    df = (k - 1, (k - 1) * (n - 1))
+    out["df"] = df
+    if ss_err <= 1e-30 * max(ss_cell, 1e-300):
+        out["p"] = 0.0 if ss_cell > 0 else 1.0
+        return out
+    out["f"] = (ss_cell / df[0]) / (ss_err / df[1])
+    out["p"] = float(sps.f.sf(out["f"], *df))
+    return out
 
 
 def seed_noise(values: list[float]) -> dict:

@@ -18,13 +18,14 @@ import os
 import statistics
 from pathlib import Path
 
+from ffnlab._util.text import key_values
 from ffnlab.core.model import describe_attn_act, qkv_act_spec
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.train import train_flops
 from ffnlab.study.plan import TUNED_AXES, Study, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import rank_agreement
 from ffnlab.study.scaling import fit_scaling
-from ffnlab.study.stats import MIN_PAIRS, compare, seed_noise
+from ffnlab.study.stats import MIN_PAIRS, compare, gap_heterogeneity, holm, seed_noise
 from ffnlab.study.store import Store
 
 LEVEL = 0.95
@@ -234,6 +235,55 @@ def tuned_cells(cells: list[dict], axes=("lr",)) -> list[dict]:
     return out
 
 
+def across_cells(cells: list[dict], baseline: str, alpha: float = 0.05) -> dict | None:
+    """Whether each variant's gap to the baseline changes between the cells of a study (None with one cell):
+    per variant a repeated-measures F test on its per-seed gaps (`ffnlab.study.stats.gap_heterogeneity`),
+    Holm-corrected over the variants, its mean gap in each cell, the best mean of each cell, and sentences.
+    """
+    if len(cells) < 2:
+        return None
+    labels = [key_values(c["axes"]) for c in cells]
+    rows = [{r["ffn"]: r for r in c["variants"]} for c in cells]
+    variants = {}
+    for v in (r["ffn"] for r in cells[0]["variants"] if r["ffn"] != baseline):
+        gaps = [
+            {s: x - by[baseline]["values"][s] for s, x in by[v]["values"].items() if s in by[baseline]["values"]}
+            for by in rows
+        ]
+        variants[v] = {**gap_heterogeneity(gaps), "gaps": [by[v]["delta"] for by in rows]}
+    for row, p_adj in zip(variants.values(), holm([r["p"] for r in variants.values()])):
+        row.update(p_adj=p_adj, differs=p_adj is not None and p_adj < alpha)
+    best = [next((r["ffn"] for r in c["variants"] if r["mean"] is not None), None) for c in cells]
+    return {
+        "cells": labels,
+        "variants": variants,
+        "best": best,
+        "alpha": alpha,
+        "sentences": across_sentences(labels, variants, best, baseline),
+    }
+
+
+def across_sentences(labels: list[str], variants: dict, best: list, baseline: str) -> list[str]:
+    """Plain words for `across_cells`: a sentence per variant, then the best mean of each cell."""
+    out = []
+    for v, r in variants.items():
+        if r["p"] is None:
+            out.append(f"{v}: no test of its gap across cells (needs ≥{MIN_PAIRS} seeds finished in every cell).")
+            continue
+        gaps = "; ".join(f"{g:+.4f} at {where}" for g, where in zip(r["gaps"], labels) if g is not None)
+        f_text = "" if r["f"] is None else f"F({r['df'][0]}, {r['df'][1]}) = {r['f']:.2f}, "
+        test = f"{f_text}p_adj = {r['p_adj']:.3g}"
+        verb = "changes between cells" if r["differs"] else "shows no detectable change between cells"
+        out.append(f"{v}'s gap to {baseline} {verb} ({test}): {gaps}.")
+    if None not in best and len(set(best)) == 1:
+        out.append(f"The best mean is {best[0]} in every cell.")
+    elif None not in best:
+        out.append(
+            "The best mean differs between cells: " + "; ".join(f"{b} at {w}" for b, w in zip(best, labels)) + "."
+        )
+    return out
+
+
 # ---- words for the numbers, shared by the terminal table and the report ----------------------------
 
 
@@ -282,6 +332,9 @@ def summarize_study(
         "settings": settings_of(study),
         "cells": out_cells,
     }
+    across = across_cells(out_cells, study.baseline, out_cells[0]["alpha"])
+    if across:
+        summary["across_cells"] = across
     tuned = [a for a in TUNED_AXES if a in study.axes]
     if tuned:
         summary["tuned"] = tuned_cells(out_cells, tuned)
@@ -389,7 +442,12 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
     if study.base.model.dropout:
         equal.append(["dropout masks", "the same random stream for every variant with one seed"])
     if study.axes:
-        equal.append(["study axes", f"{', '.join(sorted(study.axes))}: varied on purpose, compared within each cell"])
+        equal.append(
+            [
+                "study axes",
+                f"{', '.join(sorted(study.axes))}: varied on purpose, compared within each cell; each gap tested across cells",
+            ]
+        )
     return {"held_equal": equal, "not_equal": unequal}
 
 

@@ -15,11 +15,21 @@ def format_table(summary: dict) -> str:
     """The ranked table of each cell of a study (and of the tuned comparison), with the verdict under
     it, then what the comparison held equal."""
     lines = []
-    for cell in summary["cells"] + summary.get("tuned", []):
+    for cell in summary["cells"]:
+        lines += format_cell(cell, summary["baseline"]) + [""]
+    if "across_cells" in summary:
+        lines += across_lines(summary["across_cells"]) + [""]
+    for cell in summary.get("tuned", []):
         lines += format_cell(cell, summary["baseline"]) + [""]
     if "scaling" in summary:
         lines += scaling_lines(summary["scaling"]) + [""]
     return "\n".join(lines + held_equal_lines(summary["settings"]))
+
+
+def across_lines(across: dict) -> list[str]:
+    """Whether each gap changes between the cells: the sentences under a heading."""
+    head = f"across the {len(across['cells'])} cells (repeated-measures F test on the per-seed gaps, Holm):"
+    return [head] + [f"  {s}" for s in across["sentences"]]
 
 
 def two(x: float | None) -> str:
@@ -136,7 +146,11 @@ def write_csv(summary: dict, path: str):
 def summary_json(summary: dict) -> dict:
     """What `compare --json` prints: the summary's cells as they are (the report and advise read the
     same cells), with the single cell's rows and verdict at the top level when there are no axes."""
-    out = {k: summary[k] for k in ("store", "baseline", "seeds", "settings", "cells", "scaling") if k in summary}
+    out = {
+        k: summary[k]
+        for k in ("store", "baseline", "seeds", "settings", "cells", "across_cells", "scaling")
+        if k in summary
+    }
     if "tuned" in summary:
         out["tuned"] = summary["tuned"]
     if "variants" in summary:

@@ -105,6 +105,10 @@ def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
     assert across["best"] == [c["variants"][0]["ffn"] for c in printed["cells"]]
     data = report_data(store, attention=False)
     assert data["across_cells"]["sentences"] == across["sentences"]
+    for cell in advise(store=store, depth=2)["cells"]:  # the advice quotes them for its choice
+        (line,) = [r for r in cell["reasons"] if r.startswith("Across the study's 4 cells: ")]
+        assert line.endswith(across["sentences"][-1])
+        assert cell["recommendation"] == "relu" or f"{cell['recommendation']}'s gap to relu" in line
     for page in (render_html(data, {}), render_markdown(data, set())):
         assert "Across the 4 cells" in page and "swiglu&#x27;s gap to relu" in page.replace("'", "&#x27;")
 

@@ -348,6 +348,7 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict
         "device": env.get("device", "?"),
         "init": cfg.model.init,
         "scaling": summary.get("scaling") if "variants" in (summary.get("scaling") or {}) else None,
+        "across_cells": summary.get("across_cells"),
     }
     return cells, facts
 
@@ -509,6 +510,7 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
     rules = [weighed.rule] if weighed.rule else []
     reasons += [rule_line(r) for r in rules]
     reasons += scaling_reasons(weighed.choice, facts["scaling"])
+    reasons += across_reasons(weighed.choice, facts["across_cells"])
     rows = {r["ffn"]: r for r in cell["variants"]}
     evidence = {
         "kind": "measured",
@@ -560,6 +562,14 @@ def scaling_reasons(choice: str, scaling: dict | None) -> list[str]:
         )
     where = f"{sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])} FLOPs"
     return [f"Scaling study ({where}, advice at the largest size): " + " ".join(lines)] if lines else []
+
+
+def across_reasons(choice: str, across: dict | None) -> list[str]:
+    """Whether the choice's gap to the baseline, and the best mean, hold in the study's other cells."""
+    if not across:
+        return []
+    lines = [s for s in across["sentences"] if s.startswith(f"{choice}'s gap") or s.startswith("The best mean")]
+    return [f"Across the study's {len(across['cells'])} cells: " + " ".join(lines)] if lines else []
 
 
 def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situation) -> list[str]:

@@ -155,7 +155,7 @@ def cmd_list(args):
     print("\nmix:ACT1+ACT2 mixes two dense FFNs at half width each, e.g. mix:gelu+silu")
     print(
         "switch_x:ACT1+ACT2+... mixes 2+ parameter-free activations per token by a learned softmax gate on the\n"
-        "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match"
+        "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match\n"
         "a per-layer schedule names each layer's FFN as VARIANT*LAYERS joined by '+', first layer first, the counts "
         "adding up to n_layers: gelu*2+swiglu*2 (--ffn, --variants; sizes: ffnlab list --schedule gelu*2+swiglu*2)"
     )

@@ -656,10 +656,15 @@ def build_parser() -> Parser:
 
 
 def add_compare_parser(sub) -> None:
-    from ffnlab.study.plan import AXES, DEFAULT_SEEDS
+    from ffnlab.study.plan import AXES, DEFAULT_SEEDS, DEFAULT_VARIANTS
 
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
-    p.add_argument("--variants", type=csv_list, default=None, help="comma-separated FFN variants")
+    p.add_argument(
+        "--variants",
+        type=csv_list,
+        default=None,
+        help=f"comma-separated FFN variants (default {','.join(DEFAULT_VARIANTS)})",
+    )
     p.add_argument("--seeds", type=positive_int, default=None, help=f"seeds per variant (default {DEFAULT_SEEDS})")
     p.add_argument(
         "--baseline",

@@ -155,7 +155,7 @@ def cmd_list(args):
     print("\nmix:ACT1+ACT2 mixes two dense FFNs at half width each, e.g. mix:gelu+silu")
     print(
         "switch_x:ACT1+ACT2+... mixes 2+ parameter-free activations per token by a learned softmax gate on the\n"
-        "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match"
+        "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match\n"
         "a per-layer schedule names each layer's FFN as VARIANT*LAYERS joined by '+', first layer first, the counts "
         "adding up to n_layers: gelu*2+swiglu*2 (--ffn, --variants; sizes: ffnlab list --schedule gelu*2+swiglu*2)"
     )
@@ -656,10 +656,15 @@ def build_parser() -> Parser:
 
 
 def add_compare_parser(sub) -> None:
-    from ffnlab.study.plan import AXES, DEFAULT_SEEDS
+    from ffnlab.study.plan import AXES, DEFAULT_SEEDS, DEFAULT_VARIANTS
 
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
-    p.add_argument("--variants", type=csv_list, default=None, help="comma-separated FFN variants")
+    p.add_argument(
+        "--variants",
+        type=csv_list,
+        default=None,
+        help=f"comma-separated FFN variants (default {','.join(DEFAULT_VARIANTS)})",
+    )
     p.add_argument("--seeds", type=positive_int, default=None, help=f"seeds per variant (default {DEFAULT_SEEDS})")
     p.add_argument(
         "--baseline",

@@ -51,7 +51,8 @@ def test_list_sizes_a_schedule_per_layer(run_cli):
     assert 0 < d["vs_dense"] < 0.01
     code, out, _ = run_cli("list", "--schedule", "gelu*2+swiglu*2", "--layers", 4)
     assert code == 0 and "8,426,496" in out and "dense 4x, 4 layers" in out and "(+0.33%)" in out
-    assert "VARIANT*LAYERS" in run_cli("list")[1]
+    notes = run_cli("list")[1].splitlines()
+    assert any(line.startswith("a per-layer schedule names each layer's FFN as VARIANT*LAYERS") for line in notes)
 
 
 @pytest.mark.parametrize(
@@ -296,3 +297,13 @@ def test_every_bad_flag_value_is_one_line_exit_2_and_writes_nothing(capsys, data
         assert code == 2, (command, flag, value, err)
         assert err.count("\n") == 1 and err.startswith("ffnlab: error: ") and "Traceback" not in err, err
         assert os.listdir(folder) == [], (command, flag, value)
+
+
+def test_compare_help_names_the_default_study():
+    from ffnlab.cli import build_parser
+    from ffnlab.study.plan import DEFAULT_SEEDS, DEFAULT_VARIANTS
+
+    compare = next(a for a in build_parser()._actions if a.dest == "command").choices["compare"]
+    helps = {a.dest: a.help for a in compare._actions}
+    assert f"(default {','.join(DEFAULT_VARIANTS)})" in helps["variants"]
+    assert f"(default {DEFAULT_SEEDS})" in helps["seeds"] and "standard (default)" in helps["preset"]

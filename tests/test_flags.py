@@ -134,3 +134,11 @@ def test_opt_sets_per_variant_optimiser_settings_in_the_runs_and_the_output(run_
 def test_bad_opt_is_one_line_exit_2(run_cli, opt, needle):
     code, _, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--opt", opt, "--print-config")
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_the_readme_names_every_key_of_the_study_table():
+    from ffnlab.cli import STUDY_KEYS
+    from tests.test_readme import readme_keys
+
+    named = readme_keys("for `compare` a `[study]` table with", "flags override it")
+    assert named | {"axes"} == STUDY_KEYS  # axes: the [study.axes] table

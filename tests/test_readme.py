@@ -1,3 +1,4 @@
+import functools
 import re
 from pathlib import Path
 
@@ -26,3 +27,103 @@ def test_readme_names_the_two_commands():
     assert "./run.sh" in README and "./test.sh" in README
     ci = (Path(__file__).parent.parent / ".ci" / "run").read_text()
     assert "bash test.sh" in ci
+
+
+# ---- what the README shows a user: commands, flags, names and JSON keys --------------------------------
+
+FENCED = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+COMMAND = re.compile(r"(?:\bffnlab|\./run\.sh) ([a-z]+)\b.*")
+PLACEHOLDER = re.compile(r"^\[|\.\.\.|^[A-Z]{2,}(\.\w+)?$")  # [--json], ..., FOLDER, CONFIG.json
+FOREIGN_FLAGS = {"--head", "--check"}  # `ray start --head`, `ruff format --check`
+
+
+@functools.cache
+def subcommands() -> dict:
+    from ffnlab.cli import build_parser
+
+    return next(a for a in build_parser()._actions if a.dest == "command").choices
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """(subcommand, command line) for every `ffnlab CMD ...` (or `./run.sh CMD ...`) in a bash block, an
+    indented block or an inline code span, and for a span that starts with a subcommand and a flag
+    (`train --n-layers 6 --ffn ...`: the line starts with the subcommand then, not with ffnlab)."""
+    prose = FENCED.sub("", README)
+    lines = [line for lang, block in FENCED.findall(README) if lang == "bash"
+             for line in block.replace("\\\n", " ").splitlines()]  # fmt: skip
+    lines += re.findall(r"^ {4}(\S.*)$", prose, re.M)
+    spans = [s.replace("\n", " ") for s in re.findall(r"`([^`]+)`", prose) if "\n\n" not in s]
+    found = []
+    for text in lines + spans:
+        text = re.sub(r"\s+#.*", "", text)  # a shell comment
+        if re.match(rf"({'|'.join(subcommands())}) -", text):
+            found.append((text.split()[0], text))
+            continue
+        for part in re.split(r"(?=\bffnlab [a-z])|(?=\./run\.sh [a-z])", text):
+            m = COMMAND.match(part.strip())
+            if m:
+                found.append((m.group(1), m.group(0).strip()))
+    return found
+
+
+def flags_in(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text))
+
+
+@functools.cache
+def options(command: str) -> set[str]:
+    return {o for a in subcommands()[command]._actions for o in a.option_strings}
+
+
+def test_every_flag_the_readme_shows_is_a_flag_of_its_command():
+    shown = shown_commands()
+    shown += re.findall(r"^\| `ffnlab ([a-z]+)(.*)$", README, re.M)  # the Commands table: a row per command
+    assert len(shown) > 30 and {c for c, _ in shown} == set(subcommands())
+    wrong = [f"{c}: {f}" for c, text in shown for f in sorted(flags_in(text) - options(c))]
+    assert wrong == []
+    everywhere = set().union(*(options(c) for c in subcommands()))
+    assert flags_in(README) - everywhere == FOREIGN_FLAGS  # prose names flags without their command too
+
+
+def test_every_command_the_readme_shows_parses_and_resolves(run_cli):
+    """Each complete command line parses; train, finetune and compare resolve their configuration
+    (--print-config: every name, schedule and size checked, nothing trained); list runs."""
+    import shlex
+
+    from ffnlab.cli import build_parser
+
+    parser, resolved = build_parser(), 0
+    for command, line in shown_commands():
+        argv = shlex.split(line)
+        argv = argv[: argv.index(">")] if ">" in argv else argv
+        argv = argv[1:] if argv[0] in ("ffnlab", "./run.sh") else argv
+        fragment = not line.startswith(("ffnlab", "./run.sh"))
+        if fragment and (command not in ("train", "compare") or all(a.startswith("-") for a in argv[1:])):
+            continue  # `compare --from`, `export --model ffn`: a flag named, not a command line
+        if not argv[1:] or any(PLACEHOLDER.search(a) for a in argv) or "--help" in argv:
+            continue  # a command named, not a command line; or one with placeholders
+        parser.parse_args(argv)
+        needs_files = {"--from", "--hf-config", "--config"} & set(argv)
+        if command in ("train", "finetune", "compare") and not needs_files:
+            code, _, err = run_cli(*argv, "--print-config")
+            assert code == 0, f"{line}: {err}"
+            resolved += 1
+        elif command == "list":
+            code, _, err = run_cli(*argv)
+            assert code == 0, f"{line}: {err}"
+    assert resolved >= 10
+
+
+def readme_keys(start: str, end: str) -> set[str]:
+    """The `names` the README writes between the phrases `start` and `end` (each found once)."""
+    text = " ".join(README.split())
+    assert text.count(start) == 1 and text.count(end) >= 1, (start, end)
+    between = text.split(start, 1)[1].split(end, 1)[0]
+    return set(re.findall(r"`(\w+)`", between))
+
+
+def test_the_readme_names_every_activation_and_only_those():
+    from ffnlab.core.activations import ACTIVATIONS
+
+    named = readme_keys("Activations: ", "`ffnlab list` prints them all") - {"ACT2FN"}  # Hugging Face's table
+    assert named == set(ACTIVATIONS)

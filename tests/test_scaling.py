@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ffnlab.study.scaling import PowerLaw, compute_multiplier, fit_power_law, fit_scaling
+from tests.test_readme import readme_keys
 
 # baseline curve of every synthetic study: L = 3.0 at 1e11 FLOPs, 1.88 at 1e13
 E, ALPHA = 1.5, 0.3
@@ -172,6 +173,10 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     row = scaling["variants"]["swiglu"]
     assert row["n_seeds"] == 2 and row["n_points"] == 6 and {"E", "A", "alpha", "multiplier_ci"} <= set(row)
     assert row["extrapolated"]["compute"] == 1e12 and "extrapolation" in row["extrapolated"]["note"]
+    # every key the README documents for the scaling section is there
+    assert readme_keys("A study with `--scale` adds `scaling`:", "and `variants`, per FFN") <= set(scaling)
+    assert readme_keys("and `variants`, per FFN", "`extrapolated` (") - {"at_compute"} <= set(row)  # named, not a key
+    assert readme_keys("`extrapolated` (", "Without a compute axis") <= set(row["extrapolated"])
     with Store(store) as db:
         results = [r["result"] for r in db.runs(status="finished")]
     assert len(results) == 12

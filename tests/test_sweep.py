@@ -17,6 +17,7 @@ from ffnlab.run.train import TrainConfig
 from ffnlab.study.execute import resolve_jobs, run_study
 from ffnlab.study.plan import Study, plan, run_id
 from ffnlab.study.store import Store
+from tests.test_readme import readme_keys
 
 
 def smoke_study(**kw):
@@ -287,17 +288,19 @@ def test_compare_json_and_csv(run_cli, tmp_path):
     assert code == 0, err
     d = json.loads(out)
     assert d["baseline"] == "relu" and d["store"].endswith("s.db")
-    # the row keys the README documents for compare --json
-    keys = set(
-        "ffn n_seeds mean std ci_low ci_high delta delta_ci_low delta_ci_high p_adj significant params "  # noqa: SIM905
-        "flops_per_token tokens_per_s train_mem_bytes saved_bytes diverged test_mean noisy_mean "
-        "noise_delta ppl ffn_grad_mean ffn_grad_std learned".split()
-    )
-    assert all(keys <= set(v) for v in d["variants"])
+    # every key the README documents for compare --json is there
+    assert readme_keys("**`compare --json`** prints", "`settings` (") <= set(d)
+    assert readme_keys("`settings` (", "and `cells`") <= set(d["settings"])
+    cell_keys = readme_keys("and `cells`: one per combination of axis values, each with", "a row per FFN")
+    assert cell_keys - {"tau", "n", "disagree"} <= set(d["cells"][0])
+    assert {"tau", "n", "disagree"} <= set(d["cells"][0]["literature"])
+    row_keys = readme_keys("a row per FFN with", "Without axes")
+    assert len(row_keys) > 30 and all(row_keys <= set(v) for v in d["variants"])
     gelu = next(v for v in d["variants"] if v["ffn"] == "gelu")
     assert gelu["p_adj"] is None and "needs >= 3 seeds" in d["verdict"]  # 2 seeds: interval, no test
     assert gelu["ppl"] > 1 and gelu["test_mean"] > 0 and gelu["ffn_grad_std"] > 0
     assert {"held_equal", "not_equal", "init", "lr"} <= set(d["settings"])
+    assert all(len(pair) == 2 for pair in d["settings"]["held_equal"] + d["settings"]["not_equal"])  # [what, how]
     header = (tmp_path / "t.csv").read_text().splitlines()[0].split(",")
     assert header[:2] == ["metric", "ffn"] and {"test_mean", "noise_delta", "train_mem_bytes"} <= set(header)
 

@@ -8,6 +8,7 @@ from ffnlab.study.render import render_html, render_markdown
 from ffnlab.study.report import report_data
 from ffnlab.study.stats import gap_heterogeneity
 from ffnlab.study.summary import across_cells, learned_mean, tuned_cells
+from tests.test_readme import readme_keys
 
 # the numbers of a row that every output must agree on
 SHARED = (
@@ -95,6 +96,8 @@ def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_stor
 def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
     store, printed = two_axis_store
     across = printed["across_cells"]
+    documented = readme_keys("With two or more cells, `across_cells`", "a repeated-measures")
+    assert documented - {"across_cells"} <= set(across) | set(across["variants"]["swiglu"])
     assert across["cells"] == [", ".join(f"{k}={v}" for k, v in c["axes"].items()) for c in printed["cells"]]
     swiglu = across["variants"]["swiglu"]
     assert swiglu["gaps"] == [next(r for r in c["variants"] if r["ffn"] == "swiglu")["delta"] for c in printed["cells"]]

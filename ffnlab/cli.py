@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -28,6 +29,12 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # NOTE: argparse takes '-1e-3', '-inf' for flags ('expected one argument'); no flag starts with
+        # '-' and a digit, '.', 'inf' or 'nan', so such a word is a (negative) value
+        self._negative_number_matcher = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
+
     def error(self, message):  # one line, not argparse's usage block
         raise UsageError(message)
 
@@ -765,9 +772,6 @@ def add_tool_parsers(sub) -> None:
     p.add_argument("--no-claims", action="store_true", help="skip the claims table (it times kernels)")
     p.add_argument("--json", action="store_true", help="print strict JSON instead of tables")
     p.set_defaults(func=cmd_numerics)
-    import re  # NOTE: argparse reads '--range -10,10' as a flag; let a leading -digit be a value here
-
-    p._negative_number_matcher = re.compile(r"^-\.?\d")
 
     p = sub.add_parser("export", help="export an FFN variant (alone or in a model) to ONNX, checked in onnxruntime")
     p.add_argument(

@@ -63,6 +63,9 @@ def test_list_sizes_a_schedule_per_layer(run_cli):
         (["train", "--ffn", "gelu*4+swiglu*2", "--layers", "4"], "covers 6 layers but n_layers is 4"),
         (["list", "--d-model", "0"], "must be positive"),
         (["list", "--d-model", "abc"], "positive integer"),
+        (["list", "--d-model", "-1e3"], "positive integer"),  # a negative number, not a flag
+        (["train", "--lr", "-1e-3"], "lr and grad_clip must be positive"),
+        (["numerics", "--range", "-inf,5"], "range must be finite"),
         (["nosuchcommand"], "invalid choice"),
     ],
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -57,6 +58,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {value}")
     return value
 
 
@@ -446,10 +457,8 @@ def cmd_compare(args):
     if args.address and args.backend != "ray":
         raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
     study = study_from_args(args)
-    if args.extrapolate_to is not None and not (study.scale and args.extrapolate_to > 0):
-        raise UsageError(
-            "--extrapolate-to FLOPS (> 0) reads the scaling fits: add --scale AXIS=... or --preset scaling"
-        )
+    if args.extrapolate_to is not None and not study.scale:
+        raise UsageError("--extrapolate-to FLOPS reads the scaling fits: add --scale AXIS=... or --preset scaling")
     if args.print_config:
         print(study_toml(study))
         return 0
@@ -684,7 +693,7 @@ def add_compare_parser(sub) -> None:
     )
     p.add_argument(
         "--extrapolate-to",
-        type=float,
+        type=positive_float,
         default=None,
         metavar="FLOPS",
         help="with --scale: also read each multiplier at this compute, marked as an extrapolation",

@@ -216,7 +216,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 PROMISED = ("train", "compare", "export", "report", "advise")
-FLOAT_TYPES = ("float", "float_list")
+FLOAT_TYPES = ("float", "positive_float", "float_list")
 INT_TYPES = ("int", "positive_int", "int_list", "jobs_arg")
 
 

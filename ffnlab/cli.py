@@ -389,7 +389,7 @@ def study_from_args(args):
 
     file = read_config_file(args, {"": TrainConfig, "model": ModelConfig, "study": STUDY_KEYS})
     study = file.get("study", {})
-    preset = args.preset or study.get("preset", "standard")
+    preset = args.preset if args.preset is not None else study.get("preset", "standard")
     base = apply_run_flags(preset_config(preset), args, file)
     scale = scale_of(args, study, preset)
     flagged = {a: getattr(args, f"{a}_axis") for a in AXES if getattr(args, f"{a}_axis")}
@@ -409,7 +409,7 @@ def study_from_args(args):
     if per_variant and args.protocol:
         raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
     variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
-    baseline = args.baseline or study.get("baseline")
+    baseline = args.baseline if args.baseline is not None else study.get("baseline")
     if base.init_from:
         from ffnlab.run.train import resolve_init
 

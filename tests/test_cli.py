@@ -67,6 +67,8 @@ def test_list_sizes_a_schedule_per_layer(run_cli):
         (["train", "--lr", "-1e-3"], "lr and grad_clip must be positive"),
         (["numerics", "--range", "-inf,5"], "range must be finite"),
         (["nosuchcommand"], "invalid choice"),
+        (["compare", "--preset", "", "--print-config"], "unknown preset ''; valid: smoke,"),  # ran standard
+        (["compare", "--baseline", "", "--print-config"], "unknown FFN variant ''; valid:"),  # took the default
     ],
 )
 def test_bad_input_one_line_exit_2(run_cli, argv, needle):

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -28,6 +30,12 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # NOTE: argparse takes '-1e-3', '-inf' for flags ('expected one argument'); no flag starts with
+        # '-' and a digit, '.', 'inf' or 'nan', so such a word is a (negative) value
+        self._negative_number_matcher = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
+
     def error(self, message):  # one line, not argparse's usage block
         raise UsageError(message)
 
@@ -50,6 +58,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {value}")
     return value
 
 
@@ -371,7 +389,7 @@ def study_from_args(args):
 
     file = read_config_file(args, {"": TrainConfig, "model": ModelConfig, "study": STUDY_KEYS})
     study = file.get("study", {})
-    preset = args.preset or study.get("preset", "standard")
+    preset = args.preset if args.preset is not None else study.get("preset", "standard")
     base = apply_run_flags(preset_config(preset), args, file)
     scale = scale_of(args, study, preset)
     flagged = {a: getattr(args, f"{a}_axis") for a in AXES if getattr(args, f"{a}_axis")}
@@ -391,7 +409,7 @@ def study_from_args(args):
     if per_variant and args.protocol:
         raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
     variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
-    baseline = args.baseline or study.get("baseline")
+    baseline = args.baseline if args.baseline is not None else study.get("baseline")
     if base.init_from:
         from ffnlab.run.train import resolve_init
 
@@ -439,10 +457,8 @@ def cmd_compare(args):
     if args.address and args.backend != "ray":
         raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
     study = study_from_args(args)
-    if args.extrapolate_to is not None and not (study.scale and args.extrapolate_to > 0):
-        raise UsageError(
-            "--extrapolate-to FLOPS (> 0) reads the scaling fits: add --scale AXIS=... or --preset scaling"
-        )
+    if args.extrapolate_to is not None and not study.scale:
+        raise UsageError("--extrapolate-to FLOPS reads the scaling fits: add --scale AXIS=... or --preset scaling")
     if args.print_config:
         print(study_toml(study))
         return 0
@@ -682,7 +698,7 @@ def add_compare_parser(sub) -> None:
     )
     p.add_argument(
         "--extrapolate-to",
-        type=float,
+        type=positive_float,
         default=None,
         metavar="FLOPS",
         help="with --scale: also read each multiplier at this compute, marked as an extrapolation",
@@ -770,9 +786,6 @@ def add_tool_parsers(sub) -> None:
     p.add_argument("--no-claims", action="store_true", help="skip the claims table (it times kernels)")
     p.add_argument("--json", action="store_true", help="print strict JSON instead of tables")
     p.set_defaults(func=cmd_numerics)
-    import re  # NOTE: argparse reads '--range -10,10' as a flag; let a leading -digit be a value here
-
-    p._negative_number_matcher = re.compile(r"^-\.?\d")
 
     p = sub.add_parser("export", help="export an FFN variant (alone or in a model) to ONNX, checked in onnxruntime")
     p.add_argument(

@@ -97,13 +97,34 @@ def read_toml(path: str | Path, tables: dict[str, type | set[str]]) -> dict:
             raise ValueError(f"config file {path}: '{table}' must be a table ([{table}]), got {part!r}")
         names = {f.name for f in fields(valid)} if is_dataclass(valid) else set(valid)
         names |= {t for t in tables if t} if table == "" else set()
-        for key in part:
+        hints = typing.get_type_hints(valid) if is_dataclass(valid) else {}
+        where = f"[{table}] " if table else ""
+        for key, value in part.items():
             if key not in names:
-                where = f"[{table}] " if table else ""
                 raise ValueError(
                     f"config file {path}: unknown key {where}'{key}'{closest(key, names)}; valid: {', '.join(sorted(names))}"
                 )
+            if key in hints and key not in NOT_FLAGS:
+                part[key] = checked_value(value, hints[key], f"config file {path}: {where}'{key}'")
     return data
+
+
+TYPE_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+
+def checked_value(value, hint, what: str):
+    """`value` read from a file for a field typed `hint` (an int where a float belongs becomes a float, so
+    the run's identity is the flag's); ValueError naming `what`, the type and the choices otherwise."""
+    kind, choices = flag_type(hint)
+    if kind is None:
+        return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ValueError(f"{what} must be {TYPE_NAMES[kind]}, got {value!r}")
+    if choices and value not in choices:
+        raise ValueError(f"{what} is {value!r}; valid: {', '.join(choices)}")
+    return value
 
 
 def toml_value(value) -> str:

@@ -64,7 +64,12 @@ def test_list_sizes_a_schedule_per_layer(run_cli):
         (["train", "--ffn", "gelu*4+swiglu*2", "--layers", "4"], "covers 6 layers but n_layers is 4"),
         (["list", "--d-model", "0"], "must be positive"),
         (["list", "--d-model", "abc"], "positive integer"),
+        (["list", "--d-model", "-1e3"], "positive integer"),  # a negative number, not a flag
+        (["train", "--lr", "-1e-3"], "lr and grad_clip must be positive"),
+        (["numerics", "--range", "-inf,5"], "range must be finite"),
         (["nosuchcommand"], "invalid choice"),
+        (["compare", "--preset", "", "--print-config"], "unknown preset ''; valid: smoke,"),  # ran standard
+        (["compare", "--baseline", "", "--print-config"], "unknown FFN variant ''; valid:"),  # took the default
     ],
 )
 def test_bad_input_one_line_exit_2(run_cli, argv, needle):
@@ -214,7 +219,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 PROMISED = ("train", "compare", "export", "report", "advise")
-FLOAT_TYPES = ("float", "float_list")
+FLOAT_TYPES = ("float", "positive_float", "float_list")
 INT_TYPES = ("int", "positive_int", "int_list", "jobs_arg")
 
 

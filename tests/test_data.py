@@ -315,6 +315,11 @@ def test_missing_path(tmp_path):
     assert "no such file or folder" in one_line_error(str(tmp_path / "nope.txt"))
 
 
+def test_an_empty_name_is_not_the_current_folder():
+    message = one_line_error("")  # was '. is not a supported local source'
+    assert message.startswith("unknown dataset ''; valid: shakespeare,")
+
+
 def test_empty_file(tmp_path):
     (tmp_path / "empty.txt").write_text("  \n", encoding="utf-8")
     assert "empty.txt is empty" in one_line_error(str(tmp_path / "empty.txt"))

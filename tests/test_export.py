@@ -166,6 +166,9 @@ def test_cli_export_small_model_json(run_cli, tmp_path):
         (["--ffn", "gelu", "--out", "/nonexistent-dir/x.onnx"], "the folder /nonexistent-dir does not exist"),
         (["--ffn", "gelu", "--opset", "999"], "unsupported ONNX opset 999; valid: 7-"),
         (["--ffn", "gelu", "--out", "FOLDER"], "is a folder"),
+        (["--ffn", "gelu", "--d-model", "100000000"], "more than the 2 GiB one ONNX file holds"),  # was exit 1
+        (["--ffn", "gelu", "--d-model", "10000000000000"], "the model's sizes overflow"),
+        (["--ffn", "swiglu", "--model", "small", "--d-model", "1048576"], "more than the 2 GiB"),
     ],
 )
 def test_cli_export_bad_input_is_one_line_exit_2(run_cli, tmp_path, args, message):

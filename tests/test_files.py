@@ -26,6 +26,13 @@ def test_atomic_path_checks_the_target_first(tmp_path):
         pass
 
 
+def test_a_read_only_folder_is_named_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as root (CI containers) chmod would not do
+    with pytest.raises(ValueError, match=f"cannot write .*out.json: the folder {tmp_path} is not writable"):
+        write_atomic(tmp_path / "out.json", "{}")  # was '[Errno 13] Permission denied: .out.json.PID.tmp'
+    assert os.listdir(tmp_path) == []
+
+
 def test_write_atomic_writes_text_and_bytes(tmp_path):
     assert write_atomic(tmp_path / "a.txt", "héllo") == tmp_path / "a.txt"
     write_atomic(tmp_path / "b.bin", b"\x00\x01")

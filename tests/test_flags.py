@@ -67,6 +67,11 @@ def test_a_config_file_then_flags_and_print_config_round_trips(run_cli, tmp_path
         ("model = 3", "'model' must be a table"),
         ("lr = ", "not valid TOML"),
         ("lr = -1.0", "lr and grad_clip must be positive"),
+        ("seed = 1.5", "'seed' must be a whole number, got 1.5"),  # these were internal errors in the run
+        ('batch_size = "4"', "'batch_size' must be a whole number, got '4'"),
+        ('compile = "yes"', "'compile' must be true or false, got 'yes'"),  # was taken as true
+        ("[model]\nd_model = true", "[model] 'd_model' must be a whole number, got True"),
+        ('tokenizer = "BPE"', "'tokenizer' is 'BPE'; valid: char, byte, bpe, pretrained"),
     ],
 )
 def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
@@ -80,6 +85,7 @@ def test_toml_writer_and_reader_agree():
     cfg = TrainConfig(model=ModelConfig(n_layers=3, d_ff=100), lr=3e-4, max_tokens=1000, compile=True)
     data = read_toml_text(to_toml(cfg.to_dict()))
     assert TrainConfig(**data) == cfg  # None fields are left out and come back as their default
+    assert read_toml_text("lr = 1")["lr"] == 1.0 and isinstance(read_toml_text("lr = 1")["lr"], float)
 
 
 def read_toml_text(text: str) -> dict:

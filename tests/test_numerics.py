@@ -20,6 +20,7 @@ from ffnlab.tools import numerics as nm
         ({"lo": 5, "hi": 5}, "empty or reversed"),
         ({"lo": 10, "hi": -10}, "empty or reversed"),
         ({"lo": -math.inf, "hi": 1}, "finite"),
+        ({"lo": -1e308, "hi": 1e308}, "HI - LO overflows"),
         ({"points": 1}, "at least 2"),
     ],
 )

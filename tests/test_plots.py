@@ -104,6 +104,9 @@ def test_plot_cli_writes_png_and_svg(run_cli, tmp_path):
         (["gelu", "--out", "x.jpg"], "valid extensions: png, svg"),
         (["gelu,sliu", "--out", "x.png"], "did you mean 'silu'"),
         (["gelu", "--out", "x.png", "--xmin", 2, "--xmax", 1], "range is empty or reversed"),
+        (["gelu", "--out", "x.png", "--xmin", "-inf"], "range must be finite"),
+        (["gelu", "--out", "x.png", "--xmin", "-1e308", "--xmax", "1e308"], "HI - LO overflows"),
+        (["gelu", "--out", "x.png", "--xmin", "1e-3", "--xmax", "-1e-3"], "range is empty or reversed"),
     ],
 )
 def test_plot_cli_bad_input(run_cli, tmp_path, argv, needle):

@@ -93,6 +93,32 @@ def test_bad_folders_give_one_line_errors(pretrained, tmp_path):
         prepare(replace(tiny("swiglu", init_from=str(folder)), model=ModelConfig(ffn="swiglu", context=64)))
 
 
+def test_damaged_weights_are_one_line_errors_not_a_random_init(pretrained, tmp_path, run_cli):
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = pretrained
+    weights = load_file(folder / "model.safetensors")
+    damaged = {
+        "truncated": lambda path: path.write_bytes(path.read_bytes()[:-500]),
+        "no_head": lambda path: save_file({k: v for k, v in weights.items() if k != "lm_head.weight"}, path),
+        "resized": lambda path: save_file({**weights, "model.norm.weight": torch.zeros(3)}, path),
+    }
+    messages = {
+        "truncated": "model.safetensors is not a readable safetensors file",  # was an internal error
+        "no_head": "lm_head.weight is missing",  # was trained on from a random lm_head
+        "resized": r"model.norm.weight is \[3\] there, \[32\] in the model",  # was an internal error
+    }
+    for name, damage in damaged.items():
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        damage(copy / "model.safetensors")
+        with pytest.raises(ValueError, match=messages[name]) as e:
+            prepare(tiny("swiglu", init_from=str(copy)))
+        assert "\n" not in str(e.value)
+    code, _, err = run_cli("finetune", "--from", tmp_path / "truncated", "--steps", 1, "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "not a readable safetensors file" in err
+
+
 def test_a_changed_folder_is_another_run(pretrained, tmp_path):
     folder, _ = pretrained
     copy = tmp_path / "copy"

@@ -221,6 +221,8 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
         (("--scale", "width=8,16,24", "--depth-axis", "1,2"), "drop the other axes (depth)"),
         (("--scale", "width=8,x"), "values must be numbers"),
         (("--extrapolate-to", "1e12"), "--extrapolate-to FLOPS"),
+        (("--scale", "width=8,16,24", "--extrapolate-to", "inf"), "must be a positive finite number, got inf"),
+        (("--scale", "width=8,16,24", "--extrapolate-to", "nan"), "must be a positive finite number"),
     ],
 )
 def test_compare_scale_errors_are_one_line_exit_2(run_cli, tmp_path, extra, needle):

@@ -79,7 +79,7 @@ def test_schema_created_lazily_in_a_new_directory(tmp_path):
     assert raw(path, "PRAGMA journal_mode") == [("wal",)]
 
 
-def test_open_missing_or_foreign_file_with_create_false(tmp_path):
+def test_open_missing_or_foreign_file(tmp_path):
     missing = tmp_path / "nope.db"
     with pytest.raises(ValueError, match="no run store at"):
         Store(missing, create=False)
@@ -89,6 +89,13 @@ def test_open_missing_or_foreign_file_with_create_false(tmp_path):
     with pytest.raises(ValueError, match="not an ffnlab run store"):
         Store(other, create=False).runs()
     assert raw(other, "PRAGMA journal_mode") == [("delete",)]  # left untouched
+    with pytest.raises(ValueError, match="not an ffnlab run store .no meta table; its tables: t"):
+        Store(other).claim("a", {})  # a sweep's store: it used to add its tables to the foreign database
+    assert raw(other, "SELECT name FROM sqlite_master WHERE type = 'table'") == [("t",)]
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    with Store(empty) as s:  # an empty file is an empty SQLite database: a new store
+        s.claim("a", {})
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(ValueError, match="cannot open run store"):

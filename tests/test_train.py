@@ -183,6 +183,12 @@ def test_threads_option_sets_torch_threads():
         tiny(threads=0)
 
 
+def test_a_seed_torch_cannot_take_is_refused_before_the_run():
+    with pytest.raises(ValueError, match=r"seed must be between -2\*\*63 and 2\*\*64 - 1, got 18446744073709551616"):
+        tiny(seed=2**64)  # torch.manual_seed said 'Overflow when unpacking long long' after the data loaded
+    assert tiny(seed=2**64 - 1).seed == 2**64 - 1
+
+
 def cli(*args, **kw):
     return subprocess.run([sys.executable, "-m", "ffnlab.cli", *map(str, args)], capture_output=True, text=True, **kw)
 

@@ -9,12 +9,16 @@ from pathlib import Path
 
 
 def check_writable(path: str | os.PathLike) -> Path:
-    """`path` as a Path; ValueError in one line when it names a folder or its folder is missing."""
+    """`path` as a Path; ValueError in one line when it names a folder or its folder is missing or
+    read-only (checked before the work whose result it will hold, not after)."""
     path = Path(path)
+    folder = path.absolute().parent
     if path.is_dir():
         raise ValueError(f"{path} is a folder; give a file name")
-    if not path.absolute().parent.is_dir():
-        raise ValueError(f"cannot write {path}: the folder {path.absolute().parent} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {path}: the folder {folder} is not writable")
     return path
 
 

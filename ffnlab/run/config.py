@@ -67,6 +67,8 @@ class TrainConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not -(2**63) <= self.seed < 2**64:  # what torch.manual_seed takes
+            raise ValueError(f"seed must be between -2**63 and 2**64 - 1, got {self.seed}")
         for name in ("max_tokens", "max_seconds", "threads"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -677,11 +677,12 @@ def load_corpus(
         loaded = load_hf(source, path, config or None)
         return from_hf(source, loaded, task, text_field, label_field, f"Hugging Face {path} {config}".strip())
     path = Path(os.path.expanduser(source))
-    if path.exists():
+    if source and path.exists():  # NOTE: Path('') is '.', the current folder
         return load_path(path, task, text_field, label_field)
     if looks_like_path(source):
         raise ValueError(f"no such file or folder: {source}")
-    prefixed = [name for name in SOURCES if name.startswith(source.lower())]  # 'wiki' is too short for difflib
+    # a prefix such as 'wiki' is too short for difflib
+    prefixed = [name for name in SOURCES if source and name.startswith(source.lower())]
     hint = closest(source, SOURCES) or (f" (did you mean '{prefixed[0]}'?)" if prefixed else "")
     raise ValueError(
         f"unknown dataset '{source}'{hint}; valid: {', '.join(SOURCES)}, "

@@ -23,6 +23,7 @@ from matplotlib.ticker import FormatStrFormatter, MaxNLocator
 
 from ffnlab._util.files import atomic_path
 from ffnlab._util.names import normalize
+from ffnlab._util.ranges import check_range
 from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve
 from ffnlab.core.ffn import FFNS, get_ffn_spec
 
@@ -135,8 +136,7 @@ def activations_figure(
     """Curves (left) and derivatives (right) of registered activations, side by side.
 
     `labels` maps an activation to its legend text (e.g. 'silu (swiglu gate)')."""
-    if not lo < hi:
-        raise ValueError(f"x range is empty or reversed: [{lo}, {hi}]; need LO < HI, e.g. -4,4")
+    check_range(lo, hi, example="-4,4")
     x = torch.linspace(lo, hi, points, dtype=torch.float64)
     # curves can coincide (gelu and gelu_tanh differ by < 1e-3): a line style each keeps both visible
     styles = {

@@ -126,12 +126,15 @@ class Store:
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            # checked before anything is written, so a foreign file is left untouched
-            if (
-                not self.create
-                and not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
-            ):
-                raise ValueError(f"{self.path} is not an ffnlab run store (no meta table)")
+            # checked before anything is written, so a foreign file is left untouched: a new store
+            # starts from an empty file, never inside another program's database
+            tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if "meta" not in tables and (tables or not self.create):
+                raise ValueError(
+                    f"{self.path} is not an ffnlab run store (no meta table"
+                    + (f"; its tables: {', '.join(sorted(tables)[:5])}" if tables else "")
+                    + "); give a new path or an ffnlab store"
+                )
             _set_wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")

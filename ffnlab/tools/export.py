@@ -16,6 +16,7 @@ import logging
 import os
 import warnings
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ from ffnlab._util.text import first_line
 from ffnlab.core.ffn import GatedFFN
 
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
+ONNX_MAX_BYTES = 2**31  # a protobuf message, so one .onnx file without external data, is under 2 GiB
 ATOL, RTOL = 1e-5, 1e-5  # parity: max |onnx - torch| <= ATOL + RTOL * max |torch|, fp32
 # ops that carry an activation's non-linearity; a decomposition adds Mul/Add/Div around them
 NONLINEAR_OPS = (
@@ -321,12 +323,12 @@ def export_variant(
     gen = torch.Generator().manual_seed(0)
     if model == "ffn":
         d_model = d_model or 64
-        module = build_ffn(spec.name, d_model)
+        module = build_within_limit(lambda: build_ffn(spec.name, d_model))
         example = torch.randn(2, 8, d_model, generator=gen)
         d_ff = module.d_ff
     elif model == "small":
         sizes = {k: v for k, v in (("d_model", d_model), ("n_layers", n_layers)) if v}
-        module = Transformer(ModelConfig(ffn=spec.name, **sizes))
+        module = build_within_limit(lambda: Transformer(ModelConfig(ffn=spec.name, **sizes)))
         example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
         d_model, d_ff = module.cfg.d_model, module.blocks[0].ffn.d_ff
     elif os.path.exists(model):
@@ -334,7 +336,7 @@ def export_variant(
             raise ValueError("--d-model and --n-layers apply to ffn and small; a Hugging Face config sets its own")
         from ffnlab.tools.hf import build_hf_model
 
-        module = build_hf_model(model, spec.name)
+        module = build_within_limit(lambda: build_hf_model(model, spec.name))
         example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
         d_model, d_ff = module.cfg.d_model, module.cfg.d_ff
     else:
@@ -349,6 +351,24 @@ def export_variant(
         "input_shape": list(example.shape),
         **report,
     }
+
+
+def build_within_limit(build: Callable[[], nn.Module]) -> nn.Module:
+    """`build()`, once its shapes (built on the meta device, nothing allocated) show that its fp32
+    weights fit in one ONNX file; ValueError naming the size otherwise."""
+    try:
+        with torch.device("meta"):
+            n_params = sum(p.numel() for p in build().parameters())
+    except (RuntimeError, OverflowError) as e:
+        raise ValueError(
+            f"the model's sizes overflow ({first_line(e)}); use a smaller --d-model or --n-layers"
+        ) from None
+    if 4 * n_params > ONNX_MAX_BYTES:
+        raise ValueError(
+            f"{n_params:,} parameters are {4 * n_params / 2**30:,.1f} GiB in fp32, more than the 2 GiB one ONNX "
+            "file holds; use a smaller --d-model or --n-layers"
+        )
+    return build()
 
 
 def format_export(report: dict) -> str:

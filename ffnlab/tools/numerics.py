@@ -10,7 +10,6 @@ fp16/bf16, and the claims table (`ffnlab.tools.claims`), with the environment th
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ import torch
 from ffnlab._util import machine
 from ffnlab._util.jsonio import json_safe
 from ffnlab._util.names import closest
+from ffnlab._util.ranges import check_range
 from ffnlab.core.activations import ACTIVATIONS, resolve
 from ffnlab.tools.accuracy import (
     DEFAULT_POINTS,
@@ -81,14 +81,6 @@ def parse_range(text: str) -> tuple[float, float]:
         raise ValueError(f"range must be 'LO,HI' with two numbers, e.g. -10,10; got '{text}'") from None
     check_range(lo, hi)
     return lo, hi
-
-
-def check_range(lo: float, hi: float) -> None:
-    """ValueError unless lo < hi and both are finite."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError(f"range must be finite, got [{lo}, {hi}]")
-    if lo >= hi:
-        raise ValueError(f"range is empty or reversed: [{lo}, {hi}]; need LO < HI, e.g. -10,10")
 
 
 def environment() -> dict:

@@ -42,8 +42,8 @@ TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)
 
 def check_folder(folder: str | os.PathLike) -> dict:
     """The config.json of a save_pretrained folder as a dict. ValueError, one line, when the folder is
-    missing, has no config.json or safetensors weights, was saved after swap_ffn, or its family is
-    not supported for fine-tuning."""
+    missing, has no config.json or readable safetensors weights, was saved after swap_ffn, or its
+    family is not supported for fine-tuning."""
     path = Path(folder)
     if not path.is_dir():
         raise ValueError(f"pretrained folder {folder} does not exist or is not a folder")
@@ -65,7 +65,20 @@ def check_folder(folder: str | os.PathLike) -> dict:
         raise ValueError(f"{folder} was saved after swap_ffn; fine-tune from the folder of the unswapped model")
     if not weight_files(path):
         raise ValueError(f"{folder} has no .safetensors weights; save with save_pretrained(safe_serialization=True)")
+    for file in weight_files(path):  # a damaged file fails here, in one line, not inside from_pretrained
+        check_weights(file)
     return config
+
+
+def check_weights(file: Path) -> None:
+    """ValueError when `file` is not a whole safetensors file (damaged header, truncated); reads the header only."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(file, "pt"):
+            pass
+    except SafetensorError as e:
+        raise ValueError(f"{file} is not a readable safetensors file ({e}); save the folder again") from None
 
 
 def weight_files(path: Path) -> list[Path]:
@@ -107,7 +120,7 @@ def load_pretrained(
 ) -> HFModel:
     """The folder's model with its weights, its FFN activation swapped to `ffn` (weights carried over,
     see the module docstring), as an HFModel for training. ValueError when the vocabulary or context
-    does not fit, or `ffn` is of the other kind than the model's FFN."""
+    does not fit, a weight is missing or of another size, or `ffn` is of the other kind than the model's FFN."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     config = check_folder(folder)
@@ -129,8 +142,26 @@ def load_pretrained(
         hf_config.num_labels = n_classes
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
     with quiet_transformers():  # the new classification head is named in the comparison's settings
-        hf = auto.from_pretrained(
-            os.fspath(folder), config=hf_config, use_safetensors=True, local_files_only=True, dtype=torch.float32
+        hf, info = auto.from_pretrained(
+            os.fspath(folder),
+            config=hf_config,
+            use_safetensors=True,
+            local_files_only=True,
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # checked below, by name
+        )
+    # NOTE: from_pretrained initialises a missing or mis-sized weight at random and only logs it; a
+    # fine-tune must start from the folder's weights, all but a new classification head
+    body = f"{hf.base_model_prefix}."
+    new = {k: None for k in info["missing_keys"]} | {k: (list(a), list(b)) for k, a, b in info["mismatched_keys"]}
+    new = {k: v for k, v in sorted(new.items()) if task == "lm" or (k.startswith(body) and ".pooler." not in k)}
+    if new:
+        key, sizes = next(iter(new.items()))
+        raise ValueError(
+            f"the weights in {folder} do not fit its config.json: "
+            + (f"{key} is {sizes[0]} there, {sizes[1]} in the model" if sizes else f"{key} is missing")
+            + f" ({len(new)} such tensors); save the folder again"
         )
     if task == "cls" and hf.config.pad_token_id is None:
         hf.config.pad_token_id = -1  # as in build_hf_model: the last position is the last token

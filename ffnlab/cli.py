@@ -941,6 +941,9 @@ def run_command(argv) -> int:
         args = build_parser().parse_args(argv)
         code = args.func(args)
         return code if isinstance(code, int) else 0
+    except BrokenPipeError:  # the reader of the output left (`ffnlab list | head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+        return 128 + signal.SIGPIPE
     except USER_ERRORS as e:
         if os.environ.get("FFNLAB_DEBUG"):
             raise

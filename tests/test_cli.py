@@ -55,6 +55,16 @@ def test_list_sizes_a_schedule_per_layer(run_cli):
     assert any(line.startswith("a per-layer schedule names each layer's FFN as VARIANT*LAYERS") for line in notes)
 
 
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    # `ffnlab list | head`: the pipe closes before ffnlab writes; like `cat`, it stops without a word
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ffnlab.cli", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == ""
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [

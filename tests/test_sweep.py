@@ -47,6 +47,7 @@ def test_plan_expansion_and_run_identity():
         (dict(variants=["relu", "swiglue"]), "did you mean 'swiglu'"),
         (dict(baseline="gelu"), "baseline 'gelu' is not among the variants"),
         (dict(axes={"colour": [1]}), "unknown axis 'colour'"),
+        (dict(axes={"lr": [1e-3, 0.001]}), "axis 'lr' repeats a setting: 0.001 and 0.001"),
     ],
 )
 def test_bad_study(kw, needle):

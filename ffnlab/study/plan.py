@@ -119,8 +119,12 @@ def check_study(study: Study) -> None:
             raise ValueError(f"unknown axis '{axis}'{closest(axis, AXES)}; valid: {', '.join(AXES)}")
         if not values:
             raise ValueError(f"axis '{axis}' has no values")
+        seen: dict[str, object] = {}
         for value in values:  # each value is validated by the config dataclasses now, not by a failed run
-            set_field(study.base, AXES[axis], value)
+            rid = run_id(set_field(study.base, AXES[axis], value))
+            if rid in seen:  # two cells of the same runs would be compared as if they were two settings
+                raise ValueError(f"axis '{axis}' repeats a setting: {seen[rid]!r} and {value!r} train the same runs")
+            seen[rid] = value
     check_scale(study)
     for n_layers in study.axes.get("depth", [study.base.model.n_layers]):  # a schedule fits every depth
         for variant in canon:

@@ -50,7 +50,7 @@ def nanogpt_row(stdout: str) -> str:
     return (
         f"nanoGPT {n['tokens_per_s']:,} tokens/s ({n['ms_per_iter']} ms/iter), val {n['val_loss']:.3f}; ffnlab "
         f"{f['tokens_per_s']:,} ({f['ms_per_iter']} ms), val {f['val_loss']:.3f}: "
-        f"**{out['ffnlab_over_nanogpt_tokens_per_s']}x**"
+        f"**{out['ffnlab_over_nanogpt_tokens_per_s']:.2f}x**"
     )
 
 

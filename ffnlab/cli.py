@@ -356,9 +356,17 @@ def opt_arg(text: str) -> tuple[str, dict]:
 
 def scale_arg(text: str) -> tuple[str, list[int]]:
     """'width=64,128,256' -> ('width', [64, 128, 256]); 'tokens=2e5,4e5,8e5' -> ('tokens', [200000, ...])."""
+    from ffnlab._util.names import closest
+    from ffnlab.study.plan import SCALE_AXES
+
     axis, sep, values = (part.strip() for part in text.partition("="))
     if not sep or not axis or not values:
         raise argparse.ArgumentTypeError(f"expected AXIS=V1,V2,..., e.g. width=64,128,256, got '{text}'")
+    axis = axis.lower()  # as variant names: 'Width' is width
+    if axis not in SCALE_AXES:
+        raise argparse.ArgumentTypeError(
+            f"cannot scale '{axis}'{closest(axis, SCALE_AXES)}; valid: {', '.join(SCALE_AXES)}"
+        )
     try:
         numbers = [float(v) for v in csv_list(values)]
     except ValueError:

@@ -215,7 +215,8 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
 @pytest.mark.parametrize(
     "extra, needle",
     [
-        (("--scale", "lr=1,2,3"), "cannot scale 'lr'"),
+        (("--scale", "lr=1,2,3"), "cannot scale 'lr'; valid: width, depth, tokens"),  # only the scale axes
+        (("--scale", "widht=8,16,24"), "cannot scale 'widht' (did you mean 'width'?)"),
         (("--scale", "width=8,16"), "at least 3 sizes"),
         (("--scale", "width=8,16,24", "--width-axis", "8,16"), "--width-axis both set"),
         (("--scale", "width=8,16,24", "--depth-axis", "1,2"), "drop the other axes (depth)"),
@@ -237,6 +238,8 @@ def test_preset_scaling_scales_width_and_round_trips_through_a_config_file(run_c
 
     code, out, _ = run_cli("compare", "--preset", "scaling", "--print-config")
     assert code == 0 and 'scale = ["width"]' in out
+    code, typed, _ = run_cli("compare", "--scale", "Width=8,16,24", "--print-config")  # names any case, as variants
+    assert code == 0 and 'scale = ["width"]' in typed
     assert f"width = {PRESET_SCALES['scaling']['width']}".replace("'", "") in out.replace("'", "")
     path = tmp_path / "scaling.toml"
     path.write_text(out)

@@ -69,7 +69,7 @@ def step(name: str, cmd: list[str], out: Path, limit_s: int, env: dict | None = 
     return kept
 
 
-def machine(dry_run: bool) -> dict:
+def gpu_machine(dry_run: bool) -> dict:
     """The GPU (nvidia-smi's own line) and the library versions."""
     import torch
 
@@ -87,12 +87,12 @@ def machine(dry_run: bool) -> dict:
     }
 
 
-def train_cmd(device: str, way: str) -> list[str]:
+def train_cmd(device: str, flags: list[str]) -> list[str]:
     width, layers, context, batch, steps = TRAIN_SHAPE["cpu" if device == "cpu" else "gpu"]
     shape = ["--d-model", width, "--layers", layers, "--heads", max(1, width // 64), "--context", context]
     budget = ["--batch-size", batch, "--steps", steps, "--eval-every", steps, "--final-eval-batches", 4]
     args = ["train", "--ffn", "swiglu", "--device", device, *shape, *budget, "--json", "--quiet"]
-    return [sys.executable, "-m", "ffnlab.cli", *map(str, args), *TRAIN_WAYS[way][1]]
+    return [sys.executable, "-m", "ffnlab.cli", *map(str, args), *flags]
 
 
 RUN_KEYS = ("tokens_per_s", "step_time_s", "first_step_s", "final_val_loss", "saved_bytes", "cuda_peak_bytes")
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.perf_counter() + args.budget_s
     device, dry = ("cpu", ["--dry-run"]) if args.dry_run else ("cuda", [])
-    session = {"machine": machine(args.dry_run), "steps": {}}
+    session = {"machine": gpu_machine(args.dry_run), "steps": {}}
     print(json.dumps(session["machine"]), flush=True)
 
     def run(name: str, cmd: list[str], limit_s: int, env: dict | None = None, keys: tuple = ()) -> None:
@@ -124,8 +124,8 @@ def main(argv: list[str]) -> int:
     budget = ["--preset", "smoke", "--seeds", "2"] if args.dry_run else []
     compare = ["-m", "ffnlab.cli", "compare", "--device", device, "--store", str(store), "--json", "--no-report"]
     run("study", [sys.executable, *compare, *budget], 150)
-    for way, (env, _) in TRAIN_WAYS.items():
-        run(f"train_{way}", train_cmd(device, way), 100, env, RUN_KEYS)
+    for way, (env, flags) in TRAIN_WAYS.items():
+        run(f"train_{way}", train_cmd(device, flags), 100, env, RUN_KEYS)
     (args.out / "session.json").write_text(json.dumps(session, indent=1))
     print(json.dumps(session["steps"], indent=1))
     return 0 if all(s["rc"] == 0 for s in session["steps"].values()) else 1

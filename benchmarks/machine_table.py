@@ -27,7 +27,7 @@ from compare_default import machine
 HERE = Path(__file__).resolve().parent
 
 
-def timed(cmd: list[str], log) -> tuple[str, float]:
+def run_logged(cmd: list[str], log) -> tuple[str, float]:
     """(stdout, wall seconds) of cmd, which must succeed; both kept in the log."""
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -71,15 +71,15 @@ def main(argv: list[str]) -> None:
         m = machine()
         print("machine:", json.dumps(m), flush=True)
         log.write(json.dumps({"machine": m}) + "\n")
-        rows.append(("nanoGPT recipe, fp32 both", nanogpt_row(timed(nano, log)[0]), nano))
+        rows.append(("nanoGPT recipe, fp32 both", nanogpt_row(run_logged(nano, log)[0]), nano))
         fast = [*nano, "--precision", "auto", "--compile"]
-        rows.append(("nanoGPT recipe, ffnlab `auto` + `--compile`", nanogpt_row(timed(fast, log)[0]), fast))
-        out, wall = timed(study, log)
+        rows.append(("nanoGPT recipe, ffnlab `auto` + `--compile`", nanogpt_row(run_logged(fast, log)[0]), fast))
+        out, wall = run_logged(study, log)
         verdict = re.search(r"^verdict: (.*)$", out, re.M)
         rows.append(("default study", f"{wall:.0f} s ({wall / 60:.1f} min); {verdict[1] if verdict else ''}", study))
         bench = [py, "-m", "ffnlab.cli", "bench", "--quick", "--json"]
-        rows.append(("`bench --quick`", f"{timed(bench, log)[1]:.1f} s wall", bench))
-        over = last_json(timed(monitors, log)[0])
+        rows.append(("`bench --quick`", f"{run_logged(bench, log)[1]:.1f} s wall", bench))
+        over = last_json(run_logged(monitors, log)[0])
         on, off = over["step_ms_monitors_on"], over["step_ms_monitors_off"]
         result = f"{over['overhead_median_of_pairs']} (median of {over['pairs']} on/off pairs; {on} vs {off} ms/step)"
         rows.append(("monitor overhead", result, monitors))

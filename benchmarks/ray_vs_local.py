@@ -79,7 +79,7 @@ def stored_runs(store: Path) -> dict[tuple[str, int], dict]:
     with Store(store, create=False) as s:
         runs = s.runs()
     keys = ("final_val_loss", "final_test_loss", "train_seconds", "wall_seconds")
-    return {(r["config"]["model"]["ffn"], r["config"]["seed"]): {k: r["result"][k] for k in keys} for r in runs}
+    return {(r.config["model"]["ffn"], r.config["seed"]): {k: getattr(r.result, k) for k in keys} for r in runs}
 
 
 def ray_start() -> dict:

@@ -22,7 +22,7 @@ from ffnlab.core.activations import ACTIVATIONS, aliases
 from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
 from ffnlab.flags import add_config_flags, flag_type, given, read_toml, to_toml
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
-from ffnlab.study.table import format_protocol, format_table, summary_json, write_csv
+from ffnlab.study.table import format_protocol, format_table, write_csv
 
 
 class UsageError(Exception):
@@ -491,7 +491,7 @@ def cmd_compare(args):
         write_csv(summary, args.csv)
     if not args.json and not args.quiet:  # the ranking as soon as it is known; the report takes seconds more
         print(format_table(summary))
-        print(f"store: {summary['store']}", flush=True)
+        print(f"store: {summary.store}", flush=True)
     if not args.no_report:
         from ffnlab.study.report import write_report
 
@@ -499,16 +499,16 @@ def cmd_compare(args):
         if not args.json and not args.quiet:
             print(f"report: {report['html']} (summary: {report['markdown']})")
     if args.json:
-        print(json.dumps(summary_json(summary), indent=1))
+        print(json.dumps(summary.to_json(), indent=1))
     return incomplete(summary)
 
 
-def incomplete(summary: dict) -> int:
+def incomplete(summary) -> int:
     """Exit status of a finished sweep: 1, with one line on stderr, when planned runs did not finish."""
-    missing = sum(len(seeds) for cell in summary["cells"] for seeds in cell.get("missing", {}).values())
+    missing = sum(len(seeds) for cell in summary.cells for seeds in cell.missing.values())
     if not missing:
         return 0
-    planned = sum(1 for cell in summary["cells"] for r in cell["variants"]) * summary["seeds"]
+    planned = sum(len(cell.variants) for cell in summary.cells) * summary.seeds
     print(
         f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
         f"store); the table rests on the rest. Run the same command again to retry them",
@@ -532,9 +532,9 @@ def compare_protocol(args, study, grid: dict, run: dict):
     from ffnlab.study.protocol import run_protocol
 
     result = run_protocol(study, args.store, grid, **run)
-    code = max(incomplete(stage["summary"]) for stage in result["stages"])
+    code = max(incomplete(summary) for _, summary in result.stages)
     if args.csv:
-        write_csv(result["stages"][1]["summary"], args.csv)
+        write_csv(result.stages[1][1], args.csv)
     report = None
     if not args.no_report:
         from ffnlab.study.report import write_report
@@ -544,15 +544,15 @@ def compare_protocol(args, study, grid: dict, run: dict):
         print(
             json.dumps(
                 {
-                    "grid": result["grid"],
-                    "choice": result["choice"],
-                    "stages": [{"name": st["name"], **summary_json(st["summary"])} for st in result["stages"]],
+                    "grid": result.grid,
+                    "choice": result.choice,
+                    "stages": [{"name": name, **summary.to_json()} for name, summary in result.stages],
                 },
                 indent=1,
             )
         )
     elif not args.quiet:
-        print(format_protocol(result))
+        print(format_protocol(result.stages))
         print(f"store: {args.store}")
         if report:
             print(f"report: {report['html']} (summary: {report['markdown']})")

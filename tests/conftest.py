@@ -1,3 +1,4 @@
+import math
 import os
 
 import pytest
@@ -34,3 +35,23 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return run
+
+
+def run_result(**fields):
+    """A `RunResult` with plausible values in every field, `fields` replacing some: test fixtures are built
+    from the real type, so a misspelt or stale field fails instead of passing unread."""
+    from ffnlab.run.config import RunResult
+
+    loss = fields.get("final_val_loss", 2.0)
+    values = dict(
+        ffn="gelu", seed=0, status="finished", task="lm", steps=10, final_val_loss=loss,
+        final_val_ppl=None if loss is None else math.exp(loss), final_val_acc=None, final_test_loss=loss,
+        final_test_acc=None, noisy_val_loss=None, noisy_val_acc=None, diverged_step=None, params=16_000,
+        ffn_params=8_000, flops_per_token=34_000, tokens=10_240, train_flops=3 * 34_000 * 10_240,
+        tokens_per_s=25_600.0, step_time_s=0.01, first_step_s=0.05, train_seconds=1.0, wall_seconds=1.2,
+        param_bytes=64_000, grad_bytes=64_000, optimizer_bytes=128_000, saved_bytes=1 << 20,
+        train_mem_bytes=64_000 + 64_000 + 128_000 + (1 << 20), cuda_peak_bytes=None, n_grad_spikes=0,
+        n_loss_spikes=0, max_grad_norm=1.0, ffn_grad_mean=0.0, ffn_grad_std=1e-3, behaviour={}, dead_frac=None,
+        learned={}, vocab_size=65, device="cpu", precision="fp32", threads=1, history={}, events=[], config={},
+    )  # fmt: skip
+    return RunResult(**{**values, **fields})

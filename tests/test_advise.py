@@ -18,6 +18,7 @@ from ffnlab.study.flow import (
 from ffnlab.study.plan import run_id
 from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
 from ffnlab.study.store import Store
+from tests.conftest import run_result
 
 # per-seed noise shared by every variant, so paired differences are clean but means still vary
 SEED_NOISE = (0.0, 0.03, -0.02)
@@ -42,28 +43,17 @@ def fabricated_store(
                 store.claim(rid, cfg.to_dict())
                 store.start(rid)
                 value = loss + noise + (jitter or {}).get(ffn, (0, 0, 0))[seed]
-                result = {
-                    "ffn": ffn,
-                    "seed": seed,
-                    "status": "finished",
-                    "task": "lm",
-                    "final_val_loss": value,
-                    "params": (params or {}).get(ffn, 16_000),
-                    "flops_per_token": 34_000,
-                    "step_time_s": (step_time or {}).get(ffn, 0.01),
-                    "tokens_per_s": 25_600.0,
-                    "train_mem_bytes": (memory or {}).get(ffn, 5 * 2**20),
-                    "n_grad_spikes": 0,
-                    "n_loss_spikes": 0,
-                    "behaviour": {},
-                    "dead_frac": None,
-                    "train_seconds": 1.0,
-                }
-                status = "diverged" if ffn in diverged else "finished"
-                if status == "diverged":
-                    result.update(status="diverged", final_val_loss=None)
+                result = run_result(
+                    ffn=ffn,
+                    seed=seed,
+                    status="diverged" if ffn in diverged else "finished",
+                    final_val_loss=None if ffn in diverged else value,
+                    params=(params or {}).get(ffn, 16_000),
+                    step_time_s=(step_time or {}).get(ffn, 0.01),
+                    train_mem_bytes=(memory or {}).get(ffn, 5 * 2**20),
+                )
                 store.add_metrics(rid, [(10, "val_loss", value), (10, "val_time", 0.5)])
-                store.finish(rid, status, result)
+                store.finish(rid, result)
     return path
 
 

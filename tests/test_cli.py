@@ -200,8 +200,9 @@ def test_a_number_where_text_belongs_is_named(run_cli, tmp_path):
 
 def test_a_line_break_in_a_path_stays_in_its_markdown_cell():
     from ffnlab.study.render import md_table
+    from ffnlab.study.table import Table
 
-    table = md_table(["setting", "value"], [["store", "runs/a\nb|c.db"]])
+    table = md_table(Table(["setting", "value"], [["store", "runs/a\nb|c.db"]]))
     assert table.splitlines()[-1] == "| store | runs/a b\\|c.db |"
 
 
@@ -215,7 +216,7 @@ def test_damaged_store_contents_name_the_store(tmp_path):
         s.claim("r1", {"x": 1})
     with sqlite3.connect(path) as db:
         db.execute("update runs set result='{not json' where id='r1'")
-    with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path}: run r1 has a column"):
+    with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path}: run r1 cannot be read"):
         s.runs()
     with sqlite3.connect(path) as db:
         db.execute("update meta set value='abc' where key='schema_version'")

@@ -48,17 +48,17 @@ def test_protocol_runs_three_stages_shares_runs_and_resumes(run_cli, tmp_path):
     # runs are shared between stages (stage 3 at context 32 is stage 2's chosen cells): 6 + 12 + 6 distinct
     with Store(store, create=False) as s:
         runs = s.runs()
-        assert len(runs) == 6 + 2 * 6 + 6 and all(r["status"] == "finished" for r in runs)
-        attempts = {r["id"]: r["attempts"] for r in runs}
+        assert len(runs) == 6 + 2 * 6 + 6 and all(r.status == "finished" for r in runs)
+        attempts = {r.id: r.attempts for r in runs}
     assert json.loads((tmp_path / "protocol.json").read_text())["choice"] == result["choice"]
     # a rerun trains nothing again and gives the same answer
     code, out, err = run_cli(*ARGS, "--store", store, "--json", "--no-report")
     assert code == 0, err
     assert json.loads(out)["choice"] == result["choice"]
     with Store(store, create=False) as s:
-        assert {r["id"]: r["attempts"] for r in s.runs()} == attempts
+        assert {r.id: r.attempts for r in s.runs()} == attempts
     data = report_data(store, attention=False)
-    assert [st["name"] for st in data["protocol"]["stages"]] == ["fixed", "tune", "context"]
+    assert [name for name, _ in data.protocol.stages] == ["fixed", "tune", "context"]
     assert "Validation protocol" in (tmp_path / "report" / "report.html").read_text()
 
 

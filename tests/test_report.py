@@ -16,6 +16,7 @@ from ffnlab.study.render import md_escape, render_html, render_markdown
 from ffnlab.study.report import attention_stats, report_data, seed_band, write_report
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
+from tests.conftest import run_result
 
 VARIANTS = ["relu", "swiglu"]
 EVIL = "<script>alert(1)</script>"
@@ -43,12 +44,12 @@ def evil_store(smoke_store, tmp_path_factory):
     path = tmp_path_factory.mktemp("evil") / "ffnlab.db"
     with Store(smoke_store, create=False) as src, Store(path) as dst:
         for r in src.runs():
-            config = {**r["config"], "data": f"corpus/{EVIL}.txt"}
+            config = {**r.config, "data": f"corpus/{EVIL}.txt"}
             rid = run_id(TrainConfig.from_dict(config))
             dst.claim(rid, config)
-            dst.add_metrics(rid, src.metrics(r["id"]))
-            dst.add_events(rid, src.events(r["id"]))
-            dst.finish(rid, r["status"], r["result"])
+            dst.add_metrics(rid, src.metrics(r.id))
+            dst.add_events(rid, src.events(r.id))
+            dst.finish(rid, r.result)
     return path
 
 
@@ -71,7 +72,7 @@ def test_load_study_reconstructs_the_sweep(smoke_store):
 
 def test_sweep_saves_final_weights(smoke_store):
     with Store(smoke_store, create=False) as s:
-        ids = [r["id"] for r in s.runs(status="finished")]
+        ids = [r.id for r in s.runs(status="finished")]
     assert len(ids) == 4 and all(weights_path(smoke_store, rid).stat().st_size > 0 for rid in ids)
 
 
@@ -99,29 +100,29 @@ def test_report_files(report, smoke_store):
     assert all(f"| {v} |" in md for v in VARIANTS) and "figures/val_loss.png" in md
     assert "entropy (nats)" in page and "weights &lt; 0.01" in page  # the attention numbers beside the maps
     study, runs, _ = load_study(smoke_store)  # the verdict shown is the store's own summary
-    assert html.escape(summarize_study(study, smoke_store, runs)["verdict"]) in page
+    assert html.escape(summarize_study(study, smoke_store, runs).cells[0].verdict) in page
 
 
 def test_report_data_rows_match_the_store(smoke_store):
     data = report_data(smoke_store, attention=False)
-    cell = data["cells"][0]
+    view = data.cells[0]
     with Store(smoke_store, create=False) as s:
         finals = {}
         for r in s.runs(status="finished"):
-            finals.setdefault(r["result"]["ffn"], []).append(r["result"]["final_val_loss"])
-    for row in cell["rows"]:
-        assert row["mean"] == pytest.approx(sum(finals[row["ffn"]]) / 2)
-        assert sorted(row["values"].values()) == sorted(finals[row["ffn"]])
-        assert cell["curves"][row["ffn"]]["mean"][-1] == pytest.approx(row["mean"])  # last eval is the final one
-    assert data["settings"]["model"]["d_model"] == 32
+            finals.setdefault(r.result.ffn, []).append(r.result.final_val_loss)
+    for row in view.cell.variants:
+        assert row.mean == pytest.approx(sum(finals[row.ffn]) / 2)
+        assert sorted(row.values.values()) == sorted(finals[row.ffn])
+        assert view.curves[row.ffn]["mean"][-1] == pytest.approx(row.mean)  # last eval is the final one
+    assert data.settings["model"]["d_model"] == 32
 
 
 def test_escapes_a_variant_name_in_a_rendered_summary(smoke_store):
     data = report_data(smoke_store, attention=False)
-    data["variants"] = [EVIL if v == "swiglu" else v for v in data["variants"]]
-    for cell in data["cells"]:
-        for row in cell["rows"]:
-            row["ffn"] = EVIL if row["ffn"] == "swiglu" else row["ffn"]
+    data.variants = [EVIL if v == "swiglu" else v for v in data.variants]
+    for view in data.cells:
+        for row in view.cell.variants:
+            row.ffn = EVIL if row.ffn == "swiglu" else row.ffn
     page = render_html(data, {})
     assert "<script" not in page and html.escape(EVIL) in page
     md = render_markdown(data, [])
@@ -152,7 +153,7 @@ def chromium():
         "--disable-component-update",
         "--disable-sync",
         f"--user-data-dir={tempfile.mkdtemp()}",
-        "--window-size=1200,900",
+        "--window-size=1300,900",  # the page must fit this width: wide tables scroll inside their own box
     ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -172,8 +173,11 @@ def test_report_opens_in_chromium(report, evil_store, tmp_path):
         assert errors == []
         images = driver.execute_script("return Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
         assert len(images) == len(report["figures"]) and all(done and width > 0 for done, width in images)
-        ranked = driver.find_elements(By.XPATH, "//h2[@id='ranking']/following-sibling::table[1]/tbody/tr/td[2]")
+        ranked = driver.find_elements(By.XPATH, "//h2[@id='ranking']/following-sibling::div[1]/table/tbody/tr/td[2]")
         assert sorted(td.text for td in ranked) == sorted(VARIANTS)
+        page_width = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        scroll, client = driver.execute_script(page_width)
+        assert scroll <= client, f"the page scrolls sideways: {scroll} px of content in a {client} px window"
 
         driver.get(evil["html"].as_uri())
         with pytest.raises(NoAlertPresentException):
@@ -196,7 +200,7 @@ def test_report_cli_and_bad_input(run_cli, smoke_store, tmp_path):
     (tmp_path / "file").write_text("")
     with Store(tmp_path / "stale.db") as s:  # an id that is not its config's hash: another ffnlab version
         s.claim("0123456789abcdef", preset_config("smoke").to_dict())
-        s.finish("0123456789abcdef", "finished", {"final_val_loss": 1.0})
+        s.finish("0123456789abcdef", run_result(final_val_loss=1.0))
     cases = [
         (["--store", tmp_path / "stale.db"], "stored by an ffnlab whose run configs differ"),
         (["--store", tmp_path / "missing.db"], "no run store at"),
@@ -269,28 +273,16 @@ def fabricated_study(path, depths=(1, 2), variants=("relu", "gelu"), seeds=2, lr
                         }
                         for b in range(depth)
                     }
-                    store.finish(
-                        rid,
-                        "finished",
-                        {
-                            "ffn": ffn,
-                            "seed": seed,
-                            "status": "finished",
-                            "task": "lm",
-                            "final_val_loss": final,
-                            "params": 16000,
-                            "flops_per_token": 34000,
-                            "step_time_s": 0.01,
-                            "tokens_per_s": 25600.0,
-                            "peak_mem_bytes": 2**29,
-                            "n_grad_spikes": 1,
-                            "n_loss_spikes": 0,
-                            "behaviour": behaviour,
-                            "dead_frac": 0.1,
-                            "train_seconds": 1.0,
-                            "vocab_size": 65,
-                        },
+                    result = run_result(
+                        ffn=ffn,
+                        seed=seed,
+                        final_val_loss=final,
+                        train_mem_bytes=2**29,
+                        n_grad_spikes=1,
+                        behaviour=behaviour,
+                        dead_frac=0.1,
                     )
+                    store.finish(rid, result)
     return path
 
 
@@ -312,9 +304,9 @@ def test_report_reconstructs_axes_and_reads_numerics(tmp_path):
     assert "depth=1" in page and "depth=2" in page and "1 other study" in page
     assert "no saved weights" in page and 'id="numerics"' in page
     data = report_data(store, attention=False)
-    assert [c["rows"][0]["ffn"] for c in data["cells"]] == ["gelu", "gelu"]  # lower made-up loss ranks first
-    assert data["cells"][1]["behaviour"]["relu"]["blocks.1.ffn"]["zero_frac"] == 0.5
-    assert sum(row["grad_spikes"] for row in data["cells"][0]["rows"]) == 4
+    assert [v.cell.variants[0].ffn for v in data.cells] == ["gelu", "gelu"]  # lower made-up loss ranks first
+    assert data.cells[1].behaviour["relu"]["blocks.1.ffn"]["zero_frac"] == 0.5
+    assert sum(row.metrics["grad_spikes"] for row in data.cells[0].cell.variants) == 4
 
 
 def test_attention_stats_on_known_matrices():

@@ -178,20 +178,20 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     assert readme_keys("and `variants`, per FFN", "`extrapolated` (") - {"at_compute"} <= set(row)  # named, not a key
     assert readme_keys("`extrapolated` (", "Without a compute axis") <= set(row["extrapolated"])
     with Store(store) as db:
-        results = [r["result"] for r in db.runs(status="finished")]
+        results = [r.result for r in db.runs(status="finished")]
     assert len(results) == 12
     for r in results:
-        assert r["train_flops"] == 3 * r["flops_per_token"] * r["tokens"]
-    by_width = sorted({(r["config"]["model"]["d_model"], r["train_flops"]) for r in results if r["ffn"] == "relu"})
+        assert r.train_flops == 3 * r.flops_per_token * r.tokens
+    by_width = sorted({(r.config["model"]["d_model"], r.train_flops) for r in results if r.ffn == "relu"})
     assert [c for _, c in by_width] == sorted(c for _, c in by_width) and len(by_width) == 3  # compute grows
     points = sorted(c for c, _, _ in row["points"])
-    assert points == sorted(r["train_flops"] for r in results if r["ffn"] == "swiglu")
-    assert scaling["compute_range"] == [min(r["train_flops"] for r in results), max(r["train_flops"] for r in results)]
+    assert points == sorted(r.train_flops for r in results if r.ffn == "swiglu")
+    assert scaling["compute_range"] == [min(r.train_flops for r in results), max(r.train_flops for r in results)]
     code, out, _ = run_cli(*SCALE_ARGS, "--store", store)  # finished: read back from the store
     assert code == 0 and "scaling over width 8/16/24" in out and "swiglu reaches relu's loss with" in out
     plain = Study(variants=["relu", "swiglu"], seeds=2, base=preset_config("smoke", model={"d_model": 8}, max_steps=8))
     assert "scale" not in plain.to_dict()  # absent: the ids of studies without a compute axis are unchanged
-    assert "scaling" not in summarize_study(plain, store)
+    assert summarize_study(plain, store).scaling is None and "scaling" not in summarize_study(plain, store).to_json()
     code, out, _ = run_cli("advise", "--store", store, "--json")  # advice at the largest size, with multipliers
     advice = json.loads(out)
     assert code == 0 and advice["evidence"]["axes"] == {"width": 24} and "d_model 24" in advice["reasons"][0]

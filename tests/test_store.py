@@ -9,12 +9,15 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ffnlab._util import machine
+from ffnlab.study.records import RunStatus
 from ffnlab.study.store import SCHEMA_VERSION, Store, environment
+from tests.conftest import run_result
 
 NAN, INF = float("nan"), float("inf")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -24,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 WRITER = """
 import os, sys, time
 from ffnlab.study.store import Store
+from tests.conftest import run_result
 path, prefix, n, go, n_metrics = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 while not os.path.exists(go):
     time.sleep(0.005)
@@ -34,7 +38,7 @@ for i in range(n):
     store.start(run_id)
     store.add_metrics(run_id, [(step, "loss", 1.0 / (step + 1)) for step in range(n_metrics)])
     store.add_events(run_id, [{"step": 3, "kind": "spike", "ratio": 4.0}])
-    store.finish(run_id, "finished", {"val_loss": i / 1000, "prefix": prefix})
+    store.finish(run_id, run_result(final_val_loss=i / 1000, ffn=prefix))
     print(run_id, flush=True)
     time.sleep(0.002)  # "training": without a gap, SQLite's sleeping busy handler lets one writer hog the lock
 """
@@ -116,48 +120,44 @@ def test_lifecycle_claim_start_finish(store):
     assert store.claim("r1", config, sweep="s1") == "pending"
     assert store.claim("r1", {"something": "else"}) == "pending"  # an existing run is left as it is
     run = store.get("r1")
-    assert run["config"] == config and run["sweep"] == "s1" and run["attempts"] == 0 and run["started_at"] is None
+    assert run.config == config and run.sweep == "s1" and run.attempts == 0 and run.started_at is None
+    assert run.status is RunStatus.PENDING and run.result is None and not run.done
     store.start("r1")
     run = store.get("r1")
-    assert run["status"] == "running" and run["attempts"] == 1 and run["started_at"] >= run["created_at"]
-    assert run["env"]["python"] and "torch" in run["env"] and "git_rev" in run["env"]
-    store.finish("r1", "finished", {"val_loss": 3.21})
+    assert run.status is RunStatus.RUNNING and run.attempts == 1 and run.started_at >= run.created_at
+    assert run.env["python"] and "torch" in run.env and "git_rev" in run.env
+    result = run_result(final_val_loss=3.21, history={"val": [{"step": 1, "loss": 3.3}]}, events=[{"step": 1}])
+    store.finish("r1", result)
     run = store.get("r1")
-    assert run["status"] == "finished" and run["result"] == {"val_loss": 3.21}
-    assert run["finished_at"] >= run["started_at"]
-    assert set(run) == {
-        "id",
-        "config",
-        "status",
-        "result",
-        "env",
-        "sweep",
-        "attempts",
-        "created_at",
-        "started_at",
-        "finished_at",
-    }
+    assert run.status is RunStatus.FINISHED and run.done and run.finished_at >= run.started_at
+    # the result comes back whole, but for the curves and events, which live in tables of their own
+    assert run.result == replace(result, history={}, events=[])
     assert store.get("missing") is None
 
 
 def test_finished_run_is_never_overwritten(store):
     store.claim("r1", {"a": 1})
     store.start("r1")
-    store.finish("r1", "finished", {"val_loss": 1.0})
+    store.finish("r1", run_result(final_val_loss=1.0))
     before = store.get("r1")
     assert store.claim("r1", {"a": 2}) == "finished"
     store.start("r1")
-    store.finish("r1", "failed", {"error": "late duplicate"})
+    store.fail("r1", "late duplicate")
     assert store.get("r1") == before
 
 
 def test_diverged_or_failed_run_can_be_started_again(store):
     store.claim("r1", {})
     store.start("r1")
-    store.finish("r1", "diverged", {"val_loss": NAN})
+    store.finish("r1", run_result(status="diverged", final_val_loss=None, diverged_step=3))
+    assert store.get("r1").result.diverged_step == 3
     store.start("r1")
     run = store.get("r1")
-    assert run["status"] == "running" and run["attempts"] == 2 and run["finished_at"] is None
+    assert run.status == "running" and run.attempts == 2 and run.finished_at is None and run.result is None
+    store.fail("r1", "ValueError: boom")
+    assert store.get("r1").error == "ValueError: boom" and store.get("r1").result is None
+    store.start("r1")
+    assert store.get("r1").status is RunStatus.RUNNING
 
 
 def test_bad_arguments_raise_value_error(store):
@@ -166,25 +166,25 @@ def test_bad_arguments_raise_value_error(store):
     with pytest.raises(ValueError, match="claim it first"):
         store.add_metrics("ghost", [(0, "loss", 1.0)])
     store.claim("r1", {})
-    with pytest.raises(ValueError, match="finished, diverged, failed"):
-        store.finish("r1", "done", {})
+    with pytest.raises(ValueError, match="ends finished, diverged or failed"):
+        store._end("r1", RunStatus.RUNNING, {}, None)
     with pytest.raises(ValueError, match="valid: pending, running"):
         store.runs(status="done")
     with pytest.raises(ValueError, match="'step' and 'kind'"):
         store.add_events("r1", [{"step": 1}])
-    assert store.get("r1")["status"] == "pending"
+    assert store.get("r1").status == "pending"
 
 
 def test_runs_filters_and_order(store):
     for run_id, sweep in [("b", "s1"), ("a", "s1"), ("c", "s2")]:
         store.claim(run_id, {"id": run_id}, sweep=sweep)
-    store.finish("c", "failed", {"error": "boom"})
-    assert [r["id"] for r in store.runs()] == ["b", "a", "c"]  # created_at order, not id order
-    assert [r["id"] for r in store.runs(sweep="s1")] == ["b", "a"]
-    assert [r["id"] for r in store.runs(status="failed")] == ["c"]
+    store.fail("c", "boom")
+    assert [r.id for r in store.runs()] == ["b", "a", "c"]  # created_at order, not id order
+    assert [r.id for r in store.runs(sweep="s1")] == ["b", "a"]
+    assert [r.id for r in store.runs(status="failed")] == ["c"] == [r.id for r in store.runs(RunStatus.FAILED)]
     assert store.runs(status="failed", sweep="s1") == []
     raw(store.path, "UPDATE runs SET created_at = 0")  # equal timestamps fall back to id order
-    assert [r["id"] for r in store.runs()] == ["a", "b", "c"]
+    assert [r.id for r in store.runs()] == ["a", "b", "c"]
 
 
 def test_metrics_and_events_are_idempotent(store):
@@ -207,10 +207,10 @@ def test_nan_and_inf_round_trip(store):
     store.claim("r1", {"x": NAN, "y": [INF, -INF]})
     store.add_metrics("r1", [(0, "loss", NAN), (1, "loss", INF), (2, "loss", -INF)])
     store.add_events("r1", [{"step": 1, "kind": "nan", "value": NAN}])
-    store.finish("r1", "diverged", {"val_loss": NAN, "max": INF})
+    store.finish("r1", run_result(status="diverged", final_val_loss=NAN, max_grad_norm=INF))
     run = store.get("r1")
-    assert math.isnan(run["config"]["x"]) and run["config"]["y"] == [INF, -INF]
-    assert math.isnan(run["result"]["val_loss"]) and run["result"]["max"] == INF
+    assert math.isnan(run.config["x"]) and run.config["y"] == [INF, -INF]
+    assert math.isnan(run.result.final_val_loss) and run.result.max_grad_norm == INF
     values = [v for _, _, v in store.metrics("r1")]
     assert math.isnan(values[0]) and values[1:] == [INF, -INF]
     assert math.isnan(store.events("r1")[0]["value"])
@@ -223,15 +223,15 @@ def test_snapshot_compares_stores_regardless_of_order_and_time(tmp_path):
                 s.claim(run_id, {"id": run_id, "nan": NAN}, sweep="sw")
                 s.start(run_id)
                 s.add_metrics(run_id, [(0, "loss", 1.0), (0, "tokens_per_s", wall)])
-                s.finish(run_id, "finished", {"val_loss": NAN if run_id == "b" else 0.5, "wall_s": wall})
-            return s.snapshot(ignore=("wall_s", "tokens_per_s")), s.snapshot()
+                s.finish(run_id, run_result(final_val_loss=NAN if run_id == "b" else 0.5, wall_seconds=wall))
+            return s.snapshot(ignore=("wall_seconds", "tokens_per_s")), s.snapshot()
 
     (a, a_full), (b, b_full) = fill(tmp_path / "a.db", ["a", "b"], 1.0), fill(tmp_path / "b.db", ["b", "a"], 2.0)
     assert a == b and a_full != b_full
-    assert a["runs"]["b"]["result"] == {"val_loss": "nan"}
+    assert a["runs"]["b"]["result"]["final_val_loss"] == "nan" and "wall_seconds" not in a["runs"]["b"]["result"]
     with Store(tmp_path / "b.db") as s:
         s.add_metrics("a", [(1, "loss", 0.9)])
-        assert s.snapshot(ignore=("wall_s", "tokens_per_s")) != a
+        assert s.snapshot(ignore=("wall_seconds", "tokens_per_s")) != a
 
 
 def test_environment_and_git_revision(tmp_path, monkeypatch):
@@ -276,7 +276,7 @@ def test_environment_never_runs_git_in_the_working_directory(tmp_path, monkeypat
 def test_store_pickles_and_threads_share_it(store):
     copy = pickle.loads(pickle.dumps(store))
     copy.claim("from-copy", {})
-    assert store.get("from-copy")["status"] == "pending"
+    assert store.get("from-copy").status == "pending"
 
     def work(k):
         for i in range(25):
@@ -300,14 +300,14 @@ def test_two_processes_write_one_new_store(tmp_path):
     with Store(path, create=False) as s:
         assert s.integrity_check() == "ok"
         runs = s.runs(status="finished")
-        assert len(runs) == 400 and {r["id"] for r in runs} == {f"{x}-{i}" for x in "pq" for i in range(200)}
-        assert all(len(s.metrics(r["id"])) == 10 and r["result"]["prefix"] == r["sweep"] for r in runs)
-        assert sum(len(s.events(r["id"])) for r in runs) == 400
+        assert len(runs) == 400 and {r.id for r in runs} == {f"{x}-{i}" for x in "pq" for i in range(200)}
+        assert all(len(s.metrics(r.id)) == 10 and r.result.ffn == r.sweep for r in runs)
+        assert sum(len(s.events(r.id)) for r in runs) == 400
         # the two writers really interleaved: neither finished all of its runs before the other began
         span = {
             x: [
-                min(r["finished_at"] for r in runs if r["sweep"] == x),
-                max(r["finished_at"] for r in runs if r["sweep"] == x),
+                min(r.finished_at for r in runs if r.sweep == x),
+                max(r.finished_at for r in runs if r.sweep == x),
             ]
             for x in "pq"
         }
@@ -329,10 +329,10 @@ def test_sigkill_mid_write_loses_no_committed_run(tmp_path):
         assert s.integrity_check() == "ok"
         for run_id in reported:
             run = s.get(run_id)
-            assert run["status"] == "finished" and run["result"] == {"val_loss": int(run_id[2:]) / 1000, "prefix": "k"}
+            assert run.status == "finished" and run.result == run_result(final_val_loss=int(run_id[2:]) / 1000, ffn="k")
             assert len(s.metrics(run_id)) == 400
         assert len(s.runs(status="finished")) in (len(reported), len(reported) + 1)  # killed before the print
-        assert {len(s.metrics(r["id"])) for r in s.runs()} <= {0, 400}  # a batch is all there or not at all
+        assert {len(s.metrics(r.id)) for r in s.runs()} <= {0, 400}  # a batch is all there or not at all
 
 
 def test_a_store_path_that_is_not_a_regular_file_is_refused(tmp_path):
@@ -341,3 +341,20 @@ def test_a_store_path_that_is_not_a_regular_file_is_refused(tmp_path):
         with pytest.raises(ValueError, match="is not a regular file"):
             Store(path)
     assert Path("/dev/null-journal").exists() == existed
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "json_set(result, '$.learned', 'x')",  # a field of the wrong type
+        "json_set(result, '$.peak_mem_bytes', 1)",  # a key no run result has
+        "'[1, 2, 3]'",  # not an object
+        "'{'",  # not JSON
+    ],
+)
+def test_a_damaged_result_names_the_store_and_the_run(store, damage):
+    store.claim("r1", {})
+    store.finish("r1", run_result())
+    raw(store.path, f"UPDATE runs SET result = {damage}")
+    with pytest.raises(ValueError, match="run store .*: run r1 cannot be read .*the store was edited or damaged"):
+        store.get("r1")

@@ -1,13 +1,17 @@
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
 from ffnlab.study.advise import advise
+from ffnlab.study.metrics import learned_mean
+from ffnlab.study.records import Cell, VariantRow
 from ffnlab.study.render import render_html, render_markdown
 from ffnlab.study.report import report_data
 from ffnlab.study.stats import gap_heterogeneity
-from ffnlab.study.summary import across_cells, learned_mean, tuned_cells
+from ffnlab.study.summary import across_cells, tuned_cells
 from tests.test_readme import readme_keys
 
 # the numbers of a row that every output must agree on
@@ -71,10 +75,10 @@ def by_axes(cells):
 def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_store):
     store, printed = two_axis_store
     assert len(printed["cells"]) == 4  # depth x placement, never merged
-    report = by_axes(report_data(store, attention=False)["cells"])
+    report = by_axes([view.cell.to_json() for view in report_data(store, attention=False).cells])
     assert set(report) == set(by_axes(printed["cells"]))
     for key, cell in by_axes(printed["cells"]).items():
-        rep = {r["ffn"]: r for r in report[key]["rows"]}
+        rep = {r["ffn"]: r for r in report[key]["variants"]}
         for row in cell["variants"]:
             for field in SHARED:
                 assert rep[row["ffn"]][field] == row[field], (key, row["ffn"], field)
@@ -107,7 +111,7 @@ def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
     assert (swiglu["n"], swiglu["df"]) == (3, [3, 6]) and swiglu["p"] == pytest.approx(want["p"]) == swiglu["p_adj"]
     assert across["best"] == [c["variants"][0]["ffn"] for c in printed["cells"]]
     data = report_data(store, attention=False)
-    assert data["across_cells"]["sentences"] == across["sentences"]
+    assert data.across_cells["sentences"] == across["sentences"]
     for cell in advise(store=store, depth=2)["cells"]:  # the advice quotes them for its choice
         (line,) = [r for r in cell["reasons"] if r.startswith("Across the study's 4 cells: ")]
         assert line.endswith(across["sentences"][-1])
@@ -116,8 +120,19 @@ def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
         assert "Across the 4 cells" in page and "swiglu&#x27;s gap to relu" in page.replace("'", "&#x27;")
 
 
+def row(ffn: str, **fields) -> VariantRow:
+    """A VariantRow with empty statistics but `fields`."""
+    stats = dict(rank=1, n_seeds=0, mean=None, std=None, ci_low=None, ci_high=None, delta=None, delta_ci_low=None,
+                 delta_ci_high=None, n_pairs=0, p=None, p_adj=None, significant=False, diverged=0)  # fmt: skip
+    return VariantRow(ffn=ffn, **{**stats, **fields})
+
+
+def cell(axes: dict, rows: list[VariantRow]) -> Cell:
+    return Cell(axes, "lm", "final_val_loss", "relu", "lower", 0.05, 0.95, rows, verdict="")
+
+
 def test_across_cells_words_holm_and_the_best_of_each_cell():
-    def cell(lr, gelu_shift, swiglu_shift):
+    def lr_cell(lr, gelu_shift, swiglu_shift):
         base = {0: 2.0, 1: 2.3, 2: 2.1, 3: 2.6}  # large seed-to-seed spread, shared by the variants
         noise = {0: 0.001, 1: -0.002, 2: 0.0, 3: 0.001} if lr < 5e-3 else {0: -0.001, 1: 0.0, 2: 0.002, 3: -0.001}
         values = {
@@ -126,11 +141,11 @@ def test_across_cells_words_holm_and_the_best_of_each_cell():
             "swiglu": {s: x + swiglu_shift - noise[s] for s, x in base.items()},
         }
         means = {v: sum(x.values()) / 4 for v, x in values.items()}
-        rows = [{"ffn": v, "values": values[v], "mean": means[v], "delta": means[v] - means["relu"]} for v in values]
-        return {"axes": {"lr": lr}, "variants": sorted(rows, key=lambda r: r["mean"])}
+        rows = [row(v, values=values[v], mean=means[v], delta=means[v] - means["relu"]) for v in values]
+        return cell({"lr": lr}, sorted(rows, key=lambda r: r.mean))
 
     # gelu's gap does not move (0.01 in both cells); swiglu's goes from -0.05 to +0.05: it wins one cell only
-    got = across_cells([cell(1e-3, 0.01, -0.05), cell(1e-2, 0.01, 0.05)], "relu")
+    got = across_cells([lr_cell(1e-3, 0.01, -0.05), lr_cell(1e-2, 0.01, 0.05)], "relu")
     gelu, swiglu = got["variants"]["gelu"], got["variants"]["swiglu"]
     assert not gelu["differs"] and swiglu["differs"] and swiglu["p_adj"] == min(1.0, 2 * swiglu["p"])
     assert got["best"] == ["swiglu", "relu"]
@@ -139,53 +154,78 @@ def test_across_cells_words_holm_and_the_best_of_each_cell():
     assert words["swiglu"].startswith("swiglu's gap to relu changes between cells (F(1, 3) = ")
     assert "-0.0500 at lr=0.001; +0.0500 at lr=0.01." in words["swiglu"]
     assert got["sentences"][2] == "The best mean differs between cells: swiglu at lr=0.001; relu at lr=0.01."
-    assert across_cells([cell(1e-3, 0.01, -0.05)], "relu") is None  # one cell: nothing to compare across
+    assert across_cells([lr_cell(1e-3, 0.01, -0.05)], "relu") is None  # one cell: nothing to compare across
 
 
 def test_tuned_cells_choose_on_validation_and_compare_on_test():
-    def row(ffn, val, test):
-        return {"ffn": ffn, "mean": sum(val.values()) / len(val), "test_values": test}
-
-    def cell(lr, rows):
-        return {
-            "axes": {"lr": lr},
-            "metric": "final_val_loss",
-            "metric_direction": "lower",
-            "baseline": "relu",
-            "variants": rows,
-        }
+    def measured(ffn, val, test):
+        return row(ffn, mean=sum(val.values()) / len(val), test_values=test)
 
     # relu is best at lr 1e-3 on validation, swiglu at 2e-3; the test numbers are what gets compared
     cells = [
         cell(
-            1e-3,
+            {"lr": 1e-3},
             [
-                row("relu", {0: 2.0, 1: 2.1, 2: 2.0}, {0: 2.05, 1: 2.15, 2: 2.07}),
-                row("swiglu", {0: 2.2, 1: 2.2, 2: 2.3}, {0: 9.0, 1: 9.0, 2: 9.0}),
+                measured("relu", {0: 2.0, 1: 2.1, 2: 2.0}, {0: 2.05, 1: 2.15, 2: 2.07}),
+                measured("swiglu", {0: 2.2, 1: 2.2, 2: 2.3}, {0: 9.0, 1: 9.0, 2: 9.0}),
             ],
         ),
         cell(
-            2e-3,
+            {"lr": 2e-3},
             [
-                row("relu", {0: 2.5, 1: 2.5, 2: 2.5}, {0: 9.0, 1: 9.0, 2: 9.0}),
-                row("swiglu", {0: 1.9, 1: 1.95, 2: 1.9}, {0: 1.96, 1: 2.0, 2: 1.98}),
+                measured("relu", {0: 2.5, 1: 2.5, 2: 2.5}, {0: 9.0, 1: 9.0, 2: 9.0}),
+                measured("swiglu", {0: 1.9, 1: 1.95, 2: 1.9}, {0: 1.96, 1: 2.0, 2: 1.98}),
             ],
         ),
     ]
     (tuned,) = tuned_cells(cells, "lr")
-    rows = {r["ffn"]: r for r in tuned["variants"]}
-    assert tuned["axes"] == {"lr": "tuned"} and tuned["metric"] == "final_test_loss"
-    assert rows["relu"]["lr"] == 1e-3 and rows["swiglu"]["lr"] == 2e-3
-    assert rows["swiglu"]["mean"] == pytest.approx((1.96 + 2.0 + 1.98) / 3)
-    assert rows["swiglu"]["delta"] == pytest.approx((1.96 + 2.0 + 1.98 - 2.05 - 2.15 - 2.07) / 3)
-    assert rows["swiglu"]["val_mean"] == pytest.approx((1.9 + 1.95 + 1.9) / 3)
+    rows = {r.ffn: r for r in tuned.variants}
+    assert tuned.axes == {"lr": "tuned"} and tuned.metric == "final_test_loss"
+    assert rows["relu"].tuned["lr"] == 1e-3 and rows["swiglu"].tuned["lr"] == 2e-3
+    assert rows["swiglu"].mean == pytest.approx((1.96 + 2.0 + 1.98) / 3)
+    assert rows["swiglu"].delta == pytest.approx((1.96 + 2.0 + 1.98 - 2.05 - 2.15 - 2.07) / 3)
+    assert rows["swiglu"].tuned["val_mean"] == pytest.approx((1.9 + 1.95 + 1.9) / 3)
+    assert rows["swiglu"].to_json()["lr"] == 2e-3  # compare --json keeps the chosen setting beside the row
 
 
 def test_learned_parameters_average_over_seeds():
-    results = [
-        {"learned": {"blocks.0.ffn": {"beta": 1.0, "weights": {"relu": 0.2, "gelu": 0.8}}}},
-        {"learned": {"blocks.0.ffn": {"beta": 2.0, "weights": {"relu": 0.4, "gelu": 0.6}}}},
+    per_seed = [
+        {"blocks.0.ffn": {"beta": 1.0, "weights": {"relu": 0.2, "gelu": 0.8}}},
+        {"blocks.0.ffn": {"beta": 2.0, "weights": {"relu": 0.4, "gelu": 0.6}}},
     ]
-    got = learned_mean(results)["blocks.0.ffn"]
+    got = learned_mean(per_seed)["blocks.0.ffn"]
     assert got["beta"] == 1.5 and got["weights"]["relu"] == pytest.approx(0.3)
     assert math.isclose(sum(got["weights"].values()), 1.0)
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def assert_holds(recorded, printed, where="compare --json"):
+    """Every key and value of `recorded` is in `printed` (which may add keys); floats to 1e-12."""
+    if isinstance(recorded, dict):
+        assert isinstance(printed, dict), where
+        for key, value in recorded.items():
+            assert key in printed, f"{where}: '{key}' is gone"
+            assert_holds(value, printed[key], f"{where}.{key}")
+    elif isinstance(recorded, list):
+        assert isinstance(printed, list) and len(printed) == len(recorded), where
+        for i, (a, b) in enumerate(zip(recorded, printed)):
+            assert_holds(a, b, f"{where}[{i}]")
+    elif isinstance(recorded, float):
+        assert printed == pytest.approx(recorded, rel=1e-12, abs=0), where
+    else:
+        assert printed == recorded, where
+
+
+def test_compare_json_of_the_default_study_is_unchanged(run_cli, tmp_path):
+    # default_study.db: `./run.sh compare --json` on the Intel Xeon (AMX) class, metrics and events cut out
+    # (the summary reads neither), and what that ffnlab (0.2.0, before typed records) printed
+    store = tmp_path / "s.db"
+    shutil.copy(DATA / "default_study.db", store)
+    # bf16 as recorded: with the machine's own 'auto' another CPU would plan other runs and train them
+    code, out, err = run_cli("compare", "--json", "--no-report", "--precision", "bf16", "--store", store)
+    assert code == 0, err
+    printed = json.loads(out)
+    assert printed.pop("store") == str(store)
+    assert_holds(json.loads((DATA / "default_study.json").read_text()), printed)

@@ -67,22 +67,24 @@ def test_a_schedule_is_a_variant_of_a_study():
 def test_rerun_skips_finished_runs_and_stats(tmp_path):
     store = tmp_path / "s.db"
     summary = run_study(smoke_study(), store, quiet=True)
-    assert [r["ffn"] for r in summary["variants"]] != [] and {r["n_seeds"] for r in summary["variants"]} == {2}
+    (cell,) = summary.cells
+    assert [r.ffn for r in cell.variants] != [] and {r.n_seeds for r in cell.variants} == {2}
     with Store(store) as s:
-        attempts = {r["id"]: r["attempts"] for r in s.runs()}
-        assert len(attempts) == 4 and all(r["status"] == "finished" for r in s.runs())
+        attempts = {r.id: r.attempts for r in s.runs()}
+        assert len(attempts) == 4 and all(r.status == "finished" for r in s.runs())
         assert s.metrics(next(iter(attempts)), "val_loss")
     again = run_study(smoke_study(), store, quiet=True)
     with Store(store) as s:
-        assert {r["id"]: r["attempts"] for r in s.runs()} == attempts
-    assert again["variants"] == summary["variants"]
+        assert {r.id: r.attempts for r in s.runs()} == attempts
+    assert again.cells[0].variants == cell.variants
 
 
 def test_divergent_runs_are_counted_not_fatal(tmp_path):
     base = replace(preset_config("smoke"), lr=1e6, min_lr=1e5, warmup_steps=0, grad_clip=1e9)
     summary = run_study(smoke_study(base=base), tmp_path / "s.db", quiet=True)
-    assert all(r["diverged"] == 2 for r in summary["variants"])
-    assert "diverged" in summary["verdict"] or "No variant" in summary["verdict"]
+    (cell,) = summary.cells
+    assert all(r.diverged == 2 for r in cell.variants)
+    assert "diverged" in cell.verdict or "No variant" in cell.verdict
 
 
 def compare_cmd(store, *extra):
@@ -126,12 +128,11 @@ def deterministic(store_path):
     with Store(store_path, create=False) as s:
         out = {}
         for r in s.runs():
-            res = r["result"]
-            out[r["id"]] = (
-                r["status"],
-                res["final_val_loss"],
-                res["steps"],
-                [m for m in s.metrics(r["id"]) if m[1] in ("train_loss", "val_loss")],
+            out[r.id] = (
+                r.status,
+                r.result.final_val_loss,
+                r.result.steps,
+                [m for m in s.metrics(r.id) if m[1] in ("train_loss", "val_loss")],
             )
         return out
 
@@ -190,8 +191,8 @@ def test_two_concurrent_sweeps_on_one_store(tmp_path):
         assert p.returncode == 0, err
     with Store(store, create=False) as s:
         runs = s.runs()
-        assert len(runs) == 4 and all(r["status"] == "finished" for r in runs)
-        assert sum(r["attempts"] for r in runs) == 4  # no run was trained twice
+        assert len(runs) == 4 and all(r.status == "finished" for r in runs)
+        assert sum(r.attempts for r in runs) == 4  # no run was trained twice
     with sqlite3.connect(store) as db:
         assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
 
@@ -200,13 +201,13 @@ def test_two_concurrent_sweeps_on_one_store(tmp_path):
 def test_ray_backend_runs_the_smoke_preset(tmp_path):
     pytest.importorskip("ray")
     summary = run_study(smoke_study(), tmp_path / "ray.db", backend="ray", quiet=True)
-    assert {r["n_seeds"] for r in summary["variants"]} == {2}
+    assert {r.n_seeds for r in summary.cells[0].variants} == {2}
     local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)  # every sweep run trains on one thread
-    assert [r["mean"] for r in summary["variants"]] == [r["mean"] for r in local["variants"]]
+    assert [r.mean for r in summary.cells[0].variants] == [r.mean for r in local.cells[0].variants]
     with Store(tmp_path / "ray.db", create=False) as s:  # recorded by the driver: weights, the worker's env
         runs = s.runs()
-    assert all(r["attempts"] == 1 and r["env"]["torch"] == torch.__version__ for r in runs)
-    assert all((tmp_path / "weights" / f"{r['id']}.safetensors").is_file() for r in runs)
+    assert all(r.attempts == 1 and r.env["torch"] == torch.__version__ for r in runs)
+    assert all((tmp_path / "weights" / f"{r.id}.safetensors").is_file() for r in runs)
 
 
 def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tmp_path):
@@ -224,7 +225,7 @@ def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tm
         s.claim(run_id(cfg), cfg.to_dict())
         s.start(run_id(cfg))
         assert record_returned(s, store, cfg, returned) == "finished"
-        assert s.get(run_id(cfg))["result"]["final_val_loss"] == returned["result"].final_val_loss
+        assert s.get(run_id(cfg)).result.final_val_loss == returned["result"].final_val_loss
     assert (store.parent / "weights" / f"{run_id(cfg)}.safetensors").read_bytes() == returned["weights"]
     bad = train_on_worker({**cfg.to_dict(), "data": str(tmp_path / "missing.txt")}, str(tmp_path / "worker"))
     assert set(bad) == {"error", "env"} and "missing.txt" in bad["error"]
@@ -233,9 +234,7 @@ def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tm
         s.claim(run_id(crashed), crashed.to_dict())
         s.start(run_id(crashed))
         assert record_returned(s, store, crashed, {"error": "WorkerCrashedError: killed", "env": None}) == "failed"
-        assert (
-            s.get(run_id(crashed))["result"]["error"] == "WorkerCrashedError: killed" and s.get(run_id(crashed))["env"]
-        )
+        assert s.get(run_id(crashed)).error == "WorkerCrashedError: killed" and s.get(run_id(crashed)).env
 
 
 def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):
@@ -247,7 +246,7 @@ def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):
         store = tmp_path / f"j{jobs}.db"
         run_study(smoke_study(base=replace(preset_config("smoke"), precision="fp32")), store, jobs=jobs, quiet=True)
         with Store(store, create=False) as s:
-            finals[jobs] = {r["id"]: (r["result"]["final_val_loss"], r["result"]["threads"]) for r in s.runs()}
+            finals[jobs] = {r.id: (r.result.final_val_loss, r.result.threads) for r in s.runs()}
     assert finals[1] == finals[2] and {t for _, t in finals[1].values()} == {1}
     assert torch.get_num_threads() == before
 
@@ -345,7 +344,7 @@ def test_compare_on_a_hugging_face_config(run_cli, tmp_path):
     # parameters of a Llama with d_model 32 (not the smoke preset's own model), FFNs matched
     assert abs(rows["relu"]["params"] - rows["swiglu"]["params"]) / rows["relu"]["params"] < 0.01
     with Store(tmp_path / "s.db", create=False) as s:
-        assert all(r["config"]["hf_config"]["model_type"] == "llama" for r in s.runs())
+        assert all(r.config["hf_config"]["model_type"] == "llama" for r in s.runs())
     cfg.write_text(json.dumps({**LLAMA, "model_type": "bloom"}))
     code, _, err = run_cli("compare", "--preset", "smoke", "--hf-config", cfg, "--store", tmp_path / "t.db")
     assert code == 2 and "unsupported architecture 'bloom'" in err and not (tmp_path / "t.db").exists()
@@ -433,7 +432,7 @@ def test_init_lr_and_context_axes_from_the_cli(run_cli, tmp_path):
         32,
     }
     with Store(tmp_path / "s.db", create=False) as s:
-        configs = [r["config"] for r in s.runs()]
+        configs = [r.config for r in s.runs()]
     assert {(c["model"]["init"], c["lr"], c["model"]["context"]) for c in configs} == {
         (i, lr, ctx) for i in ("lecun", "family") for lr in (1e-3, 4e-3) for ctx in (16, 32)
     }
@@ -471,7 +470,7 @@ def test_attn_act_axis_from_the_cli(run_cli, tmp_path):
         f"the attn_act axis ({axis.replace(';', '; ')})"
     )
     with Store(tmp_path / "s.db", create=False) as s:
-        assert sorted(r["config"]["model"]["attn_act"] for r in s.runs()) == sorted(axis.split(";"))
+        assert sorted(r.config["model"]["attn_act"] for r in s.runs()) == sorted(axis.split(";"))
     page = (tmp_path / "report" / "report.html").read_text()
     assert "Q/K/V activations" in page and "none; q=gelu,v=gelu (an axis)" in page
 

@@ -45,6 +45,7 @@ from ffnlab.study.flow import (
     size_text,
     size_tier,
 )
+from ffnlab.study.metrics import shown_in
 from ffnlab.study.published import (
     ACT_FIELDS,
     GATED_AT_SCALE,
@@ -54,6 +55,7 @@ from ffnlab.study.published import (
     SHAZEER_2020_524K,
     PublishedTable,
 )
+from ffnlab.study.records import Cell, VariantRow
 from ffnlab.study.scaling import LOF_ALPHA
 from ffnlab.study.stats import holm, paired_diff
 
@@ -294,27 +296,7 @@ def implementation(model: dict, hardware: str | None = None) -> tuple[str, list[
 # ---- measured -----------------------------------------------------------------------------------
 
 
-# the per-variant numbers of a summary row that advice quotes as its evidence (ffnlab.study.summary)
-EVIDENCE_FIELDS = (
-    "mean",
-    "ci_low",
-    "ci_high",
-    "n_seeds",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "p_adj",
-    "significant",
-    "diverged",
-    "values",
-    "params",
-    "step_time_s",
-    "tokens_per_s",
-    "train_mem_bytes",
-)
-
-
-def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict], dict]:
+def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell], dict]:
     """The cells of the store's latest study to advise on, from the one summary every output shares
     (`ffnlab.study.summary.summarize_study`): with an axis 'depth' and a stated depth, the cells at the nearest
     measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
@@ -324,21 +306,21 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict
 
     study, runs, _ = load_study(store_path)
     summary = summarize_study(study, store_path, runs)
-    cells = summary["cells"]
+    cells = summary.cells
     if study.scale:  # the multipliers are read at the largest compute: advise at that size too
         largest = {a: max(study.axes[a]) for a in study.scale}
-        cells = [c for c in cells if all(c["axes"][a] == v for a, v in largest.items())]
+        cells = [c for c in cells if all(c.axes[a] == v for a, v in largest.items())]
     elif "depth" in study.axes and depth is not None:
         nearest = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
-        cells = [c for c in cells if c["axes"]["depth"] == nearest]
+        cells = [c for c in cells if c.axes["depth"] == nearest]
     with Store(store_path, create=False) as store:
-        env = next((r.get("env") or {} for r in reversed(store.runs(status="finished"))), {})
+        env = next((r.env for r in reversed(store.runs(status="finished"))), {})
     cfg = study.base
     facts = {
         "store": str(store_path),
         "task": cfg.model.task,
-        "metric": cells[0]["metric"],
-        "higher_is_better": cfg.model.task == "cls",
+        "metric": cells[0].metric,
+        "higher_is_better": cells[0].metric_direction == "higher",
         "n_layers": cfg.model.n_layers,
         "d_model": cfg.model.d_model,
         "data": cfg.data,
@@ -347,42 +329,43 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[dict
         "baseline": study.baseline,
         "device": env.get("device", "?"),
         "init": cfg.model.init,
-        "scaling": summary.get("scaling") if "variants" in (summary.get("scaling") or {}) else None,
-        "across_cells": summary.get("across_cells"),
+        "scaling": summary.scaling if "variants" in (summary.scaling or {}) else None,
+        "across_cells": summary.across_cells,
     }
     return cells, facts
 
 
-def cell_variants(cell: dict) -> dict[str, dict]:
-    """Per variant of a summary cell, what the advice logic reads."""
-    out = {}
-    for r in cell["variants"]:
-        spread = r["step_time_range"]
-        out[r["ffn"]] = {
-            "values": r["values"],
-            "diverged": r["diverged"],
-            "mean": r["mean"],
-            "params": r["params"],
-            "step_time_s": r["step_time_s"],
-            "tokens_per_s": r["tokens_per_s"],
-            "step_time_spread": spread[1] / spread[0] if spread and spread[0] else None,
-            "train_mem_bytes": r["train_mem_bytes"],
-        }
-    return out
+# the statistics of the ranking metric an advice quotes for each measured variant; its metrics are the
+# ones METRICS marks for the evidence
+EVIDENCE_STATS = ("mean", "ci_low", "ci_high", "n_seeds", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
+                  "significant", "diverged", "values")  # fmt: skip
 
 
-def exclusion(variant: dict, situation: Situation) -> str | None:
+def evidence_of(row: VariantRow) -> dict:
+    """What an advice quotes of a measured variant: its statistics and its 'evidence' metrics."""
+    metrics = {m.name: row.metrics.get(m.name) for m in shown_in("evidence")}
+    return {**{k: getattr(row, k) for k in EVIDENCE_STATS}, **metrics}
+
+
+def step_time_spread(row: VariantRow) -> float | None:
+    """The slowest seed's median step over the fastest's: above 1.5 the machine was busy."""
+    span = row.metrics.get("step_time_range")
+    return span[1] / span[0] if span and span[0] else None
+
+
+def exclusion(row: VariantRow, situation: Situation) -> str | None:
     """Why a measured variant is out of the running, or None."""
-    if variant["diverged"]:
-        return f"diverged in {variant['diverged']} of {variant['diverged'] + len(variant['values'])} runs"
-    if not variant["values"]:
+    if row.diverged:
+        return f"diverged in {row.diverged} of {row.diverged + len(row.values)} runs"
+    if not row.values:
         return "no finished run"
     params_budget, memory_budget = situation.params_budget, situation.memory_budget
-    if params_budget and variant["params"] and variant["params"] > params_budget:
-        return f"{human(variant['params'])} parameters exceed the budget of {human(params_budget)}"
-    if memory_budget and variant["train_mem_bytes"] and variant["train_mem_bytes"] > memory_budget:
+    params, memory = row.metrics.get("params"), row.metrics.get("train_mem_bytes")
+    if params_budget and params and params > params_budget:
+        return f"{human(params)} parameters exceed the budget of {human(params_budget)}"
+    if memory_budget and memory and memory > memory_budget:
         return (
-            f"training memory {human_bytes(variant['train_mem_bytes'])} (parameters, gradients, optimizer state, "
+            f"training memory {human_bytes(memory)} (parameters, gradients, optimizer state, "
             f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}"
         )
     return None
@@ -429,7 +412,7 @@ def advise_measured(store_path: str | Path, situation: Situation) -> dict:
 class CellChoice:
     """One cell's variants weighed for advice: which are eligible, the best, and the one recommended."""
 
-    variants: dict[str, dict]  # `cell_variants` of the cell
+    variants: dict[str, VariantRow]  # the cell's rows by variant
     excluded: dict[str, str]  # variant -> why it is out of the running
     mean: dict[str, float]  # of each eligible variant, in the cell's order
     best: str
@@ -450,7 +433,7 @@ class CellChoice:
 
     def versus(self, name: str, ref: str) -> str:
         """'-0.060 nats vs gelu, 95% CI [-0.080, -0.040], p=0.003, 3 paired seeds'."""
-        d = paired_diff(self.variants[name]["values"], self.variants[ref]["values"])
+        d = paired_diff(self.variants[name].values, self.variants[ref].values)
         if d["delta"] is None:
             return f"no seed in common with {ref}"
         ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
@@ -459,17 +442,20 @@ class CellChoice:
 
     def costs(self, name: str, ref: str) -> str:
         """'step time -12%, params +0%, training memory +8%': `name` relative to `ref`."""
-        v, r = self.variants[name], self.variants[ref]
+        v, r = self.variants[name].metrics, self.variants[ref].metrics
         return (
             f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
             f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
         )
 
+    def step_time(self, name: str) -> float | None:
+        return self.variants[name].metrics.get("step_time_s")
 
-def choose_in_cell(cell: dict, facts: dict, situation: Situation) -> CellChoice:
+
+def choose_in_cell(cell: Cell, facts: dict, situation: Situation) -> CellChoice:
     """The best eligible variant of a cell, or, when cost counts, a tied one that is clearly faster;
     ValueError saying why when no variant is eligible."""
-    variants = cell_variants(cell)
+    variants = {r.ffn: r for r in cell.variants}
     sign = -1.0 if facts["higher_is_better"] else 1.0  # sign * value: lower is better
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
     eligible = [n for n in variants if n not in excluded]
@@ -477,10 +463,10 @@ def choose_in_cell(cell: dict, facts: dict, situation: Situation) -> CellChoice:
         raise ValueError(
             "no measured variant can be recommended: " + "; ".join(f"{n}: {why}" for n, why in excluded.items())
         )
-    mean = {n: variants[n]["mean"] for n in eligible}
+    mean = {n: variants[n].mean for n in eligible}
     best = min(eligible, key=lambda n: sign * mean[n])
     # every other eligible variant against the best, paired over seeds, Holm-corrected
-    diffs = {n: paired_diff(variants[n]["values"], variants[best]["values"]) for n in eligible if n != best}
+    diffs = {n: paired_diff(variants[n].values, variants[best].values) for n in eligible if n != best}
     for n, p_adj in zip(diffs, holm([d["p"] for d in diffs.values()])):
         diffs[n]["p_adj"] = p_adj
         diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
@@ -491,32 +477,32 @@ def choose_in_cell(cell: dict, facts: dict, situation: Situation) -> CellChoice:
         choice = min(friendly, key=lambda n: sign * mean[n])
         rule = apply_rule("mobile-measured", ffn=choice)
     elif situation.cost_sensitive and tied:
-        fastest = min([best] + tied, key=lambda n: variants[n]["step_time_s"] or math.inf)
-        if variants[fastest]["step_time_s"] < (1 - SPEED_TOLERANCE) * variants[best]["step_time_s"]:
+        step = lambda n: variants[n].metrics.get("step_time_s") or math.inf
+        fastest = min([best] + tied, key=step)
+        if step(fastest) < (1 - SPEED_TOLERANCE) * step(best):
             choice = fastest
     runner_up = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
     unit = " nats" if facts["metric"] == "final_val_loss" else " accuracy"
     return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule)
 
 
-def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
+def advise_cell(cell: Cell, facts: dict, situation: Situation) -> dict:
     """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
-    if "depth" in cell["axes"]:
-        facts = {**facts, "n_layers": cell["axes"]["depth"]}
-    if "width" in cell["axes"]:
-        facts = {**facts, "d_model": cell["axes"]["width"]}
+    if "depth" in cell.axes:
+        facts = {**facts, "n_layers": cell.axes["depth"]}
+    if "width" in cell.axes:
+        facts = {**facts, "d_model": cell.axes["width"]}
     weighed = choose_in_cell(cell, facts, situation)
     reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
     rules = [weighed.rule] if weighed.rule else []
     reasons += [rule_line(r) for r in rules]
     reasons += scaling_reasons(weighed.choice, facts["scaling"])
     reasons += across_reasons(weighed.choice, facts["across_cells"])
-    rows = {r["ffn"]: r for r in cell["variants"]}
     evidence = {
         "kind": "measured",
         **facts,
-        "axes": cell["axes"],
-        "variants": {n: {k: rows[n][k] for k in EVIDENCE_FIELDS} for n in weighed.variants},
+        "axes": cell.axes,
+        "variants": {n: evidence_of(row) for n, row in weighed.variants.items()},
     }
     if facts["scaling"]:
         evidence["scaling"] = {
@@ -533,7 +519,7 @@ def advise_cell(cell: dict, facts: dict, situation: Situation) -> dict:
         "command": compare_command(
             variants, facts["data"], situation.depth or facts["n_layers"], seeds=max(5, facts["seeds"])
         ),
-        "cell": cell["axes"],
+        "cell": cell.axes,
         "rules": rules,
     }
 
@@ -572,7 +558,7 @@ def across_reasons(choice: str, across: dict | None) -> list[str]:
     return [f"Across the study's {len(across['cells'])} cells: " + " ".join(lines)] if lines else []
 
 
-def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situation) -> list[str]:
+def choice_reasons(weighed: CellChoice, cell: Cell, facts: dict, situation: Situation) -> list[str]:
     """Where it was measured, why the choice, and how it compares with the runner-up and the baseline."""
     best, choice, mean, eligible, tied = weighed.best, weighed.choice, weighed.mean, weighed.eligible, weighed.tied
     layers = f"{facts['n_layers']} layer{'s' if facts['n_layers'] != 1 else ''}"
@@ -580,7 +566,7 @@ def choice_reasons(weighed: CellChoice, cell: dict, facts: dict, situation: Situ
         f"{facts['store']}: {layers}, d_model {facts['d_model']}, data {facts['data']}, {facts['seeds']} seeds, "
         f"FFNs matched in {facts['match']}, FFN init {facts['init']} for all, timed on {facts['device']}"
     )
-    cell_where = key_values(cell["axes"])
+    cell_where = key_values(cell.axes)
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
     if choice == best:
         reasons.append(
@@ -621,7 +607,7 @@ def caveat_reasons(weighed: CellChoice, facts: dict, situation: Situation) -> li
     """What limits the advice: busy-machine timings, another device or depth, and the excluded variants."""
     deploy, depth = situation.deploy, situation.depth
     reasons = []
-    spread = max((weighed.variants[n]["step_time_spread"] for n in weighed.eligible), default=None)
+    spread = max((s for n in weighed.eligible if (s := step_time_spread(weighed.variants[n]))), default=None)
     if spread and spread > 1.5:
         reasons.append(
             f"Step times of one variant vary up to {spread:.1f}x between its seeds: the machine was busy "
@@ -649,7 +635,7 @@ def measured_alternatives(weighed: CellChoice) -> list[dict]:
         if n in weighed.excluded:
             alternatives.append({"ffn": n, "excluded": weighed.excluded[n]})
             continue
-        d = paired_diff(variants[n]["values"], variants[choice]["values"])
+        d = paired_diff(variants[n].values, variants[choice].values)
         alternatives.append(
             {
                 "ffn": n,
@@ -659,11 +645,11 @@ def measured_alternatives(weighed: CellChoice) -> list[dict]:
                 "p": d["p"],
                 "p_adj_vs_best": weighed.diffs.get(n, {}).get("p_adj"),
                 "step_time_ratio": (
-                    variants[n]["step_time_s"] / variants[choice]["step_time_s"]
-                    if variants[n]["step_time_s"] and variants[choice]["step_time_s"]
+                    weighed.step_time(n) / weighed.step_time(choice)
+                    if weighed.step_time(n) and weighed.step_time(choice)
                     else None
                 ),
-                "params": variants[n]["params"],
+                "params": variants[n].metrics.get("params"),
                 "summary": f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
             }
         )

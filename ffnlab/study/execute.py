@@ -59,8 +59,7 @@ def run_lock(store_path: Path, rid: str, wait: bool):
 
 def record(store: Store, rid: str, run: RunResult, env: dict | None = None):
     """Write a run's curves, events and result to the store; the status is written last."""
-    result = run.to_dict()
-    hist = result.pop("history")
+    hist = run.history
     rows = [(i + 1, "train_loss", v) for i, v in enumerate(hist["train_loss"])]
     rows += [(i + 1, "grad_norm", v) for i, v in enumerate(hist["grad_norm"])]
     for row in hist["val"]:
@@ -68,8 +67,8 @@ def record(store: Store, rid: str, run: RunResult, env: dict | None = None):
     for row in hist["grad_ffn"]:
         rows += [(row["step"], k, v) for k, v in row.items() if k != "step"]
     store.add_metrics(rid, rows)
-    store.add_events(rid, result.pop("events"))
-    store.finish(rid, "finished" if result["status"] == "finished" else "diverged", result, env)
+    store.add_events(rid, run.events)
+    store.finish(rid, run, env)
 
 
 # NOTE: matmul reductions round differently with another thread count, so a run trains on one thread unless
@@ -103,7 +102,7 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
         with run_lock(store_path, rid, wait=False) as locked:
             if not locked:
                 return "busy"
-            status = store.get(rid)["status"]  # another sweep may have finished it meanwhile
+            status = store.get(rid).status  # another sweep may have finished it meanwhile
             if status in ("finished", "diverged"):
                 lock_path(store_path, rid).unlink(missing_ok=True)  # this process may have made it anew
                 return status
@@ -117,15 +116,13 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
                     weights_path=weights_path(store_path, rid),
                 )
             except Exception as e:  # a bug or a bad input in one run must not stop the sweep
-                store.finish(
-                    rid, "failed", {"error": f"{type(e).__name__}: {e}", "ffn": cfg.model.ffn, "seed": cfg.seed}
-                )
+                store.fail(rid, f"{type(e).__name__}: {e}")
                 return "failed"
             record(store, rid, result)
             shutil.rmtree(ckpt, ignore_errors=True)
             # NOTE: safe to remove while held: whoever opens the path later re-reads the status under the lock
             lock_path(store_path, rid).unlink(missing_ok=True)
-            return store.get(rid)["status"]
+            return store.get(rid).status
 
 
 def weights_path(store_path: Path, rid: str) -> Path:
@@ -177,7 +174,7 @@ def run_study(
         store.add_study(study_id(recorded), recorded.to_dict())
         for cfg in runs:
             store.claim(run_id(cfg), cfg.to_dict())
-        todo = [cfg for cfg in runs if store.get(run_id(cfg))["status"] not in ("finished", "diverged")]
+        todo = [cfg for cfg in runs if store.get(run_id(cfg)).status not in ("finished", "diverged")]
     display = SweepProgress(len(runs), len(runs) - len(todo), quiet, store_path)
     busy = []
     if backend == "ray":
@@ -286,7 +283,7 @@ def run_on_ray(todo, store_path: Path, address, display) -> list[TrainConfig]:
                 if not held.enter_context(run_lock(store_path, run_id(cfg), wait=False)):
                     busy.append(cfg)
                     continue
-                status = store.get(run_id(cfg))["status"]
+                status = store.get(run_id(cfg)).status
                 if status in ("finished", "diverged"):  # another sweep finished it meanwhile
                     display.done(cfg, status)
                     continue
@@ -344,9 +341,7 @@ def record_returned(store: Store, store_path: Path, cfg: TrainConfig, returned: 
     """Record a Ray task's return in the store (weights first, as `execute_run` does); the run's status."""
     rid = run_id(cfg)
     if "error" in returned:
-        store.finish(
-            rid, "failed", {"error": returned["error"], "ffn": cfg.model.ffn, "seed": cfg.seed}, returned["env"]
-        )
+        store.fail(rid, returned["error"], returned["env"])
         return "failed"
     if returned["weights"] is not None:
         path = weights_path(store_path, rid)
@@ -354,7 +349,7 @@ def record_returned(store: Store, store_path: Path, cfg: TrainConfig, returned: 
         write_atomic(path, returned["weights"])
     record(store, rid, returned["result"], returned["env"])
     lock_path(store_path, rid).unlink(missing_ok=True)
-    return store.get(rid)["status"]
+    return store.get(rid).status
 
 
 class SweepProgress:
@@ -394,7 +389,7 @@ class SweepProgress:
             why = ""
             if status == "failed":
                 with Store(self.store_path, create=False) as store:
-                    error = ((store.get(run_id(cfg)) or {}).get("result") or {}).get("error") or "?"
+                    error = getattr(store.get(run_id(cfg)), "error", None) or "?"
                 why = f" ({error.splitlines()[0][:200]})"
             sys.stderr.write(
                 f"{chr(13) if self.live else ''}[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed "

@@ -10,6 +10,7 @@ from pathlib import Path
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.train import TrainConfig
 from ffnlab.study.plan import AXES, Study, config_value, default_baseline, plan, run_id
+from ffnlab.study.records import RunRecord
 from ffnlab.study.store import Store
 
 
@@ -44,7 +45,7 @@ def load_study(store_path: str | Path, baseline: str | None = None) -> tuple[Stu
         for rec in recorded:
             study = Study.from_dict(rec["study"])
             runs = plan(study)
-            if any((store.get(run_id(c)) or {}).get("status") in ("finished", "diverged") for c in runs):
+            if any(getattr(store.get(run_id(c)), "done", False) for c in runs):
                 break
         else:
             return rebuild_study(store_path, baseline)
@@ -64,15 +65,15 @@ def rebuild_study(store_path: str | Path, baseline: str | None = None) -> tuple[
     beyond the others' count are its noise-floor runs.
     """
     with Store(store_path, create=False) as store:
-        records = [r for r in store.runs() if r["status"] in ("finished", "diverged")]
+        records = [r for r in store.runs() if r.done]
     if not records:
         raise ValueError(f"run store {store_path} holds no finished runs; run `ffnlab compare` first")
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for r in records:
-        groups.setdefault(study_key(r["config"]), []).append(r)
-    latest = max(groups.values(), key=lambda rs: max(r["finished_at"] or 0.0 for r in rs))
-    configs = [TrainConfig.from_dict(r["config"]) for r in latest]
-    stale = sum(run_id(c) != r["id"] for c, r in zip(configs, latest))
+        groups.setdefault(study_key(r.config), []).append(r)
+    latest = max(groups.values(), key=lambda rs: max(r.finished_at or 0.0 for r in rs))
+    configs = [TrainConfig.from_dict(r.config) for r in latest]
+    stale = sum(run_id(c) != r.id for c, r in zip(configs, latest))
     if stale:  # a config field was added since: the ids that summaries look up no longer match
         raise ValueError(
             f"{stale} runs in {store_path} were stored by an ffnlab whose run configs differ from "
@@ -81,7 +82,7 @@ def rebuild_study(store_path: str | Path, baseline: str | None = None) -> tuple[
     variants = list(dict.fromkeys(c.model.ffn for c in configs))
     axes = {}
     for axis in LEGACY_AXES:
-        values = list(dict.fromkeys(axis_value(r["config"], axis) for r in latest))
+        values = list(dict.fromkeys(axis_value(r.config, axis) for r in latest))
         if len(values) > 1:
             axes[axis] = values
     if baseline is None:

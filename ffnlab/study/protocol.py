@@ -17,12 +17,13 @@ finished runs, and a killed protocol resumes where it stopped. The stages' summa
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ffnlab._util.files import write_atomic
 from ffnlab.study.execute import run_study
 from ffnlab.study.plan import Study
+from ffnlab.study.records import Summary
 
 PROTOCOL_JSON = "protocol.json"
 STAGES = ("fixed", "tune", "context")
@@ -53,18 +54,40 @@ def check_protocol_study(study: Study):
         )
 
 
-def run_protocol(study: Study, store_path, grid: dict[str, list] | None = None, **run) -> dict:
-    """Run the three stages into one store and return {"grid", "choice", "stages": [{"name", "summary"}]}.
+@dataclass
+class Protocol:
+    """The protocol's outcome: its grid, each variant's chosen setting and the summary of each stage."""
 
-    `run` goes to `run_study` (jobs, backend, quiet, ...). The result is also written to
-    protocol.json beside the store (through a temporary file)."""
+    grid: dict[str, list]
+    choice: dict[str, dict]  # variant -> {"lr", "warmup_steps"} chosen in stage 2
+    stages: list[tuple[str, Summary]]  # (stage name, its summary), in STAGES order
+
+    def to_json(self) -> dict:
+        """protocol.json, and compare --protocol --json without each stage's summary spread out."""
+        return {
+            "grid": self.grid,
+            "choice": self.choice,
+            "stages": [{"name": name, "summary": s.to_json()} for name, s in self.stages],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Protocol:
+        stages = [(st["name"], Summary.from_json(st["summary"])) for st in d["stages"]]
+        return cls(d["grid"], d["choice"], stages)
+
+
+def run_protocol(study: Study, store_path, grid: dict[str, list] | None = None, **run) -> Protocol:
+    """Run the three stages into one store. `run` goes to `run_study` (jobs, backend, quiet, ...). The
+    result is also written to protocol.json beside the store (through a temporary file)."""
     check_protocol_study(study)
     grid = grid or protocol_grid(study)
     fixed = run_study(study, store_path, **run)
     tune = run_study(replace(study, axes={"lr": grid["lr"], "warmup": grid["warmup"]}), store_path, **run)
-    (tuned,) = tune["tuned"]
+    (tuned,) = tune.tuned
     choice = {
-        r["ffn"]: {"lr": r["lr"], "warmup_steps": r["warmup"]} for r in tuned["variants"] if r.get("lr") is not None
+        r.ffn: {"lr": r.tuned["lr"], "warmup_steps": r.tuned["warmup"]}
+        for r in tuned.variants
+        if r.tuned.get("lr") is not None
     }
     missing = [v for v in study.variants if v not in choice]
     if missing:
@@ -72,12 +95,8 @@ def run_protocol(study: Study, store_path, grid: dict[str, list] | None = None, 
             f"stage 2 left no finished run to choose a setting for {', '.join(missing)}; see the store's failed runs"
         )
     context = run_study(replace(study, axes={"context": grid["context"]}, per_variant=choice), store_path, **run)
-    result = {
-        "grid": grid,
-        "choice": choice,
-        "stages": [{"name": name, "summary": s} for name, s in zip(STAGES, (fixed, tune, context))],
-    }
-    write_protocol(store_path, result)
+    result = Protocol(grid, choice, list(zip(STAGES, (fixed, tune, context))))
+    write_atomic(protocol_path(store_path), json.dumps(result.to_json(), indent=1, allow_nan=True))
     return result
 
 
@@ -85,13 +104,9 @@ def protocol_path(store_path) -> Path:
     return Path(store_path).parent / PROTOCOL_JSON
 
 
-def write_protocol(store_path, result: dict):
-    write_atomic(protocol_path(store_path), json.dumps(result, indent=1, allow_nan=True))
-
-
-def load_protocol(store_path) -> dict | None:
+def load_protocol(store_path) -> Protocol | None:
     """protocol.json beside the store, or None when the store has none (or it cannot be read)."""
     try:
-        return json.loads(protocol_path(store_path).read_text())
-    except (OSError, ValueError):
+        return Protocol.from_json(json.loads(protocol_path(store_path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -9,14 +9,30 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container
+from typing import TYPE_CHECKING
 
 from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.model import describe_attn_act
 from ffnlab.study import plots
-from ffnlab.study.protocol import STAGE_TITLES
-from ffnlab.study.summary import literature_text, p_label
+from ffnlab.study.metrics import three_digits
+from ffnlab.study.protocol import STAGE_TITLES, Protocol
+from ffnlab.study.records import Cell
+from ffnlab.study.summary import literature_text
+from ffnlab.study.table import (
+    Table,
+    cost_table,
+    literature_table,
+    metric_table,
+    ranking_table,
+    scaling_table,
+    stability_table,
+    tuned_table,
+)
+
+if TYPE_CHECKING:  # report.py renders through this module
+    from ffnlab.study.report import ReportData
 
 # the report folder's layout, which the Markdown summary links into
 REPORT_HTML = "report.html"
@@ -27,7 +43,7 @@ FIGURES_DIR = "figures"
 # ---- figures ------------------------------------------------------------------------------------
 
 
-def metric_label(metric: str) -> str:
+def axis_label(metric: str) -> str:
     """The axis label of the metric a cell ranks by."""
     return "validation loss (nats/token)" if metric == "final_val_loss" else "validation accuracy"
 
@@ -40,64 +56,65 @@ class PngDict(dict):
         super().__setitem__(name, plots.png_bytes(fig))
 
 
-def render_figures(data: dict) -> dict[str, bytes]:
+def render_figures(data: ReportData) -> dict[str, bytes]:
     """File name -> PNG bytes of every figure; cells of a study with axes get a numbered suffix."""
-    styles = plots.variant_styles(data["variants"])
+    styles = plots.variant_styles(data.variants)
     figs = PngDict()  # each figure becomes PNG bytes (and is closed) as soon as it is drawn
-    for i, cell in enumerate(data["cells"]):
-        suffix = figure_suffix(i, len(data["cells"]))
+    for i, view in enumerate(data.cells):
+        cell = view.cell
+        suffix = figure_suffix(i, len(data.cells))
         where = cell_label(cell)
         title = f" ({where})" if where else ""
         figs[f"val_loss{suffix}.png"] = plots.band_figure(
-            cell["curves"],
+            view.curves,
             styles,
-            f"validation loss, mean and {round(cell['level'] * 100)}% CI over seeds{title}",
+            f"validation loss, mean and {round(cell.level * 100)}% CI over seeds{title}",
             "training step",
             "validation loss (nats/token)",
         )
         figs[f"final{suffix}.png"] = plots.final_figure(
             [
                 {
-                    "ffn": r["ffn"],
-                    "mean": r["mean"],
-                    "ci_low": r["ci_low"],
-                    "ci_high": r["ci_high"],
-                    "values": list(r["values"].values()),
+                    "ffn": r.ffn,
+                    "mean": r.mean,
+                    "ci_low": r.ci_low,
+                    "ci_high": r.ci_high,
+                    "values": list(r.values.values()),
                 }
-                for r in cell["rows"]
+                for r in cell.variants
             ],
             styles,
-            data["baseline"],
-            metric_label(cell["metric"]),
-            cell["level"],
+            data.baseline,
+            axis_label(cell.metric),
+            cell.level,
         )
         figs[f"loss_vs_time{suffix}.png"] = plots.band_figure(
-            cell["time_curves"],
+            view.time_curves,
             styles,
             f"validation loss against wall-clock training time{title}",
             "training time (s)",
             "validation loss (nats/token)",
         )
         figs[f"grad_norm{suffix}.png"] = plots.traces_figure(
-            cell["traces"],
+            view.traces,
             styles,
             f"gradient norm before clipping, one line per seed{title}",
             "training step",
             "global gradient norm",
         )
-        if any(cell["behaviour"].values()):
+        if any(view.behaviour.values()):
             figs[f"behaviour{suffix}.png"] = plots.layers_figure(
-                cell["behaviour"],
+                view.behaviour,
                 styles,
                 {"dead_frac": "dead units (fraction never > 0)", "zero_frac": "sparsity (fraction of exact zeros)"},
             )
-        att = cell.get("attention") or {}
+        att = view.attention or {}
         if att.get("maps"):
             figs[f"attention{suffix}.png"] = plots.attention_figure(att["maps"], att["layer"])
-    scaling = data.get("scaling")
+    scaling = data.scaling
     if scaling and "variants" in scaling:
-        figs["scaling.png"] = plots.scaling_figure(scaling, styles, metric_label(data["cells"][0]["metric"]))
-    acts = data["activations"]
+        figs["scaling.png"] = plots.scaling_figure(scaling, styles, axis_label(data.cells[0].cell.metric))
+    acts = data.activations
     figs["activations.png"] = plots.activations_figure(list(acts), labels=acts)
     return dict(figs)
 
@@ -105,9 +122,9 @@ def render_figures(data: dict) -> dict[str, bytes]:
 # ---- formatting ---------------------------------------------------------------------------------
 
 
-def cell_label(cell: dict) -> str:
+def cell_label(cell: Cell) -> str:
     """'depth=2, width=64': the cell's axis values; '' for a study without axes."""
-    return key_values(cell["axes"])
+    return key_values(cell.axes)
 
 
 def figure_suffix(index: int, n_cells: int) -> str:
@@ -115,118 +132,10 @@ def figure_suffix(index: int, n_cells: int) -> str:
     return f"_{index + 1}" if n_cells > 1 else ""
 
 
-def three_digits(value: object) -> str:
-    """A number to 3 significant digits ('1.23e-05', '4.1e+04'), '-' for None, anything else as text.
-
-    NOTE: not `human`: ULP counts and gradient means span many decades, and an SI suffix ('41k')
-    would hide that; numerics.json also holds 'inf' as a string."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{value:.3g}"
-    return "-" if value is None else str(value)
-
-
-def delta_text(row: dict, baseline: str) -> str:
-    """'+0.0123 [0.0050, 0.0196] *': a ranking row's paired difference to the baseline, its CI and significance."""
-    if row["ffn"] == baseline:
-        return "baseline"
-    if row["delta"] is None:
-        return "-"
-    ci = f" [{num(row['delta_ci_low'])}, {num(row['delta_ci_high'])}]" if row["delta_ci_low"] is not None else ""
-    return f"{row['delta']:+.4f}{ci}{' *' if row['significant'] else ''}"
-
-
-def ci_text(r: dict) -> str:
-    """'mean [ci_low, ci_high]' of a row."""
-    return f"{num(r['mean'])} [{num(r['ci_low'])}, {num(r['ci_high'])}]"
-
-
-def ranking_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
-    """Header and plain-text rows of the ranking table (shared by HTML and Markdown)."""
-    pct = round(cell["level"] * 100)
-    metric = "val loss" if cell["metric"] == "final_val_loss" else "val acc"
-    head = ["rank", "ffn", f"{metric} mean [{pct}% CI]", f"Δ vs {baseline} [{pct}% CI]", "p (Holm)", "seeds",
-            "diverged"]  # fmt: skip
-    rows = [[str(r["rank"]), r["ffn"], ci_text(r), delta_text(r, baseline), p_label(r, baseline), str(r["n_seeds"]),
-             str(r["diverged"])] for r in cell["rows"]]  # fmt: skip
-    return head, rows
-
-
-def tuned_rows(cell: dict, baseline: str) -> tuple[list[str], list[list[str]]]:
-    """The tuned comparison: each variant's lr chosen on validation, its test metric compared."""
-    metric = "test loss" if cell["metric"] == "final_test_loss" else "test acc"
-    head = ["rank", "ffn", "chosen setting", "val mean at it", f"{metric} mean [95% CI]", f"Δ vs {baseline} [95% CI]",
-            "p (Holm)", "seeds"]  # fmt: skip
-    setting = lambda r: ", ".join(f"{a} {r.get(a)}" for a in cell.get("tuned_axes", ["lr"]))
-    rows = [[str(r["rank"]), r["ffn"], setting(r), num(r.get("val_mean")), ci_text(r), delta_text(r, baseline),
-             p_label(r, baseline), str(r["n_seeds"])] for r in cell["variants"]]  # fmt: skip
-    return head, rows
-
-
-def cost_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["ffn", "params", "FLOPs/token", "tokens/s", "step time (ms)", "seeds' range (ms)", "vs baseline",
-            "training memory", "saved for backward", "train time (s)"]  # fmt: skip
-    spread = lambda r: f"{r[0] * 1e3:.1f}-{r[1] * 1e3:.1f}" if r else "-"
-    ratio = lambda r: f"{(r['step_time_ratio'] - 1) * 100:+.0f}%" if r["step_time_ratio"] else "-"
-    step_ms = lambda r: num(r["step_time_s"] * 1e3 if r["step_time_s"] else None, 1)
-    rows = [[r["ffn"], human(r["params"]), human(r["flops_per_token"]), human(r["tokens_per_s"]), step_ms(r),
-             spread(r["step_time_range"]), ratio(r), human(r["train_mem_bytes"], "B"), human(r["saved_bytes"], "B"),
-             num(r["train_seconds"], 1)] for r in cell["rows"]]  # fmt: skip
-    return head, rows
-
-
-def stability_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    head = ["ffn", "gradient spikes", "loss spikes", "diverged runs", "max gradient norm", "dead units", "sparsity",
-            "FFN grad mean", "FFN grad std"]  # fmt: skip
-    rows = [[r["ffn"], str(r["grad_spikes"]), str(r["loss_spikes"]), f"{r['diverged']} of {r['runs']}",
-             num(r["max_grad_norm"], 3), num(r["dead_frac"], 3), num(r["sparsity"], 3),
-             three_digits(r["ffn_grad_mean"]), three_digits(r["ffn_grad_std"])] for r in cell["rows"]]  # fmt: skip
-    return head, rows
-
-
-def signal_rows(cell: dict) -> tuple[list[str], list[list[str]]]:
-    """What else was measured per variant: test metric, robustness to embedding noise, perplexity,
-    learned activation parameters."""
-    lm = cell["metric"] == "final_val_loss"
-    head = ["ffn", "test loss" if lm else "test acc", "with embedding noise", "noise effect", "perplexity",
-            "learned activation parameters"]  # fmt: skip
-    effect = lambda r: f"{r['noise_delta']:+.4f}" if r["noise_delta"] is not None else "-"
-    rows = [[r["ffn"], num(r["test_mean"]), num(r["noisy_mean"]), effect(r), num(r["ppl"], 2),
-             learned_text(r["learned"])] for r in cell["rows"]]  # fmt: skip
-    return head, rows
-
-
-def learned_text(learned: dict) -> str:
-    """'blocks.0.ffn: beta 1.21; blocks.1.ffn: beta 1.05' (mixture weights as relu 0.31, ...)."""
-    parts = []
-    for layer, params in learned.items():
-        values = []
-        for name, v in params.items():
-            if isinstance(v, dict):
-                values.append(", ".join(f"{k} {x:.2f}" for k, x in v.items()))
-            elif isinstance(v, (int, float)):
-                values.append(f"{name} {v:.3g}")
-            else:
-                values.append(f"{name} {[round(x, 3) for x in v]}")
-        parts.append(f"{layer}: {'; '.join(values)}")
-    return "; ".join(parts) or "-"
-
-
-def literature_rows(cell: dict) -> tuple[list[str], list[list[str]]] | None:
-    """The measured ranking beside Shazeer 2020 Table 1 for the variants both have."""
-    lit = cell.get("literature")
-    if not lit or lit["n"] < 2:
-        return None
-    mean, published = lit["measured"], lit["published"]
-    sign = -1.0 if cell.get("metric_direction") == "higher" else 1.0
-    ours = sorted(lit["variants"], key=lambda v: sign * mean[v])
-    theirs = sorted(lit["variants"], key=lambda v: published[v])
-    head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
-    rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)] for v in ours]
-    return head, rows
-
-
-def settings_rows(data: dict) -> list[tuple[str, str]]:
-    settings, env = data["settings"], data["env"]
+def settings_rows(
+    settings: dict, env: dict, baseline: str, store: str, architecture: str | None = None
+) -> list[tuple[str, str]]:
+    """The run settings of a study (`ffnlab.study.summary.settings_of`) and the machine, as (what, value) rows."""
     model = dict(settings["model"])
     axes = settings.get("axes") or {}
     for axis, key in (("depth", "n_layers"), ("width", "d_model"), ("context", "context")):  # an axis overrides
@@ -234,8 +143,8 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
             model[key] = "/".join(map(str, axes[axis]))
     budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
     rows = [("data", f"{settings['data']} ({settings['task']}, {settings['tokenizer']} tokenizer)")]
-    if data.get("architecture"):
-        rows.append(("architecture", data["architecture"]))
+    if architecture:
+        rows.append(("architecture", architecture))
     rows += [
         (
             "model",
@@ -271,7 +180,7 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
         ),
         ("precision", settings["precision"]),
         ("seeds", f"{settings['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
-        ("variants", ", ".join(settings["variants"]) + f" (baseline {data['baseline']})"),
+        ("variants", ", ".join(settings["variants"]) + f" (baseline {baseline})"),
     ]
     if settings.get("per_variant"):
         rows.append(("per-variant settings", "; ".join(
@@ -298,8 +207,13 @@ def settings_rows(data: dict) -> list[tuple[str, str]]:
         rows.append(
             ("code", f"ffnlab {env.get('ffnlab') or '?'}{rev} (its own checkout, never the working directory's)")
         )
-    rows.append(("store", data["store"]))
+    rows.append(("store", store))
     return rows
+
+
+def report_settings(data: ReportData) -> Table:
+    rows = settings_rows(data.settings, data.env, data.baseline, data.store, data.architecture)
+    return Table(["setting", "value"], [list(row) for row in rows], (0, 1))
 
 
 # ---- HTML ---------------------------------------------------------------------------------------
@@ -310,30 +224,26 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def cell_heading(cell: dict) -> str:
+def cell_heading(cell: Cell) -> str:
     """The cell's axis values as a sub-heading; '' for a study without axes."""
-    return f"<h3>{esc(cell_label(cell))}</h3>" if cell["axes"] else ""
+    return f"<h3>{esc(cell_label(cell))}</h3>" if cell.axes else ""
 
 
-def html_table(
-    head: list[str], rows: list[list[str]], text_cols: tuple[int, ...] = (0,), marks: dict | None = None
-) -> str:
-    """A table whose every cell is escaped text. Columns in `text_cols` are left-aligned (numbers
-    right); `marks` maps (row, col) to a CSS class."""
-    marks = marks or {}
+def html_table(table: Table) -> str:
+    """A table whose every cell is escaped text: `text_cols` left-aligned (numbers right), `marks` as classes."""
 
     def cls(i, j):
-        names = (["t"] if j in text_cols else []) + ([marks[(i, j)]] if (i, j) in marks else [])
+        names = (["t"] if j in table.text_cols else []) + ([table.marks[(i, j)]] if (i, j) in table.marks else [])
         return f' class="{" ".join(names)}"' if names else ""
 
     out = [
         "<table><thead><tr>"
-        + "".join(f"<th{cls(-1, j)}>{esc(h)}</th>" for j, h in enumerate(head))
+        + "".join(f"<th{cls(-1, j)}>{esc(h)}</th>" for j, h in enumerate(table.head))
         + "</tr></thead><tbody>"
     ]
-    for i, row in enumerate(rows):
+    for i, row in enumerate(table.rows):
         out.append("<tr>" + "".join(f"<td{cls(i, j)}>{esc(c)}</td>" for j, c in enumerate(row)) + "</tr>")
-    return "".join(out) + "</tbody></table>"
+    return '<div class="wide">' + "".join(out) + "</tbody></table></div>"
 
 
 def html_image(figures: dict[str, bytes], name: str, alt: str) -> str:
@@ -350,6 +260,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-
 max-width:1080px;padding:1.2em 1.5em 3em;color:#1b1b1b;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
 .verdict{font-size:1.1em;background:#f2f7fb;border-left:4px solid #0072B2;padding:.6em .9em}
+.wide{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
 th,td{border:1px solid #d6d6d6;padding:.3em .6em;text-align:right;white-space:nowrap}
 th{background:#f4f4f4}.t{text-align:left;white-space:normal}td.t:first-child{font-weight:600}
@@ -361,80 +272,53 @@ nav a{margin-right:.9em}footer{margin-top:3em;color:#777;font-size:.85em}
 """
 
 
-def html_ranking(cell: dict, baseline: str) -> str:
-    head, rows = ranking_rows(cell, baseline)
-    lower = cell["metric"] == "final_val_loss"
-    marks = {}
-    for i, r in enumerate(cell["rows"]):
-        if r["significant"]:
-            better = (r["delta"] < 0) == lower
-            marks[(i, 3)] = "better" if better else "worse"
-    return html_table(head, rows, (1,), marks)
-
-
-def html_protocol(protocol: dict, baseline: str) -> str:
+def html_protocol(protocol: Protocol) -> str:
     """The validation protocol's stages (protocol.json beside the store): each stage's ranking."""
     parts = [
         '<h2 id="protocol">Validation protocol</h2>',
         '<p class="note">1. every variant at the same settings; 2. each variant at its own learning rate and '
         "warm-up, chosen on validation and compared on test; 3. each at its tuned setting at other context "
-        "lengths. Grid: "
-        + esc(", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in protocol["grid"].items()))
-        + ".</p>",
+        "lengths. Grid: " + esc(", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in protocol.grid.items())) + ".</p>",
     ]
-    for stage in protocol["stages"]:
-        s = stage["summary"]
-        parts.append(f"<h3>Stage {esc(STAGE_TITLES.get(stage['name'], stage['name']))}</h3>")
-        for cell in s.get("tuned", []) if stage["name"] == "tune" else s["cells"]:
+    for name, summary in protocol.stages:
+        parts.append(f"<h3>Stage {esc(STAGE_TITLES.get(name, name))}</h3>")
+        for cell in summary.tuned if name == "tune" else summary.cells:
             where = cell_label(cell)
-            rows = (
-                tuned_rows(cell, baseline)
-                if "tuned_axes" in cell
-                else ranking_rows({**cell, "rows": cell["variants"]}, baseline)
-            )
+            table = tuned_table(cell) if cell.tuned_axes else ranking_table(cell)
             parts.append(
                 (f"<p>{esc(where)}</p>" if where else "")
-                + html_table(*rows, (1,))
-                + f'<p class="note">{esc(cell["verdict"])}</p>'
+                + html_table(table)
+                + f'<p class="note">{esc(cell.verdict)}</p>'
             )
     return "".join(parts)
+
+
+def numerics_tables(numerics: dict) -> list[Table]:
+    """A numerics.json as tables: error per activation, dtype and pass; the claims if any."""
+    tables = []
+    results = numerics.get("results") or []
+    if results:
+        head = ["activation", "dtype", "pass", "max abs error", "max ULP", "at x", "inf", "nan"]
+        rows = [
+            [str(r.get("name")), str(r.get("dtype")), str(r.get("pass")), three_digits(r.get("max_abs_err")),
+             three_digits(r.get("max_ulp")), three_digits(r.get("argmax_ulp_x")), str(r.get("n_inf", "-")),
+             str(r.get("n_nan", "-"))]
+            for r in results
+        ]  # fmt: skip
+        tables.append(Table(head, rows, (0, 1, 2)))
+    claims = numerics.get("claims") or []
+    if claims:
+        head = ["claim", "source", "claimed", "measured", "verdict"]
+        rows = [[str(c.get(k)) for k in ("claim", "source", "claimed", "measured", "verdict")] for c in claims]
+        tables.append(Table(head, rows, (0, 1, 2, 3, 4)))
+    return tables
 
 
 def html_numerics(numerics: dict) -> str:
     """A compact view of a numerics.json: error per activation, dtype and pass; claims if any."""
     if "error" in numerics:
         return f'<p class="note">{esc(numerics["error"])}</p>'
-    parts = []
-    results = numerics.get("results") or []
-    if results:
-        head = ["activation", "dtype", "pass", "max abs error", "max ULP", "at x", "inf", "nan"]
-        rows = [
-            [
-                r.get("name"),
-                r.get("dtype"),
-                r.get("pass"),
-                three_digits(r.get("max_abs_err")),
-                three_digits(r.get("max_ulp")),
-                three_digits(r.get("argmax_ulp_x")),
-                r.get("n_inf", "-"),
-                r.get("n_nan", "-"),
-            ]
-            for r in results
-        ]
-        parts.append(html_table(head, rows, (0, 1, 2)))
-    claims = numerics.get("claims") or []
-    if claims:
-        head = ["claim", "source", "claimed", "measured", "verdict"]
-        parts.append(
-            html_table(
-                head,
-                [
-                    [c.get("claim"), c.get("source"), c.get("claimed"), c.get("measured"), c.get("verdict")]
-                    for c in claims
-                ],
-                (0, 1, 2, 3, 4),
-            )
-        )
+    parts = [html_table(t) for t in numerics_tables(numerics)]
     env = numerics.get("environment") or {}
     if env:
         parts.append(
@@ -444,28 +328,28 @@ def html_numerics(numerics: dict) -> str:
     return "".join(parts) or '<p class="note">numerics.json holds no results.</p>'
 
 
-def render_html(data: dict, figures: dict[str, bytes]) -> str:
+def render_html(data: ReportData, figures: dict[str, bytes]) -> str:
     """The self-contained report page."""
-    title = f"ffnlab report: {', '.join(data['variants'])} on {data['settings']['data']}"
-    cells = data["cells"]
+    title = f"ffnlab report: {', '.join(data.variants)} on {data.settings['data']}"
+    cells = [view.cell for view in data.cells]
     body = [
         *page_top(data, title),
         *ranking_section(data),
-        *scaling_section(data.get("scaling"), figures),
+        *scaling_section(data.scaling, figures),
         *literature_section(cells),
         *settings_section(data),
         *curves_section(cells, figures),
-        *cost_section(cells, figures, data["env"]),
+        *cost_section(cells, figures, data.env),
         *stability_section(cells, figures),
         *signals_section(cells),
-        *activations_section(data["activations"], figures),
-        *attention_section(cells, figures),
+        *activations_section(data.activations, figures),
+        *attention_section(data, figures),
     ]
-    if data["numerics"]:
-        body.append('<h2 id="numerics">Numerics of the activations</h2>' + html_numerics(data["numerics"]))
+    if data.numerics:
+        body.append('<h2 id="numerics">Numerics of the activations</h2>' + html_numerics(data.numerics))
     body.append(
-        f"<footer>ffnlab report from {esc(data['store'])}. Reproduce: <code>ffnlab report --store "
-        f"{esc(data['store'])}</code></footer>"
+        f"<footer>ffnlab report from {esc(data.store)}. Reproduce: <code>ffnlab report --store "
+        f"{esc(data.store)}</code></footer>"
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -478,22 +362,22 @@ def render_html(data: dict, figures: dict[str, bytes]) -> str:
 # Each part of the page below is a list of HTML pieces; render_html joins them with line breaks.
 
 
-def page_top(data: dict, title: str) -> list[str]:
+def page_top(data: ReportData, title: str) -> list[str]:
     """Title, what was compared, each cell's verdict, the links to the sections and a word on other studies."""
-    settings, others = data["settings"], data["other_studies"]
+    settings, others = data.settings, data.other_studies
     parts = [
         f"<h1>{esc(title)}</h1>",
-        f'<p class="note">{len(data["variants"])} FFN variants x {settings["seeds"]} seeds, baseline '
-        f"{esc(data['baseline'])}; generated {esc(data['generated'])}</p>",
+        f'<p class="note">{len(data.variants)} FFN variants x {settings["seeds"]} seeds, baseline '
+        f"{esc(data.baseline)}; generated {esc(data.generated)}</p>",
     ]
-    for cell in data["cells"]:
-        where = cell_label(cell)
-        parts.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(cell["verdict"])}</p>')
+    for view in data.cells:
+        where = cell_label(view.cell)
+        parts.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(view.cell.verdict)}</p>')
     sections = [
         "ranking",
-        *(["scaling"] if data.get("scaling") else []),
+        *(["scaling"] if data.scaling else []),
         "literature",
-        *(["protocol"] if data.get("protocol") else []),
+        *(["protocol"] if data.protocol else []),
         "settings",
         "curves",
         "cost",
@@ -501,7 +385,7 @@ def page_top(data: dict, title: str) -> list[str]:
         "signals",
         "activations",
         "attention",
-        *(["numerics"] if data["numerics"] else []),
+        *(["numerics"] if data.numerics else []),
     ]
     link_text = {"signals": "other measurements"}
     parts.append("<nav>" + "".join(f'<a href="#{s}">{link_text.get(s, s)}</a>' for s in sections) + "</nav>")
@@ -513,37 +397,38 @@ def page_top(data: dict, title: str) -> list[str]:
     return parts
 
 
-def ranking_section(data: dict) -> list[str]:
+def ranking_section(data: ReportData) -> list[str]:
     """The ranking of each cell with the noise floor, the tuned comparison and the validation protocol."""
-    cells, baseline = data["cells"], data["baseline"]
+    baseline = data.baseline
     parts = ['<h2 id="ranking">Ranking</h2>']
-    for cell in cells:
-        parts.append(cell_heading(cell) + html_ranking(cell, baseline))
-        if cell.get("noise_floor"):
-            noise = cell["noise_floor"]
+    for view in data.cells:
+        cell = view.cell
+        parts.append(cell_heading(cell) + html_table(ranking_table(cell)))
+        if cell.noise_floor:
+            noise = cell.noise_floor
             parts.append(
                 f'<p class="note">Noise floor: {esc(baseline)} over {esc(noise["n"])} seeds has std '
                 f"{esc(num(noise['std']))} and range {esc(num(noise['range']))}.</p>"
             )
     parts.append(
-        f'<p class="note">Mean over seeds with its {round(cells[0]["level"] * 100)}% t-interval. Δ is the paired '
+        f'<p class="note">Mean over seeds with its {round(data.level * 100)}% t-interval. Δ is the paired '
         f"difference to {esc(baseline)} over seeds (negative loss Δ = better). * = significant at "
-        f"α={cells[0]['alpha']:g} after Holm correction of the paired t-tests; coloured blue when better, "
+        f"α={data.alpha:g} after Holm correction of the paired t-tests; coloured blue when better, "
         "orange when worse.</p>"
     )
-    parts += across_section(data.get("across_cells"))
-    if data["tuned"]:
+    parts += across_section(data.across_cells)
+    if data.tuned:
         parts.append("<h3>Tuned: each variant at its own best setting</h3>")
-        for cell in data["tuned"]:
-            parts.append(html_table(*tuned_rows(cell, baseline), (1,)))
-            parts.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell["verdict"])}</p>')
+        for cell in data.tuned:
+            parts.append(html_table(tuned_table(cell)))
+            parts.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell.verdict)}</p>')
         parts.append(
             '<p class="note">The setting of each variant is the one with the best mean validation '
             "metric over seeds; the comparison uses the test split, so the selection cannot flatter the "
             "winner (Melis et al. 2018).</p>"
         )
-    if data.get("protocol"):
-        parts.append(html_protocol(data["protocol"], baseline))
+    if data.protocol:
+        parts.append(html_protocol(data.protocol))
     return parts
 
 
@@ -565,32 +450,6 @@ def across_section(across: dict | None) -> list[str]:
     )
 
 
-def scaling_rows(scaling: dict) -> tuple[list[str], list[list[str]]]:
-    """The fits as a table: per variant E, alpha and the compute multiplier, each with its interval."""
-    level = round(scaling["level"] * 100)
-
-    def ci(pair: list) -> str:
-        return "-" if None in pair else f"{pair[0]:.3g} to {pair[1]:.3g}"
-
-    head = ["FFN", "E", f"E {level}% CI", "alpha", f"alpha {level}% CI", "multiplier k", f"k {level}% CI",
-            "lack of fit p", "fit"]  # fmt: skip
-    rows = [
-        [
-            name,
-            f"{r['E']:.3g}",
-            ci(r["E_ci"]),
-            f"{r['alpha']:.3g}",
-            ci(r["alpha_ci"]),
-            f"{r['multiplier']:.2f}",
-            ci(r["multiplier_ci"]),
-            "-" if r["lack_of_fit_p"] is None else f"{r['lack_of_fit_p']:.2g}",
-            ("converged" if r["converged"] else "not converged") + (f": {r['note']}" if r["note"] else ""),
-        ]  # fmt: skip
-        for name, r in scaling["variants"].items()
-    ]
-    return head, rows
-
-
 def scaling_section(scaling: dict | None, figures: dict[str, bytes]) -> list[str]:
     """The loss-vs-compute plot, the table of fits and the plain sentences of a study with --scale."""
     if not scaling:
@@ -600,7 +459,7 @@ def scaling_section(scaling: dict | None, figures: dict[str, bytes]) -> list[str
     if "error" in scaling:
         return parts + [f"<p>No fit yet: {esc(scaling['error'])}</p>"]
     parts += [html_image(figures, "scaling.png", "loss against training compute, fits and bands")]
-    parts += [html_table(*scaling_rows(scaling))]
+    parts += [html_table(scaling_table(scaling))]
     parts += [f'<p class="verdict">{esc(s)}</p>' for s in scaling["sentences"]]
     parts.append(
         f'<p class="note">Fit: {esc(scaling["loss_fit"])}. Compute C = training FLOPs of the whole model (3 x '
@@ -613,34 +472,34 @@ def scaling_section(scaling: dict | None, figures: dict[str, bytes]) -> list[str
     return parts
 
 
-def literature_section(cells: list[dict]) -> list[str]:
+def literature_section(cells: list[Cell]) -> list[str]:
     parts = ['<h2 id="literature">Against the literature</h2>']
     for cell in cells:
-        table = literature_rows(cell)
-        if table is None:
+        table = literature_table(cell)
+        if table is None or cell.literature is None:
             parts.append(
                 cell_heading(cell) + '<p class="note">No published ranking to compare with: it needs a language '
                 "model study with at least two of Shazeer (2020) Table 1's variants.</p>"
             )
             continue
-        parts.append(cell_heading(cell) + html_table(*table) + f"<p>{esc(literature_text(cell['literature']))}</p>")
+        parts.append(cell_heading(cell) + html_table(table) + f"<p>{esc(literature_text(cell.literature))}</p>")
     return parts
 
 
-def settings_section(data: dict) -> list[str]:
-    settings = data["settings"]
+def settings_section(data: ReportData) -> list[str]:
+    settings = data.settings
     return [
         '<h2 id="settings">Run settings</h2>',
-        html_table(["setting", "value"], [list(row) for row in settings_rows(data)], (0, 1)),
+        html_table(report_settings(data)),
         "<h3>What the comparison held equal</h3>",
-        html_table(["held equal", "how"], settings["held_equal"], (0, 1)),
+        html_table(Table(["held equal", "how"], settings["held_equal"], (0, 1))),
         "<h3>What it did not</h3>",
-        html_table(["not equal", "why"], settings["not_equal"], (0, 1)),
+        html_table(Table(["not equal", "why"], settings["not_equal"], (0, 1))),
     ]
 
 
-def curves_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]:
-    pct = round(cells[0]["level"] * 100)
+def curves_section(cells: list[Cell], figures: dict[str, bytes]) -> list[str]:
+    pct = round(cells[0].level * 100)
     parts = ['<h2 id="curves">Learning curves and final loss</h2>']
     for i, cell in enumerate(cells):
         suffix = figure_suffix(i, len(cells))
@@ -656,17 +515,16 @@ def curves_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]:
             html_image(
                 figures,
                 f"final{suffix}.png",
-                f"Final {metric_label(cell['metric'])} per variant: "
-                f"mean with {pct}% CI error bars; dots are single seeds.",
+                f"Final {axis_label(cell.metric)} per variant: mean with {pct}% CI error bars; dots are single seeds.",
             )
         )
     return parts
 
 
-def cost_section(cells: list[dict], figures: dict[str, bytes], env: dict) -> list[str]:
+def cost_section(cells: list[Cell], figures: dict[str, bytes], env: dict) -> list[str]:
     parts = ['<h2 id="cost">Cost</h2>']
     for i, cell in enumerate(cells):
-        parts.append(cell_heading(cell) + html_table(*cost_rows(cell)))
+        parts.append(cell_heading(cell) + html_table(cost_table(cell)))
         parts.append(
             html_image(
                 figures,
@@ -685,11 +543,11 @@ def cost_section(cells: list[dict], figures: dict[str, bytes], env: dict) -> lis
     return parts
 
 
-def stability_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]:
+def stability_section(cells: list[Cell], figures: dict[str, bytes]) -> list[str]:
     parts = ['<h2 id="stability">Stability</h2>']
     for i, cell in enumerate(cells):
         suffix = figure_suffix(i, len(cells))
-        parts.append(cell_heading(cell) + html_table(*stability_rows(cell)))
+        parts.append(cell_heading(cell) + html_table(stability_table(cell)))
         parts.append(
             html_image(
                 figures,
@@ -710,10 +568,10 @@ def stability_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]
     return parts
 
 
-def signals_section(cells: list[dict]) -> list[str]:
+def signals_section(cells: list[Cell]) -> list[str]:
     parts = ['<h2 id="signals">Other measurements</h2>']
     for cell in cells:
-        parts.append(cell_heading(cell) + html_table(*signal_rows(cell), (0, 5)))
+        parts.append(cell_heading(cell) + html_table(metric_table(cell, "signals")))
     parts.append(
         '<p class="note">Test: the held-out test split (never used to choose anything here). Embedding '
         "noise: the validation metric with Gaussian noise on the token embeddings, a robustness probe; its "
@@ -724,30 +582,27 @@ def signals_section(cells: list[dict]) -> list[str]:
 
 
 def activations_section(activations: dict[str, str], figures: dict[str, bytes]) -> list[str]:
+    rows = [[a, ACTIVATIONS[a].formula, ACTIVATIONS[a].paper] for a in activations]
     return [
         '<h2 id="activations">The activation functions</h2>',
-        html_table(
-            ["activation", "formula", "source"],
-            [[a, ACTIVATIONS[a].formula, ACTIVATIONS[a].paper] for a in activations],
-            (0, 1, 2),
-        ),
+        html_table(Table(["activation", "formula", "source"], rows, (0, 1, 2))),
         html_image(
             figures, "activations.png", "Each compared activation (for gated variants, the gate's) and its derivative."
         ),
     ]
 
 
-def attention_section(cells: list[dict], figures: dict[str, bytes]) -> list[str]:
+def attention_section(data: ReportData, figures: dict[str, bytes]) -> list[str]:
     parts = ['<h2 id="attention">Attention patterns</h2>']
-    for i, cell in enumerate(cells):
-        attention = cell.get("attention") or {}
-        parts.append(cell_heading(cell))
+    for i, view in enumerate(data.cells):
+        attention = view.attention or {}
+        parts.append(cell_heading(view.cell))
         if attention.get("maps"):
             seeds = ", ".join(f"{v} seed {s}" for v, s in attention["seeds"].items())
             parts.append(
                 html_image(
                     figures,
-                    f"attention{figure_suffix(i, len(cells))}.png",
+                    f"attention{figure_suffix(i, len(data.cells))}.png",
                     f"Attention weights at layer {attention['layer']} "
                     f"of each variant's trained model ({seeds}) on the first {attention['tokens']} "
                     "validation tokens; rows are queries, columns keys.",
@@ -775,7 +630,7 @@ def attention_stats_table(attention: dict) -> str:
         "query's attention (0: one key; the even-attention column: spread over every key it can see) and "
         "the share of the weights it can place that are below 0.01.</p>"
     )
-    return html_table(head, rows) + note
+    return html_table(Table(head, rows)) + note
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
@@ -789,54 +644,55 @@ def md_escape(text: object) -> str:
     return html.escape(text, quote=False).replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*")
 
 
-def md_table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+def md_table(table: Table) -> str:
     """A Markdown table whose every cell is escaped text."""
-    lines = ["| " + " | ".join(md_escape(h) for h in head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(md_escape(h) for h in table.head) + " |", "|" + "---|" * len(table.head)]
+    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
 
 
-def render_markdown(data: dict, figure_names: Container[str]) -> str:
+def render_markdown(data: ReportData, figure_names: Container[str]) -> str:
     """A short summary for a README or a pull request: verdict, ranking, costs, settings, figures."""
-    settings = data["settings"]
-    out = [f"## FFN comparison: {md_escape(', '.join(data['variants']))} on {md_escape(settings['data'])}", ""]
-    for i, cell in enumerate(data["cells"]):
-        suffix = figure_suffix(i, len(data["cells"]))
-        if cell["axes"]:
+    settings = data.settings
+    out = [f"## FFN comparison: {md_escape(', '.join(data.variants))} on {md_escape(settings['data'])}", ""]
+    for i, view in enumerate(data.cells):
+        cell = view.cell
+        suffix = figure_suffix(i, len(data.cells))
+        if cell.axes:
             out += [f"### {md_escape(cell_label(cell))}", ""]
         out += [
-            f"**Verdict:** {md_escape(cell['verdict'])}",
+            f"**Verdict:** {md_escape(cell.verdict)}",
             "",
-            md_table(*ranking_rows(cell, data["baseline"])),
+            md_table(ranking_table(cell)),
             "",
-            md_table(*cost_rows(cell)),
+            md_table(cost_table(cell)),
             "",
         ]
-        if cell.get("literature") and cell["literature"]["tau"] is not None:
-            out += [md_escape(literature_text(cell["literature"])), ""]
+        if cell.literature and cell.literature["tau"] is not None:
+            out += [md_escape(literature_text(cell.literature)), ""]
         for name, alt in ((f"val_loss{suffix}.png", "validation loss"), (f"final{suffix}.png", "final loss")):
             if name in figure_names:
                 out.append(f"![{alt}]({FIGURES_DIR}/{name})")
         out.append("")
-    if data.get("across_cells"):
-        out += [f"### Across the {len(data['across_cells']['cells'])} cells", ""]
-        out += [md_escape(s) for s in data["across_cells"]["sentences"]] + ["", md_escape(ACROSS_NOTE), ""]
-    for cell in data["tuned"]:
+    if data.across_cells:
+        out += [f"### Across the {len(data.across_cells['cells'])} cells", ""]
+        out += [md_escape(s) for s in data.across_cells["sentences"]] + ["", md_escape(ACROSS_NOTE), ""]
+    for cell in data.tuned:
         out += [
             f"### Tuned ({md_escape(cell_label(cell))}): lr chosen on validation, compared on test",
             "",
-            f"**Verdict:** {md_escape(cell['verdict'])}",
+            f"**Verdict:** {md_escape(cell.verdict)}",
             "",
-            md_table(*tuned_rows(cell, data["baseline"])),
+            md_table(tuned_table(cell)),
             "",
         ]
-    scaling = data.get("scaling")
+    scaling = data.scaling
     if scaling and "variants" in scaling:
-        out += ["### Scaling: compute multipliers", "", md_table(*scaling_rows(scaling)), ""]
+        out += ["### Scaling: compute multipliers", "", md_table(scaling_table(scaling)), ""]
         out += [md_escape(s) for s in scaling["sentences"]] + [""]
         if "scaling.png" in figure_names:
             out += [f"![loss against compute]({FIGURES_DIR}/scaling.png)", ""]
-    out.append(f"* = significant at α={data['cells'][0]['alpha']:g} after Holm correction (paired t-test over seeds).")
+    out.append(f"* = significant at α={data.alpha:g} after Holm correction (paired t-test over seeds).")
     out += [
         "",
         "Held equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in settings["held_equal"])) + ".",
@@ -844,7 +700,7 @@ def render_markdown(data: dict, figure_names: Container[str]) -> str:
         "",
         "<details><summary>Run settings</summary>",
         "",
-        md_table(["setting", "value"], settings_rows(data)),
+        md_table(report_settings(data)),
         "",
         "</details>",
         "",

@@ -16,7 +16,7 @@ import math
 import os
 import statistics
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +30,14 @@ from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
 from ffnlab.study.execute import weights_path
 from ffnlab.study.load import load_study
-from ffnlab.study.plan import Study, group_key, plan, run_id
-from ffnlab.study.protocol import load_protocol
+from ffnlab.study.metrics import mean_of
+from ffnlab.study.plan import Study
+from ffnlab.study.protocol import Protocol, load_protocol
+from ffnlab.study.records import Cell, RunStatus
 from ffnlab.study.render import FIGURES_DIR, REPORT_HTML, SUMMARY_MD, render_figures, render_html, render_markdown
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
-from ffnlab.study.summary import mean_of, summarize_study
+from ffnlab.study.summary import study_records, summarize
 
 NUMERICS_JSON = "numerics.json"  # beside the store, written by `ffnlab report --numerics`
 
@@ -116,14 +118,14 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
     on the same fixed input; {"note"} when the weights or the data are not at hand."""
     from safetensors.torch import load_model
 
-    if not any(rec["status"] == "finished" for items in runs.values() for _, rec in items):
+    if not any(rec.status is RunStatus.FINISHED for items in runs.values() for _, rec in items):
         return {"note": "no run finished (all diverged or failed): there is no trained model to draw"}
     picks = {}
     for variant, items in runs.items():
         done = sorted(
             (c.seed, c, rec)
             for c, rec in items
-            if rec["status"] == "finished" and weights_path(store_path, rec["id"]).exists()
+            if rec.status is RunStatus.FINISHED and weights_path(store_path, rec.id).exists()
         )
         if done:
             picks[variant] = done[0][1:]
@@ -154,11 +156,9 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
         _, _, model_config = fixed_input(c)  # the data is cached: this only sets the variant's FFN
         model = Transformer(model_config, c.seed)
         try:
-            load_model(model, str(weights_path(store_path, rec["id"])))
+            load_model(model, str(weights_path(store_path, rec.id)))
         except Exception as e:  # a damaged or foreign file: the rest of the report stands
-            return {
-                "note": f"attention maps skipped: cannot read {weights_path(store_path, rec['id'])} ({first_line(e)})"
-            }
+            return {"note": f"attention maps skipped: cannot read {weights_path(store_path, rec.id)} ({first_line(e)})"}
         model.eval()
         with torch.no_grad():
             maps[variant] = model.attention_maps(ids[None], layer)[0].float().numpy()  # (n_heads, T, T)
@@ -172,30 +172,36 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
     }
 
 
-def cell_data(
-    store: Store,
-    study: Study,
-    items: list[tuple],
-    summary_cell: dict,
-    store_path: Path,
-    layer: int | None,
-    attention: bool,
-) -> dict:
-    """One cell of the study for the report: its summary rows (`ffnlab.study.summary`, the numbers every
-    output shares) and, for the figures, curves, gradient traces and per-layer behaviour."""
+@dataclass
+class CellReport:
+    """One cell of the report: its summary (the numbers every output shares) and the data of its figures."""
+
+    cell: Cell
+    curves: dict[str, dict]  # variant -> validation loss band over seeds against steps (`seed_band`)
+    time_curves: dict[str, dict]  # variant -> the same against wall-clock time (`time_band`)
+    traces: dict[str, list[dict]]  # variant -> per seed, the gradient norm per step, its spikes and divergence
+    behaviour: dict[str, dict]  # variant -> per FFN layer, dead units and sparsity, mean over seeds
+    attention: dict | None  # `attention_data`, or None when not drawn
+
+
+def cell_report(
+    store: Store, study: Study, items: list[tuple], cell: Cell, store_path: Path, layer: int | None, attention: bool
+) -> CellReport:
+    """One cell of the study for the report: its summary and, for the figures, curves, gradient traces and
+    per-layer behaviour from the store."""
     by_variant: dict[str, list[tuple]] = {v: [] for v in study.variants}
     for cfg, rec in items:
-        if rec is not None and rec["status"] in ("finished", "diverged") and cfg.seed < study.seeds:
+        if rec is not None and rec.done and cfg.seed < study.seeds:
             by_variant[cfg.model.ffn].append((cfg, rec))
     curves, time_curves, traces, behaviour = {}, {}, {}, {}
     for v, runs in by_variant.items():
         losses, times, traces[v] = [], [], []
         layers: dict[str, list[dict]] = {}
         for _cfg, rec in runs:
-            series = {}
-            for step, name, value in store.metrics(rec["id"]):
+            series: dict[str, dict[int, float]] = {}
+            for step, name, value in store.metrics(rec.id):
                 series.setdefault(name, {})[step] = value
-            events = store.events(rec["id"])
+            events = store.events(rec.id)
             grad = series.get("grad_norm", {})
             traces[v].append(
                 {
@@ -205,11 +211,11 @@ def cell_data(
                     "spikes": [(e["step"] + 1, e["value"]) for e in events if e["kind"] == "grad_spike"],
                 }
             )
-            if rec["status"] != "finished":
+            if rec.status is not RunStatus.FINISHED:
                 continue
             losses.append(series.get("val_loss", {}))
             times.append(series.get("val_time", {}))
-            for name, b in (rec["result"].get("behaviour") or {}).items():
+            for name, b in rec.result.behaviour.items():
                 layers.setdefault(name, []).append(b)
         curves[v] = seed_band(losses)
         time_curves[v] = time_band(losses, times)
@@ -217,26 +223,8 @@ def cell_data(
             name: {k: mean_of([b.get(k) for b in bs]) for k in ("dead_frac", "zero_frac", "inactive_frac")}
             for name, bs in layers.items()
         }
-    rows = [dict(r) for r in summary_cell["variants"]]
-    base = next((r for r in rows if r["ffn"] == study.baseline), None)
-    for r in rows:
-        r["step_time_ratio"] = (
-            r["step_time_s"] / base["step_time_s"] if base and base["step_time_s"] and r["step_time_s"] else None
-        )
-    out = {
-        **{k: v for k, v in summary_cell.items() if k != "variants"},
-        "rows": rows,
-        "level": summary_cell.get("level", 0.95),
-        "alpha": summary_cell.get("alpha", 0.05),
-        "curves": curves,
-        "time_curves": time_curves,
-        "traces": traces,
-        "behaviour": behaviour,
-        "noise_floor": summary_cell.get("noise_floor"),
-    }
-    if attention:
-        out["attention"] = attention_data(store_path, by_variant, layer)
-    return out
+    drawn = attention_data(store_path, by_variant, layer) if attention else None
+    return CellReport(cell, curves, time_curves, traces, behaviour, drawn)
 
 
 def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) -> dict | None:
@@ -256,6 +244,35 @@ def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) ->
         return {"error": f"cannot read {path}: {e}"}
 
 
+@dataclass
+class ReportData:
+    """Everything the report shows: the summary's cells with their figures' data, settings and environment."""
+
+    store: str
+    baseline: str
+    variants: list[str]
+    architecture: str | None  # a Hugging Face architecture's name, None for ffnlab's own Transformer
+    settings: dict  # ffnlab.study.summary.settings_of
+    env: dict  # the machine of the most recently finished run
+    cells: list[CellReport]
+    tuned: list[Cell]
+    across_cells: dict | None
+    scaling: dict | None
+    other_studies: int  # in the same store, not shown
+    activations: dict[str, str]  # activation -> its label in the figure
+    numerics: dict | None  # numerics.json beside the store
+    protocol: Protocol | None  # protocol.json beside the store
+    generated: str  # when, ISO 8601
+
+    @property
+    def level(self) -> float:
+        return self.cells[0].cell.level
+
+    @property
+    def alpha(self) -> float:
+        return self.cells[0].cell.alpha
+
+
 def report_data(
     store_path: str | Path,
     study: Study | None = None,
@@ -264,47 +281,42 @@ def report_data(
     layer: int | None = None,
     numerics: bool = False,
     attention: bool = True,
-) -> dict:
-    """Everything the report shows, as plain data: the summary, settings, environment and per cell
-    of the study its rows, curves, traces, behaviour and attention maps."""
+) -> ReportData:
+    """Everything the report shows: the summary, settings, environment and per cell of the study its
+    rows, curves, traces, behaviour and attention maps."""
     store_path = Path(store_path)
     others = 0
     if study is None:
         study, runs, others = load_study(store_path, baseline)
-    runs = plan(study) if runs is None else runs
-    summary = summarize_study(study, store_path, runs)
-    cells: dict[tuple, list] = {}
+    records = study_records(study, store_path, runs)
+    summary = summarize(study, records, store_path)
+    done = [rec for items in records.values() for _, rec in items if rec is not None and rec.done]
+    if not done:
+        raise ValueError(f"run store {store_path} holds no finished runs of this study; run `ffnlab compare` first")
+    env = max(done, key=lambda r: r.finished_at or 0.0).env
+    cells = {tuple(c.axes.items()): c for c in summary.cells}  # a cell's axes are its group key
     with Store(store_path, create=False) as store:
-        records = {}
-        for cfg in runs:
-            records[run_id(cfg)] = store.get(run_id(cfg))
-            cells.setdefault(group_key(cfg, study), []).append((cfg, records[run_id(cfg)]))
-        done = [r for r in records.values() if r and r["status"] in ("finished", "diverged")]
-        if not done:
-            raise ValueError(f"run store {store_path} holds no finished runs of this study; run `ffnlab compare` first")
-        env = max(done, key=lambda r: r["finished_at"] or 0.0).get("env") or {}
         out_cells = [
-            cell_data(store, study, cells[key], sc, store_path, layer, attention)
-            for key, sc in zip(cells, summary["cells"])
+            cell_report(store, study, items, cells[key], store_path, layer, attention) for key, items in records.items()
         ]
     hf = getattr(study.base, "hf_config", None)
-    return {
-        "store": str(store_path),
-        "baseline": study.baseline,
-        "variants": study.variants,
-        "architecture": f"Hugging Face {hf.get('model_type', '?')} (FFN swapped per variant)" if hf else None,
-        "settings": summary["settings"],
-        "env": env,
-        "cells": out_cells,
-        "tuned": summary.get("tuned", []),
-        "across_cells": summary.get("across_cells"),
-        "scaling": summary.get("scaling"),
-        "other_studies": others,
-        "activations": plots.activation_labels(study.variants),
-        "numerics": load_numerics(store_path, study.variants, numerics),
-        "protocol": load_protocol(store_path),
-        "generated": datetime.datetime.now().isoformat(timespec="seconds"),
-    }
+    return ReportData(
+        store=str(store_path),
+        baseline=study.baseline,
+        variants=study.variants,
+        architecture=f"Hugging Face {hf.get('model_type', '?')} (FFN swapped per variant)" if hf else None,
+        settings=summary.settings,
+        env=env,
+        cells=out_cells,
+        tuned=summary.tuned,
+        across_cells=summary.across_cells,
+        scaling=summary.scaling,
+        other_studies=others,
+        activations=plots.activation_labels(study.variants),
+        numerics=load_numerics(store_path, study.variants, numerics),
+        protocol=load_protocol(store_path),
+        generated=datetime.datetime.now().isoformat(timespec="seconds"),
+    )
 
 
 # ---- writing ------------------------------------------------------------------------------------

@@ -36,11 +36,12 @@ import time
 
 from ffnlab._util.jsonio import json_safe
 from ffnlab._util.machine import environment
+from ffnlab.run.config import RunResult
+from ffnlab.study.records import RunRecord, RunStatus, result_from_dict
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = pathlib.Path("ffnlab-runs") / "ffnlab.db"
-STATUSES = ("pending", "running", "finished", "diverged", "failed")
-FINAL = ("finished", "diverged", "failed")
+STATUSES = tuple(str(s) for s in RunStatus)
 BUSY_TIMEOUT_S = 30.0
 
 SCHEMA = """
@@ -241,18 +242,27 @@ class Store:
             _require(conn, run_id)
             conn.executemany("INSERT OR REPLACE INTO events (run_id, step, kind, detail) VALUES (?, ?, ?, ?)", rows)
 
-    def finish(self, run_id: str, status: str, result: dict, env: dict | None = None) -> None:
-        """Record a run's outcome and result in one transaction of its own. No-op on a run already finished.
-        `env`: the environment of the machine that trained it, when that is not the one that started it (Ray)."""
-        if status not in FINAL:
-            raise ValueError(f"finish status must be one of {', '.join(FINAL)}, got '{status}'")
-        result = dumps(result)
+    def finish(self, run_id: str, result: RunResult, env: dict | None = None) -> None:
+        """Record a run's result (its status, finished or diverged, is the result's) in one transaction of its
+        own; the result's curves and events belong in `add_metrics` and `add_events`, not here. No-op on a run
+        already finished. `env`: the environment of the machine that trained it, when that is not the one
+        that started it (Ray)."""
+        stored = {k: v for k, v in result.to_dict().items() if k not in ("history", "events")}
+        self._end(run_id, RunStatus(result.status), stored, env)
+
+    def fail(self, run_id: str, error: str, env: dict | None = None) -> None:
+        """Record that a run failed with `error` (it may be started again). No-op on a run already finished."""
+        self._end(run_id, RunStatus.FAILED, {"error": error}, env)
+
+    def _end(self, run_id: str, status: RunStatus, result: dict, env: dict | None) -> None:
+        if not status.final:
+            raise ValueError(f"a run ends finished, diverged or failed, not '{status}'")
         with self._write() as conn:
             _require(conn, run_id)
             conn.execute(
                 "UPDATE runs SET status = ?, result = ?, finished_at = ?, env = COALESCE(?, env) "
                 "WHERE id = ? AND status != 'finished'",
-                (status, result, time.time(), None if env is None else dumps(env), run_id),
+                (str(status), dumps(result), time.time(), None if env is None else dumps(env), run_id),
             )
 
     def add_study(self, study_id: str, study: dict) -> None:
@@ -272,23 +282,13 @@ class Store:
         rows = self._read("SELECT id, study, created_at, run_at FROM studies ORDER BY run_at DESC, id")
         return [{"id": i, "study": loads(st), "created_at": c, "run_at": r} for i, st, c, r in rows]
 
-    def get(self, run_id: str) -> dict | None:
-        """One run as a dict (see `runs`), or None if the store has no such id."""
+    def get(self, run_id: str) -> RunRecord | None:
+        """One run, or None if the store has no such id."""
         rows = self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
-        return self._run_dict(rows[0]) if rows else None
+        return self._record(rows[0]) if rows else None
 
-    def _run_dict(self, row: tuple) -> dict:
-        try:
-            return _run_dict(row)
-        except ValueError as e:  # JSON columns edited or damaged by hand
-            raise ValueError(
-                f"run store {self.path}: run {row[0]} has a column that is not JSON ({e}); "
-                "the store was edited or damaged"
-            ) from None
-
-    def runs(self, status: str | None = None, sweep: str | None = None) -> list[dict]:
-        """Runs as {"id","config","status","result","env","sweep","attempts","created_at","started_at","finished_at"},
-        oldest first (created_at, then id), optionally only one status and/or one sweep."""
+    def runs(self, status: RunStatus | str | None = None, sweep: str | None = None) -> list[RunRecord]:
+        """Runs oldest first (created_at, then id), optionally only one status and/or one sweep."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown run status '{status}'; valid: {', '.join(STATUSES)}")
         # NULL matches every value of a filter that was not given
@@ -296,7 +296,26 @@ class Store:
             f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR sweep = ?2) "
             "ORDER BY created_at, id"
         )
-        return [self._run_dict(row) for row in self._read(sql, (status, sweep))]
+        return [self._record(row) for row in self._read(sql, (None if status is None else str(status), sweep))]
+
+    def _record(self, row: tuple) -> RunRecord:
+        """A `runs` row as a RunRecord; ValueError naming the store and the run when a column was damaged."""
+        rid, config, status, result, env, sweep, attempts, created_at, started_at, finished_at = row
+        try:
+            config, result, env = loads(config), loads(result), loads(env)
+            status = RunStatus(status)
+            if not isinstance(config, dict) or not isinstance(env, dict | None):
+                raise ValueError("the config or the environment is not a JSON object")
+            error = result.get("error") if status is RunStatus.FAILED and isinstance(result, dict) else None
+            done = status.done and result is not None
+            result = result_from_dict(result) if done else None
+        except (ValueError, TypeError, AttributeError) as e:  # edited or damaged by hand
+            raise ValueError(
+                f"run store {self.path}: run {rid} cannot be read ({e}); the store was edited or damaged"
+            ) from None
+        return RunRecord(
+            rid, config, status, result, error, env or {}, sweep, attempts, created_at, started_at, finished_at
+        )
 
     def metrics(self, run_id: str, name: str | None = None) -> list[tuple[int, str, float]]:
         """The run's (step, name, value) rows ordered by step then name, optionally one metric only."""
@@ -321,17 +340,12 @@ class Store:
         timings differ between runs). NOTE: NaN != NaN, so non-finite floats appear as the strings
         'nan', 'inf', '-inf'.
         """
-        runs = {
-            r["id"]: {
-                "config": r["config"],
-                "status": r["status"],
-                "sweep": r["sweep"],
-                "result": {k: v for k, v in r["result"].items() if k not in ignore}
-                if isinstance(r["result"], dict)
-                else r["result"],
-            }
-            for r in self.runs()
-        }
+        runs = {}
+        for rid, config, status, result, sweep in self._read("SELECT id, config, status, result, sweep FROM runs"):
+            result = loads(result)
+            if isinstance(result, dict):
+                result = {k: v for k, v in result.items() if k not in ignore}
+            runs[rid] = {"config": loads(config), "status": status, "sweep": sweep, "result": result}
         metrics = {run_id: [] for run_id in runs}
         for run_id, step, name, value in self._read(
             "SELECT run_id, step, name, value FROM metrics ORDER BY run_id, step, name"
@@ -347,13 +361,6 @@ class Store:
 
 
 RUN_COLUMNS = "id, config, status, result, env, sweep, attempts, created_at, started_at, finished_at"
-
-
-def _run_dict(row: tuple) -> dict:
-    run = dict(zip([c.strip() for c in RUN_COLUMNS.split(",")], row))
-    for key in ("config", "result", "env"):
-        run[key] = loads(run[key])
-    return run
 
 
 def _require(conn: sqlite3.Connection, run_id: str):

@@ -4,256 +4,183 @@ A cell is one combination of a study's axis values (depth=6, placement=pre, ...)
 merged. `compare` (its table, --json and --csv), `report` and `advise` all read the rows built
 here, so the three can never disagree about a number.
 
-A row per variant holds the paired statistics of `ffnlab.study.stats.compare` and, over the variant's
-finished seeds: costs (parameters, FLOPs, throughput, memory), stability (spikes, divergence,
-largest gradient norm), behaviour (dead units, sparsity), what else was measured (test metric,
-metric under embedding noise, perplexity, FFN gradient statistics, learned activation parameters)
-and the per-seed values the statistics came from.
+Stored runs (`RunRecord`) become a `Summary` of `Cell`s, each with a `VariantRow` per variant: the paired
+statistics of `ffnlab.study.stats.compare` on the task's ranking metric, the per-seed values they came
+from, and every other metric of `ffnlab.study.metrics.METRICS` over the variant's finished seeds.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import statistics
 from pathlib import Path
 
 from ffnlab._util.text import key_values
 from ffnlab.core.model import describe_attn_act, qkv_act_spec
-from ffnlab.run.config import TrainConfig
+from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.train import train_flops
+from ffnlab.study.metrics import ranking_metric, row_metrics
 from ffnlab.study.plan import TUNED_AXES, Study, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import rank_agreement
+from ffnlab.study.records import STAT_FIELDS, Cell, RunRecord, RunStatus, Summary, VariantRow
 from ffnlab.study.scaling import fit_scaling
 from ffnlab.study.stats import MIN_PAIRS, compare, gap_heterogeneity, holm, seed_noise
 from ffnlab.study.store import Store
 
 LEVEL = 0.95
-# a run's memory in bytes (ffnlab.core.memory): the total, its four parts, and the CUDA allocator's peak
-MEMORY_FIELDS = ("train_mem_bytes", "param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes", "cuda_peak_bytes")
-# a row's scalar fields, in the order the CSV writes them (the JSON has every field)
-ROW_FIELDS = (
-    "ffn",
-    "rank",
-    "n_seeds",
-    "mean",
-    "std",
-    "ci_low",
-    "ci_high",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "n_pairs",
-    "p",
-    "p_adj",
-    "significant",
-    "diverged",
-    "ppl",
-    "test_mean",
-    "noisy_mean",
-    "noise_delta",
-    "params",
-    "flops_per_token",
-    "tokens_per_s",
-    "step_time_s",
-    "train_seconds",
-    *MEMORY_FIELDS,
-    "grad_spikes",
-    "loss_spikes",
-    "max_grad_norm",
-    "dead_frac",
-    "sparsity",
-    "ffn_grad_mean",
-    "ffn_grad_std",
-)
 
 
-def metric_of(task: str, split: str = "val") -> str:
-    """The result field a comparison ranks by: final loss for an LM, final accuracy for a classifier."""
-    return f"final_{split}_loss" if task == "lm" else f"final_{split}_acc"
+def test_field(task: str) -> str:
+    """The result field of the task's ranking metric on the test split: what a tuned comparison compares."""
+    return ranking_metric(task).name.replace("_val_", "_test_")
 
 
-def mean_of(values) -> float | None:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return math.fsum(values) / len(values) if values else None
+def row_of(stats: dict, **rest) -> VariantRow:
+    """A `VariantRow` from a row of `ffnlab.study.stats.compare` and the rest of its fields."""
+    return VariantRow(**{k: stats[k] for k in STAT_FIELDS}, **rest)
 
 
-def learned_mean(results: list[dict]) -> dict:
-    """Learned activation parameters per layer, averaged over seeds (switch weights per activation)."""
-    layers: dict[str, dict] = {}
-    for r in results:
-        for layer, params in (r.get("learned") or {}).items():
-            for name, value in params.items():
-                slot = layers.setdefault(layer, {}).setdefault(name, [])
-                slot.append(value)
-    out = {}
-    for layer, params in layers.items():
-        out[layer] = {}
-        for name, values in params.items():
-            if isinstance(values[0], dict):
-                out[layer][name] = {k: mean_of(v[k] for v in values) for k in values[0]}
-            elif isinstance(values[0], (int, float)):
-                out[layer][name] = mean_of(values)
-            else:  # a vector parameter: element-wise
-                out[layer][name] = [mean_of(col) for col in zip(*values)]
-    return out
-
-
-def variant_costs(results: list[dict], runs: int, task: str) -> dict:
-    """Everything but the statistics for one variant: costs, stability, behaviour, other signals."""
-    step_times = [r["step_time_s"] for r in results if r.get("step_time_s") is not None]
-    noisy = "noisy_val_loss" if task == "lm" else "noisy_val_acc"
-    clean = metric_of(task)
-    return {
-        "params": results[0].get("params") if results else None,
-        "flops_per_token": results[0].get("flops_per_token") if results else None,
-        "tokens_per_s": mean_of(r.get("tokens_per_s") for r in results),
-        "step_time_s": statistics.median(step_times) if step_times else None,
-        "step_time_range": [min(step_times), max(step_times)] if step_times else None,
-        "train_seconds": mean_of(r.get("train_seconds") for r in results),
-        # memory is counted from tensors (ffnlab.core.memory), so seeds agree; the max guards against none
-        **{k: max((r[k] for r in results if r.get(k) is not None), default=None) for k in MEMORY_FIELDS},
-        "grad_spikes": sum(r.get("n_grad_spikes", 0) for r in results),
-        "loss_spikes": sum(r.get("n_loss_spikes", 0) for r in results),
-        "stability_events": sum(r.get("n_grad_spikes", 0) + r.get("n_loss_spikes", 0) for r in results),
-        "max_grad_norm": max((r["max_grad_norm"] for r in results if r.get("max_grad_norm") is not None), default=None),
-        "dead_frac": mean_of(r.get("dead_frac") for r in results),
-        "sparsity": mean_of(
-            mean_of(b.get("zero_frac") for b in r["behaviour"].values()) for r in results if r.get("behaviour")
-        ),
-        "test_mean": mean_of(r.get(metric_of(task, "test")) for r in results),
-        "noisy_mean": mean_of(r.get(noisy) for r in results),
-        "noise_delta": mean_of(
-            r[noisy] - r[clean] for r in results if r.get(noisy) is not None and r.get(clean) is not None
-        ),
-        "ffn_grad_mean": mean_of(r.get("ffn_grad_mean") for r in results),
-        "ffn_grad_std": mean_of(r.get("ffn_grad_std") for r in results),
-        "learned": learned_mean(results),
-        "runs": runs,
-    }
-
-
-def summarize_cell(items, variants: list[str], baseline: str, seeds: int, axes: dict) -> dict:
+def summarize_cell(
+    items: list[tuple[TrainConfig, RunRecord | None]], variants: list[str], baseline: str, seeds: int, axes: dict
+) -> Cell:
     """One cell's summary from its (config, store record) pairs.
 
     Seeds below `seeds` are the paired comparison; the baseline's seeds from `seeds` on are its
-    noise-floor runs. Returns {"axes", "metric", "variants": rows best first, "verdict", ...}.
-    """
+    noise-floor runs. Each row holds the statistics of the task's ranking metric and every other metric
+    of `ffnlab.study.metrics.METRICS` over the variant's finished paired seeds."""
     task = items[0][0].model.task
-    metric = metric_of(task)
+    ranking = ranking_metric(task)
     values: dict[str, dict[int, float]] = {v: {} for v in variants}
     diverged = {v: 0 for v in variants}
-    results: dict[str, list[dict]] = {v: [] for v in variants}
+    results: dict[str, list[RunResult]] = {v: [] for v in variants}
     runs = {v: 0 for v in variants}
     missing: dict[str, list[int]] = {}
     noise = []
     for cfg, rec in items:
         v = cfg.model.ffn
-        res = (rec or {}).get("result") or {}
-        done = rec is not None and (
-            rec["status"] == "diverged" or (rec["status"] == "finished" and isinstance(res.get(metric), (int, float)))
-        )
-        if not done:  # failed, not yet run, or a finished result without its metric (a damaged row)
-            missing.setdefault(v, []).append(cfg.seed)
+        value = ranking.value(rec.result) if rec is not None and rec.result is not None else None
+        diverged_run = rec is not None and rec.status is RunStatus.DIVERGED
+        if not diverged_run and not (rec is not None and rec.status is RunStatus.FINISHED and value is not None):
+            missing.setdefault(v, []).append(cfg.seed)  # failed, not yet run, or a result without its metric
             continue
         if cfg.seed >= seeds:
-            if rec["status"] == "finished":
-                noise.append(res[metric])
+            if not diverged_run:
+                noise.append(value)
             continue
         runs[v] += 1
-        if rec["status"] == "diverged":
+        if diverged_run:
             diverged[v] += 1
             values[v][cfg.seed] = float("nan")
             continue
-        values[v][cfg.seed] = res[metric]
-        results[v].append(res)
-    stats = compare(values, baseline, higher_is_better=task == "cls", diverged=diverged, level=LEVEL)
+        values[v][cfg.seed] = value
+        results[v].append(rec.result)
+    stats = compare(values, baseline, higher_is_better=ranking.better == "higher", diverged=diverged, level=LEVEL)
+    test = test_field(task)
+    rows = []
     for row in stats["variants"]:
         v = row["ffn"]
-        row["values"] = {s: x for s, x in sorted(values[v].items()) if math.isfinite(x)}
-        row["test_values"] = {
-            r["seed"]: r[metric_of(task, "test")]
-            for r in sorted(results[v], key=lambda r: r["seed"])
-            if r.get(metric_of(task, "test")) is not None
-        }
-        row.update(variant_costs(results[v], runs[v], task))
-        row["ppl"] = math.exp(row["mean"]) if task == "lm" and row["mean"] is not None else None
-    cell = {"axes": dict(axes), "metric": metric, **stats}
+        done = sorted(results[v], key=lambda r: r.seed)
+        rows.append(
+            row_of(
+                row,
+                values={s: x for s, x in sorted(values[v].items()) if math.isfinite(x)},
+                test_values={r.seed: getattr(r, test) for r in done if getattr(r, test) is not None},
+                runs=runs[v],
+                metrics={m.name: m.of(done, task) for m in row_metrics()},
+            )
+        )
+    cell = Cell(
+        axes=dict(axes),
+        task=task,
+        metric=ranking.name,
+        baseline=baseline,
+        metric_direction=stats["metric_direction"],
+        alpha=stats["alpha"],
+        level=stats["level"],
+        variants=rows,
+        verdict=stats["verdict"],
+        missing=missing,
+    )
     if missing:  # failed, or not run yet: the statistics rest on fewer seeds than planned, and say so
-        cell["missing"] = missing
-        cell["verdict"] += (
+        cell.verdict += (
             " Not finished (failed or not yet run), so left out: "
             + "; ".join(f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}" for v, ss in missing.items())
             + "."
         )
     if task == "lm":  # the published table is a language-modelling loss
-        cell["literature"] = rank_agreement({r["ffn"]: r["mean"] for r in stats["variants"]})
+        cell.literature = rank_agreement({r.ffn: r.mean for r in rows})
     if noise:
         base = values[baseline]
-        cell["noise_floor"] = seed_noise(noise + [base[s] for s in base if math.isfinite(base[s])])
+        cell.noise_floor = seed_noise(noise + [base[s] for s in base if math.isfinite(base[s])])
     return cell
 
 
-def tuned_cells(cells: list[dict], axes=("lr",)) -> list[dict]:
+def tuned_cells(cells: list[Cell], axes=("lr",)) -> list[Cell]:
     """Each variant at its own best setting of `axes` (chosen on validation), compared on the test split.
 
     Cells that differ only in `axes` form a group; within it, a variant's setting is the cell with
     its best mean validation metric over seeds, and the comparison uses that cell's per-seed test
     metric, paired by seed. Choosing on validation and reporting on test keeps the selection from
     flattering the winner (Melis et al. 2018). Returns one cell per group, with axes[a] = "tuned"
-    for each tuned axis and each row's chosen value in row[a] (and its validation mean in row["val_mean"]).
+    for each tuned axis and each row's chosen value of each axis and its validation mean in `row.tuned`.
     """
     axes = (axes,) if isinstance(axes, str) else tuple(axes)
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Cell]] = {}
     for c in cells:
-        key = tuple((k, v) for k, v in c["axes"].items() if k not in axes)
+        key = tuple((k, v) for k, v in c.axes.items() if k not in axes)
         groups.setdefault(key, []).append(c)
     out = []
     for key, group in groups.items():
-        sign = -1.0 if group[0]["metric_direction"] == "higher" else 1.0
+        sign = -1.0 if group[0].metric_direction == "higher" else 1.0
         chosen, test_values = {}, {}
-        for v in [r["ffn"] for r in group[0]["variants"]]:
-            rows = [(c["axes"], next(r for r in c["variants"] if r["ffn"] == v)) for c in group]
-            rows = [(where, r) for where, r in rows if r["mean"] is not None]
+        for v in [r.ffn for r in group[0].variants]:
+            measured = [(c.axes, c.row(v)) for c in group if c.row(v).mean is not None]
             test_values[v] = {}
-            if rows:
-                where, row = min(rows, key=lambda wr: sign * wr[1]["mean"])
-                chosen[v] = {**{a: where[a] for a in axes}, "val_mean": row["mean"]}
-                test_values[v] = dict(row.get("test_values") or {})
-        stats = compare(test_values, group[0]["baseline"], higher_is_better=sign < 0, level=LEVEL)
-        for row in stats["variants"]:
-            row.update({a: chosen.get(row["ffn"], {}).get(a) for a in (*axes, "val_mean")})
+            if measured:
+                where, row = min(measured, key=lambda wr: sign * wr[1].mean)
+                chosen[v] = {**{a: where[a] for a in axes}, "val_mean": row.mean}
+                test_values[v] = dict(row.test_values)
+        stats = compare(test_values, group[0].baseline, higher_is_better=sign < 0, level=LEVEL)
+        rows = [
+            row_of(r, tuned={a: chosen.get(r["ffn"], {}).get(a) for a in (*axes, "val_mean")})
+            for r in stats["variants"]
+        ]
         out.append(
-            {
-                "axes": {**dict(key), **{a: "tuned" for a in axes}},
-                "metric": group[0]["metric"].replace("_val_", "_test_"),
-                "selected_on": group[0]["metric"],
-                "tuned_axes": list(axes),
-                **stats,
-            }
+            Cell(
+                axes={**dict(key), **{a: "tuned" for a in axes}},
+                task=group[0].task,
+                metric=group[0].metric.replace("_val_", "_test_"),
+                baseline=stats["baseline"],
+                metric_direction=stats["metric_direction"],
+                alpha=stats["alpha"],
+                level=stats["level"],
+                variants=rows,
+                verdict=stats["verdict"],
+                tuned_axes=list(axes),
+                selected_on=group[0].metric,
+            )
         )
     return out
 
 
-def across_cells(cells: list[dict], baseline: str, alpha: float = 0.05) -> dict | None:
+def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> dict | None:
     """Whether each variant's gap to the baseline changes between the cells of a study (None with one cell):
     per variant a repeated-measures F test on its per-seed gaps (`ffnlab.study.stats.gap_heterogeneity`),
     Holm-corrected over the variants, its mean gap in each cell, the best mean of each cell, and sentences.
     """
     if len(cells) < 2:
         return None
-    labels = [key_values(c["axes"]) for c in cells]
-    rows = [{r["ffn"]: r for r in c["variants"]} for c in cells]
+    labels = [key_values(c.axes) for c in cells]
     variants = {}
-    for v in (r["ffn"] for r in cells[0]["variants"] if r["ffn"] != baseline):
-        gaps = [
-            {s: x - by[baseline]["values"][s] for s, x in by[v]["values"].items() if s in by[baseline]["values"]}
-            for by in rows
-        ]
-        variants[v] = {**gap_heterogeneity(gaps), "gaps": [by[v]["delta"] for by in rows]}
+    for v in (r.ffn for r in cells[0].variants if r.ffn != baseline):
+        gaps = []
+        for c in cells:
+            ours, base = c.row(v).values, c.row(baseline).values
+            gaps.append({s: x - base[s] for s, x in ours.items() if s in base})
+        variants[v] = {**gap_heterogeneity(gaps), "gaps": [c.row(v).delta for c in cells]}
     for row, p_adj in zip(variants.values(), holm([r["p"] for r in variants.values()])):
         row.update(p_adj=p_adj, differs=p_adj is not None and p_adj < alpha)
-    best = [next((r["ffn"] for r in c["variants"] if r["mean"] is not None), None) for c in cells]
+    best = [next((r.ffn for r in c.variants if r.mean is not None), None) for c in cells]
     return {
         "cells": labels,
         "variants": variants,
@@ -287,11 +214,11 @@ def across_sentences(labels: list[str], variants: dict, best: list, baseline: st
 # ---- words for the numbers, shared by the terminal table and the report ----------------------------
 
 
-def p_label(row: dict, baseline: str) -> str:
+def p_label(row: VariantRow, baseline: str) -> str:
     """A row's Holm-adjusted p as shown: '-' for the baseline, 'n/a (needs ≥3 seeds)' where untested."""
-    if row["ffn"] == baseline:
+    if row.ffn == baseline:
         return "-"
-    return f"n/a (needs ≥{MIN_PAIRS} seeds)" if row["p_adj"] is None else f"{row['p_adj']:.3f}"
+    return f"n/a (needs ≥{MIN_PAIRS} seeds)" if row.p_adj is None else f"{row.p_adj:.3f}"
 
 
 def literature_text(lit: dict) -> str:
@@ -308,63 +235,75 @@ def literature_text(lit: dict) -> str:
 # ---- a whole study ----------------------------------------------------------------------------------
 
 
-def summarize_study(
-    study: Study,
-    store_path: str | os.PathLike,
-    runs: list[TrainConfig] | None = None,
-    extrapolate_to: float | None = None,
-) -> dict:
-    """The study's summary: one `ffnlab.study.summary.summarize_cell` per cell of its axes (never merged),
-    plus, with an lr axis, the tuned comparison (`tuned_cells`), and with --scale axes the loss-vs-compute
-    fits (`scaling_of`; `extrapolate_to` FLOPs adds a multiplier there, marked as an extrapolation)."""
+def study_records(
+    study: Study, store_path: str | os.PathLike, runs: list[TrainConfig] | None = None
+) -> dict[tuple, list[tuple[TrainConfig, RunRecord | None]]]:
+    """The study's planned runs with their store records (None where not yet run), grouped by cell
+    (`ffnlab.study.plan.group_key`: the cell's axis values as (axis, value) pairs)."""
     runs = plan(study) if runs is None else runs
     cells: dict[tuple, list] = {}
     with Store(Path(store_path), create=False) as store:
         for cfg in runs:
             cells.setdefault(group_key(cfg, study), []).append((cfg, store.get(run_id(cfg))))
+    return cells
+
+
+def summarize_study(
+    study: Study,
+    store_path: str | os.PathLike,
+    runs: list[TrainConfig] | None = None,
+    extrapolate_to: float | None = None,
+) -> Summary:
+    """The study's summary: one `summarize_cell` per cell of its axes (never merged), plus, with an lr axis,
+    the tuned comparison (`tuned_cells`), and with --scale axes the loss-vs-compute fits (`scaling_of`;
+    `extrapolate_to` FLOPs adds a multiplier there, marked as an extrapolation)."""
+    return summarize(study, study_records(study, store_path, runs), store_path, extrapolate_to)
+
+
+def summarize(
+    study: Study,
+    cells: dict[tuple, list[tuple[TrainConfig, RunRecord | None]]],
+    store_path: str | os.PathLike,
+    extrapolate_to: float | None = None,
+) -> Summary:
+    """`summarize_study` of the runs `study_records` read."""
     out_cells = [
         summarize_cell(items, study.variants, study.baseline, study.seeds, dict(key)) for key, items in cells.items()
     ]
-    summary = {
-        "store": str(store_path),
-        "baseline": study.baseline,
-        "seeds": study.seeds,
-        "settings": settings_of(study),
-        "cells": out_cells,
-    }
-    across = across_cells(out_cells, study.baseline, out_cells[0]["alpha"])
-    if across:
-        summary["across_cells"] = across
     tuned = [a for a in TUNED_AXES if a in study.axes]
-    if tuned:
-        summary["tuned"] = tuned_cells(out_cells, tuned)
-    if study.scale:
-        summary["scaling"] = scaling_of(study, [item for items in cells.values() for item in items], extrapolate_to)
-    if len(out_cells) == 1:  # the common case: no extra axes
-        summary.update({k: out_cells[0][k] for k in ("variants", "verdict", "metric")})
-        if "noise_floor" in out_cells[0]:
-            summary["noise_floor"] = out_cells[0]["noise_floor"]
-    return summary
+    return Summary(
+        store=str(store_path),
+        baseline=study.baseline,
+        seeds=study.seeds,
+        settings=settings_of(study),
+        cells=out_cells,
+        across_cells=across_cells(out_cells, study.baseline, out_cells[0].alpha),
+        tuned=tuned_cells(out_cells, tuned) if tuned else [],
+        scaling=(
+            scaling_of(study, [item for items in cells.values() for item in items], extrapolate_to)
+            if study.scale
+            else None
+        ),
+    )
 
 
 def scaling_of(study: Study, items: list, extrapolate_to: float | None = None) -> dict | None:
     """`ffnlab.study.scaling.fit_scaling` over the study's paired seeds: each run's training compute
     (`train_flops`) against its final metric; None while fewer than 3 computes have finished."""
-    task = items[0][0].model.task
-    metric = metric_of(task)
+    ranking = ranking_metric(items[0][0].model.task)
     runs = []
     for cfg, rec in items:
-        res = (rec or {}).get("result") or {}
-        if cfg.seed >= study.seeds or not rec or rec["status"] not in ("finished", "diverged"):
+        if cfg.seed >= study.seeds or rec is None or rec.result is None:
             continue  # noise-floor seeds are unpaired; unfinished runs have no point yet
-        compute = res.get("train_flops") or train_flops(res["flops_per_token"], res["tokens"])  # older stores
-        loss = res.get(metric) if rec["status"] == "finished" else None
+        res = rec.result
+        compute = res.train_flops or train_flops(res.flops_per_token, res.tokens)  # older stores
+        loss = ranking.value(res) if rec.status is RunStatus.FINISHED else None
         runs.append({"variant": cfg.model.ffn, "seed": cfg.seed, "compute": compute, "loss": loss or math.nan})
     try:
         fits = fit_scaling(runs, study.baseline, level=LEVEL, extrapolate_to=extrapolate_to)
     except ValueError as e:  # too few finished sizes yet (a study still running, or many diverged)
         return {"error": str(e), "scale": {a: study.axes[a] for a in study.scale}}
-    return {"scale": {a: study.axes[a] for a in study.scale}, "metric": metric, **fits}
+    return {"scale": {a: study.axes[a] for a in study.scale}, "metric": ranking.name, **fits}
 
 
 def settings_of(study: Study) -> dict:

@@ -1,29 +1,209 @@
-"""A study's summary as text for the terminal, as CSV and as the JSON `compare --json` prints."""
+"""A study's summary as tables: one table model (`Table`) built from the records, printed here for the
+terminal and rendered as Markdown and HTML by `ffnlab.study.render`; and the CSV `compare --csv` writes.
+
+Every metric column comes from `ffnlab.study.metrics.METRICS` (the metrics a table shows), so the terminal,
+the report and the CSV never disagree on what a number is or how it is printed.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass, field
 
 from ffnlab._util.files import write_atomic
-from ffnlab._util.text import sci
+from ffnlab._util.text import key_values, num, sci
+from ffnlab.study.metrics import metric, shown_in
 from ffnlab.study.protocol import STAGE_TITLES
-from ffnlab.study.summary import ROW_FIELDS, literature_text, p_label
+from ffnlab.study.records import Cell, Summary, VariantRow, csv_fields
+from ffnlab.study.summary import literature_text, p_label
 
 
-def format_table(summary: dict) -> str:
+@dataclass
+class Table:
+    """Rows of text under a header; `text_cols` are left-aligned (numbers right), `marks` maps
+    (row, column) to a class the HTML page colours ('better', 'worse')."""
+
+    head: list[str]
+    rows: list[list[str]]
+    text_cols: tuple[int, ...] = (0,)
+    marks: dict[tuple[int, int], str] = field(default_factory=dict)
+
+
+def text_table(table: Table, indent: str = "") -> list[str]:
+    """A table as aligned lines of text, for the terminal."""
+    widths = [max(len(str(c)) for c in col) for col in zip(table.head, *table.rows)]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            str(c).ljust(w) if j in table.text_cols else str(c).rjust(w) for j, (c, w) in enumerate(zip(cells, widths))
+        ]
+        return (indent + "  ".join(parts)).rstrip()
+
+    return [line(table.head)] + [line(r) for r in table.rows]
+
+
+# ---- the tables of one cell ----------------------------------------------------------------------
+
+
+def metric_label(cell: Cell) -> str:
+    """The short name of the cell's ranking metric, on its split: 'val loss', 'test acc'."""
+    label = metric(cell.metric.replace("_test_", "_val_")).label
+    return label.replace("val", "test") if "_test_" in cell.metric else label
+
+
+def delta_text(row: VariantRow, baseline: str) -> str:
+    """'+0.0123 [0.0050, 0.0196] *': a row's paired difference to the baseline, its CI and significance."""
+    if row.ffn == baseline:
+        return "baseline"
+    if row.delta is None:
+        return "-"
+    ci = f" [{num(row.delta_ci_low)}, {num(row.delta_ci_high)}]" if row.delta_ci_low is not None else ""
+    return f"{row.delta:+.4f}{ci}{' *' if row.significant else ''}"
+
+
+def ci_text(row: VariantRow) -> str:
+    """'mean [ci_low, ci_high]' of a row."""
+    return f"{num(row.mean)} [{num(row.ci_low)}, {num(row.ci_high)}]"
+
+
+def delta_marks(cell: Cell, column: int) -> dict[tuple[int, int], str]:
+    """Colour each significant difference by whether the variant is better or worse than the baseline."""
+    marks = {}
+    for i, r in enumerate(cell.variants):
+        if r.significant and r.delta is not None:
+            better = (r.delta > 0) == (cell.metric_direction == "higher")
+            marks[(i, column)] = "better" if better else "worse"
+    return marks
+
+
+def ranking_table(cell: Cell) -> Table:
+    """The ranking: each variant's mean with its interval, its paired difference to the baseline, the
+    Holm-adjusted p, then the metrics the ranking shows."""
+    pct = round(cell.level * 100)
+    shown = shown_in("ranking", cell.task)
+    head = ["rank", "ffn", f"{metric_label(cell)} [{pct}% CI]", f"Δ vs {cell.baseline} [{pct}% CI]", "p (Holm)",
+            "seeds", "diverged", *(m.label for m in shown)]  # fmt: skip
+    rows = [
+        [
+            str(r.rank),
+            r.ffn,
+            ci_text(r),
+            delta_text(r, cell.baseline),
+            p_label(r, cell.baseline),
+            str(r.n_seeds),
+            str(r.diverged),
+            *(m.format(r.metrics.get(m.name)) for m in shown),
+        ]  # fmt: skip
+        for r in cell.variants
+    ]
+    return Table(head, rows, (1,), delta_marks(cell, 3))
+
+
+def tuned_table(cell: Cell) -> Table:
+    """The tuned comparison: each variant's setting chosen on validation, its test metric compared."""
+    pct = round(cell.level * 100)
+    head = ["rank", "ffn", "chosen setting", "val mean at it", f"{metric_label(cell)} [{pct}% CI]",
+            f"Δ vs {cell.baseline} [{pct}% CI]", "p (Holm)", "seeds"]  # fmt: skip
+    setting = lambda r: ", ".join(f"{a} {r.tuned.get(a)}" for a in cell.tuned_axes)
+    rows = [[str(r.rank), r.ffn, setting(r), num(r.tuned.get("val_mean")), ci_text(r),
+             delta_text(r, cell.baseline), p_label(r, cell.baseline), str(r.n_seeds)]
+            for r in cell.variants]  # fmt: skip
+    return Table(head, rows, (1, 2), delta_marks(cell, 5))
+
+
+def metric_table(cell: Cell, table: str) -> Table:
+    """A report table of the cell's metrics ('cost', 'stability', 'signals'): a row per variant."""
+    shown = shown_in(table, cell.task)
+    head = ["ffn", *(m.label for m in shown)]
+    rows = [[r.ffn, *(m.format(r.metrics.get(m.name)) for m in shown)] for r in cell.variants]
+    text = tuple(j + 1 for j, m in enumerate(shown) if m.name == "learned")
+    return Table(head, rows, (0, *text))
+
+
+def cost_table(cell: Cell) -> Table:
+    """The cost metrics, and each variant's step time against the baseline's."""
+    table = metric_table(cell, "cost")
+    base = cell.row(cell.baseline).metrics.get("step_time_s")
+    for r, row in zip(cell.variants, table.rows):
+        own = r.metrics.get("step_time_s")
+        row.append(f"{(own / base - 1) * 100:+.0f}%" if own and base else "-")
+    table.head.append("step time vs baseline")
+    return table
+
+
+def stability_table(cell: Cell) -> Table:
+    """The stability metrics, after how many of each variant's runs diverged."""
+    table = metric_table(cell, "stability")
+    table.head.insert(1, "diverged runs")
+    for r, row in zip(cell.variants, table.rows):
+        row.insert(1, f"{r.diverged} of {r.runs}")
+    return table
+
+
+def literature_table(cell: Cell) -> Table | None:
+    """The measured ranking beside Shazeer 2020 Table 1 for the variants both have."""
+    lit = cell.literature
+    if not lit or lit["n"] < 2:
+        return None
+    mean, published = lit["measured"], lit["published"]
+    sign = -1.0 if cell.metric_direction == "higher" else 1.0
+    ours = sorted(lit["variants"], key=lambda v: sign * mean[v])
+    theirs = sorted(lit["variants"], key=lambda v: published[v])
+    head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
+    rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)] for v in ours]
+    return Table(head, rows)
+
+
+def scaling_table(scaling: dict) -> Table:
+    """The loss-vs-compute fits: per variant E, alpha and the compute multiplier, each with its interval."""
+    level = round(scaling["level"] * 100)
+
+    def ci(pair: list) -> str:
+        return "-" if None in pair else f"{pair[0]:.3g} to {pair[1]:.3g}"
+
+    head = ["FFN", "E", f"E {level}% CI", "alpha", f"alpha {level}% CI", "multiplier k", f"k {level}% CI",
+            "lack of fit p", "fit"]  # fmt: skip
+    rows = [
+        [name, f"{r['E']:.3g}", ci(r["E_ci"]), f"{r['alpha']:.3g}", ci(r["alpha_ci"]), f"{r['multiplier']:.2f}",
+         ci(r["multiplier_ci"]), "-" if r["lack_of_fit_p"] is None else f"{r['lack_of_fit_p']:.2g}",
+         ("converged" if r["converged"] else "not converged") + (f": {r['note']}" if r["note"] else "")]
+        for name, r in scaling["variants"].items()
+    ]  # fmt: skip
+    return Table(head, rows, (0, 8))
+
+
+# ---- the terminal ----------------------------------------------------------------------------------
+
+
+def format_table(summary: Summary) -> str:
     """The ranked table of each cell of a study (and of the tuned comparison), with the verdict under
     it, then what the comparison held equal."""
     lines = []
-    for cell in summary["cells"]:
-        lines += format_cell(cell, summary["baseline"]) + [""]
-    if "across_cells" in summary:
-        lines += across_lines(summary["across_cells"]) + [""]
-    for cell in summary.get("tuned", []):
-        lines += format_cell(cell, summary["baseline"]) + [""]
-    if "scaling" in summary:
-        lines += scaling_lines(summary["scaling"]) + [""]
-    return "\n".join(lines + held_equal_lines(summary["settings"]))
+    for cell in summary.cells + summary.tuned:
+        lines += format_cell(cell) + [""]
+    if summary.across_cells:
+        lines += across_lines(summary.across_cells) + [""]
+    if summary.scaling:
+        lines += scaling_lines(summary.scaling) + [""]
+    return "\n".join(lines + held_equal_lines(summary.settings))
+
+
+def format_cell(cell: Cell) -> list[str]:
+    """One cell: where it is, its ranking, its verdict, the noise floor and the published ranking."""
+    lines = [key_values(cell.axes)] if cell.axes else []
+    if cell.tuned_axes:
+        lines.append(
+            f"tuned: each variant at its best {' x '.join(cell.tuned_axes)} on validation, compared on {cell.metric}"
+        )
+    lines += text_table(tuned_table(cell) if cell.tuned_axes else ranking_table(cell))
+    lines.append(cell.verdict)
+    if cell.noise_floor:
+        nf = cell.noise_floor
+        lines.append(f"noise floor ({cell.baseline}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
+    if cell.literature and cell.literature["tau"] is not None:
+        lines.append(literature_text(cell.literature))
+    return lines
 
 
 def across_lines(across: dict) -> list[str]:
@@ -32,37 +212,25 @@ def across_lines(across: dict) -> list[str]:
     return [head] + [f"  {s}" for s in across["sentences"]]
 
 
-def two(x: float | None) -> str:
-    """A multiplier with 2 decimals; "-" for a CI end the bootstrap left unbounded."""
-    return "-" if x is None else f"{x:.2f}"
-
-
 def scaling_lines(scaling: dict) -> list[str]:
-    """The loss-vs-compute fits as a table (E, alpha, multiplier with CIs) and the plain sentences."""
+    """The loss-vs-compute fits as a table and the plain sentences."""
     scale = ", ".join(f"{a} {'/'.join(map(str, v))}" for a, v in scaling["scale"].items())
     if "error" in scaling:
         return [f"scaling over {scale}: no fit yet ({scaling['error']})"]
-    level = round(100 * scaling["level"])
     lines = [
         f"scaling over {scale}: L(C) = E + A C^-alpha per variant ({scaling['loss_fit']}), "
         f"C = training FLOPs {sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])}",
-        f"  {'variant':<16}{'E':>8}{'alpha':>8}{'lof p':>8}  {'multiplier':>10}  {level}% CI",
+        *text_table(scaling_table(scaling), "  "),
     ]
     for name, row in scaling["variants"].items():
-        lo, hi = (two(x) for x in row["multiplier_ci"])
-        note = f"  ({'' if row['converged'] else 'not converged: '}{row['note']})" if row["note"] else ""
-        lof = "-" if row["lack_of_fit_p"] is None else f"{row['lack_of_fit_p']:.2g}"
-        lines.append(
-            f"  {name:<16}{row['E']:>8.3f}{row['alpha']:>8.3f}{lof:>8}  {two(row['multiplier']):>10}  {lo} to {hi}{note}"
-        )
         if "extrapolated" in row:
             x = row["extrapolated"]
-            lo, hi = (two(v) for v in x["multiplier_ci"])
-            lines.append(f"  {'':<32}at {sci(x['compute'])} FLOPs: {two(x['multiplier'])} ({lo} to {hi}), {x['note']}")
+            lo, hi = ("-" if v is None else f"{v:.2f}" for v in x["multiplier_ci"])
+            lines.append(f"  {name} at {sci(x['compute'])} FLOPs: {x['multiplier']:.2f} ({lo} to {hi}), {x['note']}")
     lines.append(
         "  multiplier k: the baseline needs k x the compute to reach the variant's loss at the largest compute;"
     )
-    lines.append("  lof p: lack-of-fit test against seed noise (small: the power law misses the points)")
+    lines.append("  lack of fit p: lack-of-fit test against seed noise (small: the power law misses the points)")
     return lines + [f"  {s}" for s in scaling["sentences"]]
 
 
@@ -76,96 +244,27 @@ def held_equal_lines(settings: dict) -> list[str]:
     )
 
 
-def format_cell(cell: dict, baseline: str) -> list[str]:
-    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
-    lines = []
-    if cell["axes"]:
-        lines.append("  ".join(f"{k}={v}" for k, v in cell["axes"].items()))
-    tuned = "selected_on" in cell
-    if tuned:
-        lines.append(
-            f"tuned: each variant at its best {' x '.join(cell['tuned_axes'])} on validation, compared on "
-            f"{cell['metric']}"
-        )
-    width = max([14] + [len(r["ffn"]) for r in cell["variants"]])  # a schedule's name can be long
-    metric = {"final_val_loss": "val loss", "final_val_acc": "val acc"}.get(cell["metric"], cell["metric"][6:])
-    lines.append(
-        f"{'rank':<4} {'ffn':<{width}} {metric + ' (95% CI)':<26} {'delta vs ' + baseline + ' (95% CI)':<30}"
-        f" {'p_adj':>7} "
-        + (
-            "setting"
-            if tuned
-            else f"{'params':>9} {'tok/s':>7} {'mem MiB':>7} {'test':>7} "
-            f"{'noise +':>7} {'events':>6} {'dead':>5} {'div':>3}"
-        )
-    )
-    for r in cell["variants"]:
-        ci = f"{f(r['mean'])} [{f(r['ci_low'])}, {f(r['ci_high'])}]"
-        sig = "*" if r["significant"] else " "
-        delta = (
-            "baseline"
-            if r["ffn"] == baseline
-            else f"{r['delta']:+.4f} [{f(r['delta_ci_low'])}, {f(r['delta_ci_high'])}]{sig}"
-            if r["delta"] is not None
-            else "-"
-        )
-        p = p_label(r, baseline)
-        if tuned:
-            setting = ", ".join(f"{a} {r.get(a)}" for a in cell["tuned_axes"])
-            lines.append(f"{r['rank']:<4} {r['ffn']:<{width}} {ci:<26} {delta:<30} {p:>7} {setting}")
-            continue
-        lines.append(
-            f"{r['rank']:<4} {r['ffn']:<{width}} {ci:<26} {delta:<30} {p:>7} "
-            f"{r['params'] or 0:>9,} {r['tokens_per_s'] or 0:>7,.0f} {(r['train_mem_bytes'] or 0) / 2**20:>7.1f} "
-            f"{f(r['test_mean']):>7} {f(r['noise_delta']):>7} {r['stability_events']:>6} "
-            f"{f(r['dead_frac'], 2):>5} {r['diverged']:>3}"
-        )
-    lines.append(cell["verdict"])
-    if cell.get("noise_floor"):
-        nf = cell["noise_floor"]
-        lines.append(f"noise floor ({baseline}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
-    lit = cell.get("literature")
-    if lit and lit["tau"] is not None:
-        lines.append(literature_text(lit))
-    return lines
-
-
-def write_csv(summary: dict, path: str):
-    """One row per (cell, variant), tuned cells included, written atomically."""
-    buf = io.StringIO()
-    cells = summary["cells"] + summary.get("tuned", [])
-    axes = sorted({k for c in cells for k in c["axes"]})
-    writer = csv.DictWriter(buf, fieldnames=axes + ["metric", *ROW_FIELDS], extrasaction="ignore")
-    writer.writeheader()
-    for cell in cells:
-        for r in cell["variants"]:
-            writer.writerow({**cell["axes"], "metric": cell["metric"], **r})
-    write_atomic(path, buf.getvalue())
-
-
-def summary_json(summary: dict) -> dict:
-    """What `compare --json` prints: the summary's cells as they are (the report and advise read the
-    same cells), with the single cell's rows and verdict at the top level when there are no axes."""
-    out = {
-        k: summary[k]
-        for k in ("store", "baseline", "seeds", "settings", "cells", "across_cells", "scaling")
-        if k in summary
-    }
-    if "tuned" in summary:
-        out["tuned"] = summary["tuned"]
-    if "variants" in summary:
-        out["variants"] = summary["cells"][0]["variants"]
-        out["verdict"] = summary["verdict"]
-    return out
-
-
-def format_protocol(result: dict) -> str:
+def format_protocol(stages: list[tuple[str, Summary]]) -> str:
     """The protocol's three stages as text: each stage's tables under a heading."""
     lines = []
-    for stage in result["stages"]:
-        s = stage["summary"]
-        lines.append(f"== stage {STAGE_TITLES[stage['name']]} ==")
-        cells = s.get("tuned", []) if stage["name"] == "tune" else s["cells"]
-        for cell in cells:
-            lines += format_cell(cell, s["baseline"]) + [""]
-    return "\n".join(lines + held_equal_lines(result["stages"][0]["summary"]["settings"]))
+    for name, summary in stages:
+        lines.append(f"== stage {STAGE_TITLES[name]} ==")
+        for cell in summary.tuned if name == "tune" else summary.cells:
+            lines += format_cell(cell) + [""]
+    return "\n".join(lines + held_equal_lines(stages[0][1].settings))
+
+
+# ---- CSV ----------------------------------------------------------------------------------------
+
+
+def write_csv(summary: Summary, path: str) -> None:
+    """One row per (cell, variant), tuned cells included, written atomically."""
+    buf = io.StringIO()
+    cells = summary.cells + summary.tuned
+    axes = sorted({k for c in cells for k in c.axes})
+    writer = csv.DictWriter(buf, fieldnames=axes + ["metric", *csv_fields()], extrasaction="ignore")
+    writer.writeheader()
+    for cell in cells:
+        for r in cell.variants:
+            writer.writerow({**cell.axes, "metric": cell.metric, **r.to_json()})
+    write_atomic(path, buf.getvalue())

@@ -1,0 +1,225 @@
+"""The one table of metrics: every quantity a comparison reports about a variant, declared once.
+
+Each `Metric` says what it is called, its unit, which direction is better, where a run's value comes
+from (a `RunResult` field, or a function of the result), how a variant's seeds are reduced to one
+number, how it is printed, which tables show it and whether a task ranks by it. The terminal table,
+`compare --json` and `--csv`, the report's tables and advise's evidence all iterate `METRICS`, so a
+new metric is one entry here (and its test), nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ffnlab._util.text import human, num
+from ffnlab.run.config import RunResult
+
+# the tables a metric can appear in: the ranking (terminal and report), the report's cost, stability and
+# signal tables, and the evidence an advice quotes
+TABLES = ("ranking", "cost", "stability", "signals", "evidence")
+Better = Literal["lower", "higher", "ranking"]  # "ranking": the direction of the task's ranking metric
+
+
+def finite(values: Sequence[Any]) -> list[float]:
+    return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def mean_of(values: Sequence[Any]) -> float | None:
+    """The mean of the finite numbers among `values`; None when there is none."""
+    values = finite(values)
+    return math.fsum(values) / len(values) if values else None
+
+
+def median_of(values: Sequence[Any]) -> float | None:
+    values = finite(values)
+    return statistics.median(values) if values else None
+
+
+def max_of(values: Sequence[Any]) -> float | None:
+    return max(values, default=None)
+
+
+def first_of(values: Sequence[Any]) -> Any:
+    """The first seed's value: for what every seed shares (parameters, FLOPs)."""
+    return values[0] if values else None
+
+
+def range_of(values: Sequence[Any]) -> list[float] | None:
+    """[min, max] over the seeds: the spread of a timing."""
+    values = finite(values)
+    return [min(values), max(values)] if values else None
+
+
+def exp_mean(values: Sequence[Any]) -> float | None:
+    """exp of the mean: perplexity from the mean loss (not the mean of the seeds' perplexities)."""
+    m = mean_of(values)
+    return None if m is None else math.exp(m)
+
+
+def learned_mean(per_seed: Sequence[dict]) -> dict:
+    """Learned activation parameters per layer, averaged over seeds (switch weights per activation)."""
+    layers: dict[str, dict[str, list]] = {}
+    for learned in per_seed:
+        for layer, params in learned.items():
+            for name, value in params.items():
+                layers.setdefault(layer, {}).setdefault(name, []).append(value)
+    out: dict[str, dict] = {}
+    for layer, params in layers.items():
+        out[layer] = {}
+        for name, values in params.items():
+            if isinstance(values[0], dict):
+                out[layer][name] = {k: mean_of([v[k] for v in values]) for k in values[0]}
+            elif isinstance(values[0], (int, float)):
+                out[layer][name] = mean_of(values)
+            else:  # a vector parameter: element-wise
+                out[layer][name] = [mean_of(col) for col in zip(*values)]
+    return out
+
+
+def ms(seconds: float | None) -> str:
+    return num(seconds * 1e3 if seconds is not None else None, 1)
+
+
+def ms_range(span: list[float] | None) -> str:
+    return f"{span[0] * 1e3:.1f}-{span[1] * 1e3:.1f}" if span else "-"
+
+
+def three_digits(value: object) -> str:
+    """A number to 3 significant digits ('1.23e-05'), '-' for None. NOTE: not `human`: gradient means
+    span many decades, and an SI suffix would hide that."""
+    return f"{value:.3g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+def learned_text(learned: dict) -> str:
+    """'blocks.0.ffn: beta 1.21; blocks.1.ffn: beta 1.05' (mixture weights as relu 0.31, ...)."""
+    parts = []
+    for layer, params in learned.items():
+        values = []
+        for name, v in params.items():
+            if isinstance(v, dict):
+                values.append(", ".join(f"{k} {x:.2f}" for k, x in v.items()))
+            elif isinstance(v, (int, float)):
+                values.append(f"{name} {v:.3g}")
+            else:
+                values.append(f"{name} {[round(x, 3) for x in v]}")
+        parts.append(f"{layer}: {'; '.join(values)}")
+    return "; ".join(parts) or "-"
+
+
+def on_test(r: RunResult) -> float | None:
+    """The run's ranking metric on the test split."""
+    return r.final_test_loss if r.task == "lm" else r.final_test_acc
+
+
+def under_noise(r: RunResult) -> float | None:
+    """The run's validation metric with Gaussian noise on the token embeddings (a robustness probe)."""
+    return r.noisy_val_loss if r.task == "lm" else r.noisy_val_acc
+
+
+def noise_effect(r: RunResult) -> float | None:
+    """How much the embedding noise moved the validation metric."""
+    clean = r.final_val_loss if r.task == "lm" else r.final_val_acc
+    noisy = under_noise(r)
+    return None if noisy is None or clean is None else noisy - clean
+
+
+def sparsity(r: RunResult) -> float | None:
+    """The fraction of exact zeros in the FFN's hidden activations, averaged over layers."""
+    return mean_of([b.get("zero_frac") for b in r.behaviour.values()]) if r.behaviour else None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One measured quantity of a variant (see the module's docstring)."""
+
+    name: str  # its key in a row, in compare --json and in the CSV header
+    label: str  # its column heading
+    unit: str  # '' for a count or a fraction
+    better: Better | None  # None: neither direction is better (a setting, a count of parameters)
+    source: str | Callable[[RunResult], Any]  # a RunResult field, or a function of one run's result
+    reduce: Callable[[Sequence[Any]], Any] = mean_of  # the variant's seeds -> one value
+    format: Callable[[Any], str] = num
+    tables: tuple[str, ...] = ()  # where it is shown, of TABLES; compare --json always holds it
+    ranks: tuple[str, ...] = ()  # the tasks that rank variants by it (its statistics are the row's)
+    tasks: tuple[str, ...] = ("lm", "cls")  # the tasks it is measured for; None elsewhere
+    csv: bool = True  # a scalar the CSV has a column for
+
+    def value(self, result: RunResult) -> Any:
+        """This metric of one run."""
+        return getattr(result, self.source) if isinstance(self.source, str) else self.source(result)
+
+    def of(self, results: Sequence[RunResult], task: str) -> Any:
+        """This metric of a variant: its seeds' values reduced; None for a task it is not measured for."""
+        if task not in self.tasks:
+            return None
+        return self.reduce([v for v in (self.value(r) for r in results) if v is not None])
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("final_val_loss", "val loss", "nats", "lower", "final_val_loss", ranks=("lm",), tasks=("lm",)),
+    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls",), tasks=("cls",)),
+    Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals",), tasks=("lm",)),
+    Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
+    Metric("noisy_mean", "with embedding noise", "", "ranking", under_noise, tables=("signals",)),
+    Metric("noise_delta", "noise effect", "", None, noise_effect, format=lambda v: "-" if v is None else f"{v:+.4f}",
+           tables=("ranking", "signals")),
+    Metric("params", "params", "", None, "params", first_of, human, ("ranking", "cost", "evidence")),
+    Metric("flops_per_token", "FLOPs/token", "FLOPs", None, "flops_per_token", first_of, human, ("cost",)),
+    Metric("tokens_per_s", "tokens/s", "tokens/s", "higher", "tokens_per_s", format=human,
+           tables=("ranking", "cost", "evidence")),
+    Metric("step_time_s", "step time (ms)", "s", "lower", "step_time_s", median_of, ms, ("cost", "evidence")),
+    Metric("step_time_range", "seeds' range (ms)", "s", None, "step_time_s", range_of, ms_range, ("cost",), csv=False),
+    Metric("train_seconds", "train time (s)", "s", "lower", "train_seconds", format=lambda v: num(v, 1),
+           tables=("cost",)),
+    Metric("train_mem_bytes", "training memory", "B", "lower", "train_mem_bytes", max_of, lambda v: human(v, "B"),
+           ("ranking", "cost", "evidence")),
+    Metric("param_bytes", "parameters", "B", "lower", "param_bytes", max_of, lambda v: human(v, "B")),
+    Metric("grad_bytes", "gradients", "B", "lower", "grad_bytes", max_of, lambda v: human(v, "B")),
+    Metric("optimizer_bytes", "optimizer state", "B", "lower", "optimizer_bytes", max_of, lambda v: human(v, "B")),
+    Metric("saved_bytes", "saved for backward", "B", "lower", "saved_bytes", max_of, lambda v: human(v, "B"),
+           ("cost",)),
+    Metric("cuda_peak_bytes", "CUDA peak", "B", "lower", "cuda_peak_bytes", max_of, lambda v: human(v, "B")),
+    Metric("grad_spikes", "gradient spikes", "", "lower", "n_grad_spikes", sum, str, ("stability",)),
+    Metric("loss_spikes", "loss spikes", "", "lower", "n_loss_spikes", sum, str, ("stability",)),
+    Metric("stability_events", "events", "", "lower", lambda r: r.n_grad_spikes + r.n_loss_spikes, sum, str,
+           ("ranking",), csv=False),
+    Metric("max_grad_norm", "max gradient norm", "", "lower", "max_grad_norm", max_of, lambda v: num(v, 3),
+           ("stability",)),
+    Metric("dead_frac", "dead units", "", "lower", "dead_frac", format=lambda v: num(v, 3),
+           tables=("ranking", "stability")),
+    Metric("sparsity", "sparsity", "", None, sparsity, format=lambda v: num(v, 3), tables=("stability",)),
+    Metric("ffn_grad_mean", "FFN grad mean", "", None, "ffn_grad_mean", format=three_digits, tables=("stability",)),
+    Metric("ffn_grad_std", "FFN grad std", "", None, "ffn_grad_std", format=three_digits, tables=("stability",)),
+    Metric("learned", "learned activation parameters", "", None, "learned", learned_mean, learned_text,
+           ("signals",), csv=False),
+)  # fmt: skip
+
+
+def metric(name: str) -> Metric:
+    """The declared metric `name`; ValueError naming the valid ones otherwise."""
+    for m in METRICS:
+        if m.name == name:
+            return m
+    raise ValueError(f"unknown metric '{name}'; valid: {', '.join(m.name for m in METRICS)}")
+
+
+def ranking_metric(task: str) -> Metric:
+    """The metric a comparison of `task` ranks by: validation loss for an LM, accuracy for a classifier."""
+    for m in METRICS:
+        if task in m.ranks:
+            return m
+    raise ValueError(f"no ranking metric for task '{task}'")
+
+
+def row_metrics() -> list[Metric]:
+    """The metrics a variant's row holds beside the statistics of its ranking metric: all but the rankable."""
+    return [m for m in METRICS if not m.ranks]
+
+
+def shown_in(table: str, task: str | None = None) -> list[Metric]:
+    """The metrics a table of TABLES shows (for a task, or for any), in declaration order."""
+    return [m for m in row_metrics() if table in m.tables and (task is None or task in m.tasks)]

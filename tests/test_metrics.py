@@ -1,0 +1,68 @@
+import csv
+import math
+from dataclasses import fields
+
+import pytest
+
+from ffnlab.run.config import RunResult
+from ffnlab.study import metrics
+from ffnlab.study.advise import advise
+from ffnlab.study.load import load_study
+from ffnlab.study.metrics import METRICS, TABLES, Metric, exp_mean, mean_of, metric, range_of, ranking_metric
+from ffnlab.study.report import write_report
+from ffnlab.study.summary import summarize_study
+from ffnlab.study.table import format_table, write_csv
+from tests.conftest import run_result
+from tests.test_advise import fabricated_store
+
+
+def test_a_metric_declared_once_reaches_all_five_outputs(monkeypatch, tmp_path):
+    toy = Metric("toy_score", "toy score", "", "lower", lambda r: 1000.0 + r.seed, format=lambda v: f"toy{v:.1f}",
+                 tables=("ranking", "cost", "evidence"))  # fmt: skip
+    monkeypatch.setattr(metrics, "METRICS", (*METRICS, toy))
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "gelu": 1.9})  # seeds 0, 1, 2: a mean of 1001
+    study, runs, _ = load_study(store)
+    summary = summarize_study(study, store, runs)
+    assert "toy score" in format_table(summary) and "toy1001.0" in format_table(summary)  # the terminal
+    assert [r["toy_score"] for r in summary.to_json()["variants"]] == [1001.0, 1001.0]  # compare --json
+    write_csv(summary, tmp_path / "t.csv")
+    with open(tmp_path / "t.csv") as f:
+        assert [float(r["toy_score"]) for r in csv.DictReader(f)] == [1001.0, 1001.0]  # compare --csv
+    report = write_report(store, tmp_path / "report")
+    page, md = report["html"].read_text(), report["markdown"].read_text()
+    assert page.count("toy1001.0") == 4 and "toy score" in page and "toy1001.0" in md  # ranking and cost tables
+    advice = advise(store=store)
+    assert [v["toy_score"] for v in advice["evidence"]["variants"].values()] == [1001.0, 1001.0]  # the evidence
+
+
+def test_every_metric_reads_a_field_runs_have_and_shows_in_known_tables():
+    names = {f.name for f in fields(RunResult)}
+    for m in METRICS:
+        assert not isinstance(m.source, str) or m.source in names, m.name
+        assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls"}, m.name
+        m.value(run_result())  # computed sources read fields that exist
+    assert len({m.name for m in METRICS}) == len(METRICS)
+
+
+def test_the_ranking_metric_follows_the_task():
+    assert ranking_metric("lm").name == "final_val_loss" and ranking_metric("lm").better == "lower"
+    assert ranking_metric("cls").name == "final_val_acc" and ranking_metric("cls").better == "higher"
+    with pytest.raises(ValueError, match="no ranking metric for task 'tokens'"):
+        ranking_metric("tokens")
+    with pytest.raises(ValueError, match="unknown metric 'bogus'; valid: final_val_loss, final_val_acc"):
+        metric("bogus")
+
+
+def test_reducers_over_seeds():
+    results = [run_result(seed=s, final_val_loss=x, step_time_s=t) for s, x, t in ((0, 2.0, 0.01), (1, 4.0, 0.03))]
+    assert metric("ppl").of(results, "lm") == pytest.approx(math.exp(3.0))  # exp of the mean loss
+    assert metric("ppl").of(results, "cls") is None  # not measured for a classifier
+    assert metric("step_time_range").of(results, "lm") == [0.01, 0.03]
+    assert metric("step_time_s").of(results, "lm") == pytest.approx(0.02)  # the median
+    assert metric("grad_spikes").of([], "lm") == 0 and metric("params").of([], "lm") is None
+    assert mean_of([1.0, None, math.nan, 3.0]) == 2.0 and mean_of([]) is None
+    assert range_of([math.inf]) is None and exp_mean([None]) is None
+    noisy = run_result(final_val_loss=2.0, noisy_val_loss=2.25)
+    assert metric("noise_delta").of([noisy], "lm") == 0.25
+    acc = run_result(task="cls", final_val_loss=None, final_val_acc=0.5, final_test_acc=0.75, noisy_val_acc=0.25)
+    assert metric("test_mean").of([acc], "cls") == 0.75 and metric("noise_delta").of([acc], "cls") == -0.25

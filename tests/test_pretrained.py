@@ -77,8 +77,13 @@ def test_bad_folders_give_one_line_errors(pretrained, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "whisper"}))
+    remote = tmp_path / "remote"
+    shutil.copytree(folder, remote)
+    config = json.loads((remote / "config.json").read_text())
+    (remote / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "modeling.M"}}))
     cases = {
         tmp_path / "missing": "does not exist",
+        remote: "remote code is refused",
         tmp_path / "empty": "has no config.json",
         t5: "does not support the t5 family",
         other: "unsupported architecture 'whisper'",

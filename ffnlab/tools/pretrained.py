@@ -19,7 +19,6 @@ pretrained with `--save-pretrained` on the same data and tokenizer fits).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import warnings
 from pathlib import Path
@@ -28,10 +27,13 @@ import torch
 
 from ffnlab.tools.hf import (
     FAMILIES,
+    LOCAL_ONLY,
     HFModel,
     HFModelConfig,
     PretrainedWeightsWarning,
     ffn_modules,
+    folder_config,
+    local_config,
     model_family,
     quiet_transformers,
     swap_ffn,
@@ -42,19 +44,10 @@ TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)
 
 def check_folder(folder: str | os.PathLike) -> dict:
     """The config.json of a save_pretrained folder as a dict. ValueError, one line, when the folder is
-    missing, has no config.json or readable safetensors weights, was saved after swap_ffn, or its
-    family is not supported for fine-tuning."""
+    missing, has no config.json or readable safetensors weights, asks to run code of its own, was
+    saved after swap_ffn, or its family is not supported for fine-tuning."""
     path = Path(folder)
-    if not path.is_dir():
-        raise ValueError(f"pretrained folder {folder} does not exist or is not a folder")
-    if not (path / "config.json").is_file():
-        raise ValueError(f"{folder} has no config.json: not a save_pretrained folder")
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot parse {folder}/config.json: {e}") from None
-    if not isinstance(config, dict) or not config.get("model_type"):
-        raise ValueError(f"{folder}/config.json has no model_type")
+    config = folder_config(path)
     family_name, _ = model_family(config)  # UnsupportedModelError (a ValueError) names the supported ones
     if family_name not in TASK_FAMILIES:
         raise ValueError(
@@ -121,13 +114,13 @@ def load_pretrained(
     """The folder's model with its weights, its FFN activation swapped to `ffn` (weights carried over,
     see the module docstring), as an HFModel for training. ValueError when the vocabulary or context
     does not fit, a weight is missing or of another size, or `ffn` is of the other kind than the model's FFN."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     config = check_folder(folder)
     _, family = model_family(config)
     if task not in family.tasks:
         raise ValueError(f"unknown task '{task}'; valid: {', '.join(family.tasks)}")
-    hf_config = AutoConfig.from_pretrained(os.fspath(folder), use_cache=False, **family.tasks[task])
+    hf_config = local_config(folder, use_cache=False, **family.tasks[task])
     if vocab_size is not None and vocab_size != hf_config.vocab_size:
         raise ValueError(
             f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
@@ -146,7 +139,7 @@ def load_pretrained(
             os.fspath(folder),
             config=hf_config,
             use_safetensors=True,
-            local_files_only=True,
+            **LOCAL_ONLY,
             dtype=torch.float32,
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # checked below, by name

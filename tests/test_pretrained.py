@@ -1,6 +1,8 @@
 """Fine-tuning from a save_pretrained folder: a tiny LLaMA pretrained here by ffnlab, kept or swapped."""
 
 import json
+import os
+import re
 import shutil
 from dataclasses import replace
 
@@ -122,6 +124,30 @@ def test_damaged_weights_are_one_line_errors_not_a_random_init(pretrained, tmp_p
         assert "\n" not in str(e.value)
     code, _, err = run_cli("finetune", "--from", tmp_path / "truncated", "--steps", 1, "--quiet")
     assert code == 2 and err.count("\n") == 1 and "not a readable safetensors file" in err
+
+
+def test_a_damaged_tokenizer_or_oversized_config_is_one_line_not_an_internal_error(pretrained, tmp_path, run_cli):
+    folder, _ = pretrained
+    config = json.loads((folder / "config.json").read_text())
+    damaged = {
+        "garbage": (lambda copy: (copy / "tokenizer.json").write_text("garbage{"), "cannot read the tokenizer"),
+        "huge": (  # 10**12-wide FFNs: 384 TB in fp32, counted on the meta device, not allocated
+            lambda copy: (copy / "config.json").write_text(json.dumps({**config, "intermediate_size": 10**12})),
+            r"has 96,000,000,\d{3},\d{3} parameters, .* GiB in fp32, more than the .* GiB of memory here",
+        ),
+        "overflow": (
+            lambda copy: (copy / "config.json").write_text(json.dumps({**config, "intermediate_size": 10**30})),
+            "the model's sizes overflow",
+        ),
+    }
+    if os.path.exists("/proc/self/mem"):  # a link to a file whose every read fails (EIO), even for root
+        damaged["link"] = (lambda copy: (copy / "tokenizer.json").symlink_to("/proc/self/mem"), "cannot read")
+    for name, (damage, message) in damaged.items():
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        damage(copy)
+        code, _, err = run_cli("finetune", "--from", copy, "--steps", 1, "--context", 16, "--quiet")
+        assert code == 2 and err.count("\n") == 1 and re.search(message, err), (name, err)
 
 
 def test_a_changed_folder_is_another_run(pretrained, tmp_path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ffnlab._util.text import first_line
 from ffnlab.core.activations import attention_context, get_activation, resolve
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, init_ffn, layer_variants
 
@@ -331,3 +332,14 @@ def init_weights(model: Transformer, seed: int = 0) -> None:
 def param_count(model: nn.Module) -> int:
     """Distinct parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def build_on_meta(build: Callable[[], nn.Module], advice: str) -> nn.Module:
+    """`build()` on the meta device: every shape, nothing allocated, so that a model too large for
+    memory is counted (`param_count`) and refused before anything is allocated. ValueError ending in
+    `advice` when its sizes overflow what torch can hold."""
+    try:
+        with torch.device("meta"):
+            return build()
+    except (RuntimeError, OverflowError, TypeError) as e:  # NOTE: torch says TypeError for a size past int64
+        raise ValueError(f"the model's sizes overflow ({first_line(e)}); {advice}") from None

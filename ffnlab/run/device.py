@@ -8,7 +8,7 @@ import os
 import torch
 
 from ffnlab._util.machine import bf16_native
-from ffnlab.core.model import ModelConfig, Transformer, param_count
+from ffnlab.core.model import ModelConfig, Transformer, build_on_meta, param_count
 from ffnlab.run.config import TrainConfig
 
 
@@ -49,14 +49,8 @@ def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str) -> None:
     sizes that overflow, or more memory than it has for fp32 weights, gradients and AdamW's two
     moments (16 bytes a parameter) plus a floor on the activations backward keeps (ten fp32
     (batch, context, d_model) tensors a layer)."""
-    try:
-        with torch.device("meta"):  # shapes only: nothing is allocated
-            n_params = param_count(Transformer(mcfg, cfg.seed))
-    except (RuntimeError, OverflowError) as e:
-        raise ValueError(
-            f"the model's sizes overflow ({str(e).splitlines()[0][:120]}); use a smaller --d-model, "
-            "--layers or --context"
-        ) from None
+    model = build_on_meta(lambda: Transformer(mcfg, cfg.seed), "use a smaller --d-model, --layers or --context")
+    n_params = param_count(model)
     need = 16 * n_params + 40 * cfg.batch_size * mcfg.context * mcfg.d_model * mcfg.n_layers
     have = machine_memory(device)
     if need > have:

@@ -356,13 +356,9 @@ def export_variant(
 def build_within_limit(build: Callable[[], nn.Module]) -> nn.Module:
     """`build()`, once its shapes (built on the meta device, nothing allocated) show that its fp32
     weights fit in one ONNX file; ValueError naming the size otherwise."""
-    try:
-        with torch.device("meta"):
-            n_params = sum(p.numel() for p in build().parameters())
-    except (RuntimeError, OverflowError) as e:
-        raise ValueError(
-            f"the model's sizes overflow ({first_line(e)}); use a smaller --d-model or --n-layers"
-        ) from None
+    from ffnlab.core.model import build_on_meta, param_count
+
+    n_params = param_count(build_on_meta(build, "use a smaller --d-model or --n-layers"))
     if 4 * n_params > ONNX_MAX_BYTES:
         raise ValueError(
             f"{n_params:,} parameters are {4 * n_params / 2**30:,.1f} GiB in fp32, more than the 2 GiB one ONNX "

@@ -24,7 +24,11 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from ffnlab._util.text import first_line
+from ffnlab.core.model import build_on_meta, param_count
+from ffnlab.run.device import machine_memory
 from ffnlab.tools.hf import (
     FAMILIES,
     LOCAL_ONLY,
@@ -74,6 +78,17 @@ def check_weights(file: Path) -> None:
         raise ValueError(f"{file} is not a readable safetensors file ({e}); save the folder again") from None
 
 
+def check_memory(folder: str | os.PathLike, model: nn.Module) -> None:
+    """ValueError when the fp32 weights of `model` (built on the meta device) exceed this machine's
+    memory, where from_pretrained loads them first: else the allocator fails mid-load."""
+    n_params, have = param_count(model), machine_memory("cpu")
+    if 4 * n_params > have:
+        raise ValueError(
+            f"the model in {folder} has {n_params:,} parameters, {4 * n_params / 2**30:,.1f} GiB in fp32, more "
+            f"than the {have / 2**30:,.1f} GiB of memory here; check the sizes in its config.json"
+        )
+
+
 def weight_files(path: Path) -> list[Path]:
     """The folder's safetensors files, sorted."""
     return sorted(path.glob("*.safetensors"))
@@ -88,9 +103,12 @@ def folder_digest(folder: str | os.PathLike) -> str:
     tokenizer = [path / "tokenizer.json"] if (path / "tokenizer.json").is_file() else []
     for file in [path / "config.json", *tokenizer, *weight_files(path)]:
         digest.update(file.name.encode())
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        try:
+            with open(file, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as e:  # a link to a file that cannot be read (no permission, an I/O error)
+            raise ValueError(f"cannot read {file} ({first_line(e)})") from None
     return digest.hexdigest()[:16]
 
 
@@ -113,7 +131,8 @@ def load_pretrained(
 ) -> HFModel:
     """The folder's model with its weights, its FFN activation swapped to `ffn` (weights carried over,
     see the module docstring), as an HFModel for training. ValueError when the vocabulary or context
-    does not fit, a weight is missing or of another size, or `ffn` is of the other kind than the model's FFN."""
+    does not fit, a weight is missing or of another size, the model would not fit in memory, or `ffn`
+    is of the other kind than the model's FFN."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     config = check_folder(folder)
@@ -134,6 +153,8 @@ def load_pretrained(
     if task == "cls":
         hf_config.num_labels = n_classes
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
+    skeleton = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
+    check_memory(folder, skeleton)
     with quiet_transformers():  # the new classification head is named in the comparison's settings
         hf, info = auto.from_pretrained(
             os.fspath(folder),

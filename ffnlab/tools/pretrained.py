@@ -89,6 +89,27 @@ def check_memory(folder: str | os.PathLike, model: nn.Module) -> None:
         )
 
 
+def check_float_weights(folder: str | os.PathLike, model: nn.Module) -> None:
+    """ValueError naming a tensor in the folder's weights that loads into a parameter of `model` but is
+    not floating point: from_pretrained would cast int64 weights to float and train them. Reads the
+    safetensors headers only; integer buffers (position ids) pass."""
+    from safetensors import safe_open
+
+    params = {name for name, _ in model.named_parameters()}
+    bad = {}
+    for file in weight_files(Path(folder)):
+        with safe_open(file, "pt") as f:
+            dtypes = {key: f.get_slice(key).get_dtype() for key in params.intersection(f.keys())}
+        # safetensors' dtype names: F64, F32, F16, BF16, F8_E4M3, ... are floating point; I64, U8, BOOL are not
+        bad |= {key: dtype for key, dtype in dtypes.items() if not dtype.startswith(("F", "BF"))}
+    if bad:
+        key, dtype = min(bad.items())
+        raise ValueError(
+            f"{key} in {folder} is {dtype}, not floating point ({len(bad)} such tensors); fine-tuning trains "
+            "floating-point weights: save them as float32, float16 or bfloat16"
+        )
+
+
 def weight_files(path: Path) -> list[Path]:
     """The folder's safetensors files, sorted."""
     return sorted(path.glob("*.safetensors"))
@@ -131,8 +152,8 @@ def load_pretrained(
 ) -> HFModel:
     """The folder's model with its weights, its FFN activation swapped to `ffn` (weights carried over,
     see the module docstring), as an HFModel for training. ValueError when the vocabulary or context
-    does not fit, a weight is missing or of another size, the model would not fit in memory, or `ffn`
-    is of the other kind than the model's FFN."""
+    does not fit, a weight is missing, of another size or not floating point, the model would not fit
+    in memory, or `ffn` is of the other kind than the model's FFN."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     config = check_folder(folder)
@@ -155,6 +176,7 @@ def load_pretrained(
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
     skeleton = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
     check_memory(folder, skeleton)
+    check_float_weights(folder, skeleton)
     with quiet_transformers():  # the new classification head is named in the comparison's settings
         hf, info = auto.from_pretrained(
             os.fspath(folder),

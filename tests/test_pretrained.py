@@ -1,6 +1,7 @@
 """Fine-tuning from a save_pretrained folder: a tiny LLaMA pretrained here by ffnlab, kept or swapped."""
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -151,6 +152,35 @@ def test_a_damaged_tokenizer_or_oversized_config_is_one_line_not_an_internal_err
         damage(copy)
         code, _, err = run_cli("finetune", "--from", copy, "--steps", 1, "--context", 16, "--quiet")
         assert code == 2 and err.count("\n") == 1 and re.search(message, err), (name, err)
+
+
+@pytest.fixture
+def transformers_warnings():
+    """The messages transformers logs during the test, its warn-once memory cleared first."""
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("transformers")  # propagate=False: caplog never sees it
+    if hasattr(logging.Logger, "warning_once"):  # transformers' lru_cache'd addition to Logger
+        logging.Logger.warning_once.cache_clear()
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def test_own_folders_load_without_special_token_warnings(tmp_path, transformers_warnings):
+    # what train --hf-config --save-pretrained, then finetune --from do: build, save_unswapped, load_pretrained
+    gpt2 = build_hf_model({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2}, "gelu_new", vocab_size=50)
+    assert gpt2.hf.config.bos_token_id is None  # GPT-2's 50256, past the vocabulary: no token
+    save_unswapped(gpt2.hf, tmp_path / "gpt2")
+    load_pretrained(tmp_path / "gpt2", "gelu_new", vocab_size=50)
+    # a classifier's pad id -1 (build_hf_model's stand-in) is not saved: loaded, it warned too
+    classifier = build_hf_model(LLAMA, "swiglu", vocab_size=50, context=16, task="cls", n_classes=3)
+    save_unswapped(classifier.hf, tmp_path / "cls")
+    loaded = load_pretrained(tmp_path / "cls", "swiglu", task="cls", n_classes=3, vocab_size=50)
+    assert loaded.hf.model.embed_tokens.padding_idx is None  # was the last token's row, which training never updates
+    assert loaded.hf.config.pad_token_id == -1  # the stand-in again, set after construction
+    assert not [message for message in transformers_warnings if "token_id" in message], transformers_warnings
 
 
 def test_a_changed_folder_is_another_run(pretrained, tmp_path):

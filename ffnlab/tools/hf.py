@@ -556,6 +556,11 @@ def save_unswapped(model: nn.Module, folder: str | os.PathLike) -> None:
         raise ValueError("the model's FFN was not swapped by swap_ffn; save it with save_pretrained")
     config = copy.deepcopy(model.config)
     del config.ffnlab_ffn
+    if config.pad_token_id == -1:
+        # NOTE: build_hf_model's stand-in for a classifier without a pad token, set after construction;
+        # saved, transformers warned of it at every load and made the last token's embedding a
+        # padding row that fine-tuning never updates. load_pretrained sets it again.
+        config.pad_token_id = None
     key = next(k for k in HF_KEYS if _get(config, k))
     setattr(config, key, ffnlab_to_hf(info["ffn"], key))
     with torch.random.fork_rng(devices=[]):
@@ -829,6 +834,16 @@ def _hf_config_for(
     config.update(family.tasks[task], use_cache=False)
     if vocab_size is not None:
         config["vocab_size"] = vocab_size
+        # NOTE: special-token ids belong to the config's own tokenizer (GPT-2's bos and eos are 50256);
+        # past ffnlab's vocabulary they name no token, and transformers warned of them at every build
+        # and at every load of a folder saved from the model
+        defaults = AutoConfig.for_model(config["model_type"]).to_dict()
+        foreign = [
+            key
+            for key, value in {**defaults, **config}.items()
+            if key.endswith("_token_id") and isinstance(value, int) and not 0 <= value < vocab_size
+        ]
+        config.update(dict.fromkeys(foreign))  # None: no such token
     if task == "cls":
         config["num_labels"] = n_classes
     hf_config = AutoConfig.for_model(**config)

@@ -68,13 +68,14 @@ def check_folder(folder: str | os.PathLike) -> dict:
 
 
 def check_weights(file: Path) -> None:
-    """ValueError when `file` is not a whole safetensors file (damaged header, truncated); reads the header only."""
+    """ValueError when `file` is not a whole safetensors file (damaged header, truncated) or cannot be
+    read (a link to a device); reads the header only."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(file, "pt"):
             pass
-    except SafetensorError as e:
+    except (SafetensorError, OSError) as e:
         raise ValueError(f"{file} is not a readable safetensors file ({e}); save the folder again") from None
 
 

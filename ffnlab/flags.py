@@ -12,6 +12,7 @@ import argparse
 import inspect
 import io
 import json
+import stat
 import tokenize
 import tomllib
 import typing
@@ -25,6 +26,9 @@ ALIASES = {"n_layers": "--layers", "n_heads": "--heads", "max_steps": "--steps",
            "ffn_match": "--match", "init_from": "--from"}  # fmt: skip
 # nested, a file path of its own, set from the tokenizer, computed from the folder
 NOT_FLAGS = ("model", "hf_config", "vocab_size", "init_digest")
+# a config file holds a few KiB of settings (a Hugging Face config's table included): a larger file is
+# something else given by mistake (a data set), and reading stops here instead of filling memory
+MAX_CONFIG_BYTES = 2**20
 
 
 def field_comments(cls: type) -> dict[str, str]:
@@ -86,11 +90,11 @@ def read_toml(path: str | Path, tables: dict[str, type | set[str]]) -> dict:
     each [table] against its dataclass or set of names. ValueError naming the first unknown key."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config file {path} does not exist") from None
+        data = tomllib.loads(config_text(path))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"config file {path} is not valid TOML: {e}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables by recursion
+        raise ValueError(f"config file {path} is not valid TOML: arrays or tables nested too deeply") from None
     for table, valid in tables.items():
         part = data if table == "" else data.get(table, {})
         if not isinstance(part, dict):
@@ -107,6 +111,27 @@ def read_toml(path: str | Path, tables: dict[str, type | set[str]]) -> dict:
             if key in hints and key not in NOT_FLAGS:
                 part[key] = checked_value(value, hints[key], f"config file {path}: {where}'{key}'")
     return data
+
+
+def config_text(path: Path) -> str:
+    """The text of a config file: a regular file of UTF-8 text, at most MAX_CONFIG_BYTES; FileNotFoundError or
+    ValueError naming the file otherwise."""
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):  # a device (/dev/zero) may never end, a pipe may block
+            raise ValueError(f"config file {path} is {'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file {path} does not exist") from None
+    except OSError as e:  # a symlink loop, a permission
+        raise ValueError(f"config file {path} cannot be read: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(f"config file {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB; is it a config file?")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
 
 
 TYPE_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}

@@ -2,6 +2,7 @@
 
 import typing
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +80,38 @@ def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
     path.write_text(text)
     code, _, err = run_cli("train", "--config", path, "--max-steps", 1)
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def symlink_loop(folder):
+    path = folder / "loop.toml"
+    path.symlink_to(path)
+    return path
+
+
+def file_of(content: bytes):
+    def make(folder):
+        path = folder / "c.toml"
+        path.write_bytes(content)
+        return path
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda folder: Path("/dev/zero"), "is not a regular file"),  # read without end, GBs of memory
+        (lambda folder: folder, "is a directory"),
+        (symlink_loop, "cannot be read: Too many levels of symbolic links"),  # was an internal error
+        (file_of(b"a = " + b"[" * 100_000), "nested too deeply"),  # tomllib's RecursionError, an internal error
+        (file_of(bytes(range(128, 256))), "is not UTF-8 text (byte 0"),  # did not name the file
+        (file_of(b"# a comment\n" * 100_000), "is larger than 1 MiB"),
+    ],
+)
+def test_a_config_file_that_cannot_be_read_is_named_in_one_line(run_cli, tmp_path, make, needle):
+    path = make(tmp_path)
+    code, _, err = run_cli("compare", "--config", path, "--print-config")
+    assert code == 2 and err.count("\n") == 1 and f"config file {path} " in err and needle in err, err
 
 
 def test_toml_writer_and_reader_agree():

@@ -20,7 +20,9 @@ import typing
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab.core.activations import ACTIVATIONS, aliases
 from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
-from ffnlab.flags import add_config_flags, flag_type, given, read_toml, to_toml
+from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, flag_type, given, read_toml, to_toml
+from ffnlab.run.config import TrainConfig
+from ffnlab.study.plan import AXES
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 from ffnlab.study.table import format_protocol, format_table, summary_json, write_csv
 
@@ -329,10 +331,22 @@ int_list = number_list(int, "integers")
 float_list = number_list(float, "numbers")
 
 
-# the keys of a --config file's [study] table
-STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes", "per_variant", "scale"}
-# what `--opt VARIANT:KEY=VALUE,...` may set per variant: the optimiser and its schedule
-OPT_FIELDS = ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")
+# every config field's type by its path ('lr', 'model.d_model'), which axes and per-variant settings name
+FIELD_TYPES = field_types(TrainConfig)
+# what `--opt VARIANT:KEY=VALUE,...` may set per variant, and its type: the optimiser and its schedule
+OPT_FIELDS = {key: FIELD_TYPES[key] for key in ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")}
+# a --config file's [study] table: each key's type, checked as the file is read (ffnlab.flags.read_toml); an
+# axis's values and a variant's settings have the types of the config fields they set
+STUDY_KEYS = {
+    "preset": str,
+    "variants": list[str],
+    "seeds": int,
+    "baseline": str,
+    "noise_floor": int,
+    "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
+    "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
+    "scale": list[str],
+}
 
 
 def opt_arg(text: str) -> tuple[str, dict]:
@@ -347,10 +361,11 @@ def opt_arg(text: str) -> tuple[str, dict]:
             raise argparse.ArgumentTypeError(
                 f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
             )
+        kind, _ = flag_type(OPT_FIELDS[key])
         try:
-            values[key] = int(value) if key == "warmup_steps" else float(value)
+            values[key] = kind(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs a number") from None
+            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs {TYPE_NAMES[kind]}") from None
     return variant.strip(), values
 
 

@@ -85,9 +85,10 @@ def given(args: argparse.Namespace, cls: type) -> dict:
 # ---- TOML files -------------------------------------------------------------------------------------
 
 
-def read_toml(path: str | Path, tables: dict[str, type | set[str]]) -> dict:
-    """A config file as a dict, every key checked: top-level keys against the dataclass tables[''],
-    each [table] against its dataclass or set of names. ValueError naming the first unknown key."""
+def read_toml(path: str | Path, tables: dict[str, type | dict]) -> dict:
+    """A config file as a dict, every key checked against its type: top-level keys against tables[''], each
+    [table] against its own. A table's type is a dataclass (its fields) or a dict {key: type}. ValueError
+    naming the file and the first problem."""
     path = Path(path)
     try:
         data = tomllib.loads(config_text(path))
@@ -95,21 +96,35 @@ def read_toml(path: str | Path, tables: dict[str, type | set[str]]) -> dict:
         raise ValueError(f"config file {path} is not valid TOML: {e}") from None
     except RecursionError:  # tomllib parses nested arrays and tables by recursion
         raise ValueError(f"config file {path} is not valid TOML: arrays or tables nested too deeply") from None
-    for table, valid in tables.items():
-        part = data if table == "" else data.get(table, {})
-        if not isinstance(part, dict):
-            raise ValueError(f"config file {path}: '{table}' must be a table ([{table}]), got {part!r}")
-        names = {f.name for f in fields(valid)} if is_dataclass(valid) else set(valid)
-        names |= {t for t in tables if t} if table == "" else set()
-        hints = typing.get_type_hints(valid) if is_dataclass(valid) else {}
-        where = f"[{table}] " if table else ""
-        for key, value in part.items():
-            if key not in names:
-                raise ValueError(
-                    f"config file {path}: unknown key {where}'{key}'{closest(key, names)}; valid: {', '.join(sorted(names))}"
-                )
-            if key in hints and key not in NOT_FLAGS:
-                part[key] = checked_value(value, hints[key], f"config file {path}: {where}'{key}'")
+    top = {**table_types(tables[""]), **{table: valid for table, valid in tables.items() if table}}
+    return checked_table(data, top, path, "")
+
+
+def table_types(hint) -> dict | None:
+    """{key: type} of a table's type, a dataclass (its fields) or a dict {key: type}; None for other types."""
+    if is_dataclass(hint):
+        return typing.get_type_hints(hint)
+    return hint if isinstance(hint, dict) else None
+
+
+def field_types(cls: type) -> dict:
+    """The type of every field of a config dataclass by its path, a nested config's as 'model.d_model'."""
+    types = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        types |= {f"{name}.{k}": v for k, v in field_types(hint).items()} if is_dataclass(hint) else {name: hint}
+    return types
+
+
+def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
+    """`data`, the [table] of the config file `path` ('' its top level), with each key known to `types` and
+    its value checked against its type (checked_value); ValueError naming the first unknown key."""
+    where = f"[{table}] " if table else ""
+    for key, value in data.items():
+        if key not in types:
+            raise ValueError(
+                f"config file {path}: unknown key {where}'{key}'{closest(key, types)}; valid: {', '.join(sorted(types))}"
+            )
+        data[key] = checked_value(value, types[key], path, table, key)
     return data
 
 
@@ -137,7 +152,27 @@ def config_text(path: Path) -> str:
 TYPE_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
 
 
-def checked_value(value, hint, what: str):
+def checked_value(value, hint, path: Path, table: str, key: str):
+    """The value of `key` in the [table] of the config file `path`, checked against its type `hint`: a table
+    key by key, `list[X]` and `dict[str, X]` item by item, a flag's type as the flag takes it (scalar_value).
+    ValueError naming the file, the key and the type otherwise."""
+    what = f"config file {path}: " + (f"[{table}] " if table else "") + f"'{key}'"
+    inner = f"{table}.{key}" if table else key
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if table_types(hint) is not None or origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{what} must be a table ([{inner}]), got {value!r}")
+        if origin is dict:  # any keys, each value of one type (the variants of [study.per_variant])
+            return {k: checked_value(v, args[1], path, inner, k) for k, v in value.items()}
+        return checked_table(value, table_types(hint), path, inner)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"{what} must be a list ([...]), got {value!r}")
+        return [scalar_value(v, args[0], f"{what} (item {i + 1})") for i, v in enumerate(value)]
+    return scalar_value(value, hint, what)
+
+
+def scalar_value(value, hint, what: str):
     """`value` read from a file for a field typed `hint` (an int where a float belongs becomes a float, so
     the run's identity is the flag's); ValueError naming `what`, the type and the choices otherwise."""
     kind, choices = flag_type(hint)

@@ -82,6 +82,40 @@ def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
     assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 
+@pytest.mark.parametrize(
+    "text, needle",
+    [  # were internal errors (exit 1), passed, or did not name the file
+        ('[study.axes]\nlr = "x"', "[study.axes] 'lr' must be a list ([...]), got 'x'"),
+        ('[study.axes]\nlr = [1e-3, "x"]', "[study.axes] 'lr' (item 2) must be a number, got 'x'"),
+        ('[study.axes]\nplacement = ["side"]', "[study.axes] 'placement' (item 1) is 'side'; valid: pre, post"),
+        ("[study.axes]\nwidht = [64]", "unknown key [study.axes] 'widht' (did you mean 'width'?)"),
+        ("[study]\nper_variant = {gelu = {bogus = 1}}", "unknown key [study.per_variant.gelu] 'bogus'; valid: beta2,"),
+        ('[study]\nper_variant = "x"', "[study] 'per_variant' must be a table ([study.per_variant]), got 'x'"),
+        ("[study.per_variant]\ngelu = 1", "[study.per_variant] 'gelu' must be a table ([study.per_variant.gelu])"),
+        ("[study.per_variant.gelu]\nwarmup_steps = 1.5", "[study.per_variant.gelu] 'warmup_steps' must be a whole"),
+        ("[study]\nnoise_floor = nan", "[study] 'noise_floor' must be a whole number, got nan"),  # passed
+        ("[study]\npreset = 3", "[study] 'preset' must be a string, got 3"),
+        ('[study]\nseeds = "3"', "[study] 'seeds' must be a whole number, got '3'"),
+        ('[study]\nvariants = "relu,gelu"', "[study] 'variants' must be a list ([...]), got 'relu,gelu'"),  # 'r'
+        ("[study]\naxes = 3", "[study] 'axes' must be a table ([study.axes]), got 3"),
+    ],
+)
+def test_a_bad_study_table_is_one_line_exit_2(run_cli, tmp_path, text, needle):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    code, _, err = run_cli("compare", "--variants", "relu,gelu", "--config", path, "--print-config")
+    assert code == 2 and err.count("\n") == 1 and f"config file {path}: {needle}" in err, err
+
+
+def test_a_study_table_reads_as_its_flags(run_cli, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[study.axes]\nlr = [1, 2e-3]\n[study.per_variant.gelu]\nlr = 1\nwarmup_steps = 3")
+    by_file = run_cli("compare", "--variants", "relu,gelu", "--config", path, "--print-config")
+    by_flags = run_cli("compare", "--variants", "relu,gelu", "--lr-axis", "1,2e-3", "--opt", "gelu:lr=1,warmup_steps=3",
+                       "--print-config")  # fmt: skip
+    assert by_file == by_flags and "lr = [1.0, 0.002]" in by_file[1]  # an int where a float belongs: a float
+
+
 def symlink_loop(folder):
     path = folder / "loop.toml"
     path.symlink_to(path)
@@ -180,4 +214,4 @@ def test_the_readme_names_every_key_of_the_study_table():
     from tests.test_readme import readme_keys
 
     named = readme_keys("for `compare` a `[study]` table with", "flags override it")
-    assert named | {"axes"} == STUDY_KEYS  # axes: the [study.axes] table
+    assert named | {"axes"} == set(STUDY_KEYS)  # axes: the [study.axes] table

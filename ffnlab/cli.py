@@ -20,7 +20,7 @@ import typing
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab.core.activations import ACTIVATIONS, aliases
 from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
-from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, flag_type, given, read_toml, to_toml
+from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, file_fields, flag_type, given, read_toml, to_toml
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.plan import AXES
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
@@ -237,8 +237,6 @@ def read_config_file(args, tables: dict) -> dict:
 
 
 def cmd_train(args):
-    from dataclasses import asdict
-
     from ffnlab.core.model import ModelConfig
     from ffnlab.run.config import TrainConfig
     from ffnlab.run.train import progress_bar, train
@@ -247,7 +245,7 @@ def cmd_train(args):
         check_writable(args.out)  # now, not after the training
     cfg = apply_run_flags(TrainConfig(), args, read_config_file(args, {"": TrainConfig, "model": ModelConfig}))
     if args.print_config:
-        print(to_toml(asdict(cfg)))
+        print(to_toml(file_fields(cfg)))
         return
     if args.command == "finetune" and not cfg.init_from:
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
@@ -462,10 +460,8 @@ def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str
 
 def study_toml(study) -> str:
     """A study as a --config file: the base config's fields, [model] and [study]."""
-    from dataclasses import asdict
-
     head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
-    return to_toml({**asdict(study.base), "study": head})
+    return to_toml({**file_fields(study.base), "study": head})
 
 
 def cmd_compare(args):

@@ -24,8 +24,10 @@ from ffnlab._util.names import closest
 # short names that predate the derived ones; both work
 ALIASES = {"n_layers": "--layers", "n_heads": "--heads", "max_steps": "--steps", "warmup_steps": "--warmup",
            "ffn_match": "--match", "init_from": "--from"}  # fmt: skip
-# nested, a file path of its own, set from the tokenizer, computed from the folder
-NOT_FLAGS = ("model", "hf_config", "vocab_size", "init_digest")
+# fields a run computes, never read from a file: a value there would change the run's identity, not what it trains
+COMPUTED = {"vocab_size": "set from the tokenizer", "init_digest": "computed from the --from folder"}
+# nested, a file path of its own, computed
+NOT_FLAGS = ("model", "hf_config", *COMPUTED)
 # a config file holds a few KiB of settings (a Hugging Face config's table included): a larger file is
 # something else given by mistake (a data set), and reading stops here instead of filling memory
 MAX_CONFIG_BYTES = 2**20
@@ -124,6 +126,8 @@ def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
             raise ValueError(
                 f"config file {path}: unknown key {where}'{key}'{closest(key, types)}; valid: {', '.join(sorted(types))}"
             )
+        if key in COMPUTED:
+            raise ValueError(f"config file {path}: {where}'{key}' is {COMPUTED[key]}, not read from a file; drop it")
         data[key] = checked_value(value, types[key], path, table, key)
     return data
 
@@ -185,6 +189,13 @@ def scalar_value(value, hint, what: str):
     if choices and value not in choices:
         raise ValueError(f"{what} is {value!r}; valid: {', '.join(choices)}")
     return value
+
+
+def file_fields(cfg) -> dict:
+    """A config dataclass's fields as a --config file holds them (what read_toml reads back to the same
+    config): a nested config as a dict, for a [table]; the COMPUTED fields left out."""
+    values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in COMPUTED}
+    return {name: file_fields(v) if is_dataclass(v) else v for name, v in values.items()}
 
 
 def toml_value(value) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from ffnlab.cli import build_parser
 from ffnlab.core.model import ModelConfig
-from ffnlab.flags import NOT_FLAGS, field_comments, read_toml, to_toml
+from ffnlab.flags import NOT_FLAGS, field_comments, file_fields, read_toml, to_toml
 from ffnlab.run.config import TrainConfig
 
 
@@ -73,6 +73,8 @@ def test_a_config_file_then_flags_and_print_config_round_trips(run_cli, tmp_path
         ('compile = "yes"', "'compile' must be true or false, got 'yes'"),  # was taken as true
         ("[model]\nd_model = true", "[model] 'd_model' must be a whole number, got True"),
         ('tokenizer = "BPE"', "'tokenizer' is 'BPE'; valid: char, byte, bpe, pretrained"),
+        ("[model]\nvocab_size = 3", "[model] 'vocab_size' is set from the tokenizer, not read from a file"),  # passed
+        ('init_digest = "0"', "'init_digest' is computed from the --from folder, not read from a file"),  # passed
     ],
 )
 def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
@@ -148,9 +150,17 @@ def test_a_config_file_that_cannot_be_read_is_named_in_one_line(run_cli, tmp_pat
     assert code == 2 and err.count("\n") == 1 and f"config file {path} " in err and needle in err, err
 
 
+def test_train_print_config_loads_back_to_the_same_config(run_cli, tmp_path):
+    path = tmp_path / "c.toml"
+    code, out, _ = run_cli("train", "--lr", "1e-3", "--ffn", "swiglu", "--print-config")
+    path.write_text(out)
+    assert code == 0 and "vocab_size" not in out  # computed: a file that holds it is refused
+    assert run_cli("train", "--config", path, "--print-config") == (0, out, "")
+
+
 def test_toml_writer_and_reader_agree():
     cfg = TrainConfig(model=ModelConfig(n_layers=3, d_ff=100), lr=3e-4, max_tokens=1000, compile=True)
-    data = read_toml_text(to_toml(cfg.to_dict()))
+    data = read_toml_text(to_toml(file_fields(cfg)))
     assert TrainConfig(**data) == cfg  # None fields are left out and come back as their default
     assert read_toml_text("lr = 1")["lr"] == 1.0 and isinstance(read_toml_text("lr = 1")["lr"], float)
 

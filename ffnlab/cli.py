@@ -359,6 +359,8 @@ def opt_arg(text: str) -> tuple[str, dict]:
             raise argparse.ArgumentTypeError(
                 f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
             )
+        if key in values:  # which of the two holds would be a guess
+            raise argparse.ArgumentTypeError(f"--opt {text} sets {key} twice; give each setting once")
         kind, _ = flag_type(OPT_FIELDS[key])
         try:
             values[key] = kind(value)
@@ -424,9 +426,7 @@ def study_from_args(args):
             f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
             "use --seeds 3 or more, or --no-stats"
         )
-    per_variant = {v: dict(o) for v, o in study.get("per_variant", {}).items()}
-    for variant, values in args.opt or []:
-        per_variant.setdefault(variant, {}).update(values)
+    per_variant = per_variant_of(args, study)
     if per_variant and args.protocol:
         raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
     variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
@@ -446,6 +446,29 @@ def study_from_args(args):
         per_variant=per_variant,
         scale=list(scale),
     )
+
+
+def per_variant_of(args, study: dict) -> dict[str, dict]:
+    """Each variant's own settings: the --config file's [study.per_variant], then the --opt flags over it,
+    variants by their canonical name. A setting given twice for one variant by either (two --opt, or 'gelu'
+    and 'GELU' in the file) is refused: which would hold is a guess."""
+    from ffnlab.core.ffn import get_ffn_spec
+
+    merged: dict[str, dict] = {}
+    for where, pairs in (
+        (f"config file {args.config}", study.get("per_variant", {}).items()),
+        ("--opt", args.opt or []),
+    ):
+        given: dict[str, dict] = {}
+        for variant, values in pairs:
+            name = get_ffn_spec(variant).name
+            own = given.setdefault(name, {})
+            for key in own.keys() & values.keys():
+                raise UsageError(f"{where} sets {name}'s {key} twice ({own[key]} and {values[key]}); give it once")
+            own.update(values)
+        for variant, values in given.items():  # a flag overrides the file
+            merged.setdefault(variant, {}).update(values)
+    return merged
 
 
 def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:

@@ -212,11 +212,28 @@ def test_opt_sets_per_variant_optimiser_settings_in_the_runs_and_the_output(run_
         ("gelu:lr=fast", "lr needs a number"),
         ("silu:lr=1e-3", "not among the variants"),
         ("gelu:lr=-1", "must be positive"),
+        ("gelu:lr=1e-3,lr=2e-3", "--opt gelu:lr=1e-3,lr=2e-3 sets lr twice"),  # the last one held
+        (["gelu:lr=1e-3", "GELU:lr=2e-3"], "--opt sets gelu's lr twice (0.001 and 0.002)"),  # the same, in two flags
     ],
 )
 def test_bad_opt_is_one_line_exit_2(run_cli, opt, needle):
-    code, _, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--opt", opt, "--print-config")
+    opts = [f for o in ([opt] if isinstance(opt, str) else opt) for f in ("--opt", o)]
+    code, _, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", *opts, "--print-config")
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_a_setting_per_variant_given_twice_in_the_config_file_is_refused_and_opt_overrides_it(run_cli, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[study.per_variant]\ngelu = {lr = 1e-3}\nGELU = {lr = 2e-3}")  # one variant, two spellings
+    code, _, err = run_cli("compare", "--variants", "relu,gelu", "--config", path, "--print-config")
+    assert code == 2 and f"config file {path} sets gelu's lr twice" in err
+    path.write_text("[study.per_variant]\nGELU = {lr = 1e-3, beta2 = 0.9}")
+    code, out, _ = run_cli(
+        "compare", "--variants", "relu,gelu", "--config", path, "--opt", "gelu:lr=2e-3", "--print-config"
+    )
+    assert code == 0 and out.endswith(
+        "[study.per_variant.gelu]\nlr = 0.002\nbeta2 = 0.9\n"
+    )  # a flag overrides the file
 
 
 def test_the_readme_names_every_key_of_the_study_table():

@@ -344,6 +344,7 @@ STUDY_KEYS = {
     "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
     "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
     "scale": list[str],
+    "no_stats": bool,
 }
 
 
@@ -421,7 +422,7 @@ def study_from_args(args):
         raise UsageError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
     axes = {**study.get("axes", {}), **scale, **flagged}
     seeds = args.seeds or study.get("seeds", DEFAULT_SEEDS)
-    if seeds < 2 and not args.no_stats:
+    if seeds < 2 and not (args.no_stats or study.get("no_stats")):
         raise UsageError(
             f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
             "use --seeds 3 or more, or --no-stats"
@@ -484,6 +485,8 @@ def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str
 def study_toml(study) -> str:
     """A study as a --config file: the base config's fields, [model] and [study]."""
     head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
+    if study.seeds < 2:  # the file loads only with it
+        head["no_stats"] = True
     return to_toml({**file_fields(study.base), "study": head})
 
 

@@ -85,6 +85,30 @@ def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
 
 
 @pytest.mark.parametrize(
+    "argv",
+    [
+        ["--preset", "smoke", "--seeds", 1, "--no-stats"],  # no_stats was left out: the file did not load
+        ["--preset", "smoke", "--variants", "relu,gelu", "--lr-axis", "1e-3,2e-3", "--noise-floor", 2,
+         "--opt", "gelu:lr=1e-4,warmup_steps=3"],
+        ["--preset", "scaling", "--variants", "gelu,SwiGLU"],
+        ["--preset", "smoke", "--scale", "tokens=1000,2000,4000", "--seeds", 3],
+        ["--preset", "quick", "--variants", "gelu*1+swiglu*1,relu", "--baseline", "relu", "--max-seconds", 5],
+    ],
+)  # fmt: skip
+def test_print_config_loads_back_to_the_same_study(run_cli, tmp_path, argv):
+    from ffnlab.cli import build_parser, study_from_args
+    from ffnlab.study.plan import study_id
+
+    path = tmp_path / "c.toml"
+    code, out, err = run_cli("compare", *argv, "--print-config")
+    assert code == 0, err
+    path.write_text(out)
+    assert run_cli("compare", "--config", path, "--print-config") == (0, out, "")
+    study = lambda *flags: study_from_args(build_parser().parse_args(["compare", *map(str, flags)]))
+    assert study_id(study("--config", path)) == study_id(study(*argv))
+
+
+@pytest.mark.parametrize(
     "text, needle",
     [  # were internal errors (exit 1), passed, or did not name the file
         ('[study.axes]\nlr = "x"', "[study.axes] 'lr' must be a list ([...]), got 'x'"),

@@ -102,36 +102,6 @@ def read_toml(path: str | Path, tables: dict[str, type | dict]) -> dict:
     return checked_table(data, top, path, "")
 
 
-def table_types(hint) -> dict | None:
-    """{key: type} of a table's type, a dataclass (its fields) or a dict {key: type}; None for other types."""
-    if is_dataclass(hint):
-        return typing.get_type_hints(hint)
-    return hint if isinstance(hint, dict) else None
-
-
-def field_types(cls: type) -> dict:
-    """The type of every field of a config dataclass by its path, a nested config's as 'model.d_model'."""
-    types = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        types |= {f"{name}.{k}": v for k, v in field_types(hint).items()} if is_dataclass(hint) else {name: hint}
-    return types
-
-
-def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
-    """`data`, the [table] of the config file `path` ('' its top level), with each key known to `types` and
-    its value checked against its type (checked_value); ValueError naming the first unknown key."""
-    where = f"[{table}] " if table else ""
-    for key, value in data.items():
-        if key not in types:
-            raise ValueError(
-                f"config file {path}: unknown key {where}'{key}'{closest(key, types)}; valid: {', '.join(sorted(types))}"
-            )
-        if key in COMPUTED:
-            raise ValueError(f"config file {path}: {where}'{key}' is {COMPUTED[key]}, not read from a file; drop it")
-        data[key] = checked_value(value, types[key], path, table, key)
-    return data
-
-
 def config_text(path: Path) -> str:
     """The text of a config file: a regular file of UTF-8 text, at most MAX_CONFIG_BYTES; FileNotFoundError or
     ValueError naming the file otherwise."""
@@ -151,6 +121,28 @@ def config_text(path: Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
+def table_types(hint) -> dict | None:
+    """{key: type} of a table's type, a dataclass (its fields) or a dict {key: type}; None for other types."""
+    if is_dataclass(hint):
+        return typing.get_type_hints(hint)
+    return hint if isinstance(hint, dict) else None
+
+
+def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
+    """`data`, the [table] of the config file `path` ('' its top level), with each key known to `types` and
+    its value checked against its type (checked_value); ValueError naming the first unknown key."""
+    where = f"[{table}] " if table else ""
+    for key, value in data.items():
+        if key not in types:
+            raise ValueError(
+                f"config file {path}: unknown key {where}'{key}'{closest(key, types)}; valid: {', '.join(sorted(types))}"
+            )
+        if key in COMPUTED:
+            raise ValueError(f"config file {path}: {where}'{key}' is {COMPUTED[key]}, not read from a file; drop it")
+        data[key] = checked_value(value, types[key], path, table, key)
+    return data
 
 
 TYPE_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
@@ -189,6 +181,14 @@ def scalar_value(value, hint, what: str):
     if choices and value not in choices:
         raise ValueError(f"{what} is {value!r}; valid: {', '.join(choices)}")
     return value
+
+
+def field_types(cls: type) -> dict:
+    """The type of every field of a config dataclass by its path, a nested config's as 'model.d_model'."""
+    types = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        types |= {f"{name}.{k}": v for k, v in field_types(hint).items()} if is_dataclass(hint) else {name: hint}
+    return types
 
 
 def file_fields(cfg) -> dict:

@@ -20,7 +20,9 @@ import typing
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab.core.activations import ACTIVATIONS, aliases
 from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
-from ffnlab.flags import add_config_flags, flag_type, given, read_toml, to_toml
+from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, file_fields, flag_type, given, read_toml, to_toml
+from ffnlab.run.config import TrainConfig
+from ffnlab.study.plan import AXES
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 from ffnlab.study.table import format_protocol, format_table, summary_json, write_csv
 
@@ -235,8 +237,6 @@ def read_config_file(args, tables: dict) -> dict:
 
 
 def cmd_train(args):
-    from dataclasses import asdict
-
     from ffnlab.core.model import ModelConfig
     from ffnlab.run.config import TrainConfig
     from ffnlab.run.train import progress_bar, train
@@ -245,7 +245,7 @@ def cmd_train(args):
         check_writable(args.out)  # now, not after the training
     cfg = apply_run_flags(TrainConfig(), args, read_config_file(args, {"": TrainConfig, "model": ModelConfig}))
     if args.print_config:
-        print(to_toml(asdict(cfg)))
+        print(to_toml(file_fields(cfg)))
         return
     if args.command == "finetune" and not cfg.init_from:
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
@@ -329,10 +329,23 @@ int_list = number_list(int, "integers")
 float_list = number_list(float, "numbers")
 
 
-# the keys of a --config file's [study] table
-STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes", "per_variant", "scale"}
-# what `--opt VARIANT:KEY=VALUE,...` may set per variant: the optimiser and its schedule
-OPT_FIELDS = ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")
+# every config field's type by its path ('lr', 'model.d_model'), which axes and per-variant settings name
+FIELD_TYPES = field_types(TrainConfig)
+# what `--opt VARIANT:KEY=VALUE,...` may set per variant, and its type: the optimiser and its schedule
+OPT_FIELDS = {key: FIELD_TYPES[key] for key in ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")}
+# a --config file's [study] table: each key's type, checked as the file is read (ffnlab.flags.read_toml); an
+# axis's values and a variant's settings have the types of the config fields they set
+STUDY_KEYS = {
+    "preset": str,
+    "variants": list[str],
+    "seeds": int,
+    "baseline": str,
+    "noise_floor": int,
+    "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
+    "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
+    "scale": list[str],
+    "no_stats": bool,
+}
 
 
 def opt_arg(text: str) -> tuple[str, dict]:
@@ -347,10 +360,13 @@ def opt_arg(text: str) -> tuple[str, dict]:
             raise argparse.ArgumentTypeError(
                 f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
             )
+        if key in values:  # which of the two holds would be a guess
+            raise argparse.ArgumentTypeError(f"--opt {text} sets {key} twice; give each setting once")
+        kind, _ = flag_type(OPT_FIELDS[key])
         try:
-            values[key] = int(value) if key == "warmup_steps" else float(value)
+            values[key] = kind(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs a number") from None
+            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs {TYPE_NAMES[kind]}") from None
     return variant.strip(), values
 
 
@@ -406,14 +422,12 @@ def study_from_args(args):
         raise UsageError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
     axes = {**study.get("axes", {}), **scale, **flagged}
     seeds = args.seeds or study.get("seeds", DEFAULT_SEEDS)
-    if seeds < 2 and not args.no_stats:
+    if seeds < 2 and not (args.no_stats or study.get("no_stats")):
         raise UsageError(
             f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
             "use --seeds 3 or more, or --no-stats"
         )
-    per_variant = {v: dict(o) for v, o in study.get("per_variant", {}).items()}
-    for variant, values in args.opt or []:
-        per_variant.setdefault(variant, {}).update(values)
+    per_variant = per_variant_of(args, study)
     if per_variant and args.protocol:
         raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
     variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
@@ -435,6 +449,29 @@ def study_from_args(args):
     )
 
 
+def per_variant_of(args, study: dict) -> dict[str, dict]:
+    """Each variant's own settings: the --config file's [study.per_variant], then the --opt flags over it,
+    variants by their canonical name. A setting given twice for one variant by either (two --opt, or 'gelu'
+    and 'GELU' in the file) is refused: which would hold is a guess."""
+    from ffnlab.core.ffn import get_ffn_spec
+
+    merged: dict[str, dict] = {}
+    for where, pairs in (
+        (f"config file {args.config}", study.get("per_variant", {}).items()),
+        ("--opt", args.opt or []),
+    ):
+        given: dict[str, dict] = {}
+        for variant, values in pairs:
+            name = get_ffn_spec(variant).name
+            own = given.setdefault(name, {})
+            for key in own.keys() & values.keys():
+                raise UsageError(f"{where} sets {name}'s {key} twice ({own[key]} and {values[key]}); give it once")
+            own.update(values)
+        for variant, values in given.items():  # a flag overrides the file
+            merged.setdefault(variant, {}).update(values)
+    return merged
+
+
 def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
     """(variants, baseline) of `compare --from`: keeping the folder's activation `own` (the baseline),
     then each swap in --variants."""
@@ -447,10 +484,10 @@ def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str
 
 def study_toml(study) -> str:
     """A study as a --config file: the base config's fields, [model] and [study]."""
-    from dataclasses import asdict
-
     head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
-    return to_toml({**asdict(study.base), "study": head})
+    if study.seeds < 2:  # the file loads only with it
+        head["no_stats"] = True
+    return to_toml({**file_fields(study.base), "study": head})
 
 
 def cmd_compare(args):

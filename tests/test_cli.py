@@ -80,6 +80,8 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
         (["nosuchcommand"], "invalid choice"),
         (["compare", "--preset", "", "--print-config"], "unknown preset ''; valid: smoke,"),  # ran standard
         (["compare", "--baseline", "", "--print-config"], "unknown FFN variant ''; valid:"),  # took the default
+        (["compare", "--seeds", "100000000000", "--print-config"], "at most 100,000"),  # planned without end
+        (["compare", "--noise-floor", "100000000", "--print-config"], "at most 100,000"),
     ],
 )
 def test_bad_input_one_line_exit_2(run_cli, argv, needle):

@@ -48,6 +48,12 @@ def test_plan_expansion_and_run_identity():
         (dict(baseline="gelu"), "baseline 'gelu' is not among the variants"),
         (dict(axes={"colour": [1]}), "unknown axis 'colour'"),
         (dict(axes={"lr": [1e-3, 0.001]}), "axis 'lr' repeats a setting: 0.001 and 0.001"),
+        (
+            dict(seeds=10**11),
+            r"has 200,000,000,000 runs \(2 variants x 100,000,000,000 seeds\); at most 100,000",
+        ),  # was planned without end
+        (dict(noise_floor=10**8), r"has 100,000,004 runs \(2 variants x 2 seeds \+ 100,000,000 noise-floor seeds\)"),
+        (dict(axes={"lr": [i / 10**6 for i in range(1, 50_001)]}), r"50,000 cells x \(2 variants x 2 seeds\)"),
     ],
 )
 def test_bad_study(kw, needle):

@@ -42,6 +42,10 @@ AXES = {
 }
 # axes that change a run's training compute, so `--scale` may fit loss against compute over them
 SCALE_AXES = ("width", "depth", "tokens")
+# the most runs a study may plan: all are planned before the first starts, each given an id and claimed in the
+# store with its config (about 1 KiB), so 10^5 runs are already some 100 MiB of store and minutes of planning;
+# and more is not a study that finishes (10^5 runs of even the smoke preset, seconds each, are days of a core)
+MAX_RUNS = 100_000
 # what `--preset scaling` scales when --scale is not given: sizes chosen from measurements (README,
 # "Scaling: compute multipliers")
 PRESET_SCALES = {"scaling": {"width": [24, 48, 96, 192]}}
@@ -114,6 +118,15 @@ def check_study(study: Study) -> None:
         raise ValueError(f"baseline '{study.baseline}' is not among the variants; valid: {', '.join(canon)}")
     if study.seeds < 1 or study.noise_floor < 0:
         raise ValueError(f"seeds must be >= 1 and noise floor >= 0, got {study.seeds}, {study.noise_floor}")
+    cells = math.prod(len(values) for values in study.axes.values())
+    runs = cells * (len(canon) * study.seeds + study.noise_floor)
+    if runs > MAX_RUNS:  # before anything is planned: a study of 10^11 runs was planned until memory ran out
+        per_cell = f"{len(canon)} variants x {study.seeds:,} seeds"
+        per_cell += f" + {study.noise_floor:,} noise-floor seeds" if study.noise_floor else ""
+        raise ValueError(
+            f"the study has {runs:,} runs ({f'{cells:,} cells x ({per_cell})' if cells > 1 else per_cell}); at most "
+            f"{MAX_RUNS:,}, as every run is planned and stored before the first starts"
+        )
     for axis, values in study.axes.items():
         if axis not in AXES:
             raise ValueError(f"unknown axis '{axis}'{closest(axis, AXES)}; valid: {', '.join(AXES)}")

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from ffnlab._util.files import atomic_path, check_writable, write_atomic
+from ffnlab._util.files import atomic_folder, atomic_path, check_writable, write_atomic
 
 
 def test_atomic_path_renames_onto_the_target_only_when_the_block_succeeds(tmp_path):
@@ -109,3 +109,35 @@ def test_a_full_disk_names_the_target_and_leaves_nothing(tmp_path):
         tmp.write_text("half")
         raise OSError(errno.ENOSPC, "No space left on device")  # as a write on a full disk: no file name
     assert os.listdir(tmp_path) == []
+
+
+def test_atomic_folder_moves_a_new_folder_into_place_whole(tmp_path):
+    out = tmp_path / "a" / "report"
+    with pytest.raises(OSError), atomic_folder(out) as tmp:
+        (tmp / "figures").mkdir()
+        (tmp / "figures" / "loss.png").write_bytes(b"png")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert os.listdir(tmp_path) == []  # neither the folder nor its missing parent
+    with atomic_folder(out) as tmp:
+        (tmp / "figures").mkdir()
+        (tmp / "figures" / "loss.png").write_bytes(b"png")
+        (tmp / "page.html").write_text("page")
+    assert (out / "figures" / "loss.png").read_bytes() == b"png" and (out / "page.html").read_text() == "page"
+    assert os.listdir(tmp_path / "a") == ["report"]
+
+
+def test_atomic_folder_replaces_files_of_an_existing_folder_and_keeps_the_rest(tmp_path):
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "page.html").write_text("old")
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(OSError, match=f"'{tmp_path / 'page.html'}'"), atomic_folder(tmp_path) as tmp:
+        (tmp / "page.html").write_text("half")
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "page.html"))
+    assert (tmp_path / "page.html").read_text() == "old"
+    assert sorted(os.listdir(tmp_path)) == ["figures", "notes.txt", "page.html"]
+    with atomic_folder(tmp_path) as tmp:
+        (tmp / "figures").mkdir()
+        (tmp / "figures" / "loss.png").write_bytes(b"png")
+        (tmp / "page.html").write_text("new")
+    assert (tmp_path / "page.html").read_text() == "new" and (tmp_path / "notes.txt").read_text() == "mine"
+    assert sorted(os.listdir(tmp_path)) == ["figures", "notes.txt", "page.html"]

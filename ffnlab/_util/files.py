@@ -4,7 +4,8 @@ The rule for an output path: a new or regular file is written whole to a tempora
 which is then renamed onto it (onto the file a symlink points to, not onto the link). An existing FIFO,
 or the terminal this process runs in (`--csv /dev/stdout`), is written into once the content is whole.
 Any other existing path that is not a regular file (a folder, a device such as /dev/null, a socket) is
-refused before any work, so a rename never replaces it.
+refused before any work, so a rename never replaces it. A folder of outputs (the report) is written
+whole in a temporary folder and moved into place (`atomic_folder`).
 """
 
 from __future__ import annotations
@@ -130,3 +131,35 @@ def write_atomic(path: str | os.PathLike, content: bytes | str) -> Path:
         else:
             tmp.write_bytes(content)
     return Path(path)
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """A temporary folder of this process to write `folder`'s files into, moved into place when the block
+    ends and deleted when it raises, so a failure (a full disk) leaves `folder` as it was. A new `folder`
+    is the temporary one renamed (its missing parents made only then); into an existing one each file is
+    renamed onto its place, files of subfolders before those beside them (a page after its figures), and
+    other files there stay. An OSError names the file in `folder`, not in the temporary folder."""
+    folder = Path(folder).absolute()
+    home = folder  # the nearest existing folder: writable (check it first) and on `folder`'s file system
+    while not home.is_dir():
+        home = home.parent
+    tmp = home / f".{folder.name}.{os.getpid()}.tmp"
+    try:
+        tmp.mkdir()
+        yield tmp
+        if not folder.exists():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(tmp, folder)
+        else:
+            for root, _, names in os.walk(tmp, topdown=False):  # bottom-up: subfolders first
+                for name in names:
+                    source = Path(root, name)
+                    dest = folder / source.relative_to(tmp)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(source, dest)
+    except OSError as e:
+        _name_target(e, tmp, folder)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

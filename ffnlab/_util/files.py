@@ -62,6 +62,8 @@ def check_writable(path: str | os.PathLike) -> Path:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise ValueError(f"{path} is a folder; give a file name")
     if writes_through(path):
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"cannot write {path}: it is not writable")
         return path
     if st is not None and not stat.S_ISREG(st.st_mode):
         kind = KINDS.get(stat.S_IFMT(st.st_mode), "a special file")

@@ -7,6 +7,7 @@ set FFNLAB_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -962,6 +963,12 @@ USER_ERRORS = (
     OverflowError,
     sqlite3.Error,
 )
+# a disk that takes no more: the user's to fix, not a bug (the OSError names the file: ffnlab._util.files)
+DISK_ERRORS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+}
 
 
 def main(argv=None) -> int:
@@ -989,34 +996,47 @@ def run_command(argv) -> int:
     except BrokenPipeError:  # the reader of the output left (`ffnlab list | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 128 + signal.SIGPIPE
-    except USER_ERRORS as e:
-        if os.environ.get("FFNLAB_DEBUG"):
-            raise
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if isinstance(e, sqlite3.Error):
-            message = f"the run store cannot be used ({type(e).__name__}: {message}); check --store"
-        elif isinstance(e, (MemoryError, OverflowError)):
-            message = f"the requested sizes do not fit ({type(e).__name__}{': ' + message if str(e) else ''})"
-        print(f"ffnlab: error: {message}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("ffnlab: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # a bug: one line, and the trace where it can be read and reported
+    except Exception as e:
         if os.environ.get("FFNLAB_DEBUG"):
             raise
-        import tempfile
-        import traceback
+        message = user_error(e)
+        if message is None:
+            return internal_error(e)
+        print(f"ffnlab: error: {message}", file=sys.stderr)
+        return 2
 
-        fd, trace = tempfile.mkstemp(prefix="ffnlab-error-", suffix=".txt")
-        with os.fdopen(fd, "w") as f:
-            traceback.print_exc(file=f)
-        first = str(e).splitlines()[0] if str(e) else ""
-        print(
-            f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
-            file=sys.stderr,
-        )
-        return 1
+
+def user_error(e: Exception) -> str | None:
+    """The one line a user error ends with; None when `e` is ffnlab's own bug."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+        return DISK_ERRORS[e.errno] + (f" writing {e.filename}" if e.filename else "")
+    if not isinstance(e, USER_ERRORS):
+        return None
+    message = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, sqlite3.Error):
+        return f"the run store cannot be used ({type(e).__name__}: {message}); check --store"
+    if isinstance(e, (MemoryError, OverflowError)):
+        return f"the requested sizes do not fit ({type(e).__name__}{': ' + message if str(e) else ''})"
+    return message
+
+
+def internal_error(e: Exception) -> int:
+    """A bug: one line, and the trace where it can be read and reported; exit status 1."""
+    import tempfile
+    import traceback
+
+    fd, trace = tempfile.mkstemp(prefix="ffnlab-error-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exception(e, file=f)
+    first = str(e).splitlines()[0] if str(e) else ""
+    print(
+        f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

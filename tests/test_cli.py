@@ -1,5 +1,6 @@
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import FFNS
 from tests.conftest import TINY_MODEL
+from tests.test_files import device_node
 
 
 def test_list_json_has_every_entry(run_cli):
@@ -127,6 +129,30 @@ def test_outputs_that_name_a_folder_fail_before_the_work(run_cli, tmp_path):
     code, _, err = run_cli(*TINY_COMPARE, "--csv", tmp_path, "--store", tmp_path / "s.db")
     assert one_line(code, err) and "is a folder" in err and not (tmp_path / "s.db").exists()
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*TINY_COMPARE, "--no-report", "--csv"],
+        [*TINY_TRAIN, "--out"],
+        ["export", "--ffn", "gelu", "--d-model", 8, "--out"],
+    ],
+    ids=["compare --csv", "train --out", "export --out"],
+)
+def test_an_output_on_a_device_is_refused_before_the_work_and_the_device_stays(run_cli, tmp_path, argv):
+    node = device_node(tmp_path / "null")  # a /dev/null of the test's own: /dev/full became a 725-byte CSV
+    code, _, err = run_cli(*argv, node, "--store", tmp_path / "s.db") if "compare" in argv else run_cli(*argv, node)
+    assert one_line(code, err) and f"cannot write {node}: it is a character device" in err, err
+    assert stat.S_ISCHR(os.stat(node).st_mode) and os.listdir(tmp_path) == ["null"]  # no store: nothing trained
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/version"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("argv", [[*TINY_COMPARE, "--no-report", "--csv"], [*TINY_TRAIN, "--out"]])
+def test_an_output_where_no_file_can_be_made_is_named_before_the_work(run_cli, tmp_path, argv):
+    code, _, err = run_cli(*argv, "/proc/version", *(["--store", tmp_path / "s.db"] if "compare" in argv else []))
+    assert one_line(code, err) and "cannot write /proc/version: no file can be created in /proc" in err, err
+    assert os.listdir(tmp_path) == []  # it trained first, then named '/proc/.version.PID.tmp'
 
 
 @pytest.mark.parametrize("store", ["folder", "/proc/ffnlab/s.db", "garbage"])

@@ -215,7 +215,10 @@ def test_damaged_store_contents_name_the_store(tmp_path):
         s.claim("r1", {"x": 1})
     with sqlite3.connect(path) as db:
         db.execute("update runs set result='{not json' where id='r1'")
-    with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path}: run r1 has a column"):
+    with (
+        Store(path, create=False) as s,
+        pytest.raises(ValueError, match=f"run store {path}: run r1's result is not JSON"),
+    ):
         s.runs()
     with sqlite3.connect(path) as db:
         db.execute("update meta set value='abc' where key='schema_version'")

@@ -7,6 +7,7 @@ set FFNLAB_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -19,7 +20,8 @@ import typing
 
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab.core.activations import ACTIVATIONS, aliases
-from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
+from ffnlab.core.ffn import FFNS, build_ffn, ffn_flops_per_token, ffn_param_count, ffn_width, get_ffn_spec, layer_sizes
+from ffnlab.core.memory import build_on_meta
 from ffnlab.flags import add_config_flags, flag_type, given, read_toml, to_toml
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 from ffnlab.study.table import format_protocol, format_table, summary_json, write_csv
@@ -75,7 +77,8 @@ def positive_float(text: str) -> float:
 
 
 def list_rows(d_model: int = 512) -> list[dict]:
-    """One row per activation and per FFN variant, with params of the FFN at `d_model`."""
+    """One row per activation and per FFN variant, with params of the FFN at `d_model` (counted on
+    the meta device: any width is sized without allocating it)."""
     rows = []
     for name, a in ACTIVATIONS.items():
         rows.append(
@@ -93,7 +96,8 @@ def list_rows(d_model: int = 512) -> list[dict]:
             }
         )
     for name, spec in FFNS.items():
-        stats = ffn_stats(build_ffn(name, d_model))
+        d_ff, bias = ffn_width(spec, d_model)
+        ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "--d-model")
         rows.append(
             {
                 "name": name,
@@ -103,9 +107,9 @@ def list_rows(d_model: int = 512) -> list[dict]:
                 "formula": spec.formula,
                 "paper": spec.paper,
                 "d_model": d_model,
-                "d_ff": stats["d_ff"],
-                "params": stats["params"],
-                "flops_per_token": stats["flops_per_token"],
+                "d_ff": d_ff,
+                "params": sum(p.numel() for p in ffn.parameters()),
+                "flops_per_token": ffn_flops_per_token(spec, d_model, d_ff, bias),
             }
         )
     return rows

@@ -128,6 +128,20 @@ def test_cli_bench_table_and_errors(run_cli):
     assert code == 2 and "positive" in err
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--tokens", "100000000000"], "more than the"),  # 1e11 tokens of width 256: 95 TiB of inputs
+        (["--d-model", "1000000"], "more than the"),  # 8e12 parameters
+        (["--d-model", "100000000000000"], "the model's sizes overflow"),
+    ],
+)
+def test_cli_bench_refuses_sizes_beyond_the_machine_before_measuring(run_cli, monkeypatch, argv, needle):
+    monkeypatch.setattr(bench, "measure_machine", lambda *a: pytest.fail("measured before checking the sizes"))
+    code, out, err = run_cli("bench", "--quick", "--no-compile", "--ffn", "gelu", *argv)
+    assert code == 2 and out == "" and needle in err and err.count("\n") == 1, err
+
+
 def test_bf16_is_neither_calibrated_nor_timed_where_it_is_emulated(monkeypatch):
     monkeypatch.setattr(bench, "bf16_native", lambda device: False)
     result = bench.run_bench(["swiglu"], [16], [16], repeats=1, compile=False)

@@ -36,6 +36,14 @@ def test_list_table(run_cli):
     assert "swiglu" in out and "W_down(silu(W_gate x) * W_up x)" in out and "gelu_new" in out
 
 
+def test_list_counts_sizes_without_allocating_them(run_cli):
+    # d_model 1e6: 8e12 parameters a row, counted on the meta device (it allocated them: an internal error)
+    code, out, err = run_cli("list", "--json", "--d-model", 1_000_000)
+    assert code == 0, err
+    gelu = next(r for r in json.loads(out) if r["name"] == "gelu" and r["kind"] == "ffn")
+    assert gelu["d_ff"] == 4_000_000 and gelu["params"] == 2 * 10**6 * 4 * 10**6 + 5 * 10**6
+
+
 def test_list_sizes_a_schedule_per_layer(run_cli):
     code, out, err = run_cli("list", "--schedule", "GELU*1+gelu*1+swiglu*2", "--json")
     assert code == 0, err
@@ -75,6 +83,7 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
         (["list", "--d-model", "0"], "must be positive"),
         (["list", "--d-model", "abc"], "positive integer"),
         (["list", "--d-model", "-1e3"], "positive integer"),  # a negative number, not a flag
+        (["list", "--d-model", "100000000000000"], "the model's sizes overflow"),  # was an internal error
         (["train", "--lr", "-1e-3"], "lr and grad_clip must be positive"),
         (["numerics", "--range", "-inf,5"], "range must be finite"),
         (["nosuchcommand"], "invalid choice"),

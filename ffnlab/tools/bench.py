@@ -16,6 +16,7 @@ moves 2n, act(x) moves 2n, act(g) * u moves 3n.
 from __future__ import annotations
 
 import copy
+import functools
 import platform
 import statistics
 import time
@@ -24,12 +25,12 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ffnlab._util.machine import bf16_native
+from ffnlab._util.machine import bf16_native, check_memory
 from ffnlab._util.text import first_line
 from ffnlab.core.activations import get_activation
 from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, ffn_width, get_ffn_spec, single_ffn_spec
 from ffnlab.core.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
-from ffnlab.core.memory import saved_bytes
+from ffnlab.core.memory import build_on_meta, saved_bytes
 
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
@@ -138,6 +139,20 @@ def calibration_size(ffns: Sequence[str], tokens: Sequence[int], d_models: Seque
     d_model = max(d_models)
     d_ff = max(ffn_width(single_ffn_spec(name), d_model)[0] for name in ffns)  # sizes only: no module built
     return (max(tokens), d_model, d_ff), max(tokens) * d_ff
+
+
+def check_sizes(ffns: Sequence[str], tokens: Sequence[int], d_models: Sequence[int], device: str) -> None:
+    """ValueError, before anything is allocated, when a row cannot run here: sizes that overflow, or
+    more memory than the machine has for a floor of what its step holds: the FFN's fp32 weights,
+    gradients and AdamW moments (16 bytes a parameter), its input, output gradient and input
+    gradient ((tokens, d_model) each) and three (tokens, d_ff) hidden tensors."""
+    for name in ffns:
+        for d_model in d_models:
+            ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "--d-model")
+            n_params = sum(p.numel() for p in ffn.parameters())
+            need = 16 * n_params + 4 * max(tokens) * (3 * d_model + 3 * ffn.d_ff)
+            what = f"{name}'s rows at d_model {d_model} ({n_params:,} parameters) on {max(tokens):,} tokens"
+            check_memory(need, device, what, "--d-model or --tokens")
 
 
 def best_of(*machines: dict) -> dict:
@@ -444,6 +459,7 @@ def run_bench(
         if len(dtypes) == 2
         else ["bf16: emulated here (no AMX or AVX512_BF16, or ONEDNN_MAX_CPU_ISA below them), not timed"]
     )
+    check_sizes(ffns, tokens, d_models, device)
     shape, copy_numel = calibration_size(ffns, tokens, d_models)
     machine = measure_machine(shape, copy_numel, repeats, device, dtypes)
     log(f"machine: {machine['matmul_gflops']} GFLOP/s fp32 matmul, {machine['copy_gbs']} GB/s copy")

@@ -24,6 +24,7 @@ from torch import nn
 from ffnlab._util.files import atomic_path
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import GatedFFN
+from ffnlab.core.memory import build_on_meta
 
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
 ONNX_MAX_BYTES = 2**31  # a protobuf message, so one .onnx file without external data, is under 2 GiB
@@ -354,15 +355,9 @@ def export_variant(
 
 
 def build_within_limit(build: Callable[[], nn.Module]) -> nn.Module:
-    """`build()`, once its shapes (built on the meta device, nothing allocated) show that its fp32
-    weights fit in one ONNX file; ValueError naming the size otherwise."""
-    try:
-        with torch.device("meta"):
-            n_params = sum(p.numel() for p in build().parameters())
-    except (RuntimeError, OverflowError) as e:
-        raise ValueError(
-            f"the model's sizes overflow ({first_line(e)}); use a smaller --d-model or --n-layers"
-        ) from None
+    """`build()`, once its shapes (`build_on_meta`: nothing allocated) show that its fp32 weights fit
+    in one ONNX file; ValueError naming the size otherwise."""
+    n_params = sum(p.numel() for p in build_on_meta(build, "--d-model or --n-layers").parameters())
     if 4 * n_params > ONNX_MAX_BYTES:
         raise ValueError(
             f"{n_params:,} parameters are {4 * n_params / 2**30:,.1f} GiB in fp32, more than the 2 GiB one ONNX "

@@ -19,6 +19,7 @@ import threading
 import typing
 
 from ffnlab._util.files import check_writable, write_atomic
+from ffnlab._util.jsonio import strict_dumps
 from ffnlab.core.activations import ACTIVATIONS, aliases
 from ffnlab.core.ffn import FFNS, build_ffn, ffn_flops_per_token, ffn_param_count, ffn_width, get_ffn_spec, layer_sizes
 from ffnlab.core.memory import build_on_meta
@@ -641,7 +642,7 @@ def cmd_advise(args):
         seq_len=args.seq_len,
         model_size=args.model_size,
     )
-    print(json.dumps(advice, indent=1) if args.json else format_advice(advice))
+    print(strict_dumps(advice) if args.json else format_advice(advice))  # a size or a gap may not be finite
 
 
 # ---- entry point --------------------------------------------------------------------------------

@@ -49,3 +49,9 @@ def test_field_problem_names_the_first_field_of_the_wrong_kind():
     assert field_problem({"steps": "3"}, Record) == "'steps' is a string, not a number"
     assert field_problem({"learned": "oops"}, Record) == "'learned' is a string, not an object"
     assert field_problem({"status": ["finished"]}, Record) == "'status' is an array, not a string"
+
+
+def test_strict_dumps_writes_no_literal_that_other_parsers_reject():
+    from ffnlab._util.jsonio import strict_dumps
+
+    assert strict_dumps({"x": math.inf, "y": [math.nan, 1.0]}, indent=None) == '{"x": "inf", "y": ["nan", 1.0]}'

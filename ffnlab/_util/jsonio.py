@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import types
 import typing
@@ -33,6 +34,11 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
     return obj
+
+
+def strict_dumps(obj: Any, indent: int | None = 1) -> str:
+    """JSON text that every parser reads: `json_safe(obj)`, with no NaN or Infinity literal left."""
+    return json.dumps(json_safe(obj), indent=indent, allow_nan=False)
 
 
 def json_kind(value: Any) -> str:

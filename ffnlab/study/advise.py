@@ -113,10 +113,15 @@ BYTE_SUFFIX = {
     "m": 2**20,
     "g": 2**30,
 }
+# NOTE: the most a size may be: a thousand times the largest published models (about 1e12 parameters)
+# and a million TB. Beyond them a size is a typo, and '1e400' reads as inf ('A infB model')
+MOST_PARAMS = 1e15
+MOST_BYTES = 1e18
 
 
-def parse_quantity(text: str, units: dict[str, float], what: str, example: str) -> float:
-    """'1.5M' -> 1.5e6 with the given suffix table; ValueError naming the valid suffixes."""
+def parse_quantity(text: str, units: dict[str, float], what: str, example: str, most: float) -> float:
+    """'1.5M' -> 1.5e6 with the given suffix table; ValueError naming the valid suffixes, or the
+    range (0, most] when the value is outside it."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in units:
         valid = ", ".join(u for u in units if u)
@@ -124,19 +129,19 @@ def parse_quantity(text: str, units: dict[str, float], what: str, example: str) 
             f"cannot read {what} '{text}'; give a number with an optional suffix ({valid}), e.g. {example}"
         )
     value = float(match.group(1)) * units[match.group(2).lower()]
-    if value <= 0:
-        raise ValueError(f"{what} must be positive, got '{text}'")
+    if not 0 < value <= most:
+        raise ValueError(f"{what} must be positive and at most {sci(most)}, got '{text}'")
     return value
 
 
 def parse_params(text: str) -> int:
     """A parameter count: '125M', '7B', '1.5e6'."""
-    return int(parse_quantity(text, COUNT_SUFFIX, "parameter budget", "125M"))
+    return int(parse_quantity(text, COUNT_SUFFIX, "parameter budget", "125M", MOST_PARAMS))
 
 
 def parse_bytes(text: str) -> int:
     """A memory size: '16GB' (powers of 1000), '2GiB' or '2G' (powers of 1024), plain bytes."""
-    return int(parse_quantity(text, BYTE_SUFFIX, "memory budget", "16GiB"))
+    return int(parse_quantity(text, BYTE_SUFFIX, "memory budget", "16GiB", MOST_BYTES))
 
 
 # ---- pretrained models --------------------------------------------------------------------------
@@ -889,7 +894,7 @@ def make_situation(
         deploy=deploy_of(hardware),
         stage=stage,
         hardware=hardware,
-        model_size=parse_quantity(model_size, COUNT_SUFFIX, "model size", "1B")
+        model_size=parse_quantity(model_size, COUNT_SUFFIX, "model size", "1B", MOST_PARAMS)
         if isinstance(model_size, str)
         else model_size,
         **rest,

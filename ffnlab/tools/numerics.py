@@ -9,7 +9,6 @@ fp16/bf16, and the claims table (`ffnlab.tools.claims`), with the environment th
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections.abc import Iterable
@@ -20,7 +19,7 @@ import scipy
 import torch
 
 from ffnlab._util import machine
-from ffnlab._util.jsonio import json_safe
+from ffnlab._util.jsonio import strict_dumps
 from ffnlab._util.names import closest
 from ffnlab._util.ranges import check_range
 from ffnlab.core.activations import ACTIVATIONS, resolve
@@ -140,4 +139,4 @@ def run_numerics(
 
 def to_json(report: dict) -> str:
     """The report as strict JSON (no NaN/Infinity literals: `ffnlab._util.jsonio.json_safe`)."""
-    return json.dumps(json_safe(report), indent=1, allow_nan=False)
+    return strict_dumps(report)

@@ -48,6 +48,8 @@ def test_plan_expansion_and_run_identity():
         (dict(baseline="gelu"), "baseline 'gelu' is not among the variants"),
         (dict(axes={"colour": [1]}), "unknown axis 'colour'"),
         (dict(axes={"lr": [1e-3, 0.001]}), "axis 'lr' repeats a setting: 0.001 and 0.001"),
+        (dict(axes={"attn_act": ["none", "identity"]}), "axis 'attn_act' repeats a setting: 'none' and 'identity'"),
+        (dict(axes={"attn_act": ["q=gelu,k=gelu", "k=gelu,q=gelu"]}), "'q=gelu,k=gelu' and 'k=gelu,q=gelu' train"),
     ],
 )
 def test_bad_study(kw, needle):

@@ -45,12 +45,14 @@ class ModelConfig:
     task: Literal["lm", "cls"] = "lm"
     n_classes: int = 2
     pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token
-    attn_act: str | None = None  # activations on Q, K, V: one name for all three or e.g. "q=gelu,k=gelu,v=identity"
-    # (a missing projection gets none; "none": no activation anywhere); off in standard Transformers
+    attn_act: str | None = None  # activations on Q, K, V: one name for all three or e.g. "q=gelu,k=gelu"
+    # (a missing projection gets none; "none": no activation anywhere); off in standard Transformers.
+    # Kept in one spelling (`canonical_attn_act`), so one setting is one run id
     attn_proj_act: str | None = None  # older name: means the same as attn_act; kept so stored configs keep their ids
 
     def __post_init__(self) -> None:
         check_config(self)
+        self.attn_act = canonical_attn_act(self.attn_act)
 
 
 CHOICES = {
@@ -124,6 +126,22 @@ def parse_attn_act(text: str | None) -> dict[str, str | None]:
         key: None if names.get(key) is None or names[key].lower() in NO_ACTIVATION else resolve(names[key])
         for key in PROJECTIONS
     }
+
+
+def canonical_attn_act(text: str | None) -> str | None:
+    """The one spelling of an attn_act spec: "none" where no projection has an activation, the name
+    alone where all three have one ("gelu"), else key=name for each projection that has one, in q,
+    k, v order ("k=gelu,q=gelu,v=identity" -> "q=gelu,k=gelu"); None, the default, stays None.
+
+    NOTE: a run's id hashes its config, so these are the spellings stores already hold (the README's
+    "none", "gelu", "q=gelu,k=gelu"); only the other spellings of a setting map onto them.
+    """
+    if text is None:
+        return None
+    acts = parse_attn_act(text)
+    if len(set(acts.values())) == 1:
+        return acts["q"] or "none"
+    return ",".join(f"{key}={act}" for key, act in acts.items() if act)
 
 
 def describe_attn_act(text: str | None) -> str:

@@ -69,6 +69,12 @@ class Study:
             self.baseline = default_baseline(self.variants)
         check_study(self)
         self.variants = [get_ffn_spec(v).name for v in self.variants]
+        # each axis value as its runs' configs hold it ('k=gelu,q=gelu' -> 'q=gelu,k=gelu'), so that the
+        # settings and the cells name a setting alike
+        self.axes = {
+            axis: [config_value(set_field(self.base, AXES[axis], value).to_dict(), AXES[axis]) for value in values]
+            for axis, values in self.axes.items()
+        }
         self.baseline = get_ffn_spec(self.baseline).name
         per_variant: dict[str, dict] = {}
         for variant, overrides in self.per_variant.items():  # 'GELU' and 'gelu' are one variant

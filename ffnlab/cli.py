@@ -20,6 +20,7 @@ import typing
 
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab._util.jsonio import strict_dumps
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, aliases
 from ffnlab.core.ffn import FFNS, build_ffn, ffn_flops_per_token, ffn_param_count, ffn_width, get_ffn_spec, layer_sizes
 from ffnlab.core.memory import build_on_meta
@@ -40,7 +41,9 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
 
     def error(self, message):  # one line, not argparse's usage block
-        raise UsageError(message)
+        # what argparse echoes here is what the user typed (a value, a choice, stray arguments): each
+        # long word shortened as ffnlab's own errors echo names, so a 100k-character value is not printed
+        raise UsageError(re.sub(r"[^\s']{61,}", lambda word: shorten(word.group()), message))
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)

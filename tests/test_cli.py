@@ -96,6 +96,23 @@ def test_bad_input_one_line_exit_2(run_cli, argv, needle):
     assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--ffn", "LONG"],
+        ["list", "--schedule", "gelu*2+LONG*2"],
+        ["train", "--attn-act", "q=LONG"],
+        ["train", "--lr", "LONG"],
+        ["compare", "--preset", "LONG", "--print-config"],
+        ["advise", "--situation", "LONG"],
+        ["list", "LONG"],
+    ],
+)
+def test_a_long_user_string_is_echoed_shortened(run_cli, argv):
+    code, _, err = run_cli(*[a.replace("LONG", "y" * 100_000) for a in argv])
+    assert code == 2 and err.count("\n") == 1 and len(err) < 1000 and "… (100,000 characters)" in err, err[:300]
+
+
 def test_console_script_exit_code():
     proc = subprocess.run(
         [sys.executable, "-m", "ffnlab.cli", "list", "--d-model", "-3"], capture_output=True, text=True

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import attention_context, get_activation, resolve
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, init_ffn, layer_variants
 
@@ -80,7 +81,7 @@ def check_config(cfg: ModelConfig) -> None:
         raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
     for name, valid in CHOICES.items():
         if getattr(cfg, name) not in valid:
-            raise ValueError(f"unknown {name} '{getattr(cfg, name)}'; valid: {', '.join(valid)}")
+            raise ValueError(f"unknown {name} '{shorten(getattr(cfg, name))}'; valid: {', '.join(valid)}")
     layer_variants(cfg.ffn, cfg.n_layers)
     check_init(cfg.init)
     if cfg.attn_act is not None and cfg.attn_proj_act is not None:
@@ -109,6 +110,7 @@ def parse_attn_act(text: str | None) -> dict[str, str | None]:
     if text is None or not text.strip():
         return dict.fromkeys(PROJECTIONS)
     items = [item.strip() for item in text.split(",")]
+    shown = shorten(text)  # as the errors echo it
     if len(items) == 1 and "=" not in items[0]:
         names = dict.fromkeys(PROJECTIONS, items[0])
     else:
@@ -116,11 +118,15 @@ def parse_attn_act(text: str | None) -> dict[str, str | None]:
         for item in items:
             key, sep, name = (part.strip() for part in item.partition("="))
             if not sep or not name:
-                raise ValueError(f"attn_act '{text}': expected one activation or key=activation pairs, got '{item}'")
+                raise ValueError(
+                    f"attn_act '{shown}': expected one activation or key=activation pairs, got '{shorten(item)}'"
+                )
             if key not in PROJECTIONS:
-                raise ValueError(f"attn_act '{text}': unknown projection '{key}'; valid: {', '.join(PROJECTIONS)}")
+                raise ValueError(
+                    f"attn_act '{shown}': unknown projection '{shorten(key)}'; valid: {', '.join(PROJECTIONS)}"
+                )
             if key in names:
-                raise ValueError(f"attn_act '{text}': projection '{key}' given twice")
+                raise ValueError(f"attn_act '{shown}': projection '{key}' given twice")
             names[key] = name
     return {
         key: None if names.get(key) is None or names[key].lower() in NO_ACTIVATION else resolve(names[key])

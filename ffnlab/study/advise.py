@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
-from ffnlab._util.text import human, human_bytes, key_values, sci
+from ffnlab._util.text import human, human_bytes, key_values, sci, shorten
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
 from ffnlab.core.kernels.fused import FUSED_ACTS
@@ -126,11 +126,11 @@ def parse_quantity(text: str, units: dict[str, float], what: str, example: str, 
     if not match or match.group(2).lower() not in units:
         valid = ", ".join(u for u in units if u)
         raise ValueError(
-            f"cannot read {what} '{text}'; give a number with an optional suffix ({valid}), e.g. {example}"
+            f"cannot read {what} '{shorten(text)}'; give a number with an optional suffix ({valid}), e.g. {example}"
         )
     value = float(match.group(1)) * units[match.group(2).lower()]
     if not 0 < value <= most:
-        raise ValueError(f"{what} must be positive and at most {sci(most)}, got '{text}'")
+        raise ValueError(f"{what} must be positive and at most {sci(most)}, got '{shorten(text)}'")
     return value
 
 
@@ -198,7 +198,8 @@ def lookup_family(name: str) -> dict:
         known = sorted({f.example for f in MODEL_FAMILIES})
         hint = closest(last, [f.family for f in MODEL_FAMILIES])
         raise ValueError(
-            f"unknown pretrained model '{name}'{hint}; give the path to its config.json, or one of: {', '.join(known)}"
+            f"unknown pretrained model '{shorten(name)}'{hint}; give the path to its config.json, "
+            f"or one of: {', '.join(known)}"
         )
     f = max(matches, key=lambda f: (key == f.example.lower(), len(f.family)))
     act = "gelu_new" if f.hf_act == "gated-gelu" else f.hf_act

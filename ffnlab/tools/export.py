@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ffnlab._util.files import atomic_path
-from ffnlab._util.text import first_line
+from ffnlab._util.text import first_line, shorten
 from ffnlab.core.ffn import GatedFFN
 from ffnlab.core.memory import build_on_meta
 
@@ -341,7 +341,9 @@ def export_variant(
         example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
         d_model, d_ff = module.cfg.d_model, module.cfg.d_ff
     else:
-        raise ValueError(f"unknown model '{model}'; valid: {', '.join(MODELS)}, or a Hugging Face config.json path")
+        raise ValueError(
+            f"unknown model '{shorten(model)}'; valid: {', '.join(MODELS)}, or a Hugging Face config.json path"
+        )
     report = export_onnx(module, example, path, opset=opset)
     return {
         "ffn": spec.name,

@@ -22,6 +22,7 @@ from ffnlab._util import machine
 from ffnlab._util.jsonio import strict_dumps
 from ffnlab._util.names import closest
 from ffnlab._util.ranges import check_range
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, resolve
 from ffnlab.tools.accuracy import (
     DEFAULT_POINTS,
@@ -67,7 +68,7 @@ def parse_dtypes(dtypes: str | Iterable[str]) -> list[str]:
         raise ValueError(f"no dtype given; valid: {', '.join(DTYPES)}")
     for d in items:
         if d not in DTYPES:
-            raise ValueError(f"unknown dtype '{d}'{closest(d, DTYPES)}; valid: {', '.join(DTYPES)}")
+            raise ValueError(f"unknown dtype '{shorten(d)}'{closest(d, DTYPES)}; valid: {', '.join(DTYPES)}")
     return list(dict.fromkeys(items))
 
 
@@ -77,7 +78,7 @@ def parse_range(text: str) -> tuple[float, float]:
     try:
         lo, hi = (float(p) for p in parts)
     except ValueError:
-        raise ValueError(f"range must be 'LO,HI' with two numbers, e.g. -10,10; got '{text}'") from None
+        raise ValueError(f"range must be 'LO,HI' with two numbers, e.g. -10,10; got '{shorten(text)}'") from None
     check_range(lo, hi)
     return lo, hi
 

@@ -28,6 +28,20 @@ def test_peak_bytes_during_sees_a_temporary():
     assert 4 * size <= peak < 8 * size
 
 
+def test_bench_prints_no_profiler_lines(capfd):
+    """The profiler that counts CPU peak memory writes 'USDT: ... profiler_start' lines and allocator
+    warnings to the process's stderr from C++; the user's terminal sees none of them."""
+    from ffnlab.cli import main
+
+    assert (
+        main(["bench", "--quick", "--no-compile", "--ffn", "gelu", "--tokens", "8", "--d-model", "8", "--repeats", "1"])
+        == 0
+    )
+    out, err = capfd.readouterr()
+    assert "gelu" in out and "bench: ffn gelu" in err  # its own progress lines still reach stderr
+    assert not [line for line in err.splitlines() if not line.startswith("bench: ")], err
+
+
 def test_step_flops_is_three_forwards():
     assert step_flops("swiglu", 64, 128, False, 10) == 3 * 10 * ffn_flops_per_token(
         get_ffn_spec("swiglu"), 64, 128, False

@@ -15,10 +15,13 @@ moves 2n, act(x) moves 2n, act(g) * u moves 3n.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -46,6 +49,26 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+@contextlib.contextmanager
+def c_stderr_silenced():
+    """The process's stderr (file descriptor 2) pointed at /dev/null while the block runs.
+
+    NOTE: torch's profiler writes 'USDT: ... profiler_start' lines and allocator warnings there from
+    C++, with no setting that stops them (KINETO_LOG_LEVEL does not), so they reached the user's
+    terminal. Only the profiler's block is silenced; Python's own stderr is flushed before it.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def peak_bytes_during(fn: Callable[[], object], device: str = "cpu") -> int:
     """Peak bytes allocated above what was live before, while fn() runs.
 
@@ -61,7 +84,7 @@ def peak_bytes_during(fn: Callable[[], object], device: str = "cpu") -> int:
         return torch.cuda.max_memory_allocated() - base
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with c_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     live = peak = 0

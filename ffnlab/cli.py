@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import json
 import math
 import os
@@ -19,8 +20,11 @@ import threading
 import typing
 
 from ffnlab._util.files import check_writable, write_atomic
+from ffnlab._util.jsonio import strict_dumps
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, aliases
-from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
+from ffnlab.core.ffn import FFNS, build_ffn, ffn_flops_per_token, ffn_param_count, ffn_width, get_ffn_spec, layer_sizes
+from ffnlab.core.memory import build_on_meta
 from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, file_fields, flag_type, given, read_toml, to_toml
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.plan import AXES
@@ -40,7 +44,9 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
 
     def error(self, message):  # one line, not argparse's usage block
-        raise UsageError(message)
+        # what argparse echoes here is what the user typed (a value, a choice, stray arguments): each
+        # long word shortened as ffnlab's own errors echo names, so a 100k-character value is not printed
+        raise UsageError(re.sub(r"[^\s']{61,}", lambda word: shorten(word.group()), message))
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -78,7 +84,8 @@ def positive_float(text: str) -> float:
 
 
 def list_rows(d_model: int = 512) -> list[dict]:
-    """One row per activation and per FFN variant, with params of the FFN at `d_model`."""
+    """One row per activation and per FFN variant, with params of the FFN at `d_model` (counted on
+    the meta device: any width is sized without allocating it)."""
     rows = []
     for name, a in ACTIVATIONS.items():
         rows.append(
@@ -96,7 +103,8 @@ def list_rows(d_model: int = 512) -> list[dict]:
             }
         )
     for name, spec in FFNS.items():
-        stats = ffn_stats(build_ffn(name, d_model))
+        d_ff, bias = ffn_width(spec, d_model)
+        ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "use a smaller --d-model")
         rows.append(
             {
                 "name": name,
@@ -106,9 +114,9 @@ def list_rows(d_model: int = 512) -> list[dict]:
                 "formula": spec.formula,
                 "paper": spec.paper,
                 "d_model": d_model,
-                "d_ff": stats["d_ff"],
-                "params": stats["params"],
-                "flops_per_token": stats["flops_per_token"],
+                "d_ff": d_ff,
+                "params": sum(p.numel() for p in ffn.parameters()),
+                "flops_per_token": ffn_flops_per_token(spec, d_model, d_ff, bias),
             }
         )
     return rows
@@ -675,7 +683,7 @@ def cmd_advise(args):
         seq_len=args.seq_len,
         model_size=args.model_size,
     )
-    print(json.dumps(advice, indent=1) if args.json else format_advice(advice))
+    print(strict_dumps(advice) if args.json else format_advice(advice))  # a size or a gap may not be finite
 
 
 # ---- entry point --------------------------------------------------------------------------------

@@ -38,6 +38,14 @@ def test_list_table(run_cli):
     assert "swiglu" in out and "W_down(silu(W_gate x) * W_up x)" in out and "gelu_new" in out
 
 
+def test_list_counts_sizes_without_allocating_them(run_cli):
+    # d_model 1e6: 8e12 parameters a row, counted on the meta device (it allocated them: an internal error)
+    code, out, err = run_cli("list", "--json", "--d-model", 1_000_000)
+    assert code == 0, err
+    gelu = next(r for r in json.loads(out) if r["name"] == "gelu" and r["kind"] == "ffn")
+    assert gelu["d_ff"] == 4_000_000 and gelu["params"] == 2 * 10**6 * 4 * 10**6 + 5 * 10**6
+
+
 def test_list_sizes_a_schedule_per_layer(run_cli):
     code, out, err = run_cli("list", "--schedule", "GELU*1+gelu*1+swiglu*2", "--json")
     assert code == 0, err
@@ -77,6 +85,7 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
         (["list", "--d-model", "0"], "must be positive"),
         (["list", "--d-model", "abc"], "positive integer"),
         (["list", "--d-model", "-1e3"], "positive integer"),  # a negative number, not a flag
+        (["list", "--d-model", "100000000000000"], "the model's sizes overflow"),  # was an internal error
         (["train", "--lr", "-1e-3"], "lr and grad_clip must be positive"),
         (["numerics", "--range", "-inf,5"], "range must be finite"),
         (["nosuchcommand"], "invalid choice"),
@@ -89,6 +98,23 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
 def test_bad_input_one_line_exit_2(run_cli, argv, needle):
     code, out, err = run_cli(*argv)
     assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--ffn", "LONG"],
+        ["list", "--schedule", "gelu*2+LONG*2"],
+        ["train", "--attn-act", "q=LONG"],
+        ["train", "--lr", "LONG"],
+        ["compare", "--preset", "LONG", "--print-config"],
+        ["advise", "--situation", "LONG"],
+        ["list", "LONG"],
+    ],
+)
+def test_a_long_user_string_is_echoed_shortened(run_cli, argv):
+    code, _, err = run_cli(*[a.replace("LONG", "y" * 100_000) for a in argv])
+    assert code == 2 and err.count("\n") == 1 and len(err) < 1000 and "… (100,000 characters)" in err, err[:300]
 
 
 def test_console_script_exit_code():
@@ -243,7 +269,10 @@ def test_damaged_store_contents_name_the_store(tmp_path):
         s.claim("r1", {"x": 1})
     with sqlite3.connect(path) as db:
         db.execute("update runs set result='{not json' where id='r1'")
-    with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path}: run r1 has a column"):
+    with (
+        Store(path, create=False) as s,
+        pytest.raises(ValueError, match=f"run store {path}: run r1's result is not JSON"),
+    ):
         s.runs()
     with sqlite3.connect(path) as db:
         db.execute("update meta set value='abc' where key='schema_version'")

@@ -341,3 +341,33 @@ def test_a_store_path_that_is_not_a_regular_file_is_refused(tmp_path):
         with pytest.raises(ValueError, match="is not a regular file"):
             Store(path)
     assert Path("/dev/null-journal").exists() == existed
+
+
+@pytest.mark.parametrize(
+    "column, text, problem",
+    [
+        ("runs.result", '{"learned": "oops"}', "run r1's result: 'learned' is a string, not an object"),
+        ("runs.result", '{"final_val_loss": [1]}', "run r1's result: 'final_val_loss' is an array, not a number"),
+        ("runs.config", "[1, 2, 3]", "run r1's config is an array, not an object"),
+        ("studies.study", "[1, 2, 3]", "study s1's record is an array, not an object"),
+        ("studies.study", '{"seeds": "3"}', "study s1's record: 'seeds' is a string, not a number"),
+        ("events.detail", "{not json", "run r1's event detail is not JSON"),
+        ("events.detail", "null", "run r1's event detail is null, not an object"),
+    ],
+)
+def test_records_edited_into_another_shape_name_the_store(store, column, text, problem):
+    """A JSON column of the wrong shape is refused where it is read, naming the store, instead of
+    failing later inside a summary (a string where a dict is iterated was an internal error)."""
+    store.claim("r1", {"x": 1})
+    store.finish("r1", "finished", {"learned": {}, "final_val_loss": 1.0})
+    store.add_events("r1", [{"step": 1, "kind": "spike", "ratio": 5.0}])
+    store.add_study("s1", {"seeds": 3})
+    table, name = column.split(".")
+    with sqlite3.connect(store.path) as db:
+        db.execute(f"UPDATE {table} SET {name} = ?", (text,))
+    read = {"runs": store.runs, "studies": store.studies, "events": lambda: store.events("r1")}[table]
+    with pytest.raises(ValueError) as error:
+        read()
+    message = str(error.value)
+    assert message.startswith(f"run store {store.path}: {problem}")
+    assert message.endswith("; the store was edited or damaged")

@@ -54,6 +54,8 @@ def test_plan_expansion_and_run_identity():
         ),  # was planned without end
         (dict(noise_floor=10**8), r"has 100,000,004 runs \(2 variants x 2 seeds \+ 100,000,000 noise-floor seeds\)"),
         (dict(axes={"lr": [i / 10**6 for i in range(1, 50_001)]}), r"50,000 cells x \(2 variants x 2 seeds\)"),
+        (dict(axes={"attn_act": ["none", "identity"]}), "axis 'attn_act' repeats a setting: 'none' and 'identity'"),
+        (dict(axes={"attn_act": ["q=gelu,k=gelu", "k=gelu,q=gelu"]}), "'q=gelu,k=gelu' and 'k=gelu,q=gelu' train"),
     ],
 )
 def test_bad_study(kw, needle):

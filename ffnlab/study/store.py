@@ -34,8 +34,10 @@ import sqlite3
 import threading
 import time
 
-from ffnlab._util.jsonio import json_safe
+from ffnlab._util.jsonio import field_problem, json_kind, json_safe
 from ffnlab._util.machine import environment
+from ffnlab.run.config import RunResult
+from ffnlab.study.plan import Study
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = pathlib.Path("ffnlab-runs") / "ffnlab.db"
@@ -270,7 +272,10 @@ class Store:
     def studies(self) -> list[dict]:
         """Recorded studies as {"id", "study", "created_at", "run_at"}, the most recently run first."""
         rows = self._read("SELECT id, study, created_at, run_at FROM studies ORDER BY run_at DESC, id")
-        return [{"id": i, "study": loads(st), "created_at": c, "run_at": r} for i, st, c, r in rows]
+        return [
+            {"id": i, "study": self._object(st, f"study {i}'s record", Study), "created_at": c, "run_at": r}
+            for i, st, c, r in rows
+        ]
 
     def get(self, run_id: str) -> dict | None:
         """One run as a dict (see `runs`), or None if the store has no such id."""
@@ -278,13 +283,34 @@ class Store:
         return self._run_dict(rows[0]) if rows else None
 
     def _run_dict(self, row: tuple) -> dict:
+        run = dict(zip([c.strip() for c in RUN_COLUMNS.split(",")], row))
+        run["config"] = self._object(run["config"], f"run {run['id']}'s config")
+        run["result"] = self._object(run["result"], f"run {run['id']}'s result", RunResult, null=True)
+        run["env"] = self._object(run["env"], f"run {run['id']}'s environment", null=True)
+        return run
+
+    def _object(self, text: str | None, what: str, record: type | None = None, null: bool = False) -> dict | None:
+        """The JSON object a column holds (None for null where `null` allows it), its fields of the
+        kinds the dataclass `record` declares; `what` names the column ("run r1's result").
+
+        Checked here, where records are read, so that a store edited or damaged by hand is one error
+        naming it, not a failure deep inside a summary or a report.
+        """
         try:
-            return _run_dict(row)
-        except ValueError as e:  # JSON columns edited or damaged by hand
-            raise ValueError(
-                f"run store {self.path}: run {row[0]} has a column that is not JSON ({e}); "
-                "the store was edited or damaged"
-            ) from None
+            value = loads(text)
+        except ValueError as e:
+            raise self._damaged(f"{what} is not JSON ({e})") from None
+        if value is None and null:
+            return None
+        if not isinstance(value, dict):
+            raise self._damaged(f"{what} is {json_kind(value)}, not an object")
+        problem = field_problem(value, record) if record else None
+        if problem:
+            raise self._damaged(f"{what}: {problem}")
+        return value
+
+    def _damaged(self, problem: str) -> ValueError:
+        return ValueError(f"run store {self.path}: {problem}; the store was edited or damaged")
 
     def runs(self, status: str | None = None, sweep: str | None = None) -> list[dict]:
         """Runs as {"id","config","status","result","env","sweep","attempts","created_at","started_at","finished_at"},
@@ -311,7 +337,10 @@ class Store:
     def events(self, run_id: str) -> list[dict]:
         """The run's events as {"step", "kind", ...detail}, ordered by step then kind."""
         rows = self._read("SELECT step, kind, detail FROM events WHERE run_id = ? ORDER BY step, kind", (run_id,))
-        return [{"step": step, "kind": kind, **loads(detail)} for step, kind, detail in rows]
+        return [
+            {"step": step, "kind": kind, **self._object(detail, f"run {run_id}'s event detail")}
+            for step, kind, detail in rows
+        ]
 
     def snapshot(self, ignore: tuple[str, ...] = ()) -> dict:
         """Everything but timestamps, attempts and environment, as plain data that compares with ==.
@@ -347,13 +376,6 @@ class Store:
 
 
 RUN_COLUMNS = "id, config, status, result, env, sweep, attempts, created_at, started_at, finished_at"
-
-
-def _run_dict(row: tuple) -> dict:
-    run = dict(zip([c.strip() for c in RUN_COLUMNS.split(",")], row))
-    for key in ("config", "result", "env"):
-        run[key] = loads(run[key])
-    return run
 
 
 def _require(conn: sqlite3.Connection, run_id: str):

@@ -26,9 +26,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ffnlab._util.machine import check_memory
 from ffnlab._util.text import first_line
-from ffnlab.core.model import build_on_meta, param_count
-from ffnlab.run.device import machine_memory
+from ffnlab.core.memory import build_on_meta
+from ffnlab.core.model import param_count
 from ffnlab.tools.hf import (
     FAMILIES,
     LOCAL_ONLY,
@@ -77,17 +78,6 @@ def check_weights(file: Path) -> None:
             pass
     except (SafetensorError, OSError) as e:
         raise ValueError(f"{file} is not a readable safetensors file ({e}); save the folder again") from None
-
-
-def check_memory(folder: str | os.PathLike, model: nn.Module) -> None:
-    """ValueError when the fp32 weights of `model` (built on the meta device) exceed this machine's
-    memory, where from_pretrained loads them first: else the allocator fails mid-load."""
-    n_params, have = param_count(model), machine_memory("cpu")
-    if 4 * n_params > have:
-        raise ValueError(
-            f"the model in {folder} has {n_params:,} parameters, {4 * n_params / 2**30:,.1f} GiB in fp32, more "
-            f"than the {have / 2**30:,.1f} GiB of memory here; check the sizes in its config.json"
-        )
 
 
 def check_float_weights(folder: str | os.PathLike, model: nn.Module) -> None:
@@ -176,7 +166,9 @@ def load_pretrained(
         hf_config.num_labels = n_classes
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
     skeleton = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
-    check_memory(folder, skeleton)
+    n_params = param_count(skeleton)  # from_pretrained loads the fp32 weights on the CPU first
+    what = f"the fp32 weights of the model in {folder} ({n_params:,} parameters)"
+    check_memory(4 * n_params, "cpu", what, "check the sizes in its config.json")
     check_float_weights(folder, skeleton)
     with quiet_transformers():  # the new classification head is named in the comparison's settings
         hf, info = auto.from_pretrained(

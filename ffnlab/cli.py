@@ -7,6 +7,8 @@ set FFNLAB_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import argparse
+import errno
+import functools
 import json
 import math
 import os
@@ -18,9 +20,14 @@ import threading
 import typing
 
 from ffnlab._util.files import check_writable, write_atomic
+from ffnlab._util.jsonio import strict_dumps
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, aliases
-from ffnlab.core.ffn import FFNS, build_ffn, ffn_param_count, ffn_stats, get_ffn_spec, layer_sizes
-from ffnlab.flags import add_config_flags, flag_type, given, read_toml, to_toml
+from ffnlab.core.ffn import FFNS, build_ffn, ffn_flops_per_token, ffn_param_count, ffn_width, get_ffn_spec, layer_sizes
+from ffnlab.core.memory import build_on_meta
+from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, file_fields, flag_type, given, read_toml, to_toml
+from ffnlab.run.config import TrainConfig
+from ffnlab.study.plan import AXES
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 from ffnlab.study.table import format_protocol, format_table, write_csv
 
@@ -37,7 +44,9 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
 
     def error(self, message):  # one line, not argparse's usage block
-        raise UsageError(message)
+        # what argparse echoes here is what the user typed (a value, a choice, stray arguments): each
+        # long word shortened as ffnlab's own errors echo names, so a 100k-character value is not printed
+        raise UsageError(re.sub(r"[^\s']{61,}", lambda word: shorten(word.group()), message))
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -75,7 +84,8 @@ def positive_float(text: str) -> float:
 
 
 def list_rows(d_model: int = 512) -> list[dict]:
-    """One row per activation and per FFN variant, with params of the FFN at `d_model`."""
+    """One row per activation and per FFN variant, with params of the FFN at `d_model` (counted on
+    the meta device: any width is sized without allocating it)."""
     rows = []
     for name, a in ACTIVATIONS.items():
         rows.append(
@@ -93,7 +103,8 @@ def list_rows(d_model: int = 512) -> list[dict]:
             }
         )
     for name, spec in FFNS.items():
-        stats = ffn_stats(build_ffn(name, d_model))
+        d_ff, bias = ffn_width(spec, d_model)
+        ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "use a smaller --d-model")
         rows.append(
             {
                 "name": name,
@@ -103,9 +114,9 @@ def list_rows(d_model: int = 512) -> list[dict]:
                 "formula": spec.formula,
                 "paper": spec.paper,
                 "d_model": d_model,
-                "d_ff": stats["d_ff"],
-                "params": stats["params"],
-                "flops_per_token": stats["flops_per_token"],
+                "d_ff": d_ff,
+                "params": sum(p.numel() for p in ffn.parameters()),
+                "flops_per_token": ffn_flops_per_token(spec, d_model, d_ff, bias),
             }
         )
     return rows
@@ -235,8 +246,6 @@ def read_config_file(args, tables: dict) -> dict:
 
 
 def cmd_train(args):
-    from dataclasses import asdict
-
     from ffnlab.core.model import ModelConfig
     from ffnlab.run.config import TrainConfig
     from ffnlab.run.train import progress_bar, train
@@ -245,7 +254,7 @@ def cmd_train(args):
         check_writable(args.out)  # now, not after the training
     cfg = apply_run_flags(TrainConfig(), args, read_config_file(args, {"": TrainConfig, "model": ModelConfig}))
     if args.print_config:
-        print(to_toml(asdict(cfg)))
+        print(to_toml(file_fields(cfg)))
         return
     if args.command == "finetune" and not cfg.init_from:
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
@@ -329,10 +338,23 @@ int_list = number_list(int, "integers")
 float_list = number_list(float, "numbers")
 
 
-# the keys of a --config file's [study] table
-STUDY_KEYS = {"preset", "variants", "seeds", "baseline", "noise_floor", "axes", "per_variant", "scale"}
-# what `--opt VARIANT:KEY=VALUE,...` may set per variant: the optimiser and its schedule
-OPT_FIELDS = ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")
+# every config field's type by its path ('lr', 'model.d_model'), which axes and per-variant settings name
+FIELD_TYPES = field_types(TrainConfig)
+# what `--opt VARIANT:KEY=VALUE,...` may set per variant, and its type: the optimiser and its schedule
+OPT_FIELDS = {key: FIELD_TYPES[key] for key in ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")}
+# a --config file's [study] table: each key's type, checked as the file is read (ffnlab.flags.read_toml); an
+# axis's values and a variant's settings have the types of the config fields they set
+STUDY_KEYS = {
+    "preset": str,
+    "variants": list[str],
+    "seeds": int,
+    "baseline": str,
+    "noise_floor": int,
+    "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
+    "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
+    "scale": list[str],
+    "no_stats": bool,
+}
 
 
 def opt_arg(text: str) -> tuple[str, dict]:
@@ -347,10 +369,13 @@ def opt_arg(text: str) -> tuple[str, dict]:
             raise argparse.ArgumentTypeError(
                 f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
             )
+        if key in values:  # which of the two holds would be a guess
+            raise argparse.ArgumentTypeError(f"--opt {text} sets {key} twice; give each setting once")
+        kind, _ = flag_type(OPT_FIELDS[key])
         try:
-            values[key] = int(value) if key == "warmup_steps" else float(value)
+            values[key] = kind(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs a number") from None
+            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs {TYPE_NAMES[kind]}") from None
     return variant.strip(), values
 
 
@@ -406,14 +431,12 @@ def study_from_args(args):
         raise UsageError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
     axes = {**study.get("axes", {}), **scale, **flagged}
     seeds = args.seeds or study.get("seeds", DEFAULT_SEEDS)
-    if seeds < 2 and not args.no_stats:
+    if seeds < 2 and not (args.no_stats or study.get("no_stats")):
         raise UsageError(
             f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
             "use --seeds 3 or more, or --no-stats"
         )
-    per_variant = {v: dict(o) for v, o in study.get("per_variant", {}).items()}
-    for variant, values in args.opt or []:
-        per_variant.setdefault(variant, {}).update(values)
+    per_variant = per_variant_of(args, study)
     if per_variant and args.protocol:
         raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
     variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
@@ -435,6 +458,29 @@ def study_from_args(args):
     )
 
 
+def per_variant_of(args, study: dict) -> dict[str, dict]:
+    """Each variant's own settings: the --config file's [study.per_variant], then the --opt flags over it,
+    variants by their canonical name. A setting given twice for one variant by either (two --opt, or 'gelu'
+    and 'GELU' in the file) is refused: which would hold is a guess."""
+    from ffnlab.core.ffn import get_ffn_spec
+
+    merged: dict[str, dict] = {}
+    for where, pairs in (
+        (f"config file {args.config}", study.get("per_variant", {}).items()),
+        ("--opt", args.opt or []),
+    ):
+        given: dict[str, dict] = {}
+        for variant, values in pairs:
+            name = get_ffn_spec(variant).name
+            own = given.setdefault(name, {})
+            for key in own.keys() & values.keys():
+                raise UsageError(f"{where} sets {name}'s {key} twice ({own[key]} and {values[key]}); give it once")
+            own.update(values)
+        for variant, values in given.items():  # a flag overrides the file
+            merged.setdefault(variant, {}).update(values)
+    return merged
+
+
 def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
     """(variants, baseline) of `compare --from`: keeping the folder's activation `own` (the baseline),
     then each swap in --variants."""
@@ -447,10 +493,10 @@ def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str
 
 def study_toml(study) -> str:
     """A study as a --config file: the base config's fields, [model] and [study]."""
-    from dataclasses import asdict
-
     head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
-    return to_toml({**asdict(study.base), "study": head})
+    if study.seeds < 2:  # the file loads only with it
+        head["no_stats"] = True
+    return to_toml({**file_fields(study.base), "study": head})
 
 
 def cmd_compare(args):
@@ -637,7 +683,7 @@ def cmd_advise(args):
         seq_len=args.seq_len,
         model_size=args.model_size,
     )
-    print(json.dumps(advice, indent=1) if args.json else format_advice(advice))
+    print(strict_dumps(advice) if args.json else format_advice(advice))  # a size or a gap may not be finite
 
 
 # ---- entry point --------------------------------------------------------------------------------
@@ -925,6 +971,12 @@ USER_ERRORS = (
     OverflowError,
     sqlite3.Error,
 )
+# a disk that takes no more: the user's to fix, not a bug (the OSError names the file: ffnlab._util.files)
+DISK_ERRORS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+}
 
 
 def main(argv=None) -> int:
@@ -952,34 +1004,47 @@ def run_command(argv) -> int:
     except BrokenPipeError:  # the reader of the output left (`ffnlab list | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
         return 128 + signal.SIGPIPE
-    except USER_ERRORS as e:
-        if os.environ.get("FFNLAB_DEBUG"):
-            raise
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if isinstance(e, sqlite3.Error):
-            message = f"the run store cannot be used ({type(e).__name__}: {message}); check --store"
-        elif isinstance(e, (MemoryError, OverflowError)):
-            message = f"the requested sizes do not fit ({type(e).__name__}{': ' + message if str(e) else ''})"
-        print(f"ffnlab: error: {message}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("ffnlab: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # a bug: one line, and the trace where it can be read and reported
+    except Exception as e:
         if os.environ.get("FFNLAB_DEBUG"):
             raise
-        import tempfile
-        import traceback
+        message = user_error(e)
+        if message is None:
+            return internal_error(e)
+        print(f"ffnlab: error: {message}", file=sys.stderr)
+        return 2
 
-        fd, trace = tempfile.mkstemp(prefix="ffnlab-error-", suffix=".txt")
-        with os.fdopen(fd, "w") as f:
-            traceback.print_exc(file=f)
-        first = str(e).splitlines()[0] if str(e) else ""
-        print(
-            f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
-            file=sys.stderr,
-        )
-        return 1
+
+def user_error(e: Exception) -> str | None:
+    """The one line a user error ends with; None when `e` is ffnlab's own bug."""
+    if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+        return DISK_ERRORS[e.errno] + (f" writing {e.filename}" if e.filename else "")
+    if not isinstance(e, USER_ERRORS):
+        return None
+    message = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, sqlite3.Error):
+        return f"the run store cannot be used ({type(e).__name__}: {message}); check --store"
+    if isinstance(e, (MemoryError, OverflowError)):
+        return f"the requested sizes do not fit ({type(e).__name__}{': ' + message if str(e) else ''})"
+    return message
+
+
+def internal_error(e: Exception) -> int:
+    """A bug: one line, and the trace where it can be read and reported; exit status 1."""
+    import tempfile
+    import traceback
+
+    fd, trace = tempfile.mkstemp(prefix="ffnlab-error-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        traceback.print_exception(e, file=f)
+    first = str(e).splitlines()[0] if str(e) else ""
+    print(
+        f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

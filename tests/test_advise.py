@@ -234,6 +234,11 @@ def test_advise_cli_json(run_cli, tmp_path):
         (["--situation", "pretrain", "--pretrained", "gpt2"], "give one of them"),
         (["--deploy", "cpu", "--hardware", "mobile"], "contradicts --hardware mobile"),
         (["--model-size", "huge"], "cannot read model size 'huge'"),
+        (["--model-size", "1e400"], "model size must be positive and at most 1e15, got '1e400'"),  # was 'infB'
+        (["--model-size", "2e15"], "at most 1e15"),
+        (["--params-budget", "1e400"], "parameter budget must be positive and at most 1e15, got '1e400'"),
+        (["--memory-budget", "1e400GiB"], "memory budget must be positive and at most 1e18, got '1e400GiB'"),
+        (["--memory-budget", "0GiB"], "memory budget must be positive"),
         (["--seq-len", "0"], "--seq-len"),
         (["--model-size", "7B", "--hardware", "gpu-16gb"], "no published variant fits the budgets at 7B"),
     ],
@@ -243,6 +248,15 @@ def test_advise_cli_bad_input(run_cli, tmp_path, argv, needle):
         s.claim("x", {"model": {"ffn": "relu"}})
     code, out, err = run_cli("advise", *[a.format(tmp=tmp_path) for a in argv])
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_advise_cli_json_is_strict_json(run_cli, monkeypatch):
+    import ffnlab.study.advise
+
+    monkeypatch.setattr(ffnlab.study.advise, "advise", lambda *a, **kw: {"size": float("inf"), "gap": float("nan")})
+    code, out, err = run_cli("advise", "--json")
+    assert code == 0, err
+    assert json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON")) == {"size": "inf", "gap": "nan"}
 
 
 # ---- the decision flow: one row per branch ----------------------------------------------------------

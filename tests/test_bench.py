@@ -28,6 +28,20 @@ def test_peak_bytes_during_sees_a_temporary():
     assert 4 * size <= peak < 8 * size
 
 
+def test_bench_prints_no_profiler_lines(capfd):
+    """The profiler that counts CPU peak memory writes 'USDT: ... profiler_start' lines and allocator
+    warnings to the process's stderr from C++; the user's terminal sees none of them."""
+    from ffnlab.cli import main
+
+    assert (
+        main(["bench", "--quick", "--no-compile", "--ffn", "gelu", "--tokens", "8", "--d-model", "8", "--repeats", "1"])
+        == 0
+    )
+    out, err = capfd.readouterr()
+    assert "gelu" in out and "bench: ffn gelu" in err  # its own progress lines still reach stderr
+    assert not [line for line in err.splitlines() if not line.startswith("bench: ")], err
+
+
 def test_step_flops_is_three_forwards():
     assert step_flops("swiglu", 64, 128, False, 10) == 3 * 10 * ffn_flops_per_token(
         get_ffn_spec("swiglu"), 64, 128, False
@@ -126,6 +140,20 @@ def test_cli_bench_table_and_errors(run_cli):
     assert code == 2 and "did you mean 'swiglu'" in err and len(err.strip().splitlines()) == 1
     code, _, err = run_cli("bench", "--tokens", "0")
     assert code == 2 and "positive" in err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--tokens", "100000000000"], "more than the"),  # 1e11 tokens of width 256: 95 TiB of inputs
+        (["--d-model", "1000000"], "more than the"),  # 8e12 parameters
+        (["--d-model", "100000000000000"], "the model's sizes overflow"),
+    ],
+)
+def test_cli_bench_refuses_sizes_beyond_the_machine_before_measuring(run_cli, monkeypatch, argv, needle):
+    monkeypatch.setattr(bench, "measure_machine", lambda *a: pytest.fail("measured before checking the sizes"))
+    code, out, err = run_cli("bench", "--quick", "--no-compile", "--ffn", "gelu", *argv)
+    assert code == 2 and out == "" and needle in err and err.count("\n") == 1, err
 
 
 def test_bf16_is_neither_calibrated_nor_timed_where_it_is_emulated(monkeypatch):

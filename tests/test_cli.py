@@ -1,5 +1,6 @@
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import FFNS
 from tests.conftest import TINY_MODEL
+from tests.test_files import device_node
 
 
 def test_list_json_has_every_entry(run_cli):
@@ -34,6 +36,14 @@ def test_list_table(run_cli):
     code, out, _ = run_cli("list")
     assert code == 0
     assert "swiglu" in out and "W_down(silu(W_gate x) * W_up x)" in out and "gelu_new" in out
+
+
+def test_list_counts_sizes_without_allocating_them(run_cli):
+    # d_model 1e6: 8e12 parameters a row, counted on the meta device (it allocated them: an internal error)
+    code, out, err = run_cli("list", "--json", "--d-model", 1_000_000)
+    assert code == 0, err
+    gelu = next(r for r in json.loads(out) if r["name"] == "gelu" and r["kind"] == "ffn")
+    assert gelu["d_ff"] == 4_000_000 and gelu["params"] == 2 * 10**6 * 4 * 10**6 + 5 * 10**6
 
 
 def test_list_sizes_a_schedule_per_layer(run_cli):
@@ -75,16 +85,36 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
         (["list", "--d-model", "0"], "must be positive"),
         (["list", "--d-model", "abc"], "positive integer"),
         (["list", "--d-model", "-1e3"], "positive integer"),  # a negative number, not a flag
+        (["list", "--d-model", "100000000000000"], "the model's sizes overflow"),  # was an internal error
         (["train", "--lr", "-1e-3"], "lr and grad_clip must be positive"),
         (["numerics", "--range", "-inf,5"], "range must be finite"),
         (["nosuchcommand"], "invalid choice"),
         (["compare", "--preset", "", "--print-config"], "unknown preset ''; valid: smoke,"),  # ran standard
         (["compare", "--baseline", "", "--print-config"], "unknown FFN variant ''; valid:"),  # took the default
+        (["compare", "--seeds", "100000000000", "--print-config"], "at most 100,000"),  # planned without end
+        (["compare", "--noise-floor", "100000000", "--print-config"], "at most 100,000"),
     ],
 )
 def test_bad_input_one_line_exit_2(run_cli, argv, needle):
     code, out, err = run_cli(*argv)
     assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--ffn", "LONG"],
+        ["list", "--schedule", "gelu*2+LONG*2"],
+        ["train", "--attn-act", "q=LONG"],
+        ["train", "--lr", "LONG"],
+        ["compare", "--preset", "LONG", "--print-config"],
+        ["advise", "--situation", "LONG"],
+        ["list", "LONG"],
+    ],
+)
+def test_a_long_user_string_is_echoed_shortened(run_cli, argv):
+    code, _, err = run_cli(*[a.replace("LONG", "y" * 100_000) for a in argv])
+    assert code == 2 and err.count("\n") == 1 and len(err) < 1000 and "… (100,000 characters)" in err, err[:300]
 
 
 def test_console_script_exit_code():
@@ -125,6 +155,30 @@ def test_outputs_that_name_a_folder_fail_before_the_work(run_cli, tmp_path):
     code, _, err = run_cli(*TINY_COMPARE, "--csv", tmp_path, "--store", tmp_path / "s.db")
     assert one_line(code, err) and "is a folder" in err and not (tmp_path / "s.db").exists()
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*TINY_COMPARE, "--no-report", "--csv"],
+        [*TINY_TRAIN, "--out"],
+        ["export", "--ffn", "gelu", "--d-model", 8, "--out"],
+    ],
+    ids=["compare --csv", "train --out", "export --out"],
+)
+def test_an_output_on_a_device_is_refused_before_the_work_and_the_device_stays(run_cli, tmp_path, argv):
+    node = device_node(tmp_path / "null")  # a /dev/null of the test's own: /dev/full became a 725-byte CSV
+    code, _, err = run_cli(*argv, node, "--store", tmp_path / "s.db") if "compare" in argv else run_cli(*argv, node)
+    assert one_line(code, err) and f"cannot write {node}: it is a character device" in err, err
+    assert stat.S_ISCHR(os.stat(node).st_mode) and os.listdir(tmp_path) == ["null"]  # no store: nothing trained
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/version"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("argv", [[*TINY_COMPARE, "--no-report", "--csv"], [*TINY_TRAIN, "--out"]])
+def test_an_output_where_no_file_can_be_made_is_named_before_the_work(run_cli, tmp_path, argv):
+    code, _, err = run_cli(*argv, "/proc/version", *(["--store", tmp_path / "s.db"] if "compare" in argv else []))
+    assert one_line(code, err) and "cannot write /proc/version: no file can be created in /proc" in err, err
+    assert os.listdir(tmp_path) == []  # it trained first, then named '/proc/.version.PID.tmp'
 
 
 @pytest.mark.parametrize("store", ["folder", "/proc/ffnlab/s.db", "garbage"])
@@ -216,7 +270,10 @@ def test_damaged_store_contents_name_the_store(tmp_path):
         s.claim("r1", {"x": 1})
     with sqlite3.connect(path) as db:
         db.execute("update runs set result='{not json' where id='r1'")
-    with Store(path, create=False) as s, pytest.raises(ValueError, match=f"run store {path}: run r1 cannot be read"):
+    with (
+        Store(path, create=False) as s,
+        pytest.raises(ValueError, match=f"run store {path}: run r1's result is not JSON"),
+    ):
         s.runs()
     with sqlite3.connect(path) as db:
         db.execute("update meta set value='abc' where key='schema_version'")

@@ -183,6 +183,24 @@ def test_cli_export_bad_input_is_one_line_exit_2(run_cli, tmp_path, args, messag
     assert sorted(os.listdir(tmp_path)) == ["bad.json"]
 
 
+def test_cli_export_on_a_full_disk_is_one_line_exit_2_and_leaves_the_old_file(run_cli, tmp_path, monkeypatch):
+    import errno
+
+    from ffnlab.tools import export
+
+    def full_disk(module, example, path, *args):
+        with open(path, "wb") as f:
+            f.write(b"half a model")
+            raise OSError(errno.ENOSPC, "No space left on device")  # as the exporter's write raises it: no file name
+
+    monkeypatch.setattr(export, "_export", full_disk)
+    out = tmp_path / "g.onnx"
+    out.write_text("previous")
+    code, stdout, stderr = run_cli("export", "--ffn", "gelu", "--d-model", D_MODEL, "--out", out)
+    assert code == 2 and stderr == f"ffnlab: error: no space left on device writing {out}\n"  # was exit 1
+    assert out.read_text() == "previous" and os.listdir(tmp_path) == ["g.onnx"]
+
+
 def test_cli_export_writes_the_opset_it_reports(run_cli, tmp_path):
     import onnx
 

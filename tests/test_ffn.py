@@ -288,7 +288,8 @@ def test_schedule_canonical_name(name, canonical):
         ("gelu*2+swiglu*1", 4, "'gelu\\*2\\+swiglu\\*1' covers 3 layers but n_layers is 4"),
         ("gelu*4+swiglu*2", 4, "covers 6 layers but n_layers is 4"),
         ("gelu*0+swiglu*4", 4, "'gelu\\*0' needs a whole number of layers, at least 1"),
-        ("gelu*-1+swiglu*5", 4, "at least 1"),
+        ("gelu*-1+swiglu*5", 4, "'gelu\\*-1' needs a whole number of layers"),  # as written, not 'gelu*_1'
+        ("GELU * -1", 4, "bad schedule 'GELU \\* -1': 'GELU\\*-1' needs"),
         ("gelu+swiglu*2", 4, "VARIANT\\*LAYERS joined by '\\+'"),
         ("gelu*2+", 2, "VARIANT\\*LAYERS"),
         ("gelu*2+swiglu*2", 0, "n_layers must be positive"),
@@ -297,6 +298,14 @@ def test_schedule_canonical_name(name, canonical):
 def test_bad_schedules(schedule, n_layers, match):
     with pytest.raises(ValueError, match=match):
         layer_variants(schedule, n_layers)
+
+
+@pytest.mark.parametrize("template", ["{}", "{}*2", "gelu*2+{}*2", "mix:gelu+{}", "switch_x:gelu+{}", "gelu*{}"])
+def test_a_long_name_is_echoed_shortened(template):
+    long = "y" * 100_000
+    with pytest.raises(ValueError) as error:
+        get_ffn_spec(template.format(long))
+    assert len(str(error.value)) < 1000 and "characters)" in str(error.value)
 
 
 def test_a_schedule_is_not_one_ffn():

@@ -2,12 +2,13 @@
 
 import typing
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
 from ffnlab.cli import build_parser
 from ffnlab.core.model import ModelConfig
-from ffnlab.flags import NOT_FLAGS, field_comments, read_toml, to_toml
+from ffnlab.flags import NOT_FLAGS, field_comments, file_fields, read_toml, to_toml
 from ffnlab.run.config import TrainConfig
 
 
@@ -72,6 +73,8 @@ def test_a_config_file_then_flags_and_print_config_round_trips(run_cli, tmp_path
         ('compile = "yes"', "'compile' must be true or false, got 'yes'"),  # was taken as true
         ("[model]\nd_model = true", "[model] 'd_model' must be a whole number, got True"),
         ('tokenizer = "BPE"', "'tokenizer' is 'BPE'; valid: char, byte, bpe, pretrained"),
+        ("[model]\nvocab_size = 3", "[model] 'vocab_size' is set from the tokenizer, not read from a file"),  # passed
+        ('init_digest = "0"', "'init_digest' is computed from the --from folder, not read from a file"),  # passed
     ],
 )
 def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
@@ -81,9 +84,107 @@ def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
     assert code == 2 and err.count("\n") == 1 and needle in err, err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--preset", "smoke", "--seeds", 1, "--no-stats"],  # no_stats was left out: the file did not load
+        ["--preset", "smoke", "--variants", "relu,gelu", "--lr-axis", "1e-3,2e-3", "--noise-floor", 2,
+         "--opt", "gelu:lr=1e-4,warmup_steps=3"],
+        ["--preset", "scaling", "--variants", "gelu,SwiGLU"],
+        ["--preset", "smoke", "--scale", "tokens=1000,2000,4000", "--seeds", 3],
+        ["--preset", "quick", "--variants", "gelu*1+swiglu*1,relu", "--baseline", "relu", "--max-seconds", 5],
+    ],
+)  # fmt: skip
+def test_print_config_loads_back_to_the_same_study(run_cli, tmp_path, argv):
+    from ffnlab.cli import build_parser, study_from_args
+    from ffnlab.study.plan import study_id
+
+    path = tmp_path / "c.toml"
+    code, out, err = run_cli("compare", *argv, "--print-config")
+    assert code == 0, err
+    path.write_text(out)
+    assert run_cli("compare", "--config", path, "--print-config") == (0, out, "")
+    study = lambda *flags: study_from_args(build_parser().parse_args(["compare", *map(str, flags)]))
+    assert study_id(study("--config", path)) == study_id(study(*argv))
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [  # were internal errors (exit 1), passed, or did not name the file
+        ('[study.axes]\nlr = "x"', "[study.axes] 'lr' must be a list ([...]), got 'x'"),
+        ('[study.axes]\nlr = [1e-3, "x"]', "[study.axes] 'lr' (item 2) must be a number, got 'x'"),
+        ('[study.axes]\nplacement = ["side"]', "[study.axes] 'placement' (item 1) is 'side'; valid: pre, post"),
+        ("[study.axes]\nwidht = [64]", "unknown key [study.axes] 'widht' (did you mean 'width'?)"),
+        ("[study]\nper_variant = {gelu = {bogus = 1}}", "unknown key [study.per_variant.gelu] 'bogus'; valid: beta2,"),
+        ('[study]\nper_variant = "x"', "[study] 'per_variant' must be a table ([study.per_variant]), got 'x'"),
+        ("[study.per_variant]\ngelu = 1", "[study.per_variant] 'gelu' must be a table ([study.per_variant.gelu])"),
+        ("[study.per_variant.gelu]\nwarmup_steps = 1.5", "[study.per_variant.gelu] 'warmup_steps' must be a whole"),
+        ("[study]\nnoise_floor = nan", "[study] 'noise_floor' must be a whole number, got nan"),  # passed
+        ("[study]\npreset = 3", "[study] 'preset' must be a string, got 3"),
+        ('[study]\nseeds = "3"', "[study] 'seeds' must be a whole number, got '3'"),
+        ('[study]\nvariants = "relu,gelu"', "[study] 'variants' must be a list ([...]), got 'relu,gelu'"),  # 'r'
+        ("[study]\naxes = 3", "[study] 'axes' must be a table ([study.axes]), got 3"),
+    ],
+)
+def test_a_bad_study_table_is_one_line_exit_2(run_cli, tmp_path, text, needle):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    code, _, err = run_cli("compare", "--variants", "relu,gelu", "--config", path, "--print-config")
+    assert code == 2 and err.count("\n") == 1 and f"config file {path}: {needle}" in err, err
+
+
+def test_a_study_table_reads_as_its_flags(run_cli, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[study.axes]\nlr = [1, 2e-3]\n[study.per_variant.gelu]\nlr = 1\nwarmup_steps = 3")
+    by_file = run_cli("compare", "--variants", "relu,gelu", "--config", path, "--print-config")
+    by_flags = run_cli("compare", "--variants", "relu,gelu", "--lr-axis", "1,2e-3", "--opt", "gelu:lr=1,warmup_steps=3",
+                       "--print-config")  # fmt: skip
+    assert by_file == by_flags and "lr = [1.0, 0.002]" in by_file[1]  # an int where a float belongs: a float
+
+
+def symlink_loop(folder):
+    path = folder / "loop.toml"
+    path.symlink_to(path)
+    return path
+
+
+def file_of(content: bytes):
+    def make(folder):
+        path = folder / "c.toml"
+        path.write_bytes(content)
+        return path
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda folder: Path("/dev/zero"), "is not a regular file"),  # read without end, GBs of memory
+        (lambda folder: folder, "is a directory"),
+        (symlink_loop, "cannot be read: Too many levels of symbolic links"),  # was an internal error
+        (file_of(b"a = " + b"[" * 100_000), "nested too deeply"),  # tomllib's RecursionError, an internal error
+        (file_of(bytes(range(128, 256))), "is not UTF-8 text (byte 0"),  # did not name the file
+        (file_of(b"# a comment\n" * 100_000), "is larger than 1 MiB"),
+    ],
+)
+def test_a_config_file_that_cannot_be_read_is_named_in_one_line(run_cli, tmp_path, make, needle):
+    path = make(tmp_path)
+    code, _, err = run_cli("compare", "--config", path, "--print-config")
+    assert code == 2 and err.count("\n") == 1 and f"config file {path} " in err and needle in err, err
+
+
+def test_train_print_config_loads_back_to_the_same_config(run_cli, tmp_path):
+    path = tmp_path / "c.toml"
+    code, out, _ = run_cli("train", "--lr", "1e-3", "--ffn", "swiglu", "--print-config")
+    path.write_text(out)
+    assert code == 0 and "vocab_size" not in out  # computed: a file that holds it is refused
+    assert run_cli("train", "--config", path, "--print-config") == (0, out, "")
+
+
 def test_toml_writer_and_reader_agree():
     cfg = TrainConfig(model=ModelConfig(n_layers=3, d_ff=100), lr=3e-4, max_tokens=1000, compile=True)
-    data = read_toml_text(to_toml(cfg.to_dict()))
+    data = read_toml_text(to_toml(file_fields(cfg)))
     assert TrainConfig(**data) == cfg  # None fields are left out and come back as their default
     assert read_toml_text("lr = 1")["lr"] == 1.0 and isinstance(read_toml_text("lr = 1")["lr"], float)
 
@@ -135,11 +236,28 @@ def test_opt_sets_per_variant_optimiser_settings_in_the_runs_and_the_output(run_
         ("gelu:lr=fast", "lr needs a number"),
         ("silu:lr=1e-3", "not among the variants"),
         ("gelu:lr=-1", "must be positive"),
+        ("gelu:lr=1e-3,lr=2e-3", "--opt gelu:lr=1e-3,lr=2e-3 sets lr twice"),  # the last one held
+        (["gelu:lr=1e-3", "GELU:lr=2e-3"], "--opt sets gelu's lr twice (0.001 and 0.002)"),  # the same, in two flags
     ],
 )
 def test_bad_opt_is_one_line_exit_2(run_cli, opt, needle):
-    code, _, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--opt", opt, "--print-config")
+    opts = [f for o in ([opt] if isinstance(opt, str) else opt) for f in ("--opt", o)]
+    code, _, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", *opts, "--print-config")
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_a_setting_per_variant_given_twice_in_the_config_file_is_refused_and_opt_overrides_it(run_cli, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[study.per_variant]\ngelu = {lr = 1e-3}\nGELU = {lr = 2e-3}")  # one variant, two spellings
+    code, _, err = run_cli("compare", "--variants", "relu,gelu", "--config", path, "--print-config")
+    assert code == 2 and f"config file {path} sets gelu's lr twice" in err
+    path.write_text("[study.per_variant]\nGELU = {lr = 1e-3, beta2 = 0.9}")
+    code, out, _ = run_cli(
+        "compare", "--variants", "relu,gelu", "--config", path, "--opt", "gelu:lr=2e-3", "--print-config"
+    )
+    assert code == 0 and out.endswith(
+        "[study.per_variant.gelu]\nlr = 0.002\nbeta2 = 0.9\n"
+    )  # a flag overrides the file
 
 
 def test_the_readme_names_every_key_of_the_study_table():
@@ -147,4 +265,4 @@ def test_the_readme_names_every_key_of_the_study_table():
     from tests.test_readme import readme_keys
 
     named = readme_keys("for `compare` a `[study]` table with", "flags override it")
-    assert named | {"axes"} == STUDY_KEYS  # axes: the [study.axes] table
+    assert named | {"axes"} == set(STUDY_KEYS)  # axes: the [study.axes] table

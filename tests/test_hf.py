@@ -1,5 +1,12 @@
 import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,14 +48,17 @@ from ffnlab.tools.hf import (  # noqa: E402
     ffnlab_to_hf,
     hf_to_ffnlab,
     load_swapped,
+    local_config,
     model_activation,
     model_family,
     restore_ffn,
+    save_unswapped,
     swap_attn_act,
     swap_ffn,
     swap_width,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 V = 100
 DECODER = dict(
     hidden_size=32,
@@ -556,6 +566,104 @@ def test_load_swapped_edited_sizes_and_damaged_weights_are_value_errors(tmp_path
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(ValueError, match="cannot read the weights"):
         load_swapped(tmp_path)
+
+
+# ---- local folders only: no remote code, no Hub ------------------------------------------------
+
+# imported, it leaves a marker file: the proof that a folder's own code ran
+EVIL_CODE = """
+import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+from transformers import PretrainedConfig
+class C(PretrainedConfig):
+    model_type = "evil"
+"""
+LOAD_SWAPPED = """
+import sys
+from ffnlab.tools.hf import load_swapped
+try:
+    load_swapped(sys.argv[1])
+except ValueError as e:
+    print("ValueError:", e)
+"""
+
+
+def evil_folder(tmp_path):
+    """A folder whose config.json maps AutoConfig to cfg_evil.py beside it (auto_map), as remote-code models do."""
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "cfg_evil.C"}}))
+    (folder / "cfg_evil.py").write_text(EVIL_CODE.format(marker=str(tmp_path / "ran")))
+    return folder
+
+
+def run_on_a_terminal(args, answer: bytes, env: dict, timeout: float = 60) -> str:
+    """Run `args` with a pseudo-terminal as stdin, stdout and stderr, `answer` typed into it; all it printed."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(args, stdin=child, stdout=child, stderr=child, env=env)
+    os.close(child)
+    os.write(main, answer)
+    output, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not select.select([main], [], [], 1)[0]:
+            continue
+        try:
+            data = os.read(main, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        output += data
+    proc.kill()
+    proc.wait()
+    os.close(main)
+    return output.decode(errors="replace")
+
+
+@pytest.mark.slow  # a fresh interpreter imports transformers
+def test_load_swapped_runs_no_folder_code_even_when_the_terminal_says_yes(tmp_path):
+    folder = evil_folder(tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "HF_HOME": str(tmp_path / "hf"),  # where transformers would copy the folder's code to import it
+        "HF_HUB_OFFLINE": "1",
+    }
+    # y answers transformers' "Do you wish to run the custom code? [y/N]", asked when trust_remote_code is unset
+    output = run_on_a_terminal([sys.executable, "-c", LOAD_SWAPPED, str(folder)], b"y\n", env)
+    assert not (tmp_path / "ran").exists(), output
+    assert "ValueError:" in output and "remote code is refused" in output, output
+
+
+def test_load_swapped_reads_local_folders_only(tmp_path):
+    cases = {
+        "gpt2": "gpt2 does not exist or is not a folder; give a local save_pretrained folder",  # not the Hub
+        str(tmp_path / "missing"): "missing does not exist or is not a folder",  # was 'Repo id must be in the form'
+        str(tmp_path): "has no config.json",
+        str(evil_folder(tmp_path)): "remote code is refused",
+    }
+    for folder, message in cases.items():
+        with pytest.raises(ValueError, match=message) as e:
+            load_swapped(folder)
+        assert "\n" not in str(e.value)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_load_swapped_names_an_architecture_of_another_family(tmp_path):
+    cfg = saved_swapped(tmp_path)  # a LLaMA
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "architectures": ["BertModel"]}))
+    with pytest.raises(ValueError, match="BertModel is a bert model but .* is a llama config") as e:
+        load_swapped(tmp_path)  # was an AttributeError from inside BertModel
+    assert "\n" not in str(e.value)
+
+
+def test_a_config_with_an_auto_map_builds_and_saves_without_it(tmp_path):
+    remote = json.loads(llama_json(tmp_path, auto_map={"AutoModelForCausalLM": "modeling_x.M"}).read_text())
+    model = build_hf_model(remote, "swiglu", match="none", vocab_size=50)
+    assert type(model.hf).__name__ == "LlamaForCausalLM"  # transformers' own class: built from model_type
+    save_unswapped(model.hf, tmp_path / "saved")
+    assert "auto_map" not in json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert local_config(tmp_path / "saved").model_type == "llama"  # so the folder is not refused later
 
 
 # ---- Q/K/V activations --------------------------------------------------------------------------

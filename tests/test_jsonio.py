@@ -29,3 +29,29 @@ def test_input_is_not_modified():
     obj = {"a": [math.nan]}
     json_safe(obj)
     assert math.isnan(obj["a"][0])
+
+
+def test_field_problem_names_the_first_field_of_the_wrong_kind():
+    from dataclasses import dataclass
+    from typing import Literal
+
+    from ffnlab._util.jsonio import field_problem
+
+    @dataclass
+    class Record:
+        status: Literal["finished", "diverged"]
+        loss: float | None
+        steps: int
+        learned: dict
+
+    assert field_problem({"status": "finished", "loss": 1, "steps": 2.0, "learned": {}, "other": "x"}, Record) is None
+    assert field_problem({"loss": None, "learned": None}, Record) is None  # null and missing: an older record
+    assert field_problem({"steps": "3"}, Record) == "'steps' is a string, not a number"
+    assert field_problem({"learned": "oops"}, Record) == "'learned' is a string, not an object"
+    assert field_problem({"status": ["finished"]}, Record) == "'status' is an array, not a string"
+
+
+def test_strict_dumps_writes_no_literal_that_other_parsers_reject():
+    from ffnlab._util.jsonio import strict_dumps
+
+    assert strict_dumps({"x": math.inf, "y": [math.nan, 1.0]}, indent=None) == '{"x": "inf", "y": ["nan", 1.0]}'

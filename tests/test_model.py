@@ -120,6 +120,30 @@ def test_parse_attn_act_bad_input(text, message):
         ModelConfig(**SMALL, attn_act=text)
 
 
+@pytest.mark.parametrize(
+    "canonical, spellings",
+    [
+        ("none", ["identity", "NONE", "q=none", "q=identity,k=none,v=identity"]),
+        ("gelu", ["GELU", "q=gelu,k=gelu,v=gelu", "v=gelu,k=gelu,q=gelu"]),
+        ("q=gelu,k=gelu", ["k=gelu,q=gelu", "q=gelu,k=gelu,v=identity", " q = GELU , k=gelu, v=none"]),
+        ("q=gelu,v=silu", ["v=silu,q=gelu", "q=gelu,k=identity,v=silu"]),
+    ],
+)
+def test_spellings_of_one_attn_act_are_one_run(canonical, spellings):
+    """Each setting has one spelling, so an axis cannot train it twice as two cells; the spellings
+    stores already hold (the README's, the presets') are that one, so their configs and ids stay."""
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.study.plan import run_id
+
+    def config(spec):
+        return TrainConfig(model=ModelConfig(**SMALL, attn_act=spec))
+
+    assert config(canonical).to_dict()["model"]["attn_act"] == canonical  # the JSON a run's id hashes
+    for spec in spellings:
+        assert config(spec).model.attn_act == canonical and run_id(config(spec)) == run_id(config(canonical))
+    assert ModelConfig(**SMALL).attn_act is None  # the default stays off the config JSON
+
+
 def test_attn_act_and_its_old_name_not_both():
     with pytest.raises(ValueError, match="not both"):
         ModelConfig(**SMALL, attn_act="gelu", attn_proj_act="gelu")

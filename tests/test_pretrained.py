@@ -1,6 +1,9 @@
 """Fine-tuning from a save_pretrained folder: a tiny LLaMA pretrained here by ffnlab, kept or swapped."""
 
 import json
+import logging
+import os
+import re
 import shutil
 from dataclasses import replace
 
@@ -77,8 +80,13 @@ def test_bad_folders_give_one_line_errors(pretrained, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "whisper"}))
+    remote = tmp_path / "remote"
+    shutil.copytree(folder, remote)
+    config = json.loads((remote / "config.json").read_text())
+    (remote / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "modeling.M"}}))
     cases = {
         tmp_path / "missing": "does not exist",
+        remote: "remote code is refused",
         tmp_path / "empty": "has no config.json",
         t5: "does not support the t5 family",
         other: "unsupported architecture 'whisper'",
@@ -98,16 +106,28 @@ def test_damaged_weights_are_one_line_errors_not_a_random_init(pretrained, tmp_p
 
     folder, _ = pretrained
     weights = load_file(folder / "model.safetensors")
+    down = "model.layers.0.mlp.down_proj.weight"
+
+    def link_to_unreadable(path):  # a file that cannot be mapped, even by root
+        path.unlink()
+        path.symlink_to("/proc/self/mem")
+
     damaged = {
         "truncated": lambda path: path.write_bytes(path.read_bytes()[:-500]),
         "no_head": lambda path: save_file({k: v for k, v in weights.items() if k != "lm_head.weight"}, path),
         "resized": lambda path: save_file({**weights, "model.norm.weight": torch.zeros(3)}, path),
+        "int64": lambda path: save_file({**weights, down: weights[down].mul(100).long()}, path),
+        "link": link_to_unreadable,
     }
     messages = {
         "truncated": "model.safetensors is not a readable safetensors file",  # was an internal error
         "no_head": "lm_head.weight is missing",  # was trained on from a random lm_head
         "resized": r"model.norm.weight is \[3\] there, \[32\] in the model",  # was an internal error
+        "int64": f"{down} in .* is I64, not floating point",  # was cast to float and trained
+        "link": "model.safetensors is not a readable safetensors file",  # was an internal error
     }
+    if not os.path.exists("/proc/self/mem"):
+        del damaged["link"]
     for name, damage in damaged.items():
         copy = tmp_path / name
         shutil.copytree(folder, copy)
@@ -117,6 +137,59 @@ def test_damaged_weights_are_one_line_errors_not_a_random_init(pretrained, tmp_p
         assert "\n" not in str(e.value)
     code, _, err = run_cli("finetune", "--from", tmp_path / "truncated", "--steps", 1, "--quiet")
     assert code == 2 and err.count("\n") == 1 and "not a readable safetensors file" in err
+
+
+def test_a_damaged_tokenizer_or_oversized_config_is_one_line_not_an_internal_error(pretrained, tmp_path, run_cli):
+    folder, _ = pretrained
+    config = json.loads((folder / "config.json").read_text())
+    damaged = {
+        "garbage": (lambda copy: (copy / "tokenizer.json").write_text("garbage{"), "cannot read the tokenizer"),
+        "huge": (  # 10**12-wide FFNs: 384 TB in fp32, counted on the meta device, not allocated
+            lambda copy: (copy / "config.json").write_text(json.dumps({**config, "intermediate_size": 10**12})),
+            r"\(96,000,000,\d{3},\d{3} parameters\) need at least .* GiB, more than the .* GiB here",
+        ),
+        "overflow": (
+            lambda copy: (copy / "config.json").write_text(json.dumps({**config, "intermediate_size": 10**30})),
+            "the model's sizes overflow",
+        ),
+    }
+    if os.path.exists("/proc/self/mem"):  # a link to a file whose every read fails (EIO), even for root
+        damaged["link"] = (lambda copy: (copy / "tokenizer.json").symlink_to("/proc/self/mem"), "cannot read")
+    for name, (damage, message) in damaged.items():
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        damage(copy)
+        code, _, err = run_cli("finetune", "--from", copy, "--steps", 1, "--context", 16, "--quiet")
+        assert code == 2 and err.count("\n") == 1 and re.search(message, err), (name, err)
+
+
+@pytest.fixture
+def transformers_warnings():
+    """The messages transformers logs during the test, its warn-once memory cleared first."""
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("transformers")  # propagate=False: caplog never sees it
+    if hasattr(logging.Logger, "warning_once"):  # transformers' lru_cache'd addition to Logger
+        logging.Logger.warning_once.cache_clear()
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def test_own_folders_load_without_special_token_warnings(tmp_path, transformers_warnings):
+    # what train --hf-config --save-pretrained, then finetune --from do: build, save_unswapped, load_pretrained
+    gpt2 = build_hf_model({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2}, "gelu_new", vocab_size=50)
+    assert gpt2.hf.config.bos_token_id is None  # GPT-2's 50256, past the vocabulary: no token
+    save_unswapped(gpt2.hf, tmp_path / "gpt2")
+    load_pretrained(tmp_path / "gpt2", "gelu_new", vocab_size=50)
+    # a classifier's pad id -1 (build_hf_model's stand-in) is not saved: loaded, it warned too
+    classifier = build_hf_model(LLAMA, "swiglu", vocab_size=50, context=16, task="cls", n_classes=3)
+    save_unswapped(classifier.hf, tmp_path / "cls")
+    loaded = load_pretrained(tmp_path / "cls", "swiglu", task="cls", n_classes=3, vocab_size=50)
+    assert loaded.hf.model.embed_tokens.padding_idx is None  # was the last token's row, which training never updates
+    assert loaded.hf.config.pad_token_id == -1  # the stand-in again, set after construction
+    assert not [message for message in transformers_warnings if "token_id" in message], transformers_warnings
 
 
 def test_a_changed_folder_is_another_run(pretrained, tmp_path):

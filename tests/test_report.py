@@ -1,8 +1,11 @@
+import errno
 import html
 import math
+import os
 import shutil
 import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -307,6 +310,27 @@ def test_report_reconstructs_axes_and_reads_numerics(tmp_path):
     assert [v.cell.variants[0].ffn for v in data.cells] == ["gelu", "gelu"]  # lower made-up loss ranks first
     assert data.cells[1].behaviour["relu"]["blocks.1.ffn"]["zero_frac"] == 0.5
     assert sum(row.metrics["grad_spikes"] for row in data.cells[0].cell.variants) == 4
+
+
+def test_a_report_on_a_full_disk_is_one_line_exit_2_and_leaves_the_folder_as_it_was(run_cli, tmp_path, monkeypatch):
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    code, _, err = run_cli("report", "--store", store, "--out", tmp_path / "old")
+    assert code == 0, err
+    before = {p: p.read_bytes() for p in (tmp_path / "old").rglob("*") if p.is_file()}
+    write_text = Path.write_text
+
+    def full_disk(self, *args, **kwargs):  # figures written, then the disk is full
+        if "summary.md" in self.name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    for out in (tmp_path / "old", tmp_path / "new"):
+        code, _, err = run_cli("report", "--store", store, "--out", out)
+        assert code == 2 and err.startswith(f"ffnlab: error: no space left on device writing {out}")
+        assert err.count("\n") == 1
+    assert {p: p.read_bytes() for p in (tmp_path / "old").rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(tmp_path)) == ["old", "s.db"]  # was new/figures/val_loss.png, and exit 1
 
 
 def test_attention_stats_on_known_matrices():

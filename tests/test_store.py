@@ -344,17 +344,31 @@ def test_a_store_path_that_is_not_a_regular_file_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "damage",
+    "column, text, problem",
     [
-        "json_set(result, '$.learned', 'x')",  # a field of the wrong type
-        "json_set(result, '$.peak_mem_bytes', 1)",  # a key no run result has
-        "'[1, 2, 3]'",  # not an object
-        "'{'",  # not JSON
+        ("runs.result", '{"learned": "oops"}', "run r1's result: 'learned' is a string, not an object"),
+        ("runs.result", '{"final_val_loss": [1]}', "run r1's result: 'final_val_loss' is an array, not a number"),
+        ("runs.result", '{"peak_mem_bytes": 1}', "run r1: its result has keys a run result does not: peak_mem_bytes"),
+        ("runs.config", "[1, 2, 3]", "run r1's config is an array, not an object"),
+        ("studies.study", "[1, 2, 3]", "study s1's record is an array, not an object"),
+        ("studies.study", '{"seeds": "3"}', "study s1's record: 'seeds' is a string, not a number"),
+        ("events.detail", "{not json", "run r1's event detail is not JSON"),
+        ("events.detail", "null", "run r1's event detail is null, not an object"),
     ],
 )
-def test_a_damaged_result_names_the_store_and_the_run(store, damage):
-    store.claim("r1", {})
-    store.finish("r1", run_result())
-    raw(store.path, f"UPDATE runs SET result = {damage}")
-    with pytest.raises(ValueError, match="run store .*: run r1 cannot be read .*the store was edited or damaged"):
-        store.get("r1")
+def test_records_edited_into_another_shape_name_the_store(store, column, text, problem):
+    """A JSON column of the wrong shape is refused where it is read, naming the store, instead of
+    failing later inside a summary (a string where a dict is iterated was an internal error)."""
+    store.claim("r1", {"x": 1})
+    store.finish("r1", run_result(final_val_loss=1.0))
+    store.add_events("r1", [{"step": 1, "kind": "spike", "ratio": 5.0}])
+    store.add_study("s1", {"seeds": 3})
+    table, name = column.split(".")
+    with sqlite3.connect(store.path) as db:
+        db.execute(f"UPDATE {table} SET {name} = ?", (text,))
+    read = {"runs": store.runs, "studies": store.studies, "events": lambda: store.events("r1")}[table]
+    with pytest.raises(ValueError) as error:
+        read()
+    message = str(error.value)
+    assert message.startswith(f"run store {store.path}: {problem}")
+    assert message.endswith("; the store was edited or damaged")

@@ -14,7 +14,7 @@ import torch
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.presets import preset_config
 from ffnlab.run.train import TrainConfig
-from ffnlab.study.execute import resolve_jobs, run_study
+from ffnlab.study.execute import lock_path, resolve_jobs, run_lock, run_study, wait_for
 from ffnlab.study.plan import Study, plan, run_id
 from ffnlab.study.store import Store
 from tests.test_readme import readme_keys
@@ -48,6 +48,14 @@ def test_plan_expansion_and_run_identity():
         (dict(baseline="gelu"), "baseline 'gelu' is not among the variants"),
         (dict(axes={"colour": [1]}), "unknown axis 'colour'"),
         (dict(axes={"lr": [1e-3, 0.001]}), "axis 'lr' repeats a setting: 0.001 and 0.001"),
+        (
+            dict(seeds=10**11),
+            r"has 200,000,000,000 runs \(2 variants x 100,000,000,000 seeds\); at most 100,000",
+        ),  # was planned without end
+        (dict(noise_floor=10**8), r"has 100,000,004 runs \(2 variants x 2 seeds \+ 100,000,000 noise-floor seeds\)"),
+        (dict(axes={"lr": [i / 10**6 for i in range(1, 50_001)]}), r"50,000 cells x \(2 variants x 2 seeds\)"),
+        (dict(axes={"attn_act": ["none", "identity"]}), "axis 'attn_act' repeats a setting: 'none' and 'identity'"),
+        (dict(axes={"attn_act": ["q=gelu,k=gelu", "k=gelu,q=gelu"]}), "'q=gelu,k=gelu' and 'k=gelu,q=gelu' train"),
     ],
 )
 def test_bad_study(kw, needle):
@@ -183,9 +191,10 @@ def test_sigterm_stops_a_sweep_and_its_workers_at_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_concurrent_sweeps_on_one_store(tmp_path):
+def test_three_concurrent_sweeps_on_one_store_train_each_run_once_and_leave_no_lock(tmp_path):
     store = tmp_path / "shared.db"
-    procs = [subprocess.Popen(compare_cmd(store, "--steps", 40), stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    argv = compare_cmd(store, "--steps", 40, "--jobs", 1)
+    procs = [subprocess.Popen(argv, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -195,6 +204,7 @@ def test_two_concurrent_sweeps_on_one_store(tmp_path):
         assert sum(r.attempts for r in runs) == 4  # no run was trained twice
     with sqlite3.connect(store) as db:
         assert db.execute("pragma integrity_check").fetchone()[0] == "ok"
+    assert list((tmp_path / "checkpoints").iterdir()) == []  # three sweeps left 3 or 4 run.lock files
 
 
 @pytest.mark.slow
@@ -582,9 +592,23 @@ def test_a_failed_run_says_why_and_the_exit_status_says_seeds_are_missing(run_cl
     assert "gelu seed 1: failed (RuntimeError: boom in gelu seed 1)" in err
     assert "1 of 6 planned runs did not finish" in err.splitlines()[-1]
     assert "left out: gelu seed 1" in out  # the verdict says the table rests on fewer seeds
+    assert not list((tmp_path / "checkpoints").glob("*.lock"))  # the failed run's lock went with it
     monkeypatch.setattr(sweep, "train", real)
     code, out, err = run_cli(*SMOKE, "--jobs", 1, "--store", tmp_path / "s.db", "--no-report")
     assert code == 0 and "left out" not in out  # retried and finished
+
+
+def test_a_run_lock_lasts_while_it_is_held(tmp_path):
+    store = tmp_path / "s.db"
+    lock_path(store, "r").parent.mkdir()
+    lock_path(store, "r").touch()  # left by a holder killed with -9
+    with run_lock(store, "r", wait=False) as held:
+        assert held and lock_path(store, "r").exists()
+        with run_lock(store, "r", wait=False) as other:
+            assert other is False
+    assert not lock_path(store, "r").exists()  # it stayed: every opener made it anew
+    wait_for(store, "r")
+    assert list((tmp_path / "checkpoints").iterdir()) == []
 
 
 def test_finished_runs_leave_no_lock_or_checkpoint(tmp_path):

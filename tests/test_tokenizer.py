@@ -120,3 +120,19 @@ def test_bad_input(build):
                 tok.decode(bad)
     with pytest.raises(ValueError, match="not a tokenizer state"):
         tokenizer_from_state({"kind": "word"})
+
+
+def test_a_folder_tokenizer_that_cannot_be_read_is_one_line(tmp_path):
+    damaged = {
+        "garbage": lambda path: path.write_text("garbage{"),  # was tokenizers' plain Exception: an internal error
+        "not_utf8": lambda path: path.write_bytes(b"\xff\xfe{"),
+    }
+    if os.path.exists("/proc/self/mem"):  # a link to a file whose every read fails (EIO), even for root
+        damaged["link"] = lambda path: path.symlink_to("/proc/self/mem")
+    for name, damage in damaged.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        damage(folder / "tokenizer.json")
+        with pytest.raises(ValueError, match=f"cannot read the tokenizer {folder}/tokenizer.json") as e:
+            build_tokenizer("pretrained", [], folder=str(folder))
+        assert "\n" not in str(e.value)

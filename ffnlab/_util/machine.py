@@ -49,6 +49,23 @@ def bf16_native(device: str = "cpu") -> bool:
     return bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 
+def machine_memory(device: str) -> int:
+    """Bytes of memory a run can use at most: the GPU's, or this machine's physical RAM."""
+    if device == "cuda":
+        return torch.cuda.get_device_properties(0).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(need: int, device: str, what: str, advice: str) -> None:
+    """ValueError, before anything is allocated, when `need` bytes are more than `machine_memory`:
+    `what` says which sizes need them, `advice` what to change."""
+    have = machine_memory(device)
+    if need > have:
+        raise ValueError(
+            f"{what} need at least {need / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB here; {advice}"
+        )
+
+
 def cpu_model() -> str | None:
     """The CPU's model name ('AMD EPYC', 'Intel(R) Xeon(R) ...'), None where it cannot tell."""
     try:

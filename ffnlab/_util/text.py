@@ -1,4 +1,5 @@
-"""Text for people: numbers with SI or binary suffixes, settings as key=value and one-line error summaries."""
+"""Text for people: numbers with SI or binary suffixes, settings as key=value, one-line error summaries
+and user strings shortened for them."""
 
 from __future__ import annotations
 
@@ -46,3 +47,10 @@ def first_line(e: BaseException, limit: int = 300) -> str:
     """'TypeName: first line' of an exception, without terminal colour codes, at most `limit` characters."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:limit]
+
+
+def shorten(text: object, limit: int = 60) -> str:
+    """A string the user typed, for an error message: as it is up to `limit` characters, else its
+    start, '…' and its length ('yyyy… (100,000 characters)'), so the message stays readable."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab._util.names import closest, normalize
+from ffnlab._util.text import shorten
 
 Family = Literal["relu", "gelu", "swish", "other"]
 ActLike = str | nn.Module | Callable[[torch.Tensor], torch.Tensor]  # what get_activation accepts
@@ -377,7 +378,9 @@ def resolve(name: str) -> str:
     """Canonical registry key for `name` (case-insensitive, '-' accepted for '_'); ValueError if unknown."""
     key = normalize(name)
     if key not in ACTIVATIONS:
-        raise ValueError(f"unknown activation '{name}'{closest(key, ACTIVATIONS)}; valid: {', '.join(ACTIVATIONS)}")
+        raise ValueError(
+            f"unknown activation '{shorten(name)}'{closest(key, ACTIVATIONS)}; valid: {', '.join(ACTIVATIONS)}"
+        )
     return key
 
 

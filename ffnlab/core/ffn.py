@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ffnlab._util.names import closest, normalize
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, ActLike, InputMixture, activation_name, get_activation
 from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, fused_is_faster, resolve_fused
 from ffnlab.core.memory import saved_bytes
@@ -94,10 +95,10 @@ def get_ffn_spec(name: str) -> FFNSpec:
     if key.startswith("mix:"):
         parts = key[4:].split("+")
         if len(parts) != 2 or not all(parts):
-            raise ValueError(f"mixed FFN must be 'mix:ACT1+ACT2', got '{name}'")
+            raise ValueError(f"mixed FFN must be 'mix:ACT1+ACT2', got '{shorten(name)}'")
         specs = [get_ffn_spec(p) for p in parts]
         if any(s.kind != "dense" for s in specs):
-            raise ValueError(f"mixed FFN takes two dense activations, got '{name}'")
+            raise ValueError(f"mixed FFN takes two dense activations, got '{shorten(name)}'")
         acts = tuple(s.acts[0] for s in specs)
         return FFNSpec(
             f"mix:{acts[0]}+{acts[1]}",
@@ -113,7 +114,7 @@ def get_ffn_spec(name: str) -> FFNSpec:
     if key in ACTIVATIONS:  # a Hugging Face alias such as gelu_new: dense FFN with that expression
         return FFNSpec(key, "dense", (key,), f"W_out {key}(W_in x + b_in) + b_out", ACTIVATIONS[key].paper)
     raise ValueError(
-        f"unknown FFN variant '{name}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, mix:ACT1+ACT2, "
+        f"unknown FFN variant '{shorten(name)}'{closest(key, FFNS)}; valid: {', '.join(FFNS)}, mix:ACT1+ACT2, "
         "switch_x:ACT1+ACT2+..., or a schedule such as gelu*2+swiglu*2"
     )
 
@@ -122,6 +123,7 @@ def switch_x_spec(name: str) -> FFNSpec:
     """Spec of `switch_x:ACT1+ACT2+...`: a dense FFN whose activation is a per-token softmax mixture of
     two or more distinct parameter-free registered activations (`InputMixture`); ValueError otherwise."""
     parts = normalize(name).removeprefix("switch_x:").split("+")
+    name = shorten(name)  # as the errors echo it
     plain = [n for n, a in ACTIVATIONS.items() if not a.learnable]
     choices = f"valid: {', '.join(plain)}"
     if len(parts) < 2:
@@ -132,7 +134,7 @@ def switch_x_spec(name: str) -> FFNSpec:
         if part not in plain:
             learnable = part in ACTIVATIONS
             why = "has learned parameters" if learnable else f"is not an activation{closest(part, ACTIVATIONS)}"
-            raise ValueError(f"switch_x: '{part}' in '{name}' {why}; {choices}")
+            raise ValueError(f"switch_x: '{shorten(part)}' in '{name}' {why}; {choices}")
     if len(set(parts)) < len(parts):
         raise ValueError(f"switch_x: an activation is repeated in '{name}'; each candidate once")
     return FFNSpec(
@@ -169,17 +171,20 @@ def schedule_spec(name: str) -> FFNSpec:
     of at least 1; a list of one variant per layer is `gelu*1+swiglu*1+gelu*1`. ValueError names
     the part that is wrong.
     """
-    key = normalize(name).replace(" ", "")
-    if not re.fullmatch(rf"{RUN}(\+{RUN})*", key):
-        raise ValueError(f"bad schedule '{name}': write {SCHEDULE_SYNTAX}")
+    # read as written, spaces dropped (each variant is normalised by its own lookup), so that an
+    # error echoes the user's spelling: normalising first showed 'gelu*-1' as 'gelu*_1'
+    text, shown = "".join(str(name).split()), shorten(name)
+    if not re.fullmatch(rf"{RUN}(\+{RUN})*", text, re.IGNORECASE):
+        raise ValueError(f"bad schedule '{shown}': write {SCHEDULE_SYNTAX}")
     runs: list[tuple[str, int]] = []
-    for variant, count in re.findall(RUN, key):
+    for variant, count in re.findall(RUN, text, re.IGNORECASE):
         if not count.isdigit() or int(count) < 1:
-            raise ValueError(f"bad schedule '{name}': '{variant}*{count}' needs a whole number of layers, at least 1")
+            part = shorten(f"{variant}*{count}")
+            raise ValueError(f"bad schedule '{shown}': '{part}' needs a whole number of layers, at least 1")
         try:
             variant = single_ffn_spec(variant).name
         except ValueError as error:
-            raise ValueError(f"bad schedule '{name}': {error}") from None
+            raise ValueError(f"bad schedule '{shown}': {error}") from None
         if runs and runs[-1][0] == variant:
             runs[-1] = (variant, runs[-1][1] + int(count))
         else:

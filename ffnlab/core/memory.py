@@ -9,6 +9,9 @@ not depend on what ran before in the same process (the process's peak RSS did):
     saved       bytes autograd keeps for backward in one training forward pass (activations)
 
 On CUDA the allocator's peak, reset at the run's start, is recorded beside it.
+
+Before anything is allocated, `build_on_meta` counts what sizes the user asked for would take, and
+`ffnlab._util.machine.check_memory` refuses what this machine cannot hold.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
+
+from ffnlab._util.text import first_line
 
 
 def saved_bytes(fn: Callable[[], object], exclude: Iterable[torch.Tensor] = ()) -> int:
@@ -59,3 +64,14 @@ def training_memory(model: nn.Module, opt: torch.optim.Optimizer, saved: int) ->
     }
     out["train_mem_bytes"] = sum(out.values())
     return out
+
+
+def build_on_meta(build: Callable[[], nn.Module], advice: str) -> nn.Module:
+    """The module `build()` makes, on the meta device: shapes without storage, so parameters are
+    counted for any size in microseconds and nothing is allocated. ValueError ending in `advice` (what
+    to make smaller) when a tensor of it has more elements than torch can index."""
+    try:
+        with torch.device("meta"):
+            return build()
+    except (RuntimeError, OverflowError, TypeError) as e:  # NOTE: torch says TypeError for a size past int64
+        raise ValueError(f"the model's sizes overflow ({first_line(e)}); {advice}") from None

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import attention_context, get_activation, resolve
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, init_ffn, layer_variants
 
@@ -45,12 +46,14 @@ class ModelConfig:
     task: Literal["lm", "cls"] = "lm"
     n_classes: int = 2
     pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token
-    attn_act: str | None = None  # activations on Q, K, V: one name for all three or e.g. "q=gelu,k=gelu,v=identity"
-    # (a missing projection gets none; "none": no activation anywhere); off in standard Transformers
+    attn_act: str | None = None  # activations on Q, K, V: one name for all three or e.g. "q=gelu,k=gelu"
+    # (a missing projection gets none; "none": no activation anywhere); off in standard Transformers.
+    # Kept in one spelling (`canonical_attn_act`), so one setting is one run id
     attn_proj_act: str | None = None  # older name: means the same as attn_act; kept so stored configs keep their ids
 
     def __post_init__(self) -> None:
         check_config(self)
+        self.attn_act = canonical_attn_act(self.attn_act)
 
 
 CHOICES = {
@@ -78,7 +81,7 @@ def check_config(cfg: ModelConfig) -> None:
         raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
     for name, valid in CHOICES.items():
         if getattr(cfg, name) not in valid:
-            raise ValueError(f"unknown {name} '{getattr(cfg, name)}'; valid: {', '.join(valid)}")
+            raise ValueError(f"unknown {name} '{shorten(getattr(cfg, name))}'; valid: {', '.join(valid)}")
     layer_variants(cfg.ffn, cfg.n_layers)
     check_init(cfg.init)
     if cfg.attn_act is not None and cfg.attn_proj_act is not None:
@@ -107,6 +110,7 @@ def parse_attn_act(text: str | None) -> dict[str, str | None]:
     if text is None or not text.strip():
         return dict.fromkeys(PROJECTIONS)
     items = [item.strip() for item in text.split(",")]
+    shown = shorten(text)  # as the errors echo it
     if len(items) == 1 and "=" not in items[0]:
         names = dict.fromkeys(PROJECTIONS, items[0])
     else:
@@ -114,16 +118,36 @@ def parse_attn_act(text: str | None) -> dict[str, str | None]:
         for item in items:
             key, sep, name = (part.strip() for part in item.partition("="))
             if not sep or not name:
-                raise ValueError(f"attn_act '{text}': expected one activation or key=activation pairs, got '{item}'")
+                raise ValueError(
+                    f"attn_act '{shown}': expected one activation or key=activation pairs, got '{shorten(item)}'"
+                )
             if key not in PROJECTIONS:
-                raise ValueError(f"attn_act '{text}': unknown projection '{key}'; valid: {', '.join(PROJECTIONS)}")
+                raise ValueError(
+                    f"attn_act '{shown}': unknown projection '{shorten(key)}'; valid: {', '.join(PROJECTIONS)}"
+                )
             if key in names:
-                raise ValueError(f"attn_act '{text}': projection '{key}' given twice")
+                raise ValueError(f"attn_act '{shown}': projection '{key}' given twice")
             names[key] = name
     return {
         key: None if names.get(key) is None or names[key].lower() in NO_ACTIVATION else resolve(names[key])
         for key in PROJECTIONS
     }
+
+
+def canonical_attn_act(text: str | None) -> str | None:
+    """The one spelling of an attn_act spec: "none" where no projection has an activation, the name
+    alone where all three have one ("gelu"), else key=name for each projection that has one, in q,
+    k, v order ("k=gelu,q=gelu,v=identity" -> "q=gelu,k=gelu"); None, the default, stays None.
+
+    NOTE: a run's id hashes its config, so these are the spellings stores already hold (the README's
+    "none", "gelu", "q=gelu,k=gelu"); only the other spellings of a setting map onto them.
+    """
+    if text is None:
+        return None
+    acts = parse_attn_act(text)
+    if len(set(acts.values())) == 1:
+        return acts["q"] or "none"
+    return ",".join(f"{key}={act}" for key, act in acts.items() if act)
 
 
 def describe_attn_act(text: str | None) -> str:

@@ -3,11 +3,10 @@ whether the built-in model fits this machine's memory at all."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from ffnlab._util.machine import bf16_native
+from ffnlab._util.machine import bf16_native, check_memory
+from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
 from ffnlab.run.config import TrainConfig
 
@@ -37,31 +36,19 @@ def resolve_precision(precision: str, device: str) -> str:
     return "bf16" if bf16_native("cuda") else "fp32"
 
 
-def machine_memory(device: str) -> int:
-    """Bytes of memory the run can use at most: the GPU's, or this machine's physical RAM."""
-    if device == "cuda":
-        return torch.cuda.get_device_properties(0).total_memory
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str) -> None:
     """ValueError, before anything is allocated, when the built-in model cannot train on this machine:
     sizes that overflow, or more memory than it has for fp32 weights, gradients and AdamW's two
     moments (16 bytes a parameter) plus a floor on the activations backward keeps (ten fp32
     (batch, context, d_model) tensors a layer)."""
-    try:
-        with torch.device("meta"):  # shapes only: nothing is allocated
-            n_params = param_count(Transformer(mcfg, cfg.seed))
-    except (RuntimeError, OverflowError) as e:
-        raise ValueError(
-            f"the model's sizes overflow ({str(e).splitlines()[0][:120]}); use a smaller --d-model, "
-            "--layers or --context"
-        ) from None
+    n_params = param_count(
+        build_on_meta(lambda: Transformer(mcfg, cfg.seed), "use a smaller --d-model, --layers or --context")
+    )
     need = 16 * n_params + 40 * cfg.batch_size * mcfg.context * mcfg.d_model * mcfg.n_layers
-    have = machine_memory(device)
-    if need > have:
-        raise ValueError(
-            f"{mcfg.n_layers} layers of d_model {mcfg.d_model} ({n_params:,} parameters) at batch "
-            f"{cfg.batch_size} x context {mcfg.context} need at least {need / 2**30:,.1f} GiB, more than "
-            f"the {have / 2**30:,.1f} GiB here; use a smaller --d-model, --layers or --batch-size"
-        )
+    check_memory(
+        need,
+        device,
+        f"{mcfg.n_layers} layers of d_model {mcfg.d_model} ({n_params:,} parameters) at batch "
+        f"{cfg.batch_size} x context {mcfg.context}",
+        "use a smaller --d-model, --layers or --batch-size",
+    )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ffnlab._util.names import closest
+from ffnlab._util.text import shorten
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.config import TrainConfig
 
@@ -63,6 +64,6 @@ PRESETS: dict[str, Callable[[], TrainConfig]] = {
 def preset_config(name: str, model: dict | None = None, **overrides) -> TrainConfig:
     """The preset's TrainConfig with `model=` fields and other fields overridden (validated by the dataclasses)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset '{name}'{closest(name, PRESETS)}; valid: {', '.join(PRESETS)}")
+        raise ValueError(f"unknown preset '{shorten(name)}'{closest(name, PRESETS)}; valid: {', '.join(PRESETS)}")
     cfg = PRESETS[name]()
     return replace(cfg, model=replace(cfg.model, **(model or {})), **overrides)

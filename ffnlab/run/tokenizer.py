@@ -18,6 +18,7 @@ import numpy as np
 
 from ffnlab._util.files import atomic_path
 from ffnlab._util.names import closest
+from ffnlab._util.text import first_line
 
 DEFAULT_BPE_VOCAB = 4096
 UNK = "\ufffd"  # what the char tokenizer's <unk> id decodes to: the Unicode replacement character
@@ -198,14 +199,19 @@ TOKENIZERS = ("char", "byte", "bpe")  # built from texts; 'pretrained' reads a f
 
 
 def folder_tokenizer(folder: str | None) -> BPETokenizer:
-    """The tokenizer.json of a save_pretrained folder; ValueError if it has none."""
+    """The tokenizer.json of a save_pretrained folder; ValueError if it has none or it cannot be read."""
     path = Path(folder or "") / "tokenizer.json"
     if not folder or not path.is_file():
         raise ValueError(
             f"tokenizer 'pretrained' reads the tokenizer.json of the folder fine-tuned from (--from); "
             f"{folder or 'no folder'} has none; use char, byte or bpe"
         )
-    return BPETokenizer(path.read_text(encoding="utf-8"))
+    try:
+        return BPETokenizer(path.read_text(encoding="utf-8"))
+    except Exception as e:  # OSError, UnicodeDecodeError, or the plain Exception tokenizers raises for bad JSON
+        raise ValueError(
+            f"cannot read the tokenizer {path} ({first_line(e)}); save it again, or use --tokenizer char, byte or bpe"
+        ) from None
 
 
 def build_tokenizer(

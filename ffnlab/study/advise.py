@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
-from ffnlab._util.text import human, human_bytes, key_values, sci
+from ffnlab._util.text import human, human_bytes, key_values, sci, shorten
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import GATED, get_ffn_spec
 from ffnlab.core.kernels.fused import FUSED_ACTS
@@ -115,30 +115,35 @@ BYTE_SUFFIX = {
     "m": 2**20,
     "g": 2**30,
 }
+# NOTE: the most a size may be: a thousand times the largest published models (about 1e12 parameters)
+# and a million TB. Beyond them a size is a typo, and '1e400' reads as inf ('A infB model')
+MOST_PARAMS = 1e15
+MOST_BYTES = 1e18
 
 
-def parse_quantity(text: str, units: dict[str, float], what: str, example: str) -> float:
-    """'1.5M' -> 1.5e6 with the given suffix table; ValueError naming the valid suffixes."""
+def parse_quantity(text: str, units: dict[str, float], what: str, example: str, most: float) -> float:
+    """'1.5M' -> 1.5e6 with the given suffix table; ValueError naming the valid suffixes, or the
+    range (0, most] when the value is outside it."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in units:
         valid = ", ".join(u for u in units if u)
         raise ValueError(
-            f"cannot read {what} '{text}'; give a number with an optional suffix ({valid}), e.g. {example}"
+            f"cannot read {what} '{shorten(text)}'; give a number with an optional suffix ({valid}), e.g. {example}"
         )
     value = float(match.group(1)) * units[match.group(2).lower()]
-    if value <= 0:
-        raise ValueError(f"{what} must be positive, got '{text}'")
+    if not 0 < value <= most:
+        raise ValueError(f"{what} must be positive and at most {sci(most)}, got '{shorten(text)}'")
     return value
 
 
 def parse_params(text: str) -> int:
     """A parameter count: '125M', '7B', '1.5e6'."""
-    return int(parse_quantity(text, COUNT_SUFFIX, "parameter budget", "125M"))
+    return int(parse_quantity(text, COUNT_SUFFIX, "parameter budget", "125M", MOST_PARAMS))
 
 
 def parse_bytes(text: str) -> int:
     """A memory size: '16GB' (powers of 1000), '2GiB' or '2G' (powers of 1024), plain bytes."""
-    return int(parse_quantity(text, BYTE_SUFFIX, "memory budget", "16GiB"))
+    return int(parse_quantity(text, BYTE_SUFFIX, "memory budget", "16GiB", MOST_BYTES))
 
 
 # ---- pretrained models --------------------------------------------------------------------------
@@ -195,7 +200,8 @@ def lookup_family(name: str) -> dict:
         known = sorted({f.example for f in MODEL_FAMILIES})
         hint = closest(last, [f.family for f in MODEL_FAMILIES])
         raise ValueError(
-            f"unknown pretrained model '{name}'{hint}; give the path to its config.json, or one of: {', '.join(known)}"
+            f"unknown pretrained model '{shorten(name)}'{hint}; give the path to its config.json, "
+            f"or one of: {', '.join(known)}"
         )
     f = max(matches, key=lambda f: (key == f.example.lower(), len(f.family)))
     act = "gelu_new" if f.hf_act == "gated-gelu" else f.hf_act
@@ -875,7 +881,7 @@ def make_situation(
         deploy=deploy_of(hardware),
         stage=stage,
         hardware=hardware,
-        model_size=parse_quantity(model_size, COUNT_SUFFIX, "model size", "1B")
+        model_size=parse_quantity(model_size, COUNT_SUFFIX, "model size", "1B", MOST_PARAMS)
         if isinstance(model_size, str)
         else model_size,
         **rest,

@@ -42,19 +42,30 @@ def lock_path(store_path: Path, rid: str) -> Path:
 def run_lock(store_path: Path, rid: str, wait: bool):
     """An exclusive lock on one run, so two sweeps on one store never train the same run at once.
     Yields False (without waiting) when another process holds it and wait is False. The OS drops
-    the lock when its holder dies, even by kill -9."""
+    the lock when its holder dies, even by kill -9 (its file stays until the next holder's turn ends).
+
+    The lock file lasts only while held: its holder deletes it before letting go. NOTE: a process that
+    opened the file before that deletion may lock it just after; it finds the path gone (or a new file
+    there) and tries again on the path's file, so only a lock on the file the path names counts."""
     path = lock_path(store_path, rid)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
+            os.close(fd)
             yield False
             return
-        try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        os.close(fd)
+    try:
+        yield True
+    finally:
+        path.unlink(missing_ok=True)  # missing only where someone removed the folder
+        os.close(fd)  # lets go
 
 
 def record(store: Store, rid: str, run: RunResult, env: dict | None = None):
@@ -104,7 +115,6 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
                 return "busy"
             status = store.get(rid).status  # another sweep may have finished it meanwhile
             if status in ("finished", "diverged"):
-                lock_path(store_path, rid).unlink(missing_ok=True)  # this process may have made it anew
                 return status
             ckpt = checkpoint_dir(store_path, rid)
             store.start(rid)
@@ -120,8 +130,6 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
                 return "failed"
             record(store, rid, result)
             shutil.rmtree(ckpt, ignore_errors=True)
-            # NOTE: safe to remove while held: whoever opens the path later re-reads the status under the lock
-            lock_path(store_path, rid).unlink(missing_ok=True)
             return store.get(rid).status
 
 
@@ -348,7 +356,6 @@ def record_returned(store: Store, store_path: Path, cfg: TrainConfig, returned: 
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, returned["weights"])
     record(store, rid, returned["result"], returned["env"])
-    lock_path(store_path, rid).unlink(missing_ok=True)
     return store.get(rid).status
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ffnlab._util.names import closest
+from ffnlab._util.text import shorten
 from ffnlab.core.ffn import get_ffn_spec, layer_variants
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.device import resolve_precision
@@ -42,6 +43,10 @@ AXES = {
 }
 # axes that change a run's training compute, so `--scale` may fit loss against compute over them
 SCALE_AXES = ("width", "depth", "tokens")
+# the most runs a study may plan: all are planned before the first starts, each given an id and claimed in the
+# store with its config (about 1 KiB), so 10^5 runs are already some 100 MiB of store and minutes of planning;
+# and more is not a study that finishes (10^5 runs of even the smoke preset, seconds each, are days of a core)
+MAX_RUNS = 100_000
 # what `--preset scaling` scales when --scale is not given: sizes chosen from measurements (README,
 # "Scaling: compute multipliers")
 PRESET_SCALES = {"scaling": {"width": [24, 48, 96, 192]}}
@@ -69,6 +74,12 @@ class Study:
             self.baseline = default_baseline(self.variants)
         check_study(self)
         self.variants = [get_ffn_spec(v).name for v in self.variants]
+        # each axis value as its runs' configs hold it ('k=gelu,q=gelu' -> 'q=gelu,k=gelu'), so that the
+        # settings and the cells name a setting alike
+        self.axes = {
+            axis: [config_value(set_field(self.base, AXES[axis], value).to_dict(), AXES[axis]) for value in values]
+            for axis, values in self.axes.items()
+        }
         self.baseline = get_ffn_spec(self.baseline).name
         per_variant: dict[str, dict] = {}
         for variant, overrides in self.per_variant.items():  # 'GELU' and 'gelu' are one variant
@@ -111,19 +122,29 @@ def check_study(study: Study) -> None:
     if len(set(canon)) != len(canon):
         raise ValueError(f"variants repeat: {', '.join(study.variants)}")
     if get_ffn_spec(study.baseline).name not in canon:
-        raise ValueError(f"baseline '{study.baseline}' is not among the variants; valid: {', '.join(canon)}")
+        raise ValueError(f"baseline '{shorten(study.baseline)}' is not among the variants; valid: {', '.join(canon)}")
     if study.seeds < 1 or study.noise_floor < 0:
         raise ValueError(f"seeds must be >= 1 and noise floor >= 0, got {study.seeds}, {study.noise_floor}")
+    cells = math.prod(len(values) for values in study.axes.values())
+    runs = cells * (len(canon) * study.seeds + study.noise_floor)
+    if runs > MAX_RUNS:  # before anything is planned: a study of 10^11 runs was planned until memory ran out
+        per_cell = f"{len(canon)} variants x {study.seeds:,} seeds"
+        per_cell += f" + {study.noise_floor:,} noise-floor seeds" if study.noise_floor else ""
+        raise ValueError(
+            f"the study has {runs:,} runs ({f'{cells:,} cells x ({per_cell})' if cells > 1 else per_cell}); at most "
+            f"{MAX_RUNS:,}, as every run is planned and stored before the first starts"
+        )
     for axis, values in study.axes.items():
         if axis not in AXES:
-            raise ValueError(f"unknown axis '{axis}'{closest(axis, AXES)}; valid: {', '.join(AXES)}")
+            raise ValueError(f"unknown axis '{shorten(axis)}'{closest(axis, AXES)}; valid: {', '.join(AXES)}")
         if not values:
             raise ValueError(f"axis '{axis}' has no values")
         seen: dict[str, object] = {}
         for value in values:  # each value is validated by the config dataclasses now, not by a failed run
             rid = run_id(set_field(study.base, AXES[axis], value))
             if rid in seen:  # two cells of the same runs would be compared as if they were two settings
-                raise ValueError(f"axis '{axis}' repeats a setting: {seen[rid]!r} and {value!r} train the same runs")
+                twice = f"{shorten(repr(seen[rid]))} and {shorten(repr(value))}"
+                raise ValueError(f"axis '{axis}' repeats a setting: {twice} train the same runs")
             seen[rid] = value
     check_scale(study)
     for n_layers in study.axes.get("depth", [study.base.model.n_layers]):  # a schedule fits every depth
@@ -143,7 +164,9 @@ def check_scale(study: Study) -> None:
     (a power law has 3 parameters) and no other axis beside them (one fit per variant)."""
     for axis in study.scale:
         if axis not in SCALE_AXES:
-            raise ValueError(f"cannot scale '{axis}'{closest(axis, SCALE_AXES)}; valid: {', '.join(SCALE_AXES)}")
+            raise ValueError(
+                f"cannot scale '{shorten(axis)}'{closest(axis, SCALE_AXES)}; valid: {', '.join(SCALE_AXES)}"
+            )
         if axis not in study.axes:
             raise ValueError(f"scale axis '{axis}' has no values; e.g. --scale {axis}=64,128,256")
     if not study.scale:

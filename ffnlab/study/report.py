@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ffnlab._util.files import write_atomic
+from ffnlab._util.files import atomic_folder, write_atomic
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, Transformer
@@ -338,18 +338,6 @@ def check_out_dir(out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
-def prepare_out_dir(out_dir: Path) -> Path:
-    """Create the output folder and prove it writable, before any work; ValueError in one line if not."""
-    try:
-        (out_dir / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise ValueError(f"cannot write the report to {out_dir}: {e.strerror or e}") from None
-    return out_dir
-
-
 def write_report(
     store_path: str | Path,
     out_dir: str | Path | None = None,
@@ -362,9 +350,9 @@ def write_report(
     """Render the report of a store and write report.html, summary.md and figures/*.png into
     `out_dir` (default: `report/` beside the store). Returns the written paths by kind.
 
-    Everything is rendered in memory first, the folder is created only then, and each file is
-    written through a temporary name, so a failure leaves neither a half-written file nor an empty
-    folder."""
+    Everything is rendered in memory first, then written whole to a temporary folder moved into place
+    (`atomic_folder`), so a failure (a full disk) leaves neither a half-written report nor an empty
+    folder, and a previous report stays as it was."""
     store_path = Path(store_path)
     if not store_path.is_file():
         raise ValueError(f"no run store at {store_path}; run `ffnlab compare` first or pass --store")
@@ -373,11 +361,12 @@ def write_report(
     figures = render_figures(data)
     page = render_html(data, figures)
     summary = render_markdown(data, figures)
-    prepare_out_dir(out_dir)
-    for name, png in figures.items():
-        write_atomic(out_dir / FIGURES_DIR / name, png)
-    write_atomic(out_dir / SUMMARY_MD, summary)
-    write_atomic(out_dir / REPORT_HTML, page)
+    with atomic_folder(out_dir) as tmp:
+        (tmp / FIGURES_DIR).mkdir()
+        for name, png in figures.items():
+            (tmp / FIGURES_DIR / name).write_bytes(png)
+        (tmp / SUMMARY_MD).write_text(summary, encoding="utf-8")
+        (tmp / REPORT_HTML).write_text(page, encoding="utf-8")
     return {
         "html": out_dir / REPORT_HTML,
         "markdown": out_dir / SUMMARY_MD,

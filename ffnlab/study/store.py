@@ -34,9 +34,10 @@ import sqlite3
 import threading
 import time
 
-from ffnlab._util.jsonio import json_safe
+from ffnlab._util.jsonio import field_problem, json_kind, json_safe
 from ffnlab._util.machine import environment
 from ffnlab.run.config import RunResult
+from ffnlab.study.plan import Study
 from ffnlab.study.records import RunRecord, RunStatus, result_from_dict
 
 SCHEMA_VERSION = 1
@@ -280,12 +281,38 @@ class Store:
     def studies(self) -> list[dict]:
         """Recorded studies as {"id", "study", "created_at", "run_at"}, the most recently run first."""
         rows = self._read("SELECT id, study, created_at, run_at FROM studies ORDER BY run_at DESC, id")
-        return [{"id": i, "study": loads(st), "created_at": c, "run_at": r} for i, st, c, r in rows]
+        return [
+            {"id": i, "study": self._object(st, f"study {i}'s record", Study), "created_at": c, "run_at": r}
+            for i, st, c, r in rows
+        ]
 
     def get(self, run_id: str) -> RunRecord | None:
         """One run, or None if the store has no such id."""
         rows = self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return self._record(rows[0]) if rows else None
+
+    def _object(self, text: str | None, what: str, record: type | None = None, null: bool = False) -> dict | None:
+        """The JSON object a column holds (None for null where `null` allows it), its fields of the
+        kinds the dataclass `record` declares; `what` names the column ("run r1's result").
+
+        Checked here, where records are read, so that a store edited or damaged by hand is one error
+        naming it, not a failure deep inside a summary or a report.
+        """
+        try:
+            value = loads(text)
+        except ValueError as e:
+            raise self._damaged(f"{what} is not JSON ({e})") from None
+        if value is None and null:
+            return None
+        if not isinstance(value, dict):
+            raise self._damaged(f"{what} is {json_kind(value)}, not an object")
+        problem = field_problem(value, record) if record else None
+        if problem:
+            raise self._damaged(f"{what}: {problem}")
+        return value
+
+    def _damaged(self, problem: str) -> ValueError:
+        return ValueError(f"run store {self.path}: {problem}; the store was edited or damaged")
 
     def runs(self, status: RunStatus | str | None = None, sweep: str | None = None) -> list[RunRecord]:
         """Runs oldest first (created_at, then id), optionally only one status and/or one sweep."""
@@ -301,18 +328,15 @@ class Store:
     def _record(self, row: tuple) -> RunRecord:
         """A `runs` row as a RunRecord; ValueError naming the store and the run when a column was damaged."""
         rid, config, status, result, env, sweep, attempts, created_at, started_at, finished_at = row
+        config = self._object(config, f"run {rid}'s config")
+        result = self._object(result, f"run {rid}'s result", RunResult, null=True)
+        env = self._object(env, f"run {rid}'s environment", null=True)
         try:
-            config, result, env = loads(config), loads(result), loads(env)
             status = RunStatus(status)
-            if not isinstance(config, dict) or not isinstance(env, dict | None):
-                raise ValueError("the config or the environment is not a JSON object")
-            error = result.get("error") if status is RunStatus.FAILED and isinstance(result, dict) else None
-            done = status.done and result is not None
-            result = result_from_dict(result) if done else None
-        except (ValueError, TypeError, AttributeError) as e:  # edited or damaged by hand
-            raise ValueError(
-                f"run store {self.path}: run {rid} cannot be read ({e}); the store was edited or damaged"
-            ) from None
+            error = result.get("error") if status is RunStatus.FAILED and result else None
+            result = result_from_dict(result) if status.done and result is not None else None
+        except ValueError as e:
+            raise self._damaged(f"run {rid}: {e}") from None
         return RunRecord(
             rid, config, status, result, error, env or {}, sweep, attempts, created_at, started_at, finished_at
         )
@@ -330,7 +354,10 @@ class Store:
     def events(self, run_id: str) -> list[dict]:
         """The run's events as {"step", "kind", ...detail}, ordered by step then kind."""
         rows = self._read("SELECT step, kind, detail FROM events WHERE run_id = ? ORDER BY step, kind", (run_id,))
-        return [{"step": step, "kind": kind, **loads(detail)} for step, kind, detail in rows]
+        return [
+            {"step": step, "kind": kind, **self._object(detail, f"run {run_id}'s event detail")}
+            for step, kind, detail in rows
+        ]
 
     def snapshot(self, ignore: tuple[str, ...] = ()) -> dict:
         """Everything but timestamps, attempts and environment, as plain data that compares with ==.

@@ -15,21 +15,25 @@ moves 2n, act(x) moves 2n, act(g) * u moves 3n.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
-from ffnlab._util.machine import bf16_native
+from ffnlab._util.machine import bf16_native, check_memory
 from ffnlab._util.text import first_line
 from ffnlab.core.activations import get_activation
 from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, ffn_width, get_ffn_spec, single_ffn_spec
 from ffnlab.core.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
-from ffnlab.core.memory import saved_bytes
+from ffnlab.core.memory import build_on_meta, saved_bytes
 
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
@@ -43,6 +47,26 @@ FULL = {"ffns": DEFAULT_FFNS, "tokens": (4096,), "d_models": (512,), "repeats": 
 def _sync(device):
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def c_stderr_silenced():
+    """The process's stderr (file descriptor 2) pointed at /dev/null while the block runs.
+
+    NOTE: torch's profiler writes 'USDT: ... profiler_start' lines and allocator warnings there from
+    C++, with no setting that stops them (KINETO_LOG_LEVEL does not), so they reached the user's
+    terminal. Only the profiler's block is silenced; Python's own stderr is flushed before it.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def peak_bytes_during(fn: Callable[[], object], device: str = "cpu") -> int:
@@ -60,7 +84,7 @@ def peak_bytes_during(fn: Callable[[], object], device: str = "cpu") -> int:
         return torch.cuda.max_memory_allocated() - base
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with c_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     live = peak = 0
@@ -138,6 +162,20 @@ def calibration_size(ffns: Sequence[str], tokens: Sequence[int], d_models: Seque
     d_model = max(d_models)
     d_ff = max(ffn_width(single_ffn_spec(name), d_model)[0] for name in ffns)  # sizes only: no module built
     return (max(tokens), d_model, d_ff), max(tokens) * d_ff
+
+
+def check_sizes(ffns: Sequence[str], tokens: Sequence[int], d_models: Sequence[int], device: str) -> None:
+    """ValueError, before anything is allocated, when a row cannot run here: sizes that overflow, or
+    more memory than the machine has for a floor of what its step holds: the FFN's fp32 weights,
+    gradients and AdamW moments (16 bytes a parameter), its input, output gradient and input
+    gradient ((tokens, d_model) each) and three (tokens, d_ff) hidden tensors."""
+    for name in ffns:
+        for d_model in d_models:
+            ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "use a smaller --d-model")
+            n_params = sum(p.numel() for p in ffn.parameters())
+            need = 16 * n_params + 4 * max(tokens) * (3 * d_model + 3 * ffn.d_ff)
+            what = f"{name}'s rows at d_model {d_model} ({n_params:,} parameters) on {max(tokens):,} tokens"
+            check_memory(need, device, what, "use a smaller --d-model or --tokens")
 
 
 def best_of(*machines: dict) -> dict:
@@ -444,6 +482,7 @@ def run_bench(
         if len(dtypes) == 2
         else ["bf16: emulated here (no AMX or AVX512_BF16, or ONEDNN_MAX_CPU_ISA below them), not timed"]
     )
+    check_sizes(ffns, tokens, d_models, device)
     shape, copy_numel = calibration_size(ffns, tokens, d_models)
     machine = measure_machine(shape, copy_numel, repeats, device, dtypes)
     log(f"machine: {machine['matmul_gflops']} GFLOP/s fp32 matmul, {machine['copy_gbs']} GB/s copy")

@@ -22,8 +22,10 @@ import torch
 from torch import nn
 
 from ffnlab._util.files import atomic_path
-from ffnlab._util.text import first_line
+from ffnlab._util.text import first_line, shorten
 from ffnlab.core.ffn import GatedFFN
+from ffnlab.core.memory import build_on_meta
+from ffnlab.core.model import param_count
 
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
 ONNX_MAX_BYTES = 2**31  # a protobuf message, so one .onnx file without external data, is under 2 GiB
@@ -340,7 +342,9 @@ def export_variant(
         example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
         d_model, d_ff = module.cfg.d_model, module.cfg.d_ff
     else:
-        raise ValueError(f"unknown model '{model}'; valid: {', '.join(MODELS)}, or a Hugging Face config.json path")
+        raise ValueError(
+            f"unknown model '{shorten(model)}'; valid: {', '.join(MODELS)}, or a Hugging Face config.json path"
+        )
     report = export_onnx(module, example, path, opset=opset)
     return {
         "ffn": spec.name,
@@ -354,15 +358,9 @@ def export_variant(
 
 
 def build_within_limit(build: Callable[[], nn.Module]) -> nn.Module:
-    """`build()`, once its shapes (built on the meta device, nothing allocated) show that its fp32
-    weights fit in one ONNX file; ValueError naming the size otherwise."""
-    try:
-        with torch.device("meta"):
-            n_params = sum(p.numel() for p in build().parameters())
-    except (RuntimeError, OverflowError) as e:
-        raise ValueError(
-            f"the model's sizes overflow ({first_line(e)}); use a smaller --d-model or --n-layers"
-        ) from None
+    """`build()`, once its shapes (`build_on_meta`: nothing allocated) show that its fp32 weights fit
+    in one ONNX file; ValueError naming the size otherwise."""
+    n_params = param_count(build_on_meta(build, "use a smaller --d-model or --n-layers"))
     if 4 * n_params > ONNX_MAX_BYTES:
         raise ValueError(
             f"{n_params:,} parameters are {4 * n_params / 2**30:,.1f} GiB in fp32, more than the 2 GiB one ONNX "

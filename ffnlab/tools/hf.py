@@ -4,6 +4,7 @@ Hugging Face architectures behind ffnlab's `forward(idx, targets) -> (logits, lo
     swap_ffn(model, "swiglu")            replaces every FFN of that one model instance in place
     swap_attn_act(model, "q=gelu,k=gelu") activations on the q/k/v projections of every attention
     load_swapped(folder)                 a swapped model saved with save_pretrained, loaded back
+    local_config(folder)                 a local folder's config: never the Hub, never the folder's own code
     build_hf_model(config, "geglu")      random-init model from a config, FFN swapped, seeded
     hf_to_ffnlab / ffnlab_to_hf          activation names both ways (hidden_act, feed_forward_proj)
     model_activation(config)             the ffnlab activation a config's FFN runs
@@ -25,6 +26,7 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -502,6 +504,45 @@ def quiet_transformers():
             logging.enable_progress_bar()
 
 
+# transformers reads a folder only from disk and never runs code the folder brings (an auto_map's
+# Python files): without these it would ask on a terminal whether to run that code, and look a
+# name that is not a folder up on the Hugging Face Hub
+LOCAL_ONLY = {"local_files_only": True, "trust_remote_code": False}
+
+
+def folder_config(folder: str | os.PathLike) -> dict:
+    """The config.json of a local save_pretrained folder as a dict, checked before transformers reads
+    the folder. ValueError, one line, when `folder` is not a folder (a Hub name such as 'gpt2' is
+    never downloaded), has no config.json that parses, or asks to run code of its own (auto_map)."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(
+            f"{folder} does not exist or is not a folder; give a local save_pretrained folder "
+            "(nothing is downloaded from the Hugging Face Hub)"
+        )
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{folder} has no config.json: not a save_pretrained folder")
+    config = load_hf_config(path / "config.json")
+    if "auto_map" in config:
+        raise ValueError(
+            f"{folder}/config.json asks to run Python code that comes with the model (auto_map); remote "
+            "code is refused: ffnlab loads only the architectures transformers ships"
+        )
+    return config
+
+
+def local_config(folder: str | os.PathLike, **overrides) -> PretrainedConfig:
+    """The PretrainedConfig of a local save_pretrained folder (`folder_config`) of a supported family,
+    with `overrides`; ValueError, one line, for a config that transformers refuses."""
+    from transformers import AutoConfig
+
+    model_family(folder_config(folder))  # UnsupportedModelError (a ValueError) names the supported ones
+    try:
+        return AutoConfig.from_pretrained(os.fspath(folder), **LOCAL_ONLY, **overrides)
+    except Exception as e:  # transformers' validators raise their own types, over several lines
+        raise ValueError(f"{folder}/config.json is not a valid config: {' '.join(str(e).split())[:300]}") from None
+
+
 def save_unswapped(model: nn.Module, folder: str | os.PathLike) -> None:
     """Save a swapped model as a plain Hugging Face folder (`from_pretrained` loads it): its config
     names the swapped activation and its FFN weights sit in the architecture's own modules.
@@ -515,6 +556,11 @@ def save_unswapped(model: nn.Module, folder: str | os.PathLike) -> None:
         raise ValueError("the model's FFN was not swapped by swap_ffn; save it with save_pretrained")
     config = copy.deepcopy(model.config)
     del config.ffnlab_ffn
+    if config.pad_token_id == -1:
+        # NOTE: build_hf_model's stand-in for a classifier without a pad token, set after construction;
+        # saved, transformers warned of it at every load and made the last token's embedding a
+        # padding row that fine-tuning never updates. load_pretrained sets it again.
+        config.pad_token_id = None
     key = next(k for k in HF_KEYS if _get(config, k))
     setattr(config, key, ffnlab_to_hf(info["ffn"], key))
     with torch.random.fork_rng(devices=[]):
@@ -543,13 +589,14 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
     The architecture comes from config.json (`model_class`, default its `architectures[0]`), the
     FFNs are swapped again as `ffnlab_ffn` says, then every weight is read from the folder's
     safetensors files (no pickle). Plain `from_pretrained` would build the original FFNs and drop
-    the swapped weights.
+    the swapped weights. `folder` must be a local folder: nothing is downloaded and no code the
+    folder brings is run (`folder_config`).
     """
     import transformers
     from safetensors.torch import load_file
 
     folder = os.fspath(folder)
-    config = transformers.AutoConfig.from_pretrained(folder)
+    config = local_config(folder)
     info = getattr(config, "ffnlab_ffn", None)
     if not isinstance(info, dict) or "ffn" not in info:
         raise ValueError(
@@ -563,6 +610,12 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
                 f"{folder}/config.json names no transformers model class ({name!r} in "
                 "'architectures'); pass model_class"
             )
+    wants = getattr(model_class, "config_class", None)
+    if isinstance(wants, type) and not isinstance(config, wants):  # else an AttributeError deep in its __init__
+        raise ValueError(
+            f"{model_class.__name__} is a {wants.model_type} model but {folder}/config.json is a "
+            f"{config.model_type} config; name a {config.model_type} class in 'architectures' or pass model_class"
+        )
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     if not files:
         raise ValueError(f"{folder} has no .safetensors weights; save with save_pretrained(safe_serialization=True)")
@@ -768,18 +821,29 @@ def load_hf_config(config_path_or_dict: str | os.PathLike | dict | PretrainedCon
 def _hf_config_for(
     config: dict, family: Family, task: str, vocab_size: int | None, context: int | None, n_classes: int
 ) -> PretrainedConfig:
-    """The PretrainedConfig to build: `config` without its provenance fields, with the task's overrides,
-    no KV cache, and vocab_size, context and n_classes where given."""
+    """The PretrainedConfig to build: `config` without its provenance fields and any auto_map (the model
+    is built from model_type, never from code a config points to), with the task's overrides, no KV
+    cache, and vocab_size, context and n_classes where given."""
     from transformers import AutoConfig
 
     config = {
         k: v
         for k, v in config.items()
-        if k not in ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path")
+        if k not in ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "auto_map")
     }
     config.update(family.tasks[task], use_cache=False)
     if vocab_size is not None:
         config["vocab_size"] = vocab_size
+        # NOTE: special-token ids belong to the config's own tokenizer (GPT-2's bos and eos are 50256);
+        # past ffnlab's vocabulary they name no token, and transformers warned of them at every build
+        # and at every load of a folder saved from the model
+        defaults = AutoConfig.for_model(config["model_type"]).to_dict()
+        foreign = [
+            key
+            for key, value in {**defaults, **config}.items()
+            if key.endswith("_token_id") and isinstance(value, int) and not 0 <= value < vocab_size
+        ]
+        config.update(dict.fromkeys(foreign))  # None: no such token
     if task == "cls":
         config["num_labels"] = n_classes
     hf_config = AutoConfig.for_model(**config)

@@ -9,7 +9,6 @@ fp16/bf16, and the claims table (`ffnlab.tools.claims`), with the environment th
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections.abc import Iterable
@@ -20,9 +19,10 @@ import scipy
 import torch
 
 from ffnlab._util import machine
-from ffnlab._util.jsonio import json_safe
+from ffnlab._util.jsonio import strict_dumps
 from ffnlab._util.names import closest
 from ffnlab._util.ranges import check_range
+from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, resolve
 from ffnlab.tools.accuracy import (
     DEFAULT_POINTS,
@@ -68,7 +68,7 @@ def parse_dtypes(dtypes: str | Iterable[str]) -> list[str]:
         raise ValueError(f"no dtype given; valid: {', '.join(DTYPES)}")
     for d in items:
         if d not in DTYPES:
-            raise ValueError(f"unknown dtype '{d}'{closest(d, DTYPES)}; valid: {', '.join(DTYPES)}")
+            raise ValueError(f"unknown dtype '{shorten(d)}'{closest(d, DTYPES)}; valid: {', '.join(DTYPES)}")
     return list(dict.fromkeys(items))
 
 
@@ -78,7 +78,7 @@ def parse_range(text: str) -> tuple[float, float]:
     try:
         lo, hi = (float(p) for p in parts)
     except ValueError:
-        raise ValueError(f"range must be 'LO,HI' with two numbers, e.g. -10,10; got '{text}'") from None
+        raise ValueError(f"range must be 'LO,HI' with two numbers, e.g. -10,10; got '{shorten(text)}'") from None
     check_range(lo, hi)
     return lo, hi
 
@@ -140,4 +140,4 @@ def run_numerics(
 
 def to_json(report: dict) -> str:
     """The report as strict JSON (no NaN/Infinity literals: `ffnlab._util.jsonio.json_safe`)."""
-    return json.dumps(json_safe(report), indent=1, allow_nan=False)
+    return strict_dumps(report)

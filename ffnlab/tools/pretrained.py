@@ -19,19 +19,26 @@ pretrained with `--save-pretrained` on the same data and tokenizer fits).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import warnings
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from ffnlab._util.machine import check_memory
+from ffnlab._util.text import first_line
+from ffnlab.core.memory import build_on_meta
+from ffnlab.core.model import param_count
 from ffnlab.tools.hf import (
     FAMILIES,
+    LOCAL_ONLY,
     HFModel,
     HFModelConfig,
     PretrainedWeightsWarning,
     ffn_modules,
+    folder_config,
+    local_config,
     model_family,
     quiet_transformers,
     swap_ffn,
@@ -42,19 +49,10 @@ TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)
 
 def check_folder(folder: str | os.PathLike) -> dict:
     """The config.json of a save_pretrained folder as a dict. ValueError, one line, when the folder is
-    missing, has no config.json or readable safetensors weights, was saved after swap_ffn, or its
-    family is not supported for fine-tuning."""
+    missing, has no config.json or readable safetensors weights, asks to run code of its own, was
+    saved after swap_ffn, or its family is not supported for fine-tuning."""
     path = Path(folder)
-    if not path.is_dir():
-        raise ValueError(f"pretrained folder {folder} does not exist or is not a folder")
-    if not (path / "config.json").is_file():
-        raise ValueError(f"{folder} has no config.json: not a save_pretrained folder")
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot parse {folder}/config.json: {e}") from None
-    if not isinstance(config, dict) or not config.get("model_type"):
-        raise ValueError(f"{folder}/config.json has no model_type")
+    config = folder_config(path)
     family_name, _ = model_family(config)  # UnsupportedModelError (a ValueError) names the supported ones
     if family_name not in TASK_FAMILIES:
         raise ValueError(
@@ -71,14 +69,36 @@ def check_folder(folder: str | os.PathLike) -> dict:
 
 
 def check_weights(file: Path) -> None:
-    """ValueError when `file` is not a whole safetensors file (damaged header, truncated); reads the header only."""
+    """ValueError when `file` is not a whole safetensors file (damaged header, truncated) or cannot be
+    read (a link to a device); reads the header only."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(file, "pt"):
             pass
-    except SafetensorError as e:
+    except (SafetensorError, OSError) as e:
         raise ValueError(f"{file} is not a readable safetensors file ({e}); save the folder again") from None
+
+
+def check_float_weights(folder: str | os.PathLike, model: nn.Module) -> None:
+    """ValueError naming a tensor in the folder's weights that loads into a parameter of `model` but is
+    not floating point: from_pretrained would cast int64 weights to float and train them. Reads the
+    safetensors headers only; integer buffers (position ids) pass."""
+    from safetensors import safe_open
+
+    params = {name for name, _ in model.named_parameters()}
+    bad = {}
+    for file in weight_files(Path(folder)):
+        with safe_open(file, "pt") as f:
+            dtypes = {key: f.get_slice(key).get_dtype() for key in params.intersection(f.keys())}
+        # safetensors' dtype names: F64, F32, F16, BF16, F8_E4M3, ... are floating point; I64, U8, BOOL are not
+        bad |= {key: dtype for key, dtype in dtypes.items() if not dtype.startswith(("F", "BF"))}
+    if bad:
+        key, dtype = min(bad.items())
+        raise ValueError(
+            f"{key} in {folder} is {dtype}, not floating point ({len(bad)} such tensors); fine-tuning trains "
+            "floating-point weights: save them as float32, float16 or bfloat16"
+        )
 
 
 def weight_files(path: Path) -> list[Path]:
@@ -95,9 +115,12 @@ def folder_digest(folder: str | os.PathLike) -> str:
     tokenizer = [path / "tokenizer.json"] if (path / "tokenizer.json").is_file() else []
     for file in [path / "config.json", *tokenizer, *weight_files(path)]:
         digest.update(file.name.encode())
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        try:
+            with open(file, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as e:  # a link to a file that cannot be read (no permission, an I/O error)
+            raise ValueError(f"cannot read {file} ({first_line(e)})") from None
     return digest.hexdigest()[:16]
 
 
@@ -120,14 +143,15 @@ def load_pretrained(
 ) -> HFModel:
     """The folder's model with its weights, its FFN activation swapped to `ffn` (weights carried over,
     see the module docstring), as an HFModel for training. ValueError when the vocabulary or context
-    does not fit, a weight is missing or of another size, or `ffn` is of the other kind than the model's FFN."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+    does not fit, a weight is missing, of another size or not floating point, the model would not fit
+    in memory, or `ffn` is of the other kind than the model's FFN."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     config = check_folder(folder)
     _, family = model_family(config)
     if task not in family.tasks:
         raise ValueError(f"unknown task '{task}'; valid: {', '.join(family.tasks)}")
-    hf_config = AutoConfig.from_pretrained(os.fspath(folder), use_cache=False, **family.tasks[task])
+    hf_config = local_config(folder, use_cache=False, **family.tasks[task])
     if vocab_size is not None and vocab_size != hf_config.vocab_size:
         raise ValueError(
             f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
@@ -141,12 +165,17 @@ def load_pretrained(
     if task == "cls":
         hf_config.num_labels = n_classes
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
+    skeleton = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
+    n_params = param_count(skeleton)  # from_pretrained loads the fp32 weights on the CPU first
+    what = f"the fp32 weights of the model in {folder} ({n_params:,} parameters)"
+    check_memory(4 * n_params, "cpu", what, "check the sizes in its config.json")
+    check_float_weights(folder, skeleton)
     with quiet_transformers():  # the new classification head is named in the comparison's settings
         hf, info = auto.from_pretrained(
             os.fspath(folder),
             config=hf_config,
             use_safetensors=True,
-            local_files_only=True,
+            **LOCAL_ONLY,
             dtype=torch.float32,
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # checked below, by name

@@ -133,6 +133,41 @@ def pretrained_ffn(folder: str | os.PathLike) -> str:
     return _gated_name(act) if model_family(config)[0] == "llama" else act
 
 
+def fitting_config(folder: str | os.PathLike, task: str, vocab_size: int | None, context: int | None):
+    """The folder's Hugging Face config for `task`; ValueError when the task, the tokenizer's vocabulary or
+    the context does not fit the model."""
+    _, family = model_family(check_folder(folder))
+    if task not in family.tasks:
+        raise ValueError(f"unknown task '{task}'; valid: {', '.join(family.tasks)}")
+    hf_config = local_config(folder, use_cache=False, **family.tasks[task])
+    if vocab_size is not None and vocab_size != hf_config.vocab_size:
+        raise ValueError(
+            f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
+            f"{vocab_size}; fine-tune with the data and --tokenizer it was pretrained with"
+        )
+    if context is not None and context > hf_config.max_position_embeddings:
+        raise ValueError(
+            f"--context {context} exceeds the {hf_config.max_position_embeddings} positions of the model in {folder}"
+        )
+    return hf_config
+
+
+def check_loaded(folder: str | os.PathLike, task: str, base_prefix: str, info: dict) -> None:
+    """ValueError naming a weight from_pretrained found missing or of another size: it initialises such a
+    weight at random and only logs it, but a fine-tune must start from the folder's weights, all but a new
+    classification head (outside the base model `base_prefix`)."""
+    new = {k: None for k in info["missing_keys"]} | {k: (list(a), list(b)) for k, a, b in info["mismatched_keys"]}
+    inside = lambda k: k.startswith(f"{base_prefix}.") and ".pooler." not in k
+    new = {k: v for k, v in sorted(new.items()) if task == "lm" or inside(k)}
+    if new:
+        key, sizes = next(iter(new.items()))
+        raise ValueError(
+            f"the weights in {folder} do not fit its config.json: "
+            + (f"{key} is {sizes[0]} there, {sizes[1]} in the model" if sizes else f"{key} is missing")
+            + f" ({len(new)} such tensors); save the folder again"
+        )
+
+
 def load_pretrained(
     folder: str | os.PathLike,
     ffn: str,
@@ -147,21 +182,8 @@ def load_pretrained(
     in memory, or `ffn` is of the other kind than the model's FFN."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    config = check_folder(folder)
-    _, family = model_family(config)
-    if task not in family.tasks:
-        raise ValueError(f"unknown task '{task}'; valid: {', '.join(family.tasks)}")
-    hf_config = local_config(folder, use_cache=False, **family.tasks[task])
-    if vocab_size is not None and vocab_size != hf_config.vocab_size:
-        raise ValueError(
-            f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
-            f"{vocab_size}; fine-tune with the data and --tokenizer it was pretrained with"
-        )
+    hf_config = fitting_config(folder, task, vocab_size, context)
     context = context or hf_config.max_position_embeddings
-    if context > hf_config.max_position_embeddings:
-        raise ValueError(
-            f"--context {context} exceeds the {hf_config.max_position_embeddings} positions of the model in {folder}"
-        )
     if task == "cls":
         hf_config.num_labels = n_classes
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
@@ -180,18 +202,7 @@ def load_pretrained(
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # checked below, by name
         )
-    # NOTE: from_pretrained initialises a missing or mis-sized weight at random and only logs it; a
-    # fine-tune must start from the folder's weights, all but a new classification head
-    body = f"{hf.base_model_prefix}."
-    new = {k: None for k in info["missing_keys"]} | {k: (list(a), list(b)) for k, a, b in info["mismatched_keys"]}
-    new = {k: v for k, v in sorted(new.items()) if task == "lm" or (k.startswith(body) and ".pooler." not in k)}
-    if new:
-        key, sizes = next(iter(new.items()))
-        raise ValueError(
-            f"the weights in {folder} do not fit its config.json: "
-            + (f"{key} is {sizes[0]} there, {sizes[1]} in the model" if sizes else f"{key} is missing")
-            + f" ({len(new)} such tensors); save the folder again"
-        )
+    check_loaded(folder, task, hf.base_model_prefix, info)
     if task == "cls" and hf.config.pad_token_id is None:
         hf.config.pad_token_id = -1  # as in build_hf_model: the last position is the last token
     with warnings.catch_warnings():

@@ -1,4 +1,5 @@
-"""Old flat module names (`ffnlab.train`, `ffnlab.sweep`, ...) still import, with a DeprecationWarning."""
+"""Old flat module names (`ffnlab.train`, `ffnlab.sweep`, ...) still import, with a DeprecationWarning,
+until REMOVED_IN (CHANGELOG.md)."""
 
 import importlib
 import importlib.abc
@@ -6,6 +7,7 @@ import importlib.machinery
 import sys
 import warnings
 
+REMOVED_IN = "0.4.0"
 MOVED = {
     "activations": "core.activations",
     "ffn": "core.ffn",
@@ -46,7 +48,11 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         new = "ffnlab." + MOVED[module.__name__.removeprefix("ffnlab.")]
-        warnings.warn(f"{module.__name__} moved to {new}; import it from there", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{module.__name__} moved to {new}; import it from there (the old name goes in ffnlab {REMOVED_IN})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         # NOTE: the import system returns whatever sys.modules holds under the name once loading ends, so
         # the old name becomes an alias of the one real module (one TrainConfig class, not two copies).
         sys.modules[module.__name__] = importlib.import_module(new)

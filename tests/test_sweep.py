@@ -41,6 +41,31 @@ def test_plan_expansion_and_run_identity():
     assert {(c.model.n_layers, c.model.placement) for c in runs} == {(1, "pre"), (1, "post"), (2, "pre"), (2, "post")}
 
 
+def test_every_config_field_is_listed_for_the_run_identity():
+    from dataclasses import fields
+
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import IDENTITY_FIELDS, NOT_IDENTITY
+
+    listed = [name for names in IDENTITY_FIELDS.values() for name in names] + list(NOT_IDENTITY)
+    declared = [f.name for f in fields(TrainConfig) if f.name != "model"] + [
+        f"model.{f.name}" for f in fields(ModelConfig)
+    ]
+    assert sorted(listed) == sorted(declared)  # each field once: a new one must join a version
+
+
+def test_a_field_of_a_later_identity_version_is_hashed_only_off_its_default(monkeypatch):
+    from ffnlab.run import config
+
+    cfg = smoke_study().base
+    before = {0.99: run_id(replace(cfg, beta2=0.99)), 0.9: run_id(replace(cfg, beta2=0.9))}
+    v1 = tuple(n for n in config.IDENTITY_FIELDS[1] if n != "beta2")
+    monkeypatch.setattr(config, "IDENTITY_FIELDS", {1: v1, 2: ("beta2",)})  # as if beta2 were added in version 2
+    assert "beta2" not in config.identity(replace(cfg, beta2=0.99))  # the default: a run stored before keeps its id
+    assert run_id(replace(cfg, beta2=0.99)) != before[0.99]
+    assert run_id(replace(cfg, beta2=0.9)) == before[0.9]  # off its default: hashed as version 1 does
+
+
 @pytest.mark.parametrize(
     "kw,needle",
     [

@@ -106,6 +106,40 @@ class TrainConfig:
         return cls(**d)
 
 
+# What makes a run's identity (ffnlab.study.plan.run_id, the hash a store finds a run by), listed by the
+# version of ffnlab's configs that added each field ("model." for ModelConfig). Version 1's fields are
+# hashed whenever they are not None (how every store so far was written); a field of a later version is
+# hashed only when it is not at its default, so adding a field never changes the id of a run already
+# stored and needs no legacy special case. A new field joins the next version (tests/test_sweep.py fails
+# for a field in no version), or NOT_IDENTITY when it does not change what a run computes.
+IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
+    1: (
+        "hf_config", "init_from", "init_digest", "data", "tokenizer", "bpe_vocab", "text_field", "label_field",
+        "seed", "batch_size", "max_steps", "max_tokens", "max_seconds", "lr", "min_lr", "warmup_steps",
+        "weight_decay", "beta2", "grad_clip", "eval_every", "eval_batches", "final_eval_batches", "log_every",
+        "spike_factor", "noise_std", "precision", "device", "compile", "threads", "checkpoint_every",
+        "model.vocab_size", "model.context", "model.n_layers", "model.n_heads", "model.d_model", "model.ffn",
+        "model.d_ff", "model.ffn_match", "model.ffn_bias", "model.init", "model.dropout", "model.norm",
+        "model.placement", "model.pos", "model.tie_embeddings", "model.task", "model.n_classes", "model.pool",
+        "model.attn_act", "model.attn_proj_act",
+    ),
+}  # fmt: skip
+NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
+
+
+def identity(cfg: TrainConfig) -> dict:
+    """The part of a run's config its id hashes (IDENTITY_FIELDS), nested as the config is."""
+    config, defaults = cfg.to_dict(), TrainConfig().to_dict()
+    out: dict = {"model": {}}
+    for version, names in IDENTITY_FIELDS.items():
+        for name in names:
+            table, _, key = name.rpartition(".")
+            mine, default = (config[table] if table else config), (defaults[table] if table else defaults)
+            if mine[key] is not None and (version == 1 or mine[key] != default[key]):
+                (out[table] if table else out)[key] = mine[key]
+    return out
+
+
 @dataclass
 class RunResult:
     """What one run measured. `to_dict()` is what the store keeps (the sweep files `history` and

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
 from ffnlab.core.ffn import get_ffn_spec, layer_variants
-from ffnlab.run.config import TrainConfig
+from ffnlab.run.config import TrainConfig, identity
 from ffnlab.run.device import resolve_precision
 from ffnlab.run.train import resolve_init
 
@@ -196,16 +196,8 @@ def config_value(config: dict, path: str):
 
 
 def run_id(cfg: TrainConfig) -> str:
-    """Identity of a run: sha256 of its config JSON (keys sorted), without where it checkpoints.
-
-    Fields that are None are left out, so adding an optional field to the configs later keeps the
-    identity of every run already in a store.
-    """
-    d = cfg.to_dict()
-    d.pop("checkpoint_dir", None)
-    d = {k: v for k, v in d.items() if v is not None}
-    d["model"] = {k: v for k, v in d["model"].items() if v is not None}
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    """Identity of a run: sha256 of the JSON (keys sorted) of its identity fields (`ffnlab.run.config.identity`)."""
+    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def plan_precision(base: TrainConfig) -> str:

@@ -874,7 +874,7 @@ def add_tool_parsers(sub) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes, few repeats (its wall time per machine: benchmarks/README.md)",
+        help="small sizes, few repeats, nothing that compiles (its wall time per machine: benchmarks/README.md)",
     )
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its rows say so)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -5,7 +5,15 @@ import torch
 
 from ffnlab.core.ffn import build_ffn, ffn_flops_per_token, get_ffn_spec
 from ffnlab.tools import bench
-from ffnlab.tools.bench import IMPLS, bench_activation, bench_ffn, peak_bytes_during, step_flops
+from ffnlab.tools.bench import (
+    IMPLS,
+    NO_COMPILE,
+    bench_activation,
+    bench_ffn,
+    peak_bytes_during,
+    run_bench,
+    step_flops,
+)
 
 ROW_KEYS = {
     "ffn",
@@ -64,7 +72,7 @@ def test_ffn_rows_measure_what_each_impl_keeps():
         )
         assert r["peak_frac"] == pytest.approx(r["gflops"] / MACHINE["matmul_gflops"], rel=1e-3)
     assert fused["backend"] == "torch"  # tiny: below the size where building kernels pays
-    assert rows["compiled"]["unavailable"] == "--no-compile" and rows["compiled"]["step_ms"] is None
+    assert rows["compiled"]["unavailable"] == NO_COMPILE and rows["compiled"]["step_ms"] is None
 
 
 def test_dense_ffn_has_no_fused_row():
@@ -210,3 +218,18 @@ def test_calibration_is_sized_to_the_benchmark(monkeypatch):
     result = bench.run_bench(["gelu"], [16], [16], repeats=1, compile=False)
     assert result["machine"]["matmul_shape"] == [16, 16, build_ffn("gelu", 16).d_ff]
     assert result["machine"]["copy_mb"] == round(16 * 64 * 4 / 2**20, 1)
+
+
+def test_quick_leaves_out_what_compiles(monkeypatch):
+    """bench --quick builds nothing: torch.compile's rows and, where the fused kernel would be a
+    torch.compile build (large CPU tensors), the fused rows say why they are left out (issue #26:
+    on a cold cache the builds took most of a quick run)."""
+    from ffnlab.tools import bench
+
+    monkeypatch.setattr(bench, "pick_backend", lambda t: "compiled")  # as for a large CPU tensor
+    result = run_bench(["swiglu"], [8], [8], quick=True, repeats=1)
+    for rows in (result["rows"], result["activations"]):
+        by_impl = {r["impl"]: r for r in rows}
+        assert by_impl["compiled"]["unavailable"] == by_impl["fused"]["unavailable"] == NO_COMPILE
+        assert "unavailable" not in by_impl["eager"] and all(r.get("compile_s") is None for r in rows)
+    assert result["settings"]["compile"] is False and "--no-compile" not in result["command"]

@@ -256,14 +256,18 @@ def _ffn_row(ffn: nn.Module, impl: str, tokens: int, d_model: int) -> dict:
     }
 
 
-def _ffn_unavailable(ffn: nn.Module, impl: str, compile: bool) -> str | None:
-    """Why `impl` cannot run for this FFN here, before trying it; None if it can."""
+NO_COMPILE = "--no-compile (or --quick): it compiles"
+
+
+def _ffn_unavailable(ffn: nn.Module, impl: str, compile: bool, hidden: torch.Tensor) -> str | None:
+    """Why `impl` cannot run for this FFN here, before trying it; None if it can. `hidden` is like the
+    FFN's hidden tensor, whose size and device decide whether the fused kernel is a torch.compile build."""
     if impl == "fused" and not (isinstance(ffn, GatedFFN) and ffn.fused_act is not None):
         return "no fused kernel for this variant (only gated FFNs have one)"
     if impl == "fused" and eager_forced():
         return "FFNLAB_EAGER=1"
-    if impl == "compiled" and not compile:
-        return "--no-compile"
+    if not compile and (impl == "compiled" or (impl == "fused" and pick_backend(hidden) == "compiled")):
+        return NO_COMPILE
     return None
 
 
@@ -326,7 +330,7 @@ def bench_ffn(
     rows, runs = {}, {}
     for impl in IMPLS:
         row = rows[impl] = _ffn_row(base, impl, tokens, d_model)
-        reason = _ffn_unavailable(base, impl, compile)
+        reason = _ffn_unavailable(base, impl, compile, x.new_empty(tokens * base.d_ff))
         if reason:
             row["unavailable"] = reason
             continue
@@ -413,8 +417,8 @@ def bench_activation(
         if impl == "fused" and not (gated and act_name in FUSED_ACTS):
             row["unavailable"] = "no fused kernel (only gated activations are fused)"
             continue
-        if impl == "compiled" and not compile:
-            row["unavailable"] = "--no-compile"
+        if not compile and (impl == "compiled" or (impl == "fused" and pick_backend(g) == "compiled")):
+            row["unavailable"] = NO_COMPILE
             continue
         fn = _elementwise(impl, act, act_name, gated)
 
@@ -467,8 +471,11 @@ def run_bench(
     """Every FFN x size x impl row, and the activations' rows at the first size, with the machine.
 
     Defaults come from QUICK or FULL; `log(str)` hears about progress (the CLI prints to stderr).
+    `quick` also leaves out what compiles (torch.compile and the CPU's fused kernels): on a cold cache
+    their builds took most of a quick run (31 s of bench --quick on the Intel Xeon with AMX).
     """
     preset = QUICK if quick else FULL
+    builds = compile and not quick
     ffns = [single_ffn_spec(n).name for n in (ffns or preset["ffns"])]
     tokens = list(tokens or preset["tokens"])
     d_models = list(d_models or preset["d_models"])
@@ -493,13 +500,13 @@ def run_bench(
         for d_model in d_models:
             for n_tokens in tokens:
                 log(f"ffn {name} tokens={n_tokens} d_model={d_model}")
-                rows += bench_ffn(name, n_tokens, d_model, repeats, compile, device)
+                rows += bench_ffn(name, n_tokens, d_model, repeats, builds, device)
     activations = []
     for name in ffns:
         d_ff = ffn_width(single_ffn_spec(name), d_models[0])[0]
         for dtype in dtypes:
             log(f"activation {name} {dtype}")
-            activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, compile, device)
+            activations += bench_activation(name, tokens[0], d_ff, dtype, repeats, builds, device)
     machine = best_of(machine, measure_machine(shape, copy_numel, repeats, device, dtypes))
     for row in rows:
         row["peak_frac"] = None if row["gflops"] is None else round(row["gflops"] / machine["matmul_gflops"], 4)
@@ -519,7 +526,7 @@ def run_bench(
             "tokens": tokens,
             "d_models": d_models,
             "repeats": repeats,
-            "compile": compile,
+            "compile": builds,
             "quick": quick,
             "device": device,
         },
@@ -558,7 +565,7 @@ def format_bench(result: dict) -> str:
         f"{'GB/s':>7} {'copy GB/s':>9} {'%copy':>6}",
     ]
     for a in result["activations"]:
-        if a.get("unavailable") and a["impl"] != "fused":
+        if a.get("unavailable") and not a["unavailable"].startswith("no fused kernel"):  # said for the FFN
             notes.append(f"{a['name']} {a['impl']} {a['dtype']}: {a['unavailable']}")
         lines.append(
             f"{a['name']:<10} {a['ffn']:<11} {a['impl']:<9} {a['dtype']:<9} {_cell(a['fwd_ms'], 8)} "

@@ -78,8 +78,9 @@ def test_the_readme_architecture_names_every_module_and_only_those():
     import re
 
     section = architecture_section()
-    named = set(re.findall(r"`(?:[\w/]+/)?(\w+\.(?:py|csv|json))`", section)) - {"test_layers.py"}
-    files = {p.name for p in PACKAGE.rglob("*") if p.suffix in (".py", ".csv", ".json") and p.name != "__init__.py"}
+    named = set(re.findall(r"`(?:[\w/]+/)?(\w+\.(?:\w+\.)?(?:py|csv|json|j2))`", section)) - {"test_layers.py"}
+    suffixes = (".py", ".csv", ".json", ".j2")  # modules, the data and the templates that ship with them
+    files = {p.name for p in PACKAGE.rglob("*") if p.suffix in suffixes and p.name != "__init__.py"}
     assert named - files == set(), "README names modules that do not exist"
     assert files - named == set(), "modules the README's architecture section does not name"
     diagram = set(re.findall(r"^(\w+)/ ", section, re.M))

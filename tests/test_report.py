@@ -132,6 +132,65 @@ def test_escapes_a_variant_name_in_a_rendered_summary(smoke_store):
     assert "<script" not in md and html.escape(EVIL, quote=False) in md
 
 
+def test_every_branch_of_the_page_renders_and_escapes_what_the_store_holds(smoke_store):
+    """The parts of the page no study of the suite reaches (a noise floor, other studies in the store, a
+    scaling study without a fit yet, attention without its statistics, a numerics.json with an error or
+    no results) render, and the store's text in them is escaped, in the page and in the summary."""
+    data = report_data(smoke_store, attention=False)
+    data.store = f"runs/{EVIL}.db"
+    data.other_studies = 2
+    data.scaling = {"scale": {"width": [8, 16]}, "error": EVIL}
+    data.numerics = {"error": EVIL}
+    view = data.cells[0]
+    view.cell.verdict = EVIL
+    view.cell.noise_floor = {"n": 3, "std": 0.01, "range": 0.02}
+    view.attention = {"maps": {"relu": []}, "layer": 0, "seeds": {"relu": 0}, "tokens": 8, "text": EVIL}
+    page = render_html(data, {"attention.png": PNG_MAGIC})
+    assert "<script" not in page and page.count(html.escape(EVIL)) >= 6
+    for text in (
+        "Noise floor: relu over 3 seeds has std 0.0100 and range 0.0200.",
+        "The store holds 2 other studies",
+        f"No fit yet: {html.escape(EVIL)}",
+        "Attention weights at layer 0 of each variant's trained model (relu seed 0)",
+        f"<pre>{html.escape(EVIL)}</pre>",
+        f'<p class="note">{html.escape(EVIL)}</p>',  # the numerics error
+        f"<code>ffnlab report --store runs/{html.escape(EVIL)}.db</code>",
+    ):
+        assert text in page
+    assert "entropy (nats)" not in page  # report data from before attention statistics: no table
+    data.numerics = {"results": []}
+    assert "numerics.json holds no results." in render_html(data, {})
+    md = render_markdown(data, [])
+    assert "<script" not in md and f"**Verdict:** {html.escape(EVIL, quote=False)}" in md
+
+
+def test_a_name_a_template_misspells_is_an_error_not_an_empty_string(smoke_store):
+    from jinja2 import UndefinedError
+
+    from ffnlab.study.render import HTML_TEMPLATES, MARKDOWN_TEMPLATES
+
+    data = report_data(smoke_store, attention=False)
+    for templates in (HTML_TEMPLATES, MARKDOWN_TEMPLATES):
+        with pytest.raises(UndefinedError, match="verdit"):
+            templates.from_string("{{ data.cells[0].cell.verdit }}").render(data=data)
+
+
+def test_the_templates_ship_with_the_package():
+    """Every template is package data in pyproject.toml, so an installed ffnlab can render its report."""
+    import fnmatch
+    import tomllib
+
+    from ffnlab.study import render
+
+    root = Path(render.__file__).parents[2]
+    package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    study = Path(render.__file__).parent
+    templates = [p.relative_to(study).as_posix() for p in (study / "templates").iterdir()]
+    assert {"templates/report.html.j2", "templates/summary.md.j2"} <= set(templates)
+    for name in templates:
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in package_data["ffnlab.study"]), name
+
+
 def test_markdown_shows_a_schedule_as_written():
     assert md_escape("gelu*2+swiglu*2") == "gelu\\*2+swiglu\\*2"  # not gelu<em>2+swiglu</em>2
 

@@ -1,3 +1,4 @@
+import html
 import json
 import math
 
@@ -207,8 +208,8 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     (line,) = scaling_reasons("relu", bent)  # the baseline chosen, a better-scaling variant named, misfit said
     assert "swiglu is worth 1.90x" in line and "misses the measured points" in line
     code, _, err = run_cli("report", "--store", store)
-    html, md = (tmp_path / "report" / "report.html").read_text(), (tmp_path / "report" / "summary.md").read_text()
-    assert code == 0 and 'id="scaling"' in html and "swiglu reaches relu&#x27;s loss with" in html, err
+    page, md = (tmp_path / "report" / "report.html").read_text(), (tmp_path / "report" / "summary.md").read_text()
+    assert code == 0 and 'id="scaling"' in page and "swiglu reaches relu's loss with" in html.unescape(page), err
     assert "Scaling: compute multipliers" in md and (tmp_path / "report" / "figures" / "scaling.png").exists()
 
 

@@ -1,8 +1,11 @@
 """The report's data (`ffnlab.study.report.report_data`) rendered: the figures as PNG, the HTML page and
 the Markdown summary.
 
-The page opens offline: images are inline base64 PNG, the CSS is inline, there is no script, and
-every piece of text that comes from the user or the store is escaped.
+The page and the summary are Jinja2 templates (ffnlab/study/templates: report.html.j2, summary.md.j2);
+this module builds what they show: the figures, the tables (one `Table` model, also printed for the
+terminal by `ffnlab.study.table`) and the settings rows. The page opens offline: images are inline base64
+PNG, the CSS is inline, there is no script, and it is autoescaped, so every piece of text that comes from
+the user or the store is escaped.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ import html
 from collections.abc import Container
 from typing import TYPE_CHECKING
 
+import jinja2
+
 from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.model import describe_attn_act
 from ffnlab.study import plots
 from ffnlab.study.metrics import three_digits
-from ffnlab.study.protocol import STAGE_TITLES, Protocol
+from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.records import Cell
 from ffnlab.study.summary import literature_text
 from ffnlab.study.table import (
@@ -216,81 +221,15 @@ def report_settings(data: ReportData) -> Table:
     return Table(["setting", "value"], [list(row) for row in rows], (0, 1))
 
 
-# ---- HTML ---------------------------------------------------------------------------------------
+# ---- the tables and classes the page shows beside the cells' own (ffnlab.study.table) -------------
 
 
-def esc(text: object) -> str:
-    """Text safe anywhere in the page, attribute values included."""
-    return html.escape(str(text), quote=True)
-
-
-def cell_heading(cell: Cell) -> str:
-    """The cell's axis values as a sub-heading; '' for a study without axes."""
-    return f"<h3>{esc(cell_label(cell))}</h3>" if cell.axes else ""
-
-
-def html_table(table: Table) -> str:
-    """A table whose every cell is escaped text: `text_cols` left-aligned (numbers right), `marks` as classes."""
-
-    def cls(i, j):
-        names = (["t"] if j in table.text_cols else []) + ([table.marks[(i, j)]] if (i, j) in table.marks else [])
-        return f' class="{" ".join(names)}"' if names else ""
-
-    out = [
-        "<table><thead><tr>"
-        + "".join(f"<th{cls(-1, j)}>{esc(h)}</th>" for j, h in enumerate(table.head))
-        + "</tr></thead><tbody>"
-    ]
-    for i, row in enumerate(table.rows):
-        out.append("<tr>" + "".join(f"<td{cls(i, j)}>{esc(c)}</td>" for j, c in enumerate(row)) + "</tr>")
-    return '<div class="wide">' + "".join(out) + "</tbody></table></div>"
-
-
-def html_image(figures: dict[str, bytes], name: str, alt: str) -> str:
-    if name not in figures:
-        return ""
-    data = base64.b64encode(figures[name]).decode("ascii")
+def equality_tables(settings: dict) -> tuple[Table, Table]:
+    """What the comparison held equal and how, and what it did not and why."""
     return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}"><figcaption>{esc(alt)}</figcaption></figure>'
+        Table(["held equal", "how"], settings["held_equal"], (0, 1)),
+        Table(["not equal", "why"], settings["not_equal"], (0, 1)),
     )
-
-
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0 auto;
-max-width:1080px;padding:1.2em 1.5em 3em;color:#1b1b1b;line-height:1.45}
-h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
-.verdict{font-size:1.1em;background:#f2f7fb;border-left:4px solid #0072B2;padding:.6em .9em}
-.wide{max-width:100%;overflow-x:auto}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
-th,td{border:1px solid #d6d6d6;padding:.3em .6em;text-align:right;white-space:nowrap}
-th{background:#f4f4f4}.t{text-align:left;white-space:normal}td.t:first-child{font-weight:600}
-.better{color:#0072B2;font-weight:700}.worse{color:#D55E00;font-weight:700}
-figure{margin:1em 0}img{max-width:100%;height:auto;border:1px solid #eee}
-figcaption{font-size:.88em;color:#555}.note{color:#555;font-size:.92em}
-pre{background:#f7f7f7;padding:.6em;overflow-x:auto;white-space:pre-wrap}
-nav a{margin-right:.9em}footer{margin-top:3em;color:#777;font-size:.85em}
-"""
-
-
-def html_protocol(protocol: Protocol) -> str:
-    """The validation protocol's stages (protocol.json beside the store): each stage's ranking."""
-    parts = [
-        '<h2 id="protocol">Validation protocol</h2>',
-        '<p class="note">1. every variant at the same settings; 2. each variant at its own learning rate and '
-        "warm-up, chosen on validation and compared on test; 3. each at its tuned setting at other context "
-        "lengths. Grid: " + esc(", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in protocol.grid.items())) + ".</p>",
-    ]
-    for name, summary in protocol.stages:
-        parts.append(f"<h3>Stage {esc(STAGE_TITLES.get(name, name))}</h3>")
-        for cell in summary.tuned if name == "tune" else summary.cells:
-            where = cell_label(cell)
-            table = tuned_table(cell) if cell.tuned_axes else ranking_table(cell)
-            parts.append(
-                (f"<p>{esc(where)}</p>" if where else "")
-                + html_table(table)
-                + f'<p class="note">{esc(cell.verdict)}</p>'
-            )
-    return "".join(parts)
 
 
 def numerics_tables(numerics: dict) -> list[Table]:
@@ -314,323 +253,30 @@ def numerics_tables(numerics: dict) -> list[Table]:
     return tables
 
 
-def html_numerics(numerics: dict) -> str:
-    """A compact view of a numerics.json: error per activation, dtype and pass; claims if any."""
-    if "error" in numerics:
-        return f'<p class="note">{esc(numerics["error"])}</p>'
-    parts = [html_table(t) for t in numerics_tables(numerics)]
-    env = numerics.get("environment") or {}
-    if env:
-        parts.append(
-            f'<p class="note">x in {esc(numerics.get("range"))}, {esc(numerics.get("points"))} points; '
-            f"torch {esc(env.get('torch'))}, {esc(env.get('machine'))}</p>"
-        )
-    return "".join(parts) or '<p class="note">numerics.json holds no results.</p>'
-
-
-def render_html(data: ReportData, figures: dict[str, bytes]) -> str:
-    """The self-contained report page."""
-    title = f"ffnlab report: {', '.join(data.variants)} on {data.settings['data']}"
-    cells = [view.cell for view in data.cells]
-    body = [
-        *page_top(data, title),
-        *ranking_section(data),
-        *scaling_section(data.scaling, figures),
-        *literature_section(cells),
-        *settings_section(data),
-        *curves_section(cells, figures),
-        *cost_section(cells, figures, data.env),
-        *stability_section(cells, figures),
-        *signals_section(cells),
-        *activations_section(data.activations, figures),
-        *attention_section(data, figures),
-    ]
-    if data.numerics:
-        body.append('<h2 id="numerics">Numerics of the activations</h2>' + html_numerics(data.numerics))
-    body.append(
-        f"<footer>ffnlab report from {esc(data.store)}. Reproduce: <code>ffnlab report --store "
-        f"{esc(data.store)}</code></footer>"
-    )
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<link rel="icon" href="data:,">'  # no favicon request, so no 404 in the console
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
-    )
-
-
-# Each part of the page below is a list of HTML pieces; render_html joins them with line breaks.
-
-
-def page_top(data: ReportData, title: str) -> list[str]:
-    """Title, what was compared, each cell's verdict, the links to the sections and a word on other studies."""
-    settings, others = data.settings, data.other_studies
-    parts = [
-        f"<h1>{esc(title)}</h1>",
-        f'<p class="note">{len(data.variants)} FFN variants x {settings["seeds"]} seeds, baseline '
-        f"{esc(data.baseline)}; generated {esc(data.generated)}</p>",
-    ]
-    for view in data.cells:
-        where = cell_label(view.cell)
-        parts.append(f'<p class="verdict">{esc(where + ": " if where else "")}{esc(view.cell.verdict)}</p>')
-    sections = [
-        "ranking",
-        *(["scaling"] if data.scaling else []),
-        "literature",
-        *(["protocol"] if data.protocol else []),
-        "settings",
-        "curves",
-        "cost",
-        "stability",
-        "signals",
-        "activations",
-        "attention",
-        *(["numerics"] if data.numerics else []),
-    ]
-    link_text = {"signals": "other measurements"}
-    parts.append("<nav>" + "".join(f'<a href="#{s}">{link_text.get(s, s)}</a>' for s in sections) + "</nav>")
-    if others:
-        parts.append(
-            f'<p class="note">The store holds {others} other stud{"y" if others == 1 else "ies"} (other '
-            "settings); this report shows the most recently finished one.</p>"
-        )
-    return parts
-
-
-def ranking_section(data: ReportData) -> list[str]:
-    """The ranking of each cell with the noise floor, the tuned comparison and the validation protocol."""
-    baseline = data.baseline
-    parts = ['<h2 id="ranking">Ranking</h2>']
-    for view in data.cells:
-        cell = view.cell
-        parts.append(cell_heading(cell) + html_table(ranking_table(cell)))
-        if cell.noise_floor:
-            noise = cell.noise_floor
-            parts.append(
-                f'<p class="note">Noise floor: {esc(baseline)} over {esc(noise["n"])} seeds has std '
-                f"{esc(num(noise['std']))} and range {esc(num(noise['range']))}.</p>"
-            )
-    parts.append(
-        f'<p class="note">Mean over seeds with its {round(data.level * 100)}% t-interval. Δ is the paired '
-        f"difference to {esc(baseline)} over seeds (negative loss Δ = better). * = significant at "
-        f"α={data.alpha:g} after Holm correction of the paired t-tests; coloured blue when better, "
-        "orange when worse.</p>"
-    )
-    parts += across_section(data.across_cells)
-    if data.tuned:
-        parts.append("<h3>Tuned: each variant at its own best setting</h3>")
-        for cell in data.tuned:
-            parts.append(html_table(tuned_table(cell)))
-            parts.append(f'<p class="verdict">{esc(cell_label(cell))}: {esc(cell.verdict)}</p>')
-        parts.append(
-            '<p class="note">The setting of each variant is the one with the best mean validation '
-            "metric over seeds; the comparison uses the test split, so the selection cannot flatter the "
-            "winner (Melis et al. 2018).</p>"
-        )
-    if data.protocol:
-        parts.append(html_protocol(data.protocol))
-    return parts
-
-
-ACROSS_NOTE = (
-    "Per variant, a repeated-measures F test of whether its per-seed gap to the baseline differs between the "
-    "cells (seeds as blocks, over the seeds finished in every cell), Holm-corrected over the variants; the "
-    "best mean of each cell is by the means alone."
-)
-
-
-def across_section(across: dict | None) -> list[str]:
-    """Whether each gap changes between the cells: the sentences and how they were tested."""
-    if not across:
-        return []
-    return (
-        [f"<h3>Across the {len(across['cells'])} cells</h3>"]
-        + [f'<p class="verdict">{esc(s)}</p>' for s in across["sentences"]]
-        + [f'<p class="note">{esc(ACROSS_NOTE)}</p>']
-    )
-
-
-def scaling_section(scaling: dict | None, figures: dict[str, bytes]) -> list[str]:
-    """The loss-vs-compute plot, the table of fits and the plain sentences of a study with --scale."""
-    if not scaling:
-        return []
-    scale = ", ".join(f"{a} {', '.join(map(str, v))}" for a, v in scaling["scale"].items())
-    parts = ['<h2 id="scaling">Scaling: compute multipliers</h2>', f'<p class="note">Scaled: {esc(scale)}.</p>']
-    if "error" in scaling:
-        return parts + [f"<p>No fit yet: {esc(scaling['error'])}</p>"]
-    parts += [html_image(figures, "scaling.png", "loss against training compute, fits and bands")]
-    parts += [html_table(scaling_table(scaling))]
-    parts += [f'<p class="verdict">{esc(s)}</p>' for s in scaling["sentences"]]
-    parts.append(
-        f'<p class="note">Fit: {esc(scaling["loss_fit"])}. Compute C = training FLOPs of the whole model (3 x '
-        f"forward FLOPs per token x tokens). k: {esc(scaling['baseline'])} needs k x the compute to reach the "
-        "variant's loss at the largest measured compute (k > 1: the variant is worth more compute). Intervals: "
-        "paired bootstrap over seeds with a small-sample t widening (ffnlab.study.scaling). Lack of fit: an F test "
-        "of the residuals against the seed-to-seed spread at each compute; a small p means the power law misses "
-        "the points, and the multiplier is a summary of the curves, not a law.</p>"
-    )
-    return parts
-
-
-def literature_section(cells: list[Cell]) -> list[str]:
-    parts = ['<h2 id="literature">Against the literature</h2>']
-    for cell in cells:
-        table = literature_table(cell)
-        if table is None or cell.literature is None:
-            parts.append(
-                cell_heading(cell) + '<p class="note">No published ranking to compare with: it needs a language '
-                "model study with at least two of Shazeer (2020) Table 1's variants.</p>"
-            )
-            continue
-        parts.append(cell_heading(cell) + html_table(table) + f"<p>{esc(literature_text(cell.literature))}</p>")
-    return parts
-
-
-def settings_section(data: ReportData) -> list[str]:
-    settings = data.settings
-    return [
-        '<h2 id="settings">Run settings</h2>',
-        html_table(report_settings(data)),
-        "<h3>What the comparison held equal</h3>",
-        html_table(Table(["held equal", "how"], settings["held_equal"], (0, 1))),
-        "<h3>What it did not</h3>",
-        html_table(Table(["not equal", "why"], settings["not_equal"], (0, 1))),
-    ]
-
-
-def curves_section(cells: list[Cell], figures: dict[str, bytes]) -> list[str]:
-    pct = round(cells[0].level * 100)
-    parts = ['<h2 id="curves">Learning curves and final loss</h2>']
-    for i, cell in enumerate(cells):
-        suffix = figure_suffix(i, len(cells))
-        parts.append(cell_heading(cell))
-        parts.append(
-            html_image(
-                figures,
-                f"val_loss{suffix}.png",
-                f"Validation loss during training: mean over seeds with a {pct}% confidence band.",
-            )
-        )
-        parts.append(
-            html_image(
-                figures,
-                f"final{suffix}.png",
-                f"Final {axis_label(cell.metric)} per variant: mean with {pct}% CI error bars; dots are single seeds.",
-            )
-        )
-    return parts
-
-
-def cost_section(cells: list[Cell], figures: dict[str, bytes], env: dict) -> list[str]:
-    parts = ['<h2 id="cost">Cost</h2>']
-    for i, cell in enumerate(cells):
-        parts.append(cell_heading(cell) + html_table(cost_table(cell)))
-        parts.append(
-            html_image(
-                figures,
-                f"loss_vs_time{figure_suffix(i, len(cells))}.png",
-                "Validation loss against wall-clock training time (mean over seeds, with band).",
-            )
-        )
-    parts.append(
-        f'<p class="note">tokens/s: mean over seeds of the median step; step time: median over seeds, '
-        "with the range of the seeds' own medians: a wide range means the machine was busy while they "
-        "ran, and only a quiet machine's timings (or <code>ffnlab bench</code>) compare speed. "
-        f"Measured on {esc(env.get('device', '?'))}. Training memory is counted from the tensors: "
-        "parameters, gradients, optimizer state and what one training forward pass keeps for backward "
-        "(counted with saved_tensors_hooks), so it does not depend on what else ran in the process.</p>"
-    )
-    return parts
-
-
-def stability_section(cells: list[Cell], figures: dict[str, bytes]) -> list[str]:
-    parts = ['<h2 id="stability">Stability</h2>']
-    for i, cell in enumerate(cells):
-        suffix = figure_suffix(i, len(cells))
-        parts.append(cell_heading(cell) + html_table(stability_table(cell)))
-        parts.append(
-            html_image(
-                figures,
-                f"grad_norm{suffix}.png",
-                "Global gradient norm per step before clipping; "
-                "triangles mark gradient spikes, dotted lines divergence.",
-            )
-        )
-        parts.append(
-            html_image(
-                figures,
-                f"behaviour{suffix}.png",
-                "Per layer, on the validation set after training: "
-                "fraction of FFN units that never activate (dead) and fraction of exact zeros "
-                "after the activation (sparsity), mean over seeds.",
-            )
-        )
-    return parts
-
-
-def signals_section(cells: list[Cell]) -> list[str]:
-    parts = ['<h2 id="signals">Other measurements</h2>']
-    for cell in cells:
-        parts.append(cell_heading(cell) + html_table(metric_table(cell, "signals")))
-    parts.append(
-        '<p class="note">Test: the held-out test split (never used to choose anything here). Embedding '
-        "noise: the validation metric with Gaussian noise on the token embeddings, a robustness probe; its "
-        "effect is the mean change from the clean metric. Learned parameters: means over seeds at the end "
-        "of training.</p>"
-    )
-    return parts
-
-
-def activations_section(activations: dict[str, str], figures: dict[str, bytes]) -> list[str]:
+def activations_table(activations: dict[str, str]) -> Table:
+    """Each compared activation with its formula and source."""
     rows = [[a, ACTIVATIONS[a].formula, ACTIVATIONS[a].paper] for a in activations]
-    return [
-        '<h2 id="activations">The activation functions</h2>',
-        html_table(Table(["activation", "formula", "source"], rows, (0, 1, 2))),
-        html_image(
-            figures, "activations.png", "Each compared activation (for gated variants, the gate's) and its derivative."
-        ),
-    ]
+    return Table(["activation", "formula", "source"], rows, (0, 1, 2))
 
 
-def attention_section(data: ReportData, figures: dict[str, bytes]) -> list[str]:
-    parts = ['<h2 id="attention">Attention patterns</h2>']
-    for i, view in enumerate(data.cells):
-        attention = view.attention or {}
-        parts.append(cell_heading(view.cell))
-        if attention.get("maps"):
-            seeds = ", ".join(f"{v} seed {s}" for v, s in attention["seeds"].items())
-            parts.append(
-                html_image(
-                    figures,
-                    f"attention{figure_suffix(i, len(data.cells))}.png",
-                    f"Attention weights at layer {attention['layer']} "
-                    f"of each variant's trained model ({seeds}) on the first {attention['tokens']} "
-                    "validation tokens; rows are queries, columns keys.",
-                )
-            )
-            parts.append(attention_stats_table(attention))
-            parts.append(f'<p class="note">Input:</p><pre>{esc(attention["text"][:600])}</pre>')
-        else:
-            parts.append(f'<p class="note">{esc(attention.get("note", "not computed"))}</p>')
-    return parts
-
-
-def attention_stats_table(attention: dict) -> str:
-    """Entropy and sparsity of each variant's attention (ffnlab.study.report.attention_stats), as a table."""
-    stats = attention.get("stats") or {}  # absent in report data from before they were computed
+def attention_table(attention: dict) -> Table | None:
+    """Entropy and sparsity of each variant's attention (ffnlab.study.report.attention_stats); None
+    for report data from before they were computed."""
+    stats = attention.get("stats") or {}
     if not stats:
-        return ""
+        return None
     rows = [
         [variant, num(s["entropy"], 3), num(s["uniform_entropy"], 3), f"{s['sparsity']:.1%}"]
         for variant, s in stats.items()
     ]
-    head = ["variant", "entropy (nats)", "even attention", "weights < 0.01"]
-    note = (
-        f'<p class="note">At layer {attention["layer"]}, over heads and queries: entropy -Σ p log p of each '
-        "query's attention (0: one key; the even-attention column: spread over every key it can see) and "
-        "the share of the weights it can place that are below 0.01.</p>"
-    )
-    return html_table(Table(head, rows)) + note
+    return Table(["variant", "entropy (nats)", "even attention", "weights < 0.01"], rows)
+
+
+def cell_classes(table: Table, row: int, column: int) -> list[str]:
+    """The HTML classes of a table cell (row -1 is the header): 't' in a text column (left-aligned), and
+    the cell's mark ('better', 'worse')."""
+    mark = table.marks.get((row, column))
+    return (["t"] if column in table.text_cols else []) + ([mark] if mark else [])
 
 
 # ---- Markdown -----------------------------------------------------------------------------------
@@ -651,60 +297,50 @@ def md_table(table: Table) -> str:
     return "\n".join(lines)
 
 
+# ---- the templates ------------------------------------------------------------------------------
+
+# what the templates call: the cells' tables (ffnlab.study.table), the report's own, the labels, and the
+# report folder's layout
+TEMPLATE_FUNCTIONS = (
+    *(ranking_table, tuned_table, cost_table, stability_table, metric_table, literature_table, scaling_table),
+    *(report_settings, equality_tables, numerics_tables, activations_table, attention_table, cell_classes),
+    *(cell_label, figure_suffix, axis_label, literature_text, num),
+)
+TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {
+    "STAGE_TITLES": STAGE_TITLES,
+    "FIGURES_DIR": FIGURES_DIR,
+    "REPORT_HTML": REPORT_HTML,
+}
+
+
+def template_environment(autoescape: bool) -> jinja2.Environment:
+    """The package's templates (ffnlab/study/templates); a name a template misspells is an error
+    (StrictUndefined), not an empty string."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ffnlab.study", "templates"),
+        autoescape=autoescape,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,  # a line holding only a {% tag %} leaves no blank line
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.globals.update(TEMPLATE_GLOBALS)
+    return env
+
+
+HTML_TEMPLATES = template_environment(autoescape=True)
+# Markdown is not HTML: no autoescape there, and every value goes through the md filter (md_escape) instead
+MARKDOWN_TEMPLATES = template_environment(autoescape=False)
+MARKDOWN_TEMPLATES.filters.update(md=md_escape, md_table=md_table)
+
+
+def render_html(data: ReportData, figures: dict[str, bytes]) -> str:
+    """The self-contained report page (templates/report.html.j2), each figure inline as base64 PNG."""
+    images = {name: base64.b64encode(png).decode("ascii") for name, png in figures.items()}
+    return HTML_TEMPLATES.get_template("report.html.j2").render(data=data, images=images)
+
+
 def render_markdown(data: ReportData, figure_names: Container[str]) -> str:
-    """A short summary for a README or a pull request: verdict, ranking, costs, settings, figures."""
-    settings = data.settings
-    out = [f"## FFN comparison: {md_escape(', '.join(data.variants))} on {md_escape(settings['data'])}", ""]
-    for i, view in enumerate(data.cells):
-        cell = view.cell
-        suffix = figure_suffix(i, len(data.cells))
-        if cell.axes:
-            out += [f"### {md_escape(cell_label(cell))}", ""]
-        out += [
-            f"**Verdict:** {md_escape(cell.verdict)}",
-            "",
-            md_table(ranking_table(cell)),
-            "",
-            md_table(cost_table(cell)),
-            "",
-        ]
-        if cell.literature and cell.literature["tau"] is not None:
-            out += [md_escape(literature_text(cell.literature)), ""]
-        for name, alt in ((f"val_loss{suffix}.png", "validation loss"), (f"final{suffix}.png", "final loss")):
-            if name in figure_names:
-                out.append(f"![{alt}]({FIGURES_DIR}/{name})")
-        out.append("")
-    if data.across_cells:
-        out += [f"### Across the {len(data.across_cells['cells'])} cells", ""]
-        out += [md_escape(s) for s in data.across_cells["sentences"]] + ["", md_escape(ACROSS_NOTE), ""]
-    for cell in data.tuned:
-        out += [
-            f"### Tuned ({md_escape(cell_label(cell))}): lr chosen on validation, compared on test",
-            "",
-            f"**Verdict:** {md_escape(cell.verdict)}",
-            "",
-            md_table(tuned_table(cell)),
-            "",
-        ]
-    scaling = data.scaling
-    if scaling and "variants" in scaling:
-        out += ["### Scaling: compute multipliers", "", md_table(scaling_table(scaling)), ""]
-        out += [md_escape(s) for s in scaling["sentences"]] + [""]
-        if "scaling.png" in figure_names:
-            out += [f"![loss against compute]({FIGURES_DIR}/scaling.png)", ""]
-    out.append(f"* = significant at α={data.alpha:g} after Holm correction (paired t-test over seeds).")
-    out += [
-        "",
-        "Held equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in settings["held_equal"])) + ".",
-        "Not equal: " + md_escape("; ".join(f"{w} ({h})" for w, h in settings["not_equal"])) + ".",
-        "",
-        "<details><summary>Run settings</summary>",
-        "",
-        md_table(report_settings(data)),
-        "",
-        "</details>",
-        "",
-        f"Full report with costs, stability, activations and attention maps: [{REPORT_HTML}]({REPORT_HTML}).",
-        "",
-    ]
-    return "\n".join(out)
+    """A short summary for a README or a pull request (templates/summary.md.j2): verdict, ranking, costs,
+    settings, and links to the figures drawn."""
+    return MARKDOWN_TEMPLATES.get_template("summary.md.j2").render(data=data, figure_names=figure_names)

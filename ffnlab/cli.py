@@ -683,7 +683,7 @@ def cmd_advise(args):
         seq_len=args.seq_len,
         model_size=args.model_size,
     )
-    print(strict_dumps(advice) if args.json else format_advice(advice))  # a size or a gap may not be finite
+    print(strict_dumps(advice.to_json()) if args.json else format_advice(advice))  # a size or a gap may not be finite
 
 
 # ---- entry point --------------------------------------------------------------------------------

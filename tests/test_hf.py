@@ -414,12 +414,17 @@ def test_t5_and_named_mappings():
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_one_reader_of_a_configs_activation_agrees_with_every_caller(name):
+def test_one_reader_of_a_configs_activation_agrees_with_every_caller(name, tmp_path):
+    from ffnlab.study.advise import advise
+
     config, own = CONFIGS[name][0](), CONFIGS[name][1]
     found = config_activation(config)
     assert found.variant() == own and found.gated == get_ffn_spec(own).gated
     assert canonical(model_activation(config)) == canonical(get_ffn_spec(own).acts[0])  # what swap_ffn keeps
     assert config_activation(config.to_dict()) == found  # the same from what config.json holds
+    (tmp_path / "config.json").write_text(config.to_json_string())
+    advice = advise(pretrained=str(tmp_path))  # `ffnlab advise --pretrained FOLDER`
+    assert advice.recommendation == own and advice.evidence["act"] == model_activation(config)
 
 
 def test_the_reader_says_where_the_activation_is_named_and_whether_it_gates():

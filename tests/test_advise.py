@@ -1,6 +1,6 @@
 import json
 import warnings
-from dataclasses import replace
+from dataclasses import fields, replace
 from types import SimpleNamespace
 
 import pytest
@@ -265,7 +265,7 @@ def test_advise_cli_json_is_strict_json(run_cli, monkeypatch):
     import ffnlab.study.advise
 
     advice = SimpleNamespace(to_json=lambda: {"size": float("inf"), "gap": float("nan")})
-    monkeypatch.setattr(ffnlab.study.advise, "advise", lambda *a, **kw: advice)
+    monkeypatch.setattr(ffnlab.study.advise, "advice_for", lambda *a, **kw: advice)
     code, out, err = run_cli("advise", "--json")
     assert code == 0, err
     assert json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON")) == {"size": "inf", "gap": "nan"}
@@ -498,6 +498,35 @@ def test_advise_json_keeps_its_keys_in_order_for_every_basis(tmp_path):
     assert two.to_json()["cells"][0] == two.cells[0].to_json()
     text = format_advice(two)
     assert "cell depth=1:" in text and "cell depth=2:" in text and text.count("measure it on your data") == 1
+
+
+def advise_flags() -> dict[str, object]:
+    """{dest: action} of the advise command's flags, read off the parser."""
+    from ffnlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["advise"]
+    return {a.dest: a for a in sub._actions if a.option_strings}
+
+
+def test_every_field_of_the_situation_is_a_flag_with_its_comment_as_help():
+    flags = advise_flags()
+    assert set(flags) == {f.name for f in fields(Situation)} | {"help", "store", "json"}
+    assert flags["stage"].option_strings == ["--situation"] and tuple(flags["stage"].choices) == STAGES
+    assert tuple(flags["hardware"].choices) == HARDWARE and "also a memory budget" in flags["hardware"].help
+    assert all(flags[f.name].help for f in fields(Situation))
+
+
+def test_the_flags_give_the_situation_the_library_takes():
+    from ffnlab.cli import build_parser
+    from ffnlab.flags import given
+
+    argv = ["advise", "--situation", "peft", "--pretrained", "gpt2", "--model-size", "7B", "--memory-budget", "2GiB",
+            "--seq-len", "512", "--latency-sensitive"]  # fmt: skip
+    situation = Situation(**given(build_parser().parse_args(argv), Situation))
+    assert situation == Situation(
+        stage="peft", pretrained="gpt2", model_size=7e9, memory_budget=2 * 2**30, seq_len=512, latency_sensitive=True
+    )
+    assert given(build_parser().parse_args(["advise"]), Situation) == {}  # nothing given: the library's defaults
 
 
 def test_a_situation_is_checked_when_made_and_resolved_once():

@@ -96,7 +96,8 @@ def written_as(parse: Callable[[str], float]) -> Any:
 
 # ---- the situation ----------------------------------------------------------------------------------
 
-# the fields `advise --json` prints under "situation", in its order
+# the fields `advise --json` prints under "situation", in the order it has always had (the fields, and so the
+# flags, follow the flow); the checkpoint is left out, the evidence names it
 JSON_FIELDS = ("params_budget", "memory_budget", "latency_sensitive", "deploy", "depth", "stage", "hardware",
                "seq_len", "model_size")  # fmt: skip
 
@@ -155,7 +156,7 @@ class Situation:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The situation as `advise --json` prints it (the checkpoint is in the evidence, as its model)."""
+        """The situation as `advise --json` prints it (JSON_FIELDS)."""
         return {name: getattr(self, name) for name in JSON_FIELDS}
 
     @property

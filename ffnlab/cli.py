@@ -668,22 +668,10 @@ def cmd_plot(args):
 
 
 def cmd_advise(args):
-    from ffnlab.study.advise import advise, format_advice
+    from ffnlab.study.advise import Situation, advice_for, format_advice
 
-    advice = advise(
-        args.store,
-        args.params_budget,
-        args.memory_budget,
-        args.latency_sensitive,
-        args.pretrained,
-        args.deploy,
-        args.depth,
-        situation=args.situation,
-        hardware=args.hardware,
-        seq_len=args.seq_len,
-        model_size=args.model_size,
-    )
-    print(strict_dumps(advice) if args.json else format_advice(advice))  # a size or a gap may not be finite
+    advice = advice_for(Situation(**given(args, Situation)), args.store)
+    print(strict_dumps(advice.to_json()) if args.json else format_advice(advice))  # a size or a gap may not be finite
 
 
 # ---- entry point --------------------------------------------------------------------------------
@@ -911,8 +899,9 @@ def add_study_tool_parsers(sub) -> None:
 
 
 def add_advise_parser(sub) -> None:
-    """advise: one flag per input of the decision flow (ffnlab.study.flow)."""
-    from ffnlab.study.flow import DEPLOY_HARDWARE, HARDWARE, STAGES
+    """advise: one flag per field of the situation (ffnlab.study.advise.Situation), the inputs of the decision
+    flow (ffnlab.study.flow); --store is where measurements come from, --json how the advice is printed."""
+    from ffnlab.study.advise import Situation
 
     p = sub.add_parser(
         "advise",
@@ -922,38 +911,8 @@ def add_advise_parser(sub) -> None:
         "--hardware, --seq-len, --model-size and the budgets; every reason says its evidence "
         "(measured, published or rule of thumb).",
     )
-    p.add_argument(
-        "--situation",
-        choices=STAGES,
-        default=None,
-        help="pretrain: from scratch; finetune: full fine-tuning; peft: parameter-efficient fine-tuning; "
-        "inference: deployment only (default: finetune with --pretrained, else pretrain)",
-    )
+    add_config_flags(p, Situation)
     p.add_argument("--store", default=None, help="run store with your measurements (default: published results)")
-    p.add_argument(
-        "--pretrained",
-        default=None,
-        help="the checkpoint (finetune, peft, inference): path to its config.json, or a name "
-        "such as bert-base-uncased, gpt2, t5-base, mistral",
-    )
-    p.add_argument(
-        "--hardware",
-        choices=HARDWARE,
-        default=None,
-        help="where the model trains or runs; a gpu-NNgb tier is also a memory budget",
-    )
-    p.add_argument(
-        "--deploy",
-        choices=tuple(DEPLOY_HARDWARE),
-        default=None,
-        help="older form of --hardware: cpu, gpu, edge (= mobile)",
-    )
-    p.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (long context: see rules)")
-    p.add_argument("--model-size", default=None, help="parameters of the planned model, e.g. 125M, 1B, 7B")
-    p.add_argument("--params-budget", default=None, help="most parameters the model may have, e.g. 125M")
-    p.add_argument("--memory-budget", default=None, help="most training memory, e.g. 16GiB or 500MB")
-    p.add_argument("--latency-sensitive", action="store_true", help="prefer the faster of statistically tied variants")
-    p.add_argument("--depth", type=positive_int, default=None, help="number of layers you plan")
     p.add_argument("--json", action="store_true", help="print recommendation, reasons, evidence, alternatives as JSON")
     p.set_defaults(func=cmd_advise)
 

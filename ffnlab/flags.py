@@ -16,6 +16,7 @@ import stat
 import tokenize
 import tomllib
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
@@ -60,19 +61,38 @@ def flag_type(hint) -> tuple[type | None, tuple | None]:
 
 
 def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per field of the dataclass `cls` (but `skip` and NOT_FLAGS), default None."""
+    """One flag per field of the dataclass `cls` (but `skip` and NOT_FLAGS), default None. A field's metadata
+    may name its flag ("flag": advise's Situation.stage is --situation) and the parser of its text ("parse":
+    a size such as '7B')."""
     hints, docs = typing.get_type_hints(cls), field_comments(cls)
     for f in fields(cls):
         kind, choices = flag_type(hints[f.name])
         if f.name in skip or f.name in NOT_FLAGS or kind is None:
             continue
-        names = ["--" + f.name.replace("_", "-")] + ([ALIASES[f.name]] if f.name in ALIASES else [])
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        names = [flag] + ([ALIASES[f.name]] if f.name in ALIASES else [])
         default = f.default if f.default is not MISSING else None
-        help = f"{docs.get(f.name, f.name.replace('_', ' '))} (config default: {default})"
+        help = docs.get(f.name, f.name.replace("_", " "))
+        if default is not None:  # None means unset, which the comment says where it matters
+            help += f" (config default: {default})"
         if kind is bool:
             parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help)
         else:
-            parser.add_argument(*names, dest=f.name, type=kind, choices=choices, default=None, help=help)
+            parse = flag_parser(f.metadata["parse"]) if "parse" in f.metadata else kind
+            parser.add_argument(*names, dest=f.name, type=parse, choices=choices, default=None, help=help)
+
+
+def flag_parser(parse: Callable[[str], object]) -> Callable[[str], object]:
+    """`parse` as a flag's type, its ValueError's message kept (argparse would print 'invalid parse value')."""
+
+    def parse_flag(text: str) -> object:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse_flag.__name__ = parse.__name__
+    return parse_flag
 
 
 def given(args: argparse.Namespace, cls: type) -> dict:

@@ -1,11 +1,15 @@
 import json
-from dataclasses import replace
+import warnings
+from dataclasses import fields, replace
+from types import SimpleNamespace
 
 import pytest
 
+from ffnlab._util.jsonio import strict_dumps
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.presets import preset_config
-from ffnlab.study.advise import advise, format_advice, parse_bytes, parse_params
+from ffnlab.study.advise import Situation, advise, format_advice
+from ffnlab.study.advise.situation import parse_bytes, parse_params
 from ffnlab.study.flow import (
     EVIDENCE,
     HARDWARE,
@@ -18,6 +22,7 @@ from ffnlab.study.flow import (
 from ffnlab.study.plan import run_id
 from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
 from ffnlab.study.store import Store
+from ffnlab.tools.hf import ActivationConfigWarning, model_activation
 from tests.conftest import run_result
 
 # per-seed noise shared by every variant, so paired differences are clean but means still vary
@@ -32,13 +37,14 @@ def fabricated_store(
     diverged=(),
     jitter: dict[str, tuple] | None = None,
     memory: dict[str, int] | None = None,
+    n_layers: int = 1,
 ):
     """A store of finished runs with the given mean losses over 3 paired seeds (fabricated inputs)."""
     base = preset_config("smoke")
     with Store(path) as store:
         for ffn, loss in losses.items():
             for seed, noise in enumerate(SEED_NOISE):
-                cfg = replace(base, seed=seed, model=replace(base.model, ffn=ffn))
+                cfg = replace(base, seed=seed, model=replace(base.model, ffn=ffn, n_layers=n_layers))
                 rid = run_id(cfg)
                 store.claim(rid, cfg.to_dict())
                 store.start(rid)
@@ -61,10 +67,10 @@ def test_memory_budget_excludes_by_training_memory(tmp_path):
     store = fabricated_store(
         tmp_path / "s.db", {"relu": 2.0, "gelu": 1.98, "swiglu": 1.90}, memory={"swiglu": 12 * 2**20}
     )
-    assert advise(store=store)["recommendation"] == "swiglu"
+    assert advise(store=store).recommendation == "swiglu"
     advice = advise(store=store, memory_budget="8MiB")
-    assert advice["recommendation"] == "gelu"
-    out = next(a for a in advice["alternatives"] if a["ffn"] == "swiglu")
+    assert advice.recommendation == "gelu"
+    out = next(a for a in advice.alternatives if a["ffn"] == "swiglu")
     assert "training memory 12 MiB" in out["excluded"] and "8 MiB" in out["excluded"]
 
 
@@ -75,13 +81,13 @@ def test_measured_recommends_the_variant_the_numbers_favour(tmp_path, winner):
     other = next(v for v in losses if v != winner)
     store = fabricated_store(tmp_path / "s.db", losses, jitter={other: (0.002, -0.001, 0.0)})
     advice = advise(store=store)
-    assert advice["recommendation"] == winner and advice["basis"] == "measured"
-    assert advice["evidence"]["kind"] == "measured"
-    assert advice["evidence"]["variants"][winner]["values"] == {s: losses[winner] + n for s, n in enumerate(SEED_NOISE)}
-    text = " ".join(advice["reasons"])
+    assert advice.recommendation == winner and advice.basis == "measured"
+    assert advice.evidence["kind"] == "measured"
+    assert advice.evidence["variants"][winner]["values"] == {s: losses[winner] + n for s, n in enumerate(SEED_NOISE)}
+    text = " ".join(advice.reasons)
     assert "nats" in text and "95% CI" in text
-    assert {a["ffn"] for a in advice["alternatives"]} == set(losses) - {winner}
-    for a in advice["alternatives"]:
+    assert {a["ffn"] for a in advice.alternatives} == set(losses) - {winner}
+    for a in advice.alternatives:
         assert a["delta_vs_recommendation"] == pytest.approx(losses[a["ffn"]] - 1.90, abs=0.003)
         assert a["ci"][0] > 0  # each alternative is worse than the winner beyond doubt
     assert winner in format_advice(advice).splitlines()[0]
@@ -95,10 +101,10 @@ def test_latency_sensitive_prefers_the_faster_of_tied_variants(tmp_path):
         step_time={"relu": 0.010, "gelu": 0.010, "swiglu": 0.013},
         jitter={"gelu": (0.02, -0.03, 0.015)},
     )
-    assert advise(store=store)["recommendation"] == "swiglu"
+    assert advise(store=store).recommendation == "swiglu"
     fast = advise(store=store, latency_sensitive=True)
-    assert fast["recommendation"] == "gelu"
-    assert any("faster" in r for r in fast["reasons"])
+    assert fast.recommendation == "gelu"
+    assert any("faster" in r for r in fast.reasons)
 
 
 def test_constraints_exclude_variants_and_say_why(tmp_path):
@@ -109,8 +115,8 @@ def test_constraints_exclude_variants_and_say_why(tmp_path):
         diverged=("geglu",),
     )
     advice = advise(store=store, params_budget="18k")
-    assert advice["recommendation"] == "gelu"
-    excluded = {a["ffn"]: a["excluded"] for a in advice["alternatives"] if "excluded" in a}
+    assert advice.recommendation == "gelu"
+    excluded = {a["ffn"]: a["excluded"] for a in advice.alternatives if "excluded" in a}
     assert "exceed the budget" in excluded["swiglu"] and "diverged" in excluded["geglu"]
     with pytest.raises(ValueError, match="no measured variant can be recommended: .*exceed the budget"):
         advise(store=store, params_budget=1000)
@@ -135,26 +141,29 @@ def test_pretrained_config_keeps_its_activation(tmp_path, config, ffn, act):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     advice = advise(pretrained=str(path), store=tmp_path / "ignored.db")
-    assert advice["recommendation"] == ffn and advice["basis"] == "pretrained"
-    assert advice["evidence"]["act"] == act
+    assert advice.recommendation == ffn and advice.basis == "pretrained"
+    assert advice.evidence["act"] == act
     get_ffn_spec(ffn)  # a variant ffnlab can build
-    assert advise(pretrained=str(tmp_path))["recommendation"] == ffn  # the folder holding config.json
+    assert advise(pretrained=str(tmp_path)).recommendation == ffn  # the folder holding config.json
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ActivationConfigWarning)  # Gemma's two names: tests/test_hf.py
+        assert model_activation(config) == act  # swap_ffn reads the config as advise does (one reader)
 
 
 def test_pretrained_bert_says_why(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "bert", "hidden_act": "gelu"}))
     advice = advise(pretrained=str(path))
-    text = " ".join(advice["reasons"])
-    assert advice["recommendation"] == "gelu"
+    text = " ".join(advice.reasons)
+    assert advice.recommendation == "gelu"
     assert "pre-trained with gelu" in text and "weights" in text and "keep gelu" in text.lower()
 
 
 @pytest.mark.parametrize("family", MODEL_FAMILIES, ids=lambda f: f.family)
 def test_known_model_names(family):
     advice = advise(pretrained=family.example)
-    assert advice["recommendation"] == family.ffn
-    assert family.hf_act in advice["evidence"]["source"]
+    assert advice.recommendation == family.ffn
+    assert family.hf_act in advice.evidence["source"]
 
 
 def test_unknown_model_name_lists_known_ones():
@@ -165,12 +174,12 @@ def test_unknown_model_name_lists_known_ones():
 def test_without_store_cites_the_published_source():
     advice = advise()
     table = SHAZEER_2020_65K
-    assert advice["basis"] == "published" and advice["evidence"]["kind"] == "published"
-    assert advice["recommendation"] == min(table.values, key=table.values.get)
-    assert advice["evidence"]["arxiv"] == "2002.05202" and "Shazeer 2020" in advice["evidence"]["source"]
-    assert "published results" in advice["reasons"][0] and "Table 1" in advice["reasons"][0]
-    assert advice["command"].startswith("ffnlab compare --variants ")
-    for a in advice["alternatives"]:
+    assert advice.basis == "published" and advice.evidence["kind"] == "published"
+    assert advice.recommendation == min(table.values, key=table.values.get)
+    assert advice.evidence["arxiv"] == "2002.05202" and "Shazeer 2020" in advice.evidence["source"]
+    assert "published results" in advice.reasons[0] and "Table 1" in advice.reasons[0]
+    assert advice.command.startswith("ffnlab compare --variants ")
+    for a in advice.alternatives:
         assert a["published"] == table.values[a["ffn"]]
 
 
@@ -180,12 +189,12 @@ def test_published_cost_sensitive_picks_the_cheapest_tied_variant():
     table = SHAZEER_2020_65K
     best = min(table.values, key=table.values.get)
     advice = advise(deploy="cpu", depth=6)
-    choice = advice["recommendation"]
+    choice = advice.recommendation
     assert choice != best
     assert table.values[choice] - table.values[best] <= max(table.spread[choice], table.spread[best])
     flops = lambda n: ACTIVATIONS[get_ffn_spec(n).acts[0]].flops
     assert flops(choice) <= flops(best)
-    assert "--layers 6" in advice["command"]
+    assert "--layers 6" in advice.command
 
 
 def test_published_numbers_name_table_columns():
@@ -216,8 +225,10 @@ def test_advise_cli_json(run_cli, tmp_path):
     advice = json.loads(out)
     assert {"recommendation", "reasons", "evidence", "alternatives"} <= set(advice)
     assert advice["recommendation"] == "swiglu"
+    assert advice == json.loads(strict_dumps(advise(store=store).to_json()))  # the library's advice, as JSON
     code, out, _ = run_cli("advise")
     assert code == 0 and "Shazeer 2020" in out and "ffnlab compare" in out
+    assert out.strip() == format_advice(advise())
 
 
 @pytest.mark.parametrize(
@@ -253,7 +264,8 @@ def test_advise_cli_bad_input(run_cli, tmp_path, argv, needle):
 def test_advise_cli_json_is_strict_json(run_cli, monkeypatch):
     import ffnlab.study.advise
 
-    monkeypatch.setattr(ffnlab.study.advise, "advise", lambda *a, **kw: {"size": float("inf"), "gap": float("nan")})
+    advice = SimpleNamespace(to_json=lambda: {"size": float("inf"), "gap": float("nan")})
+    monkeypatch.setattr(ffnlab.study.advise, "advice_for", lambda *a, **kw: advice)
     code, out, err = run_cli("advise", "--json")
     assert code == 0, err
     assert json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON")) == {"size": "inf", "gap": "nan"}
@@ -340,15 +352,15 @@ FLOW = [
 @pytest.mark.parametrize("inputs,recommendation,branch,rules,words", FLOW, ids=lambda v: None)
 def test_the_flow_branches_with_a_reason_and_its_evidence(inputs, recommendation, branch, rules, words):
     advice = advise(**inputs)
-    assert advice["recommendation"] == recommendation
-    assert advice["branch"] == branch
-    assert [r["rule"] for r in advice["rules"]] == rules
-    text = " ".join(advice["reasons"])
+    assert advice.recommendation == recommendation
+    assert advice.branch == branch
+    assert [r.rule for r in advice.rules] == rules
+    text = " ".join(advice.reasons)
     for word in words:
         assert word in text, word
-    for applied in advice["rules"]:
-        assert applied["evidence"] in EVIDENCE and applied["source"]
-        assert f"[{applied['evidence']}] {applied['text']}" in text  # marked as such in the output
+    for applied in advice.rules:
+        assert applied.evidence in EVIDENCE and applied.source
+        assert f"[{applied.evidence}] {applied.text}" in text  # marked as such in the output
 
 
 def test_every_rule_has_a_branch_in_the_flow_table():
@@ -361,19 +373,19 @@ def test_every_rule_has_a_branch_in_the_flow_table():
 def test_a_budget_that_rules_out_the_best_variant_changes_the_published_pick():
     free = advise(model_size="350M", seq_len=2048)
     tight = advise(model_size="350M", seq_len=2048, memory_budget=(DENSE_350M + GATED_350M) / 2)
-    assert free["recommendation"] == "geglu" and tight["recommendation"] == "gelu"
-    excluded = {a["ffn"]: a["excluded"] for a in tight["alternatives"] if "excluded" in a}
+    assert free.recommendation == "geglu" and tight.recommendation == "gelu"
+    excluded = {a["ffn"]: a["excluded"] for a in tight.alternatives if "excluded" in a}
     assert set(excluded) == {"geglu", "swiglu", "reglu", "bilinear", "glu"}
     assert "exceeds the budget" in excluded["geglu"]
     # without a model size nothing can be estimated: the pick stays, and the advice says what is missing
     unsized = advise(memory_budget="1GiB")
-    assert unsized["recommendation"] == "geglu"
-    assert any("give --model-size" in r for r in unsized["reasons"])
+    assert unsized.recommendation == "geglu"
+    assert any("give --model-size" in r for r in unsized.reasons)
 
 
 def test_the_published_advice_ends_with_measuring_it_and_a_checkpoint_says_what_it_ignored():
-    assert advise(model_size="7B", seq_len=4096)["reasons"][-1].startswith("Measure it on your own data")
-    reasons = advise(situation="finetune", pretrained="gpt2", model_size="7B", seq_len=4096)["reasons"]
+    assert advise(model_size="7B", seq_len=4096).reasons[-1].startswith("Measure it on your own data")
+    reasons = advise(situation="finetune", pretrained="gpt2", model_size="7B", seq_len=4096).reasons
     assert (
         reasons[-1]
         == "The model size, the sequence length did not change this: the checkpoint fixes the activation (finetune)."
@@ -382,8 +394,8 @@ def test_the_published_advice_ends_with_measuring_it_and_a_checkpoint_says_what_
 
 def test_a_gpu_tier_is_a_memory_budget():
     advice = advise(hardware="gpu-24gb", memory_budget="40GiB")
-    assert advice["situation"]["memory_budget"] == 24 * 2**30 and advice["situation"]["deploy"] == "gpu"
-    assert advise(hardware="gpu-24gb", memory_budget="8GiB")["situation"]["memory_budget"] == 8 * 2**30
+    assert advice.situation.memory_budget == 24 * 2**30 and advice.situation.deploy == "gpu"
+    assert advise(hardware="gpu-24gb", memory_budget="8GiB").situation.memory_budget == 8 * 2**30
     with pytest.raises(ValueError, match="no published variant fits the budgets at 7B"):
         advise(hardware="gpu-80gb", model_size="7B")
 
@@ -393,23 +405,23 @@ def test_on_mobile_the_measurements_pick_a_tied_relu_family_variant(tmp_path):
     store = fabricated_store(
         tmp_path / "s.db", {"gelu": 2.2, "reglu": 1.951, "swiglu": 1.950}, jitter={"reglu": (0.02, -0.03, 0.015)}
     )
-    assert advise(store=store, hardware="cpu")["recommendation"] == "swiglu"
+    assert advise(store=store, hardware="cpu").recommendation == "swiglu"
     advice = advise(store=store, hardware="mobile")
-    assert advice["recommendation"] == "reglu" and [r["rule"] for r in advice["rules"]] == ["mobile-measured"]
-    assert any(r.startswith("[rule of thumb] On mobile") for r in advice["reasons"])
-    assert any("suits the hardware" in r for r in advice["reasons"])
+    assert advice.recommendation == "reglu" and [r.rule for r in advice.rules] == ["mobile-measured"]
+    assert any(r.startswith("[rule of thumb] On mobile") for r in advice.reasons)
+    assert any("suits the hardware" in r for r in advice.reasons)
     # a ReLU-family variant the measurements separate from the best is not picked
     store = fabricated_store(tmp_path / "t.db", {"gelu": 2.2, "reglu": 2.05, "swiglu": 1.950})
-    assert advise(store=store, deploy="edge")["recommendation"] == "swiglu"
+    assert advise(store=store, deploy="edge").recommendation == "swiglu"
 
 
 def test_a_gpu_tier_excludes_measured_variants_by_training_memory(tmp_path):
     store = fabricated_store(
         tmp_path / "s.db", {"relu": 2.0, "gelu": 1.98, "swiglu": 1.90}, memory={"swiglu": 17 * 2**30}
     )
-    assert advise(store=store, hardware="gpu-24gb")["recommendation"] == "swiglu"
+    assert advise(store=store, hardware="gpu-24gb").recommendation == "swiglu"
     advice = advise(store=store, hardware="gpu-16gb")
-    assert advice["recommendation"] == "gelu" and advice["branch"] == "pretrain/measured"
+    assert advice.recommendation == "gelu" and advice.branch == "pretrain/measured"
 
 
 def test_memory_estimate_grows_with_gating_and_context():
@@ -453,8 +465,81 @@ def test_advise_cli_json_keeps_its_keys_and_adds_the_flow(run_cli):
 
 
 def test_the_suggested_command_quotes_a_schedule():
-    from ffnlab.study.advise import compare_command
+    from ffnlab.study.advise.advice import compare_command
 
     assert compare_command(["gelu", "swiglu"], "shakespeare", None).startswith("ffnlab compare --variants gelu,swiglu ")
     command = compare_command(["gelu", "gelu*2+swiglu*2"], "shakespeare", 4)
     assert "--variants 'gelu,gelu*2+swiglu*2' " in command and command.endswith("--layers 4")
+
+
+# ---- the advice as a record, its JSON, and the flags of its situation ---------------------------------------
+
+ALWAYS = ["recommendation", "basis", "reasons", "evidence", "alternatives"]
+
+
+def test_advise_json_keeps_its_keys_in_order_for_every_basis(tmp_path):
+    def keys(advice):
+        return list(advice.to_json())
+
+    tail = ["situation", "branch"]
+    assert keys(advise()) == ALWAYS + ["command", "rules"] + tail
+    assert (
+        keys(advise(situation="inference", pretrained="gpt2")) == ALWAYS + ["command", "rules", "implementation"] + tail
+    )
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "swiglu": 1.9})
+    assert keys(advise(store=store)) == ALWAYS + ["command", "cell", "rules"] + tail
+    fabricated_store(store, {"relu": 2.1, "swiglu": 1.95}, n_layers=2)  # a depth axis: two cells, advised apart
+    two = advise(store=store)
+    assert keys(two) == ALWAYS + ["cells", "command", "rules"] + tail
+    assert [keys(cell) for cell in two.cells] == [ALWAYS + ["command", "cell", "rules"]] * 2
+    assert [cell.cell for cell in two.cells] == [{"depth": 1}, {"depth": 2}]
+    assert list(two.to_json()["situation"]) == ["params_budget", "memory_budget", "latency_sensitive", "deploy",
+                                                "depth", "stage", "hardware", "seq_len", "model_size"]  # fmt: skip
+    assert two.to_json()["cells"][0] == two.cells[0].to_json()
+    text = format_advice(two)
+    assert "cell depth=1:" in text and "cell depth=2:" in text and text.count("measure it on your data") == 1
+
+
+def advise_flags() -> dict[str, object]:
+    """{dest: action} of the advise command's flags, read off the parser."""
+    from ffnlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["advise"]
+    return {a.dest: a for a in sub._actions if a.option_strings}
+
+
+def test_every_field_of_the_situation_is_a_flag_with_its_comment_as_help():
+    flags = advise_flags()
+    assert set(flags) == {f.name for f in fields(Situation)} | {"help", "store", "json"}
+    assert flags["stage"].option_strings == ["--situation"] and tuple(flags["stage"].choices) == STAGES
+    assert tuple(flags["hardware"].choices) == HARDWARE and "also a memory budget" in flags["hardware"].help
+    assert all(flags[f.name].help for f in fields(Situation))
+
+
+def test_the_flags_give_the_situation_the_library_takes():
+    from ffnlab.cli import build_parser
+    from ffnlab.flags import given
+
+    argv = ["advise", "--situation", "peft", "--pretrained", "gpt2", "--model-size", "7B", "--memory-budget", "2GiB",
+            "--seq-len", "512", "--latency-sensitive"]  # fmt: skip
+    situation = Situation(**given(build_parser().parse_args(argv), Situation))
+    assert situation == Situation(
+        stage="peft", pretrained="gpt2", model_size=7e9, memory_budget=2 * 2**30, seq_len=512, latency_sensitive=True
+    )
+    assert given(build_parser().parse_args(["advise"]), Situation) == {}  # nothing given: the library's defaults
+
+
+def test_a_situation_is_checked_when_made_and_resolved_once():
+    with pytest.raises(ValueError, match="unknown hardware 'tpu'"):
+        Situation(hardware="tpu")
+    with pytest.raises(ValueError, match="--depth must be positive, got 0"):
+        Situation(depth=0)
+    with pytest.raises(ValueError, match="give --pretrained"):
+        Situation(stage="inference")
+    stated = Situation(deploy="edge", memory_budget=64 * 2**30)
+    resolved = stated.resolved()
+    assert (resolved.stage, resolved.hardware, resolved.deploy, resolved.memory_budget) == (
+        "pretrain", "mobile", "edge", 64 * 2**30)  # fmt: skip
+    assert resolved.resolved() == resolved
+    tier = Situation(hardware="gpu-16gb", pretrained="gpt2").resolved()
+    assert (tier.stage, tier.deploy, tier.memory_budget) == ("finetune", "gpu", 16 * 2**30)

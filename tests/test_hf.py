@@ -37,6 +37,7 @@ from ffnlab.core.ffn import FFNS, GATED, DenseFFN, GatedFFN, get_ffn_spec  # noq
 from ffnlab.core.model import param_count  # noqa: E402
 from ffnlab.tools.hf import (  # noqa: E402
     FAMILIES,
+    GATED_MODEL_TYPES,
     HF_ACTS,
     QKV_NAMES,
     ActivationConfigWarning,
@@ -44,6 +45,7 @@ from ffnlab.tools.hf import (  # noqa: E402
     UnsupportedModelError,
     build_hf_model,
     canonical,
+    config_activation,
     ffn_modules,
     ffnlab_to_hf,
     hf_to_ffnlab,
@@ -409,6 +411,42 @@ def test_t5_and_named_mappings():
         ffnlab_to_hf("switch_x:gelu+silu+relu")
     with pytest.raises(ValueError, match="unknown config key"):
         ffnlab_to_hf("gelu", "act")
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_one_reader_of_a_configs_activation_agrees_with_every_caller(name, tmp_path):
+    from ffnlab.study.advise import advise
+
+    config, own = CONFIGS[name][0](), CONFIGS[name][1]
+    found = config_activation(config)
+    assert found.variant() == own and found.gated == get_ffn_spec(own).gated
+    assert canonical(model_activation(config)) == canonical(get_ffn_spec(own).acts[0])  # what swap_ffn keeps
+    assert config_activation(config.to_dict()) == found  # the same from what config.json holds
+    (tmp_path / "config.json").write_text(config.to_json_string())
+    advice = advise(pretrained=str(tmp_path))  # `ffnlab advise --pretrained FOLDER`
+    assert advice.recommendation == own and advice.evidence["act"] == model_activation(config)
+
+
+def test_the_reader_says_where_the_activation_is_named_and_whether_it_gates():
+    t5 = config_activation({"model_type": "t5", "feed_forward_proj": "Gated-GELU"})
+    assert (t5.field, t5.value, t5.hf_act, t5.act, t5.gated, t5.variant()) == (
+        "feed_forward_proj", "Gated-GELU", "gelu_new", "gelu_new", True, "geglu_tanh")  # fmt: skip
+    distilbert = config_activation({"model_type": "distilbert", "activation": "gelu"})
+    assert (distilbert.field, distilbert.variant()) == ("activation", "gelu")
+    gemma = config_activation({"model_type": "gemma", "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"})
+    assert (gemma.field, gemma.overridden, gemma.variant()) == ("hidden_activation", "gelu", "geglu_tanh")
+    unknown = config_activation({"model_type": "llama", "hidden_act": "GELU_NEWW"})
+    assert unknown.act is None and unknown.gated
+    with pytest.raises(ValueError, match=r"unsupported Hugging Face activation 'gelu_neww' \(did you mean 'gelu_new'"):
+        unknown.variant()
+    with pytest.raises(ValueError, match="no gated ffnlab variant uses 'mish'"):
+        config_activation({"model_type": "mistral", "hidden_act": "mish"}).variant()
+    with pytest.raises(ValueError, match="x.json names no activation; looked for feed_forward_proj, hidden_activation"):
+        config_activation({"model_type": "llama"}, where="x.json")
+    with pytest.raises(ValueError, match="config's activation is 3, not a name"):
+        config_activation({"hidden_act": 3})
+    for family, spec in FAMILIES.items():  # the families swap_ffn supports are gated exactly where their MLP is
+        assert all((t in GATED_MODEL_TYPES) == (family == "llama") for t in spec.model_types), family
 
 
 def test_gemma_disagreement_warns_and_hidden_activation_wins():

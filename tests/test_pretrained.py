@@ -14,6 +14,7 @@ from ffnlab.core.ffn import activation_name
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.train import evaluate, prepare, resolve_init, train
+from ffnlab.study.advise import advise
 from ffnlab.study.plan import Study, plan, run_id
 from ffnlab.tools.hf import build_hf_model, ffn_modules, save_unswapped
 from ffnlab.tools.pretrained import check_folder, folder_digest, load_pretrained, pretrained_ffn
@@ -212,7 +213,7 @@ def test_a_changed_folder_is_another_run(pretrained, tmp_path):
 def test_saved_folder_loads_back_and_swaps_keeping_the_weights(hf_config, own, swap, act, tmp_path):
     model = build_hf_model(hf_config, own, vocab_size=50, context=16, seed=1).eval()
     save_unswapped(model.hf, tmp_path)
-    assert pretrained_ffn(tmp_path) == own
+    assert pretrained_ffn(tmp_path) == own == advise(pretrained=str(tmp_path)).recommendation  # one reader
     loaded = load_pretrained(tmp_path, own, vocab_size=50, context=16).eval()
     idx = torch.randint(50, (2, 16), generator=torch.Generator().manual_seed(0))
     assert_close(loaded(idx)[0], model(idx)[0])

@@ -198,7 +198,7 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     assert code == 0 and advice["evidence"]["axes"] == {"width": 24} and "d_model 24" in advice["reasons"][0]
     assert advice["evidence"]["scaling"]["swiglu"]["multiplier"] == row["multiplier"]
     assert any(r.startswith("Scaling study (") for r in advice["reasons"])
-    from ffnlab.study.advise import scaling_reasons
+    from ffnlab.study.advise.from_store import scaling_reasons
 
     bent = {
         **scaling,

@@ -85,13 +85,13 @@ def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_stor
                 assert rep[row["ffn"]][field] == row[field], (key, row["ffn"], field)
     # advise --depth 2 leaves two cells (pre and post): advised on separately, with the same numbers
     advice = advise(store=store, depth=2)
-    assert [c["cell"] for c in advice["cells"]] == [{"depth": 2, "placement": "pre"}, {"depth": 2, "placement": "post"}]
-    for cell_advice in advice["cells"]:
-        printed_cell = by_axes(printed["cells"])[json.dumps(cell_advice["cell"], sort_keys=True)]
+    assert [c.cell for c in advice.cells] == [{"depth": 2, "placement": "pre"}, {"depth": 2, "placement": "post"}]
+    for cell_advice in advice.cells:
+        printed_cell = by_axes(printed["cells"])[json.dumps(cell_advice.cell, sort_keys=True)]
         for row in printed_cell["variants"]:
-            evidence = cell_advice["evidence"]["variants"][row["ffn"]]
+            evidence = cell_advice.evidence["variants"][row["ffn"]]
             for field in SHARED:
-                assert evidence[field] == row[field], (cell_advice["cell"], row["ffn"], field)
+                assert evidence[field] == row[field], (cell_advice.cell, row["ffn"], field)
     pre, post = (
         by_axes(printed["cells"])[json.dumps({"depth": 2, "placement": p}, sort_keys=True)] for p in ("pre", "post")
     )
@@ -113,10 +113,10 @@ def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
     assert across["best"] == [c["variants"][0]["ffn"] for c in printed["cells"]]
     data = report_data(store, attention=False)
     assert data.across_cells["sentences"] == across["sentences"]
-    for cell in advise(store=store, depth=2)["cells"]:  # the advice quotes them for its choice
-        (line,) = [r for r in cell["reasons"] if r.startswith("Across the study's 4 cells: ")]
+    for cell in advise(store=store, depth=2).cells:  # the advice quotes them for its choice
+        (line,) = [r for r in cell.reasons if r.startswith("Across the study's 4 cells: ")]
         assert line.endswith(across["sentences"][-1])
-        assert cell["recommendation"] == "relu" or f"{cell['recommendation']}'s gap to relu" in line
+        assert cell.recommendation == "relu" or f"{cell.recommendation}'s gap to relu" in line
     for page in (render_html(data, {}), render_markdown(data, set())):
         assert "Across the 4 cells" in page and "swiglu's gap to relu" in html.unescape(page)
 

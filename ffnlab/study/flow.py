@@ -16,8 +16,10 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from ffnlab._util.names import closest
 from ffnlab._util.text import human, human_bytes
@@ -25,9 +27,12 @@ from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import ffn_param_count, get_ffn_spec, matched_hidden_dim
 from ffnlab.study.published import MODEL_SHAPES, ModelShape
 
-STAGES = ("pretrain", "finetune", "peft", "inference")
+Stage = Literal["pretrain", "finetune", "peft", "inference"]
+STAGES: tuple[Stage, ...] = typing.get_args(Stage)
+Hardware = Literal["cpu", "mobile", "gpu", "gpu-16gb", "gpu-24gb", "gpu-40gb", "gpu-80gb"]
+HARDWARE: tuple[Hardware, ...] = typing.get_args(Hardware)
 # training memory of each hardware tier; None: no memory tier (a CPU, a phone, an unstated GPU)
-HARDWARE_MEMORY: dict[str, int | None] = {
+HARDWARE_MEMORY: dict[Hardware, int | None] = {
     "cpu": None,
     "mobile": None,
     "gpu": None,
@@ -36,8 +41,8 @@ HARDWARE_MEMORY: dict[str, int | None] = {
     "gpu-40gb": 40 * 2**30,
     "gpu-80gb": 80 * 2**30,
 }
-HARDWARE = tuple(HARDWARE_MEMORY)
-DEPLOY_HARDWARE = {"cpu": "cpu", "gpu": "gpu", "edge": "mobile"}  # the older --deploy choices
+Deploy = Literal["cpu", "gpu", "edge"]  # the older --deploy choices
+DEPLOY_HARDWARE: dict[Deploy, Hardware] = {"cpu": "cpu", "gpu": "gpu", "edge": "mobile"}
 EVIDENCE = ("measured", "published", "rule of thumb")
 SMALL_MODEL = 100e6  # below the published comparison's scale (T5-base, about 220M parameters)
 LARGE_MODEL = 1e9  # from here on, gated FFNs are the published default (PaLM, LLaMA, Gemma)
@@ -54,12 +59,13 @@ RULES_CSV = Path(__file__).with_name("advice_rules.csv")
 
 @dataclass(frozen=True)
 class Rule:
-    """One branch's rule: what it says, on what evidence, from which source."""
+    """One branch's rule: what it says, on what evidence, from which source. RULES holds them as written;
+    `apply_rule` fills in a situation's numbers, and an advice lists the rules it applied."""
 
     rule: str
     branch: str
     evidence: str  # one of EVIDENCE
-    source: str
+    source: str  # a format string until applied, like the text
     text: str  # a format string filled in with the situation's numbers
 
 
@@ -68,21 +74,15 @@ RULES: dict[str, Rule] = {
 }
 
 
-def apply_rule(rule: str, **fields: object) -> dict:
-    """{"rule", "branch", "evidence", "source", "text"} of a rule, filled in with `fields`."""
+def apply_rule(rule: str, **fields: object) -> Rule:
+    """The rule named `rule`, its source and text filled in with `fields`."""
     r = RULES[rule]
-    return {
-        "rule": r.rule,
-        "branch": r.branch,
-        "evidence": r.evidence,
-        "source": r.source.format(**fields),
-        "text": r.text.format(**fields),
-    }
+    return replace(r, source=r.source.format(**fields), text=r.text.format(**fields))
 
 
-def rule_line(applied: dict) -> str:
+def rule_line(applied: Rule) -> str:
     """An applied rule as a reason, marked with its evidence: '[rule of thumb] ... (source: ...)'."""
-    return f"[{applied['evidence']}] {applied['text']} (source: {applied['source']})"
+    return f"[{applied.evidence}] {applied.text} (source: {applied.source})"
 
 
 def check_choice(value: str | None, valid: tuple[str, ...], what: str) -> str | None:
@@ -177,7 +177,7 @@ def budget_exclusions(
     return out
 
 
-def memory_rule(hardware: str, params: float, seq_len: int) -> dict:
+def memory_rule(hardware: Hardware, params: float, seq_len: int) -> Rule:
     """The gpu-memory rule: the tier's budget and the dense and gated estimates at this size."""
     shape = model_shape(params)
     return apply_rule(

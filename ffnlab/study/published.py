@@ -140,25 +140,6 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = tuple(
     ModelFamily(**row) for row in csv.DictReader(io.StringIO(FAMILIES_CSV.read_text(encoding="utf-8")))
 )
 
-# Architectures whose MLP is gated (gate_proj/up_proj/down_proj): the activation names the gate.
-GATED_MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "gemma",
-    "gemma2",
-    "gemma3",
-    "phi3",
-    "olmo",
-    "olmo2",
-)
-# config.json fields that name the FFN activation, in the order Hugging Face reads them
-# (Gemma: hidden_activation wins over hidden_act).
-ACT_FIELDS = ("hidden_activation", "hidden_act", "activation_function", "feed_forward_proj", "activation")
-
 
 # ---- published model shapes and FFNs at scale -----------------------------------------------------
 

@@ -7,6 +7,7 @@ Hugging Face architectures behind ffnlab's `forward(idx, targets) -> (logits, lo
     local_config(folder)                 a local folder's config: never the Hub, never the folder's own code
     build_hf_model(config, "geglu")      random-init model from a config, FFN swapped, seeded
     hf_to_ffnlab / ffnlab_to_hf          activation names both ways (hidden_act, feed_forward_proj)
+    config_activation(config)            which activation a config's FFN runs (field, gated, ffnlab variant)
     model_activation(config)             the ffnlab activation a config's FFN runs
 
 Supported families live in one table, `FAMILIES`: where the FFNs are, how to read their weights
@@ -98,7 +99,13 @@ HF_ACTS = {
 HF_NAME = {"identity": "linear", "gelu_tanh": "gelu_pytorch_tanh", "gelu_sigmoid": "quick_gelu"}
 # NOTE: T5 reads feed_forward_proj "gated-gelu" as gelu_new (the tanh approximation), for T5 v1.1
 T5_LEGACY = {"gated-gelu": "gelu_new"}
-HF_KEYS = ("hidden_act", "hidden_activation", "activation_function", "feed_forward_proj")
+# config fields that name the FFN activation, in the order they are read: T5's feed_forward_proj (which also
+# says whether the FFN is gated), Gemma's hidden_activation (added to override hidden_act), hidden_act,
+# GPT-2's activation_function, DistilBERT's activation
+HF_KEYS = ("feed_forward_proj", "hidden_activation", "hidden_act", "activation_function", "activation")
+# architectures whose MLP is gated (gate_proj/up_proj/down_proj): the activation their config names is the gate's
+GATED_MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3",
+                     "phi3", "olmo", "olmo2")  # fmt: skip
 
 
 def canonical(act: str) -> str:
@@ -172,32 +179,66 @@ def _get(config, key):
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
-def model_activation(config: dict | PretrainedConfig) -> str:
-    """ffnlab activation (exact expression) that a Hugging Face config's FFN runs.
+@dataclass(frozen=True)
+class ConfigActivation:
+    """The FFN activation a Hugging Face config names: where, as written, and what ffnlab computes it with."""
 
-    Reads feed_forward_proj (T5), else hidden_activation, hidden_act or activation_function (GPT-2).
-    Where hidden_act and hidden_activation are both set and differ (Gemma configs have carried
-    hidden_act="gelu" beside hidden_activation="gelu_pytorch_tanh"), hidden_activation wins, the
-    field added to override the legacy one, and an ActivationConfigWarning says so.
+    field: str  # the config field that names it, the first of HF_KEYS the config sets
+    value: str  # as written there: 'silu', 'gated-gelu'
+    hf_act: str  # the Hugging Face activation it runs: T5's 'gated-gelu' runs gelu_new
+    gated: bool  # the activation is a GLU's gate: T5's 'gated-ACT', or an architecture in GATED_MODEL_TYPES
+    overridden: str | None = None  # a hidden_act that hidden_activation overrides (Gemma's configs)
+
+    @property
+    def act(self) -> str | None:
+        """The ffnlab activation with the same expression, None where ffnlab has none."""
+        return HF_ACTS.get(self.hf_act)
+
+    def variant(self) -> str:
+        """The ffnlab FFN variant computing this FFN: the activation's dense variant ('gelu_new' for GPT-2) or
+        its gated one ('swiglu' for LLaMA's silu). ValueError naming what ffnlab lacks."""
+        act = _hf_act(self.hf_act)
+        return _gated_name(act) if self.gated else act
+
+
+def config_activation(config: dict | PretrainedConfig, where: str = "config") -> ConfigActivation:
+    """Which activation a Hugging Face config's FFN runs: the one home of that question (swap_ffn, fine-tuning's
+    own variant and `ffnlab advise --pretrained` read it here).
+
+    T5's feed_forward_proj is read as T5 reads it ('gated-ACT' is a gated FFN running ACT, 'gated-gelu' runs
+    gelu_new); where hidden_activation and hidden_act are both set, hidden_activation wins, the field added
+    to override the legacy one. ValueError naming `where` when the config names no activation by name.
     """
-    proj = _get(config, "feed_forward_proj")
-    if proj:
-        proj = str(proj).lower()
-        return hf_to_ffnlab(T5_LEGACY.get(proj, proj.split("-")[-1]))
-    hidden_act, hidden_activation = _get(config, "hidden_act"), _get(config, "hidden_activation")
-    if hidden_act and hidden_activation and hidden_act != hidden_activation:
+    key = next((key for key in HF_KEYS if _get(config, key)), None)
+    if key is None:
+        raise ValueError(f"{where} names no activation; looked for {', '.join(HF_KEYS)}")
+    value = _get(config, key)
+    if not isinstance(value, str):
+        raise ValueError(f"{where}'s activation is {value!r}, not a name ffnlab can map")
+    name = value.strip().lower()
+    if key == "feed_forward_proj":
+        return ConfigActivation(key, value, T5_LEGACY.get(name, name.split("-")[-1]), name.startswith("gated-"))
+    hidden_act = _get(config, "hidden_act")
+    overridden = hidden_act if key == "hidden_activation" and hidden_act and hidden_act != value else None
+    return ConfigActivation(key, value, name, _get(config, "model_type") in GATED_MODEL_TYPES, overridden)
+
+
+def model_activation(config: dict | PretrainedConfig) -> str:
+    """ffnlab activation (exact expression) that a Hugging Face config's FFN runs (`config_activation`).
+
+    ValueError where ffnlab has none. Where hidden_act and hidden_activation are both set and differ (Gemma
+    configs have carried hidden_act="gelu" beside hidden_activation="gelu_pytorch_tanh"), hidden_activation
+    wins and an ActivationConfigWarning says so.
+    """
+    found = config_activation(config)
+    if found.overridden:
         warnings.warn(
-            f"config has hidden_act='{hidden_act}' and hidden_activation='{hidden_activation}'; "
-            f"using hidden_activation='{hidden_activation}'",
+            f"config has hidden_act='{found.overridden}' and hidden_activation='{found.value}'; "
+            f"using hidden_activation='{found.value}'",
             ActivationConfigWarning,
             stacklevel=2,
         )
-    name = hidden_activation or hidden_act or _get(config, "activation_function")
-    if not name:
-        raise ValueError(f"config names no activation; looked for {', '.join(HF_KEYS)}")
-    if not isinstance(name, str):
-        raise ValueError(f"config's activation is a callable ({name!r}), not a name ffnlab can map")
-    return hf_to_ffnlab(name)
+    return _hf_act(found.hf_act)
 
 
 # ---- families: where the FFNs are and how to read and replace them ---------------------------

@@ -36,6 +36,7 @@ from ffnlab.tools.hf import (
     HFModel,
     HFModelConfig,
     PretrainedWeightsWarning,
+    config_activation,
     ffn_modules,
     folder_config,
     local_config,
@@ -126,11 +127,7 @@ def folder_digest(folder: str | os.PathLike) -> str:
 
 def pretrained_ffn(folder: str | os.PathLike) -> str:
     """The ffnlab FFN variant the folder's model runs: 'swiglu' for LLaMA, 'gelu_new' for GPT-2."""
-    from ffnlab.tools.hf import _gated_name, model_activation
-
-    config = check_folder(folder)
-    act = model_activation(config)
-    return _gated_name(act) if model_family(config)[0] == "llama" else act
+    return config_activation(check_folder(folder)).variant()
 
 
 def fitting_config(folder: str | os.PathLike, task: str, vocab_size: int | None, context: int | None):

@@ -1,0 +1,100 @@
+"""The advisor: which FFN variant to use in a stated situation, and why, with numbers.
+
+Three sources of evidence, in this order:
+1. fine-tuning a pretrained model: keep the activation it was trained with (its weights assume it);
+   the activation is read from a Hugging Face config.json or a table of model families (from_checkpoint.py);
+2. measurements in a run store: the variants' paired differences over seeds, under the user's
+   parameter, memory and latency constraints (from_store.py);
+3. published results (ffnlab.study.published), said to be such, with the `ffnlab compare` command that
+   would measure the question on the user's own data (from_papers.py).
+
+What the user says is a `Situation` (situation.py: one `ffnlab advise` flag per field); the result is an
+`Advice` (advice.py) that `format_advice` prints and whose `to_json()` is `advise --json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ffnlab.study.advise.advice import Advice, format_advice
+from ffnlab.study.advise.from_checkpoint import advise_pretrained
+from ffnlab.study.advise.from_papers import advise_published
+from ffnlab.study.advise.from_store import advise_measured
+from ffnlab.study.advise.situation import (
+    Situation,
+    parse_bytes,
+    parse_model_size,
+    parse_params,
+    situation_rules,
+    size_from,
+    unused_inputs,
+)
+from ffnlab.study.flow import Deploy, Hardware, Stage, rule_line
+
+__all__ = ["Advice", "Situation", "advice_for", "advise", "format_advice"]
+
+
+def advise(
+    store: str | Path | None = None,
+    params_budget: float | str | None = None,
+    memory_budget: float | str | None = None,
+    latency_sensitive: bool = False,
+    pretrained: str | None = None,
+    deploy: Deploy | None = None,
+    depth: int | None = None,
+    situation: Stage | None = None,
+    hardware: Hardware | None = None,
+    seq_len: int | None = None,
+    model_size: float | str | None = None,
+) -> Advice:
+    """Recommend an FFN variant for a situation, given as `ffnlab advise`'s flags are: `situation` is the
+    stage (pretrain, finetune, peft, inference); budgets and the model size may be numbers or text ('125M',
+    '16GiB'). See `advice_for`."""
+    inputs = Situation(
+        stage=situation,
+        pretrained=pretrained,
+        hardware=hardware,
+        deploy=deploy,
+        seq_len=seq_len,
+        model_size=size_from(model_size, parse_model_size),
+        params_budget=size_from(params_budget, parse_params),
+        memory_budget=size_from(memory_budget, parse_bytes),
+        latency_sensitive=latency_sensitive,
+        depth=depth,
+    )
+    return advice_for(inputs, store)
+
+
+def advice_for(situation: Situation, store: str | Path | None = None) -> Advice:
+    """Recommend an FFN variant for a situation (ffnlab.study.flow lists the inputs and their branches):
+    from a checkpoint, keep its activation (fine-tuning, PEFT) or run it fastest (inference); when
+    training from scratch, from measurements in `store`, else from published results. The advice holds
+    the situation resolved, the branch taken ('pretrain/published', ...) and the rules applied."""
+    context = situation.resolved()
+    if context.pretrained:
+        advice = advise_pretrained(context.pretrained, context)
+        if store is not None:
+            unused = (
+                f"The measurements in {store} were not used: they compare training from "
+                "scratch, which starting from a checkpoint is not."
+            )
+            advice = replace(advice, reasons=[*advice.reasons, unused])
+    elif store is not None:
+        if not Path(store).is_file():
+            raise ValueError(
+                f"no run store at {store}; run `ffnlab compare` first, or leave out --store to "
+                "get advice from published results"
+            )
+        advice = advise_measured(store, context)
+    else:
+        advice = advise_published(context)
+    # the published advice quotes the situation's rules itself, before its closing "measure it"
+    extra = situation_rules(context) if advice.basis == "measured" else []
+    return replace(
+        advice,
+        reasons=advice.reasons + [rule_line(r) for r in extra] + unused_inputs(context),
+        rules=advice.rules + extra,
+        situation=context,
+        branch=f"{context.stage}/{advice.basis}",
+    )

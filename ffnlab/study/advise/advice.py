@@ -1,0 +1,109 @@
+"""The result of `ffnlab advise`: the `Advice` record, its JSON (`advise --json`) and its text for the terminal."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from ffnlab._util.text import key_values
+from ffnlab.study.advise.situation import Situation
+from ffnlab.study.flow import Rule
+
+Basis = Literal["pretrained", "measured", "published"]
+BASIS_TEXT = {
+    "measured": "from your measurements",
+    "published": "from published results",
+    "pretrained": "from the pretrained model",
+}
+# fields `to_json` leaves out where they do not apply (None); every other field is always there
+APPLIES_TO_SOME = ("cells", "cell", "implementation", "situation", "branch")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A recommendation and what it rests on: what `advise` returns, `format_advice` prints and `to_json`
+    is `advise --json` of."""
+
+    recommendation: str  # an FFN variant ('depends on the cell' where measured cells disagree)
+    basis: Basis  # the source of evidence: a pretrained model, measurements in a store, published results
+    reasons: list[str]  # sentences; an applied rule's marked with its evidence
+    evidence: dict[str, Any]  # the JSON object of what it rests on, "kind" naming the basis
+    alternatives: list[dict[str, Any]]  # a JSON object per other variant: its numbers, or why it is out
+    cells: list[Advice] | None = None  # measured with several cells left: each cell's own advice
+    command: str | None = None  # the `ffnlab compare` command that measures the question on your data
+    cell: dict[str, Any] | None = None  # one cell's advice: the cell's axis values
+    rules: list[Rule] = field(default_factory=list)  # the decision flow's rules applied (ffnlab.study.flow)
+    implementation: str | None = None  # for inference: the fastest exact way to run the checkpoint's FFN
+    situation: Situation | None = None  # the inputs, checked and resolved (the whole advice's, not a cell's)
+    branch: str | None = None  # the branch of the flow taken: 'pretrain/published', 'inference/pretrained', ...
+
+    def to_json(self) -> dict[str, Any]:
+        """`advise --json`: every field in order, those that do not apply here left out."""
+        out = {
+            "recommendation": self.recommendation,
+            "basis": self.basis,
+            "reasons": self.reasons,
+            "evidence": self.evidence,
+            "alternatives": self.alternatives,
+            "cells": None if self.cells is None else [c.to_json() for c in self.cells],
+            "command": self.command,
+            "cell": self.cell,
+            "rules": [asdict(r) for r in self.rules],
+            "implementation": self.implementation,
+            "situation": None if self.situation is None else self.situation.to_json(),
+            "branch": self.branch,
+        }
+        return {name: value for name, value in out.items() if value is not None or name not in APPLIES_TO_SOME}
+
+
+def compare_command(variants: list[str], data: str | None, depth: int | None, seeds: int = 3) -> str:
+    """The `ffnlab compare` command that measures these variants (on YOUR_DATA when no data is known)."""
+    parts = [
+        "ffnlab compare",
+        f"--variants {shlex.quote(','.join(variants))}",  # quoted where a schedule's '*' would glob
+        f"--seeds {seeds}",
+        f"--data {data}" if data else "--data YOUR_DATA",
+    ]
+    if depth:
+        parts.append(f"--layers {depth}")
+    return " ".join(parts)
+
+
+def format_advice(advice: Advice) -> str:
+    """The advice as text for the terminal."""
+    out = [f"recommendation: {advice.recommendation}  ({BASIS_TEXT[advice.basis]})"]
+    if advice.implementation:
+        out.append(f"implementation: {advice.implementation}")
+    out += ["", "why:"]
+    out += [f"  - {r}" for r in advice.reasons]
+    if advice.alternatives:
+        out += ["", "alternatives:"]
+        out += [f"  - {alternative_line(a)}" for a in advice.alternatives]
+    ev = advice.evidence
+    if ev["kind"] == "published":
+        out += ["", f"source: {ev['source']}, arXiv:{ev['arxiv']}, {ev['tables'][0]['table']}"]
+    elif ev["kind"] == "pretrained":
+        out += ["", f"source: {ev['source']}"]
+    for cell in advice.cells or []:
+        body = format_advice(replace(cell, command=None)).splitlines()
+        out += ["", f"cell {key_values(cell.cell or {})}:"] + [f"  {line}" if line else "" for line in body]
+    if advice.command:
+        out += ["", f"measure it on your data: {advice.command}"]
+    return "\n".join(out)
+
+
+def alternative_line(alternative: dict[str, Any]) -> str:
+    """One alternative as a line: why it is out, its measured or published numbers, or why not."""
+    a = alternative
+    if "excluded" in a:
+        return f"{a['ffn']}: excluded, {a['excluded']}"
+    if "summary" in a:
+        return f"{a['ffn']}: {a['summary']}"
+    if "published" in a:
+        std = f" (std {a['std']:.3f})" if a.get("std") is not None else ""
+        return (
+            f"{a['ffn']}: {a['published']:.3f}{std} at 65,536 steps, "
+            f"{a['delta_vs_recommendation']:+.3f} vs the recommendation"
+        )
+    return f"{a['ffn']}: {a['why_not']}"

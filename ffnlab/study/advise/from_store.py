@@ -1,0 +1,403 @@
+"""Advice from measurements in a run store: in each cell of the store's latest study, the variants' paired
+differences over seeds, under the situation's parameter, memory and latency constraints."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ffnlab._util.text import human, human_bytes, key_values, sci
+from ffnlab.study.advise.advice import Advice, compare_command
+from ffnlab.study.advise.situation import Situation
+from ffnlab.study.flow import Rule, apply_rule, mobile_friendly, rule_line
+from ffnlab.study.metrics import shown_in
+from ffnlab.study.records import Cell, VariantRow
+from ffnlab.study.scaling import LOF_ALPHA
+from ffnlab.study.stats import holm, paired_diff
+
+ALPHA = 0.05
+# Step-time difference below which two variants count as equally fast: CPU timings of small
+# models on a shared machine jitter by several percent.
+SPEED_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class StudyFacts:
+    """What an advice says of the study it was measured in (the start of its evidence)."""
+
+    store: str
+    task: str
+    metric: str  # the ranking metric
+    higher_is_better: bool
+    n_layers: int  # of the study's runs, or of the cell advised on where depth is an axis
+    d_model: int  # likewise, where width is an axis
+    data: str
+    match: str  # what the FFNs were matched in
+    seeds: int
+    baseline: str
+    device: str  # where the runs were timed ('?' when unknown)
+    init: str  # the FFN init of every variant
+    scaling: dict[str, Any] | None  # the compute multipliers of a scaling study (Summary.scaling)
+    across_cells: dict[str, Any] | None  # whether each gap changes between cells (Summary.across_cells)
+
+
+def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell], StudyFacts]:
+    """The cells of the store's latest study to advise on, from the one summary every output shares
+    (`ffnlab.study.summary.summarize_study`): with an axis 'depth' and a stated depth, the cells at the nearest
+    measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
+    from ffnlab.study.load import load_study
+    from ffnlab.study.store import Store
+    from ffnlab.study.summary import summarize_study
+
+    study, runs, _ = load_study(store_path)
+    summary = summarize_study(study, store_path, runs)
+    cells = summary.cells
+    if study.scale:  # the multipliers are read at the largest compute: advise at that size too
+        largest = {a: max(study.axes[a]) for a in study.scale}
+        cells = [c for c in cells if all(c.axes[a] == v for a, v in largest.items())]
+    elif "depth" in study.axes and depth is not None:
+        nearest = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
+        cells = [c for c in cells if c.axes["depth"] == nearest]
+    with Store(store_path, create=False) as store:
+        env = next((r.env for r in reversed(store.runs(status="finished"))), {})
+    cfg = study.base
+    facts = StudyFacts(
+        store=str(store_path),
+        task=cfg.model.task,
+        metric=cells[0].metric,
+        higher_is_better=cells[0].metric_direction == "higher",
+        n_layers=cfg.model.n_layers,
+        d_model=cfg.model.d_model,
+        data=cfg.data,
+        match=cfg.model.ffn_match,
+        seeds=study.seeds,
+        baseline=study.baseline,
+        device=env.get("device", "?"),
+        init=cfg.model.init,
+        scaling=summary.scaling if "variants" in (summary.scaling or {}) else None,
+        across_cells=summary.across_cells,
+    )
+    return cells, facts
+
+
+# the statistics of the ranking metric an advice quotes for each measured variant; its metrics are the
+# ones METRICS marks for the evidence
+EVIDENCE_STATS = ("mean", "ci_low", "ci_high", "n_seeds", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
+                  "significant", "diverged", "values")  # fmt: skip
+
+
+def variant_evidence_json(row: VariantRow) -> dict[str, Any]:
+    """The JSON object an advice's evidence quotes of a measured variant: its statistics and its 'evidence'
+    metrics."""
+    metrics = {m.name: row.metrics.get(m.name) for m in shown_in("evidence")}
+    return {**{k: getattr(row, k) for k in EVIDENCE_STATS}, **metrics}
+
+
+def step_time_spread(row: VariantRow) -> float | None:
+    """The slowest seed's median step over the fastest's: above 1.5 the machine was busy."""
+    span = row.metrics.get("step_time_range")
+    return span[1] / span[0] if span and span[0] else None
+
+
+def exclusion(row: VariantRow, situation: Situation) -> str | None:
+    """Why a measured variant is out of the running, or None."""
+    if row.diverged:
+        return f"diverged in {row.diverged} of {row.diverged + len(row.values)} runs"
+    if not row.values:
+        return "no finished run"
+    params_budget, memory_budget = situation.params_budget, situation.memory_budget
+    params, memory = row.metrics.get("params"), row.metrics.get("train_mem_bytes")
+    if params_budget and params and params > params_budget:
+        return f"{human(params)} parameters exceed the budget of {human(params_budget)}"
+    if memory_budget and memory and memory > memory_budget:
+        return (
+            f"training memory {human_bytes(memory)} (parameters, gradients, optimizer state, "
+            f"activations kept for backward) exceeds the budget of {human_bytes(memory_budget)}"
+        )
+    return None
+
+
+def pct(value: float | None, reference: float | None) -> str:
+    """'+11%': `value` relative to `reference`; '?' when either is missing."""
+    return f"{(value / reference - 1) * 100:+.0f}%" if value and reference else "?"
+
+
+def advise_measured(store_path: str | Path, situation: Situation) -> Advice:
+    """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
+    axis than depth), each cell's advice and a recommendation only where they agree."""
+    cells, facts = measured_cells(store_path, situation.depth)
+    advices = [advise_cell(c, facts, situation) for c in cells]
+    if len(advices) == 1:
+        return advices[0]
+    picks = {a.recommendation for a in advices}
+    where = lambda a: key_values(a.cell)
+    agree = len(picks) == 1
+    reasons = [
+        f"The store's study has {len(advices)} cells here ({'; '.join(where(a) for a in advices)}); each is "
+        "advised on by its own measurements, never pooled."
+    ]
+    reasons.append(
+        f"Every cell recommends {next(iter(picks))}."
+        if agree
+        else "The cells disagree: "
+        + "; ".join(f"{where(a)} -> {a.recommendation}" for a in advices)
+        + ". Choose by the setting you will use."
+    )
+    return Advice(
+        recommendation=next(iter(picks)) if agree else "depends on the cell",
+        basis="measured",
+        reasons=reasons,
+        evidence={"kind": "measured", **asdict(facts), "cells": [a.evidence for a in advices]},
+        alternatives=[],
+        cells=advices,
+        command=advices[0].command,
+    )
+
+
+@dataclass
+class CellChoice:
+    """One cell's variants weighed for advice: which are eligible, the best, and the one recommended."""
+
+    variants: dict[str, VariantRow]  # the cell's rows by variant
+    excluded: dict[str, str]  # variant -> why it is out of the running
+    mean: dict[str, float]  # of each eligible variant, in the cell's order
+    best: str
+    diffs: dict[str, dict]  # each other eligible variant against the best: paired over seeds, Holm-corrected
+    choice: str  # the best, or a faster variant tied with it when cost counts
+    runner_up: str | None  # the best eligible variant but the choice
+    unit: str  # of a paired difference: ' nats' or ' accuracy'
+    rule: Rule | None = None  # the flow's rule that moved the choice away from the best, if one did
+
+    @property
+    def eligible(self) -> list[str]:
+        return list(self.mean)
+
+    @property
+    def tied(self) -> list[str]:
+        """The eligible variants not significantly different from the best."""
+        return [n for n in self.diffs if not self.diffs[n]["significant"]]
+
+    def versus(self, name: str, ref: str) -> str:
+        """'-0.060 nats vs gelu, 95% CI [-0.080, -0.040], p=0.003, 3 paired seeds'."""
+        d = paired_diff(self.variants[name].values, self.variants[ref].values)
+        if d["delta"] is None:
+            return f"no seed in common with {ref}"
+        ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
+        p = f", p={d['p']:.2g}" if d["p"] is not None else ""
+        return f"{d['delta']:+.3f}{self.unit} vs {ref}{ci}{p}, {d['n']} paired seeds"
+
+    def costs(self, name: str, ref: str) -> str:
+        """'step time -12%, params +0%, training memory +8%': `name` relative to `ref`."""
+        v, r = self.variants[name].metrics, self.variants[ref].metrics
+        return (
+            f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
+            f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
+        )
+
+    def step_time(self, name: str) -> float | None:
+        return self.variants[name].metrics.get("step_time_s")
+
+
+def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> CellChoice:
+    """The best eligible variant of a cell, or, when cost counts, a tied one that is clearly faster;
+    ValueError saying why when no variant is eligible."""
+    variants = {r.ffn: r for r in cell.variants}
+    sign = -1.0 if facts.higher_is_better else 1.0  # sign * value: lower is better
+    excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
+    eligible = [n for n in variants if n not in excluded]
+    if not eligible:
+        raise ValueError(
+            "no measured variant can be recommended: " + "; ".join(f"{n}: {why}" for n, why in excluded.items())
+        )
+    mean = {n: variants[n].mean for n in eligible}
+    best = min(eligible, key=lambda n: sign * mean[n])
+    # every other eligible variant against the best, paired over seeds, Holm-corrected
+    diffs = {n: paired_diff(variants[n].values, variants[best].values) for n in eligible if n != best}
+    for n, p_adj in zip(diffs, holm([d["p"] for d in diffs.values()])):
+        diffs[n]["p_adj"] = p_adj
+        diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
+    tied = [n for n in diffs if not diffs[n]["significant"]]
+    choice, rule = best, None
+    friendly = [n for n in [best] + tied if mobile_friendly(n)]
+    if situation.hardware == "mobile" and friendly and best not in friendly:
+        choice = min(friendly, key=lambda n: sign * mean[n])
+        rule = apply_rule("mobile-measured", ffn=choice)
+    elif situation.cost_sensitive and tied:
+        step = lambda n: variants[n].metrics.get("step_time_s") or math.inf
+        fastest = min([best] + tied, key=step)
+        if step(fastest) < (1 - SPEED_TOLERANCE) * step(best):
+            choice = fastest
+    runner_up = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
+    unit = " nats" if facts.metric == "final_val_loss" else " accuracy"
+    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule)
+
+
+def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> Advice:
+    """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
+    if "depth" in cell.axes:
+        facts = replace(facts, n_layers=cell.axes["depth"])
+    if "width" in cell.axes:
+        facts = replace(facts, d_model=cell.axes["width"])
+    weighed = choose_in_cell(cell, facts, situation)
+    reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
+    rules = [weighed.rule] if weighed.rule else []
+    reasons += [rule_line(r) for r in rules]
+    reasons += scaling_reasons(weighed.choice, facts.scaling)
+    reasons += across_reasons(weighed.choice, facts.across_cells)
+    evidence = {
+        "kind": "measured",
+        **asdict(facts),
+        "axes": cell.axes,
+        "variants": {n: variant_evidence_json(row) for n, row in weighed.variants.items()},
+    }
+    if facts.scaling:
+        evidence["scaling"] = {
+            n: {k: r[k] for k in ("multiplier", "multiplier_ci", "E", "alpha")}
+            for n, r in facts.scaling["variants"].items()
+        }
+    variants = list(weighed.variants)
+    return Advice(
+        recommendation=weighed.choice,
+        basis="measured",
+        reasons=reasons,
+        evidence=evidence,
+        alternatives=measured_alternatives_json(weighed),
+        command=compare_command(variants, facts.data, situation.depth or facts.n_layers, seeds=max(5, facts.seeds)),
+        cell=cell.axes,
+        rules=rules,
+    )
+
+
+def scaling_reasons(choice: str, scaling: dict[str, Any] | None) -> list[str]:
+    """What the store's compute multipliers say about the choice: its own sentence, and the variant with
+    the largest multiplier whose interval is above 1 when that is another one."""
+    if not scaling:
+        return []
+    rows, baseline = scaling["variants"], scaling["baseline"]
+    lines = [s for s in scaling["sentences"] if s.startswith(f"{choice} ")]
+    if choice == baseline:
+        lines.append(f"{choice} is the baseline of the scaling fits (multiplier 1 by definition).")
+    worth = {n: r["multiplier"] for n, r in rows.items() if n != baseline and (r["multiplier_ci"][0] or 0) > 1}
+    top = max(worth, key=worth.get, default=None)
+    if top is not None and top != choice:
+        misfit = any((rows[n]["lack_of_fit_p"] or 1) < LOF_ALPHA for n in (top, baseline))
+        lines.append(
+            f"By the scaling fits {top} is worth {worth[top]:.2f}x {baseline}'s compute (interval above 1), more "
+            f"than {choice}: where the compute budget matters more than the constraints above, consider {top}"
+            + (
+                " (though the power law misses the measured points: a summary of this range, not a law)."
+                if misfit
+                else "."
+            )
+        )
+    where = f"{sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])} FLOPs"
+    return [f"Scaling study ({where}, advice at the largest size): " + " ".join(lines)] if lines else []
+
+
+def across_reasons(choice: str, across: dict | None) -> list[str]:
+    """Whether the choice's gap to the baseline, and the best mean, hold in the study's other cells."""
+    if not across:
+        return []
+    lines = [s for s in across["sentences"] if s.startswith(f"{choice}'s gap") or s.startswith("The best mean")]
+    return [f"Across the study's {len(across['cells'])} cells: " + " ".join(lines)] if lines else []
+
+
+def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation: Situation) -> list[str]:
+    """Where it was measured, why the choice, and how it compares with the runner-up and the baseline."""
+    best, choice, mean, eligible, tied = weighed.best, weighed.choice, weighed.mean, weighed.eligible, weighed.tied
+    layers = f"{facts.n_layers} layer{'s' if facts.n_layers != 1 else ''}"
+    where = (
+        f"{facts.store}: {layers}, d_model {facts.d_model}, data {facts.data}, {facts.seeds} seeds, "
+        f"FFNs matched in {facts.match}, FFN init {facts.init} for all, timed on {facts.device}"
+    )
+    cell_where = key_values(cell.axes)
+    reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
+    if choice == best:
+        reasons.append(
+            f"{best} has the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
+            f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
+        )
+    elif weighed.rule:
+        reasons.append(
+            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"({weighed.versus(choice, best)}) and suits the hardware (rule below)."
+        )
+    else:
+        reasons.append(
+            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"({weighed.versus(choice, best)}) and is faster ({weighed.costs(choice, best)}); with "
+            f"{'latency in mind' if situation.latency_sensitive else f'a {situation.deploy} deployment'} the "
+            "faster one wins."
+        )
+    for ref in dict.fromkeys([weighed.runner_up, facts.baseline]):
+        if ref is None or ref == choice or ref not in eligible or (choice != best and ref == best):
+            continue  # (the best was already quoted when the choice is a faster tied one)
+        reasons.append(f"{choice}: {weighed.versus(choice, ref)}; {weighed.costs(choice, ref)}.")
+    significant_losers = [n for n in weighed.diffs if weighed.diffs[n]["significant"]]
+    if significant_losers:
+        reasons.append(
+            f"{best} is significantly better than {', '.join(significant_losers)} (paired t-tests, Holm-corrected)."
+        )
+    if tied and choice == best:
+        reasons.append(
+            f"Not significantly different from {best} (paired t-tests, Holm-corrected): "
+            f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
+            "(command below)."
+        )
+    return reasons
+
+
+def caveat_reasons(weighed: CellChoice, facts: StudyFacts, situation: Situation) -> list[str]:
+    """What limits the advice: busy-machine timings, another device or depth, and the excluded variants."""
+    deploy, depth = situation.deploy, situation.depth
+    reasons = []
+    spread = max((s for n in weighed.eligible if (s := step_time_spread(weighed.variants[n]))), default=None)
+    if spread and spread > 1.5:
+        reasons.append(
+            f"Step times of one variant vary up to {spread:.1f}x between its seeds: the machine was busy "
+            "while they ran, so the speed differences quoted here are unreliable."
+        )
+    if deploy and facts.device not in ("?", "cuda" if deploy == "gpu" else "cpu"):
+        reasons.append(f"Timings come from {facts.device}; on a {deploy} deployment the speed ordering may differ.")
+    if depth is not None and depth != facts.n_layers:
+        reasons.append(
+            f"You plan {depth} layers but the measurement has {facts.n_layers}: gaps between FFNs "
+            f"can change with depth; measure at your depth (command below)."
+        )
+    for n, why in weighed.excluded.items():
+        reasons.append(f"{n} excluded: {why}.")
+    return reasons
+
+
+def measured_alternatives_json(weighed: CellChoice) -> list[dict[str, Any]]:
+    """A JSON object for every variant but the recommended one: why excluded, or its numbers against the
+    recommendation."""
+    variants, choice = weighed.variants, weighed.choice
+    alternatives = []
+    for n in variants:
+        if n == choice:
+            continue
+        if n in weighed.excluded:
+            alternatives.append({"ffn": n, "excluded": weighed.excluded[n]})
+            continue
+        d = paired_diff(variants[n].values, variants[choice].values)
+        alternatives.append(
+            {
+                "ffn": n,
+                "mean": weighed.mean[n],
+                "delta_vs_recommendation": d["delta"],
+                "ci": [d["ci_low"], d["ci_high"]],
+                "p": d["p"],
+                "p_adj_vs_best": weighed.diffs.get(n, {}).get("p_adj"),
+                "step_time_ratio": (
+                    weighed.step_time(n) / weighed.step_time(choice)
+                    if weighed.step_time(n) and weighed.step_time(choice)
+                    else None
+                ),
+                "params": variants[n].metrics.get("params"),
+                "summary": f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
+            }
+        )
+    return alternatives

@@ -1,15 +1,17 @@
 """The per-machine-class table of benchmarks/README.md (issue #16), every row measured in one command.
 
     python benchmarks/machine_table.py --nanogpt DIR [--out FILE]    # 30-45 minutes, by machine class
+    python benchmarks/machine_table.py --nanogpt DIR --recipe-gap     # and the recipe gap: about 20 more
     python benchmarks/machine_table.py --nanogpt DIR --smoke         # toy sizes: checks the plumbing
 
 Runs, one after another (so no row shares the CPU with another): nanoGPT beside ffnlab on its CPU recipe
 in fp32, and again with ffnlab at `auto` precision and `--compile` (each gives two rows: tokens/s at equal
 work, the implementation; and time to nanoGPT's quality with equal evaluation, recipe and implementation
 together, from ffnlab's search for its shortest schedule); the default study; `ffnlab bench --quick`; the
-monitors on and off. Prints the machine and a Markdown table whose rows give the result, the command and
-the date, ready to paste under the machine's class; each script's own output is kept in --out (JSON lines)
-so every number can be traced. A benchmark, not a test.
+monitors on and off; with --recipe-gap, what each recipe difference does to the loss at equal steps. Prints
+the machine and a Markdown table whose rows give the result, the command and the date, ready to paste
+under the machine's class; each script's own output is kept in --out (JSON lines) so every number can be
+traced. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -73,15 +75,28 @@ def nanogpt_rows(stdout: str, label: str) -> list[tuple[str, str]]:
     ]
 
 
+def recipe_gap_row(stdout: str) -> str:
+    """The recipe gap in one cell: both losses at equal steps and what each difference switched does."""
+    out = last_json(stdout)
+    rows = ", ".join(f"{r['name']} {r['loss'] - out['ffnlab']:+.3f}" for r in out["rows"])
+    return (
+        f"{out['iters']} steps, equal evaluation: nanoGPT {out['nanogpt']:.3f}, ffnlab {out['ffnlab']:.3f} (their "
+        f"own: {out['nanogpt_own']:.3f}, {out['ffnlab_own']:.3f}); ffnlab's loss moved by each switched to "
+        f"nanoGPT's: {rows}"
+    )
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout outside this repository")
     parser.add_argument("--out", type=Path, default=Path("machine_table.jsonl"), help="each script's output")
+    parser.add_argument("--recipe-gap", action="store_true", help="also nanogpt_recipe_gap.py (~10 more runs)")
     parser.add_argument("--smoke", action="store_true", help="toy budgets, to check the plumbing")
     args = parser.parse_args(argv)
     py, date = sys.executable, time.strftime("%Y-%m-%d")
     budget = ["--smoke"] if args.smoke else ["--iters", "2000"]
     nano = [py, str(HERE / "nanogpt_side_by_side.py"), "--nanogpt", str(args.nanogpt), *budget]
+    gap = [py, str(HERE / "nanogpt_recipe_gap.py"), "--nanogpt", str(args.nanogpt), *budget]
     study = [py, str(HERE / "compare_default.py"), *(["--preset", "smoke", "--seeds", "2"] if args.smoke else [])]
     pairs = ["--pairs", "1", "--steps", "20"] if args.smoke else ["--pairs", "9"]
     monitors = [py, str(HERE / "monitor_overhead.py"), *pairs, "--precision", "fp32"]
@@ -93,6 +108,8 @@ def main(argv: list[str]) -> None:
         rows += [(*row, nano) for row in nanogpt_rows(run_logged(nano, log)[0], "fp32 both")]
         fast = [*nano, "--precision", "auto", "--compile"]
         rows += [(*row, fast) for row in nanogpt_rows(run_logged(fast, log)[0], "ffnlab `auto` + `--compile`")]
+        if args.recipe_gap:
+            rows.append(("recipe gap at equal steps, fp32", recipe_gap_row(run_logged(gap, log)[0]), gap))
         out, wall = run_logged(study, log)
         verdict = re.search(r"^verdict: (.*)$", out, re.M)
         rows.append(("default study", f"{wall:.0f} s ({wall / 60:.1f} min); {verdict[1] if verdict else ''}", study))

@@ -124,7 +124,7 @@ SAME = (
     ("architecture", "pre-norm, learned positions, tied embeddings, exact GELU, 4x FFN (512), causal SDPA, "
      "LayerNorm eps 1e-5, no dropout"),
     ("optimiser", "AdamW (0.9, 0.99), eps 1e-8, weight decay 0.1, clip 1.0 (ffnlab's fused kernel, nanoGPT's "
-     "foreach on a CPU: the same arithmetic up to rounding)"),
+     "one tensor at a time on a CPU: the same arithmetic up to rounding)"),
     ("data", "the same 90/10 text; uniform random windows of 64 tokens, batch 12; steps: nanoGPT's checkpoint "
      "holds iterations 0..N-1 (it runs one more after saving), as many as ffnlab's N"),
 )  # fmt: skip

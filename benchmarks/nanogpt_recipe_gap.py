@@ -12,15 +12,15 @@ differences at once; all of them at once; and nanoGPT's GPT module itself traine
 Every loss is `mean_loss` on the same batches in fp32.
 
 The table: difference, ffnlab's choice, nanoGPT's, the final loss with it switched, and the gap closed,
-(loss - ffnlab's) in nats and as a share of (nanoGPT's - ffnlab's). The evaluation row needs no run: it is
-nanoGPT's own estimate (20 random batches) against its loss on ffnlab's batches, the part of the gap as
-first reported (own evaluations on each side) that evaluation made. What is the same on both sides (SAME)
+(loss - ffnlab's) in nats and as a share of (nanoGPT's - ffnlab's). The evaluation needs no run: above the
+table, the gap as first reported (each side's own evaluation) and the part of it that evaluation made
+(nanoGPT's own estimate on 20 random batches against its loss on ffnlab's batches). What is the same on both sides (SAME)
 and what differs but is not switched (NOT_SWITCHED) is listed with the reason.
 
 ffnlab's code is not edited: the model is changed by a model factory (initialisation, biases), and the
 schedule by putting nanoGPT's formula in place of `ffnlab.run.train.lr_at` for that run
 (unittest.mock.patch). Ten runs of --iters steps: about 20 minutes at 2000 on a quiet 2-core CPU.
-A benchmark, not a test: the numbers depend on the machine only through rounding, but one seed per row.
+A benchmark, not a test: the losses hardly depend on the machine (rounding), but each row is one run of one seed.
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
 """The per-machine-class table of benchmarks/README.md (issue #16), every row measured in one command.
 
-    python benchmarks/machine_table.py --nanogpt DIR [--out FILE]    # 15-30 minutes, by machine class
+    python benchmarks/machine_table.py --nanogpt DIR [--out FILE]    # 30-45 minutes, by machine class
+    python benchmarks/machine_table.py --nanogpt DIR --recipe-gap     # and the recipe gap: about 20 more
     python benchmarks/machine_table.py --nanogpt DIR --smoke         # toy sizes: checks the plumbing
 
 Runs, one after another (so no row shares the CPU with another): nanoGPT beside ffnlab on its CPU recipe
-in fp32, and again with ffnlab at `auto` precision and `--compile`; the default study; `ffnlab bench
---quick`; the monitors on and off. Prints the machine and a Markdown table whose rows give the result,
-the command and the date, ready to paste under the machine's class; each script's own output is kept
-in --out (JSON lines) so every number can be traced. A benchmark, not a test.
+in fp32, and again with ffnlab at `auto` precision and `--compile` (each gives two rows: tokens/s at equal
+work, the implementation; and time to nanoGPT's quality with equal evaluation, recipe and implementation
+together, from ffnlab's search for its shortest schedule); the default study; `ffnlab bench --quick`; the
+monitors on and off; with --recipe-gap, what each recipe difference does to the loss at equal steps. Prints
+the machine and a Markdown table whose rows give the result, the command and the date, ready to paste
+under the machine's class; each script's own output is kept in --out (JSON lines) so every number can be
+traced. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -44,13 +48,41 @@ def last_json(text: str) -> dict:
     return json.loads(text[start:])
 
 
-def nanogpt_row(stdout: str) -> str:
+def nanogpt_rows(stdout: str, label: str) -> list[tuple[str, str]]:
+    """The side-by-side's two rows: tokens/s at equal work, and time to nanoGPT's quality."""
     out = last_json(stdout)
-    n, f = out["runs"]["nanogpt"][0], out["runs"]["ffnlab"][0]
+    n, f, q = out["runs"]["nanogpt"][0], out["runs"]["ffnlab"][0], out["time_to_quality"]
+    speed = (
+        f"nanoGPT {n['tokens_per_s']:,} tokens/s ({n['ms_per_iter']} ms/iter); ffnlab {f['tokens_per_s']:,} "
+        f"({f['ms_per_iter']} ms): **{out['ffnlab_over_nanogpt_tokens_per_s']:.2f}x**"
+    )
+    quality = (
+        f"nanoGPT {n['steps']} steps, {n['train_s']:.1f} s, loss {n['loss']:.3f} on ffnlab's fixed batches (its own "
+        f"estimate {n['own_loss']:.3f}); ffnlab {f['steps']} steps: {f['loss']:.3f}; "
+    )
+    if q["ffnlab"] is None:
+        quality += f"ffnlab does not reach it within {max(p['steps'] for p in q['probes'])} steps"
+    else:
+        short = f"{q['ffnlab']['short_at']} do not" if q["ffnlab"]["short_at"] else "the floor bounds it"
+        quality += (
+            f"ffnlab reaches it in {q['ffnlab']['steps']} steps ({short}), {q['ffnlab']['train_s']:.1f} s: "
+            f"**{q['ffnlab_over_nanogpt_time']:.2f}x the time**, {q['ffnlab_over_nanogpt_steps']:.2f}x the steps "
+            f"({len(q['probes'])} runs)"
+        )
+    return [
+        (f"nanoGPT recipe, {label}: tokens/s at equal work (implementation)", speed),
+        (f"time to nanoGPT's quality, {label} (recipe and implementation)", quality),
+    ]
+
+
+def recipe_gap_row(stdout: str) -> str:
+    """The recipe gap in one cell: both losses at equal steps and what each difference switched does."""
+    out = last_json(stdout)
+    rows = ", ".join(f"{r['name']} {r['loss'] - out['ffnlab']:+.3f}" for r in out["rows"])
     return (
-        f"nanoGPT {n['tokens_per_s']:,} tokens/s ({n['ms_per_iter']} ms/iter), val {n['val_loss']:.3f}; ffnlab "
-        f"{f['tokens_per_s']:,} ({f['ms_per_iter']} ms), val {f['val_loss']:.3f}: "
-        f"**{out['ffnlab_over_nanogpt_tokens_per_s']:.2f}x**"
+        f"{out['iters']} steps, equal evaluation: nanoGPT {out['nanogpt']:.3f}, ffnlab {out['ffnlab']:.3f} (their "
+        f"own: {out['nanogpt_own']:.3f}, {out['ffnlab_own']:.3f}); ffnlab's loss moved by each switched to "
+        f"nanoGPT's: {rows}"
     )
 
 
@@ -58,11 +90,13 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout outside this repository")
     parser.add_argument("--out", type=Path, default=Path("machine_table.jsonl"), help="each script's output")
+    parser.add_argument("--recipe-gap", action="store_true", help="also nanogpt_recipe_gap.py (~10 more runs)")
     parser.add_argument("--smoke", action="store_true", help="toy budgets, to check the plumbing")
     args = parser.parse_args(argv)
     py, date = sys.executable, time.strftime("%Y-%m-%d")
-    iters = ["--iters", "40" if args.smoke else "2000"]
-    nano = [py, str(HERE / "nanogpt_side_by_side.py"), "--nanogpt", str(args.nanogpt), *iters]
+    budget = ["--smoke"] if args.smoke else ["--iters", "2000"]
+    nano = [py, str(HERE / "nanogpt_side_by_side.py"), "--nanogpt", str(args.nanogpt), *budget]
+    gap = [py, str(HERE / "nanogpt_recipe_gap.py"), "--nanogpt", str(args.nanogpt), *budget]
     study = [py, str(HERE / "compare_default.py"), *(["--preset", "smoke", "--seeds", "2"] if args.smoke else [])]
     pairs = ["--pairs", "1", "--steps", "20"] if args.smoke else ["--pairs", "9"]
     monitors = [py, str(HERE / "monitor_overhead.py"), *pairs, "--precision", "fp32"]
@@ -71,9 +105,11 @@ def main(argv: list[str]) -> None:
         m = machine()
         print("machine:", json.dumps(m), flush=True)
         log.write(json.dumps({"machine": m}) + "\n")
-        rows.append(("nanoGPT recipe, fp32 both", nanogpt_row(run_logged(nano, log)[0]), nano))
+        rows += [(*row, nano) for row in nanogpt_rows(run_logged(nano, log)[0], "fp32 both")]
         fast = [*nano, "--precision", "auto", "--compile"]
-        rows.append(("nanoGPT recipe, ffnlab `auto` + `--compile`", nanogpt_row(run_logged(fast, log)[0]), fast))
+        rows += [(*row, fast) for row in nanogpt_rows(run_logged(fast, log)[0], "ffnlab `auto` + `--compile`")]
+        if args.recipe_gap:
+            rows.append(("recipe gap at equal steps, fp32", recipe_gap_row(run_logged(gap, log)[0]), gap))
         out, wall = run_logged(study, log)
         verdict = re.search(r"^verdict: (.*)$", out, re.M)
         rows.append(("default study", f"{wall:.0f} s ({wall / 60:.1f} min); {verdict[1] if verdict else ''}", study))

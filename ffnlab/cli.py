@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import functools
 import json
 import math
 import os
@@ -22,9 +21,6 @@ import typing
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab._util.jsonio import strict_dumps
 from ffnlab._util.text import shorten
-from ffnlab.core.activations import ACTIVATIONS, aliases
-from ffnlab.core.ffn import FFNS, build_ffn, ffn_flops_per_token, ffn_param_count, ffn_width, get_ffn_spec, layer_sizes
-from ffnlab.core.memory import build_on_meta
 from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, file_fields, flag_type, given, read_toml, to_toml
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.plan import AXES
@@ -83,111 +79,19 @@ def positive_float(text: str) -> float:
 # ---- list -------------------------------------------------------------------------------------
 
 
-def list_rows(d_model: int = 512) -> list[dict]:
-    """One row per activation and per FFN variant, with params of the FFN at `d_model` (counted on
-    the meta device: any width is sized without allocating it)."""
-    rows = []
-    for name, a in ACTIVATIONS.items():
-        rows.append(
-            {
-                "name": name,
-                "kind": "activation",
-                "gated": False,
-                "aliases": aliases(name),
-                "same_as": a.same_as,
-                "formula": a.formula,
-                "paper": a.paper,
-                "flops_per_element": a.flops,
-                "learnable": a.learnable,
-                "family": a.family,
-            }
-        )
-    for name, spec in FFNS.items():
-        d_ff, bias = ffn_width(spec, d_model)
-        ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "use a smaller --d-model")
-        rows.append(
-            {
-                "name": name,
-                "kind": "ffn",
-                "gated": spec.gated,
-                "aliases": aliases(name) if spec.kind == "dense" else [],
-                "formula": spec.formula,
-                "paper": spec.paper,
-                "d_model": d_model,
-                "d_ff": d_ff,
-                "params": sum(p.numel() for p in ffn.parameters()),
-                "flops_per_token": ffn_flops_per_token(spec, d_model, d_ff, bias),
-            }
-        )
-    return rows
-
-
-def schedule_rows(schedule: str, d_model: int = 512, n_layers: int | None = None) -> dict:
-    """How a per-layer schedule is sized: each layer's variant, d_ff, params and FLOPs per token,
-    and its FFN parameters against n_layers dense 4x FFNs. n_layers=None: as many as the schedule
-    names (1 for a plain variant)."""
-    spec = get_ffn_spec(schedule)
-    n_layers = n_layers or sum(n for _, n in spec.runs) or 1
-    layers = layer_sizes(spec.name, n_layers, d_model)
-    params = sum(r["params"] for r in layers)
-    dense = n_layers * ffn_param_count("dense", d_model, 4 * d_model, bias=True)
-    return {
-        "schedule": spec.name,
-        "formula": spec.formula,
-        "d_model": d_model,
-        "n_layers": n_layers,
-        "layers": [{"layer": i + 1, **r} for i, r in enumerate(layers)],
-        "params": params,
-        "flops_per_token": sum(r["flops_per_token"] for r in layers),
-        "dense_params": dense,
-        "vs_dense": params / dense - 1,
-    }
-
-
-def print_schedule(d: dict) -> None:
-    print(f"schedule {d['schedule']}: {d['formula']} (d_model={d['d_model']}, each layer matched to the dense 4x FFN)")
-    print(f"{'layer':<6} {'ffn':<14} {'d_ff':>6} {'params':>12} {'FLOPs/token':>12}")
-    for r in d["layers"]:
-        print(f"{r['layer']:<6} {r['variant']:<14} {r['d_ff']:>6} {r['params']:>12,} {r['flops_per_token']:>12,}")
-    print(f"{'total':<6} {'':<14} {'':>6} {d['params']:>12,} {d['flops_per_token']:>12,}")
-    print(f"{'dense 4x, ' + str(d['n_layers']) + ' layers':<28} {d['dense_params']:>12,}  ({d['vs_dense']:+.2%})")
-
-
 def cmd_list(args):
+    from dataclasses import asdict
+
+    from ffnlab.core.catalog import format_list, format_schedule, list_rows, schedule_sizes
+
     if args.schedule:
-        d = schedule_rows(args.schedule, args.d_model, args.n_layers)
-        if args.json:
-            print(json.dumps(d, indent=1))
-        else:
-            print_schedule(d)
+        sizes = schedule_sizes(args.schedule, args.d_model, args.n_layers)
+        print(json.dumps(asdict(sizes), indent=1) if args.json else format_schedule(sizes))
         return
     if args.n_layers:
         raise UsageError("--layers sizes a schedule: add --schedule, e.g. --schedule gelu*2+swiglu*2")
     rows = list_rows(args.d_model)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return
-    print(f"{'activation':<18} {'learnable':<9} formula")
-    for r in rows:
-        if r["kind"] == "activation":
-            alias = f"  (= {r['same_as']}, Hugging Face name)" if r["same_as"] else ""
-            print(f"{r['name']:<18} {'yes' if r['learnable'] else 'no':<9} {r['formula']}{alias}")
-    print(
-        f"\n{'ffn':<14} {'gated':<6} {'d_ff':>6} {'params':>10}  formula   (d_model={args.d_model}, "
-        "matched to dense 4x params)"
-    )
-    for r in rows:
-        if r["kind"] == "ffn":
-            print(
-                f"{r['name']:<14} {'yes' if r['gated'] else 'no':<6} {r['d_ff']:>6} {r['params']:>10,}  {r['formula']}"
-            )
-    print("\nmix:ACT1+ACT2 mixes two dense FFNs at half width each, e.g. mix:gelu+silu")
-    print(
-        "switch_x:ACT1+ACT2+... mixes 2+ parameter-free activations per token by a learned softmax gate on the\n"
-        "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match\n"
-        "a per-layer schedule names each layer's FFN as VARIANT*LAYERS joined by '+', first layer first, the counts "
-        "adding up to n_layers: gelu*2+swiglu*2 (--ffn, --variants; sizes: ffnlab list --schedule gelu*2+swiglu*2)"
-    )
+    print(json.dumps([asdict(row) for row in rows], indent=1) if args.json else format_list(rows, args.d_model))
 
 
 # ---- train ------------------------------------------------------------------------------------
@@ -248,6 +152,7 @@ def read_config_file(args, tables: dict) -> dict:
 def cmd_train(args):
     from ffnlab.core.model import ModelConfig
     from ffnlab.run.config import TrainConfig
+    from ffnlab.run.result_text import format_run
     from ffnlab.run.train import progress_bar, train
 
     if args.out:
@@ -268,39 +173,6 @@ def cmd_train(args):
         print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("history", "config")}, indent=1))
         return
     print(format_run(result))
-
-
-def format_run(r) -> str:
-    """A finished run in a few lines: loss, what it cost, and what the monitors saw."""
-    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
-    first = r.history["val"][0] if r.history["val"] else None
-    lines = [
-        f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.final_val_loss)}"
-        + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
-        + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"
-    ]
-    if r.task == "lm":
-        lines.append(
-            f"  perplexity {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
-            f"with embedding noise {f(r.noisy_val_loss)}"
-        )
-    else:
-        lines.append(
-            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}"
-        )
-    lines.append(
-        f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
-        f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
-        f"{r.saved_bytes / 2**20:.1f})"
-        + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else "")
-    )
-    lines.append(
-        f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
-        f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
-    )
-    for layer, values in r.learned.items():
-        lines.append(f"  learned {layer}: {json.dumps(values)}")
-    return "\n".join(lines)
 
 
 # ---- compare ----------------------------------------------------------------------------------

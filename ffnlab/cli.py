@@ -9,27 +9,33 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import math
 import os
 import re
 import signal
 import sqlite3
 import sys
 import threading
-import typing
 
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab._util.jsonio import strict_dumps
 from ffnlab._util.text import shorten
-from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, file_fields, flag_type, given, read_toml, to_toml
+from ffnlab.core.model import ModelConfig
+from ffnlab.flags import (
+    UsageError,
+    add_config_flags,
+    add_study_flags,
+    csv_list,
+    int_list,
+    positive_float,
+    positive_int,
+    run_flags,
+    study_flags,
+)
 from ffnlab.run.config import TrainConfig
-from ffnlab.study.plan import AXES
+from ffnlab.run.config_file import RUN_TABLES, config_from_sources, file_fields, read_toml, to_toml
+from ffnlab.study.plan import Study, study_toml
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 from ffnlab.study.table import format_protocol, format_table, write_csv
-
-
-class UsageError(Exception):
-    """A mistake in what the user asked for; the CLI prints it as one line and exits 2."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,26 +60,6 @@ class Parser(argparse.ArgumentParser):
 
 def jobs_arg(text: str) -> int | str:
     return "auto" if text == "auto" else positive_int(text)
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {value}")
-    return value
 
 
 # ---- list -------------------------------------------------------------------------------------
@@ -101,9 +87,6 @@ def add_run_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None
     """Flags shared by `train` and `compare`: every TrainConfig and ModelConfig field (ffnlab.flags),
     a Hugging Face config, a TOML config file and --print-config. A flag the user did not give
     leaves the base config (the preset, then the --config file) as it is."""
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-
     add_config_flags(p, TrainConfig, skip)
     add_config_flags(p, ModelConfig, skip)
     p.add_argument(
@@ -114,50 +97,14 @@ def add_run_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None
     p.add_argument("--print-config", action="store_true", help="print the resolved configuration as TOML and stop")
 
 
-def apply_run_flags(base, args, file: dict | None = None):
-    """Copy of the TrainConfig `base` with the --config file's fields, then every flag the user gave.
-    --max-seconds alone sets max_steps to 10**9, so that time is the only limit (--print-config shows it)."""
-    from dataclasses import replace
-
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-
-    file = file or {}
-    run = {**{k: v for k, v in file.items() if k in TrainConfig.__dataclass_fields__}, **given(args, TrainConfig)}
-    model = {**file.get("model", {}), **given(args, ModelConfig)}
-    if "max_seconds" in run and "max_steps" not in run and "max_tokens" not in run:
-        run["max_steps"] = 10**9
-    run.pop("model", None)
-    hf_config = args.hf_config or run.pop("hf_config", None)
-    if hf_config:
-        from ffnlab.tools.hf import load_hf_config, model_family
-
-        run["hf_config"] = load_hf_config(hf_config) if isinstance(hf_config, str) else hf_config
-        model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
-    init_from = run.get("init_from", base.init_from)
-    if init_from and "ffn" not in model:  # fine-tuning keeps the folder's activation unless --ffn swaps it
-        from ffnlab.tools.pretrained import pretrained_ffn
-
-        model["ffn"] = pretrained_ffn(init_from)
-    if init_from and "tokenizer" not in run and os.path.isfile(os.path.join(init_from, "tokenizer.json")):
-        run["tokenizer"] = "pretrained"  # the folder's own tokenizer, unless --tokenizer says otherwise
-    return replace(base, model=replace(base.model, **model), **run)
-
-
-def read_config_file(args, tables: dict) -> dict:
-    """The --config file's contents (checked against `tables`), {} without one."""
-    return read_toml(args.config, tables) if args.config else {}
-
-
 def cmd_train(args):
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
     from ffnlab.run.result_text import format_run
     from ffnlab.run.train import progress_bar, train
 
     if args.out:
         check_writable(args.out)  # now, not after the training
-    cfg = apply_run_flags(TrainConfig(), args, read_config_file(args, {"": TrainConfig, "model": ModelConfig}))
+    file = read_toml(args.config, RUN_TABLES) if args.config else {}
+    cfg = config_from_sources(TrainConfig(), file, run_flags(args))
     if args.print_config:
         print(to_toml(file_fields(cfg)))
         return
@@ -178,199 +125,6 @@ def cmd_train(args):
 # ---- compare ----------------------------------------------------------------------------------
 
 
-def csv_list(text: str, sep: str = ",") -> list[str]:
-    items = [t.strip() for t in text.split(sep) if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected a '{sep}'-separated list, got '{text}'")
-    return items
-
-
-def semicolon_list(text: str) -> list[str]:
-    """Items separated by ';', for axis values that hold commas themselves (attn_act specs)."""
-    return csv_list(text, ";")
-
-
-def number_list(kind: type, what: str):
-    """An argparse type for comma-separated positive numbers of `kind`, named `<kind>_list`."""
-
-    def parse(text: str) -> list:
-        try:
-            values = [kind(t) for t in csv_list(text)]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got '{text}'") from None
-        if any(not v > 0 for v in values):
-            raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
-        return values
-
-    parse.__name__ = f"{kind.__name__}_list"
-    return parse
-
-
-int_list = number_list(int, "integers")
-float_list = number_list(float, "numbers")
-
-
-# every config field's type by its path ('lr', 'model.d_model'), which axes and per-variant settings name
-FIELD_TYPES = field_types(TrainConfig)
-# what `--opt VARIANT:KEY=VALUE,...` may set per variant, and its type: the optimiser and its schedule
-OPT_FIELDS = {key: FIELD_TYPES[key] for key in ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")}
-# a --config file's [study] table: each key's type, checked as the file is read (ffnlab.flags.read_toml); an
-# axis's values and a variant's settings have the types of the config fields they set
-STUDY_KEYS = {
-    "preset": str,
-    "variants": list[str],
-    "seeds": int,
-    "baseline": str,
-    "noise_floor": int,
-    "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
-    "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
-    "scale": list[str],
-    "no_stats": bool,
-}
-
-
-def opt_arg(text: str) -> tuple[str, dict]:
-    """'gelu:lr=1e-4,beta2=0.98' -> ('gelu', {'lr': 0.0001, 'beta2': 0.98})."""
-    variant, sep, settings = text.partition(":")
-    if not sep or not variant.strip() or not settings.strip():
-        raise argparse.ArgumentTypeError(f"expected VARIANT:KEY=VALUE[,KEY=VALUE...], e.g. gelu:lr=1e-4, got '{text}'")
-    values = {}
-    for item in csv_list(settings):
-        key, sep, value = (s.strip() for s in item.partition("="))
-        if key not in OPT_FIELDS or not sep:
-            raise argparse.ArgumentTypeError(
-                f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
-            )
-        if key in values:  # which of the two holds would be a guess
-            raise argparse.ArgumentTypeError(f"--opt {text} sets {key} twice; give each setting once")
-        kind, _ = flag_type(OPT_FIELDS[key])
-        try:
-            values[key] = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs {TYPE_NAMES[kind]}") from None
-    return variant.strip(), values
-
-
-def scale_arg(text: str) -> tuple[str, list[int]]:
-    """'width=64,128,256' -> ('width', [64, 128, 256]); 'tokens=2e5,4e5,8e5' -> ('tokens', [200000, ...])."""
-    from ffnlab._util.names import closest
-    from ffnlab.study.plan import SCALE_AXES
-
-    axis, sep, values = (part.strip() for part in text.partition("="))
-    if not sep or not axis or not values:
-        raise argparse.ArgumentTypeError(f"expected AXIS=V1,V2,..., e.g. width=64,128,256, got '{text}'")
-    axis = axis.lower()  # as variant names: 'Width' is width
-    if axis not in SCALE_AXES:
-        raise argparse.ArgumentTypeError(
-            f"cannot scale '{axis}'{closest(axis, SCALE_AXES)}; valid: {', '.join(SCALE_AXES)}"
-        )
-    try:
-        numbers = [float(v) for v in csv_list(values)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--scale {text}: values must be numbers") from None
-    if any(not (n > 0 and n == int(n)) for n in numbers):
-        raise argparse.ArgumentTypeError(f"--scale {text}: values must be positive whole numbers")
-    return axis, [int(n) for n in numbers]
-
-
-def scale_of(args, study: dict, preset: str) -> dict[str, list[int]]:
-    """The compute axes of a study and their values: --scale flags, else the --config file's, else the
-    preset's own (`--preset scaling`)."""
-    from ffnlab.study.plan import PRESET_SCALES
-
-    if args.scale:
-        return dict(args.scale)
-    if study.get("scale"):
-        return {a: study.get("axes", {}).get(a, []) for a in study["scale"]}
-    return dict(PRESET_SCALES.get(preset, {}))
-
-
-def study_from_args(args):
-    """A Study from `compare` flags: the preset, then the --config file, then every flag the user gave."""
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-    from ffnlab.run.presets import preset_config
-    from ffnlab.study.plan import AXES, DEFAULT_SEEDS, DEFAULT_VARIANTS, Study
-
-    file = read_config_file(args, {"": TrainConfig, "model": ModelConfig, "study": STUDY_KEYS})
-    study = file.get("study", {})
-    preset = args.preset if args.preset is not None else study.get("preset", "standard")
-    base = apply_run_flags(preset_config(preset), args, file)
-    scale = scale_of(args, study, preset)
-    flagged = {a: getattr(args, f"{a}_axis") for a in AXES if getattr(args, f"{a}_axis")}
-    both = sorted(set(scale) & set(flagged))
-    if both:
-        raise UsageError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
-    axes = {**study.get("axes", {}), **scale, **flagged}
-    seeds = args.seeds or study.get("seeds", DEFAULT_SEEDS)
-    if seeds < 2 and not (args.no_stats or study.get("no_stats")):
-        raise UsageError(
-            f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
-            "use --seeds 3 or more, or --no-stats"
-        )
-    per_variant = per_variant_of(args, study)
-    if per_variant and args.protocol:
-        raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
-    variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
-    baseline = args.baseline if args.baseline is not None else study.get("baseline")
-    if base.init_from:
-        from ffnlab.run.train import resolve_init
-
-        base = resolve_init(base)  # the folder's digest is part of the study
-        variants, baseline = finetune_variants(base.model.ffn, args.variants or study.get("variants"))
-    return Study(
-        variants=variants,
-        seeds=seeds,
-        base=base,
-        axes=axes,
-        baseline=baseline,
-        noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
-        per_variant=per_variant,
-        scale=list(scale),
-    )
-
-
-def per_variant_of(args, study: dict) -> dict[str, dict]:
-    """Each variant's own settings: the --config file's [study.per_variant], then the --opt flags over it,
-    variants by their canonical name. A setting given twice for one variant by either (two --opt, or 'gelu'
-    and 'GELU' in the file) is refused: which would hold is a guess."""
-    from ffnlab.core.ffn import get_ffn_spec
-
-    merged: dict[str, dict] = {}
-    for where, pairs in (
-        (f"config file {args.config}", study.get("per_variant", {}).items()),
-        ("--opt", args.opt or []),
-    ):
-        given: dict[str, dict] = {}
-        for variant, values in pairs:
-            name = get_ffn_spec(variant).name
-            own = given.setdefault(name, {})
-            for key in own.keys() & values.keys():
-                raise UsageError(f"{where} sets {name}'s {key} twice ({own[key]} and {values[key]}); give it once")
-            own.update(values)
-        for variant, values in given.items():  # a flag overrides the file
-            merged.setdefault(variant, {}).update(values)
-    return merged
-
-
-def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
-    """(variants, baseline) of `compare --from`: keeping the folder's activation `own` (the baseline),
-    then each swap in --variants."""
-    from ffnlab.core.ffn import get_ffn_spec
-
-    if not swaps:
-        raise UsageError(f"compare --from needs --variants: the activations to swap to (the model runs {own})")
-    return [own] + [v for v in swaps if get_ffn_spec(v).name != get_ffn_spec(own).name], own
-
-
-def study_toml(study) -> str:
-    """A study as a --config file: the base config's fields, [model] and [study]."""
-    head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
-    if study.seeds < 2:  # the file loads only with it
-        head["no_stats"] = True
-    return to_toml({**file_fields(study.base), "study": head})
-
-
 def cmd_compare(args):
     from ffnlab.study.execute import run_study
 
@@ -382,7 +136,9 @@ def cmd_compare(args):
             raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
     if args.address and args.backend != "ray":
         raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
-    study = study_from_args(args)
+    study = Study.from_sources(args.preset, args.config, study_flags(args))
+    if study.per_variant and args.protocol:
+        raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
     if args.extrapolate_to is not None and not study.scale:
         raise UsageError("--extrapolate-to FLOPS reads the scaling fits: add --scale AXIS=... or --preset scaling")
     if args.print_config:
@@ -598,39 +354,13 @@ def build_parser() -> Parser:
 
 
 def add_compare_parser(sub) -> None:
-    from ffnlab.study.plan import AXES, DEFAULT_SEEDS, DEFAULT_VARIANTS
-
+    """compare: the Study's flags (ffnlab.flags.add_study_flags), the run's, and how the study runs and reports."""
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
-    p.add_argument(
-        "--variants",
-        type=csv_list,
-        default=None,
-        help=f"comma-separated FFN variants (default {','.join(DEFAULT_VARIANTS)})",
-    )
-    p.add_argument("--seeds", type=positive_int, default=None, help=f"seeds per variant (default {DEFAULT_SEEDS})")
-    p.add_argument(
-        "--baseline",
-        default=None,
-        help="the variant the others are compared with (default relu, or the first variant where relu is not run)",
-    )
+    add_study_flags(p)
     p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper | scaling")
-    p.add_argument(
-        "--scale",
-        type=scale_arg,
-        action="append",
-        default=None,
-        help="a compute axis to fit loss against compute over: width=32,64,128,256 (d_model), depth=..., "
-        "tokens=... (repeatable); adds the power-law fits and compute multipliers (README, 'Scaling')",
-    )
-    p.add_argument(
-        "--extrapolate-to",
-        type=positive_float,
-        default=None,
-        metavar="FLOPS",
-        help="with --scale: also read each multiplier at this compute, marked as an extrapolation",
-    )
-    p.add_argument("--noise-floor", type=int, default=None, help="extra baseline-only seeds to show seed noise")
-    add_axis_flags(p, AXES)
+    p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
+    p.add_argument("--extrapolate-to", type=positive_float, default=None, metavar="FLOPS",
+                   help="with --scale: also read each multiplier at this compute, marked as an extrapolation")  # fmt: skip
     p.add_argument(
         "--protocol",
         action="store_true",
@@ -638,68 +368,20 @@ def add_compare_parser(sub) -> None:
         "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
         "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids",
     )
-    p.add_argument(
-        "--opt",
-        type=opt_arg,
-        action="append",
-        default=None,
-        help=f"per-variant optimiser settings, e.g. --opt gelu:lr=1e-4,beta2=0.98 (repeatable; keys: "
-        f"{', '.join(OPT_FIELDS)}); part of each run's identity and shown in the output as not held equal",
-    )
     add_run_args(p, skip=("ffn", "seed", "checkpoint_dir"))
     p.add_argument("--store", default=str(DEFAULT_STORE), help="SQLite run store")
-    p.add_argument(
-        "--jobs",
-        type=jobs_arg,
-        default="auto",
-        help="local worker processes: auto (default) runs one "
-        "single-threaded worker per core (one process on a GPU), or a number",
-    )
+    p.add_argument("--jobs", type=jobs_arg, default="auto", help="local worker processes: auto (default) runs one "
+                   "single-threaded worker per core (one process on a GPU), or a number")  # fmt: skip
     p.add_argument("--backend", default="local", choices=("local", "ray"))
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")
     p.add_argument("--csv", default=None, help="also write the table to this CSV file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
-    p.add_argument(
-        "--log-to",
-        default=None,
-        choices=("mlflow", "tensorboard"),
-        help="mirror finished runs there (mlflow: your tracking URI, else mlflow.db beside the store)",
-    )
-    p.add_argument(
-        "--no-report",
-        action="store_true",
-        help="skip the HTML/Markdown report (default: written to report/ beside the store)",
-    )
+    p.add_argument("--log-to", default=None, choices=("mlflow", "tensorboard"),
+                   help="mirror finished runs there (mlflow: your tracking URI, else mlflow.db beside the store)")  # fmt: skip
+    p.add_argument("--no-report", action="store_true",
+                   help="skip the HTML/Markdown report (default: written to report/ beside the store)")  # fmt: skip
     p.set_defaults(func=cmd_compare)
-
-
-def add_axis_flags(p: argparse.ArgumentParser, axes: dict[str, str]) -> None:
-    """--NAME-axis for each study axis, typed by the config field it sets: integers, numbers or names."""
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-
-    hints = {
-        **typing.get_type_hints(TrainConfig),
-        **{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
-    }
-    old = {"depth": "--depth", "width": "--width"}  # the names before every axis ended in -axis
-    for axis, path in axes.items():
-        kind, _ = flag_type(hints[path])
-        values = {int: int_list, float: float_list}.get(kind, csv_list)
-        what = "comma-separated " + {int_list: "integers", float_list: "numbers"}.get(values, "names")
-        if axis == "attn_act":  # a spec holds commas
-            values = semicolon_list
-            what = "';'-separated Q/K/V activations, e.g. 'none;gelu;q=gelu,k=gelu' (none: no activation)"
-        p.add_argument(
-            f"--{axis.replace('_', '-')}-axis",
-            *([old[axis]] if axis in old else []),
-            dest=f"{axis}_axis",
-            type=values,
-            default=None,
-            help=f"axis: {what} for {path}" + (f" ({old[axis]} is its old name)" if axis in old else ""),
-        )
 
 
 def add_tool_parsers(sub) -> None:

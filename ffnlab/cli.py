@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from ffnlab._util.files import check_writable, write_atomic
 from ffnlab._util.jsonio import strict_dumps
@@ -35,7 +36,11 @@ from ffnlab.run.config import TrainConfig
 from ffnlab.run.config_file import RUN_TABLES, config_from_sources, file_fields, read_toml, to_toml
 from ffnlab.study.plan import Study, study_toml
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
-from ffnlab.study.table import format_protocol, format_table, write_csv
+from ffnlab.study.table import format_protocol, format_table
+
+if TYPE_CHECKING:
+    from ffnlab.study.compare import Comparison
+    from ffnlab.study.records import Summary
 
 
 class Parser(argparse.ArgumentParser):
@@ -126,14 +131,13 @@ def cmd_train(args):
 
 
 def cmd_compare(args):
-    from ffnlab.study.execute import run_study
+    from ffnlab.study.compare import compare
 
     if args.log_to:
         import importlib.util
 
-        module = {"mlflow": "mlflow", "tensorboard": "tensorboard"}[args.log_to]
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
+        if importlib.util.find_spec(args.log_to) is None:  # the package is named as the choice
+            raise UsageError(f"--log-to {args.log_to} needs the '{args.log_to}' package, which is not installed")
     if args.address and args.backend != "ray":
         raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
     study = Study.from_sources(args.preset, args.config, study_flags(args))
@@ -144,93 +148,46 @@ def cmd_compare(args):
     if args.print_config:
         print(study_toml(study))
         return 0
-    grid = protocol_grid_from(study) if args.protocol else None  # checked before anything is written
-    if args.csv:
-        check_writable(args.csv)
-    if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
-        from ffnlab.study.report import check_out_dir, default_out_dir
-
-        check_out_dir(default_out_dir(args.store))
-    run = dict(
-        jobs=args.jobs, backend=args.backend, address=args.address, quiet=args.quiet or args.json, log_to=args.log_to
+    talk = not args.json and not args.quiet
+    result = compare(
+        study,
+        args.store,
+        protocol=args.protocol,
+        csv=args.csv,
+        report=not args.no_report,
+        extrapolate_to=args.extrapolate_to,
+        ranked=print_ranking if talk else None,
+        jobs=args.jobs,
+        backend=args.backend,
+        address=args.address,
+        quiet=not talk,
+        log_to=args.log_to,
     )
-    if args.protocol:
-        return compare_protocol(args, study, grid, run)
-    summary = run_study(study, args.store, **run)
-    if args.extrapolate_to is not None:
-        from ffnlab.study.summary import summarize_study
-
-        summary = summarize_study(study, args.store, extrapolate_to=args.extrapolate_to)
-    if args.csv:
-        write_csv(summary, args.csv)
-    if not args.json and not args.quiet:  # the ranking as soon as it is known; the report takes seconds more
-        print(format_table(summary))
-        print(f"store: {summary.store}", flush=True)
-    if not args.no_report:
-        from ffnlab.study.report import write_report
-
-        report = write_report(args.store, study=study)
-        if not args.json and not args.quiet:
-            print(f"report: {report['html']} (summary: {report['markdown']})")
+    if talk and result.report:
+        print(f"report: {result.report['html']} (summary: {result.report['markdown']})")
     if args.json:
-        print(json.dumps(summary.to_json(), indent=1))
-    return incomplete(summary)
+        print(json.dumps(result.to_json(), indent=1))
+    return max(incomplete(summary) for summary in result.summaries)
 
 
-def incomplete(summary) -> int:
+def print_ranking(result: Comparison) -> None:
+    """The ranking (the protocol's three), as soon as it is known: the report takes seconds more."""
+    print(format_protocol(result.protocol.stages) if result.protocol else format_table(result.summary))
+    print(f"store: {result.summary.store}", flush=True)
+
+
+def incomplete(summary: Summary) -> int:
     """Exit status of a finished sweep: 1, with one line on stderr, when planned runs did not finish."""
-    missing = sum(len(seeds) for cell in summary.cells for seeds in cell.missing.values())
-    if not missing:
-        return 0
-    planned = sum(len(cell.variants) for cell in summary.cells) * summary.seeds
-    print(
-        f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
-        f"store); the table rests on the rest. Run the same command again to retry them",
-        file=sys.stderr,
-    )
-    return 1
+    from ffnlab.study.compare import unfinished
 
-
-def protocol_grid_from(study) -> dict:
-    """The protocol's grid: --lr-axis, --warmup-axis and --context-axis where given (taken out of the
-    study's axes), its defaults otherwise; ValueError if the study has other axes."""
-    from ffnlab.study.protocol import check_protocol_study, protocol_grid
-
-    given = {a: study.axes.pop(a) for a in ("lr", "warmup", "context") if a in study.axes}
-    check_protocol_study(study)
-    return protocol_grid(study, given.get("lr"), given.get("warmup"), given.get("context"))
-
-
-def compare_protocol(args, study, grid: dict, run: dict):
-    """`compare --protocol`: the three stages of ffnlab.study.protocol, each printed as its own table."""
-    from ffnlab.study.protocol import run_protocol
-
-    result = run_protocol(study, args.store, grid, **run)
-    code = max(incomplete(summary) for _, summary in result.stages)
-    if args.csv:
-        write_csv(result.stages[1][1], args.csv)
-    report = None
-    if not args.no_report:
-        from ffnlab.study.report import write_report
-
-        report = write_report(args.store, study=study)
-    if args.json:
+    missing, planned = unfinished(summary)
+    if missing:
         print(
-            json.dumps(
-                {
-                    "grid": result.grid,
-                    "choice": result.choice,
-                    "stages": [{"name": name, **summary.to_json()} for name, summary in result.stages],
-                },
-                indent=1,
-            )
+            f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
+            f"store); the table rests on the rest. Run the same command again to retry them",
+            file=sys.stderr,
         )
-    elif not args.quiet:
-        print(format_protocol(result.stages))
-        print(f"store: {args.store}")
-        if report:
-            print(f"report: {report['html']} (summary: {report['markdown']})")
-    return code
+    return 1 if missing else 0
 
 
 # ---- numerics -----------------------------------------------------------------------------------

@@ -56,10 +56,18 @@ def list_rows(d_model: int = 512) -> list[ActivationRow | FFNRow]:
     """One row per activation and per FFN variant, with params of the FFN at `d_model` (counted on
     the meta device: any width is sized without allocating it)."""
     rows: list[ActivationRow | FFNRow] = [
-        ActivationRow(name=name, aliases=aliases(name), same_as=a.same_as, formula=a.formula, paper=a.paper,
-                      flops_per_element=a.flops, learnable=a.learnable, family=a.family)
-        for name, a in ACTIVATIONS.items()
-    ]  # fmt: skip
+        ActivationRow(
+            name=name,
+            aliases=aliases(name),
+            same_as=spec.same_as,
+            formula=spec.formula,
+            paper=spec.paper,
+            flops_per_element=spec.flops,
+            learnable=spec.learnable,
+            family=spec.family,
+        )
+        for name, spec in ACTIVATIONS.items()
+    ]
     for name, spec in FFNS.items():
         d_ff, bias = ffn_width(spec, d_model)
         ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "use a smaller --d-model")
@@ -86,7 +94,8 @@ def format_list(rows: list[ActivationRow | FFNRow], d_model: int) -> str:
         if isinstance(r, ActivationRow):
             alias = f"  (= {r.same_as}, Hugging Face name)" if r.same_as else ""
             lines.append(f"{r.name:<18} {'yes' if r.learnable else 'no':<9} {r.formula}{alias}")
-    lines += ["", f"{'ffn':<14} {'gated':<6} {'d_ff':>6} {'params':>10}  formula   (d_model={d_model}, matched to dense 4x params)"]  # fmt: skip
+    header = f"{'ffn':<14} {'gated':<6} {'d_ff':>6} {'params':>10}  formula"
+    lines += ["", f"{header}   (d_model={d_model}, matched to dense 4x params)"]
     for r in rows:
         if isinstance(r, FFNRow):
             lines.append(f"{r.name:<14} {'yes' if r.gated else 'no':<6} {r.d_ff:>6} {r.params:>10,}  {r.formula}")

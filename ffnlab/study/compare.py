@@ -23,7 +23,7 @@ class Comparison:
 
     summary: Summary  # the study's; with the protocol, its tuned stage's
     protocol: Protocol | None = None
-    report: dict[str, Path] | None = None  # ffnlab.study.report.write_report's paths; None: not written
+    report: dict[str, Path | list[Path]] | None = None  # ffnlab.study.report.write_report's paths; None: not written
 
     @property
     def summaries(self) -> list[Summary]:

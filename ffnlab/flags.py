@@ -18,6 +18,7 @@ import tokenize
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
+from typing import TypeVar
 
 from ffnlab._util.names import closest
 from ffnlab.core.model import ModelConfig
@@ -58,10 +59,13 @@ def field_comments(cls: type) -> dict[str, str]:
 # ---- how a flag reads its value ----------------------------------------------------------------------
 
 
-def positive(kind: type, what: str, rule: str) -> Callable[[str], int | float]:
+Number = TypeVar("Number", int, float)
+
+
+def positive(kind: type[Number], what: str, rule: str) -> Callable[[str], Number]:
     """An argparse type for one positive number of `kind` (a float also finite), named `positive_<kind>`."""
 
-    def parse(text: str) -> int | float:
+    def parse(text: str) -> Number:
         try:
             value = kind(text)
         except ValueError:

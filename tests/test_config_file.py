@@ -31,6 +31,7 @@ def test_a_flag_overrides_the_file_which_overrides_the_base():
     assert (cfg.lr, cfg.batch_size, cfg.model.n_layers, cfg.model.d_model) == (2e-3, 4, 3, 96)
     assert cfg.max_steps == base.max_steps and cfg.model.context == base.model.context  # the rest: the base's
     assert config_from_sources(base, {"study": {"seeds": 3}}, {}) == base  # a table that is not the run's
+    assert config_from_sources(base, {"hf_config": {}}, {}).hf_config is None  # an empty table: no HF config
 
 
 def test_a_time_budget_alone_lifts_the_step_limit():

@@ -42,13 +42,11 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
     model = {**file.get("model", {}), **flags.get("model", {})}
     if "max_seconds" in run and "max_steps" not in run and "max_tokens" not in run:
         run["max_steps"] = 10**9
-    if isinstance(run.get("hf_config"), str):
-        from ffnlab.tools.hf import load_hf_config
+    hf_config = run.pop("hf_config", None)
+    if hf_config:  # a path (--hf-config) or the file's [hf_config] table
+        from ffnlab.tools.hf import load_hf_config, model_family
 
-        run["hf_config"] = load_hf_config(run["hf_config"])
-    if run.get("hf_config"):
-        from ffnlab.tools.hf import model_family
-
+        run["hf_config"] = load_hf_config(hf_config) if isinstance(hf_config, str) else hf_config
         model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
     init_from = run.get("init_from", base.init_from)
     if init_from and "ffn" not in model:  # fine-tuning keeps the folder's activation unless --ffn swaps it

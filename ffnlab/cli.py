@@ -1,4 +1,6 @@
-"""Command-line interface: parses arguments and calls library functions, nothing more.
+"""Command-line interface: parses arguments, nothing more. Its subcommands and their flags (derived from the
+config dataclasses where one holds them: ffnlab.flags) are declared here; each subcommand's function
+(ffnlab.commands) calls the library.
 
 Every user error (bad name, bad size, missing file) ends as one line on stderr and exit code 2;
 set FFNLAB_DEBUG=1 to see the traceback instead.
@@ -8,32 +10,29 @@ from __future__ import annotations
 
 import argparse
 import errno
-import functools
-import json
-import math
 import os
 import re
 import signal
 import sqlite3
 import sys
 import threading
-import typing
 
-from ffnlab._util.files import check_writable, write_atomic
-from ffnlab._util.jsonio import strict_dumps
 from ffnlab._util.text import shorten
-from ffnlab.core.activations import ACTIVATIONS, aliases
-from ffnlab.core.ffn import FFNS, build_ffn, ffn_flops_per_token, ffn_param_count, ffn_width, get_ffn_spec, layer_sizes
-from ffnlab.core.memory import build_on_meta
-from ffnlab.flags import TYPE_NAMES, add_config_flags, field_types, file_fields, flag_type, given, read_toml, to_toml
+from ffnlab.commands import (
+    cmd_advise,
+    cmd_bench,
+    cmd_compare,
+    cmd_export,
+    cmd_list,
+    cmd_numerics,
+    cmd_plot,
+    cmd_report,
+    cmd_train,
+)
+from ffnlab.core.model import ModelConfig
+from ffnlab.flags import UsageError, add_config_flags, add_study_flags, csv_list, int_list, positive_float, positive_int
 from ffnlab.run.config import TrainConfig
-from ffnlab.study.plan import AXES
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
-from ffnlab.study.table import format_protocol, format_table, write_csv
-
-
-class UsageError(Exception):
-    """A mistake in what the user asked for; the CLI prints it as one line and exits 2."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -60,146 +59,10 @@ def jobs_arg(text: str) -> int | str:
     return "auto" if text == "auto" else positive_int(text)
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {value}")
-    return value
-
-
-# ---- list -------------------------------------------------------------------------------------
-
-
-def list_rows(d_model: int = 512) -> list[dict]:
-    """One row per activation and per FFN variant, with params of the FFN at `d_model` (counted on
-    the meta device: any width is sized without allocating it)."""
-    rows = []
-    for name, a in ACTIVATIONS.items():
-        rows.append(
-            {
-                "name": name,
-                "kind": "activation",
-                "gated": False,
-                "aliases": aliases(name),
-                "same_as": a.same_as,
-                "formula": a.formula,
-                "paper": a.paper,
-                "flops_per_element": a.flops,
-                "learnable": a.learnable,
-                "family": a.family,
-            }
-        )
-    for name, spec in FFNS.items():
-        d_ff, bias = ffn_width(spec, d_model)
-        ffn = build_on_meta(functools.partial(build_ffn, name, d_model, init=None), "use a smaller --d-model")
-        rows.append(
-            {
-                "name": name,
-                "kind": "ffn",
-                "gated": spec.gated,
-                "aliases": aliases(name) if spec.kind == "dense" else [],
-                "formula": spec.formula,
-                "paper": spec.paper,
-                "d_model": d_model,
-                "d_ff": d_ff,
-                "params": sum(p.numel() for p in ffn.parameters()),
-                "flops_per_token": ffn_flops_per_token(spec, d_model, d_ff, bias),
-            }
-        )
-    return rows
-
-
-def schedule_rows(schedule: str, d_model: int = 512, n_layers: int | None = None) -> dict:
-    """How a per-layer schedule is sized: each layer's variant, d_ff, params and FLOPs per token,
-    and its FFN parameters against n_layers dense 4x FFNs. n_layers=None: as many as the schedule
-    names (1 for a plain variant)."""
-    spec = get_ffn_spec(schedule)
-    n_layers = n_layers or sum(n for _, n in spec.runs) or 1
-    layers = layer_sizes(spec.name, n_layers, d_model)
-    params = sum(r["params"] for r in layers)
-    dense = n_layers * ffn_param_count("dense", d_model, 4 * d_model, bias=True)
-    return {
-        "schedule": spec.name,
-        "formula": spec.formula,
-        "d_model": d_model,
-        "n_layers": n_layers,
-        "layers": [{"layer": i + 1, **r} for i, r in enumerate(layers)],
-        "params": params,
-        "flops_per_token": sum(r["flops_per_token"] for r in layers),
-        "dense_params": dense,
-        "vs_dense": params / dense - 1,
-    }
-
-
-def print_schedule(d: dict) -> None:
-    print(f"schedule {d['schedule']}: {d['formula']} (d_model={d['d_model']}, each layer matched to the dense 4x FFN)")
-    print(f"{'layer':<6} {'ffn':<14} {'d_ff':>6} {'params':>12} {'FLOPs/token':>12}")
-    for r in d["layers"]:
-        print(f"{r['layer']:<6} {r['variant']:<14} {r['d_ff']:>6} {r['params']:>12,} {r['flops_per_token']:>12,}")
-    print(f"{'total':<6} {'':<14} {'':>6} {d['params']:>12,} {d['flops_per_token']:>12,}")
-    print(f"{'dense 4x, ' + str(d['n_layers']) + ' layers':<28} {d['dense_params']:>12,}  ({d['vs_dense']:+.2%})")
-
-
-def cmd_list(args):
-    if args.schedule:
-        d = schedule_rows(args.schedule, args.d_model, args.n_layers)
-        if args.json:
-            print(json.dumps(d, indent=1))
-        else:
-            print_schedule(d)
-        return
-    if args.n_layers:
-        raise UsageError("--layers sizes a schedule: add --schedule, e.g. --schedule gelu*2+swiglu*2")
-    rows = list_rows(args.d_model)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return
-    print(f"{'activation':<18} {'learnable':<9} formula")
-    for r in rows:
-        if r["kind"] == "activation":
-            alias = f"  (= {r['same_as']}, Hugging Face name)" if r["same_as"] else ""
-            print(f"{r['name']:<18} {'yes' if r['learnable'] else 'no':<9} {r['formula']}{alias}")
-    print(
-        f"\n{'ffn':<14} {'gated':<6} {'d_ff':>6} {'params':>10}  formula   (d_model={args.d_model}, "
-        "matched to dense 4x params)"
-    )
-    for r in rows:
-        if r["kind"] == "ffn":
-            print(
-                f"{r['name']:<14} {'yes' if r['gated'] else 'no':<6} {r['d_ff']:>6} {r['params']:>10,}  {r['formula']}"
-            )
-    print("\nmix:ACT1+ACT2 mixes two dense FFNs at half width each, e.g. mix:gelu+silu")
-    print(
-        "switch_x:ACT1+ACT2+... mixes 2+ parameter-free activations per token by a learned softmax gate on the\n"
-        "  hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match\n"
-        "a per-layer schedule names each layer's FFN as VARIANT*LAYERS joined by '+', first layer first, the counts "
-        "adding up to n_layers: gelu*2+swiglu*2 (--ffn, --variants; sizes: ffnlab list --schedule gelu*2+swiglu*2)"
-    )
-
-
-# ---- train ------------------------------------------------------------------------------------
-
-
 def add_run_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """Flags shared by `train` and `compare`: every TrainConfig and ModelConfig field (ffnlab.flags),
     a Hugging Face config, a TOML config file and --print-config. A flag the user did not give
     leaves the base config (the preset, then the --config file) as it is."""
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-
     add_config_flags(p, TrainConfig, skip)
     add_config_flags(p, ModelConfig, skip)
     p.add_argument(
@@ -208,470 +71,6 @@ def add_run_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None
     )
     p.add_argument("--config", help="a TOML file of config fields ([model] for the model); flags override it")
     p.add_argument("--print-config", action="store_true", help="print the resolved configuration as TOML and stop")
-
-
-def apply_run_flags(base, args, file: dict | None = None):
-    """Copy of the TrainConfig `base` with the --config file's fields, then every flag the user gave.
-    --max-seconds alone sets max_steps to 10**9, so that time is the only limit (--print-config shows it)."""
-    from dataclasses import replace
-
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-
-    file = file or {}
-    run = {**{k: v for k, v in file.items() if k in TrainConfig.__dataclass_fields__}, **given(args, TrainConfig)}
-    model = {**file.get("model", {}), **given(args, ModelConfig)}
-    if "max_seconds" in run and "max_steps" not in run and "max_tokens" not in run:
-        run["max_steps"] = 10**9
-    run.pop("model", None)
-    hf_config = args.hf_config or run.pop("hf_config", None)
-    if hf_config:
-        from ffnlab.tools.hf import load_hf_config, model_family
-
-        run["hf_config"] = load_hf_config(hf_config) if isinstance(hf_config, str) else hf_config
-        model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
-    init_from = run.get("init_from", base.init_from)
-    if init_from and "ffn" not in model:  # fine-tuning keeps the folder's activation unless --ffn swaps it
-        from ffnlab.tools.pretrained import pretrained_ffn
-
-        model["ffn"] = pretrained_ffn(init_from)
-    if init_from and "tokenizer" not in run and os.path.isfile(os.path.join(init_from, "tokenizer.json")):
-        run["tokenizer"] = "pretrained"  # the folder's own tokenizer, unless --tokenizer says otherwise
-    return replace(base, model=replace(base.model, **model), **run)
-
-
-def read_config_file(args, tables: dict) -> dict:
-    """The --config file's contents (checked against `tables`), {} without one."""
-    return read_toml(args.config, tables) if args.config else {}
-
-
-def cmd_train(args):
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-    from ffnlab.run.train import progress_bar, train
-
-    if args.out:
-        check_writable(args.out)  # now, not after the training
-    cfg = apply_run_flags(TrainConfig(), args, read_config_file(args, {"": TrainConfig, "model": ModelConfig}))
-    if args.print_config:
-        print(to_toml(file_fields(cfg)))
-        return
-    if args.command == "finetune" and not cfg.init_from:
-        raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
-    if args.save_pretrained and os.path.isfile(args.save_pretrained):  # a folder, created when saved
-        raise UsageError(f"--save-pretrained {args.save_pretrained} is a file; give a folder")
-    show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
-    result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
-    if args.out:
-        write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
-    if args.json:
-        print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("history", "config")}, indent=1))
-        return
-    print(format_run(result))
-
-
-def format_run(r) -> str:
-    """A finished run in a few lines: loss, what it cost, and what the monitors saw."""
-    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
-    first = r.history["val"][0] if r.history["val"] else None
-    lines = [
-        f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.final_val_loss)}"
-        + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
-        + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"
-    ]
-    if r.task == "lm":
-        lines.append(
-            f"  perplexity {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
-            f"with embedding noise {f(r.noisy_val_loss)}"
-        )
-    else:
-        lines.append(
-            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}"
-        )
-    lines.append(
-        f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
-        f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
-        f"{r.saved_bytes / 2**20:.1f})"
-        + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else "")
-    )
-    lines.append(
-        f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
-        f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
-    )
-    for layer, values in r.learned.items():
-        lines.append(f"  learned {layer}: {json.dumps(values)}")
-    return "\n".join(lines)
-
-
-# ---- compare ----------------------------------------------------------------------------------
-
-
-def csv_list(text: str, sep: str = ",") -> list[str]:
-    items = [t.strip() for t in text.split(sep) if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"expected a '{sep}'-separated list, got '{text}'")
-    return items
-
-
-def semicolon_list(text: str) -> list[str]:
-    """Items separated by ';', for axis values that hold commas themselves (attn_act specs)."""
-    return csv_list(text, ";")
-
-
-def number_list(kind: type, what: str):
-    """An argparse type for comma-separated positive numbers of `kind`, named `<kind>_list`."""
-
-    def parse(text: str) -> list:
-        try:
-            values = [kind(t) for t in csv_list(text)]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got '{text}'") from None
-        if any(not v > 0 for v in values):
-            raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
-        return values
-
-    parse.__name__ = f"{kind.__name__}_list"
-    return parse
-
-
-int_list = number_list(int, "integers")
-float_list = number_list(float, "numbers")
-
-
-# every config field's type by its path ('lr', 'model.d_model'), which axes and per-variant settings name
-FIELD_TYPES = field_types(TrainConfig)
-# what `--opt VARIANT:KEY=VALUE,...` may set per variant, and its type: the optimiser and its schedule
-OPT_FIELDS = {key: FIELD_TYPES[key] for key in ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")}
-# a --config file's [study] table: each key's type, checked as the file is read (ffnlab.flags.read_toml); an
-# axis's values and a variant's settings have the types of the config fields they set
-STUDY_KEYS = {
-    "preset": str,
-    "variants": list[str],
-    "seeds": int,
-    "baseline": str,
-    "noise_floor": int,
-    "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
-    "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
-    "scale": list[str],
-    "no_stats": bool,
-}
-
-
-def opt_arg(text: str) -> tuple[str, dict]:
-    """'gelu:lr=1e-4,beta2=0.98' -> ('gelu', {'lr': 0.0001, 'beta2': 0.98})."""
-    variant, sep, settings = text.partition(":")
-    if not sep or not variant.strip() or not settings.strip():
-        raise argparse.ArgumentTypeError(f"expected VARIANT:KEY=VALUE[,KEY=VALUE...], e.g. gelu:lr=1e-4, got '{text}'")
-    values = {}
-    for item in csv_list(settings):
-        key, sep, value = (s.strip() for s in item.partition("="))
-        if key not in OPT_FIELDS or not sep:
-            raise argparse.ArgumentTypeError(
-                f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
-            )
-        if key in values:  # which of the two holds would be a guess
-            raise argparse.ArgumentTypeError(f"--opt {text} sets {key} twice; give each setting once")
-        kind, _ = flag_type(OPT_FIELDS[key])
-        try:
-            values[key] = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs {TYPE_NAMES[kind]}") from None
-    return variant.strip(), values
-
-
-def scale_arg(text: str) -> tuple[str, list[int]]:
-    """'width=64,128,256' -> ('width', [64, 128, 256]); 'tokens=2e5,4e5,8e5' -> ('tokens', [200000, ...])."""
-    from ffnlab._util.names import closest
-    from ffnlab.study.plan import SCALE_AXES
-
-    axis, sep, values = (part.strip() for part in text.partition("="))
-    if not sep or not axis or not values:
-        raise argparse.ArgumentTypeError(f"expected AXIS=V1,V2,..., e.g. width=64,128,256, got '{text}'")
-    axis = axis.lower()  # as variant names: 'Width' is width
-    if axis not in SCALE_AXES:
-        raise argparse.ArgumentTypeError(
-            f"cannot scale '{axis}'{closest(axis, SCALE_AXES)}; valid: {', '.join(SCALE_AXES)}"
-        )
-    try:
-        numbers = [float(v) for v in csv_list(values)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--scale {text}: values must be numbers") from None
-    if any(not (n > 0 and n == int(n)) for n in numbers):
-        raise argparse.ArgumentTypeError(f"--scale {text}: values must be positive whole numbers")
-    return axis, [int(n) for n in numbers]
-
-
-def scale_of(args, study: dict, preset: str) -> dict[str, list[int]]:
-    """The compute axes of a study and their values: --scale flags, else the --config file's, else the
-    preset's own (`--preset scaling`)."""
-    from ffnlab.study.plan import PRESET_SCALES
-
-    if args.scale:
-        return dict(args.scale)
-    if study.get("scale"):
-        return {a: study.get("axes", {}).get(a, []) for a in study["scale"]}
-    return dict(PRESET_SCALES.get(preset, {}))
-
-
-def study_from_args(args):
-    """A Study from `compare` flags: the preset, then the --config file, then every flag the user gave."""
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-    from ffnlab.run.presets import preset_config
-    from ffnlab.study.plan import AXES, DEFAULT_SEEDS, DEFAULT_VARIANTS, Study
-
-    file = read_config_file(args, {"": TrainConfig, "model": ModelConfig, "study": STUDY_KEYS})
-    study = file.get("study", {})
-    preset = args.preset if args.preset is not None else study.get("preset", "standard")
-    base = apply_run_flags(preset_config(preset), args, file)
-    scale = scale_of(args, study, preset)
-    flagged = {a: getattr(args, f"{a}_axis") for a in AXES if getattr(args, f"{a}_axis")}
-    both = sorted(set(scale) & set(flagged))
-    if both:
-        raise UsageError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
-    axes = {**study.get("axes", {}), **scale, **flagged}
-    seeds = args.seeds or study.get("seeds", DEFAULT_SEEDS)
-    if seeds < 2 and not (args.no_stats or study.get("no_stats")):
-        raise UsageError(
-            f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
-            "use --seeds 3 or more, or --no-stats"
-        )
-    per_variant = per_variant_of(args, study)
-    if per_variant and args.protocol:
-        raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
-    variants = args.variants or study.get("variants", list(DEFAULT_VARIANTS))
-    baseline = args.baseline if args.baseline is not None else study.get("baseline")
-    if base.init_from:
-        from ffnlab.run.train import resolve_init
-
-        base = resolve_init(base)  # the folder's digest is part of the study
-        variants, baseline = finetune_variants(base.model.ffn, args.variants or study.get("variants"))
-    return Study(
-        variants=variants,
-        seeds=seeds,
-        base=base,
-        axes=axes,
-        baseline=baseline,
-        noise_floor=args.noise_floor if args.noise_floor is not None else study.get("noise_floor", 0),
-        per_variant=per_variant,
-        scale=list(scale),
-    )
-
-
-def per_variant_of(args, study: dict) -> dict[str, dict]:
-    """Each variant's own settings: the --config file's [study.per_variant], then the --opt flags over it,
-    variants by their canonical name. A setting given twice for one variant by either (two --opt, or 'gelu'
-    and 'GELU' in the file) is refused: which would hold is a guess."""
-    from ffnlab.core.ffn import get_ffn_spec
-
-    merged: dict[str, dict] = {}
-    for where, pairs in (
-        (f"config file {args.config}", study.get("per_variant", {}).items()),
-        ("--opt", args.opt or []),
-    ):
-        given: dict[str, dict] = {}
-        for variant, values in pairs:
-            name = get_ffn_spec(variant).name
-            own = given.setdefault(name, {})
-            for key in own.keys() & values.keys():
-                raise UsageError(f"{where} sets {name}'s {key} twice ({own[key]} and {values[key]}); give it once")
-            own.update(values)
-        for variant, values in given.items():  # a flag overrides the file
-            merged.setdefault(variant, {}).update(values)
-    return merged
-
-
-def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
-    """(variants, baseline) of `compare --from`: keeping the folder's activation `own` (the baseline),
-    then each swap in --variants."""
-    from ffnlab.core.ffn import get_ffn_spec
-
-    if not swaps:
-        raise UsageError(f"compare --from needs --variants: the activations to swap to (the model runs {own})")
-    return [own] + [v for v in swaps if get_ffn_spec(v).name != get_ffn_spec(own).name], own
-
-
-def study_toml(study) -> str:
-    """A study as a --config file: the base config's fields, [model] and [study]."""
-    head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
-    if study.seeds < 2:  # the file loads only with it
-        head["no_stats"] = True
-    return to_toml({**file_fields(study.base), "study": head})
-
-
-def cmd_compare(args):
-    from ffnlab.study.execute import run_study
-
-    if args.log_to:
-        import importlib.util
-
-        module = {"mlflow": "mlflow", "tensorboard": "tensorboard"}[args.log_to]
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f"--log-to {args.log_to} needs the '{module}' package, which is not installed")
-    if args.address and args.backend != "ray":
-        raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
-    study = study_from_args(args)
-    if args.extrapolate_to is not None and not study.scale:
-        raise UsageError("--extrapolate-to FLOPS reads the scaling fits: add --scale AXIS=... or --preset scaling")
-    if args.print_config:
-        print(study_toml(study))
-        return 0
-    grid = protocol_grid_from(study) if args.protocol else None  # checked before anything is written
-    if args.csv:
-        check_writable(args.csv)
-    if not args.no_report:  # fail now, not after the sweep, when the report cannot be written
-        from ffnlab.study.report import check_out_dir, default_out_dir
-
-        check_out_dir(default_out_dir(args.store))
-    run = dict(
-        jobs=args.jobs, backend=args.backend, address=args.address, quiet=args.quiet or args.json, log_to=args.log_to
-    )
-    if args.protocol:
-        return compare_protocol(args, study, grid, run)
-    summary = run_study(study, args.store, **run)
-    if args.extrapolate_to is not None:
-        from ffnlab.study.summary import summarize_study
-
-        summary = summarize_study(study, args.store, extrapolate_to=args.extrapolate_to)
-    if args.csv:
-        write_csv(summary, args.csv)
-    if not args.json and not args.quiet:  # the ranking as soon as it is known; the report takes seconds more
-        print(format_table(summary))
-        print(f"store: {summary.store}", flush=True)
-    if not args.no_report:
-        from ffnlab.study.report import write_report
-
-        report = write_report(args.store, study=study)
-        if not args.json and not args.quiet:
-            print(f"report: {report['html']} (summary: {report['markdown']})")
-    if args.json:
-        print(json.dumps(summary.to_json(), indent=1))
-    return incomplete(summary)
-
-
-def incomplete(summary) -> int:
-    """Exit status of a finished sweep: 1, with one line on stderr, when planned runs did not finish."""
-    missing = sum(len(seeds) for cell in summary.cells for seeds in cell.missing.values())
-    if not missing:
-        return 0
-    planned = sum(len(cell.variants) for cell in summary.cells) * summary.seeds
-    print(
-        f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
-        f"store); the table rests on the rest. Run the same command again to retry them",
-        file=sys.stderr,
-    )
-    return 1
-
-
-def protocol_grid_from(study) -> dict:
-    """The protocol's grid: --lr-axis, --warmup-axis and --context-axis where given (taken out of the
-    study's axes), its defaults otherwise; ValueError if the study has other axes."""
-    from ffnlab.study.protocol import check_protocol_study, protocol_grid
-
-    given = {a: study.axes.pop(a) for a in ("lr", "warmup", "context") if a in study.axes}
-    check_protocol_study(study)
-    return protocol_grid(study, given.get("lr"), given.get("warmup"), given.get("context"))
-
-
-def compare_protocol(args, study, grid: dict, run: dict):
-    """`compare --protocol`: the three stages of ffnlab.study.protocol, each printed as its own table."""
-    from ffnlab.study.protocol import run_protocol
-
-    result = run_protocol(study, args.store, grid, **run)
-    code = max(incomplete(summary) for _, summary in result.stages)
-    if args.csv:
-        write_csv(result.stages[1][1], args.csv)
-    report = None
-    if not args.no_report:
-        from ffnlab.study.report import write_report
-
-        report = write_report(args.store, study=study)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "grid": result.grid,
-                    "choice": result.choice,
-                    "stages": [{"name": name, **summary.to_json()} for name, summary in result.stages],
-                },
-                indent=1,
-            )
-        )
-    elif not args.quiet:
-        print(format_protocol(result.stages))
-        print(f"store: {args.store}")
-        if report:
-            print(f"report: {report['html']} (summary: {report['markdown']})")
-    return code
-
-
-# ---- numerics -----------------------------------------------------------------------------------
-
-
-def cmd_numerics(args):
-    from ffnlab.tools.numerics import format_numerics, parse_range, run_numerics, to_json
-
-    lo, hi = parse_range(args.range)
-    report = run_numerics(args.names, args.dtypes, lo, hi, points=args.points, claims=not args.no_claims)
-    print(to_json(report) if args.json else format_numerics(report))
-
-
-# ---- export -------------------------------------------------------------------------------------
-
-
-def cmd_export(args):
-    from ffnlab.tools.export import OPSET, export_variant, format_export
-
-    report = export_variant(args.ffn, args.out, args.model, args.d_model, args.n_layers, args.opset or OPSET)
-    print(json.dumps(report, indent=1) if args.json else format_export(report))
-
-
-# ---- bench --------------------------------------------------------------------------------------
-
-
-def cmd_bench(args):
-    from ffnlab.tools.bench import format_bench, run_bench
-
-    log = None if args.json else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
-    result = run_bench(
-        args.ffn,
-        args.tokens,
-        args.d_model,
-        quick=args.quick,
-        compile=not args.no_compile,
-        repeats=args.repeats,
-        log=log,
-    )
-    print(json.dumps(result, indent=1) if args.json else format_bench(result))
-
-
-# ---- report, plot, advise -----------------------------------------------------------------------
-
-
-def cmd_report(args):
-    from ffnlab.study.report import write_report
-
-    paths = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
-    print(
-        f"report: {paths['html']}\nsummary: {paths['markdown']}\n"
-        f"figures: {len(paths['figures'])} PNG in {paths['html'].parent / 'figures'}"
-    )
-
-
-def cmd_plot(args):
-    from ffnlab.study.plots import activation_labels, activations_figure, figure_format, save
-
-    figure_format(args.out)  # a bad extension fails before any drawing
-    labels = activation_labels(args.names)
-    save(activations_figure(list(labels), args.xmin, args.xmax, labels=labels), args.out)
-    print(f"wrote {args.out}")
-
-
-def cmd_advise(args):
-    from ffnlab.study.advise import Situation, advice_for, format_advice
-
-    advice = advice_for(Situation(**given(args, Situation)), args.store)
-    print(strict_dumps(advice.to_json()) if args.json else format_advice(advice))  # a size or a gap may not be finite
 
 
 # ---- entry point --------------------------------------------------------------------------------
@@ -714,30 +113,11 @@ def build_parser() -> Parser:
 
 
 def add_compare_parser(sub) -> None:
-    from ffnlab.study.plan import AXES, DEFAULT_SEEDS, DEFAULT_VARIANTS
-
+    """compare: the Study's flags (ffnlab.flags.add_study_flags), the run's, and how the study runs and reports."""
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
-    p.add_argument(
-        "--variants",
-        type=csv_list,
-        default=None,
-        help=f"comma-separated FFN variants (default {','.join(DEFAULT_VARIANTS)})",
-    )
-    p.add_argument("--seeds", type=positive_int, default=None, help=f"seeds per variant (default {DEFAULT_SEEDS})")
-    p.add_argument(
-        "--baseline",
-        default=None,
-        help="the variant the others are compared with (default relu, or the first variant where relu is not run)",
-    )
+    add_study_flags(p)
     p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper | scaling")
-    p.add_argument(
-        "--scale",
-        type=scale_arg,
-        action="append",
-        default=None,
-        help="a compute axis to fit loss against compute over: width=32,64,128,256 (d_model), depth=..., "
-        "tokens=... (repeatable); adds the power-law fits and compute multipliers (README, 'Scaling')",
-    )
+    p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
     p.add_argument(
         "--extrapolate-to",
         type=positive_float,
@@ -745,22 +125,12 @@ def add_compare_parser(sub) -> None:
         metavar="FLOPS",
         help="with --scale: also read each multiplier at this compute, marked as an extrapolation",
     )
-    p.add_argument("--noise-floor", type=int, default=None, help="extra baseline-only seeds to show seed noise")
-    add_axis_flags(p, AXES)
     p.add_argument(
         "--protocol",
         action="store_true",
         help="the validation protocol: 1. compare at fixed settings, "
         "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
         "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids",
-    )
-    p.add_argument(
-        "--opt",
-        type=opt_arg,
-        action="append",
-        default=None,
-        help=f"per-variant optimiser settings, e.g. --opt gelu:lr=1e-4,beta2=0.98 (repeatable; keys: "
-        f"{', '.join(OPT_FIELDS)}); part of each run's identity and shown in the output as not held equal",
     )
     add_run_args(p, skip=("ffn", "seed", "checkpoint_dir"))
     p.add_argument("--store", default=str(DEFAULT_STORE), help="SQLite run store")
@@ -776,7 +146,6 @@ def add_compare_parser(sub) -> None:
     p.add_argument("--csv", default=None, help="also write the table to this CSV file")
     p.add_argument("--json", action="store_true")
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
     p.add_argument(
         "--log-to",
         default=None,
@@ -789,33 +158,6 @@ def add_compare_parser(sub) -> None:
         help="skip the HTML/Markdown report (default: written to report/ beside the store)",
     )
     p.set_defaults(func=cmd_compare)
-
-
-def add_axis_flags(p: argparse.ArgumentParser, axes: dict[str, str]) -> None:
-    """--NAME-axis for each study axis, typed by the config field it sets: integers, numbers or names."""
-    from ffnlab.core.model import ModelConfig
-    from ffnlab.run.config import TrainConfig
-
-    hints = {
-        **typing.get_type_hints(TrainConfig),
-        **{f"model.{k}": v for k, v in typing.get_type_hints(ModelConfig).items()},
-    }
-    old = {"depth": "--depth", "width": "--width"}  # the names before every axis ended in -axis
-    for axis, path in axes.items():
-        kind, _ = flag_type(hints[path])
-        values = {int: int_list, float: float_list}.get(kind, csv_list)
-        what = "comma-separated " + {int_list: "integers", float_list: "numbers"}.get(values, "names")
-        if axis == "attn_act":  # a spec holds commas
-            values = semicolon_list
-            what = "';'-separated Q/K/V activations, e.g. 'none;gelu;q=gelu,k=gelu' (none: no activation)"
-        p.add_argument(
-            f"--{axis.replace('_', '-')}-axis",
-            *([old[axis]] if axis in old else []),
-            dest=f"{axis}_axis",
-            type=values,
-            default=None,
-            help=f"axis: {what} for {path}" + (f" ({old[axis]} is its old name)" if axis in old else ""),
-        )
 
 
 def add_tool_parsers(sub) -> None:

@@ -1,9 +1,11 @@
-"""Command-line flags and TOML files derived from the config dataclasses, so the two never drift apart.
+"""Command-line flags derived from the config dataclasses, so the flags and the configs never drift apart.
 
-Every field of `TrainConfig` and `ModelConfig` becomes a flag (`n_layers` -> `--n-layers`) with its
-type, its choices (from the `Literal`) and its help (from the comment beside the field). A flag's
-default is None, meaning "not given": the preset or the `--config` file keeps its value.
-`--config FILE.toml` holds the same fields (a `[model]` table for the model, `[study]` for compare).
+Every field of `TrainConfig` and `ModelConfig` becomes a flag of `train` and `compare` (`n_layers` ->
+`--n-layers`), and every plain field of `Study` a flag of `compare` (`seeds` -> `--seeds`), with its type,
+its choices (from the `Literal`) and its help (from the comment beside the field); a study's axes are
+`--NAME-axis` flags typed by the config field each sets. A flag's default is None, meaning "not given":
+the preset or the `--config` file keeps its value. `run_flags` and `study_flags` hand what was given to
+the one merge of preset, file and flags (ffnlab.run.config_file, `Study.from_sources`), in the file's shape.
 """
 
 from __future__ import annotations
@@ -11,27 +13,31 @@ from __future__ import annotations
 import argparse
 import inspect
 import io
-import json
-import stat
+import math
 import tokenize
-import tomllib
 import typing
 from collections.abc import Callable
-from dataclasses import MISSING, fields, is_dataclass
-from pathlib import Path
+from dataclasses import MISSING, Field, fields
+from typing import TypeVar
 
 from ffnlab._util.names import closest
+from ffnlab.core.model import ModelConfig
+from ffnlab.run.config import TrainConfig
+from ffnlab.run.config_file import COMPUTED, TYPE_NAMES, field_types, flag_type
+from ffnlab.study.plan import AXES, OPT_FIELDS, SCALE_AXES, Study
 
 # short names that predate the derived ones; both work
 ALIASES = {"n_layers": "--layers", "n_heads": "--heads", "max_steps": "--steps", "warmup_steps": "--warmup",
            "ffn_match": "--match", "init_from": "--from"}  # fmt: skip
-# fields a run computes, never read from a file: a value there would change the run's identity, not what it trains
-COMPUTED = {"vocab_size": "set from the tokenizer", "init_digest": "computed from the --from folder"}
 # nested, a file path of its own, computed
 NOT_FLAGS = ("model", "hf_config", *COMPUTED)
-# a config file holds a few KiB of settings (a Hugging Face config's table included): a larger file is
-# something else given by mistake (a data set), and reading stops here instead of filling memory
-MAX_CONFIG_BYTES = 2**20
+# axis names from before every axis ended in -axis; both work
+OLD_AXIS_NAMES = {"depth": "--depth", "width": "--width"}
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for (a flag's value, flags that contradict each other); the CLI prints it
+    as one line and exits 2."""
 
 
 def field_comments(cls: type) -> dict[str, str]:
@@ -50,39 +56,102 @@ def field_comments(cls: type) -> dict[str, str]:
     return docs
 
 
-def flag_type(hint) -> tuple[type | None, tuple | None]:
-    """(python type, choices) of a field's type hint: `X | None` -> X, `Literal[...]` -> str and its values."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if typing.get_origin(hint) is typing.Literal:
-        return str, tuple(typing.get_args(hint))
-    if args and type(None) in typing.get_args(hint):
-        return flag_type(args[0])
-    return (hint, None) if hint in (int, float, str, bool) else (None, None)
+# ---- how a flag reads its value ----------------------------------------------------------------------
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per field of the dataclass `cls` (but `skip` and NOT_FLAGS), default None. A field's metadata
-    may name its flag ("flag": advise's Situation.stage is --situation) and the parser of its text ("parse":
-    a size such as '7B')."""
+Number = TypeVar("Number", int, float)
+
+
+def positive(kind: type[Number], what: str, rule: str) -> Callable[[str], Number]:
+    """An argparse type for one positive number of `kind` (a float also finite), named `positive_<kind>`."""
+
+    def parse(text: str) -> Number:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {what}, got '{text}'") from None
+        if not value > 0 or (kind is float and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{rule}, got {value}")
+        return value
+
+    parse.__name__ = f"positive_{kind.__name__}"
+    return parse
+
+
+positive_int = positive(int, "integer", "must be positive")
+positive_float = positive(float, "number", "must be a positive finite number")
+
+
+def csv_list(text: str, sep: str = ",") -> list[str]:
+    items = [t.strip() for t in text.split(sep) if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected a '{sep}'-separated list, got '{text}'")
+    return items
+
+
+def semicolon_list(text: str) -> list[str]:
+    """Items separated by ';', for axis values that hold commas themselves (attn_act specs)."""
+    return csv_list(text, ";")
+
+
+def number_list(kind: type, what: str) -> Callable[[str], list]:
+    """An argparse type for comma-separated positive numbers of `kind`, named `<kind>_list`."""
+
+    def parse(text: str) -> list:
+        try:
+            values = [kind(t) for t in csv_list(text)]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got '{text}'") from None
+        if any(not v > 0 for v in values):
+            raise argparse.ArgumentTypeError(f"values must be positive, got '{text}'")
+        return values
+
+    parse.__name__ = f"{kind.__name__}_list"
+    return parse
+
+
+int_list = number_list(int, "integers")
+float_list = number_list(float, "numbers")
+# a list field's flag: comma-separated items of the list's type
+LIST_TYPES: dict[type | None, Callable[[str], list]] = {int: int_list, float: float_list, str: csv_list}
+
+
+def flag_parser(hint) -> tuple[Callable | None, tuple | None]:
+    """(how the flag reads its value, choices) for a field typed `hint`: a scalar as its type, `list[X]`
+    comma-separated (LIST_TYPES); (None, None) for a field no flag sets (a table, a nested config)."""
+    if typing.get_origin(hint) is list:
+        return LIST_TYPES.get(flag_type(typing.get_args(hint)[0])[0]), None
+    return flag_type(hint)
+
+
+# ---- flags from dataclasses ------------------------------------------------------------------------
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (), default_note: str = "config default"
+) -> None:
+    """One flag per field of the dataclass `cls` (but `skip`, NOT_FLAGS and tables), default None; the help
+    is the comment beside the field and the field's default, after `default_note`. A field's metadata may
+    name its flag ("flag": advise's Situation.stage is --situation) and the parser of its text ("parse": a
+    size such as '7B')."""
     hints, docs = typing.get_type_hints(cls), field_comments(cls)
     for f in fields(cls):
-        kind, choices = flag_type(hints[f.name])
-        if f.name in skip or f.name in NOT_FLAGS or kind is None:
+        parse, choices = flag_parser(hints[f.name])
+        if f.name in skip or f.name in NOT_FLAGS or parse is None:
             continue
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
         names = [flag] + ([ALIASES[f.name]] if f.name in ALIASES else [])
-        default = f.default if f.default is not MISSING else None
         help = docs.get(f.name, f.name.replace("_", " "))
-        if default is not None:  # None means unset, which the comment says where it matters
-            help += f" (config default: {default})"
-        if kind is bool:
+        if default_text(f) != "None":  # None means unset, which the comment says where it matters
+            help += f" ({default_note}: {default_text(f)})"
+        if parse is bool:
             parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help)
         else:
-            parse = flag_parser(f.metadata["parse"]) if "parse" in f.metadata else kind
+            parse = kept_message(f.metadata["parse"]) if "parse" in f.metadata else parse
             parser.add_argument(*names, dest=f.name, type=parse, choices=choices, default=None, help=help)
 
 
-def flag_parser(parse: Callable[[str], object]) -> Callable[[str], object]:
+def kept_message(parse: Callable[[str], object]) -> Callable[[str], object]:
     """`parse` as a flag's type, its ValueError's message kept (argparse would print 'invalid parse value')."""
 
     def parse_flag(text: str) -> object:
@@ -95,6 +164,103 @@ def flag_parser(parse: Callable[[str], object]) -> Callable[[str], object]:
     return parse_flag
 
 
+def default_text(f: Field) -> str:
+    """A field's default as its flag's help shows it: a list comma-separated, as the flag takes it."""
+    default = f.default_factory() if f.default_factory is not MISSING else f.default
+    default = None if default is MISSING else default
+    return ",".join(map(str, default)) if isinstance(default, list) else str(default)
+
+
+def add_axis_flags(parser: argparse.ArgumentParser) -> None:
+    """--NAME-axis for each study axis (ffnlab.study.plan.AXES), typed by the config field it sets: integers,
+    numbers or names."""
+    types = field_types(TrainConfig)
+    for axis, path in AXES.items():
+        values = LIST_TYPES.get(flag_type(types[path])[0], csv_list)
+        what = "comma-separated " + {int_list: "integers", float_list: "numbers"}.get(values, "names")
+        if axis == "attn_act":  # a spec holds commas
+            values = semicolon_list
+            what = "';'-separated Q/K/V activations, e.g. 'none;gelu;q=gelu,k=gelu' (none: no activation)"
+        old = OLD_AXIS_NAMES.get(axis)
+        parser.add_argument(
+            f"--{axis.replace('_', '-')}-axis",
+            *([old] if old else []),
+            dest=f"{axis}_axis",
+            type=values,
+            default=None,
+            help=f"axis: {what} for {path}" + (f" ({old} is its old name)" if old else ""),
+        )
+
+
+def add_study_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a `Study`: its plain fields (add_config_flags), its axes, --opt for its per-variant
+    settings and --scale for its compute axes."""
+    add_config_flags(parser, Study, skip=("scale",), default_note="default")
+    add_axis_flags(parser)
+    parser.add_argument(
+        "--opt",
+        dest="per_variant",
+        metavar="OPT",
+        type=opt_arg,
+        action="append",
+        default=None,
+        help=f"per-variant optimiser settings, e.g. --opt gelu:lr=1e-4,beta2=0.98 (repeatable; keys: "
+        f"{', '.join(OPT_FIELDS)}); part of each run's identity and shown in the output as not held equal",
+    )
+    parser.add_argument(
+        "--scale",
+        type=scale_arg,
+        action="append",
+        default=None,
+        help="a compute axis to fit loss against compute over: width=32,64,128,256 (d_model), depth=..., "
+        "tokens=... (repeatable); adds the power-law fits and compute multipliers (README, 'Scaling')",
+    )
+
+
+def opt_arg(text: str) -> tuple[str, dict]:
+    """'gelu:lr=1e-4,beta2=0.98' -> ('gelu', {'lr': 0.0001, 'beta2': 0.98})."""
+    variant, sep, settings = text.partition(":")
+    if not sep or not variant.strip() or not settings.strip():
+        raise argparse.ArgumentTypeError(f"expected VARIANT:KEY=VALUE[,KEY=VALUE...], e.g. gelu:lr=1e-4, got '{text}'")
+    values = {}
+    for item in csv_list(settings):
+        key, sep, value = (s.strip() for s in item.partition("="))
+        if key not in OPT_FIELDS or not sep:
+            raise argparse.ArgumentTypeError(
+                f"'{item}' in --opt {text}: expected KEY=VALUE with KEY one of {', '.join(OPT_FIELDS)}"
+            )
+        if key in values:  # which of the two holds would be a guess
+            raise argparse.ArgumentTypeError(f"--opt {text} sets {key} twice; give each setting once")
+        kind, _ = flag_type(OPT_FIELDS[key])
+        try:
+            values[key] = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{item}' in --opt {text}: {key} needs {TYPE_NAMES[kind]}") from None
+    return variant.strip(), values
+
+
+def scale_arg(text: str) -> tuple[str, list[int]]:
+    """'width=64,128,256' -> ('width', [64, 128, 256]); 'tokens=2e5,4e5,8e5' -> ('tokens', [200000, ...])."""
+    axis, sep, values = (part.strip() for part in text.partition("="))
+    if not sep or not axis or not values:
+        raise argparse.ArgumentTypeError(f"expected AXIS=V1,V2,..., e.g. width=64,128,256, got '{text}'")
+    axis = axis.lower()  # as variant names: 'Width' is width
+    if axis not in SCALE_AXES:
+        raise argparse.ArgumentTypeError(
+            f"cannot scale '{axis}'{closest(axis, SCALE_AXES)}; valid: {', '.join(SCALE_AXES)}"
+        )
+    try:
+        numbers = [float(v) for v in csv_list(values)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--scale {text}: values must be numbers") from None
+    if any(not (n > 0 and n == int(n)) for n in numbers):
+        raise argparse.ArgumentTypeError(f"--scale {text}: values must be positive whole numbers")
+    return axis, [int(n) for n in numbers]
+
+
+# ---- what the user gave ----------------------------------------------------------------------------
+
+
 def given(args: argparse.Namespace, cls: type) -> dict:
     """The fields of `cls` the command line set (flags left out are None)."""
     return {
@@ -104,135 +270,21 @@ def given(args: argparse.Namespace, cls: type) -> dict:
     }
 
 
-# ---- TOML files -------------------------------------------------------------------------------------
+def run_flags(args: argparse.Namespace) -> dict:
+    """The run's fields the command line set, in a --config file's shape (ffnlab.run.config_file): TrainConfig's,
+    ModelConfig's under 'model', and --hf-config's file."""
+    hf_config = {"hf_config": args.hf_config} if args.hf_config else {}
+    return {**given(args, TrainConfig), **hf_config, "model": given(args, ModelConfig)}
 
 
-def read_toml(path: str | Path, tables: dict[str, type | dict]) -> dict:
-    """A config file as a dict, every key checked against its type: top-level keys against tables[''], each
-    [table] against its own. A table's type is a dataclass (its fields) or a dict {key: type}. ValueError
-    naming the file and the first problem."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(config_text(path))
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"config file {path} is not valid TOML: {e}") from None
-    except RecursionError:  # tomllib parses nested arrays and tables by recursion
-        raise ValueError(f"config file {path} is not valid TOML: arrays or tables nested too deeply") from None
-    top = {**table_types(tables[""]), **{table: valid for table, valid in tables.items() if table}}
-    return checked_table(data, top, path, "")
-
-
-def config_text(path: Path) -> str:
-    """The text of a config file: a regular file of UTF-8 text, at most MAX_CONFIG_BYTES; FileNotFoundError or
-    ValueError naming the file otherwise."""
-    try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):  # a device (/dev/zero) may never end, a pipe may block
-            raise ValueError(f"config file {path} is {'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}")
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config file {path} does not exist") from None
-    except OSError as e:  # a symlink loop, a permission
-        raise ValueError(f"config file {path} cannot be read: {e.strerror or e}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ValueError(f"config file {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB; is it a config file?")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
-
-
-def table_types(hint) -> dict | None:
-    """{key: type} of a table's type, a dataclass (its fields) or a dict {key: type}; None for other types."""
-    if is_dataclass(hint):
-        return typing.get_type_hints(hint)
-    return hint if isinstance(hint, dict) else None
-
-
-def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
-    """`data`, the [table] of the config file `path` ('' its top level), with each key known to `types` and
-    its value checked against its type (checked_value); ValueError naming the first unknown key."""
-    where = f"[{table}] " if table else ""
-    for key, value in data.items():
-        if key not in types:
-            raise ValueError(
-                f"config file {path}: unknown key {where}'{key}'{closest(key, types)}; valid: {', '.join(sorted(types))}"
-            )
-        if key in COMPUTED:
-            raise ValueError(f"config file {path}: {where}'{key}' is {COMPUTED[key]}, not read from a file; drop it")
-        data[key] = checked_value(value, types[key], path, table, key)
-    return data
-
-
-TYPE_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
-
-
-def checked_value(value, hint, path: Path, table: str, key: str):
-    """The value of `key` in the [table] of the config file `path`, checked against its type `hint`: a table
-    key by key, `list[X]` and `dict[str, X]` item by item, a flag's type as the flag takes it (scalar_value).
-    ValueError naming the file, the key and the type otherwise."""
-    what = f"config file {path}: " + (f"[{table}] " if table else "") + f"'{key}'"
-    inner = f"{table}.{key}" if table else key
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if table_types(hint) is not None or origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{what} must be a table ([{inner}]), got {value!r}")
-        if origin is dict:  # any keys, each value of one type (the variants of [study.per_variant])
-            return {k: checked_value(v, args[1], path, inner, k) for k, v in value.items()}
-        return checked_table(value, table_types(hint), path, inner)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ValueError(f"{what} must be a list ([...]), got {value!r}")
-        return [scalar_value(v, args[0], f"{what} (item {i + 1})") for i, v in enumerate(value)]
-    return scalar_value(value, hint, what)
-
-
-def scalar_value(value, hint, what: str):
-    """`value` read from a file for a field typed `hint` (an int where a float belongs becomes a float, so
-    the run's identity is the flag's); ValueError naming `what`, the type and the choices otherwise."""
-    kind, choices = flag_type(hint)
-    if kind is None:
-        return value
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ValueError(f"{what} must be {TYPE_NAMES[kind]}, got {value!r}")
-    if choices and value not in choices:
-        raise ValueError(f"{what} is {value!r}; valid: {', '.join(choices)}")
-    return value
-
-
-def field_types(cls: type) -> dict:
-    """The type of every field of a config dataclass by its path, a nested config's as 'model.d_model'."""
-    types = {}
-    for name, hint in typing.get_type_hints(cls).items():
-        types |= {f"{name}.{k}": v for k, v in field_types(hint).items()} if is_dataclass(hint) else {name: hint}
-    return types
-
-
-def file_fields(cfg) -> dict:
-    """A config dataclass's fields as a --config file holds them (what read_toml reads back to the same
-    config): a nested config as a dict, for a [table]; the COMPUTED fields left out."""
-    values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in COMPUTED}
-    return {name: file_fields(v) if is_dataclass(v) else v for name, v in values.items()}
-
-
-def toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))  # a JSON string is a valid TOML basic string
-
-
-def to_toml(data: dict, table: str = "") -> str:
-    """`data` as TOML (None values left out: they mean "the default"), nested dicts as [tables]."""
-    scalars = [f"{k} = {toml_value(v)}" for k, v in data.items() if v is not None and not isinstance(v, dict)]
-    out = ([f"[{table}]"] if table and scalars else []) + scalars
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out += ["", to_toml(value, f"{table}.{key}" if table else key)]
-    return "\n".join(out)
+def study_flags(args: argparse.Namespace) -> dict:
+    """What `compare`'s command line set, in the shape `Study.from_sources` reads: the run's fields
+    (run_flags) and under 'study' the study's, --scale's axes as {axis: values} and --opt's settings as
+    (variant, settings) pairs in order."""
+    study = given(args, Study)
+    study["axes"] = {axis: getattr(args, f"{axis}_axis") for axis in AXES if getattr(args, f"{axis}_axis")}
+    study["scale"] = dict(args.scale or [])
+    study["per_variant"] = args.per_variant or []
+    if args.no_stats:
+        study["no_stats"] = True
+    return {**run_flags(args), "study": study}

@@ -378,5 +378,5 @@ def test_compare_help_names_the_default_study():
 
     compare = next(a for a in build_parser()._actions if a.dest == "command").choices["compare"]
     helps = {a.dest: a.help for a in compare._actions}
-    assert f"(default {','.join(DEFAULT_VARIANTS)})" in helps["variants"]
-    assert f"(default {DEFAULT_SEEDS})" in helps["seeds"] and "standard (default)" in helps["preset"]
+    assert f"(default: {','.join(DEFAULT_VARIANTS)})" in helps["variants"]
+    assert f"(default: {DEFAULT_SEEDS})" in helps["seeds"] and "standard (default)" in helps["preset"]

@@ -1,15 +1,26 @@
-"""Flags and config files derived from the config dataclasses (ffnlab.flags)."""
+"""Flags derived from the config dataclasses (ffnlab.flags), the config files they share their fields with
+(ffnlab.run.config_file), and the one merge of preset, file and flags (`Study.from_sources`)."""
 
+import argparse
 import typing
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from ffnlab.cli import build_parser
 from ffnlab.core.model import ModelConfig
-from ffnlab.flags import NOT_FLAGS, field_comments, file_fields, read_toml, to_toml
+from ffnlab.flags import NOT_FLAGS, add_config_flags, field_comments, int_list, study_flags
 from ffnlab.run.config import TrainConfig
+from ffnlab.run.presets import preset_config
+from ffnlab.study.plan import Study
+
+
+def study_of(*argv) -> Study:
+    """The study `compare` would run for these flags, built as the command does."""
+    args = build_parser().parse_args(["compare", *map(str, argv)])
+    return Study.from_sources(args.preset, args.config, study_flags(args))
 
 
 def subparser(command: str):
@@ -27,6 +38,47 @@ def test_every_config_field_is_a_train_flag_with_its_choices(cls):
         assert "--" + f.name.replace("_", "-") in action.option_strings
         if typing.get_origin(hints[f.name]) is typing.Literal:
             assert tuple(action.choices) == typing.get_args(hints[f.name])
+
+
+@dataclass
+class Toy:
+    widths: list[int] = field(default_factory=lambda: [64, 128])  # widths to try
+    mode: Literal["fast", "exact"] = "fast"
+    table: dict[str, int] = field(default_factory=dict)  # a table: no flag sets it
+
+
+def test_a_dataclass_field_becomes_a_flag_typed_by_its_hint():
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, Toy, default_note="default")
+    actions = {a.dest: a for a in parser._actions}
+    assert actions["widths"].type is int_list and actions["widths"].help == "widths to try (default: 64,128)"
+    assert actions["mode"].choices == ("fast", "exact") and "table" not in actions
+    assert vars(parser.parse_args(["--widths", "32,48"])) == {"widths": [32, 48], "mode": None}  # None: not given
+
+
+def test_every_plain_study_field_is_a_compare_flag():
+    actions = {a.dest: a for a in subparser("compare")._actions}
+    for f in fields(Study):
+        if f.name in ("base", "axes", "per_variant", "scale"):
+            continue  # the run's flags, the --NAME-axis flags, --opt and --scale AXIS=VALUES set these
+        assert "--" + f.name.replace("_", "-") in actions[f.name].option_strings
+    assert actions["variants"].type.__name__ == "csv_list" and actions["per_variant"].option_strings == ["--opt"]
+
+
+def test_a_study_takes_the_preset_then_the_file_then_the_flags(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(
+        'lr = 1e-3\n[model]\nn_layers = 3\n[study]\npreset = "smoke"\nseeds = 3\nvariants = ["relu", "gelu"]\n'
+        "[study.axes]\ncontext = [16, 32]\nwarmup = [1, 2]"
+    )
+    flags = {"lr": 2e-3, "study": {"seeds": 5, "axes": {"context": [8, 16]}, "per_variant": [("GELU", {"lr": 1e-4})]}}
+    study = Study.from_sources(None, path, flags)
+    assert study.base.max_steps == preset_config("smoke").max_steps  # the preset the file names
+    assert study.base.model.n_layers == 3 and study.base.lr == 2e-3  # the file's, and a flag over it
+    assert study.seeds == 5 and study.variants == ["relu", "gelu"]
+    assert study.axes == {"context": [8, 16], "warmup": [1, 2]} and study.per_variant == {"gelu": {"lr": 1e-4}}
+    assert Study.from_sources("quick", path, {}).base.max_steps == preset_config("quick").max_steps
+    assert Study.from_sources(None, None, {}).base == preset_config("standard")  # no file, no flags
 
 
 def test_help_comes_from_the_comment_beside_the_field():
@@ -96,7 +148,6 @@ def test_a_bad_config_file_is_one_line_exit_2(run_cli, tmp_path, text, needle):
     ],
 )  # fmt: skip
 def test_print_config_loads_back_to_the_same_study(run_cli, tmp_path, argv):
-    from ffnlab.cli import build_parser, study_from_args
     from ffnlab.study.plan import study_id
 
     path = tmp_path / "c.toml"
@@ -104,8 +155,7 @@ def test_print_config_loads_back_to_the_same_study(run_cli, tmp_path, argv):
     assert code == 0, err
     path.write_text(out)
     assert run_cli("compare", "--config", path, "--print-config") == (0, out, "")
-    study = lambda *flags: study_from_args(build_parser().parse_args(["compare", *map(str, flags)]))
-    assert study_id(study("--config", path)) == study_id(study(*argv))
+    assert study_id(study_of("--config", path)) == study_id(study_of(*argv))
 
 
 @pytest.mark.parametrize(
@@ -182,36 +232,18 @@ def test_train_print_config_loads_back_to_the_same_config(run_cli, tmp_path):
     assert run_cli("train", "--config", path, "--print-config") == (0, out, "")
 
 
-def test_toml_writer_and_reader_agree():
-    cfg = TrainConfig(model=ModelConfig(n_layers=3, d_ff=100), lr=3e-4, max_tokens=1000, compile=True)
-    data = read_toml_text(to_toml(file_fields(cfg)))
-    assert TrainConfig(**data) == cfg  # None fields are left out and come back as their default
-    assert read_toml_text("lr = 1")["lr"] == 1.0 and isinstance(read_toml_text("lr = 1")["lr"], float)
-
-
-def read_toml_text(text: str) -> dict:
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "c.toml"
-        path.write_text(text)
-        return read_toml(path, {"": TrainConfig, "model": ModelConfig})
-
-
 def test_opt_sets_per_variant_optimiser_settings_in_the_runs_and_the_output(run_cli, tmp_path):
-    from ffnlab.cli import build_parser, study_from_args
     from ffnlab.study.plan import plan, run_id
     from ffnlab.study.summary import held_equal
 
     argv = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", "2",
             "--opt", "gelu:lr=1e-4,beta2=0.98", "--opt", "GELU:warmup_steps=3"]  # fmt: skip
-    study = study_from_args(build_parser().parse_args(argv))
+    study = study_of(*argv[1:])
     assert study.per_variant == {"gelu": {"lr": 1e-4, "beta2": 0.98, "warmup_steps": 3}}
     runs = {(c.model.ffn, c.seed): c for c in plan(study)}
     assert runs["gelu", 0].lr == 1e-4 and runs["gelu", 0].beta2 == 0.98 and runs["gelu", 0].warmup_steps == 3
     assert runs["relu", 0].lr == study.base.lr and runs["relu", 0].beta2 == study.base.beta2
-    plain = study_from_args(build_parser().parse_args(argv[:7]))
+    plain = study_of(*argv[1:7])
     assert run_id(runs["gelu", 0]) not in {run_id(c) for c in plan(plain)}  # the setting is part of the identity
     from ffnlab.study.render import settings_rows
     from ffnlab.study.summary import settings_of
@@ -261,7 +293,7 @@ def test_a_setting_per_variant_given_twice_in_the_config_file_is_refused_and_opt
 
 
 def test_the_readme_names_every_key_of_the_study_table():
-    from ffnlab.cli import STUDY_KEYS
+    from ffnlab.study.plan import STUDY_KEYS
     from tests.test_readme import readme_keys
 
     named = readme_keys("for `compare` a `[study]` table with", "flags override it")

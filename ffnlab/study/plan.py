@@ -9,13 +9,18 @@ import hashlib
 import itertools
 import json
 import math
+import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
 from ffnlab.core.ffn import get_ffn_spec, layer_variants
 from ffnlab.run.config import TrainConfig, identity
+from ffnlab.run.config_file import RUN_TABLES, config_from_sources, field_types, file_fields, read_toml, to_toml
 from ffnlab.run.device import resolve_precision
+from ffnlab.run.presets import preset_config
 from ffnlab.run.train import resolve_init
 
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
@@ -57,11 +62,13 @@ class Study:
     """What to compare: variants x seeds x axes on a base TrainConfig. Variant and baseline names
     are stored in their canonical spelling ('SwiGLU' -> 'swiglu')."""
 
-    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
-    seeds: int = DEFAULT_SEEDS
+    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))  # FFN variants: names, mix:a+b,
+    # switch_x:a+b+c or per-layer schedules a*2+b*2
+    seeds: int = DEFAULT_SEEDS  # seeds per variant, paired: seed s of each variant shares all but its FFN
     base: TrainConfig = field(default_factory=TrainConfig)
     axes: dict[str, list] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
-    baseline: str | None = None  # None: relu where it is run, else the first variant (`default_baseline`)
+    baseline: str | None = None  # the variant the others are compared with; None: relu where it is run,
+    # else the first variant
     noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
     per_variant: dict[str, dict] = field(default_factory=dict)  # variant -> {config path: value}, e.g. the
     # lr the protocol tuned for it; empty in a plain comparison, where every variant shares the base
@@ -101,6 +108,120 @@ class Study:
     @classmethod
     def from_dict(cls, d: dict) -> Study:
         return cls(**d)
+
+    @classmethod
+    def from_sources(cls, preset: str | None, file: str | Path | None, flags: dict) -> Study:
+        """The study `compare` runs: the preset (None: the file's, else standard), then the --config `file`,
+        then the flags given. `flags` has the file's shape (ffnlab.flags.study_flags): the run's fields
+        (ffnlab.run.config_file.config_from_sources), and under 'study' the [study] keys, but 'scale' as
+        {axis: values} and 'per_variant' as (variant, settings) pairs, each --opt one. ValueError naming the
+        first problem."""
+        contents = read_toml(file, STUDY_TABLES) if file else {}
+        in_file, in_flags = contents.get("study", {}), flags.get("study", {})
+        setting = lambda key, default=None: in_flags.get(key, in_file.get(key, default))  # a flag over the file
+        preset = preset if preset is not None else in_file.get("preset", "standard")
+        base = config_from_sources(preset_config(preset), contents, flags)
+        scale = scale_of(in_flags.get("scale"), in_file, preset)
+        axes = axes_of(in_file.get("axes", {}), scale, in_flags.get("axes", {}))
+        seeds = setting("seeds", DEFAULT_SEEDS)
+        if seeds < 2 and not setting("no_stats"):
+            raise ValueError(
+                f"statistics need at least 2 seeds per variant (p-values 3), got --seeds {seeds}; "
+                "use --seeds 3 or more, or --no-stats"
+            )
+        in_both = [
+            (f"config file {file}", in_file.get("per_variant", {}).items()),
+            ("--opt", in_flags.get("per_variant", [])),
+        ]
+        per_variant = per_variant_of(in_both)
+        variants, baseline = setting("variants", list(DEFAULT_VARIANTS)), setting("baseline")
+        if base.init_from:
+            base = resolve_init(base)  # the folder's digest is part of the study
+            variants, baseline = finetune_variants(base.model.ffn, setting("variants"))
+        return cls(
+            variants=variants,
+            seeds=seeds,
+            base=base,
+            axes=axes,
+            baseline=baseline,
+            noise_floor=setting("noise_floor", 0),
+            per_variant=per_variant,
+            scale=list(scale),
+        )
+
+
+# every config field's type by its path ('lr', 'model.d_model'), which axes and per-variant settings name
+FIELD_TYPES = field_types(TrainConfig)
+# what a variant's own settings may set (`--opt VARIANT:KEY=VALUE,...`), and their types: the optimiser and
+# its schedule
+OPT_FIELDS = {key: FIELD_TYPES[key] for key in ("lr", "min_lr", "warmup_steps", "weight_decay", "beta2", "grad_clip")}
+# a --config file's [study] table: each key's type, checked as the file is read (ffnlab.run.config_file.read_toml):
+# Study's own fields, an axis's values and a variant's settings typed as the config fields they set, and the
+# preset and no_stats, which are not the study's but choose its base and allow it a single seed
+STUDY_KEYS = {
+    "preset": str,
+    **{
+        name: hint for name, hint in typing.get_type_hints(Study).items() if name not in ("base", "axes", "per_variant")
+    },
+    "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
+    "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
+    "no_stats": bool,
+}
+STUDY_TABLES = {**RUN_TABLES, "study": STUDY_KEYS}
+
+
+def scale_of(flagged: dict[str, list[int]] | None, in_file: dict, preset: str) -> dict[str, list[int]]:
+    """The compute axes of a study and their values: the --scale flags' (`flagged`), else the --config file's
+    [study] `scale` (its values in [study.axes]), else the preset's own (`--preset scaling`)."""
+    if flagged:
+        return dict(flagged)
+    if in_file.get("scale"):
+        return {axis: in_file.get("axes", {}).get(axis, []) for axis in in_file["scale"]}
+    return dict(PRESET_SCALES.get(preset, {}))
+
+
+def axes_of(in_file: dict[str, list], scale: dict[str, list], flagged: dict[str, list]) -> dict[str, list]:
+    """A study's axes: the file's, then the compute axes (`scale`), then the --NAME-axis flags; ValueError
+    where a compute axis is also flagged (which values would hold is a guess)."""
+    both = sorted(set(scale) & set(flagged))
+    if both:
+        raise ValueError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
+    return {**in_file, **scale, **flagged}
+
+
+def per_variant_of(sources: list[tuple[str, Iterable[tuple[str, dict]]]]) -> dict[str, dict]:
+    """Each variant's own settings from (where, (variant, settings) pairs) sources, a later source overriding
+    an earlier one, variants by their canonical name. A setting given twice for one variant by one source (two
+    --opt, or 'gelu' and 'GELU' in the file) is refused: which would hold is a guess."""
+    merged: dict[str, dict] = {}
+    for where, pairs in sources:
+        given: dict[str, dict] = {}
+        for variant, values in pairs:
+            name = get_ffn_spec(variant).name
+            own = given.setdefault(name, {})
+            for key in own.keys() & values.keys():
+                raise ValueError(f"{where} sets {name}'s {key} twice ({own[key]} and {values[key]}); give it once")
+            own.update(values)
+        for variant, values in given.items():
+            merged.setdefault(variant, {}).update(values)
+    return merged
+
+
+def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
+    """(variants, baseline) of a study from a pretrained folder (`compare --from`): the folder's activation
+    `own`, the baseline, then each swap."""
+    if not swaps:
+        raise ValueError(f"compare --from needs --variants: the activations to swap to (the model runs {own})")
+    return [own] + [v for v in swaps if get_ffn_spec(v).name != get_ffn_spec(own).name], own
+
+
+def study_toml(study: Study) -> str:
+    """A study as a --config file, which `Study.from_sources` reads back to the same study: the base config's
+    fields, [model] and [study]."""
+    head = {k: v for k, v in study.to_dict().items() if k in STUDY_KEYS}
+    if study.seeds < 2:  # the file loads only with it
+        head["no_stats"] = True
+    return to_toml({**file_fields(study.base), "study": head})
 
 
 def default_baseline(variants: list[str]) -> str:

@@ -1,0 +1,179 @@
+"""One function per `ffnlab` subcommand: it takes the parsed arguments, calls the library and prints what it
+returns. cli.py declares the subcommands and their flags; a mistake in the flags is a `UsageError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ffnlab._util.files import check_writable, write_atomic
+from ffnlab._util.jsonio import strict_dumps
+from ffnlab.flags import UsageError, given, run_flags, study_flags
+from ffnlab.run.config import TrainConfig
+from ffnlab.run.config_file import RUN_TABLES, config_from_sources, file_fields, read_toml, to_toml
+from ffnlab.study.plan import Study, study_toml
+from ffnlab.study.table import format_protocol, format_table
+
+if TYPE_CHECKING:
+    from ffnlab.study.compare import Comparison
+    from ffnlab.study.records import Summary
+
+
+def cmd_list(args):
+    from dataclasses import asdict
+
+    from ffnlab.core.catalog import format_list, format_schedule, list_rows, schedule_sizes
+
+    if args.schedule:
+        sizes = schedule_sizes(args.schedule, args.d_model, args.n_layers)
+        print(json.dumps(asdict(sizes), indent=1) if args.json else format_schedule(sizes))
+        return
+    if args.n_layers:
+        raise UsageError("--layers sizes a schedule: add --schedule, e.g. --schedule gelu*2+swiglu*2")
+    rows = list_rows(args.d_model)
+    print(json.dumps([asdict(row) for row in rows], indent=1) if args.json else format_list(rows, args.d_model))
+
+
+def cmd_train(args):
+    from ffnlab.run.result_text import format_run
+    from ffnlab.run.train import progress_bar, train
+
+    if args.out:
+        check_writable(args.out)  # now, not after the training
+    file = read_toml(args.config, RUN_TABLES) if args.config else {}
+    cfg = config_from_sources(TrainConfig(), file, run_flags(args))
+    if args.print_config:
+        print(to_toml(file_fields(cfg)))
+        return
+    if args.command == "finetune" and not cfg.init_from:
+        raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
+    if args.save_pretrained and os.path.isfile(args.save_pretrained):  # a folder, created when saved
+        raise UsageError(f"--save-pretrained {args.save_pretrained} is a file; give a folder")
+    show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
+    result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
+    if args.out:
+        write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
+    if args.json:
+        print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("history", "config")}, indent=1))
+        return
+    print(format_run(result))
+
+
+def cmd_compare(args):
+    from ffnlab.study.compare import compare
+
+    if args.log_to:
+        import importlib.util
+
+        if importlib.util.find_spec(args.log_to) is None:  # the package is named as the choice
+            raise UsageError(f"--log-to {args.log_to} needs the '{args.log_to}' package, which is not installed")
+    if args.address and args.backend != "ray":
+        raise UsageError(f"--address {args.address} is for --backend ray; add --backend ray or drop --address")
+    study = Study.from_sources(args.preset, args.config, study_flags(args))
+    if study.per_variant and args.protocol:
+        raise UsageError("--opt sets per-variant optimiser settings, which --protocol tunes itself; drop one")
+    if args.extrapolate_to is not None and not study.scale:
+        raise UsageError("--extrapolate-to FLOPS reads the scaling fits: add --scale AXIS=... or --preset scaling")
+    if args.print_config:
+        print(study_toml(study))
+        return 0
+    talk = not args.json and not args.quiet
+    result = compare(
+        study,
+        args.store,
+        protocol=args.protocol,
+        csv=args.csv,
+        report=not args.no_report,
+        extrapolate_to=args.extrapolate_to,
+        ranked=print_ranking if talk else None,
+        jobs=args.jobs,
+        backend=args.backend,
+        address=args.address,
+        quiet=not talk,
+        log_to=args.log_to,
+    )
+    if talk and result.report:
+        print(f"report: {result.report['html']} (summary: {result.report['markdown']})")
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1))
+    return max(incomplete(summary) for summary in result.summaries)
+
+
+def print_ranking(result: Comparison) -> None:
+    """The ranking (the protocol's three), as soon as it is known: the report takes seconds more."""
+    print(format_protocol(result.protocol.stages) if result.protocol else format_table(result.summary))
+    print(f"store: {result.summary.store}", flush=True)
+
+
+def incomplete(summary: Summary) -> int:
+    """Exit status of a finished sweep: 1, with one line on stderr, when planned runs did not finish."""
+    from ffnlab.study.compare import unfinished
+
+    missing, planned = unfinished(summary)
+    if missing:
+        print(
+            f"ffnlab: error: {missing} of {planned} planned runs did not finish (their errors are above and in the "
+            f"store); the table rests on the rest. Run the same command again to retry them",
+            file=sys.stderr,
+        )
+    return 1 if missing else 0
+
+
+def cmd_numerics(args):
+    from ffnlab.tools.numerics import format_numerics, parse_range, run_numerics, to_json
+
+    lo, hi = parse_range(args.range)
+    report = run_numerics(args.names, args.dtypes, lo, hi, points=args.points, claims=not args.no_claims)
+    print(to_json(report) if args.json else format_numerics(report))
+
+
+def cmd_export(args):
+    from ffnlab.tools.export import OPSET, export_variant, format_export
+
+    report = export_variant(args.ffn, args.out, args.model, args.d_model, args.n_layers, args.opset or OPSET)
+    print(json.dumps(report, indent=1) if args.json else format_export(report))
+
+
+def cmd_bench(args):
+    from ffnlab.tools.bench import format_bench, run_bench
+
+    log = None if args.json else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
+    result = run_bench(
+        args.ffn,
+        args.tokens,
+        args.d_model,
+        quick=args.quick,
+        compile=not args.no_compile,
+        repeats=args.repeats,
+        log=log,
+    )
+    print(json.dumps(result, indent=1) if args.json else format_bench(result))
+
+
+def cmd_report(args):
+    from ffnlab.study.report import write_report
+
+    paths = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
+    print(
+        f"report: {paths['html']}\nsummary: {paths['markdown']}\n"
+        f"figures: {len(paths['figures'])} PNG in {paths['html'].parent / 'figures'}"
+    )
+
+
+def cmd_plot(args):
+    from ffnlab.study.plots import activation_labels, activations_figure, figure_format, save
+
+    figure_format(args.out)  # a bad extension fails before any drawing
+    labels = activation_labels(args.names)
+    save(activations_figure(list(labels), args.xmin, args.xmax, labels=labels), args.out)
+    print(f"wrote {args.out}")
+
+
+def cmd_advise(args):
+    from ffnlab.study.advise import Situation, advice_for, format_advice
+
+    advice = advice_for(Situation(**given(args, Situation)), args.store)
+    print(strict_dumps(advice.to_json()) if args.json else format_advice(advice))  # a size or a gap may not be finite

@@ -1,0 +1,40 @@
+"""A finished run (`RunResult`) as text: the few lines `ffnlab train` prints."""
+
+from __future__ import annotations
+
+import json
+
+from ffnlab.run.config import RunResult
+
+
+def format_run(r: RunResult) -> str:
+    """A finished run in a few lines: loss, what it cost, and what the monitors saw."""
+    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
+    first = r.history["val"][0] if r.history["val"] else None
+    lines = [
+        f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.final_val_loss)}"
+        + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
+        + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"
+    ]
+    if r.task == "lm":
+        lines.append(
+            f"  perplexity {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
+            f"with embedding noise {f(r.noisy_val_loss)}"
+        )
+    else:
+        lines.append(
+            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}"
+        )
+    lines.append(
+        f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
+        f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
+        f"{r.saved_bytes / 2**20:.1f})"
+        + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else "")
+    )
+    lines.append(
+        f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
+        f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
+    )
+    for layer, values in r.learned.items():
+        lines.append(f"  learned {layer}: {json.dumps(values)}")
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""`ffnlab compare` in one call: the study (or the validation protocol's three), then its CSV and its report,
+each output checked before the first run starts. The command line prints what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ffnlab._util.files import check_writable
+from ffnlab.study.execute import run_study
+from ffnlab.study.plan import Study
+from ffnlab.study.protocol import Protocol, check_protocol_study, protocol_grid, run_protocol
+from ffnlab.study.records import Summary
+from ffnlab.study.report import check_out_dir, default_out_dir, write_report
+from ffnlab.study.summary import summarize_study
+from ffnlab.study.table import write_csv
+
+
+@dataclass
+class Comparison:
+    """What `compare` produced: the summary the CSV holds, the protocol's stages where it ran, the report's files."""
+
+    summary: Summary  # the study's; with the protocol, its tuned stage's
+    protocol: Protocol | None = None
+    report: dict[str, Path | list[Path]] | None = None  # ffnlab.study.report.write_report's paths; None: not written
+
+    @property
+    def summaries(self) -> list[Summary]:
+        return [s for _, s in self.protocol.stages] if self.protocol else [self.summary]
+
+    def to_json(self) -> dict:
+        """`compare --json`: the summary, or the protocol's grid, choice and stages, each its summary's JSON."""
+        if self.protocol is None:
+            return self.summary.to_json()
+        stages = [{"name": name, **summary.to_json()} for name, summary in self.protocol.stages]
+        return {"grid": self.protocol.grid, "choice": self.protocol.choice, "stages": stages}
+
+
+def compare(
+    study: Study,
+    store: str | Path,
+    *,
+    protocol: bool = False,
+    csv: str | None = None,
+    report: bool = True,
+    extrapolate_to: float | None = None,
+    ranked: Callable[[Comparison], None] | None = None,
+    **run,
+) -> Comparison:
+    """Run `study` into the run store `store` (`protocol`: the three stages of ffnlab.study.protocol, its grids
+    from the study's lr, warmup and context axes), then write the table to `csv` and the report beside the store.
+    `ranked` sees the result as soon as the ranking is known, before the report (seconds more); `extrapolate_to`
+    reads each compute multiplier at that compute; `run` goes to `run_study` (jobs, backend, quiet, ...)."""
+    grid = protocol_grid_of(study) if protocol else None  # checked before anything is written
+    if csv:
+        check_writable(csv)
+    if report:
+        check_out_dir(default_out_dir(store))
+    if grid is not None:
+        stages = run_protocol(study, store, grid, **run)
+        result = Comparison(stages.stages[1][1], stages)  # the tuned stage: each variant at its best setting
+    elif extrapolate_to is None:
+        result = Comparison(run_study(study, store, **run))
+    else:
+        run_study(study, store, **run)
+        result = Comparison(summarize_study(study, store, extrapolate_to=extrapolate_to))
+    if csv:
+        write_csv(result.summary, csv)
+    if ranked:
+        ranked(result)
+    if report:
+        result.report = write_report(store, study=study)
+    return result
+
+
+def protocol_grid_of(study: Study) -> dict[str, list]:
+    """The protocol's grid: the study's lr, warmup and context axes where it has them (taken out of its axes),
+    the protocol's defaults otherwise; ValueError if the study has other axes."""
+    given = {axis: study.axes.pop(axis) for axis in ("lr", "warmup", "context") if axis in study.axes}
+    check_protocol_study(study)
+    return protocol_grid(study, given.get("lr"), given.get("warmup"), given.get("context"))
+
+
+def unfinished(summary: Summary) -> tuple[int, int]:
+    """(runs that did not finish, runs planned) of a summary."""
+    missing = sum(len(seeds) for cell in summary.cells for seeds in cell.missing.values())
+    return missing, sum(len(cell.variants) for cell in summary.cells) * summary.seeds

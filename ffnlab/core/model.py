@@ -335,6 +335,12 @@ def param_seed(seed: int, name: str, shape: Sequence[int]) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+def param_generator(seed: int, prefix: str, name: str, shape: Sequence[int]) -> torch.Generator:
+    """The random stream of parameter `name` of the module at `prefix` ("blocks.0.ffn."), seeded by
+    `param_seed`; `functools.partial(param_generator, seed, prefix)` is an FFN's `init_ffn` generator_for."""
+    return torch.Generator().manual_seed(param_seed(seed, prefix + name, shape))
+
+
 @torch.no_grad()
 def init_weights(model: Transformer, seed: int = 0) -> None:
     """Initialise each parameter from its own generator, seeded by (seed, name, shape): the model's
@@ -346,18 +352,14 @@ def init_weights(model: Transformer, seed: int = 0) -> None:
     1/sqrt(2*n_layers) (GPT-2); FFN weights by the FFN's scheme (`init_ffn`); biases zero.
     """
     cfg = model.cfg
-
-    def generator(name: str, shape: Sequence[int], prefix: str = "") -> torch.Generator:
-        return torch.Generator().manual_seed(param_seed(seed, prefix + name, shape))
-
     for name, module in model.named_modules():
         if name.endswith(".ffn"):
-            init_ffn(module, cfg.init, functools.partial(generator, prefix=f"{name}."))
+            init_ffn(module, cfg.init, functools.partial(param_generator, seed, f"{name}."))
         elif isinstance(module, (nn.Linear, nn.Embedding)) and ".ffn." not in name:
             if module is model.head and cfg.task == "lm" and cfg.tie_embeddings:
                 continue
             std = 0.02 / math.sqrt(2 * cfg.n_layers) if name.endswith("attn.proj") else 0.02
-            module.weight.normal_(0.0, std, generator=generator(f"{name}.weight", module.weight.shape))
+            module.weight.normal_(0.0, std, generator=param_generator(seed, f"{name}.", "weight", module.weight.shape))
             if isinstance(module, nn.Linear) and module.bias is not None:
                 module.bias.zero_()
 

@@ -96,7 +96,7 @@ def cmd_compare(args):
         log_to=args.log_to,
     )
     if talk and result.report:
-        print(f"report: {result.report['html']} (summary: {result.report['markdown']})")
+        print(f"report: {result.report.html} (summary: {result.report.markdown})")
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     return max(incomplete(summary) for summary in result.summaries)
@@ -156,10 +156,10 @@ def cmd_bench(args):
 def cmd_report(args):
     from ffnlab.study.report import write_report
 
-    paths = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
+    files = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
     print(
-        f"report: {paths['html']}\nsummary: {paths['markdown']}\n"
-        f"figures: {len(paths['figures'])} PNG in {paths['html'].parent / 'figures'}"
+        f"report: {files.html}\nsummary: {files.markdown}\n"
+        f"figures: {len(files.figures)} PNG in {files.html.parent / 'figures'}"
     )
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from ffnlab.core.activations import ACTIVATIONS, aliases, attention_context, get_activation, resolve
+from ffnlab.core.activations import ACTIVATIONS, Activation, aliases, attention_context, get_activation, resolve
 
 # Independent float64 references, written from the papers' formulas with math/erf per element.
 Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
@@ -135,6 +135,8 @@ def test_learnable_parameters_and_switch_choice():
         get_activation("switch", acts=["relu"])
     with pytest.raises(ValueError, match="unknown activation"):
         get_activation("switch", acts=["relu", "nope"])
+    with pytest.raises(ValueError, match="'swish_beta' has learned parameters: build it with get_activation"):
+        Activation("swish_beta")  # no plain function to wrap (it was a TypeError at the first call)
 
 
 @pytest.mark.parametrize("name", list(ACTIVATIONS))

@@ -41,6 +41,11 @@ def test_check_rules(measured, claimed, rule, expected):
     assert cl.check(measured, claimed, rule) is expected
 
 
+def test_a_string_under_a_numeric_rule_is_a_value_error():
+    with pytest.raises(ValueError, match="compares numbers"):
+        cl.check("tanh", 1.0, {"rel": 0.05})
+
+
 def test_verdict_combines_parts():
     assert cl.verdict([True, True]) == "holds"
     assert cl.verdict([True, None]) == "not measurable here"

@@ -21,8 +21,8 @@ def test_the_ranking_comes_before_the_report_and_the_csv_holds_it(tmp_path):
     report_then = []
     result = compare(tiny_study(), store, csv=str(table), ranked=lambda r: report_then.append(r.report), jobs=1,
                      quiet=True)  # fmt: skip
-    assert report_then == [None] and result.report["html"].is_file()  # the report is written after the ranking
-    assert default_out_dir(store) == result.report["html"].parent
+    assert report_then == [None] and result.report.html.is_file()  # the report is written after the ranking
+    assert default_out_dir(store) == result.report.html.parent
     assert result.protocol is None and result.summaries == [result.summary]
     assert result.to_json() == result.summary.to_json() and unfinished(result.summary) == (0, 4)
     with open(table) as f:

@@ -115,13 +115,13 @@ def test_unknown_ffn_names():
 def test_stats_measures_saved_bytes():
     d, h, tokens = 64, 128, 8
     dense = ffn_stats(build_ffn("gelu", d, d_ff=h), tokens)
-    assert dense["saved_bytes_per_token"] == 4 * (d + 2 * h)  # input, pre-activation, post-activation
+    assert dense.saved_bytes_per_token == 4 * (d + 2 * h)  # input, pre-activation, post-activation
     eager = ffn_stats(build_ffn("swiglu", d, d_ff=h, fused=False), tokens)
-    assert eager["saved_bytes_per_token"] == 4 * (d + 4 * h)  # input, gate, act(gate), up, product
+    assert eager.saved_bytes_per_token == 4 * (d + 4 * h)  # input, gate, act(gate), up, product
     gated = ffn_stats(build_ffn("swiglu", d, d_ff=h, fused=True), tokens)
-    assert gated["saved_bytes_per_token"] == 4 * (d + 2 * h)  # fused: input, gate, up
-    assert gated["params_per_weight"] == {"w_gate.weight": d * h, "w_up.weight": d * h, "w_down.weight": d * h}
-    assert gated["flops_per_token"] == 2 * 3 * d * h + (4 + 1) * h  # matmuls, silu, product
+    assert gated.saved_bytes_per_token == 4 * (d + 2 * h)  # fused: input, gate, up
+    assert gated.params_per_weight == {"w_gate.weight": d * h, "w_up.weight": d * h, "w_down.weight": d * h}
+    assert gated.flops_per_token == 2 * 3 * d * h + (4 + 1) * h  # matmuls, silu, product
 
 
 @pytest.mark.parametrize("name", DEFAULT_VARIANTS)
@@ -170,9 +170,9 @@ def test_directly_built_ffn_has_spec_and_d_ff(ffn, name):
     lin = next(m for m in ffn.modules() if isinstance(m, torch.nn.Linear))
     assert abs(lin.weight.std().item() - (2 / 64) ** 0.5) < 0.01
     stats = ffn_stats(ffn, tokens=2)
-    assert stats["ffn"] == name and stats["d_ff"] == 256 and stats["d_model"] == 64
+    assert stats.ffn == name and stats.d_ff == 256 and stats.d_model == 64
     if name in FFNS or name.startswith("mix:"):  # the same numbers as the registry's build
-        assert stats["flops_per_token"] == ffn_stats(build_ffn(name, 64, d_ff=256), 2)["flops_per_token"]
+        assert stats.flops_per_token == ffn_stats(build_ffn(name, 64, d_ff=256), 2).flops_per_token
 
 
 def test_ffn_outside_the_registry_needs_a_spec():
@@ -181,7 +181,7 @@ def test_ffn_outside_the_registry_needs_a_spec():
     with pytest.raises(ValueError, match="pass spec="):
         init_ffn(ffn)
     named = DenseFFN(16, 32, torch.nn.GELU(), spec=get_ffn_spec("gelu"))
-    assert ffn_stats(named)["ffn"] == "gelu"
+    assert ffn_stats(named).ffn == "gelu"
 
 
 def test_hidden_dim_for_target_known_values():
@@ -229,8 +229,8 @@ def test_switch_x_gate_learns_per_token_weights_and_is_parameter_matched():
     w1, w2 = gate.weights(torch.randn(ffn.d_ff)), gate.weights(torch.randn(ffn.d_ff))
     assert_close(w1.sum(), torch.tensor(1.0))
     assert not torch.allclose(w1, w2)  # the mixture depends on the token
-    dense = ffn_stats(build_ffn("gelu", 64))["params"]
-    assert abs(ffn_stats(build_ffn(SWITCH_X, 64))["params"] - dense) <= 0.01 * dense  # the gate counted
+    dense = ffn_stats(build_ffn("gelu", 64)).params
+    assert abs(ffn_stats(build_ffn(SWITCH_X, 64)).params - dense) <= 0.01 * dense  # the gate counted
 
 
 @pytest.mark.parametrize(

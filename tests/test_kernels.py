@@ -233,12 +233,12 @@ def test_eager_switch(name, monkeypatch):
     assert forced.use_fused()
     assert_close(forced(x), eager_ffn(x))
     fused_ffn = build_ffn(name, d, d_ff=h, fused=True)
-    assert ffn_stats(fused_ffn, tokens)["saved_bytes_per_token"] == 4 * (d + 2 * h)
+    assert ffn_stats(fused_ffn, tokens).saved_bytes_per_token == 4 * (d + 2 * h)
     monkeypatch.setenv("FFNLAB_EAGER", "1")
     fused_ffn = build_ffn(name, d, d_ff=h, fused=True)  # the policy is read at construction
     assert not fused_ffn.use_fused()
     kept = 4 if fused_ffn.fused_act in ("silu", "gelu", "gelu_tanh") else 3  # see test_fused_saves_gate_and_up_only
-    assert ffn_stats(fused_ffn, tokens)["saved_bytes_per_token"] == 4 * (d + kept * h)
+    assert ffn_stats(fused_ffn, tokens).saved_bytes_per_token == 4 * (d + kept * h)
     fused_ffn.fused = False
     monkeypatch.setenv("FFNLAB_EAGER", "0")
     assert not fused_ffn.use_fused()
@@ -299,7 +299,7 @@ def test_fused_default_only_where_it_measured_as_fast(name):
     forced = build_ffn(name, d, d_ff=h, fused=True)
     assert forced.use_fused(small) and forced.use_fused(big.bfloat16())
     # the choice is what forward runs: the fused path keeps 2 hidden tensors, eager 3 or 4
-    assert ffn_stats(forced, 8)["saved_bytes_per_token"] < ffn_stats(ffn, 8)["saved_bytes_per_token"]
+    assert ffn_stats(forced, 8).saved_bytes_per_token < ffn_stats(ffn, 8).saved_bytes_per_token
 
 
 def test_fused_policy_is_read_at_construction(monkeypatch):
@@ -323,7 +323,7 @@ def test_fused_policy_is_read_at_construction(monkeypatch):
     # "never": forward runs the eager ops (3-4 hidden tensors kept, not the fused 2)
     monkeypatch.setattr("ffnlab.core.ffn.fused_gated_down", lambda *a: pytest.fail("fused path taken"))
     eager_ffn(small)
-    assert ffn_stats(eager_ffn, tokens)["saved_bytes_per_token"] == 4 * (d + 4 * h)
+    assert ffn_stats(eager_ffn, tokens).saved_bytes_per_token == 4 * (d + 4 * h)
 
     # FFNLAB_EAGER=1 sets the default to "never" for modules built afterwards; built ones keep their choice
     monkeypatch.undo()

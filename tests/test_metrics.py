@@ -29,7 +29,7 @@ def test_a_metric_declared_once_reaches_all_five_outputs(monkeypatch, tmp_path):
     with open(tmp_path / "t.csv") as f:
         assert [float(r["toy_score"]) for r in csv.DictReader(f)] == [1001.0, 1001.0]  # compare --csv
     report = write_report(store, tmp_path / "report")
-    page, md = report["html"].read_text(), report["markdown"].read_text()
+    page, md = report.html.read_text(), report.markdown.read_text()
     assert page.count("toy1001.0") == 4 and "toy score" in page and "toy1001.0" in md  # ranking and cost tables
     advice = advise(store=store)
     assert [v["toy_score"] for v in advice.evidence["variants"].values()] == [1001.0, 1001.0]  # the evidence

@@ -80,8 +80,8 @@ def test_sweep_saves_final_weights(smoke_store):
 
 
 def test_report_files(report, smoke_store):
-    page = report["html"].read_text()
-    names = sorted(p.name for p in report["figures"])
+    page = report.html.read_text()
+    names = sorted(p.name for p in report.figures)
     assert names == sorted(
         [
             "val_loss.png",
@@ -93,13 +93,13 @@ def test_report_files(report, smoke_store):
             "activations.png",
         ]
     )
-    for p in report["figures"]:
+    for p in report.figures:
         assert p.read_bytes().startswith(PNG_MAGIC)
     # self-contained: every image inline, nothing fetched, no script
     assert page.count('src="data:image/png;base64,') == len(names)
     for needle in ('src="http', 'href="http', "<script", "@import", "url("):
         assert needle not in page
-    md = report["markdown"].read_text()
+    md = report.markdown.read_text()
     assert all(f"| {v} |" in md for v in VARIANTS) and "figures/val_loss.png" in md
     assert "entropy (nats)" in page and "weights &lt; 0.01" in page  # the attention numbers beside the maps
     study, runs, _ = load_study(smoke_store)  # the verdict shown is the store's own summary
@@ -230,18 +230,18 @@ def test_report_opens_in_chromium(report, evil_store, tmp_path):
     evil = write_report(evil_store, tmp_path / "evil")
     driver = chromium()
     try:
-        driver.get(report["html"].as_uri())
+        driver.get(report.html.as_uri())
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []
         images = driver.execute_script("return Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
-        assert len(images) == len(report["figures"]) and all(done and width > 0 for done, width in images)
+        assert len(images) == len(report.figures) and all(done and width > 0 for done, width in images)
         ranked = driver.find_elements(By.XPATH, "//h2[@id='ranking']/following-sibling::div[1]/table/tbody/tr/td[2]")
         assert sorted(td.text for td in ranked) == sorted(VARIANTS)
         page_width = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
         scroll, client = driver.execute_script(page_width)
         assert scroll <= client, f"the page scrolls sideways: {scroll} px of content in a {client} px window"
 
-        driver.get(evil["html"].as_uri())
+        driver.get(evil.html.as_uri())
         with pytest.raises(NoAlertPresentException):
             driver.switch_to.alert  # noqa: B018 (the property raises when no alert is open)
         assert driver.execute_script("return document.scripts.length") == 0
@@ -359,10 +359,10 @@ def test_report_reconstructs_axes_and_reads_numerics(tmp_path):
     assert len(configs) == 8
     (tmp_path / "numerics.json").write_text(to_json(run_numerics(["relu"], ("fp32",), points=1001, claims=False)))
     paths = write_report(store, tmp_path / "out")
-    names = {p.name for p in paths["figures"]}
+    names = {p.name for p in paths.figures}
     assert {"val_loss_1.png", "val_loss_2.png", "grad_norm_2.png", "activations.png"} <= names
     assert not any(n.startswith("attention") for n in names)  # made-up runs have no weights
-    page = paths["html"].read_text()
+    page = paths.html.read_text()
     assert "depth=1" in page and "depth=2" in page and "1 other study" in page
     assert "no saved weights" in page and 'id="numerics"' in page
     data = report_data(store, attention=False)

@@ -403,7 +403,9 @@ def test_switch_x_reports_its_mean_gate_weights_per_layer():
     assert weights != pytest.approx({"gelu": 1 / 3, "silu": 1 / 3, "relu": 1 / 3}, abs=1e-6)  # the gate trained
 
 
-def test_schedule_flops_per_token_sum_its_layers():
+# a mixed FFN's two branches are dense FFNs inside it: counted in the mix, not a second time
+@pytest.mark.parametrize("schedule", ["gelu*1+swiglu*1", "gelu*1+mix:gelu+silu*1"])
+def test_schedule_flops_per_token_sum_its_layers(schedule):
     from ffnlab.core.ffn import layer_sizes
     from ffnlab.core.model import Transformer
     from ffnlab.run.train import model_flops_per_token
@@ -411,8 +413,8 @@ def test_schedule_flops_per_token_sum_its_layers():
     def ffn_flops(ffn):  # n_layers=0 and n_out=0 leave out attention and the head: the FFNs alone
         return model_flops_per_token(Transformer(replace(TINY, n_layers=2, ffn=ffn)), 32, 0, 32, 0)
 
-    expected = sum(row["flops_per_token"] for row in layer_sizes("gelu*1+swiglu*1", 2, 32))
-    assert ffn_flops("gelu*1+swiglu*1") == expected != ffn_flops("gelu")
+    expected = sum(row["flops_per_token"] for row in layer_sizes(schedule, 2, 32))
+    assert ffn_flops(schedule) == expected != ffn_flops("gelu")
 
 
 @pytest.mark.slow

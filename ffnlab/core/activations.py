@@ -41,10 +41,14 @@ class ActSpec:
     paper: str
     flops: int  # per element, counting exp/erf/tanh as one each: a rough cost, not a benchmark
     family: Family
-    learnable: bool = False
     module: Callable[..., nn.Module] | None = None  # factory for learnable entries
     same_as: str | None = None  # canonical entry this one equals mathematically (HF aliases)
-    defaults: dict = field(default_factory=dict)  # keyword arguments of fn with their defaults
+    defaults: dict[str, float] = field(default_factory=dict)  # keyword arguments of fn with their defaults
+
+    @property
+    def learnable(self) -> bool:
+        """Whether the activation has learned parameters, so is built by its module factory."""
+        return self.module is not None
 
 
 # ---- plain functions -----------------------------------------------------------------------
@@ -158,7 +162,8 @@ class ScalarMixture(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = torch.softmax(self.logits, dim=0)
-        return sum(w[i] * act(x) for i, act in enumerate(self.acts))
+        mixed: torch.Tensor = sum(w[i] * act(x) for i, act in enumerate(self.acts))
+        return mixed
 
     def extra_repr(self) -> str:
         return f"acts={list(self.names)}"
@@ -238,7 +243,8 @@ class InputMixture(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., d_ff) -> (..., d_ff)
         g = self.weights(h)
-        return sum(g[..., i : i + 1] * act(h) for i, act in enumerate(self.acts))
+        mixed: torch.Tensor = sum(g[..., i : i + 1] * act(h) for i, act in enumerate(self.acts))
+        return mixed
 
     def extra_repr(self) -> str:
         return f"acts={list(self.names)}"
@@ -297,7 +303,6 @@ ACTIVATIONS: dict[str, ActSpec] = {
             _SWISH,
             5,
             "swish",
-            learnable=True,
             module=SwishBeta,
         ),
         _spec(
@@ -307,7 +312,6 @@ ACTIVATIONS: dict[str, ActSpec] = {
             _HG,
             7,
             "gelu",
-            learnable=True,
             module=TunableGELU,
         ),
         _spec(
@@ -317,7 +321,6 @@ ACTIVATIONS: dict[str, ActSpec] = {
             _SWISH,
             20,
             "other",
-            learnable=True,
             module=ScalarMixture,
         ),
         _spec(
@@ -327,7 +330,6 @@ ACTIVATIONS: dict[str, ActSpec] = {
             "this project's construction on the Swish family, " + _SWISH,
             7,
             "gelu",
-            learnable=True,
             module=AttentionGELU,
         ),
         # Hugging Face names, evaluated with Hugging Face's own expressions.
@@ -394,6 +396,8 @@ class Activation(nn.Module):
         if unknown:
             valid = ", ".join(spec.defaults) or "none"
             raise ValueError(f"activation '{name}' takes no argument {sorted(unknown)}; valid: {valid}")
+        if spec.fn is None:
+            raise ValueError(f"activation '{name}' has learned parameters: build it with get_activation")
         self.name = name
         self.kwargs = {**spec.defaults, **kwargs}
         self.fn = functools.partial(spec.fn, **self.kwargs) if self.kwargs else spec.fn
@@ -417,7 +421,7 @@ def get_activation(name: ActLike, **kwargs: Any) -> nn.Module:
         return _Lambda(name)
     key = resolve(name)
     spec = ACTIVATIONS[key]
-    if spec.learnable:
+    if spec.module is not None:
         return spec.module(**kwargs)
     return Activation(key, **kwargs)
 
@@ -426,7 +430,9 @@ def activation_name(act: nn.Module) -> str | None:
     """Registry key of an activation module that `get_activation` built; None for any other module."""
     if isinstance(act, Activation):
         return act.name
-    return next((key for key, spec in ACTIVATIONS.items() if spec.learnable and type(act) is spec.module), None)
+    return next(
+        (key for key, spec in ACTIVATIONS.items() if spec.module is not None and type(act) is spec.module), None
+    )
 
 
 class _Lambda(nn.Module):

@@ -35,7 +35,7 @@ MATCHES = ("params", "flops", "none")
 INITS = ("lecun", "he", "normal", "lecun_uniform", "family")
 # NOTE: one scheme for every variant, so a comparison measures activations, not initialisations; LeCun
 # normal gave the lowest loss for every default variant among the candidates measured (README, "Initialisation")
-DEFAULT_INIT = "lecun"
+DEFAULT_INIT: Init = "lecun"
 LEGACY_INITS = {"auto": "family"}  # the name of the per-family table in stores written before it had one
 GeneratorFor = Callable[[str, torch.Size], torch.Generator]  # (parameter name, shape) -> its random stream
 
@@ -306,6 +306,7 @@ def hidden_dim_for_target(
     tiny test models still match. Mixed variants take even widths only. `matched_hidden_dim` (target:
     the dense 4x FFN) and ffnlab.tools.hf.swap_width (target: a model's own FFN) size with it.
     """
+    measure: Callable[[int], int]
     if match == "params":
         measure = lambda h: spec_param_count(spec, d_model, h, bias)
     elif match == "flops":
@@ -364,15 +365,16 @@ def spec_for(kind: Literal["dense", "gated", "mix"], acts: tuple[str | None, ...
     """Spec of an FFN built directly from activations with registry names `acts`: the table's entry
     (or `mix:a+b`), or for a gated FFN over an activation no entry names, a spec of its own;
     None if an activation is outside the registry (None in `acts`)."""
-    if None in acts:
+    names = tuple(a for a in acts if a is not None)
+    if len(names) < len(acts):
         return None
     if kind == "gated":
-        act = acts[0]
+        act = names[0]
         named = next((s for s in GATED.values() if s.acts == (act,)), None)
         return named or FFNSpec(f"gated {act}", "gated", (act,), f"W_down({act}(W_gate x) * W_up x)", SHAZEER)
     if kind == "mix":
-        return get_ffn_spec(f"mix:{acts[0]}+{acts[1]}") if len(acts) == 2 else None
-    return get_ffn_spec(acts[0])
+        return get_ffn_spec(f"mix:{names[0]}+{names[1]}") if len(names) == 2 else None
+    return get_ffn_spec(names[0])
 
 
 class DenseFFN(nn.Module):
@@ -392,7 +394,8 @@ class DenseFFN(nn.Module):
         self.d_ff = d_ff
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -> (..., d_model)
-        return self.w_out(self.act(self.w_in(x)))
+        out: torch.Tensor = self.w_out(self.act(self.w_in(x)))
+        return out
 
 
 class GatedFFN(nn.Module):
@@ -436,9 +439,10 @@ class GatedFFN(nn.Module):
         return self.fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -> (..., d_model)
-        if self.use_fused(x):
+        if self.fused_act is not None and self.use_fused(x):
             return fused_gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
-        return self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
+        out: torch.Tensor = self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
+        return out
 
     def extra_repr(self) -> str:
         return f"fused={'auto' if self.fused is None else self.fused}"
@@ -457,12 +461,17 @@ class MixFFN(nn.Module):
         spec: FFNSpec | None = None,
     ) -> None:
         super().__init__()
-        self.branches = nn.ModuleList(DenseFFN(d_model, d_ff // 2, a, bias) for a in acts)
-        self.spec = spec or spec_for("mix", tuple(activation_name(b.act) for b in self.branches))
+        branches = [DenseFFN(d_model, d_ff // 2, a, bias) for a in acts]
+        self.branches = nn.ModuleList(branches)
+        self.spec = spec or spec_for("mix", tuple(activation_name(b.act) for b in branches))
         self.d_ff = d_ff
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return sum(b(x) for b in self.branches) / len(self.branches)
+        total: torch.Tensor = sum(b(x) for b in self.branches)
+        return total / len(self.branches)
+
+
+FFN = DenseFFN | GatedFFN | MixFFN  # what build_ffn builds
 
 
 def build_ffn(
@@ -473,7 +482,7 @@ def build_ffn(
     match: Match = "params",
     init: Init | None = DEFAULT_INIT,
     **kwargs: Any,
-) -> nn.Module:
+) -> FFN:
     """Build a registered FFN variant.
 
     d_ff=None picks the width by `match` (see `matched_hidden_dim`). bias=None means the variant's
@@ -484,6 +493,7 @@ def build_ffn(
     """
     spec = single_ffn_spec(name)
     d_ff, bias = ffn_width(spec, d_model, d_ff, bias, match)
+    ffn: FFN
     if spec.kind == "gated":
         ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, **kwargs)
     elif spec.kind == "mix":
@@ -526,14 +536,14 @@ def check_init(init: str) -> str:
 
 def init_scheme(spec: FFNSpec, init: Init = DEFAULT_INIT) -> str:
     """The concrete scheme `init` stands for: `family` picks by the activation's family."""
-    init = LEGACY_INITS.get(check_init(init), init)
-    return INIT_BY_FAMILY[ACTIVATIONS[spec.acts[0]].family] if init == "family" else init
+    scheme = LEGACY_INITS.get(check_init(init), init)
+    return INIT_BY_FAMILY[ACTIVATIONS[spec.acts[0]].family] if scheme == "family" else scheme
 
 
 def spec_of(ffn: nn.Module) -> FFNSpec:
     """The FFN's spec; ValueError if it has none (an activation outside the registry, no spec= given)."""
     spec = getattr(ffn, "spec", None)
-    if spec is None:
+    if not isinstance(spec, FFNSpec):
         raise ValueError(f"{type(ffn).__name__} has no spec (its activation is not in the registry): pass spec=")
     return spec
 
@@ -561,7 +571,21 @@ def init_ffn(ffn: nn.Module, init: Init = DEFAULT_INIT, generator_for: Generator
 # ---- measured statistics ------------------------------------------------------------------------
 
 
-def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict[str, Any]:
+@dataclass(frozen=True)
+class FFNStats:
+    """What `ffn_stats` counts and measures of one FFN."""
+
+    ffn: str
+    gated: bool
+    d_model: int
+    d_ff: int
+    params: int
+    params_per_weight: dict[str, int]
+    flops_per_token: int
+    saved_bytes_per_token: float
+
+
+def ffn_stats(ffn: FFN, tokens: int = 1) -> FFNStats:
     """Parameters per weight, FLOPs per token, and bytes kept for backward per token.
 
     The saved bytes are measured, not estimated: one forward pass over `tokens` random tokens
@@ -574,13 +598,13 @@ def ffn_stats(ffn: nn.Module, tokens: int = 1) -> dict[str, Any]:
     bias = any(isinstance(m, nn.Linear) and m.bias is not None for m in ffn.modules())  # not switch_x's gate
     x = torch.randn(tokens, d_model, requires_grad=True)
     saved = saved_bytes(lambda: ffn(x), exclude=ffn.parameters())
-    return {
-        "ffn": spec.name,
-        "gated": spec.gated,
-        "d_model": d_model,
-        "d_ff": ffn.d_ff,
-        "params": sum(params.values()),
-        "params_per_weight": params,
-        "flops_per_token": ffn_flops_per_token(spec, d_model, ffn.d_ff, bias),
-        "saved_bytes_per_token": saved / tokens,
-    }
+    return FFNStats(
+        ffn=spec.name,
+        gated=spec.gated,
+        d_model=d_model,
+        d_ff=ffn.d_ff,
+        params=sum(params.values()),
+        params_per_weight=params,
+        flops_per_token=ffn_flops_per_token(spec, d_model, ffn.d_ff, bias),
+        saved_bytes_per_token=saved / tokens,
+    )

@@ -17,6 +17,7 @@ Before anything is allocated, `build_on_meta` counts what sizes the user asked f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TypedDict, TypeVar
 
 import torch
 from torch import nn
@@ -33,7 +34,7 @@ def saved_bytes(fn: Callable[[], object], exclude: Iterable[torch.Tensor] = ()) 
     def pack(t: torch.Tensor) -> torch.Tensor:
         ptr = t.untyped_storage().data_ptr()
         if ptr not in skip:
-            seen[(ptr, t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()
+            seen[(ptr, int(t.storage_offset()), tuple(t.shape))] = t.numel() * t.element_size()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -52,21 +53,36 @@ def optimizer_bytes(opt: torch.optim.Optimizer) -> int:
     return tensor_bytes(v for state in opt.state.values() for v in state.values() if torch.is_tensor(v))
 
 
-def training_memory(model: nn.Module, opt: torch.optim.Optimizer, saved: int) -> dict[str, int]:
-    """{"param_bytes", "grad_bytes", "optimizer_bytes", "saved_bytes", "train_mem_bytes"} of a model
-    whose optimizer has stepped at least once; `saved` comes from `saved_bytes` on a real step."""
+class TrainingMemory(TypedDict):
+    """A training step's memory in bytes, by part and in all (RunResult fields of the same names)."""
+
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    saved_bytes: int
+    train_mem_bytes: int  # the sum of the four above
+
+
+def training_memory(model: nn.Module, opt: torch.optim.Optimizer, saved: int) -> TrainingMemory:
+    """The memory of a training step of a model whose optimizer has stepped at least once; `saved`
+    comes from `saved_bytes` on a real step."""
     params = list(model.parameters())
-    out = {
-        "param_bytes": tensor_bytes(params),
-        "grad_bytes": tensor_bytes(p for p in params if p.requires_grad),
-        "optimizer_bytes": optimizer_bytes(opt),
-        "saved_bytes": saved,
-    }
-    out["train_mem_bytes"] = sum(out.values())
-    return out
+    param_bytes, grad_bytes = tensor_bytes(params), tensor_bytes(p for p in params if p.requires_grad)
+    state_bytes = optimizer_bytes(opt)
+    total = param_bytes + grad_bytes + state_bytes + saved
+    return TrainingMemory(
+        param_bytes=param_bytes,
+        grad_bytes=grad_bytes,
+        optimizer_bytes=state_bytes,
+        saved_bytes=saved,
+        train_mem_bytes=total,
+    )
 
 
-def build_on_meta(build: Callable[[], nn.Module], advice: str) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def build_on_meta(build: Callable[[], M], advice: str) -> M:
     """The module `build()` makes, on the meta device: shapes without storage, so parameters are
     counted for any size in microseconds and nothing is allocated. ValueError ending in `advice` (what
     to make smaller) when a tensor of it has more elements than torch can index."""

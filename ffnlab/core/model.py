@@ -6,6 +6,7 @@ LayerNorm or RMSNorm, pre- or post-norm, learned or rotary positions, tied embed
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Sequence
@@ -216,7 +217,8 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.project_heads(x, rope)
         y = attend(q, k, v, self.causal, self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return out
 
     def attention_probs(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         """Attention probabilities (B, nh, T, T), for plots; same math as forward."""
@@ -246,19 +248,25 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         # attention-aware activations (agelu) read this block's attention output during the FFN
+        out: torch.Tensor
         if self.pre:
             attn = self.attn(self.norm1(x), rope)
             x = x + self.drop(attn)
             with attention_context(self.ffn, attn):
-                return x + self.drop(self.ffn(self.norm2(x)))
+                out = x + self.drop(self.ffn(self.norm2(x)))
+            return out
         attn = self.attn(x, rope)
         x = self.norm1(x + self.drop(attn))
         with attention_context(self.ffn, attn):
-            return self.norm2(x + self.drop(self.ffn(x)))
+            out = self.norm2(x + self.drop(self.ffn(x)))
+        return out
 
 
 class Transformer(nn.Module):
     """Token embeddings, n_layers blocks, final norm, and an LM or classification head."""
+
+    rope_cos: torch.Tensor  # buffers, registered when cfg.pos is "rope"
+    rope_sin: torch.Tensor
 
     def __init__(self, cfg: ModelConfig, seed: int = 0) -> None:
         super().__init__()
@@ -291,7 +299,8 @@ class Transformer(nn.Module):
         x = self.tok_emb(idx)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
-        return self.drop(x)
+        out: torch.Tensor = self.drop(x)
+        return out
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
@@ -316,6 +325,7 @@ class Transformer(nn.Module):
         for block in self.blocks[:layer]:
             x = block(x, rope)
         block = self.blocks[layer]
+        assert isinstance(block, Block)  # an nn.ModuleList's items are typed nn.Module
         return block.attn.attention_probs(block.norm1(x) if block.pre else x, rope)
 
 
@@ -323,6 +333,12 @@ def param_seed(seed: int, name: str, shape: Sequence[int]) -> int:
     """The seed of one parameter's generator: equal for equal (seed, name, shape) in any model."""
     digest = hashlib.sha256(f"{seed}/{name}/{tuple(shape)}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def param_generator(seed: int, prefix: str, name: str, shape: Sequence[int]) -> torch.Generator:
+    """The random stream of parameter `name` of the module at `prefix` ("blocks.0.ffn."), seeded by
+    `param_seed`; `functools.partial(param_generator, seed, prefix)` is an FFN's `init_ffn` generator_for."""
+    return torch.Generator().manual_seed(param_seed(seed, prefix + name, shape))
 
 
 @torch.no_grad()
@@ -336,19 +352,15 @@ def init_weights(model: Transformer, seed: int = 0) -> None:
     1/sqrt(2*n_layers) (GPT-2); FFN weights by the FFN's scheme (`init_ffn`); biases zero.
     """
     cfg = model.cfg
-
-    def generator(name: str, shape: Sequence[int]) -> torch.Generator:
-        return torch.Generator().manual_seed(param_seed(seed, name, shape))
-
     for name, module in model.named_modules():
         if name.endswith(".ffn"):
-            init_ffn(module, cfg.init, lambda n, shape, prefix=name: generator(f"{prefix}.{n}", shape))
+            init_ffn(module, cfg.init, functools.partial(param_generator, seed, f"{name}."))
         elif isinstance(module, (nn.Linear, nn.Embedding)) and ".ffn." not in name:
             if module is model.head and cfg.task == "lm" and cfg.tie_embeddings:
                 continue
             std = 0.02 / math.sqrt(2 * cfg.n_layers) if name.endswith("attn.proj") else 0.02
-            module.weight.normal_(0.0, std, generator=generator(f"{name}.weight", module.weight.shape))
-            if getattr(module, "bias", None) is not None:
+            module.weight.normal_(0.0, std, generator=param_generator(seed, f"{name}.", "weight", module.weight.shape))
+            if isinstance(module, nn.Linear) and module.bias is not None:
                 module.bias.zero_()
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Literal
+from typing import Literal, get_args
 
 from ffnlab.core.model import ModelConfig
 
-PRECISIONS = ("auto", "fp32", "bf16")
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS = get_args(Precision)
+Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
 DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -46,7 +48,7 @@ class TrainConfig:
     log_every: int = 10  # FFN gradient statistics every this many steps
     spike_factor: float = 4.0  # a spike is a value above this times the running median
     noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
+    precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # auto: cuda where available
     compile: bool = False  # torch.compile the model
     threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
@@ -148,7 +150,7 @@ class RunResult:
 
     ffn: str
     seed: int
-    status: Literal["finished", "diverged"]
+    status: Outcome
     task: str
     steps: int
     final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches

@@ -15,6 +15,7 @@ import tomllib
 import typing
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ffnlab._util.names import closest
 from ffnlab.core.model import ModelConfig
@@ -80,7 +81,7 @@ def read_toml(path: str | Path, tables: dict[str, type | dict]) -> dict:
         raise ValueError(f"config file {path} is not valid TOML: {e}") from None
     except RecursionError:  # tomllib parses nested arrays and tables by recursion
         raise ValueError(f"config file {path} is not valid TOML: arrays or tables nested too deeply") from None
-    top = {**table_types(tables[""]), **{table: valid for table, valid in tables.items() if table}}
+    top = {**types_of(tables[""]), **{table: valid for table, valid in tables.items() if table}}
     return checked_table(data, top, path, "")
 
 
@@ -105,11 +106,19 @@ def config_text(path: Path) -> str:
         raise ValueError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
 
 
-def table_types(hint) -> dict | None:
+def table_types(hint: Any) -> dict[str, Any] | None:
     """{key: type} of a table's type, a dataclass (its fields) or a dict {key: type}; None for other types."""
     if is_dataclass(hint):
         return typing.get_type_hints(hint)
     return hint if isinstance(hint, dict) else None
+
+
+def types_of(table: Any) -> dict[str, Any]:
+    """`table_types` of a type known to be a table."""
+    types = table_types(table)
+    if types is None:
+        raise TypeError(f"{table!r} is not a table's type")
+    return types
 
 
 def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
@@ -142,7 +151,7 @@ def checked_value(value, hint, path: Path, table: str, key: str):
             raise ValueError(f"{what} must be a table ([{inner}]), got {value!r}")
         if origin is dict:  # any keys, each value of one type (the variants of [study.per_variant])
             return {k: checked_value(v, args[1], path, inner, k) for k, v in value.items()}
-        return checked_table(value, table_types(hint), path, inner)
+        return checked_table(value, types_of(hint), path, inner)
     if origin is list:
         if not isinstance(value, list):
             raise ValueError(f"{what} must be a list ([...]), got {value!r}")
@@ -165,9 +174,9 @@ def scalar_value(value, hint, what: str):
     return value
 
 
-def field_types(cls: type) -> dict:
+def field_types(cls: Any) -> dict[str, Any]:
     """The type of every field of a config dataclass by its path, a nested config's as 'model.d_model'."""
-    types = {}
+    types: dict[str, Any] = {}
     for name, hint in typing.get_type_hints(cls).items():
         types |= {f"{name}.{k}": v for k, v in field_types(hint).items()} if is_dataclass(hint) else {name: hint}
     return types

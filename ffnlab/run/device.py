@@ -8,7 +8,7 @@ import torch
 from ffnlab._util.machine import bf16_native, check_memory
 from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
-from ffnlab.run.config import TrainConfig
+from ffnlab.run.config import Precision, TrainConfig
 
 
 def resolve_device(device: str) -> str:
@@ -20,7 +20,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_precision(precision: str, device: str) -> str:
+def resolve_precision(precision: Precision, device: str) -> Precision:
     """'auto' -> 'bf16' where bf16 matmuls are native (`bf16_native`: a CUDA GPU with bf16, a CPU with
     AMX or AVX512_BF16), else 'fp32'. A 'cuda' or 'auto' device on a machine without CUDA stays
     'auto': the machine that runs it decides.

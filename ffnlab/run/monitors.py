@@ -11,6 +11,7 @@ import functools
 import math
 import statistics
 from collections.abc import Iterable
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -20,7 +21,7 @@ from ffnlab.core.ffn import DenseFFN, GatedFFN
 
 SPIKE_WINDOW = 50  # a spike is judged against the median of this many previous values
 
-NamedFFNs = list[tuple[str, nn.Module]]
+NamedFFNs = list[tuple[str, DenseFFN | GatedFFN]]
 
 
 def named_ffns(model: nn.Module) -> NamedFFNs:
@@ -65,14 +66,15 @@ class ActivationProbe:
     numbers whether the FFN runs an eager or a fused kernel. For a switch_x FFN it also sums the
     gate's mixture weights over the tokens it sees (`mixture_weights`)."""
 
-    def __init__(self, ffns: Iterable[tuple[str, nn.Module]]) -> None:
-        self.stats, self.handles = {}, []
-        self.mixtures: dict[str, list] = {}  # name -> [candidate names, sum of g(h) over tokens, tokens]
+    def __init__(self, ffns: Iterable[tuple[str, DenseFFN | GatedFFN]]) -> None:
+        self.stats: dict[str, dict[str, Any]] = {}  # name -> sums over the tokens seen (see record)
+        self.handles = []
+        self.mixtures: dict[str, list[Any]] = {}  # name -> [candidate names, sum of g(h) over tokens, tokens]
         for name, ffn in ffns:
             self.handles.append(ffn.register_forward_pre_hook(functools.partial(self.record, name)))
 
     @torch.no_grad()
-    def record(self, name: str, ffn: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+    def record(self, name: str, ffn: DenseFFN | GatedFFN, inputs: tuple[torch.Tensor, ...]) -> None:
         x = inputs[0].float()
         w = ffn.w_gate if isinstance(ffn, GatedFFN) else ffn.w_in
         pre = nn.functional.linear(x, w.weight.float(), None if w.bias is None else w.bias.float())
@@ -145,7 +147,7 @@ def learned_params(
         if act is None:
             continue
         if isinstance(act, InputMixture):
-            if name in (mixtures or {}):
+            if mixtures and name in mixtures:
                 out[name] = {"weights": mixtures[name]}
             continue
         values = {}
@@ -159,18 +161,29 @@ def learned_params(
     return out
 
 
-def ffn_grad_summary(grad_rows: list[dict]) -> dict[str, float | None]:
-    """Mean over logged steps and layers of the FFN gradient's mean and std (None if nothing logged)."""
-    out = {}
-    for stat in ("grad_mean", "grad_std"):
-        values = [v for row in grad_rows for k, v in row.items() if k.startswith(stat + "/") and math.isfinite(v)]
-        out[f"ffn_{stat}"] = statistics.mean(values) if values else None
-    return out
+def ffn_grad_average(grad_rows: list[dict], stat: str) -> float | None:
+    """Mean over logged steps and layers of one FFN gradient statistic, 'grad_mean' or 'grad_std'
+    (None if nothing was logged)."""
+    values = [v for row in grad_rows for k, v in row.items() if k.startswith(stat + "/") and math.isfinite(v)]
+    return statistics.mean(values) if values else None
+
+
+class MonitorFields(TypedDict):
+    """The RunResult fields the monitors fill (a TypedDict, so RunResult(**fields) is type-checked)."""
+
+    n_grad_spikes: int
+    n_loss_spikes: int
+    max_grad_norm: float | None
+    ffn_grad_mean: float | None
+    ffn_grad_std: float | None
+    behaviour: dict[str, dict[str, float]]
+    dead_frac: float | None
+    learned: dict[str, dict]
 
 
 def monitor_summary(
     hist: dict, behaviour: dict[str, dict[str, float]], ffns: NamedFFNs, mixtures: dict | None = None
-) -> dict:
+) -> MonitorFields:
     """The RunResult fields the monitors fill: spike counts, the largest gradient norm, FFN gradient
     statistics, behaviour and its mean dead fraction, and the learned activation parameters (with
     switch_x's mean mixture weights, `mixtures`)."""
@@ -178,7 +191,8 @@ def monitor_summary(
         "n_grad_spikes": sum(e["kind"] == "grad_spike" for e in hist["events"]),
         "n_loss_spikes": sum(e["kind"] == "loss_spike" for e in hist["events"]),
         "max_grad_norm": max(hist["grad_norm"], default=None),
-        **ffn_grad_summary(hist["grad_ffn"]),
+        "ffn_grad_mean": ffn_grad_average(hist["grad_ffn"], "grad_mean"),
+        "ffn_grad_std": ffn_grad_average(hist["grad_ffn"], "grad_std"),
         "behaviour": behaviour,
         "dead_frac": statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
         "learned": learned_params(ffns, mixtures),

@@ -21,18 +21,18 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from torch import nn
 
-from ffnlab.core.ffn import ffn_flops_per_token
-from ffnlab.core.memory import saved_bytes, training_memory
+from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
+from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
 from ffnlab.core.model import ModelConfig, Transformer, param_count, qkv_act_spec
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
-from ffnlab.run.config import RunResult, TrainConfig
+from ffnlab.run.config import Outcome, RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
 from ffnlab.run.monitors import (
     ActivationProbe,
@@ -88,7 +88,7 @@ def load_data(
         vocab_size=bpe_vocab if tokenizer == "bpe" else None,
         folder=folder,
     )
-    splits = {}
+    splits: dict[str, Split] = {}
     for split in ("train", "val", "test"):
         if task == "lm":
             splits[split] = torch.from_numpy(tok.encode_array(corpus.text(split)))
@@ -129,6 +129,7 @@ def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tens
 def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
     """Random (x, y): LM windows with next-token targets, or classification crops and labels."""
     if task == "lm":
+        assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
         windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
@@ -293,10 +294,12 @@ def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context
     """Forward FLOPs per token: attention projections and scores over the full context, every FFN
     built by `build_ffn` (by its formula), and the output head of n_out logits."""
     attn = n_layers * (2 * 4 * d_model * d_model + 2 * 2 * context * d_model)
+    ffns = [m for m in model.modules() if isinstance(m, FFN)]
+    branches = {id(branch) for m in ffns if isinstance(m, MixFFN) for branch in m.branches}  # counted in their mix
     ffn = sum(
-        ffn_flops_per_token(m.spec, d_model, m.d_ff, any(n.endswith("bias") for n, _ in m.named_parameters()))
-        for m in model.modules()
-        if hasattr(m, "spec") and hasattr(m, "d_ff")
+        ffn_flops_per_token(spec_of(m), d_model, m.d_ff, any(n.endswith("bias") for n, _ in m.named_parameters()))
+        for m in ffns
+        if id(m) not in branches
     )
     return attn + ffn + 2 * d_model * n_out
 
@@ -369,7 +372,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
 
     # -- data and model
     corpus, tok, splits = load_data(*data_args(cfg))
-    n_classes = len(corpus.classes) if task == "cls" else cfg.model.n_classes
+    n_classes = len(corpus.classes) if task == "cls" and corpus.classes else cfg.model.n_classes
     mcfg = replace(cfg.model, vocab_size=tok.vocab_size, n_classes=n_classes)
     check_data(splits, task, mcfg.context, cfg.data)
     if model_factory is None and not (cfg.hf_config or cfg.init_from):
@@ -383,7 +386,14 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     )
 
     # -- resume
-    hist = {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
+    hist: dict[str, list[Any]] = {
+        "train_loss": [],
+        "grad_norm": [],
+        "val": [],
+        "grad_ffn": [],
+        "events": [],
+        "step_time": [],
+    }
     step, elapsed = 0, 0.0
     checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if checkpoint_dir is not None:
@@ -443,7 +453,7 @@ def train(
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     setup = prepare(cfg, model_factory)
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
-    status = "finished"
+    status: Outcome = "finished"
     if step == 0:  # the untrained model's loss anchors every curve
         hist["val"].append({"step": 0, **evaluate(model, setup.val_batches, setup.task, setup.autocast), "time": 0.0})
     model.train()
@@ -493,7 +503,7 @@ def train(
 
 def finish(
     setup: Setup,
-    status: str,
+    status: Outcome,
     step: int,
     train_seconds: float,
     weights_path: str | os.PathLike | None = None,
@@ -502,15 +512,15 @@ def finish(
     """Wrap a run up: a finished run's final evaluations (it is 'diverged' if they are not finite),
     weights and save_pretrained folder, then the RunResult of everything the run measured."""
     hist = setup.hist
-    evals = {"final": {}, "behaviour": {}, "mixtures": {}, "noisy": {}, "test": {}}
+    evals = FinalEvaluations()
     if status == "finished":
         evals = final_evaluations(setup, step, train_seconds)
-        if not math.isfinite(evals["final"]["loss"]):
+        if not math.isfinite(evals.final["loss"]):
             status = "diverged"
-            hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(evals["final"]["loss"])})
+            hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(evals.final["loss"])})
         else:
             save_final(setup, weights_path, pretrained_path)
-    final, noisy, test = evals["final"], evals["noisy"], evals["test"]
+    final, noisy, test = evals.final, evals.noisy, evals.test
     return RunResult(
         ffn=setup.model_cfg.ffn,
         seed=setup.cfg.seed,
@@ -526,7 +536,7 @@ def finish(
         noisy_val_acc=noisy.get("acc"),
         diverged_step=next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
         **measured_costs(setup, step, train_seconds),
-        **monitor_summary(hist, evals["behaviour"], setup.ffns, evals["mixtures"]),
+        **monitor_summary(hist, evals.behaviour, setup.ffns, evals.mixtures),
         vocab_size=setup.vocab_size,
         device=setup.device,
         precision=setup.cfg.precision,
@@ -543,12 +553,24 @@ def save_final(setup: Setup, weights_path: str | os.PathLike | None, pretrained_
     if weights_path is not None:
         save_weights(setup.model, Path(weights_path))
     if pretrained_path is not None:
-        from ffnlab.tools.hf import save_unswapped
+        from ffnlab.tools.hf import HFModel, save_unswapped
 
+        assert isinstance(setup.model, HFModel)  # train() refuses pretrained_path for ffnlab's Transformer
         save_unswapped(setup.model.hf, Path(pretrained_path))
 
 
-def final_evaluations(setup: Setup, step: int, train_seconds: float) -> dict[str, dict]:
+@dataclass
+class FinalEvaluations:
+    """What `final_evaluations` measured of a finished run (empty for a run that did not finish)."""
+
+    final: dict[str, float] = field(default_factory=dict)  # `evaluate` on the final validation batches
+    behaviour: dict[str, dict[str, float]] = field(default_factory=dict)  # ActivationProbe.summary
+    mixtures: dict[str, dict[str, float]] = field(default_factory=dict)  # ActivationProbe.mixture_weights
+    noisy: dict[str, float] = field(default_factory=dict)  # validation with noise on the embeddings
+    test: dict[str, float] = field(default_factory=dict)  # empty when the test split is too small
+
+
+def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEvaluations:
     """A finished run's evaluations: the last point of the validation curve (if not there yet), then
     on final_eval_batches 'final' (val), 'noisy' (val with noise on the embeddings) and 'test'
     (empty when the test split is too small), and the FFNs' 'behaviour' (and switch_x's mean 'mixtures')
@@ -568,16 +590,32 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> dict[str
     probe = ActivationProbe(setup.ffns)
     evaluate(model, setup.val_batches, task, autocast)
     probe.remove()
-    return {
-        "final": final,
-        "behaviour": probe.summary(),
-        "mixtures": probe.mixture_weights(),
-        "noisy": evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std),
-        "test": evaluate(model, final_sets["test"], task, autocast) if "test" in final_sets else {},
-    }
+    return FinalEvaluations(
+        final=final,
+        behaviour=probe.summary(),
+        mixtures=probe.mixture_weights(),
+        noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std),
+        test=evaluate(model, final_sets["test"], task, autocast) if "test" in final_sets else {},
+    )
 
 
-def measured_costs(setup: Setup, step: int, train_seconds: float) -> dict:
+class Costs(TrainingMemory):
+    """The RunResult fields of what a run cost (a TypedDict, so RunResult(**costs) is type-checked)."""
+
+    params: int
+    ffn_params: int
+    flops_per_token: int
+    tokens: int
+    train_flops: int
+    tokens_per_s: float | None
+    step_time_s: float
+    first_step_s: float | None
+    train_seconds: float
+    wall_seconds: float
+    cuda_peak_bytes: int | None
+
+
+def measured_costs(setup: Setup, step: int, train_seconds: float) -> Costs:
     """The RunResult fields of what the run cost: parameters, FLOPs per token, tokens and their rate,
     step and wall times, training memory."""
     model, mcfg, step_time = setup.model, setup.model_cfg, setup.hist["step_time"]

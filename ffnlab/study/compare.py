@@ -12,7 +12,7 @@ from ffnlab.study.execute import run_study
 from ffnlab.study.plan import Study
 from ffnlab.study.protocol import Protocol, check_protocol_study, protocol_grid, run_protocol
 from ffnlab.study.records import Summary
-from ffnlab.study.report import check_out_dir, default_out_dir, write_report
+from ffnlab.study.report import ReportFiles, check_out_dir, default_out_dir, write_report
 from ffnlab.study.summary import summarize_study
 from ffnlab.study.table import write_csv
 
@@ -23,7 +23,7 @@ class Comparison:
 
     summary: Summary  # the study's; with the protocol, its tuned stage's
     protocol: Protocol | None = None
-    report: dict[str, Path | list[Path]] | None = None  # ffnlab.study.report.write_report's paths; None: not written
+    report: ReportFiles | None = None  # what ffnlab.study.report.write_report wrote; None: not written
 
     @property
     def summaries(self) -> list[Summary]:

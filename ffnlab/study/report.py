@@ -338,6 +338,15 @@ def check_out_dir(out_dir: str | Path) -> Path:
     return Path(out_dir)
 
 
+@dataclass(frozen=True)
+class ReportFiles:
+    """What `write_report` wrote."""
+
+    html: Path  # report.html, the page
+    markdown: Path  # summary.md
+    figures: list[Path]  # figures/*.png
+
+
 def write_report(
     store_path: str | Path,
     out_dir: str | Path | None = None,
@@ -346,9 +355,9 @@ def write_report(
     baseline: str | None = None,
     layer: int | None = None,
     numerics: bool = False,
-) -> dict[str, Path | list[Path]]:
+) -> ReportFiles:
     """Render the report of a store and write report.html, summary.md and figures/*.png into
-    `out_dir` (default: `report/` beside the store). Returns the written paths by kind.
+    `out_dir` (default: `report/` beside the store). Returns the written paths.
 
     Everything is rendered in memory first, then written whole to a temporary folder moved into place
     (`atomic_folder`), so a failure (a full disk) leaves neither a half-written report nor an empty
@@ -367,8 +376,4 @@ def write_report(
             (tmp / FIGURES_DIR / name).write_bytes(png)
         (tmp / SUMMARY_MD).write_text(summary, encoding="utf-8")
         (tmp / REPORT_HTML).write_text(page, encoding="utf-8")
-    return {
-        "html": out_dir / REPORT_HTML,
-        "markdown": out_dir / SUMMARY_MD,
-        "figures": [out_dir / FIGURES_DIR / n for n in figures],
-    }
+    return ReportFiles(out_dir / REPORT_HTML, out_dir / SUMMARY_MD, [out_dir / FIGURES_DIR / n for n in figures])

@@ -102,7 +102,7 @@ def error_stats(y: np.ndarray, ref: np.ndarray, x: np.ndarray, dtype: torch.dtyp
         err = np.where(np.isnan(err), np.inf, err)
         rel = np.where(err == 0, 0.0, err / np.abs(ref))
         ulps = err / ulp(ref, dtype)
-    out = {
+    out: dict[str, float | None] = {
         "n_points": n,
         "max_abs_err": None,
         "argmax_x": None,
@@ -152,12 +152,12 @@ def measure_activation(name: str, dtype_name: str, x: np.ndarray) -> list[dict]:
     act = get_activation(name).to(dtype).requires_grad_(False)  # learnable ones at their initial params
     xt = torch.from_numpy(x).to(dtype).requires_grad_()
     y = act(xt)
-    y.backward(torch.ones_like(y))  # the gradient of sum(f(x))
+    (grad,) = torch.autograd.grad(y, xt, torch.ones_like(y))  # the gradient of sum(f(x))
     with np.errstate(all="ignore"):
         f, df = ref.f(x), ref.df(x)
     fwd = _row(name, dtype_name, "forward", x, y.detach().double().numpy(), f)
     smooth = ~np.isin(x, ref.kinks)
-    bwd = _row(name, dtype_name, "backward", x[smooth], xt.grad.double().numpy()[smooth], df[smooth])
+    bwd = _row(name, dtype_name, "backward", x[smooth], grad.double().numpy()[smooth], df[smooth])
     bwd["n_kinks_skipped"] = int((~smooth).sum())
     return [fwd, bwd]
 
@@ -224,9 +224,9 @@ def gelu_tail(points: int = 301, dtype_name: str = "fp32") -> dict:
     for name in TAIL_NAMES:
         xt = torch.from_numpy(x).to(dtype).requires_grad_()
         y = get_activation(name)(xt)
-        y.backward(torch.ones_like(y))
+        (grad,) = torch.autograd.grad(y, xt, torch.ones_like(y))
         values[name] = y.detach().double().numpy()
-        for direction, got, want in (("forward", values[name], f), ("backward", xt.grad.double().numpy(), df)):
+        for direction, got, want in (("forward", values[name], f), ("backward", grad.double().numpy(), df)):
             s = error_stats(got, want, x, dtype)
             rows.append(
                 {

@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -31,14 +32,35 @@ from torch import nn
 from ffnlab._util.machine import bf16_native, check_memory
 from ffnlab._util.text import first_line
 from ffnlab.core.activations import get_activation
-from ffnlab.core.ffn import GatedFFN, build_ffn, ffn_flops_per_token, ffn_width, get_ffn_spec, single_ffn_spec
+from ffnlab.core.ffn import (
+    FFN,
+    GatedFFN,
+    build_ffn,
+    ffn_flops_per_token,
+    ffn_width,
+    get_ffn_spec,
+    single_ffn_spec,
+    spec_of,
+)
 from ffnlab.core.kernels import FUSED_ACTS, compile_failure, eager_forced, gated_act, pick_backend
 from ffnlab.core.memory import build_on_meta, saved_bytes
 
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
-QUICK = {"ffns": ("swiglu", "gelu"), "tokens": (512,), "d_models": (256,), "repeats": 3}
-FULL = {"ffns": DEFAULT_FFNS, "tokens": (4096,), "d_models": (512,), "repeats": 7}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """What `run_bench` measures when not told: the FFNs, sizes and repeats."""
+
+    ffns: tuple[str, ...]
+    tokens: tuple[int, ...]
+    d_models: tuple[int, ...]
+    repeats: int
+
+
+QUICK = Preset(ffns=("swiglu", "gelu"), tokens=(512,), d_models=(256,), repeats=3)
+FULL = Preset(ffns=DEFAULT_FFNS, tokens=(4096,), d_models=(512,), repeats=7)
 
 
 # ---- timing and counting --------------------------------------------------------------------------
@@ -114,11 +136,11 @@ def measure_machine(
     values, each the best of its repeats (a peak is what the machine can do; load from other
     processes only ever lowers it). A dtype not measured has rate None."""
     m, k, n = shape
-    rates = {torch.float32: None, torch.bfloat16: None}
+    rates: dict[torch.dtype, float | None] = {torch.float32: None, torch.bfloat16: None}
     for dtype in dtypes:
         a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
         a @ b  # warm-up
-        best = best_seconds(lambda a=a, b=b: a @ b, 2 * repeats + 1, device)
+        best = best_seconds(functools.partial(torch.matmul, a, b), 2 * repeats + 1, device)
         rates[dtype] = 2 * m * k * n / best / 1e9
     src = torch.randn(copy_numel, device=device)
     dst = torch.empty_like(src)
@@ -211,7 +233,7 @@ def interleaved_medians(fns: dict[str, Callable[[], float]], repeats: int, devic
     """Median milliseconds of each fn, timed in turns (a, b, c, a, b, c, ...) so that load from other
     processes on a shared machine falls on all of them alike. Each fn returns the seconds it took
     (so that it can leave set-up, such as the forward before a backward, out of the time)."""
-    times = {name: [] for name in fns}
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             _sync(device)
@@ -237,10 +259,10 @@ def _warm_up(fn, device) -> tuple[float, str | None]:
 # ---- FFN rows -----------------------------------------------------------------------------------------
 
 
-def _ffn_row(ffn: nn.Module, impl: str, tokens: int, d_model: int) -> dict:
+def _ffn_row(ffn: FFN, impl: str, tokens: int, d_model: int) -> dict:
     """An FFN row with every measurement still empty."""
     return {
-        "ffn": ffn.spec.name,
+        "ffn": spec_of(ffn).name,
         "impl": impl,
         "tokens": tokens,
         "d_model": d_model,
@@ -302,11 +324,11 @@ def _ffn_medians(runs: dict, x: torch.Tensor, dy: torch.Tensor, repeats: int, de
         _sync(device)
         return timed(lambda: y.backward(dy), device)
 
-    steps = interleaved_medians({i: lambda r=r: timed(r[2], device) for i, r in runs.items()}, repeats, device)
+    steps = interleaved_medians({i: functools.partial(timed, r[2], device) for i, r in runs.items()}, repeats, device)
     fwds = interleaved_medians(
-        {i: lambda r=r: timed(lambda: r[1](x), device) for i, r in runs.items()}, repeats, device
+        {i: functools.partial(timed, functools.partial(r[1], x), device) for i, r in runs.items()}, repeats, device
     )
-    bwds = interleaved_medians({i: lambda r=r: backward(r[1]) for i, r in runs.items()}, repeats, device)
+    bwds = interleaved_medians({i: functools.partial(backward, r[1]) for i, r in runs.items()}, repeats, device)
     return steps, fwds, bwds
 
 
@@ -348,7 +370,7 @@ def bench_ffn(
         row.update(fwd_ms=fwds[impl], bwd_ms=bwds[impl], step_ms=steps[impl])
         if impl != "eager":
             row["compile_s"] = round(max(0.0, first_s - steps[impl] / 1e3), 3)
-        row["saved_bytes"] = saved_bytes(lambda model=model: model(x), exclude=list(ffn.parameters()))
+        row["saved_bytes"] = saved_bytes(functools.partial(model, x), exclude=list(ffn.parameters()))
         row["peak_mem_bytes"] = peak_bytes_during(step, device)
         row["gflops"] = flops / (steps[impl] * 1e-3) / 1e9
         if machine:
@@ -439,13 +461,13 @@ def bench_activation(
     fwds = interleaved_medians(
         {
             "copy": lambda: timed(lambda: copy_to.copy_(g), device),
-            **{i: lambda r=r: timed(r[0], device) for i, r in runs.items()},
+            **{i: functools.partial(timed, r[0], device) for i, r in runs.items()},
         },
         repeats,
         device,
     )
     copy_gbs = 2 * g.numel() * g.element_size() / (fwds["copy"] * 1e-3) / 1e9
-    both = interleaved_medians({i: lambda r=r: timed(r[1], device) for i, r in runs.items()}, repeats, device)
+    both = interleaved_medians({i: functools.partial(timed, r[1], device) for i, r in runs.items()}, repeats, device)
     for impl, (_, _, first_s) in runs.items():
         row = rows[impl]
         row.update(fwd_ms=fwds[impl], fwd_bwd_ms=both[impl], gbs=moved / (fwds[impl] * 1e-3) / 1e9)
@@ -476,10 +498,10 @@ def run_bench(
     """
     preset = QUICK if quick else FULL
     builds = compile and not quick
-    ffns = [single_ffn_spec(n).name for n in (ffns or preset["ffns"])]
-    tokens = list(tokens or preset["tokens"])
-    d_models = list(d_models or preset["d_models"])
-    repeats = repeats or preset["repeats"]
+    ffns = [single_ffn_spec(n).name for n in (ffns or preset.ffns)]
+    tokens = list(tokens or preset.tokens)
+    d_models = list(d_models or preset.d_models)
+    repeats = repeats or preset.repeats
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     log = log or (lambda _: None)
     # NOTE: where bf16 is emulated (an AVX2-only CPU) its rows would time the emulation (cost: benchmarks/README.md)

@@ -57,6 +57,8 @@ def measure_time_ratio(numerator: str, denominator: str, n: int = 1 << 22, repea
     Runs are interleaved after a warm-up so drift on a shared machine hits both alike.
     """
     fa, fb = ACTIVATIONS[resolve(numerator)].fn, ACTIVATIONS[resolve(denominator)].fn
+    if fa is None or fb is None:
+        raise ValueError(f"{numerator} / {denominator}: an activation with learned parameters has no function to time")
     x = torch.randn(n, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         for _ in range(2):
@@ -133,6 +135,10 @@ def check(measured: float | str | None, claimed: float | str, rule: dict) -> boo
     """
     if measured is None:
         return None
+    if "eq" in rule:
+        return measured == claimed
+    if isinstance(measured, str) or isinstance(claimed, str):
+        raise ValueError(f"claim rule {rule} compares numbers, not {measured!r} with {claimed!r}")
     if "rel" in rule:
         return abs(measured - claimed) <= rule["rel"] * abs(claimed)
     if "abs" in rule:
@@ -141,8 +147,6 @@ def check(measured: float | str | None, claimed: float | str, rule: dict) -> boo
         return measured > claimed
     if "lt" in rule:
         return measured < claimed
-    if "eq" in rule:
-        return measured == claimed
     raise ValueError(f"unknown claim rule {rule}; valid: rel, abs, gt, lt, eq")
 
 

@@ -11,21 +11,26 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import io
 import logging
 import os
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import nn
 
-from ffnlab._util.files import atomic_path
+from ffnlab._util.files import atomic_path, check_writable
 from ffnlab._util.text import first_line, shorten
-from ffnlab.core.ffn import GatedFFN
+from ffnlab.core.ffn import FFN, GatedFFN, build_ffn, get_ffn_spec
 from ffnlab.core.memory import build_on_meta
-from ffnlab.core.model import param_count
+from ffnlab.core.model import ModelConfig, Transformer, param_count
+
+if TYPE_CHECKING:
+    from ffnlab.tools.hf import HFModel  # imported where used: it needs transformers
 
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
 ONNX_MAX_BYTES = 2**31  # a protobuf message, so one .onnx file without external data, is under 2 GiB
@@ -315,24 +320,22 @@ def export_variant(
     swapped (ffnlab.tools.hf.build_hf_model). Inputs come from a fixed generator; batch and sequence
     axes stay dynamic.
     """
-    from ffnlab._util.files import check_writable
-    from ffnlab.core.ffn import build_ffn, get_ffn_spec
-    from ffnlab.core.model import ModelConfig, Transformer
-
     spec = get_ffn_spec(ffn)
     check_opset(opset)
     check_writable(path)  # before the model is built and exported
     gen = torch.Generator().manual_seed(0)
+    module: FFN | Transformer | HFModel
     if model == "ffn":
         d_model = d_model or 64
-        module = build_within_limit(lambda: build_ffn(spec.name, d_model))
+        module = build_within_limit(functools.partial(build_ffn, spec.name, d_model))
         example = torch.randn(2, 8, d_model, generator=gen)
         d_ff = module.d_ff
     elif model == "small":
-        sizes = {k: v for k, v in (("d_model", d_model), ("n_layers", n_layers)) if v}
+        sizes: dict[str, Any] = {k: v for k, v in (("d_model", d_model), ("n_layers", n_layers)) if v}
         module = build_within_limit(lambda: Transformer(ModelConfig(ffn=spec.name, **sizes)))
         example = torch.randint(0, module.cfg.vocab_size, (2, min(16, module.cfg.context)), generator=gen)
-        d_model, d_ff = module.cfg.d_model, module.blocks[0].ffn.d_ff
+        d_model = module.cfg.d_model
+        d_ff = next(m.d_ff for m in module.modules() if isinstance(m, FFN))  # the first block's FFN
     elif os.path.exists(model):
         if d_model or n_layers:
             raise ValueError("--d-model and --n-layers apply to ffn and small; a Hugging Face config sets its own")
@@ -357,7 +360,10 @@ def export_variant(
     }
 
 
-def build_within_limit(build: Callable[[], nn.Module]) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def build_within_limit(build: Callable[[], M]) -> M:
     """`build()`, once its shapes (`build_on_meta`: nothing allocated) show that its fp32 weights fit
     in one ONNX file; ValueError naming the size otherwise."""
     n_params = param_count(build_on_meta(build, "use a smaller --d-model or --n-layers"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -38,24 +39,29 @@ from ffnlab._util.names import closest
 from ffnlab.core.activations import ACTIVATIONS, InputMixture, get_activation
 from ffnlab.core.ffn import (
     DEFAULT_INIT,
+    FFN,
     FFNS,
     GATED,
     MATCHES,
     DenseFFN,
     FFNSpec,
     GatedFFN,
+    Init,
+    Match,
     MixFFN,
     check_init,
     ffn_flops_per_token,
     hidden_dim_for_target,
     init_ffn,
     single_ffn_spec,
+    spec_of,
     spec_param_count,
 )
-from ffnlab.core.model import PROJECTIONS, param_seed, parse_attn_act
+from ffnlab.core.model import PROJECTIONS, param_generator, parse_attn_act
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig
+    from transformers import PretrainedConfig, PreTrainedModel
+    from transformers.pytorch_utils import Conv1D
 
 
 class UnsupportedModelError(ValueError):
@@ -293,10 +299,12 @@ class Family:
 
     model_types: tuple[str, ...]  # config.model_type values that belong here
     looks_like: str  # what one FFN is, for error messages
-    is_ffn: Callable[[str, nn.Module], bool]  # (path, module) -> is this module one FFN unit
-    weights: Callable[[nn.Module], dict]  # unit -> its tensors under ffnlab's names
+    # NOTE: a unit is the architecture's own module (GPT2MLP, BertLayer, ...), read by attribute
+    # name (unit.c_fc, unit.intermediate.dense), so it is typed Any rather than nn.Module
+    is_ffn: Callable[[str, Any], bool]  # (path, module) -> is this module one FFN unit
+    weights: Callable[[Any], dict]  # unit -> its tensors under ffnlab's names
     install: Callable = _replace  # (model, path, ffn) -> {path: module it replaced}
-    hidden_dropout: Callable[[nn.Module], float] = lambda unit: 0.0  # dropout after the activation
+    hidden_dropout: Callable[[Any], float] = lambda unit: 0.0  # dropout after the activation
     tasks: dict = field(default_factory=dict)  # build_hf_model task -> config overrides
 
 
@@ -363,7 +371,7 @@ def model_family(model: nn.Module | dict | PretrainedConfig) -> tuple[str, Famil
 # ---- swapping ---------------------------------------------------------------------------------
 
 
-def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool, match: str = "params") -> int:
+def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool, match: Match = "params") -> int:
     """Hidden width of `spec` that matches the model's own FFN (`own`, width d_ff) in parameters or
     FLOPs per token; match="none" keeps d_ff.
 
@@ -384,9 +392,7 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
     return hidden_dim_for_target(spec, d_model, target, match, bias)
 
 
-def _make_ffn(
-    spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float, exact: bool = False
-) -> nn.Module:
+def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float, exact: bool = False) -> FFN:
     """ffnlab FFN of `spec`'s kind running `acts`, each followed by dropout p_hidden if non-zero.
 
     NOTE: in a gated FFN the dropout falls on act(gate) before the product; the mask scales the
@@ -399,6 +405,7 @@ def _make_ffn(
         a = get_activation(name)
         return nn.Sequential(a, nn.Dropout(p_hidden)) if p_hidden else a
 
+    ffn: FFN
     if spec.kind == "gated":
         ffn = GatedFFN(d_model, d_ff, act(acts[0]), bias, fused=False if exact else None)
     elif spec.kind == "mix":
@@ -427,7 +434,7 @@ def _own_name(kind: str, act: str) -> str:
 
 
 def swap_ffn(
-    model: nn.Module, ffn: str, match: str = "params", init: str = DEFAULT_INIT, carry: bool = False
+    model: PreTrainedModel, ffn: str, match: Match = "params", init: Init = DEFAULT_INIT, carry: bool = False
 ) -> dict[str, nn.Module]:
     """Replace every FFN of this Hugging Face model instance by the ffnlab variant `ffn`, in place.
 
@@ -460,7 +467,7 @@ def swap_ffn(
     news, fresh = [], None
     for path, unit in units:  # build every new FFN first, so a failure leaves the model untouched
         state = family.weights(unit)
-        kind = "gated" if "w_gate.weight" in state else "dense"
+        kind: Literal["dense", "gated"] = "gated" if "w_gate.weight" in state else "dense"
         d_ff, d_model = state["w_up.weight" if kind == "gated" else "w_in.weight"].shape
         bias = any(k.endswith(".bias") for k in state)
         own = FFNSpec(_own_name(kind, own_act), kind, (own_act,), "", "")
@@ -584,7 +591,7 @@ def local_config(folder: str | os.PathLike, **overrides) -> PretrainedConfig:
         raise ValueError(f"{folder}/config.json is not a valid config: {' '.join(str(e).split())[:300]}") from None
 
 
-def save_unswapped(model: nn.Module, folder: str | os.PathLike) -> None:
+def save_unswapped(model: PreTrainedModel, folder: str | os.PathLike) -> None:
     """Save a swapped model as a plain Hugging Face folder (`from_pretrained` loads it): its config
     names the swapped activation and its FFN weights sit in the architecture's own modules.
 
@@ -613,7 +620,7 @@ def save_unswapped(model: nn.Module, folder: str | os.PathLike) -> None:
             targets, source = family.weights(unit), ffn.state_dict()
             if set(targets) != set(source) or any(t.shape != source[n].shape for n, t in targets.items()):
                 raise ValueError(
-                    f"a {ffn.spec.kind} {ffn.spec.name} FFN of width {ffn.d_ff} does not fit {family_name}'s own "
+                    f"a {spec_of(ffn).kind} {spec_of(ffn).name} FFN of width {ffn.d_ff} does not fit {family_name}'s own "
                     "FFN modules; train a variant of the architecture's kind with --match none to save this folder"
                 )
             for name, target in targets.items():
@@ -644,7 +651,7 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
             f"{folder}/config.json has no 'ffnlab_ffn': it was not saved after swap_ffn; load it with from_pretrained"
         )
     if model_class is None:
-        name = (config.architectures or [None])[0]
+        name = config.architectures[0] if config.architectures else None
         model_class = getattr(transformers, name, None) if isinstance(name, str) else None
         if not (isinstance(model_class, type) and issubclass(model_class, transformers.PreTrainedModel)):
             raise ValueError(
@@ -652,7 +659,9 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
                 "'architectures'); pass model_class"
             )
     wants = getattr(model_class, "config_class", None)
-    if isinstance(wants, type) and not isinstance(config, wants):  # else an AttributeError deep in its __init__
+    if (
+        isinstance(wants, type) and issubclass(wants, transformers.PretrainedConfig) and not isinstance(config, wants)
+    ):  # else an AttributeError deep in its __init__
         raise ValueError(
             f"{model_class.__name__} is a {wants.model_type} model but {folder}/config.json is a "
             f"{config.model_type} config; name a {config.model_type} class in 'architectures' or pass model_class"
@@ -698,9 +707,9 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
     return model.eval()
 
 
-def ffn_modules(model: nn.Module) -> list[nn.Module]:
+def ffn_modules(model: nn.Module) -> list[FFN]:
     """The ffnlab FFNs inside a model (those `swap_ffn` or `build_ffn` made), in module order."""
-    return [m for m in model.modules() if isinstance(getattr(m, "spec", None), FFNSpec)]
+    return [m for m in model.modules() if isinstance(m, FFN) and m.spec is not None]
 
 
 # ---- Q/K/V activations ------------------------------------------------------------------------
@@ -713,7 +722,7 @@ QKV_NAMES = {"llama": ("q_proj", "k_proj", "v_proj"), "bert": ("query", "key", "
 class ProjectionAct(nn.Module):
     """A q, k or v projection followed by an activation: act(proj(x))."""
 
-    def __init__(self, proj: nn.Module, act: nn.Module) -> None:
+    def __init__(self, proj: nn.Linear, act: nn.Module) -> None:
         super().__init__()
         self.proj, self.act = proj, act
 
@@ -724,7 +733,7 @@ class ProjectionAct(nn.Module):
 class FusedQKVAct(nn.Module):
     """GPT-2's fused c_attn (output q|k|v, split_size each) with an activation on each third."""
 
-    def __init__(self, proj: nn.Module, acts: dict[str, str | None], split_size: int) -> None:
+    def __init__(self, proj: Conv1D, acts: dict[str, str | None], split_size: int) -> None:
         super().__init__()
         self.proj, self.split_size = proj, split_size
         self.acts = nn.ModuleDict({key: get_activation(name) for key, name in acts.items() if name})
@@ -734,8 +743,9 @@ class FusedQKVAct(nn.Module):
         return torch.cat([self.acts[key](t) if key in self.acts else t for key, t in parts.items()], dim=-1)
 
 
-def _qkv_wrappers(family_name: str, path: str, module: nn.Module, acts: dict) -> dict[str, nn.Module]:
-    """{path of a projection: its replacement} for one module: empty unless it is an attention."""
+def _qkv_wrappers(family_name: str, path: str, module: Any, acts: dict) -> dict[str, ProjectionAct | FusedQKVAct]:
+    """{path of a projection: its replacement} for one module (any of the model's, read by attribute
+    name): empty unless it is an attention."""
     if family_name == "gpt2":
         if not isinstance(getattr(module, "c_attn", None), nn.Module) or isinstance(module.c_attn, FusedQKVAct):
             return {}
@@ -755,7 +765,7 @@ def _qkv_wrappers(family_name: str, path: str, module: nn.Module, acts: dict) ->
     }
 
 
-def swap_attn_act(model: nn.Module, spec: str | None) -> dict[str, nn.Module]:
+def swap_attn_act(model: PreTrainedModel, spec: str | None) -> dict[str, nn.Module]:
     """Put the activations of an attn_act spec ("gelu", "q=gelu,k=gelu,v=identity"; see
     ffnlab.core.model.parse_attn_act) on the q, k and v projections of every attention of this
     Hugging Face model instance, in place.
@@ -770,7 +780,7 @@ def swap_attn_act(model: nn.Module, spec: str | None) -> dict[str, nn.Module]:
     family_name, _ = model_family(model)
     if not any(acts.values()):
         return {}
-    news = {}
+    news: dict[str, ProjectionAct | FusedQKVAct] = {}
     for path, module in model.named_modules():  # every wrapper first, so a failure leaves the model untouched
         news.update(_qkv_wrappers(family_name, path, module, acts))
     if not news:
@@ -814,7 +824,7 @@ class HFModelConfig:
 class HFModel(nn.Module):
     """A Hugging Face model with ffnlab's interface: forward(idx, targets) -> (logits, loss)."""
 
-    def __init__(self, hf: nn.Module, cfg: HFModelConfig):
+    def __init__(self, hf: PreTrainedModel, cfg: HFModelConfig):
         super().__init__()
         self.hf, self.cfg = hf, cfg
 
@@ -833,7 +843,7 @@ class HFModel(nn.Module):
             return logits, None
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
-    def ffn_modules(self) -> list[nn.Module]:
+    def ffn_modules(self) -> list[FFN]:
         return ffn_modules(self.hf)
 
 
@@ -893,16 +903,12 @@ def _hf_config_for(
     return hf_config
 
 
-def _init_ffns_seeded(hf: nn.Module, init: str, seed: int) -> None:
+def _init_ffns_seeded(hf: nn.Module, init: Init, seed: int) -> None:
     """Initialise every ffnlab FFN in `hf` by `init`, each weight from its own generator (as
     ffnlab.core.model.init_weights does), so one seed gives the same FFN weights whatever else changes."""
     for path, module in hf.named_modules():
         if isinstance(getattr(module, "spec", None), FFNSpec):
-            init_ffn(
-                module,
-                init,
-                lambda n, shape, prefix=path: torch.Generator().manual_seed(param_seed(seed, f"{prefix}.{n}", shape)),
-            )
+            init_ffn(module, init, functools.partial(param_generator, seed, f"{path}."))
             if isinstance(module, GatedFFN):
                 module.fused = None  # re-initialised: no pretrained numbers to keep, so the fused default
 
@@ -910,13 +916,13 @@ def _init_ffns_seeded(hf: nn.Module, init: str, seed: int) -> None:
 def build_hf_model(
     config_path_or_dict: str | os.PathLike | dict | PretrainedConfig,
     ffn: str,
-    match: str = "params",
+    match: Match = "params",
     seed: int = 0,
     vocab_size: int | None = None,
     context: int | None = None,
     task: str = "lm",
     n_classes: int = 2,
-    init: str = DEFAULT_INIT,
+    init: Init = DEFAULT_INIT,
     attn_act: str | None = None,
 ) -> HFModel:
     """Randomly initialised Hugging Face model from a config, its FFNs swapped to `ffn`.
@@ -959,7 +965,7 @@ def build_hf_model(
     ffns = ffn_modules(hf)
     cfg = HFModelConfig(
         model_type=hf_config.model_type,
-        ffn=ffns[0].spec.name,
+        ffn=spec_of(ffns[0]).name,
         match=match,
         seed=seed,
         task=task,

@@ -7,7 +7,7 @@ import math
 from ffnlab.tools.accuracy import REGIONS, TAIL_NAMES
 
 
-def fmt_value(v: object) -> str:
+def fmt_value(v: float | str | None) -> str:
     """A value for a table cell or a claim: numbers to 3 significant digits, '-' for None."""
     if v is None:
         return "-"

@@ -22,12 +22,14 @@ import hashlib
 import os
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from ffnlab._util.machine import check_memory
 from ffnlab._util.text import first_line
+from ffnlab.core.ffn import spec_of
 from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import param_count
 from ffnlab.tools.hf import (
@@ -44,6 +46,9 @@ from ffnlab.tools.hf import (
     quiet_transformers,
     swap_ffn,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)  # what fine-tuning supports
 
@@ -88,7 +93,7 @@ def check_float_weights(folder: str | os.PathLike, model: nn.Module) -> None:
     from safetensors import safe_open
 
     params = {name for name, _ in model.named_parameters()}
-    bad = {}
+    bad: dict[str, str] = {}
     for file in weight_files(Path(folder)):
         with safe_open(file, "pt") as f:
             dtypes = {key: f.get_slice(key).get_dtype() for key in params.intersection(f.keys())}
@@ -190,14 +195,18 @@ def load_pretrained(
     check_memory(4 * n_params, "cpu", what, "check the sizes in its config.json")
     check_float_weights(folder, skeleton)
     with quiet_transformers():  # the new classification head is named in the comparison's settings
-        hf, info = auto.from_pretrained(
-            os.fspath(folder),
-            config=hf_config,
-            use_safetensors=True,
-            **LOCAL_ONLY,
-            dtype=torch.float32,
-            output_loading_info=True,
-            ignore_mismatched_sizes=True,  # checked below, by name
+        # NOTE: with output_loading_info=True from_pretrained returns (model, info); its annotation has the model only
+        hf, info = cast(
+            "tuple[PreTrainedModel, dict[str, Any]]",
+            auto.from_pretrained(
+                os.fspath(folder),
+                config=hf_config,
+                use_safetensors=True,
+                **LOCAL_ONLY,
+                dtype=torch.float32,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,  # checked below, by name
+            ),
         )
     check_loaded(folder, task, hf.base_model_prefix, info)
     if task == "cls" and hf.config.pad_token_id is None:
@@ -208,7 +217,7 @@ def load_pretrained(
     ffns = ffn_modules(hf)
     cfg = HFModelConfig(
         model_type=hf_config.model_type,
-        ffn=ffns[0].spec.name,
+        ffn=spec_of(ffns[0]).name,
         match="none",
         seed=0,
         task=task,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import mpmath
 import numpy as np
@@ -29,7 +30,10 @@ class Ref:
     kinks: tuple[float, ...] = ()
 
 
-def normal_pdf(x: np.ndarray | float) -> np.ndarray | float:
+Real = TypeVar("Real", float, np.ndarray)  # a number or an array of them, returned as it came
+
+
+def normal_pdf(x: Real) -> Real:
     """The standard normal density phi(x)."""
     return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
@@ -75,8 +79,8 @@ def _gelu_10_df(x):
 def _mean(refs: list[Ref]) -> Ref:
     """Equal-weight mixture: the learnable `switch` at its initial (zero) logits."""
     return Ref(
-        lambda x: sum(r.f(x) for r in refs) / len(refs),
-        lambda x: sum(r.df(x) for r in refs) / len(refs),
+        lambda x: np.mean([r.f(x) for r in refs], axis=0),
+        lambda x: np.mean([r.df(x) for r in refs], axis=0),
         tuple(sorted({k for r in refs for k in r.kinks})),
     )
 

@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -262,7 +262,11 @@ _compiled: dict[
 _compile_failed: str | None = None  # why torch.compile could not build the kernels here, once known
 
 
-def _call_compiled(plain: Callable[..., Any], *args: Any) -> Any:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _call_compiled(plain: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """Run `plain` compiled (one graph per act, dtype, need_h; the length is symbolic), falling back
     to the plain ops, with one warning, if the build fails."""
     global _compile_failed
@@ -272,14 +276,15 @@ def _call_compiled(plain: Callable[..., Any], *args: Any) -> Any:
                 _compiled[plain] = torch.compile(plain, dynamic=True)
             # NOTE: every (activation, dtype, need_h) is a cache entry of the same function; dynamo
             # gives up (and silently runs uncompiled) past 8 of them unless told otherwise.
+            compiled: Callable[P, R] = _compiled[plain]
             with torch._dynamo.config.patch(recompile_limit=64):
-                return _compiled[plain](*args)
+                return compiled(*args, **kwargs)
         except Exception as e:  # a missing C++ compiler, an inductor bug: the math still runs
             _compile_failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             warnings.warn(
                 f"ffnlab: torch.compile kernels unavailable ({_compile_failed}); using plain ops", stacklevel=2
             )
-    return plain(*args)
+    return plain(*args, **kwargs)
 
 
 def compile_failure() -> str | None:
@@ -332,8 +337,8 @@ def _run_backward(
 
         return triton_gated.backward(act, gate, up, grad, need_h)
     if backend == "compiled":
-        out = _call_compiled(gated_backward, act, gate.reshape(-1), up.reshape(-1), grad.reshape(-1), need_h)
-        return tuple(None if t is None else t.view(gate.shape) for t in out)
+        dgate, dup, h = _call_compiled(gated_backward, act, gate.reshape(-1), up.reshape(-1), grad.reshape(-1), need_h)
+        return dgate.view(gate.shape), dup.view(gate.shape), None if h is None else h.view(gate.shape)
     return gated_backward(act, gate, up, grad, need_h)
 
 
@@ -382,6 +387,7 @@ class GatedAct(torch.autograd.Function):
             tokens = math.prod(gate.shape[:-1])
             dy = grad_out.reshape(tokens, w_down.shape[0])  # (tokens, d_model)
             if need_w:
+                assert h is not None, "backward returns h when asked to (need_h)"
                 dw = dy.T @ h.reshape(tokens, gate.shape[-1])  # (d_model, d_ff)
             if ctx.has_bias and ctx.needs_input_grad[5]:
                 db = dy.sum(0)
@@ -390,7 +396,9 @@ class GatedAct(torch.autograd.Function):
 
 def gated_act(gate: torch.Tensor, up: torch.Tensor, act: str = "silu", backend: Backend | None = None) -> torch.Tensor:
     """Fused act(gate) * up that keeps only gate and up for backward; `backend` None picks one."""
-    return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), None, None)
+    backend = _checked_backend(gate, up, act, backend)
+    h: torch.Tensor = GatedAct.apply(gate, up, act, backend, None, None)  # type: ignore[no-untyped-call]  # NOTE: torch's Function.apply has no annotations
+    return h
 
 
 def fused_gated_down(
@@ -411,7 +419,9 @@ def fused_gated_down(
     if torch.is_autocast_enabled(device) and w_down.dtype != gate.dtype:
         w_down = w_down.to(gate.dtype)
         b_down = None if b_down is None else b_down.to(gate.dtype)
-    return GatedAct.apply(gate, up, act, _checked_backend(gate, up, act, backend), w_down, b_down)
+    backend = _checked_backend(gate, up, act, backend)
+    y: torch.Tensor = GatedAct.apply(gate, up, act, backend, w_down, b_down)  # type: ignore[no-untyped-call]  # as in gated_act
+    return y
 
 
 def _checked_backend(gate: torch.Tensor, up: torch.Tensor, act: str, backend: Backend | None) -> Backend:

@@ -176,6 +176,7 @@ class DeployRow:
     notes: list[str] = field(default_factory=list)  # what was left unmeasured in a measured row, and why
     quality: Quality | None = None
     on_front: bool | None = None  # on the latency/loss Pareto front (None: no quality measured)
+    qat_from: float | None = None  # a QAT run's model (ffnlab.study.deployment), converted to int8
 
     @property
     def target(self) -> Target:
@@ -579,7 +580,8 @@ def _delta(d: Delta | None) -> str:
 
 def _row_line(r: DeployRow) -> str:
     scheme = r.scheme or "-"
-    head = f"{r.ffn:<10} {r.precision:<5} {r.runtime:<11} {scheme:<16}"
+    ffn = r.ffn if r.qat_from is None else f"{r.ffn} QAT"
+    head = f"{ffn:<10} {r.precision:<5} {r.runtime:<11} {scheme:<16}"
     if r.reason:
         return f"{head} not measured: {r.reason}"
     mb = lambda b: "-" if b is None else f"{b / 2**20:.3g}"

@@ -2,6 +2,7 @@
 QAT against PTQ, and the store's bad cases."""
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -110,3 +111,16 @@ def test_runs_of_one_setting_differ_only_by_ffn_seed_and_qat():
     base = config("relu", 0).to_dict()
     assert dep.setting_key(base) == dep.setting_key(config("gelu", 3, 0.8).to_dict())
     assert dep.setting_key(base) != dep.setting_key(replace(config("relu", 0), max_steps=13).to_dict())
+
+
+def test_qat_recovery_is_reported_only_where_ptq_loses_more_than_the_floor():
+    first = SimpleNamespace(ffn="gelu", cfg=SimpleNamespace(qat_from=0.8))
+    fp32 = {s: {"val_loss": 2.0 + s / 10} for s in range(3)}
+    ptq = {s: {"val_loss": fp32[s]["val_loss"] + 0.05 + s / 1000} for s in range(3)}  # +0.051 on average
+    qat = {s: {"val_loss": fp32[s]["val_loss"] + 0.01} for s in range(3)}
+    out = dep.qat_summary(first, qat, {"fp32/eager": fp32, "int8/eager/int8-dynamic": ptq})
+    assert out["recovered"] == pytest.approx(1 - 0.01 / 0.051)
+    assert out["ptq_increase"]["n"] == 3 and "QAT recovers 80% of PTQ's increase" in out["summary"]
+    small = {s: {"val_loss": fp32[s]["val_loss"] + 0.01} for s in range(3)}
+    out = dep.qat_summary(first, qat, {"fp32/eager": fp32, "int8/eager/int8-dynamic": small})
+    assert out["recovered"] is None and "little for QAT to recover" in out["summary"]

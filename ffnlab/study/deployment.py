@@ -160,6 +160,7 @@ def quality(per_seed: dict[int, dict], reference: dict[int, dict], against: str,
         val_acc_delta=delta(per_seed, reference, "val_acc"),
         reference=against,
         measured_in=runtime,
+        val_losses={seed: v["val_loss"] for seed, v in sorted(per_seed.items()) if "val_loss" in v},
     )
 
 
@@ -254,22 +255,26 @@ def deploy_qat(qat_runs: Sequence[TrainedRun], plain: dict, settings: Settings) 
     return rows, qat_summary(first, known.get("int8/eager/int8-dynamic", {}), plain)
 
 
+QAT_FLOOR = 0.02  # nats: a PTQ increase below this leaves too little for "how much QAT recovers" to mean anything
+
+
 def qat_summary(first: TrainedRun, qat: dict[int, dict], plain: dict) -> dict:
-    """How much of PTQ's validation-loss increase QAT recovers: 1 - (QAT - fp32) / (PTQ - fp32), means over the seeds paired."""
+    """How much of PTQ's validation-loss increase QAT recovers, 1 - (QAT - fp32) / (PTQ - fp32) over the paired
+    seeds' means; None where PTQ loses QAT_FLOOR nats or less (issue #25's target asks it only there)."""
     ptq = delta(plain.get("int8/eager/int8-dynamic", {}), plain["fp32/eager"], "val_loss")
     qat_increase = delta(qat, plain["fp32/eager"], "val_loss")
     out = {"ffn": first.ffn, "qat_from": first.cfg.qat_from, "ptq_increase": ptq and asdict(ptq),
            "qat_increase": qat_increase and asdict(qat_increase), "recovered": None}  # fmt: skip
-    if ptq and qat_increase and ptq.delta is not None and qat_increase.delta is not None:
-        if ptq.delta > 0:
-            out["recovered"] = 1.0 - qat_increase.delta / ptq.delta
-        out["summary"] = (
-            f"qat_from {first.cfg.qat_from:g}: int8 validation loss {qat_increase.delta:+.4f} against fp32, "
-            f"PTQ {ptq.delta:+.4f}"
-            + (f"; QAT recovers {out['recovered']:.0%} of PTQ's increase" if out["recovered"] is not None else "")
-        )
+    if not (ptq and qat_increase and ptq.delta is not None and qat_increase.delta is not None):
+        out["summary"] = "not measured (no int8-dynamic eager row of both)"
+        return out
+    text = f"qat_from {first.cfg.qat_from:g}: int8 validation loss {qat_increase.delta:+.4f} against fp32, PTQ {ptq.delta:+.4f}"
+    if ptq.delta > QAT_FLOOR:
+        out["recovered"] = 1.0 - qat_increase.delta / ptq.delta
+        text += f"; QAT recovers {out['recovered']:.0%} of PTQ's increase"
     else:
-        out["summary"] = "not measured (no int8-dynamic eager row)"
+        text += f"; PTQ loses no more than {QAT_FLOOR} nats, so there is little for QAT to recover"
+    out["summary"] = text
     return out
 
 

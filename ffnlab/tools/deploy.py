@@ -155,6 +155,7 @@ class Quality:
     reference: str  # what the deltas are against
     measured_in: str  # the runtime the batches ran in (compile rows share eager's numbers)
     vs_ptq: Delta | None = None
+    val_losses: dict[int, float] = field(default_factory=dict)  # per seed: to pair this row with another
 
 
 @dataclass

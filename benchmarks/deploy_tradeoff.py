@@ -122,7 +122,7 @@ def claim_quantised_gelu(result: DeployResult) -> dict:
     return out
 
 
-def targets(result: DeployResult) -> dict:
+def performance_targets(result: DeployResult) -> dict:
     """The issue's performance targets, per variant."""
     out = {"int8_speedup": {}, "qat": result.qat, "batch1": {}}
     for ffn in ("gelu", "relu"):
@@ -214,7 +214,7 @@ def main() -> None:
         "model": "the --store's runs" if args.store else f"d_model {model.d_model}, {model.n_layers} layers, context {model.context}, {args.steps} steps, {args.seeds} seeds",
         "claims": {"1_relu_faster": claim_faster(result), "2_relu_costs_quality": claim_quality_cost(result),
                    "3_quantised_gelu_recovers": claim_quantised_gelu(result)},
-        "targets": targets(result),
+        "targets": performance_targets(result),
         "seconds": round(time.perf_counter() - started, 1),
     }  # fmt: skip
     if args.json:

@@ -44,6 +44,8 @@ def test_targets_expand_int8_into_each_runtimes_schemes():
         ({"repeats": 0}, "repeats >= 1"),
         ({"ffns": "gelx"}, "unknown"),
         ({"d_model": 2**20, "n_layers": 64}, "need at least"),
+        ({"d_modle": 64}, "unknown model setting d_modle .did you mean 'd_model'"),
+        ({"ffns": ","}, "no FFN variant given"),
     ],
 )
 def test_bad_input_is_one_line_value_error_before_any_work(kwargs, needle):

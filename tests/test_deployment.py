@@ -105,6 +105,9 @@ def test_a_store_of_several_settings_or_no_runs_is_refused(tmp_path):
         dep.deploy_store(tmp_path / "missing.db", **FAST)
     with pytest.raises(ValueError, match="unknown runtime 'tflite'; valid: eager, compile, onnxruntime"):
         dep.deploy_store(path, runtimes="tflite", **FAST)
+    one = fake_store(tmp_path / "one.db", [config("relu", 0)])
+    with pytest.raises(ValueError, match="seq must be between 1 and the model's context 32"):
+        dep.deploy_store(one, seq=64, **FAST)  # before its (missing) weights are looked for
 
 
 def test_runs_of_one_setting_differ_only_by_ffn_seed_and_qat():
@@ -124,3 +127,15 @@ def test_qat_recovery_is_reported_only_where_ptq_loses_more_than_the_floor():
     small = {s: {"val_loss": fp32[s]["val_loss"] + 0.01} for s in range(3)}
     out = dep.qat_summary(first, qat, {"fp32/eager": fp32, "int8/eager/int8-dynamic": small})
     assert out["recovered"] is None and "little for QAT to recover" in out["summary"]
+
+
+def test_a_classifier_reports_its_accuracy_delta(tmp_path):
+    path = tmp_path / "store.db"
+    for seed in (0, 1):
+        cfg = replace(config("gelu", seed), model=replace(TINY, ffn="gelu", task="cls"), max_steps=4)
+        assert execute(cfg.to_dict(), str(path)) == "finished"
+    result = dep.deploy_store(path, precisions="fp32,int8", runtimes="eager", **FAST)
+    for r in result.rows:
+        assert 0 <= r.quality.val_acc <= 1 and r.quality.val_acc_delta.n == 2
+        assert abs(r.quality.val_loss_delta.delta) < LOSS_BOUND
+    assert "acc" in format_deploy(result)

@@ -302,10 +302,11 @@ def deploy_store(
     wanted = dp.targets(dp.default_precisions() if precisions is None else precisions, runtimes)
     wanted.sort(key=lambda t: dp.RUNTIMES.index(t.runtime))  # eager first: compile rows take its numbers
     records = store_runs(store_path, ffns)
+    context = TrainConfig.from_dict(records[0].config).model.context
+    seq = seq or context
+    dp.check_settings(batch, seq, context, repeats, warmup)  # before the runs load
     runs = [load_trained(store_path, r) for r in records]
     mcfg = runs[0].model_cfg
-    seq = seq or mcfg.context
-    dp.check_settings(batch, seq, mcfg.context, repeats, warmup)
     inputs = dp.token_inputs(mcfg.vocab_size, batch, seq)
     rows, qat = [], []
     with dp.threads_set(threads) as used, dp.work_folder(workdir) as folder:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib.metadata
 import io
 import os
@@ -358,11 +359,13 @@ def deploy(
         size = os.path.getsize(path)
         return Deployed(module, size, size, time.perf_counter() - start, ["peak memory: ONNX Runtime reports none"])
     prepared = torch_module(model, target, device).eval()
+    module = prepared
     if target.runtime == "compile":
-        # NOTE: dynamo caches compiled code per function (Transformer.forward), 8 entries deep: past that, later
-        # models of a sweep would silently run eager; each compiled target starts from an empty cache
-        torch._dynamo.reset()
-    module = torch.compile(prepared, dynamic=False) if target.runtime == "compile" else prepared
+        with quiet_libraries():
+            # NOTE: dynamo caches compiled code per function (Transformer.forward), 8 entries deep: past that, later
+            # models of a sweep would silently run eager; each compiled target starts from an empty cache
+            torch._dynamo.reset()
+            module = torch.compile(prepared, dynamic=False)
     return Deployed(module, weight_bytes(prepared), saved_size(prepared), time.perf_counter() - start, [])
 
 
@@ -543,6 +546,14 @@ def run_deploy(
     `workdir` (kept) or a temporary folder. ValueError in one line for an unknown variant, precision or
     runtime, bad settings, or a model too big for this machine, before anything is built."""
     names = [get_ffn_spec(f).name for f in (ffns.split(",") if isinstance(ffns, str) else ffns) if f.strip()]
+    if not names:
+        raise ValueError("no FFN variant given; name one or more, e.g. gelu,relu")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"ffn"}
+    unknown = sorted(set(model) - fields)
+    if unknown:
+        raise ValueError(
+            f"unknown model setting {unknown[0]}{closest(unknown[0], fields)}; valid: {', '.join(sorted(fields))}"
+        )
     wanted = targets(default_precisions(device) if precisions is None else precisions, runtimes)
     cfgs = {name: ModelConfig(**{**model, "ffn": name}) for name in names}
     first = cfgs[names[0]]
@@ -588,6 +599,8 @@ def _row_line(r: DeployRow) -> str:
     mb = lambda b: "-" if b is None else f"{b / 2**20:.3g}"
     roof = "-" if r.roofline_s is None else f"{r.latency.median_s / r.roofline_s:.3g}x"
     quality = "" if r.quality is None else f" {r.quality.val_loss:>8.4f} {_delta(r.quality.val_loss_delta):>26}"
+    if r.quality is not None and r.quality.val_acc_delta is not None:  # a classifier: accuracy too
+        quality += f"  acc {r.quality.val_acc:.3f} {_delta(r.quality.val_acc_delta)}"
     front = {True: " *", False: "", None: ""}[r.on_front]
     return (f"{head} {_ms(r.latency):>22} {roof:>7} {r.throughput.tokens_per_s:>10.4g} {mb(r.peak_mem_bytes):>8} "
             f"{mb(r.disk_bytes):>8}{quality}{front}")  # fmt: skip

@@ -89,7 +89,8 @@ def get_scheme(name: str) -> Scheme:
 def quiet_libraries() -> Iterator[None]:
     """torchao's and ONNX Runtime's import and quantiser chatter off: torchao logs that its CUDA-only
     extensions do not load on a CPU build, torch that torchao registers an enum the old way, ONNX Runtime
-    suggests pre-processing on the root logger, and compiling a quantised model warns about caching."""
+    suggests pre-processing on the root logger, and compiling a model warns about caching and (importing
+    torch.utils.mkldnn) about torch.jit."""
     names = ("torchao", "torch.utils._pytree", "")
     levels = {name: logging.getLogger(name).level for name in names}
     root = logging.getLogger()
@@ -102,6 +103,7 @@ def quiet_libraries() -> Iterator[None]:
             logging.getLogger(name).setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*_stable_hash_for_caching.*")
+            warnings.filterwarnings("ignore", message=".*torch.jit.script_method.*")  # inductor's first import
             warnings.filterwarnings("ignore", module="torchao")
             yield
     finally:

@@ -15,7 +15,7 @@ int8, the quantiser of `ffnlab.tools.quantize.SCHEMES`), measured the same way:
 Runtimes: PyTorch eager, torch.compile, ONNX Runtime (the model exported by `ffnlab.tools.export`,
 written atomically). Precisions: fp32, bf16 (where the hardware has it), fp16 (on a GPU), int8. A
 target that cannot run here, or fails for a variant, is a row with its reason; the others are still
-measured. A study's trained weights and their quality are measured by `ffnlab.study.deploy`, which
+measured. A study's trained weights and their quality are measured by `ffnlab.study.deployment`, which
 fills each row's `quality`; `pareto_front` marks the rows no other row beats on latency and loss.
 """
 
@@ -140,7 +140,7 @@ class Delta:
 
 @dataclass
 class Quality:
-    """A deployed model's quality on the study's fixed final batches (ffnlab.study.deploy), over its seeds.
+    """A deployed model's quality on the study's fixed final batches (ffnlab.study.deployment), over its seeds.
 
     Deltas pair each seed with the same run in fp32 PyTorch eager (`reference`); a QAT row pairs the QAT run
     with the plain run of the same seed, and `vs_ptq` with that run's int8-dynamic PTQ."""
@@ -200,7 +200,7 @@ class DeployResult:
     setup: dict  # batch, seq, repeats, warmup, threads, device, targets asked for
     environment: dict
     rows: list[DeployRow]
-    qat: list[dict] = field(default_factory=list)  # QAT against PTQ, per variant (ffnlab.study.deploy)
+    qat: list[dict] = field(default_factory=list)  # QAT against PTQ, per variant (ffnlab.study.deployment)
 
     def to_json(self) -> dict:
         return json_safe(

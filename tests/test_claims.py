@@ -12,7 +12,7 @@ from tests.test_accuracy import _neg_tanh_gap
 
 def test_claims_file_names_real_measurements():
     claims = cl.load_claims()
-    assert [c["id"] for c in claims] == list(range(1, 10))
+    assert [c["id"] for c in claims] == list(range(1, len(claims) + 1))  # numbered in order, none missing
     for c in claims:
         assert c["claim"] and c["source"] and c["measure"] in cl.MEASURES
         assert set(c["claimed"]) == set(c["rule"])
@@ -74,3 +74,11 @@ def test_claims_table_and_certain_verdicts():
     assert rows[7]["measured_values"]["std_reduction"] == pytest.approx(
         1 - torch.nn.functional.gelu(z).std().item(), abs=3e-3
     )
+
+
+def test_relu_quantises_without_a_lookup_table():
+    rows = {r["id"]: r for r in cl.run_claims()}
+    relu = rows[10]
+    assert relu["measured_values"] == {"table_bytes": 0, "max_step_err": 0.0}
+    assert relu["verdict"] == "holds"
+    assert cl.measure_int8_activation("gelu_lut")["table_bytes"] == 256

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ffnlab.tools import numerics as nm
+from ffnlab.tools.int8 import measure_int8
 
 # ---- run_numerics and the CLI ----------------------------------------------------------------------
 
@@ -94,3 +95,31 @@ def test_cli_text(run_cli):
 def test_cli_bad_input_exit_2(run_cli, argv, needle):
     code, out, err = run_cli(*argv)
     assert code == 2 and needle in err and err.count("\n") == 1 and out == ""
+
+
+# ---- int8 ---------------------------------------------------------------------------------------------
+
+
+def test_int8_rows_are_the_int8_implementations_of_the_named_activations():
+    report = nm.run_numerics("gelu,relu,silu", "int8", -4, 4, points=101, claims=False)
+    assert report["results"] == [] and report["gated"] == []
+    rows = {r["name"]: r for r in report["int8"]}
+    assert list(rows) == ["gelu_lut", "i_gelu", "relu_int8"]  # silu has none
+    for name, row in rows.items():
+        assert row == measure_int8(name, -4.0, 4.0)
+    assert rows["relu_int8"]["max_abs_err"] == 0 and rows["gelu_lut"]["max_ulp"] <= 0.5
+    assert "int8 input and output" in nm.format_numerics(report)
+
+
+def test_int8_is_a_valid_dtype_and_named_when_one_is_unknown():
+    assert nm.parse_dtypes("fp32,int8") == ["fp32", "int8"]
+    with pytest.raises(ValueError, match="valid: fp32, fp16, bf16, int8"):
+        nm.parse_dtypes("int4")
+
+
+def test_cli_int8(run_cli):
+    code, out, err = run_cli("numerics", "gelu,hardswish", "--dtypes", "int8", "--no-claims", "--json")
+    assert code == 0 and err == ""
+    report = json.loads(out)
+    assert [r["name"] for r in report["int8"]] == ["gelu_lut", "i_gelu", "hardswish_int8"]
+    assert all(r["dtype"] == "int8" and r["scale_in"] == pytest.approx(10 / 127) for r in report["int8"])

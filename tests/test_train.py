@@ -423,3 +423,51 @@ def test_schedule_run_reports_ffn_params_summed_over_its_layers():
 
     r = train(tiny(model=replace(TINY, n_layers=2, ffn="gelu*1+swiglu*1"), max_steps=2, eval_every=2, eval_batches=1))
     assert r.ffn_params == sum(row["params"] for row in layer_sizes("gelu*1+swiglu*1", 2, 32))
+
+
+# ---- quantisation-aware training (qat_from) --------------------------------------------------------
+
+
+def test_a_qat_run_converts_and_evaluates_to_its_own_final_loss(tmp_path):
+    """The weights a QAT run saves, loaded into a plain model and converted to int8, give the loss the run
+    measured under fake quantisation: what it trained for is what deploys."""
+    pytest.importorskip("torchao")
+    from safetensors.torch import load_model
+
+    from ffnlab.core.model import Transformer
+    from ffnlab.run.train import data_args, eval_set, evaluate, load_data
+    from ffnlab.tools.quantize import quantize_model
+
+    cfg = tiny(precision="fp32", qat_from=0.5, max_steps=8, eval_every=4, final_eval_batches=2)
+    r = train(cfg, weights_path=tmp_path / "w.safetensors")
+    assert r.status == "finished" and r.config["qat_from"] == 0.5
+    model = Transformer(replace(TINY, vocab_size=r.vocab_size))
+    load_model(model, str(tmp_path / "w.safetensors"))
+    _, _, splits = load_data(*data_args(cfg))
+    batches = eval_set(splits["val"], "lm", cfg.final_eval_batches, cfg.batch_size, TINY.context)
+    fp32 = lambda: torch.autocast("cpu", enabled=False)
+    int8 = evaluate(quantize_model(model, "int8-dynamic"), batches, "lm", fp32)
+    assert int8["loss"] == pytest.approx(r.final_val_loss, abs=1e-4)
+    assert evaluate(model, batches, "lm", fp32)["loss"] != r.final_val_loss  # the float model is another one
+
+
+def test_a_qat_run_resumed_past_its_start_ends_as_uninterrupted(tmp_path):
+    pytest.importorskip("torchao")
+    cfg = tiny(
+        precision="fp32", qat_from=0.5, model=replace(TINY, dropout=0.1), checkpoint_every=6, final_eval_batches=2
+    )
+    cfg = replace(cfg, max_steps=8, eval_every=4, checkpoint_dir=str(tmp_path))
+    full = train(cfg)  # leaves its step-6 checkpoint, past QAT's start at step 4
+    assert json.loads((tmp_path / "latest.json").read_text())["step"] == 6
+    resumed = train(cfg)
+    assert resumed.history["train_loss"] == full.history["train_loss"]
+    assert resumed.final_val_loss == full.final_val_loss
+
+
+def test_qat_from_is_a_fraction_and_part_of_the_run_id():
+    from ffnlab.study.plan import run_id
+
+    for bad in (1.0, -0.1, math.nan):
+        with pytest.raises(ValueError, match="qat_from must be a fraction of training in"):
+            tiny(qat_from=bad)
+    assert run_id(tiny(qat_from=None)) != run_id(tiny(qat_from=0.8)) != run_id(tiny(qat_from=0.9))

@@ -54,6 +54,8 @@ class TrainConfig:
     threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
     checkpoint_dir: str | None = None  # None: no checkpoints
     checkpoint_every: int = 100  # steps between checkpoints (with checkpoint_dir)
+    qat_from: float | None = None  # quantisation-aware training: from this fraction of training on (0 to 1, by
+    # the schedule's progress), every linear layer is fake-quantised to int8 (torchao; ffnlab.tools.quantize)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -93,6 +95,8 @@ class TrainConfig:
             raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
+        if self.qat_from is not None and not 0.0 <= self.qat_from < 1.0:
+            raise ValueError(f"qat_from must be a fraction of training in [0, 1), got {self.qat_from}")
         if self.device not in DEVICES:
             raise ValueError(f"unknown device '{self.device}'; valid: {', '.join(DEVICES)}")
 
@@ -125,6 +129,7 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.placement", "model.pos", "model.tie_embeddings", "model.task", "model.n_classes", "model.pool",
         "model.attn_act", "model.attn_proj_act",
     ),
+    2: ("qat_from",),
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

@@ -350,6 +350,7 @@ class Setup:
     hist: dict
     checkpoint_dir: Path | None
     started: float  # time.perf_counter() when the run began
+    qat: bool = False  # the model is fake-quantised (start_qat)
 
     @property
     def task(self) -> str:
@@ -365,6 +366,10 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))  # the stored config says what ran
     cfg = resolve_init(cfg)
     task = cfg.model.task
+    if cfg.qat_from is not None:  # known now, not at qat_from of the way through
+        from ffnlab.tools.quantize import require_torchao
+
+        require_torchao("quantisation-aware training (qat_from)")
     if cfg.threads:  # NOTE: on a shared machine one thread per run beats two fighting for cores (train_speed.md)
         torch.set_num_threads(cfg.threads)
     if device == "cuda":
@@ -464,9 +469,12 @@ def train(
             break
         t_step = time.perf_counter()
         # the schedule follows the larger of step and time progress
-        lr = lr_at(max(step / total, elapsed / cfg.max_seconds if cfg.max_seconds else 0.0), step, cfg)
+        fraction = max(step / total, elapsed / cfg.max_seconds if cfg.max_seconds else 0.0)
+        lr = lr_at(fraction, step, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
+        if cfg.qat_from is not None and fraction >= cfg.qat_from and not setup.qat:
+            start_qat(setup)
         x, y = get_batch(setup.splits["train"], setup.task, cfg.batch_size, setup.model_cfg.context, setup.gen)
         x, y = x.to(setup.device), y.to(setup.device)
         with setup.autocast():
@@ -499,6 +507,17 @@ def train(
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
+
+
+def start_qat(setup: Setup) -> None:
+    """Quantisation-aware training from here on (cfg.qat_from): every linear layer fake-quantised to int8
+    (ffnlab.tools.quantize.prepare_qat, torchao), its parameters and the optimizer's state kept, and the step
+    function rebuilt (compiled again with cfg.compile). A resumed run past qat_from starts it at its first step."""
+    from ffnlab.tools.quantize import prepare_qat
+
+    prepare_qat(setup.model)
+    setup.step_fn = torch.compile(setup.model, dynamic=False) if setup.cfg.compile else setup.model
+    setup.qat = True
 
 
 def finish(

@@ -24,6 +24,7 @@ from ffnlab._util.names import closest
 from ffnlab.core.activations import ACTIVATIONS, resolve
 from ffnlab.core.ffn import ffn_param_count
 from ffnlab.tools.accuracy import gelu_distance
+from ffnlab.tools.int8 import measure_int8
 from ffnlab.tools.numerics_text import fmt_value
 from ffnlab.tools.references import GELU, REFERENCES, mp_gelu, normal_pdf
 
@@ -112,6 +113,13 @@ def measure_torch_gelu_default() -> dict:
     }
 
 
+def measure_int8_activation(impl: str, lo: float = -10.0, hi: float = 10.0) -> dict:
+    """An int8 implementation (ffnlab.tools.int8): the bytes of its lookup table, and its largest error on every
+    int8 code in [lo, hi] in output steps (below 0.5: as good as a correctly rounded table)."""
+    row = measure_int8(impl, lo, hi)
+    return {"table_bytes": row["table_bytes"], "max_step_err": row["max_ulp"]}
+
+
 MEASURES: dict[str, Callable[..., dict]] = {
     f.__name__.removeprefix("measure_"): f
     for f in (
@@ -122,6 +130,7 @@ MEASURES: dict[str, Callable[..., dict]] = {
         measure_gelu_std_reduction,
         measure_relu_inactive_fraction,
         measure_torch_gelu_default,
+        measure_int8_activation,
     )
 }
 VERDICTS = ("holds", "does not hold", "not measurable here")

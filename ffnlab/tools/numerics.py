@@ -1,7 +1,8 @@
 """`ffnlab numerics` as one library call: check the inputs, run every section, return one report.
 
 `run_numerics` gathers, for the named activations and dtypes: the error of each against its exact
-reference (`ffnlab.tools.accuracy`, references in `ffnlab.tools.references`), the GELU
+reference (`ffnlab.tools.accuracy`, references in `ffnlab.tools.references`; with int8 inputs and
+outputs, `ffnlab.tools.int8`'s implementations of it), the GELU
 approximations' distance from exact GELU, exact GELU in the negative tail, gated products in
 fp16/bf16, and the claims table (`ffnlab.tools.claims`), with the environment that produced them.
 `to_json` makes the report strict JSON; `format_numerics` (`ffnlab.tools.numerics_text`) prints it.
@@ -35,6 +36,7 @@ from ffnlab.tools.accuracy import (
     measure_activation,
 )
 from ffnlab.tools.claims import run_claims
+from ffnlab.tools.int8 import int8_acts_for, measure_int8
 from ffnlab.tools.numerics_text import format_numerics
 
 __all__ = [
@@ -60,15 +62,20 @@ def parse_names(names: str | Iterable[str] | None) -> list[str]:
     return list(dict.fromkeys(resolve(n) for n in items))
 
 
+INT8 = "int8"  # not a float format: its rows come from ffnlab.tools.int8 (the "int8" section)
+VALID_DTYPES = (*DTYPES, INT8)
+
+
 def parse_dtypes(dtypes: str | Iterable[str]) -> list[str]:
     """dtype names from a comma-separated string or a list; ValueError on unknown ones."""
     items = dtypes.split(",") if isinstance(dtypes, str) else list(dtypes)
     items = [d.strip().lower() for d in items if d.strip()]
+    valid = ", ".join(VALID_DTYPES)
     if not items:
-        raise ValueError(f"no dtype given; valid: {', '.join(DTYPES)}")
+        raise ValueError(f"no dtype given; valid: {valid}")
     for d in items:
-        if d not in DTYPES:
-            raise ValueError(f"unknown dtype '{shorten(d)}'{closest(d, DTYPES)}; valid: {', '.join(DTYPES)}")
+        if d not in VALID_DTYPES:
+            raise ValueError(f"unknown dtype '{shorten(d)}'{closest(d, VALID_DTYPES)}; valid: {valid}")
     return list(dict.fromkeys(items))
 
 
@@ -105,9 +112,11 @@ def run_numerics(
 ) -> dict:
     """Every section of `ffnlab numerics` as one dict; `to_json` makes it strict JSON.
 
-    Keys: results (per activation, dtype, pass), gelu_distance (of the named GELU approximations),
-    tail (fp32, always), gated (fp16/bf16 among `dtypes`), claims (unless claims=False), and the
-    setup (range, points, dtypes, environment). points=None means DEFAULT_POINTS.
+    Keys: results (per activation, float dtype, pass), int8 (with int8 among `dtypes`: per int8
+    implementation of a named activation, `ffnlab.tools.int8.measure_int8`, on every int8 code in the
+    range), gelu_distance (of the named GELU approximations), tail (fp32, always), gated (fp16/bf16
+    among `dtypes`), claims (unless claims=False), and the setup (range, points, dtypes, environment).
+    points=None means DEFAULT_POINTS.
     """
     names, dtypes = parse_names(names), parse_dtypes(dtypes)
     lo, hi = float(lo), float(hi)
@@ -116,7 +125,7 @@ def run_numerics(
     if int(points) < 2:
         raise ValueError(f"points must be at least 2, got {points}")
     results = []
-    for dtype_name in dtypes:
+    for dtype_name in (d for d in dtypes if d != INT8):
         x, n_out = grid(lo, hi, int(points), DTYPES[dtype_name])
         if len(x) == 0:
             raise ValueError(f"range [{lo}, {hi}] lies entirely beyond {dtype_name}'s largest value")
@@ -131,9 +140,12 @@ def run_numerics(
         "dtypes": dtypes,
         "environment": environment(),
         "results": results,
+        "int8": [measure_int8(impl, lo, hi) for name in names for impl in int8_acts_for(name)]
+        if INT8 in dtypes
+        else [],
         "gelu_distance": [gelu_distance(n, lo, hi, int(points)) for n in approx],
         "tail": gelu_tail(),
-        "gated": gated_products([d for d in dtypes if d != "fp32"]),
+        "gated": gated_products([d for d in dtypes if d not in ("fp32", INT8)]),
         "claims": run_claims() if claims else [],
     }
 

@@ -56,6 +56,29 @@ def _error_table(results: list[dict]) -> list[str]:
     return out
 
 
+def _int8_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    head = (
+        f"{'name':<15} {'computes':<10} {'table B':>7} {'scale in':>9} {'scale out':>9} {'max_abs':>9} "
+        f"{'at_x':>7} {'max_step':>8}  method"
+    )
+    out = [
+        "",
+        "int8 input and output (symmetric per-tensor scales calibrated on the range; every int8 code in it; "
+        "max_step: error in output steps, 0.5 is correctly rounded)",
+        head,
+        "-" * len(head),
+    ]
+    for r in rows:
+        out.append(
+            f"{r['name']:<15} {r['reference']:<10} {r['table_bytes']:>7} {fmt_value(r['scale_in']):>9} "
+            f"{fmt_value(r['scale_out']):>9} {fmt_value(r['max_abs_err']):>9} {fmt_value(r['argmax_x']):>7} "
+            f"{fmt_value(r['max_ulp']):>8}  {r['method']}"
+        )
+    return out
+
+
 def _gelu_distance_table(distances: list[dict]) -> list[str]:
     if not distances:
         return []
@@ -128,7 +151,8 @@ def format_numerics(report: dict) -> str:
     """Readable tables of a `run_numerics` report: errors, GELU approximations, tail, gated products, claims."""
     return "\n".join(
         _header(report)
-        + _error_table(report["results"])
+        + (_error_table(report["results"]) if report["results"] else [])
+        + _int8_table(report.get("int8", []))
         + _gelu_distance_table(report["gelu_distance"])
         + _tail_table(report["tail"])
         + _gated_table(report["gated"])

@@ -1,0 +1,339 @@
+"""A study's trained models deployed: what each variant costs at inference, and the quality each precision,
+runtime and int8 scheme keeps, over the study's seeds (`deploy_store`).
+
+The runs are a store's finished runs of one setting (they differ only by FFN, seed and `qat_from`), rebuilt
+from their stored config (`TrainConfig.from_dict`) and saved weights (`ffnlab.study.execute.weights_path`):
+
+- cost: `ffnlab.tools.deploy`'s rows, measured on each variant's first seed (the seeds share the shapes);
+- quality: every seed's deployed model on the study's own fixed final batches (val and test, as `train`
+  evaluates them at the end), in the runtime it deploys to (a compiled model computes what its eager one
+  does, so compile rows repeat eager's numbers and say so); static int8 calibrates on batches of the
+  training split. Deltas pair each seed with the same run in fp32 PyTorch eager (`paired_diff`);
+- QAT: a run with `qat_from` is converted (torchao int8-dynamic of its weights, what its fake quantisation
+  trained for) and paired by seed with the plain run of its variant: against that run's fp32 loss, and
+  against the int8-dynamic PTQ of that run (`vs_ptq`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ffnlab._util.text import first_line
+from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.core.model import ModelConfig, param_count
+from ffnlab.run.config import TrainConfig
+from ffnlab.run.train import Batch, data_args, default_factory, eval_set, evaluate, get_batch, has_window, load_data
+from ffnlab.study.execute import weights_path
+from ffnlab.study.records import RunRecord
+from ffnlab.study.stats import paired_diff
+from ffnlab.study.store import Store
+from ffnlab.tools import deploy as dp
+
+CALIBRATION_SEED = 4321  # the training-split batches static int8 calibrates on: the same for every run
+
+
+@dataclass
+class TrainedRun:
+    """One stored run rebuilt: its config, the model with its final weights, and the batches it is judged on."""
+
+    record: RunRecord
+    cfg: TrainConfig
+    model_cfg: ModelConfig  # vocabulary and classes set from the data, as the run trained
+    model: nn.Module  # fp32, eval mode, CPU
+    batches: dict[str, list[Batch]]  # "val" and, where the split has a window, "test": the final evaluation batches
+    calibration: list[torch.Tensor]  # inputs from the training split
+
+    @property
+    def ffn(self) -> str:
+        return self.cfg.model.ffn
+
+    @property
+    def seed(self) -> int:
+        return self.cfg.seed
+
+
+def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
+    """A finished run of a store as a model with its saved weights, and its data's final batches; ValueError
+    naming the store and the run when its weights were not saved."""
+    from safetensors.torch import load_model
+
+    cfg = TrainConfig.from_dict(record.config)
+    path = weights_path(Path(store_path), record.id)
+    if not path.is_file():
+        raise ValueError(
+            f"run store {store_path} has no saved weights for run {record.id} ({cfg.model.ffn}, seed {cfg.seed}); "
+            "deploy needs a store whose runs saved their weights (ffnlab compare)"
+        )
+    corpus, tok, splits = load_data(*data_args(cfg))
+    task = cfg.model.task
+    mcfg = replace(
+        cfg.model, vocab_size=tok.vocab_size, n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes
+    )
+    model = default_factory(cfg)(mcfg, cfg.seed)
+    load_model(model, str(path))
+    context, size = mcfg.context, cfg.batch_size
+    batches = {
+        split: eval_set(splits[split], task, cfg.final_eval_batches, size, context)
+        for split in ("val", "test")
+        if has_window(splits[split], task, context)
+    }
+    gen = torch.Generator().manual_seed(CALIBRATION_SEED)
+    calibration = [get_batch(splits["train"], task, size, context, gen)[0] for _ in range(dp.CALIBRATION_BATCHES)]
+    return TrainedRun(record, cfg, mcfg, model.eval(), batches, calibration)
+
+
+def setting_key(config: dict) -> str:
+    """What the runs deployed together share: the config but for FFN, seed, qat_from and checkpoint folder."""
+    d = json.loads(json.dumps(config))
+    for key in ("seed", "qat_from", "checkpoint_dir"):
+        d.pop(key, None)
+    d["model"].pop("ffn", None)
+    return json.dumps(d, sort_keys=True)
+
+
+def store_runs(store_path: str | Path, ffns: Iterable[str] | None = None) -> list[RunRecord]:
+    """The store's finished runs of `ffns` (all by default); ValueError naming the store when it has none, or
+    runs of more than one setting besides FFN, seed and qat_from (deploy measures one)."""
+    with Store(store_path, create=False) as store:
+        records = [r for r in store.runs("finished")]
+    if ffns is not None:
+        wanted = {get_ffn_spec(f).name for f in ffns}
+        records = [r for r in records if r.config["model"]["ffn"] in wanted]
+    if not records:
+        raise ValueError(f"run store {store_path} holds no finished runs" + (" of those variants" if ffns else ""))
+    settings = {setting_key(r.config) for r in records}
+    if len(settings) > 1:
+        raise ValueError(
+            f"run store {store_path} holds runs of {len(settings)} settings besides FFN and seed; "
+            "deploy measures one: give a store of one study cell"
+        )
+    return records
+
+
+# ---- quality --------------------------------------------------------------------------------------
+
+
+def judge(module: nn.Module, run: TrainedRun) -> dict[str, float]:
+    """Loss (and accuracy for cls) of a deployed module on a run's final batches: val_loss, test_loss, val_acc,
+    test_acc (the test ones only where the split has a window)."""
+    out = {}
+    with dp.quiet_libraries():  # a compiled int8 model compiles again here, with targets
+        for split, batches in run.batches.items():
+            for key, value in evaluate(module, batches, run.cfg.model.task, contextlib.nullcontext).items():
+                out[f"{split}_{key}"] = value
+    module.eval()  # evaluate leaves it in training mode
+    return out
+
+
+def delta(values: dict[int, dict], reference: dict[int, dict], key: str) -> dp.Delta | None:
+    """`key` of `values` minus that of `reference`, paired by seed (ffnlab.study.stats.paired_diff)."""
+    a = {s: v[key] for s, v in values.items() if key in v}
+    b = {s: v[key] for s, v in reference.items() if key in v}
+    if not a or not b:
+        return None
+    return dp.Delta(**paired_diff(a, b))
+
+
+def quality(per_seed: dict[int, dict], reference: dict[int, dict], against: str, runtime: str) -> dp.Quality:
+    """A row's Quality from its per-seed losses and those of its reference runs."""
+
+    def mean(key: str) -> float | None:
+        values = [v[key] for v in per_seed.values() if key in v and math.isfinite(v[key])]
+        return sum(values) / len(values) if values else None
+
+    return dp.Quality(
+        seeds=sorted(per_seed),
+        val_loss=mean("val_loss"),
+        test_loss=mean("test_loss"),
+        val_acc=mean("val_acc"),
+        test_acc=mean("test_acc"),
+        val_loss_delta=delta(per_seed, reference, "val_loss"),
+        test_loss_delta=delta(per_seed, reference, "test_loss"),
+        val_acc_delta=delta(per_seed, reference, "val_acc"),
+        reference=against,
+        measured_in=runtime,
+        val_losses={seed: v["val_loss"] for seed, v in sorted(per_seed.items()) if "val_loss" in v},
+    )
+
+
+# ---- one variant --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    """How deploy_store measures: the targets, the timing inputs and counts, and the folder for ONNX files."""
+
+    targets: list[dp.Target]
+    inputs: tuple[torch.Tensor, torch.Tensor]
+    repeats: int
+    warmup: int
+    workdir: Path
+
+
+def deploy_target(
+    runs: Sequence[TrainedRun], target: dp.Target, settings: Settings, label: str, judged: bool = True
+) -> tuple[dp.DeployRow, dict[int, dict]]:
+    """A target's row, its cost measured on the first run, and (if `judged`) every run's quality under it."""
+    row, per_seed = None, {}
+    for run in runs:
+        deployed = dp.deploy(
+            run.model, f"{label}-seed{run.seed}", target, settings.inputs[1], settings.workdir, run.calibration
+        )
+        if row is None:
+            row = dp.measure_target(run.ffn, deployed, target, settings.inputs, settings.repeats, settings.warmup)
+        if not judged:
+            break
+        per_seed[run.seed] = judge(deployed.module, run)
+    return row, per_seed
+
+
+def deploy_targets(
+    runs: Sequence[TrainedRun], settings: Settings, label: str, known: dict
+) -> list[tuple[dp.DeployRow, dict, str]]:
+    """(row, per-seed values, runtime they were measured in) per target: a target already measured (fp32 eager)
+    or computing what another does (compile, as eager, when eager was measured) is not evaluated again. A target
+    that is unavailable or fails gives its row's reason and no values."""
+    out = []
+    for target in settings.targets:
+        eager = replace(target, runtime="eager").label()
+        reuse = (
+            target.label()
+            if target.label() in known
+            else eager
+            if target.runtime == "compile" and eager in known
+            else None
+        )
+        try:
+            row, per_seed = deploy_target(runs, target, settings, label, judged=reuse is None)
+        except dp.Unavailable as e:
+            out.append((dp.unmeasured(runs[0].ffn, target, str(e)), {}, target.runtime))
+            continue
+        except Exception as e:  # a quantiser, compiler or exporter failing for this variant is a result
+            out.append((dp.unmeasured(runs[0].ffn, target, first_line(e)), {}, target.runtime))
+            continue
+        if reuse is not None:
+            per_seed = known[reuse]
+        known[target.label()] = per_seed
+        out.append((row, per_seed, "eager" if reuse == eager and reuse != target.label() else target.runtime))
+    return out
+
+
+def deploy_variant(runs: Sequence[TrainedRun], settings: Settings) -> tuple[list[dp.DeployRow], dict]:
+    """Every target for one variant's runs (its seeds): rows with quality against fp32 eager of the same runs.
+    Returns the rows and the per-seed values by target label (QAT pairs with them)."""
+    reference = {run.seed: judge(run.model, run) for run in runs}
+    known = {"fp32/eager": reference}
+    rows = []
+    for row, per_seed, runtime in deploy_targets(runs, settings, runs[0].ffn, known):
+        if per_seed:
+            row.quality = quality(per_seed, reference, "fp32 eager of the same runs", runtime)
+        rows.append(row)
+    return rows, known
+
+
+def deploy_qat(qat_runs: Sequence[TrainedRun], plain: dict, settings: Settings) -> tuple[list[dp.DeployRow], dict]:
+    """The converted models of one variant's QAT runs (int8-dynamic, on the torch runtimes asked for): quality
+    paired by seed with the plain runs in fp32 and under int8-dynamic PTQ (vs_ptq); and the QAT-against-PTQ summary."""
+    first = qat_runs[0]
+    wanted = replace(settings, targets=[t for t in settings.targets if t.scheme == "int8-dynamic"])
+    known: dict = {}
+    rows = []
+    for row, per_seed, runtime in deploy_targets(qat_runs, wanted, f"{first.ffn}-qat", known):
+        row.qat_from = first.cfg.qat_from
+        if per_seed:
+            row.quality = quality(per_seed, plain["fp32/eager"], "fp32 eager of the plain runs", runtime)
+            row.quality.vs_ptq = delta(per_seed, plain.get("int8/eager/int8-dynamic", {}), "val_loss")
+        rows.append(row)
+    return rows, qat_summary(first, known.get("int8/eager/int8-dynamic", {}), plain)
+
+
+QAT_FLOOR = 0.02  # nats: a PTQ increase below this leaves too little for "how much QAT recovers" to mean anything
+
+
+def qat_summary(first: TrainedRun, qat: dict[int, dict], plain: dict) -> dict:
+    """How much of PTQ's validation-loss increase QAT recovers, 1 - (QAT - fp32) / (PTQ - fp32) over the paired
+    seeds' means; None where PTQ loses QAT_FLOOR nats or less (issue #25's target asks it only there)."""
+    ptq = delta(plain.get("int8/eager/int8-dynamic", {}), plain["fp32/eager"], "val_loss")
+    qat_increase = delta(qat, plain["fp32/eager"], "val_loss")
+    out = {"ffn": first.ffn, "qat_from": first.cfg.qat_from, "ptq_increase": ptq and asdict(ptq),
+           "qat_increase": qat_increase and asdict(qat_increase), "recovered": None}  # fmt: skip
+    if not (ptq and qat_increase and ptq.delta is not None and qat_increase.delta is not None):
+        out["summary"] = "not measured (no int8-dynamic eager row of both)"
+        return out
+    text = f"qat_from {first.cfg.qat_from:g}: int8 validation loss {qat_increase.delta:+.4f} against fp32, PTQ {ptq.delta:+.4f}"
+    if ptq.delta > QAT_FLOOR:
+        out["recovered"] = 1.0 - qat_increase.delta / ptq.delta
+        text += f"; QAT recovers {out['recovered']:.0%} of PTQ's increase"
+    else:
+        text += f"; PTQ loses no more than {QAT_FLOOR} nats, so there is little for QAT to recover"
+    out["summary"] = text
+    return out
+
+
+# ---- the store ----------------------------------------------------------------------------------------
+
+
+def deploy_store(
+    store_path: str | Path,
+    ffns: Iterable[str] | None = None,
+    precisions: str | Iterable[str] | None = None,
+    runtimes: str | Iterable[str] = dp.RUNTIMES,
+    *,
+    batch: int = 16,
+    seq: int | None = None,
+    repeats: int = 20,
+    warmup: int = 3,
+    threads: int | None = None,
+    workdir: str | Path | None = None,
+    roofline: bool = True,
+) -> dp.DeployResult:
+    """The trained models of a store's study, one row per variant x target with its cost and quality (module
+    docstring), QAT runs beside the plain runs they pair with, the Pareto front marked. On the CPU. ValueError in
+    one line for an unknown precision or runtime, a store without finished runs or saved weights, or runs of
+    several settings."""
+    wanted = dp.targets(dp.default_precisions() if precisions is None else precisions, runtimes)
+    wanted.sort(key=lambda t: dp.RUNTIMES.index(t.runtime))  # eager first: compile rows take its numbers
+    records = store_runs(store_path, ffns)
+    context = TrainConfig.from_dict(records[0].config).model.context
+    seq = seq or context
+    dp.check_settings(batch, seq, context, repeats, warmup)  # before the runs load
+    runs = [load_trained(store_path, r) for r in records]
+    mcfg = runs[0].model_cfg
+    inputs = dp.token_inputs(mcfg.vocab_size, batch, seq)
+    rows, qat = [], []
+    with dp.threads_set(threads) as used, dp.work_folder(workdir) as folder:
+        settings = Settings(wanted, inputs, repeats, warmup, folder)
+        for ffn in dict.fromkeys(r.ffn for r in runs):
+            plain = [r for r in runs if r.ffn == ffn and r.cfg.qat_from is None]
+            trained_qat = [r for r in runs if r.ffn == ffn and r.cfg.qat_from is not None]
+            if not plain:
+                continue  # QAT runs are judged against plain runs of their variant
+            variant_rows, by_label = deploy_variant(plain, settings)
+            rows += variant_rows
+            for q in sorted({r.cfg.qat_from for r in trained_qat}):
+                qat_rows, summary = deploy_qat([r for r in trained_qat if r.cfg.qat_from == q], by_label, settings)
+                rows += qat_rows
+                qat.append(summary)
+        copy_gbs = dp.add_roofline(rows) if roofline else None
+    dp.mark_front(rows)
+    setup = {"batch": batch, "seq": seq, "repeats": repeats, "warmup": warmup, "threads": used, "device": "cpu",
+             "targets": [t.label() for t in wanted], "copy_gbs": copy_gbs,
+             "seeds": sorted({r.seed for r in runs}), "quality_batches": runs[0].cfg.final_eval_batches,
+             "quality_batch_size": runs[0].cfg.batch_size}  # fmt: skip
+    params = {r.ffn: param_count(r.model) for r in runs}
+    return dp.DeployResult(
+        f"store {store_path}",
+        {**asdict(mcfg), "ffn": list(params), "params": params},
+        setup,
+        dp.environment(),
+        rows,
+        qat,
+    )

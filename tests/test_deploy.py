@@ -1,0 +1,144 @@
+"""Inference cost per variant x precision x runtime (ffnlab.tools.deploy): the harness, the rows, the Pareto front.
+Nothing here asserts a time: the harness must return medians and the thread count, not fast ones."""
+
+import json
+
+import pytest
+import torch
+
+from ffnlab.tools import deploy as dp
+
+pytest.importorskip("torchao")
+
+TINY = dict(d_model=32, n_layers=1, n_heads=2, context=16, vocab_size=64)
+
+
+def test_latency_is_the_median_of_the_timed_calls_after_warm_up():
+    calls = []
+    lat = dp.measure_latency(lambda: calls.append(1), batch=4, seq=8, repeats=5, warmup=2)
+    assert len(calls) == 7 and lat.repeats == 5 and lat.warmup == 2
+    assert lat.min_s <= lat.q1_s <= lat.median_s <= lat.q3_s <= lat.max_s
+    assert lat.threads == torch.get_num_threads()
+    assert lat.tokens_per_s == 4 * 8 / lat.median_s == lat.to_json()["tokens_per_s"]
+
+
+def test_targets_expand_int8_into_each_runtimes_schemes():
+    assert [t.label() for t in dp.targets("fp32,int8", "eager,onnxruntime")] == [
+        "fp32/eager",
+        "int8/eager/int8-dynamic",
+        "int8/eager/int8-weight",
+        "fp32/onnxruntime",
+        "int8/onnxruntime/ort-int8-dynamic",
+        "int8/onnxruntime/ort-int8-static",
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"precisions": "fp8"}, r"unknown precision 'fp8' \(did you mean 'fp32'\?\); valid: fp32, bf16, fp16, int8"),
+        ({"runtimes": "tensorrt"}, "unknown runtime 'tensorrt'; valid: eager, compile, onnxruntime"),
+        ({"runtimes": "eagr"}, "did you mean 'eager'"),
+        ({"precisions": ""}, "no precision given"),
+        ({"seq": 17}, "seq must be between 1 and the model's context 16"),
+        ({"repeats": 0}, "repeats >= 1"),
+        ({"ffns": "gelx"}, "unknown"),
+        ({"d_model": 2**20, "n_layers": 64}, "need at least"),
+        ({"d_modle": 64}, "unknown model setting d_modle .did you mean 'd_model'"),
+        ({"ffns": ","}, "no FFN variant given"),
+    ],
+)
+def test_bad_input_is_one_line_value_error_before_any_work(kwargs, needle):
+    with pytest.raises(ValueError, match=needle) as e:
+        dp.run_deploy(**{"ffns": "gelu", **TINY, **kwargs})
+    assert "\n" not in str(e.value)
+
+
+def test_pareto_front_on_a_synthetic_table():
+    points = [(1.0, 5.0), (2.0, 3.0), (3.0, 4.0), (4.0, 1.0), (2.0, 3.0), (5.0, 5.0), (4.0, 2.0)]
+    # (3, 4) is beaten by (2, 3); (5, 5) by all but itself; (4, 2) by (4, 1); equal points both stay
+    assert dp.pareto_front(points) == [True, True, False, True, True, False, False]
+    assert dp.pareto_front([]) == [] and dp.pareto_front([(1.0, 1.0)]) == [True]
+
+
+def row(ffn, latency_s, val_loss):
+    lat = dp.Latency(1, 8, latency_s, latency_s, latency_s, latency_s, latency_s, 3, 1, 1)
+    delta = dp.Delta(1, 0.0, None, None, None)
+    quality = dp.Quality([0], val_loss, None, None, None, delta, None, None, "fp32 eager", "eager")
+    return dp.DeployRow(ffn, "fp32", "eager", None, lat, lat, 1, 1, 1, 0.0, None, None, quality=quality)
+
+
+def test_mark_front_marks_rows_with_latency_and_quality():
+    rows = [
+        row("relu", 1.0, 2.0),
+        row("gelu", 2.0, 1.9),
+        row("swiglu", 3.0, 1.95),
+        dp.unmeasured("geglu", dp.Target("bf16", "eager"), "no bf16"),
+    ]
+    dp.mark_front(rows)
+    assert [r.on_front for r in rows] == [True, True, False, None]
+
+
+@pytest.mark.slow  # exports and quantises an ONNX model (seconds)
+def test_fresh_model_every_target_a_row_measured_or_with_its_reason(tmp_path):
+    result = dp.run_deploy(
+        "gelu", "fp32,fp16,int8", "eager,onnxruntime", **TINY, batch=4, repeats=2, warmup=1, threads=1, workdir=tmp_path
+    )
+    rows = {r.target.label(): r for r in result.rows}
+    assert list(rows) == [
+        "fp32/eager", "fp16/eager", "int8/eager/int8-dynamic", "int8/eager/int8-weight",
+        "fp32/onnxruntime", "fp16/onnxruntime", "int8/onnxruntime/ort-int8-dynamic", "int8/onnxruntime/ort-int8-static",
+    ]  # fmt: skip
+    assert "GPU" in rows["fp16/eager"].reason and "exported in fp32" in rows["fp16/onnxruntime"].reason
+    measured = [r for r in result.rows if r.reason is None]
+    assert len(measured) == 6
+    for r in measured:
+        assert r.latency.batch == 1 and r.throughput.batch == 4 and r.latency.seq == 16
+        assert r.latency.threads == r.throughput.threads == 1 and r.latency.repeats == 2
+        assert r.disk_bytes > 0 and r.weight_bytes > 0 and r.roofline_s > 0
+    assert rows["int8/eager/int8-dynamic"].weight_bytes < rows["fp32/eager"].weight_bytes
+    assert rows["fp32/eager"].peak_mem_bytes > rows["fp32/eager"].weight_bytes
+    assert rows["fp32/onnxruntime"].peak_mem_bytes is None and rows["fp32/onnxruntime"].notes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "gelu.onnx",
+        "gelu.ort-int8-dynamic.onnx",
+        "gelu.ort-int8-static.onnx",
+    ]
+    assert result.setup["threads"] == 1 and result.environment["torchao"]
+    report = json.loads(json.dumps(result.to_json(), allow_nan=False))
+    assert report["rows"][0]["latency"]["tokens_per_s"] > 0
+    text = dp.format_deploy(result)
+    assert "not measured: fp16 is measured on a GPU" in text and "int8-weight" in text
+
+
+def test_a_quantiser_failing_for_one_variant_is_that_rows_reason(monkeypatch):
+    real = dp.quantize_model
+
+    def fails_for_gated(model, scheme):
+        if any(type(m).__name__ == "GatedFFN" for m in model.modules()):
+            raise RuntimeError("no kernel for this layer")
+        return real(model, scheme)
+
+    monkeypatch.setattr(dp, "quantize_model", fails_for_gated)
+    result = dp.run_deploy("swiglu,relu", "int8", "eager", **TINY, batch=2, repeats=1, warmup=0, roofline=False)
+    reasons = {(r.ffn, r.scheme): r.reason for r in result.rows}
+    assert reasons[("swiglu", "int8-dynamic")] == "RuntimeError: no kernel for this layer"
+    assert reasons[("relu", "int8-dynamic")] is None and reasons[("relu", "int8-weight")] is None
+
+
+@pytest.mark.slow  # compiles the model (seconds)
+def test_compiled_rows_are_measured():
+    result = dp.run_deploy("relu", "fp32", "compile", **TINY, batch=2, repeats=2, warmup=1, roofline=False)
+    (r,) = result.rows
+    assert r.reason is None and r.latency.median_s > 0 and r.setup_s > 0
+
+
+def test_int8_weights_count_their_int8_data_and_scales():
+    from ffnlab.core.model import ModelConfig, Transformer
+    from ffnlab.tools.quantize import quantize_model
+
+    model = Transformer(ModelConfig(ffn="relu", **TINY))
+    int8 = quantize_model(model, "int8-weight")
+    qkv = int8.blocks[0].attn.qkv.weight
+    assert dp.tensor_bytes(qkv) == 96 * 32 + 96 * (4 + 1)  # an int8 a weight; an fp32 scale, int8 zero point a row
+    assert dp.weight_bytes(model) == 4 * sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

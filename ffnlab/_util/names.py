@@ -1,9 +1,13 @@
-"""Name handling: one normal form for user-typed names and one 'did you mean' helper."""
+"""Name handling: one normal form for user-typed names, one 'did you mean' helper, registries keyed by name,
+and a list of names checked against the valid ones."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
+
+from ffnlab._util.text import shorten
 
 
 def normalize(name: object) -> str:
@@ -15,3 +19,34 @@ def closest(name: str, choices: Iterable[str]) -> str:
     """' (did you mean X?)' for the nearest valid name, or '' when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+Spec = TypeVar("Spec", bound=Named)
+
+
+def by_name(specs: Iterable[Spec]) -> dict[str, Spec]:
+    """A registry table, name -> spec in the order given; ValueError on a name registered twice."""
+    table: dict[str, Spec] = {}
+    for spec in specs:
+        if spec.name in table:
+            raise ValueError(f"'{spec.name}' is registered twice")
+        table[spec.name] = spec
+    return table
+
+
+def chosen(values: str | Iterable[str], valid: Sequence[str], what: str) -> list[str]:
+    """Names from a comma-separated string or a list, lowercased, each one of `valid`, repeats dropped;
+    ValueError naming the valid ones for an unknown name or none."""
+    items = values.split(",") if isinstance(values, str) else list(values)
+    items = [v.strip().lower() for v in items if v.strip()]
+    if not items:
+        raise ValueError(f"no {what} given; valid: {', '.join(valid)}")
+    for v in items:
+        if v not in valid:
+            raise ValueError(f"unknown {what} '{shorten(v)}'{closest(v, valid)}; valid: {', '.join(valid)}")
+    return list(dict.fromkeys(items))

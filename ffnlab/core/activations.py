@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ffnlab._util.names import closest, normalize
+from ffnlab._util.names import by_name, closest, normalize
 from ffnlab._util.text import shorten
 
 Family = Literal["relu", "gelu", "swish", "other"]
@@ -263,9 +263,8 @@ def _spec(
     return ActSpec(name=name, fn=fn, formula=formula, paper=paper, flops=flops, family=family, **kw)
 
 
-ACTIVATIONS: dict[str, ActSpec] = {
-    s.name: s
-    for s in [
+ACTIVATIONS: dict[str, ActSpec] = by_name(
+    [
         _spec("relu", F.relu, "max(0, x)", "Nair & Hinton 2010; Vaswani et al. 2017", 1, "relu"),
         _spec(
             "leaky_relu",
@@ -368,7 +367,7 @@ ACTIVATIONS: dict[str, ActSpec] = {
         _spec("quick_gelu", gelu_sigmoid, "x*sigmoid(1.702x)", _HF + " (CLIP)", 5, "gelu", same_as="gelu_sigmoid"),
         _spec("swish", F.silu, "x*sigmoid(x)", _HF, 4, "swish", same_as="silu"),
     ]
-}
+)
 
 
 def aliases(name: str) -> list[str]:

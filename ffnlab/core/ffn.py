@@ -23,7 +23,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ffnlab._util.names import closest, normalize
+from ffnlab._util.names import by_name, closest, normalize
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, ActLike, InputMixture, activation_name, get_activation
 from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, fused_is_faster, resolve_fused
@@ -58,9 +58,8 @@ class FFNSpec:
         return self.kind == "gated"
 
 
-GATED: dict[str, FFNSpec] = {
-    s.name: s
-    for s in [
+GATED: dict[str, FFNSpec] = by_name(
+    [
         FFNSpec(
             "glu",
             "gated",
@@ -74,7 +73,7 @@ GATED: dict[str, FFNSpec] = {
         FFNSpec("geglu_tanh", "gated", ("gelu_tanh",), "W_down(gelu_tanh(W_gate x) * W_up x)", SHAZEER),
         FFNSpec("swiglu", "gated", ("silu",), "W_down(silu(W_gate x) * W_up x)", SHAZEER + "; LLaMA, PaLM"),
     ]
-}
+)
 
 FFNS: dict[str, FFNSpec] = {
     **{

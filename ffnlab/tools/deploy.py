@@ -40,8 +40,8 @@ from torch import nn
 
 from ffnlab._util import machine
 from ffnlab._util.jsonio import json_safe
-from ffnlab._util.names import closest
-from ffnlab._util.text import first_line, shorten
+from ffnlab._util.names import chosen, closest
+from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
@@ -74,23 +74,11 @@ class Target:
         return f"{self.precision}/{self.runtime}" + (f"/{self.scheme}" if self.scheme else "")
 
 
-def parse_choices(values: str | Iterable[str], valid: Sequence[str], what: str) -> list[str]:
-    """Names from a comma-separated string or a list, each one of `valid`; ValueError naming the valid ones."""
-    items = values.split(",") if isinstance(values, str) else list(values)
-    items = [v.strip().lower() for v in items if v.strip()]
-    if not items:
-        raise ValueError(f"no {what} given; valid: {', '.join(valid)}")
-    for v in items:
-        if v not in valid:
-            raise ValueError(f"unknown {what} '{shorten(v)}'{closest(v, valid)}; valid: {', '.join(valid)}")
-    return list(dict.fromkeys(items))
-
-
 def targets(precisions: str | Iterable[str] = PRECISIONS, runtimes: str | Iterable[str] = RUNTIMES) -> list[Target]:
     """Every precision on every runtime asked for, int8 once per scheme of the runtime's backend; ValueError
     naming the valid precisions or runtimes for an unknown one."""
-    precisions = parse_choices(precisions, PRECISIONS, "precision")
-    runtimes = parse_choices(runtimes, RUNTIMES, "runtime")
+    precisions = chosen(precisions, PRECISIONS, "precision")
+    runtimes = chosen(runtimes, RUNTIMES, "runtime")
     out = []
     for runtime in runtimes:
         for precision in precisions:

@@ -21,7 +21,7 @@ import torch
 
 from ffnlab._util import machine
 from ffnlab._util.jsonio import strict_dumps
-from ffnlab._util.names import closest
+from ffnlab._util.names import chosen
 from ffnlab._util.ranges import check_range
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, resolve
@@ -68,15 +68,7 @@ VALID_DTYPES = (*DTYPES, INT8)
 
 def parse_dtypes(dtypes: str | Iterable[str]) -> list[str]:
     """dtype names from a comma-separated string or a list; ValueError on unknown ones."""
-    items = dtypes.split(",") if isinstance(dtypes, str) else list(dtypes)
-    items = [d.strip().lower() for d in items if d.strip()]
-    valid = ", ".join(VALID_DTYPES)
-    if not items:
-        raise ValueError(f"no dtype given; valid: {valid}")
-    for d in items:
-        if d not in VALID_DTYPES:
-            raise ValueError(f"unknown dtype '{shorten(d)}'{closest(d, VALID_DTYPES)}; valid: {valid}")
-    return list(dict.fromkeys(items))
+    return chosen(dtypes, VALID_DTYPES, "dtype")
 
 
 def parse_range(text: str) -> tuple[float, float]:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ffnlab._util.files import atomic_path
-from ffnlab._util.names import closest
+from ffnlab._util.names import by_name, closest
 from ffnlab._util.text import shorten
 from ffnlab.core.ffn import GatedFFN
 
@@ -49,9 +49,8 @@ class Scheme:
     about: str
 
 
-SCHEMES: dict[str, Scheme] = {
-    s.name: s
-    for s in [
+SCHEMES: dict[str, Scheme] = by_name(
+    [
         Scheme(
             "int8-dynamic",
             "torch",
@@ -74,7 +73,7 @@ SCHEMES: dict[str, Scheme] = {
             "int8 weights per output channel; int8 activations, scales calibrated (min-max) on batches",
         ),
     ]
-}
+)
 
 
 def get_scheme(name: str) -> Scheme:

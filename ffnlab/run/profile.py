@@ -1,0 +1,176 @@
+"""Where a training step's time goes: torch.profiler over a few steps after warm-up (`train --profile`).
+
+A step is three phases, each a profiler range: forward, backward, and the optimizer (gradient clipping,
+AdamW, zeroing). The forward is split by part of the model, labelled by hooks on its modules: attention,
+the FFN's input matrices (W_in, or W_gate and W_up), its activation (what is left of the FFN: the
+activation and the gate's product, fused or not), its output matrix (W_out or W_down), the norms, and
+the rest (embeddings, head, loss). The top operators over the whole step, backward included, show what
+the kernels spend it on.
+
+NOTE: autograd runs the backward's operators after the forward's ranges have closed, so the backward is
+one phase, not split by part; with `compile` the forward is one compiled graph and its parts are not
+labelled (hooks would break it into pieces and change what is measured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+
+import torch
+from torch import nn
+from torch.autograd.profiler import record_function
+
+from ffnlab.core.ffn import DenseFFN, GatedFFN, MixFFN
+from ffnlab.core.model import Attention
+from ffnlab.run.config import TrainConfig
+from ffnlab.run.train import get_batch, prepare
+from ffnlab.tools.bench import c_stderr_silenced
+
+PHASES = ("forward", "backward", "optimizer")
+FFN_IN, FFN_OUT = ("w_in", "w_gate", "w_up"), ("w_out", "w_down")
+NORMS = (nn.LayerNorm, nn.RMSNorm)
+
+
+@dataclass(frozen=True)
+class Share:
+    """A part of a step, or an operator: milliseconds per step and the fraction of the step."""
+
+    name: str
+    ms: float
+    share: float
+    calls: int | None = None  # per step, for an operator
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Where one training step of a config spends its time, averaged over `steps` profiled steps."""
+
+    ffn: str
+    precision: str
+    threads: int
+    steps: int
+    step_ms: float  # the three phases together
+    parts: list[Share]  # the forward's parts, then backward and optimizer: they add up to the step
+    operators: list[Share]  # the operators with the most time of their own, over the whole step
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def part_of(name: str, module: nn.Module, in_ffn: bool) -> str | None:
+    """The label of the part a module is, for the forward's breakdown; None for one not labelled."""
+    last = name.rpartition(".")[2]
+    if isinstance(module, Attention):
+        return "attention"
+    if isinstance(module, DenseFFN | GatedFFN | MixFFN) and not in_ffn:  # a mix's branches are in its range
+        return "ffn"
+    if in_ffn and isinstance(module, nn.Linear):
+        return "ffn in" if last in FFN_IN else "ffn out" if last in FFN_OUT else None
+    return "norms" if isinstance(module, NORMS) else None
+
+
+@contextlib.contextmanager
+def labelled(model: nn.Module) -> Iterator[None]:
+    """Each labelled module's forward inside a profiler range named after its part, while the block runs."""
+    handles, open_ranges = [], []
+
+    def enter(label: str) -> Callable:
+        def hook(module: nn.Module, args: object) -> None:
+            open_ranges.append(record_function(label).__enter__())
+
+        return hook
+
+    def leave(module: nn.Module, args: object, output: object) -> None:
+        open_ranges.pop().__exit__(None, None, None)
+
+    ffns = {name for name, m in model.named_modules() if isinstance(m, DenseFFN | GatedFFN | MixFFN)}
+    for name, module in model.named_modules():
+        in_ffn = any(name.startswith(f"{ffn}.") for ffn in ffns)
+        label = part_of(name, module, in_ffn)
+        if label is not None:
+            handles += [module.register_forward_pre_hook(enter(label)), module.register_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def profile_training(cfg: TrainConfig, steps: int = 5, warmup: int = 3, top: int = 10) -> StepProfile:
+    """Train `warmup` steps of `cfg` (no checkpoints), then profile `steps` more: the step's phases, the
+    forward's parts and the `top` operators by their own time."""
+    setup = prepare(replace(cfg, checkpoint_dir=None))
+    model, opt = setup.model, setup.opt
+    model.train()
+
+    def step() -> None:
+        x, y = get_batch(setup.splits["train"], setup.task, cfg.batch_size, setup.model_cfg.context, setup.gen)
+        x, y = x.to(setup.device), y.to(setup.device)
+        with record_function("forward"), setup.autocast():
+            _, loss = setup.step_fn(x, y)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    hooks = contextlib.nullcontext() if setup.cfg.compile else labelled(model)
+    with hooks, c_stderr_silenced(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    events = prof.key_averages()
+    return StepProfile(
+        ffn=setup.model_cfg.ffn,
+        precision=setup.cfg.precision,
+        threads=torch.get_num_threads(),
+        steps=steps,
+        **step_shares(events, steps, top),
+    )
+
+
+def step_shares(events: list, steps: int, top: int) -> dict:
+    """step_ms, parts and operators from the profiler's averages (microseconds over all profiled steps)."""
+    inclusive = {e.key: e.cpu_time_total / 1e3 / steps for e in events}
+    own = lambda label: inclusive.get(label, 0.0)
+    step_ms = sum(own(p) for p in PHASES)
+    ffn = own("ffn")
+    parts = {
+        "attention": own("attention"),
+        "FFN input matrices": own("ffn in"),
+        "FFN activation (and gate product)": max(0.0, ffn - own("ffn in") - own("ffn out")) if ffn else 0.0,
+        "FFN output matrix": own("ffn out"),
+        "norms": own("norms"),
+    }
+    parts["rest of forward (embeddings, head, loss)"] = max(0.0, own("forward") - sum(parts.values()))
+    parts |= {"backward": own("backward"), "optimizer (clip, AdamW, zero)": own("optimizer")}
+    labels = {*PHASES, "attention", "ffn", "ffn in", "ffn out", "norms"}
+    ops = sorted((e for e in events if e.key not in labels), key=lambda e: e.self_cpu_time_total, reverse=True)
+    share = lambda ms: ms / step_ms if step_ms else 0.0
+    return {
+        "step_ms": step_ms,
+        "parts": [Share(name, ms, share(ms)) for name, ms in parts.items()],
+        "operators": [
+            Share(
+                e.key, e.self_cpu_time_total / 1e3 / steps, share(e.self_cpu_time_total / 1e3 / steps), e.count // steps
+            )
+            for e in ops[:top]
+        ],
+    }
+
+
+def format_profile(profile: StepProfile) -> str:
+    """The breakdown as two small tables: the step's parts, then the top operators."""
+    lines = [
+        f"profile of {profile.ffn}: {profile.step_ms:.1f} ms a step ({profile.steps} steps after warm-up, "
+        f"{profile.precision}, {profile.threads} threads)",
+        f"  {'part':<42}{'ms':>8}{'share':>8}",
+    ]
+    lines += [f"  {p.name:<42}{p.ms:>8.2f}{p.share:>8.1%}" for p in profile.parts]
+    lines += ["", f"  {'operator (own time)':<42}{'ms':>8}{'share':>8}{'calls':>7}"]
+    lines += [f"  {o.name[:42]:<42}{o.ms:>8.2f}{o.share:>8.1%}{o.calls:>7}" for o in profile.operators]
+    return "\n".join(lines)

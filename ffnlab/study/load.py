@@ -43,7 +43,7 @@ def load_study(store_path: str | Path, baseline: str | None = None) -> tuple[Stu
     with Store(store_path, create=False) as store:
         recorded = store.studies()
         for rec in recorded:
-            study = Study.from_dict(rec["study"])
+            study = Study.from_dict(rec.study)
             runs = plan(study)
             if any(getattr(store.get(run_id(c)), "done", False) for c in runs):
                 break

@@ -33,6 +33,9 @@ import pathlib
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
 
 from ffnlab._util.jsonio import field_problem, json_kind, json_safe
 from ffnlab._util.machine import environment
@@ -83,7 +86,7 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
-def _json_default(obj):
+def _json_default(obj: object) -> object:
     """Make numpy/torch scalars and arrays, paths and sets JSON-serialisable."""
     if hasattr(obj, "tolist"):
         return obj.tolist()
@@ -94,19 +97,30 @@ def _json_default(obj):
     raise TypeError(f"cannot store a {type(obj).__name__} as JSON")
 
 
-def dumps(obj) -> str:
+def dumps(obj: object) -> str:
     """Canonical JSON text for a column: sorted keys, NaN/inf kept as NaN/Infinity tokens."""
     return json.dumps(obj, sort_keys=True, allow_nan=True, default=_json_default)
 
 
-def loads(text: str | None):
+def loads(text: str | None) -> Any:
+    """A column's JSON value (None for SQL NULL)."""
     return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """One recorded study (`Store.add_study`, `Store.studies`): what was compared, and when."""
+
+    id: str  # the hash of the study (ffnlab.study.plan.study_id)
+    study: dict[str, Any]  # the Study's JSON as stored (Study.to_dict); Study.from_dict builds it back
+    created_at: float
+    run_at: float  # the last time it was run
 
 
 class Store:
     """The run store: one SQLite file, one connection per Store object (opened on first use)."""
 
-    def __init__(self, path: str | os.PathLike = DEFAULT_PATH, create: bool = True):
+    def __init__(self, path: str | os.PathLike[str] = DEFAULT_PATH, create: bool = True) -> None:
         self.path = pathlib.Path(path)
         self.create = create
         if not create and not self.path.is_file():
@@ -114,7 +128,7 @@ class Store:
         if self.path.exists() and not self.path.is_file():  # a folder, /dev/null, a pipe: SQLite would write beside it
             raise ValueError(f"run store {self.path} is not a regular file; give a path ending in .db")
         self._conn: sqlite3.Connection | None = None
-        self._pid = None
+        self._pid: int | None = None
         self._lock = threading.Lock()  # one transaction at a time on the shared connection
 
     # ---- connection and transactions ----------------------------------------------------------
@@ -170,48 +184,47 @@ class Store:
         return conn
 
     @contextlib.contextmanager
-    def _write(self):
+    def _write(self) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction: takes the write lock up front so it never deadlocks midway."""
         with self._lock:
             conn = self._connect()
             with _transaction(conn):
                 yield conn
 
-    def _read(self, sql: str, args=()) -> list[tuple]:
+    def _read(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._connect().execute(sql, args).fetchall()
 
-    def close(self):
+    def close(self) -> None:
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __getstate__(self):  # picklable for multiprocessing/Ray: the copy opens its own connection
-        return {"path": self.path, "create": self.create}
+    def __reduce__(self) -> tuple[type[Self], tuple[pathlib.Path, bool]]:
+        """Picklable for multiprocessing and Ray: the copy is a new Store that opens its own connection."""
+        return type(self), (self.path, self.create)
 
-    def __setstate__(self, state):
-        self.__init__(state["path"], state["create"])
-
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Store('{self.path}')"
 
     # ---- writes -------------------------------------------------------------------------------
 
-    def claim(self, run_id: str, config: dict, sweep: str | None = None) -> str:
+    def claim(self, run_id: str, config: dict[str, Any], sweep: str | None = None) -> str:
         """Register a run as 'pending' unless it exists; return its current status. Never modifies an existing run."""
         with self._write() as conn:
             conn.execute(
                 "INSERT OR IGNORE INTO runs (id, sweep, config, status, created_at) VALUES (?, ?, ?, ?, ?)",
                 (run_id, sweep, dumps(config), "pending", time.time()),
             )
-            return conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+            status: str = conn.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+            return status
 
     def start(self, run_id: str) -> None:
         """Mark a run 'running': started_at now, environment recorded, attempts + 1. No-op on a finished run."""
@@ -226,12 +239,12 @@ class Store:
 
     def add_metrics(self, run_id: str, rows: list[tuple[int, str, float]]) -> None:
         """Store (step, name, value) rows; a row already there for (run, step, name) is replaced."""
-        rows = [(run_id, int(step), str(name), float(value)) for step, name, value in rows]
+        stored = [(run_id, int(step), str(name), float(value)) for step, name, value in rows]
         with self._write() as conn:
             _require(conn, run_id)
-            conn.executemany("INSERT OR REPLACE INTO metrics (run_id, step, name, value) VALUES (?, ?, ?, ?)", rows)
+            conn.executemany("INSERT OR REPLACE INTO metrics (run_id, step, name, value) VALUES (?, ?, ?, ?)", stored)
 
-    def add_events(self, run_id: str, events: list[dict]) -> None:
+    def add_events(self, run_id: str, events: list[dict[str, Any]]) -> None:
         """Store events {"step", "kind", ...detail}; one already there for (run, step, kind) is replaced."""
         rows = []
         for event in events:
@@ -243,7 +256,7 @@ class Store:
             _require(conn, run_id)
             conn.executemany("INSERT OR REPLACE INTO events (run_id, step, kind, detail) VALUES (?, ?, ?, ?)", rows)
 
-    def finish(self, run_id: str, result: RunResult, env: dict | None = None) -> None:
+    def finish(self, run_id: str, result: RunResult, env: dict[str, Any] | None = None) -> None:
         """Record a run's result (its status, finished or diverged, is the result's) in one transaction of its
         own; the result's curves and events belong in `add_metrics` and `add_events`, not here. No-op on a run
         already finished. `env`: the environment of the machine that trained it, when that is not the one
@@ -251,11 +264,11 @@ class Store:
         stored = {k: v for k, v in result.to_dict().items() if k not in ("history", "events")}
         self._end(run_id, RunStatus(result.status), stored, env)
 
-    def fail(self, run_id: str, error: str, env: dict | None = None) -> None:
+    def fail(self, run_id: str, error: str, env: dict[str, Any] | None = None) -> None:
         """Record that a run failed with `error` (it may be started again). No-op on a run already finished."""
         self._end(run_id, RunStatus.FAILED, {"error": error}, env)
 
-    def _end(self, run_id: str, status: RunStatus, result: dict, env: dict | None) -> None:
+    def _end(self, run_id: str, status: RunStatus, result: dict[str, Any], env: dict[str, Any] | None) -> None:
         if not status.final:
             raise ValueError(f"a run ends finished, diverged or failed, not '{status}'")
         with self._write() as conn:
@@ -266,7 +279,7 @@ class Store:
                 (str(status), dumps(result), time.time(), None if env is None else dumps(env), run_id),
             )
 
-    def add_study(self, study_id: str, study: dict) -> None:
+    def add_study(self, study_id: str, study: dict[str, Any]) -> None:
         """Record a study (variants, seeds, base config, axes, ...) as run now; an existing one is touched."""
         now = time.time()
         with self._write() as conn:
@@ -278,12 +291,12 @@ class Store:
 
     # ---- reads --------------------------------------------------------------------------------
 
-    def studies(self) -> list[dict]:
-        """Recorded studies as {"id", "study", "created_at", "run_at"}, the most recently run first."""
+    def studies(self) -> list[StudyRecord]:
+        """Recorded studies, the most recently run first."""
         rows = self._read("SELECT id, study, created_at, run_at FROM studies ORDER BY run_at DESC, id")
         return [
-            {"id": i, "study": self._object(st, f"study {i}'s record", Study), "created_at": c, "run_at": r}
-            for i, st, c, r in rows
+            StudyRecord(study_id, self._object(study, f"study {study_id}'s record", Study), created_at, run_at)
+            for study_id, study, created_at, run_at in rows
         ]
 
     def get(self, run_id: str) -> RunRecord | None:
@@ -291,19 +304,27 @@ class Store:
         rows = self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return self._record(rows[0]) if rows else None
 
-    def _object(self, text: str | None, what: str, record: type | None = None, null: bool = False) -> dict | None:
-        """The JSON object a column holds (None for null where `null` allows it), its fields of the
-        kinds the dataclass `record` declares; `what` names the column ("run r1's result").
+    def _object(self, text: str | None, what: str, record: type | None = None) -> dict[str, Any]:
+        """The JSON object a column holds, its fields of the kinds the dataclass `record` declares; `what`
+        names the column ("run r1's result").
 
         Checked here, where records are read, so that a store edited or damaged by hand is one error
         naming it, not a failure deep inside a summary or a report.
         """
+        return self._checked_object(self._json(text, what), what, record)
+
+    def _object_or_none(self, text: str | None, what: str, record: type | None = None) -> dict[str, Any] | None:
+        """`_object`, or None where the column holds null."""
+        value = self._json(text, what)
+        return None if value is None else self._checked_object(value, what, record)
+
+    def _json(self, text: str | None, what: str) -> Any:
         try:
-            value = loads(text)
+            return loads(text)
         except ValueError as e:
             raise self._damaged(f"{what} is not JSON ({e})") from None
-        if value is None and null:
-            return None
+
+    def _checked_object(self, value: Any, what: str, record: type | None) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self._damaged(f"{what} is {json_kind(value)}, not an object")
         problem = field_problem(value, record) if record else None
@@ -325,16 +346,16 @@ class Store:
         )
         return [self._record(row) for row in self._read(sql, (None if status is None else str(status), sweep))]
 
-    def _record(self, row: tuple) -> RunRecord:
+    def _record(self, row: tuple[Any, ...]) -> RunRecord:
         """A `runs` row as a RunRecord; ValueError naming the store and the run when a column was damaged."""
-        rid, config, status, result, env, sweep, attempts, created_at, started_at, finished_at = row
-        config = self._object(config, f"run {rid}'s config")
-        result = self._object(result, f"run {rid}'s result", RunResult, null=True)
-        env = self._object(env, f"run {rid}'s environment", null=True)
+        rid, config_text, status_text, result_text, env_text, sweep, attempts, created_at, started_at, finished_at = row
+        config = self._object(config_text, f"run {rid}'s config")
+        stored = self._object_or_none(result_text, f"run {rid}'s result", RunResult)
+        env = self._object_or_none(env_text, f"run {rid}'s environment")
         try:
-            status = RunStatus(status)
-            error = result.get("error") if status is RunStatus.FAILED and result else None
-            result = result_from_dict(result) if status.done and result is not None else None
+            status = RunStatus(status_text)
+            error = stored.get("error") if status is RunStatus.FAILED and stored else None
+            result = result_from_dict(stored) if status.done and stored is not None else None
         except ValueError as e:
             raise self._damaged(f"run {rid}: {e}") from None
         return RunRecord(
@@ -351,7 +372,7 @@ class Store:
             )
         return [(step, metric, math.nan if value is None else value) for step, metric, value in rows]
 
-    def events(self, run_id: str) -> list[dict]:
+    def events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events as {"step", "kind", ...detail}, ordered by step then kind."""
         rows = self._read("SELECT step, kind, detail FROM events WHERE run_id = ? ORDER BY step, kind", (run_id,))
         return [
@@ -359,7 +380,7 @@ class Store:
             for step, kind, detail in rows
         ]
 
-    def snapshot(self, ignore: tuple[str, ...] = ()) -> dict:
+    def snapshot(self, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
         """Everything but timestamps, attempts and environment, as plain data that compares with ==.
 
         For checking that two stores hold the same results (an interrupted and resumed sweep against
@@ -368,35 +389,39 @@ class Store:
         'nan', 'inf', '-inf'.
         """
         runs = {}
-        for rid, config, status, result, sweep in self._read("SELECT id, config, status, result, sweep FROM runs"):
-            result = loads(result)
+        for rid, config, status, result_text, sweep in self._read("SELECT id, config, status, result, sweep FROM runs"):
+            result = loads(result_text)
             if isinstance(result, dict):
                 result = {k: v for k, v in result.items() if k not in ignore}
             runs[rid] = {"config": loads(config), "status": status, "sweep": sweep, "result": result}
-        metrics = {run_id: [] for run_id in runs}
+        metrics: dict[str, list[tuple[int, str, float]]] = {run_id: [] for run_id in runs}
         for run_id, step, name, value in self._read(
             "SELECT run_id, step, name, value FROM metrics ORDER BY run_id, step, name"
         ):
             if name not in ignore:
                 metrics[run_id].append((step, name, math.nan if value is None else value))
         events = {run_id: self.events(run_id) for run_id in runs}
-        return json_safe({"schema_version": SCHEMA_VERSION, "runs": runs, "metrics": metrics, "events": events})
+        snapshot: dict[str, Any] = json_safe(
+            {"schema_version": SCHEMA_VERSION, "runs": runs, "metrics": metrics, "events": events}
+        )
+        return snapshot
 
     def integrity_check(self) -> str:
         """SQLite's own consistency check: 'ok' when the file is sound."""
-        return self._read("PRAGMA integrity_check")[0][0]
+        verdict: str = self._read("PRAGMA integrity_check")[0][0]
+        return verdict
 
 
 RUN_COLUMNS = "id, config, status, result, env, sweep, attempts, created_at, started_at, finished_at"
 
 
-def _require(conn: sqlite3.Connection, run_id: str):
+def _require(conn: sqlite3.Connection, run_id: str) -> None:
     if not conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
         raise ValueError(f"no run '{run_id}' in the store; claim it first")
 
 
 @contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection):
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any error; refuses to nest into a pending transaction."""
     if conn.in_transaction:  # every write commits on its own; something pending here is a bug
         raise RuntimeError("a transaction is already pending on this run store connection")
@@ -409,7 +434,7 @@ def _transaction(conn: sqlite3.Connection):
     conn.execute("COMMIT")
 
 
-def _set_wal(conn: sqlite3.Connection):
+def _set_wal(conn: sqlite3.Connection) -> None:
     """Switch the file to WAL (a persistent setting of the file, so usually a no-op)."""
     # NOTE: the first switch of a new file needs an exclusive lock, and SQLite reports a concurrent
     # opener's lock as 'database is locked' without calling the busy handler; retry briefly.

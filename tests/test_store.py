@@ -187,6 +187,16 @@ def test_runs_filters_and_order(store):
     assert [r.id for r in store.runs()] == ["a", "b", "c"]
 
 
+def test_studies_are_records_most_recently_run_first(store):
+    store.add_study("s1", {"seeds": 3})
+    store.add_study("s2", {"seeds": 2})
+    raw(store.path, "UPDATE studies SET created_at = 1, run_at = 1")
+    store.add_study("s1", {"seeds": 3})  # run again: only its run_at moves
+    first, second = store.studies()
+    assert (first.id, first.study, first.created_at, second.id, second.run_at) == ("s1", {"seeds": 3}, 1, "s2", 1)
+    assert first.run_at > 1
+
+
 def test_metrics_and_events_are_idempotent(store):
     store.claim("r1", {})
     rows = [(2, "loss", 2.5), (0, "loss", 3.0), (1, "loss", 2.8), (0, "lr", 1e-4)]

@@ -248,11 +248,11 @@ def test_ray_backend_runs_the_smoke_preset(tmp_path):
 def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tmp_path):
     """Ray tasks train on workers that may not see the store's folder: the task gets the config and a
     checkpoint folder, returns result, weights and environment; the driver records them."""
-    from ffnlab.study.execute import record_returned, train_on_worker
+    from ffnlab.study.execute import WorkerOutcome, record_returned, train_on_worker
 
     cfg = plan(smoke_study())[0]
     returned = train_on_worker(cfg.to_dict(), str(tmp_path / "worker"))
-    assert set(returned) == {"result", "weights", "env"} and returned["weights"][:8] and returned["env"]["python"]
+    assert returned.error is None and returned.result is not None and returned.weights[:8] and returned.env["python"]
     assert not (tmp_path / "worker" / run_id(cfg)).exists()  # its checkpoints are gone once it finished
     assert not list(tmp_path.glob("*.db"))
     store = tmp_path / "driver" / "s.db"
@@ -260,15 +260,17 @@ def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tm
         s.claim(run_id(cfg), cfg.to_dict())
         s.start(run_id(cfg))
         assert record_returned(s, store, cfg, returned) == "finished"
-        assert s.get(run_id(cfg)).result.final_val_loss == returned["result"].final_val_loss
-    assert (store.parent / "weights" / f"{run_id(cfg)}.safetensors").read_bytes() == returned["weights"]
+        assert s.get(run_id(cfg)).result.final_val_loss == returned.result.final_val_loss
+    assert (store.parent / "weights" / f"{run_id(cfg)}.safetensors").read_bytes() == returned.weights
     bad = train_on_worker({**cfg.to_dict(), "data": str(tmp_path / "missing.txt")}, str(tmp_path / "worker"))
-    assert set(bad) == {"error", "env"} and "missing.txt" in bad["error"]
+    assert bad.result is None and bad.weights is None and "missing.txt" in bad.error and bad.env["python"]
     crashed = plan(smoke_study())[1]  # a task that died under Ray returns nothing: the driver marks it failed
     with Store(store) as s:
         s.claim(run_id(crashed), crashed.to_dict())
         s.start(run_id(crashed))
-        assert record_returned(s, store, crashed, {"error": "WorkerCrashedError: killed", "env": None}) == "failed"
+        assert (
+            record_returned(s, store, crashed, WorkerOutcome(env=None, error="WorkerCrashedError: killed")) == "failed"
+        )
         assert s.get(run_id(crashed)).error == "WorkerCrashedError: killed" and s.get(run_id(crashed)).env
 
 

@@ -98,6 +98,13 @@ def load_data(
     return corpus, tok, splits
 
 
+def data_model_config(cfg: TrainConfig, corpus: Corpus, tokenizer: Tokenizer) -> ModelConfig:
+    """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier, the
+    corpus's classes (`load_data`'s)."""
+    n_classes = len(corpus.classes) if cfg.model.task == "cls" and corpus.classes else cfg.model.n_classes
+    return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=n_classes)
+
+
 def has_window(split_data: Split, task: str, context: int) -> bool:
     """Whether a split can give one example: a window of `context + 1` tokens, or a labelled document."""
     return len(split_data) > context + 1 if task == "lm" else len(split_data[0]) > 0
@@ -377,8 +384,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
 
     # -- data and model
     corpus, tok, splits = load_data(*data_args(cfg))
-    n_classes = len(corpus.classes) if task == "cls" and corpus.classes else cfg.model.n_classes
-    mcfg = replace(cfg.model, vocab_size=tok.vocab_size, n_classes=n_classes)
+    mcfg = data_model_config(cfg, corpus, tok)
     check_data(splits, task, mcfg.context, cfg.data)
     if model_factory is None and not (cfg.hf_config or cfg.init_from):
         check_fits(cfg, mcfg, device)

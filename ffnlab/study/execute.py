@@ -13,17 +13,21 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, replace
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ffnlab._util.files import write_atomic
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
-from ffnlab.run.train import check_data, data_args, load_data, train
+from ffnlab.run.train import Progress, check_data, data_args, data_model_config, load_data, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, plan, plan_precision, run_id, study_id
+from ffnlab.study.records import RunStatus, Summary
 from ffnlab.study.store import DEFAULT_PATH, Store
 from ffnlab.study.summary import summarize_study
 
@@ -39,7 +43,7 @@ def lock_path(store_path: Path, rid: str) -> Path:
 
 
 @contextlib.contextmanager
-def run_lock(store_path: Path, rid: str, wait: bool):
+def run_lock(store_path: Path, rid: str, wait: bool) -> Iterator[bool]:
     """An exclusive lock on one run, so two sweeps on one store never train the same run at once.
     Yields False (without waiting) when another process holds it and wait is False. The OS drops
     the lock when its holder dies, even by kill -9 (its file stays until the next holder's turn ends).
@@ -68,7 +72,7 @@ def run_lock(store_path: Path, rid: str, wait: bool):
         os.close(fd)  # lets go
 
 
-def record(store: Store, rid: str, run: RunResult, env: dict | None = None):
+def record(store: Store, rid: str, run: RunResult, env: dict[str, Any] | None = None) -> None:
     """Write a run's curves, events and result to the store; the status is written last."""
     hist = run.history
     rows = [(i + 1, "train_loss", v) for i, v in enumerate(hist["train_loss"])]
@@ -88,7 +92,7 @@ def record(store: Store, rid: str, run: RunResult, env: dict | None = None):
 SWEEP_THREADS = 1
 
 
-def execute(cfg_dict: dict, store_path: str, progress=None) -> str:
+def execute(cfg_dict: dict[str, Any], store_path: str, progress: Progress | None = None) -> str:
     """Run one config unless finished, on SWEEP_THREADS threads (or its own `threads`); resume from
     its checkpoint; store the result. Returns the run's final status, or 'busy' when another process
     is training it right now. The process's thread count is restored afterwards."""
@@ -103,18 +107,18 @@ def execute(cfg_dict: dict, store_path: str, progress=None) -> str:
         torch.set_num_threads(before)
 
 
-def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
+def execute_run(cfg: TrainConfig, store_path: Path, progress: Progress | None) -> str:
     """`execute` without the thread setting: claim, lock, train (resuming), record."""
     rid = run_id(cfg)
     with Store(store_path) as store:
-        status = store.claim(rid, cfg.to_dict())
-        if status in ("finished", "diverged"):
+        status = RunStatus(store.claim(rid, cfg.to_dict()))
+        if status.done:
             return status
         with run_lock(store_path, rid, wait=False) as locked:
             if not locked:
                 return "busy"
-            status = store.get(rid).status  # another sweep may have finished it meanwhile
-            if status in ("finished", "diverged"):
+            status = claimed_status(store, rid)  # another sweep may have finished it meanwhile
+            if status.done:
                 return status
             ckpt = checkpoint_dir(store_path, rid)
             store.start(rid)
@@ -130,7 +134,15 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress) -> str:
                 return "failed"
             record(store, rid, result)
             shutil.rmtree(ckpt, ignore_errors=True)
-            return store.get(rid).status
+            return claimed_status(store, rid)
+
+
+def claimed_status(store: Store, rid: str) -> RunStatus:
+    """The status of a run this sweep has claimed; ValueError if it is gone (the store was edited meanwhile)."""
+    claimed = store.get(rid)
+    if claimed is None:
+        raise ValueError(f"run {rid} was claimed in {store.path} but is gone from it; the store was edited")
+    return claimed.status
 
 
 def weights_path(store_path: Path, rid: str) -> Path:
@@ -138,7 +150,7 @@ def weights_path(store_path: Path, rid: str) -> Path:
     return Path(store_path).parent / "weights" / f"{rid}.safetensors"
 
 
-def wait_for(store_path: Path, rid: str):
+def wait_for(store_path: Path, rid: str) -> None:
     """Block until the process holding a run's lock lets go (it finished or died)."""
     with run_lock(store_path, rid, wait=True):
         pass
@@ -162,51 +174,50 @@ def resolve_jobs(jobs: int | str, device: str = "cpu") -> int:
 
 def run_study(
     study: Study,
-    store_path: str | os.PathLike = DEFAULT_PATH,
+    store_path: str | os.PathLike[str] = DEFAULT_PATH,
     jobs: int | str = 1,
     backend: str = "local",
     address: str | None = None,
     quiet: bool = False,
     log_to: str | None = None,
-) -> dict:
+) -> Summary:
     """Execute every planned run (skipping finished ones) and return the summary."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
-    jobs = resolve_jobs(jobs, study.base.device)
+    workers = resolve_jobs(jobs, study.base.device)
     runs = plan(study)
     if backend == "local":  # on a Ray cluster the data may live only where the workers are
         preflight(runs)
-    store_path = Path(store_path)
-    with Store(store_path) as store:
+    path = Path(store_path)
+    with Store(path) as store:
         recorded = replace(study, base=replace(study.base, precision=plan_precision(study.base)))
         store.add_study(study_id(recorded), recorded.to_dict())
-        for cfg in runs:
-            store.claim(run_id(cfg), cfg.to_dict())
-        todo = [cfg for cfg in runs if store.get(run_id(cfg)).status not in ("finished", "diverged")]
-    display = SweepProgress(len(runs), len(runs) - len(todo), quiet, store_path)
-    busy = []
+        todo = [cfg for cfg in runs if not RunStatus(store.claim(run_id(cfg), cfg.to_dict())).done]
+    display = SweepProgress(len(runs), len(runs) - len(todo), quiet, path)
+    busy: list[TrainConfig] = []
     if backend == "ray":
-        busy = run_on_ray(todo, store_path, address, display)
-    elif jobs > 1 and len(todo) > 1:
-        busy = run_in_processes(todo, store_path, min(jobs, len(todo)), display)
+        busy = run_on_ray(todo, path, address, display)
+    elif workers > 1 and len(todo) > 1:
+        busy = run_in_processes(todo, path, min(workers, len(todo)), display)
     else:
         for cfg in todo:
-            status = execute(cfg.to_dict(), str(store_path), display.run_progress(cfg))
+            status = execute(cfg.to_dict(), str(path), display.run_progress(cfg))
             busy.append(cfg) if status == "busy" else display.done(cfg, status)
     for cfg in busy:  # trained by a concurrent sweep: wait for it, then retry here (it may have died)
-        wait_for(store_path, run_id(cfg))
-        display.done(cfg, execute(cfg.to_dict(), str(store_path), display.run_progress(cfg)))
+        wait_for(path, run_id(cfg))
+        display.done(cfg, execute(cfg.to_dict(), str(path), display.run_progress(cfg)))
     display.close()
     if log_to:
-        mirror_runs(runs, store_path, log_to)
-    return summarize_study(study, store_path, runs)
+        mirror_runs(runs, path, log_to)
+    return summarize_study(study, path, runs)
 
 
-def preflight(runs: list[TrainConfig]):
+def preflight(runs: list[TrainConfig]) -> None:
     """Check once, before any run starts, what would fail every run alike: each data source loads
     and splits into windows of its context, and each built-in model fits this machine's memory.
     ValueError naming the problem (the CLI's one line and exit 2) instead of a store of failed runs."""
-    seen_data, seen_model = set(), set()
+    seen_data: set[tuple[object, ...]] = set()
+    seen_model: set[tuple[str, int]] = set()
     for cfg in runs:
         if cfg.hf_config:
             single_ffn_spec(cfg.model.ffn)  # a Hugging Face model's FFNs are all swapped for one variant
@@ -215,23 +226,19 @@ def preflight(runs: list[TrainConfig]):
         if data + (cfg.model.context,) not in seen_data:
             seen_data.add(data + (cfg.model.context,))
             check_data(splits, cfg.model.task, cfg.model.context, cfg.data)
-        mcfg = replace(
-            cfg.model,
-            vocab_size=tok.vocab_size,
-            n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes,
-        )
+        mcfg = data_model_config(cfg, corpus, tok)
         key = (json.dumps(asdict(mcfg), sort_keys=True), cfg.batch_size)
         if not cfg.hf_config and key not in seen_model:
             seen_model.add(key)
             check_fits(cfg, mcfg, resolve_device(cfg.device))
 
 
-def run_in_processes(todo, store_path: Path, jobs: int, display) -> list[TrainConfig]:
+def run_in_processes(todo: list[TrainConfig], store_path: Path, jobs: int, display: SweepProgress) -> list[TrainConfig]:
     """Local worker processes (each run on SWEEP_THREADS threads); they die with this process
     (a kill -9 of the sweep leaves no worker training on). Returns the runs a concurrent sweep was
     training ('busy'), which run_study waits for and retries as for the sequential path."""
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
     busy = []
     pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent)
@@ -247,7 +254,7 @@ def run_in_processes(todo, store_path: Path, jobs: int, display) -> list[TrainCo
     return busy
 
 
-def stop_workers(pool) -> None:
+def stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel a pool's queued runs and kill the runs in flight. NOTE: the executor's own shutdown (also at
     interpreter exit) waits for every running task, hours for a long run; a killed run loses only the
     steps since its last checkpoint and resumes from it. `_processes` is private, so it is read defensively."""
@@ -257,7 +264,7 @@ def stop_workers(pool) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def die_with_parent():
+def die_with_parent() -> None:
     """Ask Linux to SIGKILL this worker when its parent dies (prctl PR_SET_PDEATHSIG); elsewhere a
     no-op. A killed run loses nothing: it resumes from its checkpoint."""
     import ctypes
@@ -267,7 +274,9 @@ def die_with_parent():
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
 
 
-def run_on_ray(todo, store_path: Path, address, display) -> list[TrainConfig]:
+def run_on_ray(
+    todo: list[TrainConfig], store_path: Path, address: str | None, display: SweepProgress
+) -> list[TrainConfig]:
     """One Ray task per run with its CPU (or GPU) request. Only this process touches the store: it claims
     and locks each run, and records what the task returns (result, final weights, the worker's
     environment), so a cluster needs no shared file system (SQLite is not safe over NFS). Checkpoints
@@ -277,12 +286,10 @@ def run_on_ray(todo, store_path: Path, address, display) -> list[TrainConfig]:
     started = not ray.is_initialized()
     if started:
         ray.init(
-            address=address,
-            include_dashboard=False,
-            log_to_driver=False,
-            **({} if address else {"num_cpus": os.cpu_count()}),
+            address=address, include_dashboard=False, log_to_driver=False, num_cpus=None if address else os.cpu_count()
         )
-    busy, refs = [], {}
+    busy: list[TrainConfig] = []
+    refs: dict[ray.ObjectRef[WorkerOutcome], TrainConfig] = {}
     with contextlib.ExitStack() as held, Store(store_path) as store:
         try:
             remote = ray.remote(train_on_worker)
@@ -291,8 +298,8 @@ def run_on_ray(todo, store_path: Path, address, display) -> list[TrainConfig]:
                 if not held.enter_context(run_lock(store_path, run_id(cfg), wait=False)):
                     busy.append(cfg)
                     continue
-                status = store.get(run_id(cfg)).status
-                if status in ("finished", "diverged"):  # another sweep finished it meanwhile
+                status = claimed_status(store, run_id(cfg))
+                if status.done:  # another sweep finished it meanwhile
                     display.done(cfg, status)
                     continue
                 store.start(run_id(cfg))
@@ -305,7 +312,7 @@ def run_on_ray(todo, store_path: Path, address, display) -> list[TrainConfig]:
                 try:
                     returned = ray.get(ready[0])
                 except Exception as e:  # the task itself died (a worker killed, out of memory): one failed run
-                    returned = {"error": first_line(e), "env": None}
+                    returned = WorkerOutcome(env=None, error=first_line(e))
                 display.done(cfg, record_returned(store, store_path, cfg, returned))
         finally:
             if started:
@@ -321,10 +328,19 @@ def ray_checkpoint_root(store_path: Path, address: str | None) -> Path:
     return Path("~/.cache/ffnlab/ray-checkpoints")  # '~' expanded by the worker, in its own home
 
 
-def train_on_worker(cfg_dict: dict, checkpoint_root: str) -> dict:
+@dataclass(frozen=True)
+class WorkerOutcome:
+    """What a Ray task hands the driver to record: the run's result and final weights, or why it failed."""
+
+    env: dict[str, Any] | None  # the worker's machine (ffnlab._util.machine.environment); None: the task died
+    result: RunResult | None = None  # None: the run failed
+    weights: bytes | None = None  # the safetensors file, where training saved one
+    error: str | None = None  # why the run failed
+
+
+def train_on_worker(cfg_dict: dict[str, Any], checkpoint_root: str) -> WorkerOutcome:
     """A Ray task: train one run on SWEEP_THREADS threads (or its own), checkpointing under
-    `checkpoint_root` on this worker, and return what the driver records: {"result": RunResult,
-    "weights": safetensors bytes, "env"} or {"error": one line, "env"}."""
+    `checkpoint_root` on this worker, and return what the driver records."""
     import tempfile
 
     import torch
@@ -339,30 +355,30 @@ def train_on_worker(cfg_dict: dict, checkpoint_root: str) -> dict:
         try:
             result = train(replace(cfg, checkpoint_dir=str(ckpt)), weights_path=weights)
         except Exception as e:  # a bug or a bad input in one run must not stop the sweep
-            return {"error": f"{type(e).__name__}: {e}", "env": environment()}
-        out = {"result": result, "weights": weights.read_bytes() if weights.exists() else None, "env": environment()}
+            return WorkerOutcome(environment(), error=f"{type(e).__name__}: {e}")
+        out = WorkerOutcome(environment(), result, weights.read_bytes() if weights.exists() else None)
     shutil.rmtree(ckpt, ignore_errors=True)
     return out
 
 
-def record_returned(store: Store, store_path: Path, cfg: TrainConfig, returned: dict) -> str:
+def record_returned(store: Store, store_path: Path, cfg: TrainConfig, returned: WorkerOutcome) -> str:
     """Record a Ray task's return in the store (weights first, as `execute_run` does); the run's status."""
     rid = run_id(cfg)
-    if "error" in returned:
-        store.fail(rid, returned["error"], returned["env"])
-        return "failed"
-    if returned["weights"] is not None:
+    if returned.result is None:
+        store.fail(rid, returned.error or "the task returned no result", returned.env)
+        return RunStatus.FAILED
+    if returned.weights is not None:
         path = weights_path(store_path, rid)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, returned["weights"])
-    record(store, rid, returned["result"], returned["env"])
-    return store.get(rid).status
+        write_atomic(path, returned.weights)
+    record(store, rid, returned.result, returned.env)
+    return claimed_status(store, rid)
 
 
 class SweepProgress:
     """Runs done/total with ETA, and the current run's steps, on one terminal line."""
 
-    def __init__(self, total: int, done: int, quiet: bool, store_path: Path):
+    def __init__(self, total: int, done: int, quiet: bool, store_path: Path) -> None:
         self.total, self.done_n, self.quiet, self.store_path = total, done, quiet, store_path
         self.t0, self.new_done, self.last = time.perf_counter(), 0, 0.0
         self.live = sys.stderr.isatty()  # the per-step line only on a terminal
@@ -375,12 +391,12 @@ class SweepProgress:
         left = (time.perf_counter() - self.t0) / self.new_done * (self.total - self.done_n)
         return f"{left / 60:.1f} min"
 
-    def run_progress(self, cfg):
+    def run_progress(self, cfg: TrainConfig) -> Progress | None:
         if self.quiet or not self.live:
             return None
         head = f"[{self.done_n}/{self.total} runs, eta {self.eta()}] {cfg.model.ffn} seed {cfg.seed}: "
 
-        def show(step, total, m):
+        def show(step: int, total: int, m: dict[str, float]) -> None:
             if time.perf_counter() - self.last > 0.2:
                 self.last = time.perf_counter()
                 sys.stderr.write(f"\r{head}{step}/{total} steps, loss {m['loss']:.3f}   ")
@@ -388,7 +404,7 @@ class SweepProgress:
 
         return show
 
-    def done(self, cfg, status):
+    def done(self, cfg: TrainConfig, status: str) -> None:
         """One run ended; a failed one's error is shown on its line (from the store)."""
         self.done_n += 1
         self.new_done += 1
@@ -404,6 +420,6 @@ class SweepProgress:
                 + "\n"
             )
 
-    def close(self):
+    def close(self) -> None:
         if not self.quiet:
             sys.stderr.flush()

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
+from ffnlab.run.config import TrainConfig
 from ffnlab.study.plan import run_id
 from ffnlab.study.store import Store
 
 
-def mirror_runs(runs, store_path: Path, log_to: str):
+def mirror_runs(runs: Iterable[TrainConfig], store_path: Path, log_to: str) -> None:
     """Copy finished runs' configs and curves to MLflow or TensorBoard, if installed."""
     with Store(store_path) as store:
         if log_to == "tensorboard":
@@ -29,7 +31,7 @@ def mirror_runs(runs, store_path: Path, log_to: str):
 
             # the user's tracking server if one is set, else a SQLite file beside the store
             here = store_path.parent.resolve()
-            ours = not mlflow.is_tracking_uri_set()
+            ours = not mlflow.is_tracking_uri_set()  # type: ignore[no-untyped-call]  # mlflow leaves it unannotated
             client = mlflow.MlflowClient(f"sqlite:///{here / 'mlflow.db'}" if ours else mlflow.get_tracking_uri())
             exp = client.get_experiment_by_name("ffnlab")
             exp_id = (

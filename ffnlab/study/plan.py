@@ -17,7 +17,7 @@ from pathlib import Path
 from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
 from ffnlab.core.ffn import get_ffn_spec, layer_variants
-from ffnlab.run.config import TrainConfig, identity
+from ffnlab.run.config import Precision, TrainConfig, identity
 from ffnlab.run.config_file import RUN_TABLES, config_from_sources, field_types, file_fields, read_toml, to_toml
 from ffnlab.run.device import resolve_precision
 from ffnlab.run.presets import preset_config
@@ -321,7 +321,7 @@ def run_id(cfg: TrainConfig) -> str:
     return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def plan_precision(base: TrainConfig) -> str:
+def plan_precision(base: TrainConfig) -> Precision:
     """The precision runs are planned with: 'auto' resolved here, so a run's identity says whether
     it trains in bf16 or fp32."""
     return resolve_precision(base.precision, base.device)

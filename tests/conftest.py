@@ -55,3 +55,12 @@ def run_result(**fields):
         learned={}, vocab_size=65, device="cpu", precision="fp32", threads=1, history={}, events=[], config={},
     )  # fmt: skip
     return RunResult(**{**values, **fields})
+
+
+def variant_row(ffn, **fields):
+    """A `VariantRow` of a variant with empty statistics, `fields` replacing some."""
+    from ffnlab.study.records import VariantRow
+
+    stats = dict(rank=1, n_seeds=0, mean=None, std=None, ci_low=None, ci_high=None, delta=None, delta_ci_low=None,
+                 delta_ci_high=None, n_pairs=0, p=None, p_adj=None, significant=False, diverged=0)  # fmt: skip
+    return VariantRow(ffn=ffn, **{**stats, **fields})

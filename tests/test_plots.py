@@ -4,6 +4,8 @@ import torch
 
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.study import plots
+from ffnlab.study.report import Band, Trace
+from tests.conftest import variant_row
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -54,10 +56,7 @@ def test_figure_format_rejects_others(path):
 def test_figures_have_labelled_axes_legend_and_one_line_per_variant():
     styles = plots.variant_styles(["relu", "swiglu", "gelu"])
     assert len({s["color"] for s in styles.values()}) == 3
-    bands = {
-        v: {"x": [10, 20, 30], "mean": [3.0, 2.5, 2.2], "low": [2.9, 2.4, 2.1], "high": [3.1, 2.6, 2.3], "n": 3}
-        for v in styles
-    }
+    bands = {v: Band([10, 20, 30], [3.0, 2.5, 2.2], low=[2.9, 2.4, 2.1], high=[3.1, 2.6, 2.3], n=3) for v in styles}
     fig = plots.band_figure(bands, styles, "t", "training step", "validation loss (nats/token)")
     ax = fig.axes[0]
     assert len(ax.lines) == 3 and ax.get_legend() is not None
@@ -65,7 +64,7 @@ def test_figures_have_labelled_axes_legend_and_one_line_per_variant():
     assert plots.png_bytes(fig).startswith(PNG_MAGIC)
 
     rows = [
-        {"ffn": v, "mean": 2.0 + i, "ci_low": 1.9 + i, "ci_high": 2.1 + i, "values": [2.0 + i, 2.05 + i]}
+        variant_row(v, mean=2.0 + i, ci_low=1.9 + i, ci_high=2.1 + i, values={0: 2.0 + i, 1: 2.05 + i})
         for i, v in enumerate(styles)
     ]
     fig = plots.final_figure(rows, styles, "relu", "validation loss (nats/token)")
@@ -75,8 +74,8 @@ def test_figures_have_labelled_axes_legend_and_one_line_per_variant():
 
 def test_traces_switch_to_log_scale_for_wide_ranges():
     styles = plots.variant_styles(["relu"])
-    narrow = {"relu": [{"x": [1, 2, 3], "y": [1.0, 1.2, 0.9], "spikes": [], "diverged": None}]}
-    wide = {"relu": [{"x": [1, 2, 3], "y": [1.0, 500.0, 0.9], "spikes": [(2, 500.0)], "diverged": 3}]}
+    narrow = {"relu": [Trace(x=[1, 2, 3], y=[1.0, 1.2, 0.9], spikes=[], diverged=None)]}
+    wide = {"relu": [Trace(x=[1, 2, 3], y=[1.0, 500.0, 0.9], spikes=[(2, 500.0)], diverged=3)]}
     assert plots.traces_figure(narrow, styles, "t", "training step", "norm").axes[0].get_yscale() == "linear"
     assert plots.traces_figure(wide, styles, "t", "training step", "norm").axes[0].get_yscale() == "log"
 

@@ -4,7 +4,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import replace
+from dataclasses import astuple, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,14 @@ from ffnlab.study.execute import run_study, weights_path
 from ffnlab.study.load import load_study
 from ffnlab.study.plan import Study, run_id
 from ffnlab.study.render import md_escape, render_html, render_markdown
-from ffnlab.study.report import attention_stats, report_data, seed_band, write_report
+from ffnlab.study.report import (
+    AttentionMaps,
+    NumericsFile,
+    attention_stats,
+    report_data,
+    seed_band,
+    write_report,
+)
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
 from tests.conftest import run_result
@@ -58,10 +65,10 @@ def evil_store(smoke_store, tmp_path_factory):
 
 def test_seed_band_is_mean_and_t_interval():
     band = seed_band([{1: 1.0, 2: 2.0}, {1: 3.0, 2: 4.0, 3: 5.0}])
-    assert band["x"] == [1, 2, 3] and band["mean"] == [2.0, 3.0, 5.0] and band["n"] == 2
+    assert band.x == [1, 2, 3] and band.mean == [2.0, 3.0, 5.0] and band.n == 2
     half = 12.706204736174707 * math.sqrt(2) / math.sqrt(2)  # t_{0.975,1} * std / sqrt(n)
-    assert band["low"][0] == pytest.approx(2.0 - half) and band["high"][1] == pytest.approx(3.0 + half)
-    assert band["low"][2] == band["high"][2] == 5.0  # one seed: no band
+    assert band.low[0] == pytest.approx(2.0 - half) and band.high[1] == pytest.approx(3.0 + half)
+    assert band.low[2] == band.high[2] == 5.0  # one seed: no band
 
 
 def test_load_study_reconstructs_the_sweep(smoke_store):
@@ -116,7 +123,7 @@ def test_report_data_rows_match_the_store(smoke_store):
     for row in view.cell.variants:
         assert row.mean == pytest.approx(sum(finals[row.ffn]) / 2)
         assert sorted(row.values.values()) == sorted(finals[row.ffn])
-        assert view.curves[row.ffn]["mean"][-1] == pytest.approx(row.mean)  # last eval is the final one
+        assert view.curves[row.ffn].mean[-1] == pytest.approx(row.mean)  # last eval is the final one
     assert data.settings["model"]["d_model"] == 32
 
 
@@ -140,11 +147,13 @@ def test_every_branch_of_the_page_renders_and_escapes_what_the_store_holds(smoke
     data.store = f"runs/{EVIL}.db"
     data.other_studies = 2
     data.scaling = {"scale": {"width": [8, 16]}, "error": EVIL}
-    data.numerics = {"error": EVIL}
+    data.numerics = NumericsFile(error=EVIL)
     view = data.cells[0]
     view.cell.verdict = EVIL
     view.cell.noise_floor = {"n": 3, "std": 0.01, "range": 0.02}
-    view.attention = {"maps": {"relu": []}, "layer": 0, "seeds": {"relu": 0}, "tokens": 8, "text": EVIL}
+    view.attention = AttentionMaps(
+        layer=0, maps={"relu": np.zeros((1, 8, 8))}, stats={}, seeds={"relu": 0}, text=EVIL, tokens=8
+    )
     page = render_html(data, {"attention.png": PNG_MAGIC})
     assert "<script" not in page and page.count(html.escape(EVIL)) >= 6
     for text in (
@@ -157,8 +166,8 @@ def test_every_branch_of_the_page_renders_and_escapes_what_the_store_holds(smoke
         f"<code>ffnlab report --store runs/{html.escape(EVIL)}.db</code>",
     ):
         assert text in page
-    assert "entropy (nats)" not in page  # report data from before attention statistics: no table
-    data.numerics = {"results": []}
+    assert "entropy (nats)" not in page  # maps without statistics: no table
+    data.numerics = NumericsFile({"results": []})
     assert "numerics.json holds no results." in render_html(data, {})
     md = render_markdown(data, [])
     assert "<script" not in md and f"**Verdict:** {html.escape(EVIL, quote=False)}" in md
@@ -395,15 +404,11 @@ def test_a_report_on_a_full_disk_is_one_line_exit_2_and_leaves_the_folder_as_it_
 def test_attention_stats_on_known_matrices():
     T = 8
     uniform = np.full((2, T, T), 1 / T)
-    assert attention_stats(uniform, causal=False) == pytest.approx(
-        {"entropy": math.log(T), "uniform_entropy": math.log(T), "sparsity": 0.0}
-    )
+    assert astuple(attention_stats(uniform, causal=False)) == pytest.approx((math.log(T), math.log(T), 0.0))
     one_hot = np.broadcast_to(np.eye(T), (2, T, T))
-    assert attention_stats(one_hot, causal=False) == pytest.approx(
-        {"entropy": 0.0, "uniform_entropy": math.log(T), "sparsity": (T - 1) / T}
-    )
+    assert astuple(attention_stats(one_hot, causal=False)) == pytest.approx((0.0, math.log(T), (T - 1) / T))
     causal_uniform = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]  # query i: 1/(i+1) on keys 0..i
     stats = attention_stats(causal_uniform[None], causal=True)
-    assert stats["entropy"] == pytest.approx(stats["uniform_entropy"]) and stats["sparsity"] == 0.0
-    assert stats["entropy"] == pytest.approx(np.log(np.arange(1, T + 1)).mean())
-    assert attention_stats(np.eye(T)[None], causal=True)["sparsity"] == pytest.approx(28 / 36)  # 36 visible, 8 ones
+    assert stats.entropy == pytest.approx(stats.uniform_entropy) and stats.sparsity == 0.0
+    assert stats.entropy == pytest.approx(np.log(np.arange(1, T + 1)).mean())
+    assert attention_stats(np.eye(T)[None], causal=True).sparsity == pytest.approx(28 / 36)  # 36 visible, 8 ones

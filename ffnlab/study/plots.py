@@ -9,7 +9,9 @@ A variant keeps its colour across all figures of a report (`variant_styles`).
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import matplotlib
 
@@ -26,13 +28,19 @@ from ffnlab._util.names import normalize
 from ffnlab._util.ranges import check_range
 from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve
 from ffnlab.core.ffn import FFNS, get_ffn_spec
+from ffnlab.study.records import VariantRow
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only its name is needed here
+
+    from ffnlab.study.report import Band, Behaviour, Trace  # the report's data (report.py imports this module)
 
 # Okabe & Ito 2008, "Color Universal Design"; yellow last: it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 LINESTYLES = ("-", "--", "-.", ":")
 FORMATS = ("png", "svg")
 DPI = 110
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": DPI,
     "savefig.dpi": DPI,
     "font.size": 10,
@@ -47,10 +55,20 @@ STYLE = {
 }
 
 
-def variant_styles(names: list[str]) -> dict[str, dict]:
-    """name -> {"color", "linestyle"}: a fixed colour per position, style changing every 8 names."""
+class LineStyle(TypedDict):
+    """A variant's line in every figure: keyword arguments of matplotlib's plot."""
+
+    color: str
+    linestyle: str
+
+
+Styles = dict[str, LineStyle]  # variant -> its line
+
+
+def variant_styles(names: list[str]) -> Styles:
+    """A fixed colour per position, the line style changing every 8 names."""
     return {
-        n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[(i // len(OKABE_ITO)) % 4]}
+        n: LineStyle(color=OKABE_ITO[i % len(OKABE_ITO)], linestyle=LINESTYLES[(i // len(OKABE_ITO)) % 4])
         for i, n in enumerate(names)
     }
 
@@ -83,9 +101,9 @@ def figure_format(path: str | Path) -> str:
     return ext
 
 
-def save(fig, path) -> Path:
-    """Write the figure to `path` (format by extension) through a temporary file; closes it."""
-    path = Path(path)
+def save(fig: Figure, where: str | Path) -> Path:
+    """Write the figure to `where` (format by extension) through a temporary file; closes it."""
+    path = Path(where)
     fmt = figure_format(path)
     try:
         with atomic_path(path) as tmp, plt.rc_context(STYLE):
@@ -140,7 +158,7 @@ def activations_figure(
     x = torch.linspace(lo, hi, points, dtype=torch.float64)
     # curves can coincide (gelu and gelu_tanh differ by < 1e-3): a line style each keeps both visible
     styles = {
-        n: {"color": OKABE_ITO[i % len(OKABE_ITO)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+        n: LineStyle(color=OKABE_ITO[i % len(OKABE_ITO)], linestyle=LINESTYLES[i % len(LINESTYLES)])
         for i, n in enumerate(names)
     }
     fig, axes = figure(2, width=9.0, height=4.0)
@@ -163,18 +181,16 @@ def activations_figure(
 
 
 def band_figure(
-    bands: dict[str, dict], styles: dict, title: str, xlabel: str, ylabel: str, log_y: bool = False
+    bands: dict[str, Band[Any]], styles: Styles, title: str, xlabel: str, ylabel: str, log_y: bool = False
 ) -> Figure:
-    """Mean line with a shaded confidence band per variant.
-
-    bands: variant -> {"x": [...], "mean": [...], "low": [...], "high": [...], "n": seeds}."""
+    """Mean line with a shaded confidence band per variant."""
     fig, axes = figure()
     ax = axes[0][0]
     for name, b in bands.items():
-        if not len(b["x"]):
+        if not b.x:
             continue
-        ax.plot(b["x"], b["mean"], label=f"{name} (n={b['n']})", linewidth=1.8, **styles[name])
-        ax.fill_between(b["x"], b["low"], b["high"], color=styles[name]["color"], alpha=0.18, linewidth=0)
+        ax.plot(b.x, b.mean, label=f"{name} (n={b.n})", linewidth=1.8, **styles[name])
+        ax.fill_between(b.x, b.low, b.high, color=styles[name]["color"], alpha=0.18, linewidth=0)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if log_y:
         ax.set_yscale("log")
@@ -187,7 +203,7 @@ def band_figure(
     return fig
 
 
-def scaling_figure(scaling: dict, styles: dict, ylabel: str) -> Figure:
+def scaling_figure(scaling: dict[str, Any], styles: Styles, ylabel: str) -> Figure:
     """Loss against training compute on log axes: each run as a dot, each variant's fitted power law
     with its confidence band (`ffnlab.study.scaling.fit_scaling`'s "curve")."""
     fig, axes = figure()
@@ -211,58 +227,56 @@ def scaling_figure(scaling: dict, styles: dict, ylabel: str) -> Figure:
     return fig
 
 
-def final_figure(rows: list[dict], styles: dict, baseline: str, ylabel: str, level: float = 0.95) -> Figure:
-    """Final metric per variant: mean with its confidence interval as error bars, each seed as a dot.
-
-    rows: [{"ffn", "mean", "ci_low", "ci_high", "values": [per-seed]}] in ranking order."""
+def final_figure(rows: Sequence[VariantRow], styles: Styles, baseline: str, ylabel: str, level: float = 0.95) -> Figure:
+    """Final metric per variant (rows in ranking order): mean with its confidence interval as error bars,
+    each seed as a dot."""
     fig, axes = figure(height=max(2.5, 0.45 * len(rows) + 1.4))
     ax = axes[0][0]
     for i, r in enumerate(rows):
         y = len(rows) - 1 - i  # best on top
-        color = styles[r["ffn"]]["color"]
-        if r["values"]:
-            ax.scatter(r["values"], [y] * len(r["values"]), color=color, alpha=0.45, s=18, zorder=2)
-        if r["mean"] is not None:
-            lo = r["mean"] - r["ci_low"] if r["ci_low"] is not None else 0
-            hi = r["ci_high"] - r["mean"] if r["ci_high"] is not None else 0
-            ax.errorbar([r["mean"]], [y], xerr=[[lo], [hi]], fmt="o", color=color, capsize=4, markersize=7, zorder=3)
-    base = next((r for r in rows if r["ffn"] == baseline and r["mean"] is not None), None)
-    if base:
-        ax.axvline(base["mean"], color="0.5", linestyle="--", linewidth=1, label=f"{baseline} mean")
-    ax.set_yticks(range(len(rows)), [r["ffn"] for r in reversed(rows)])
+        color = styles[r.ffn]["color"]
+        seeds = list(r.values.values())
+        if seeds:
+            ax.scatter(seeds, [y] * len(seeds), color=color, alpha=0.45, s=18, zorder=2)
+        if r.mean is not None:
+            lo = r.mean - r.ci_low if r.ci_low is not None else 0
+            hi = r.ci_high - r.mean if r.ci_high is not None else 0
+            ax.errorbar([r.mean], [y], xerr=[[lo], [hi]], fmt="o", color=color, capsize=4, markersize=7, zorder=3)
+    base = next((r.mean for r in rows if r.ffn == baseline and r.mean is not None), None)
+    if base is not None:
+        ax.axvline(base, color="0.5", linestyle="--", linewidth=1, label=f"{baseline} mean")
+    ax.set_yticks(range(len(rows)), [r.ffn for r in reversed(rows)])
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set(
         title=f"final {ylabel}: mean and {round(level * 100)}% CI over seeds (dots: seeds)",
         xlabel=ylabel,
         ylabel="FFN variant",
     )
-    if base:
+    if base is not None:
         ax.legend(loc="best")
     return fig
 
 
-def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabel: str, ylabel: str) -> Figure:
+def traces_figure(traces: dict[str, list[Trace]], styles: Styles, title: str, xlabel: str, ylabel: str) -> Figure:
     """One thin line per seed, the variant's colour, with spikes and divergence marked; a log
-    scale when the values span more than a factor of 20.
-
-    traces: variant -> [{"x": [...], "y": [...], "spikes": [(x, y)], "diverged": x or None}]."""
+    scale when the values span more than a factor of 20."""
     fig, axes = figure()
     ax = axes[0][0]
     spiked = False
     for name, runs in traces.items():
         for i, t in enumerate(runs):
-            ax.plot(t["x"], t["y"], linewidth=0.9, alpha=0.8, label=name if i == 0 else None, **styles[name])
-            if t["spikes"]:
-                sx, sy = zip(*t["spikes"])
+            ax.plot(t.x, t.y, linewidth=0.9, alpha=0.8, label=name if i == 0 else None, **styles[name])
+            if t.spikes:
+                sx, sy = zip(*t.spikes)
                 ax.scatter(
                     sx, sy, marker="^", s=30, color=styles[name]["color"], zorder=3, edgecolors="black", linewidths=0.5
                 )
                 spiked = True
-            if t.get("diverged") is not None:
-                ax.axvline(t["diverged"], color=styles[name]["color"], linestyle=":", linewidth=1.5)
+            if t.diverged is not None:
+                ax.axvline(t.diverged, color=styles[name]["color"], linestyle=":", linewidth=1.5)
     if spiked:  # one neutral legend entry for the markers of every variant
         ax.scatter([], [], marker="^", s=30, color="white", edgecolors="black", linewidths=0.5, label="spike")
-    values = [y for runs in traces.values() for t in runs for y in t["y"] if np.isfinite(y) and y > 0]
+    values = [y for runs in traces.values() for t in runs for y in t.y if np.isfinite(y) and y > 0]
     log_y = bool(values) and max(values) > 20 * min(values)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel + (" (log scale)" if log_y else ""))
     if log_y:
@@ -273,7 +287,7 @@ def traces_figure(traces: dict[str, list[dict]], styles: dict, title: str, xlabe
     return fig
 
 
-def layers_figure(per_layer: dict[str, dict[str, dict]], styles: dict, panels: dict[str, str]) -> Figure:
+def layers_figure(per_layer: Behaviour, styles: Styles, panels: dict[str, str]) -> Figure:
     """Grouped bars per layer, one panel per quantity.
 
     per_layer: variant -> layer -> {quantity: value}; panels: quantity -> axis label."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Container
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
@@ -37,7 +37,9 @@ from ffnlab.study.table import (
 )
 
 if TYPE_CHECKING:  # report.py renders through this module
-    from ffnlab.study.report import ReportData
+    from matplotlib.figure import Figure
+
+    from ffnlab.study.report import AttentionMaps, ReportData
 
 # the report folder's layout, which the Markdown summary links into
 REPORT_HTML = "report.html"
@@ -53,12 +55,12 @@ def axis_label(metric: str) -> str:
     return "validation loss (nats/token)" if metric == "final_val_loss" else "validation accuracy"
 
 
-class PngDict(dict):
+class PngDict(dict[str, bytes]):
     """name -> PNG bytes; assigning a matplotlib figure stores its bytes and closes it, so a study with
     many cells never holds dozens of open figures."""
 
-    def __setitem__(self, name, fig):
-        super().__setitem__(name, plots.png_bytes(fig))
+    def __setitem__(self, name: str, fig: Figure | bytes) -> None:
+        super().__setitem__(name, fig if isinstance(fig, bytes) else plots.png_bytes(fig))
 
 
 def render_figures(data: ReportData) -> dict[str, bytes]:
@@ -78,20 +80,7 @@ def render_figures(data: ReportData) -> dict[str, bytes]:
             "validation loss (nats/token)",
         )
         figs[f"final{suffix}.png"] = plots.final_figure(
-            [
-                {
-                    "ffn": r.ffn,
-                    "mean": r.mean,
-                    "ci_low": r.ci_low,
-                    "ci_high": r.ci_high,
-                    "values": list(r.values.values()),
-                }
-                for r in cell.variants
-            ],
-            styles,
-            data.baseline,
-            axis_label(cell.metric),
-            cell.level,
+            cell.variants, styles, data.baseline, axis_label(cell.metric), cell.level
         )
         figs[f"loss_vs_time{suffix}.png"] = plots.band_figure(
             view.time_curves,
@@ -113,9 +102,9 @@ def render_figures(data: ReportData) -> dict[str, bytes]:
                 styles,
                 {"dead_frac": "dead units (fraction never > 0)", "zero_frac": "sparsity (fraction of exact zeros)"},
             )
-        att = view.attention or {}
-        if att.get("maps"):
-            figs[f"attention{suffix}.png"] = plots.attention_figure(att["maps"], att["layer"])
+        drawn = view.attention
+        if drawn is not None and not isinstance(drawn, str):  # maps, not a note on why there are none
+            figs[f"attention{suffix}.png"] = plots.attention_figure(drawn.maps, drawn.layer)
     scaling = data.scaling
     if scaling and "variants" in scaling:
         figs["scaling.png"] = plots.scaling_figure(scaling, styles, axis_label(data.cells[0].cell.metric))
@@ -138,7 +127,7 @@ def figure_suffix(index: int, n_cells: int) -> str:
 
 
 def settings_rows(
-    settings: dict, env: dict, baseline: str, store: str, architecture: str | None = None
+    settings: dict[str, Any], env: dict[str, Any], baseline: str, store: str, architecture: str | None = None
 ) -> list[tuple[str, str]]:
     """The run settings of a study (`ffnlab.study.summary.settings_of`) and the machine, as (what, value) rows."""
     model = dict(settings["model"])
@@ -224,7 +213,7 @@ def report_settings(data: ReportData) -> Table:
 # ---- the tables and classes the page shows beside the cells' own (ffnlab.study.table) -------------
 
 
-def equality_tables(settings: dict) -> tuple[Table, Table]:
+def equality_tables(settings: dict[str, Any]) -> tuple[Table, Table]:
     """What the comparison held equal and how, and what it did not and why."""
     return (
         Table(["held equal", "how"], settings["held_equal"], (0, 1)),
@@ -232,10 +221,10 @@ def equality_tables(settings: dict) -> tuple[Table, Table]:
     )
 
 
-def numerics_tables(numerics: dict) -> list[Table]:
+def numerics_tables(numerics_json: dict[str, Any]) -> list[Table]:
     """A numerics.json as tables: error per activation, dtype and pass; the claims if any."""
     tables = []
-    results = numerics.get("results") or []
+    results = numerics_json.get("results") or []
     if results:
         head = ["activation", "dtype", "pass", "max abs error", "max ULP", "at x", "inf", "nan"]
         rows = [
@@ -245,7 +234,7 @@ def numerics_tables(numerics: dict) -> list[Table]:
             for r in results
         ]  # fmt: skip
         tables.append(Table(head, rows, (0, 1, 2)))
-    claims = numerics.get("claims") or []
+    claims = numerics_json.get("claims") or []
     if claims:
         head = ["claim", "source", "claimed", "measured", "verdict"]
         rows = [[str(c.get(k)) for k in ("claim", "source", "claimed", "measured", "verdict")] for c in claims]
@@ -259,15 +248,14 @@ def activations_table(activations: dict[str, str]) -> Table:
     return Table(["activation", "formula", "source"], rows, (0, 1, 2))
 
 
-def attention_table(attention: dict) -> Table | None:
+def attention_table(attention: AttentionMaps) -> Table | None:
     """Entropy and sparsity of each variant's attention (ffnlab.study.report.attention_stats); None
-    for report data from before they were computed."""
-    stats = attention.get("stats") or {}
-    if not stats:
+    where there are none."""
+    if not attention.stats:
         return None
     rows = [
-        [variant, num(s["entropy"], 3), num(s["uniform_entropy"], 3), f"{s['sparsity']:.1%}"]
-        for variant, s in stats.items()
+        [variant, num(s.entropy, 3), num(s.uniform_entropy, 3), f"{s.sparsity:.1%}"]
+        for variant, s in attention.stats.items()
     ]
     return Table(["variant", "entropy (nats)", "even attention", "weights < 0.01"], rows)
 

@@ -16,13 +16,15 @@ import math
 import os
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
 
 from ffnlab._util.files import atomic_folder, write_atomic
+from ffnlab._util.jsonio import json_kind
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, Transformer
@@ -33,7 +35,7 @@ from ffnlab.study.load import load_study
 from ffnlab.study.metrics import mean_of
 from ffnlab.study.plan import Study
 from ffnlab.study.protocol import Protocol, load_protocol
-from ffnlab.study.records import Cell, RunStatus
+from ffnlab.study.records import Cell, RunRecord, RunStatus
 from ffnlab.study.render import FIGURES_DIR, REPORT_HTML, SUMMARY_MD, render_figures, render_html, render_markdown
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
@@ -45,53 +47,70 @@ NUMERICS_JSON = "numerics.json"  # beside the store, written by `ffnlab report -
 # ---- the data the report shows ------------------------------------------------------------------
 
 
-def seed_band(series: list[dict[float, float]], level: float = 0.95) -> dict:
+X = TypeVar("X", int, float)  # what a band is drawn against: steps or seconds
+
+
+@dataclass(frozen=True)
+class Band(Generic[X]):
+    """A metric over seeds at each x (`seed_band`): its mean and t-interval, as a figure draws it."""
+
+    x: list[X]
+    mean: list[float]
+    low: list[float]
+    high: list[float]
+    n: int  # seeds
+
+
+def seed_band(series: list[dict[X, float]], level: float = 0.95) -> Band[X]:
     """Mean and t-interval over seeds at each x where a seed has a finite value.
 
-    series: one {x: value} per seed. Returns {"x", "mean", "low", "high", "n"}; where only one
-    seed has a value the band collapses to the mean."""
-    xs = sorted({x for s in series for x in s})
-    out = {"x": [], "mean": [], "low": [], "high": [], "n": len(series)}
-    for x in xs:
+    series: one {x: value} per seed. Where only one seed has a value the band collapses to the mean."""
+    band: Band[X] = Band([], [], [], [], len(series))
+    for x in sorted({x for s in series for x in s}):
         values = [s[x] for s in series if x in s and math.isfinite(s[x])]
         if not values:
             continue
         m = mean_ci(values, level)
-        out["x"].append(x)
-        out["mean"].append(m["mean"])
-        out["low"].append(m["ci_low"] if m["ci_low"] is not None else m["mean"])
-        out["high"].append(m["ci_high"] if m["ci_high"] is not None else m["mean"])
-    return out
+        band.x.append(x)
+        band.mean.append(m["mean"])
+        band.low.append(m["ci_low"] if m["ci_low"] is not None else m["mean"])
+        band.high.append(m["ci_high"] if m["ci_high"] is not None else m["mean"])
+    return band
 
 
-def time_band(losses: list[dict[int, float]], times: list[dict[int, float]], level: float = 0.95) -> dict:
+def time_band(losses: list[dict[int, float]], times: list[dict[int, float]], level: float = 0.95) -> Band[float]:
     """Loss against wall-clock time: at each evaluation step, the seeds' mean time (x) and the
     mean and t-interval of their loss."""
     band = seed_band(losses, level)
-    band["x"] = [statistics.mean(t[step] for t in times if step in t) for step in band["x"]]
-    return band
+    seconds = [statistics.mean(t[step] for t in times if step in t) for step in band.x]
+    return Band(seconds, band.mean, band.low, band.high, band.n)
 
 
 def fixed_input(cfg: TrainConfig) -> tuple[torch.Tensor, str, ModelConfig]:
     """The first `context` tokens of the validation split, its text, and the model config the
     trained weights need (vocabulary and classes from the data)."""
-    from ffnlab.run.train import crop_or_repeat, data_args, load_data
+    from ffnlab.run.train import crop_or_repeat, data_args, data_model_config, load_data
 
     corpus, tokenizer, splits = load_data(*data_args(cfg))
-    context = cfg.model.context
-    ids = splits["val"][:context] if cfg.model.task == "lm" else crop_or_repeat(splits["val"][0][0], context)
-    model_config = replace(
-        cfg.model,
-        vocab_size=tokenizer.vocab_size,
-        n_classes=len(corpus.classes) if cfg.model.task == "cls" else cfg.model.n_classes,
-    )
-    return ids, tokenizer.decode(ids.tolist()), model_config
+    context, val = cfg.model.context, splits["val"]
+    # a language model's split is one token tensor, a classifier's its documents and labels
+    ids = val[:context] if isinstance(val, torch.Tensor) else crop_or_repeat(val[0][0], context)
+    return ids, tokenizer.decode(ids.tolist()), data_model_config(cfg, corpus, tokenizer)
 
 
 SPARSE_WEIGHT = 0.01  # an attention weight below this counts as sparse: under 1% of a query's attention
 
 
-def attention_stats(probs: np.ndarray, causal: bool) -> dict[str, float]:
+@dataclass(frozen=True)
+class AttentionStats:
+    """How concentrated a model's attention is at one layer (`attention_stats`)."""
+
+    entropy: float  # nats, the mean over heads and queries
+    uniform_entropy: float  # the same for even attention over the keys each query can see: the ceiling
+    sparsity: float  # the share of the weights a query can place that are below SPARSE_WEIGHT
+
+
+def attention_stats(probs: np.ndarray, causal: bool) -> AttentionStats:
     """Entropy and sparsity of attention probabilities (n_heads, T, T), each query's row summing to 1.
 
     entropy: the mean over heads and queries of -sum_j p_j log p_j, in nats (0 log 0 = 0): 0 when
@@ -106,40 +125,61 @@ def attention_stats(probs: np.ndarray, causal: bool) -> dict[str, float]:
     T = probs.shape[-1]
     visible = np.tril(np.ones((T, T), dtype=bool)) if causal else np.ones((T, T), dtype=bool)
     logs = np.log(np.where(probs > 0, probs, 1.0))  # 0 log 0 = 0
-    return {
-        "entropy": float((-(probs * logs).sum(-1)).mean()),
-        "uniform_entropy": float(np.log(visible.sum(-1)).mean()),
-        "sparsity": float((probs < SPARSE_WEIGHT)[..., visible].mean()),
-    }
+    return AttentionStats(
+        entropy=float((-(probs * logs).sum(-1)).mean()),
+        uniform_entropy=float(np.log(visible.sum(-1)).mean()),
+        sparsity=float((probs < SPARSE_WEIGHT)[..., visible].mean()),
+    )
 
 
-def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | None) -> dict:
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Each variant's attention at one layer of its trained model, on one fixed input (`attention_data`)."""
+
+    layer: int
+    maps: dict[str, np.ndarray]  # variant -> (n_heads, T, T) probabilities, rows are queries
+    stats: dict[str, AttentionStats]  # variant -> entropy and sparsity of its map
+    seeds: dict[str, int]  # variant -> the seed of the run drawn
+    text: str  # the input
+    tokens: int  # its length
+
+
+def attention_data(
+    store_path: Path, runs: dict[str, list[tuple[TrainConfig, RunRecord]]], layer: int | None
+) -> AttentionMaps | str:
     """Attention maps (n_heads, T, T) of each variant's lowest-seed finished model at one layer,
-    on the same fixed input; {"note"} when the weights or the data are not at hand."""
-    from safetensors.torch import load_model
-
+    on the same fixed input; a note saying why none are drawn when the weights or the data are not at hand."""
     if not any(rec.status is RunStatus.FINISHED for items in runs.values() for _, rec in items):
-        return {"note": "no run finished (all diverged or failed): there is no trained model to draw"}
+        return "no run finished (all diverged or failed): there is no trained model to draw"
     picks = {}
     for variant, items in runs.items():
-        done = sorted(
-            (c.seed, c, rec)
+        done = [
+            (c, rec)
             for c, rec in items
             if rec.status is RunStatus.FINISHED and weights_path(store_path, rec.id).exists()
-        )
+        ]
         if done:
-            picks[variant] = done[0][1:]
-    hf = next((c.hf_config for c, _ in picks.values() if getattr(c, "hf_config", None)), None)
+            picks[variant] = min(done, key=lambda run: run[0].seed)
+    hf = next((c.hf_config for c, _ in picks.values() if c.hf_config), None)
     if hf:
-        return {
-            "note": "attention maps are drawn for ffnlab's own Transformer; this study trained a Hugging Face "
+        return (
+            "attention maps are drawn for ffnlab's own Transformer; this study trained a Hugging Face "
             f"architecture ({hf.get('model_type', 'unknown model_type')})"
-        }
+        )
     if not picks:
-        return {
-            "note": f"no saved weights under {Path(store_path).parent / 'weights'}: the runs were trained "
+        return (
+            f"no saved weights under {Path(store_path).parent / 'weights'}: the runs were trained "
             "by an ffnlab that did not save them; run the study again into a new store"
-        }
+        )
+    return draw_attention(store_path, picks, layer)
+
+
+def draw_attention(
+    store_path: Path, picks: dict[str, tuple[TrainConfig, RunRecord]], layer: int | None
+) -> AttentionMaps | str:
+    """`attention_data` of the runs picked, one per variant."""
+    from safetensors.torch import load_model
+
     cfg = next(iter(picks.values()))[0]
     n_layers = cfg.model.n_layers
     layer = n_layers - 1 if layer is None else layer
@@ -150,7 +190,7 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
     try:
         ids, text, _ = fixed_input(cfg)
     except Exception as e:  # the data may be gone or need a network; the rest of the report stands
-        return {"note": f"attention maps skipped: cannot load the data '{cfg.data}' ({first_line(e)})"}
+        return f"attention maps skipped: cannot load the data '{cfg.data}' ({first_line(e)})"
     maps = {}
     for variant, (c, rec) in picks.items():
         _, _, model_config = fixed_input(c)  # the data is cached: this only sets the variant's FFN
@@ -158,18 +198,32 @@ def attention_data(store_path: Path, runs: dict[str, list[tuple]], layer: int | 
         try:
             load_model(model, str(weights_path(store_path, rec.id)))
         except Exception as e:  # a damaged or foreign file: the rest of the report stands
-            return {"note": f"attention maps skipped: cannot read {weights_path(store_path, rec.id)} ({first_line(e)})"}
+            return f"attention maps skipped: cannot read {weights_path(store_path, rec.id)} ({first_line(e)})"
         model.eval()
         with torch.no_grad():
             maps[variant] = model.attention_maps(ids[None], layer)[0].float().numpy()  # (n_heads, T, T)
-    return {
-        "layer": layer,
-        "maps": maps,
-        "stats": {variant: attention_stats(m, cfg.model.task == "lm") for variant, m in maps.items()},
-        "seeds": {v: c.seed for v, (c, _) in picks.items()},
-        "text": text,
-        "tokens": len(ids),
-    }
+    return AttentionMaps(
+        layer=layer,
+        maps=maps,
+        stats={variant: attention_stats(m, cfg.model.task == "lm") for variant, m in maps.items()},
+        seeds={v: c.seed for v, (c, _) in picks.items()},
+        text=text,
+        tokens=len(ids),
+    )
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One run's gradient norm per step, as `plots.traces_figure` draws it."""
+
+    x: list[int]  # steps
+    y: list[float]  # the global gradient norm before clipping
+    spikes: list[tuple[int, float]]  # (step, norm) of each gradient spike
+    diverged: int | None  # the step it went non-finite
+
+
+# quantity -> its mean over seeds (None: no finite value), per FFN layer, per variant
+Behaviour = dict[str, dict[str, dict[str, float | None]]]
 
 
 @dataclass
@@ -177,41 +231,54 @@ class CellReport:
     """One cell of the report: its summary (the numbers every output shares) and the data of its figures."""
 
     cell: Cell
-    curves: dict[str, dict]  # variant -> validation loss band over seeds against steps (`seed_band`)
-    time_curves: dict[str, dict]  # variant -> the same against wall-clock time (`time_band`)
-    traces: dict[str, list[dict]]  # variant -> per seed, the gradient norm per step, its spikes and divergence
-    behaviour: dict[str, dict]  # variant -> per FFN layer, dead units and sparsity, mean over seeds
-    attention: dict | None  # `attention_data`, or None when not drawn
+    curves: dict[str, Band[int]]  # variant -> validation loss over seeds against steps (`seed_band`)
+    time_curves: dict[str, Band[float]]  # variant -> the same against wall-clock time (`time_band`)
+    traces: dict[str, list[Trace]]  # variant -> one per seed
+    behaviour: Behaviour  # variant -> per FFN layer, dead units and sparsity, mean over seeds
+    attention: AttentionMaps | str | None  # `attention_data`'s maps or its note, None where not drawn
+
+
+def run_trace(store: Store, rid: str, grad_norm: dict[int, float]) -> Trace:
+    """A stored run's gradient norm with its spikes and divergence (the run's events)."""
+    events = store.events(rid)
+    return Trace(
+        x=list(grad_norm),
+        y=list(grad_norm.values()),
+        spikes=[(e["step"] + 1, e["value"]) for e in events if e["kind"] == "grad_spike"],
+        diverged=next((e["step"] for e in events if e["kind"] == "nonfinite"), None),
+    )
 
 
 def cell_report(
-    store: Store, study: Study, items: list[tuple], cell: Cell, store_path: Path, layer: int | None, attention: bool
+    store: Store,
+    study: Study,
+    items: list[tuple[TrainConfig, RunRecord | None]],
+    cell: Cell,
+    store_path: Path,
+    layer: int | None,
+    attention: bool,
 ) -> CellReport:
     """One cell of the study for the report: its summary and, for the figures, curves, gradient traces and
     per-layer behaviour from the store."""
-    by_variant: dict[str, list[tuple]] = {v: [] for v in study.variants}
+    by_variant: dict[str, list[tuple[TrainConfig, RunRecord]]] = {v: [] for v in study.variants}
     for cfg, rec in items:
         if rec is not None and rec.done and cfg.seed < study.seeds:
             by_variant[cfg.model.ffn].append((cfg, rec))
-    curves, time_curves, traces, behaviour = {}, {}, {}, {}
+    curves: dict[str, Band[int]] = {}
+    time_curves: dict[str, Band[float]] = {}
+    traces: dict[str, list[Trace]] = {}
+    behaviour: Behaviour = {}
     for v, runs in by_variant.items():
-        losses, times, traces[v] = [], [], []
-        layers: dict[str, list[dict]] = {}
+        losses: list[dict[int, float]] = []
+        times: list[dict[int, float]] = []
+        traces[v] = []
+        layers: dict[str, list[dict[str, Any]]] = {}
         for _cfg, rec in runs:
             series: dict[str, dict[int, float]] = {}
             for step, name, value in store.metrics(rec.id):
                 series.setdefault(name, {})[step] = value
-            events = store.events(rec.id)
-            grad = series.get("grad_norm", {})
-            traces[v].append(
-                {
-                    "x": list(grad),
-                    "y": list(grad.values()),
-                    "diverged": next((e["step"] for e in events if e["kind"] == "nonfinite"), None),
-                    "spikes": [(e["step"] + 1, e["value"]) for e in events if e["kind"] == "grad_spike"],
-                }
-            )
-            if rec.status is not RunStatus.FINISHED:
+            traces[v].append(run_trace(store, rec.id, series.get("grad_norm", {})))
+            if rec.status is not RunStatus.FINISHED or rec.result is None:
                 continue
             losses.append(series.get("val_loss", {}))
             times.append(series.get("val_time", {}))
@@ -227,7 +294,15 @@ def cell_report(
     return CellReport(cell, curves, time_curves, traces, behaviour, drawn)
 
 
-def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) -> dict | None:
+@dataclass(frozen=True)
+class NumericsFile:
+    """numerics.json beside the store, as `ffnlab numerics --json` writes it, or why it cannot be read."""
+
+    contents_json: dict[str, Any] = field(default_factory=dict)  # the documented JSON (ffnlab.tools.numerics)
+    error: str | None = None
+
+
+def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) -> NumericsFile | None:
     """numerics.json beside the store (computed first when `run`), or None when there is none."""
     path = Path(store_path).parent / NUMERICS_JSON
     if run:
@@ -239,9 +314,12 @@ def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) ->
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        contents = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        return {"error": f"cannot read {path}: {e}"}
+        return NumericsFile(error=f"cannot read {path}: {e}")
+    if not isinstance(contents, dict):
+        return NumericsFile(error=f"cannot read {path}: it holds {json_kind(contents)}, not an object")
+    return NumericsFile(contents)
 
 
 @dataclass
@@ -252,15 +330,15 @@ class ReportData:
     baseline: str
     variants: list[str]
     architecture: str | None  # a Hugging Face architecture's name, None for ffnlab's own Transformer
-    settings: dict  # ffnlab.study.summary.settings_of
-    env: dict  # the machine of the most recently finished run
+    settings: dict[str, Any]  # ffnlab.study.summary.settings_of
+    env: dict[str, Any]  # the machine of the most recently finished run
     cells: list[CellReport]
     tuned: list[Cell]
-    across_cells: dict | None
-    scaling: dict | None
+    across_cells: dict[str, Any] | None
+    scaling: dict[str, Any] | None
     other_studies: int  # in the same store, not shown
     activations: dict[str, str]  # activation -> its label in the figure
-    numerics: dict | None  # numerics.json beside the store
+    numerics: NumericsFile | None  # numerics.json beside the store
     protocol: Protocol | None  # protocol.json beside the store
     generated: str  # when, ISO 8601
 
@@ -299,10 +377,10 @@ def report_data(
         out_cells = [
             cell_report(store, study, items, cells[key], store_path, layer, attention) for key, items in records.items()
         ]
-    hf = getattr(study.base, "hf_config", None)
+    hf = study.base.hf_config
     return ReportData(
         store=str(store_path),
-        baseline=study.baseline,
+        baseline=summary.baseline,
         variants=study.variants,
         architecture=f"Hugging Face {hf.get('model_type', '?')} (FFN swapped per variant)" if hf else None,
         settings=summary.settings,

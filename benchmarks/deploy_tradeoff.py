@@ -27,7 +27,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
@@ -124,7 +124,7 @@ def claim_quantised_gelu(result: DeployResult) -> dict:
 
 def performance_targets(result: DeployResult) -> dict:
     """The issue's performance targets, per variant."""
-    out = {"int8_speedup": {}, "qat": result.qat, "batch1": {}}
+    out = {"int8_speedup": {}, "qat": [asdict(q) for q in result.qat], "batch1": {}}
     for ffn in ("gelu", "relu"):
         fp32 = row(result, ffn, "fp32", "eager")
         int8 = [

@@ -2,7 +2,6 @@
 QAT against PTQ, and the store's bad cases."""
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
@@ -60,8 +59,9 @@ def test_each_row_has_its_cost_and_its_quality_paired_over_seeds(store):
     qat = rows[("gelu", 0.5, "int8/eager/int8-dynamic")]
     assert qat.quality.reference == "fp32 eager of the plain runs" and qat.quality.vs_ptq.n == 2
     (summary,) = result.qat
-    assert summary["ffn"] == "gelu" and summary["qat_from"] == 0.5 and summary["summary"]
-    assert summary["qat_increase"]["delta"] == pytest.approx(qat.quality.val_loss_delta.delta)
+    assert summary.ffn == "gelu" and summary.qat_from == 0.5 and summary.summary
+    assert summary.qat_increase.delta == pytest.approx(qat.quality.val_loss_delta.delta)
+    assert result.to_json()["qat"][0]["qat_increase"]["delta"] == summary.qat_increase.delta
     assert any(r.on_front for r in result.rows) and result.setup["seeds"] == [0, 1]
     assert "gelu QAT" in format_deploy(result) and "QAT gelu: qat_from 0.5" in format_deploy(result)
 
@@ -117,16 +117,15 @@ def test_runs_of_one_setting_differ_only_by_ffn_seed_and_qat():
 
 
 def test_qat_recovery_is_reported_only_where_ptq_loses_more_than_the_floor():
-    first = SimpleNamespace(ffn="gelu", cfg=SimpleNamespace(qat_from=0.8))
-    fp32 = {s: {"val_loss": 2.0 + s / 10} for s in range(3)}
-    ptq = {s: {"val_loss": fp32[s]["val_loss"] + 0.05 + s / 1000} for s in range(3)}  # +0.051 on average
-    qat = {s: {"val_loss": fp32[s]["val_loss"] + 0.01} for s in range(3)}
-    out = dep.qat_summary(first, qat, {"fp32/eager": fp32, "int8/eager/int8-dynamic": ptq})
-    assert out["recovered"] == pytest.approx(1 - 0.01 / 0.051)
-    assert out["ptq_increase"]["n"] == 3 and "QAT recovers 80% of PTQ's increase" in out["summary"]
-    small = {s: {"val_loss": fp32[s]["val_loss"] + 0.01} for s in range(3)}
-    out = dep.qat_summary(first, qat, {"fp32/eager": fp32, "int8/eager/int8-dynamic": small})
-    assert out["recovered"] is None and "little for QAT to recover" in out["summary"]
+    fp32 = {s: dep.Scores(val_loss=2.0 + s / 10) for s in range(3)}
+    ptq = {s: dep.Scores(fp32[s].val_loss + 0.05 + s / 1000) for s in range(3)}  # +0.051 on average
+    qat = {s: dep.Scores(fp32[s].val_loss + 0.01) for s in range(3)}
+    out = dep.qat_summary("gelu", 0.8, qat, {"fp32/eager": fp32, "int8/eager/int8-dynamic": ptq})
+    assert out.recovered == pytest.approx(1 - 0.01 / 0.051)
+    assert out.ptq_increase.n == 3 and "QAT recovers 80% of PTQ's increase" in out.summary
+    small = {s: dep.Scores(fp32[s].val_loss + 0.01) for s in range(3)}
+    out = dep.qat_summary("gelu", 0.8, qat, {"fp32/eager": fp32, "int8/eager/int8-dynamic": small})
+    assert out.recovered is None and "little for QAT to recover" in out.summary
 
 
 def test_a_classifier_reports_its_accuracy_delta(tmp_path):

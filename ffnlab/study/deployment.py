@@ -22,6 +22,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -30,7 +31,17 @@ from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, param_count
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import Batch, data_args, default_factory, eval_set, evaluate, get_batch, has_window, load_data
+from ffnlab.run.train import (
+    Batch,
+    data_args,
+    data_model_config,
+    default_factory,
+    eval_set,
+    evaluate,
+    get_batch,
+    has_window,
+    load_data,
+)
 from ffnlab.study.execute import weights_path
 from ffnlab.study.records import RunRecord
 from ffnlab.study.stats import paired_diff
@@ -74,9 +85,7 @@ def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
         )
     corpus, tok, splits = load_data(*data_args(cfg))
     task = cfg.model.task
-    mcfg = replace(
-        cfg.model, vocab_size=tok.vocab_size, n_classes=len(corpus.classes) if task == "cls" else cfg.model.n_classes
-    )
+    mcfg = data_model_config(cfg, corpus, tok)
     model = default_factory(cfg)(mcfg, cfg.seed)
     load_model(model, str(path))
     context, size = mcfg.context, cfg.batch_size
@@ -90,7 +99,7 @@ def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
     return TrainedRun(record, cfg, mcfg, model.eval(), batches, calibration)
 
 
-def setting_key(config: dict) -> str:
+def setting_key(config: dict[str, Any]) -> str:
     """What the runs deployed together share: the config but for FFN, seed, qat_from and checkpoint folder."""
     d = json.loads(json.dumps(config))
     for key in ("seed", "qat_from", "checkpoint_dir"):
@@ -121,32 +130,44 @@ def store_runs(store_path: str | Path, ffns: Iterable[str] | None = None) -> lis
 # ---- quality --------------------------------------------------------------------------------------
 
 
-def judge(module: nn.Module, run: TrainedRun) -> dict[str, float]:
-    """Loss (and accuracy for cls) of a deployed module on a run's final batches: val_loss, test_loss, val_acc,
-    test_acc (the test ones only where the split has a window)."""
-    out = {}
+@dataclass(frozen=True)
+class Scores:
+    """A deployed model's quality on one run's final batches (`judge`)."""
+
+    val_loss: float
+    test_loss: float | None = None  # where the test split has a window
+    val_acc: float | None = None  # a classifier's
+    test_acc: float | None = None
+
+
+Score = Literal["val_loss", "test_loss", "val_acc", "test_acc"]  # a field of Scores
+PerSeed = dict[int, Scores]  # seed -> one target's scores of that seed's run
+
+
+def judge(module: nn.Module, run: TrainedRun) -> Scores:
+    """Loss (and accuracy for cls) of a deployed module on a run's final batches."""
+    task = run.cfg.model.task
     with dp.quiet_libraries():  # a compiled int8 model compiles again here, with targets
-        for split, batches in run.batches.items():
-            for key, value in evaluate(module, batches, run.cfg.model.task, contextlib.nullcontext).items():
-                out[f"{split}_{key}"] = value
+        val = evaluate(module, run.batches["val"], task, contextlib.nullcontext)
+        test = evaluate(module, run.batches["test"], task, contextlib.nullcontext) if "test" in run.batches else {}
     module.eval()  # evaluate leaves it in training mode
-    return out
+    return Scores(val["loss"], test.get("loss"), val.get("acc"), test.get("acc"))
 
 
-def delta(values: dict[int, dict], reference: dict[int, dict], key: str) -> dp.Delta | None:
-    """`key` of `values` minus that of `reference`, paired by seed (ffnlab.study.stats.paired_diff)."""
-    a = {s: v[key] for s, v in values.items() if key in v}
-    b = {s: v[key] for s, v in reference.items() if key in v}
+def delta(values: PerSeed, reference: PerSeed, score: Score) -> dp.Delta | None:
+    """`score` of `values` minus that of `reference`, paired by seed (ffnlab.study.stats.paired_diff)."""
+    a = {seed: x for seed, v in values.items() if (x := getattr(v, score)) is not None}
+    b = {seed: x for seed, v in reference.items() if (x := getattr(v, score)) is not None}
     if not a or not b:
         return None
     return dp.Delta(**paired_diff(a, b))
 
 
-def quality(per_seed: dict[int, dict], reference: dict[int, dict], against: str, runtime: str) -> dp.Quality:
+def quality(per_seed: PerSeed, reference: PerSeed, against: str, runtime: str) -> dp.Quality:
     """A row's Quality from its per-seed losses and those of its reference runs."""
 
-    def mean(key: str) -> float | None:
-        values = [v[key] for v in per_seed.values() if key in v and math.isfinite(v[key])]
+    def mean(score: Score) -> float | None:
+        values = [x for v in per_seed.values() if (x := getattr(v, score)) is not None and math.isfinite(x)]
         return sum(values) / len(values) if values else None
 
     return dp.Quality(
@@ -160,7 +181,7 @@ def quality(per_seed: dict[int, dict], reference: dict[int, dict], against: str,
         val_acc_delta=delta(per_seed, reference, "val_acc"),
         reference=against,
         measured_in=runtime,
-        val_losses={seed: v["val_loss"] for seed, v in sorted(per_seed.items()) if "val_loss" in v},
+        val_losses={seed: v.val_loss for seed, v in sorted(per_seed.items())},
     )
 
 
@@ -180,28 +201,30 @@ class Settings:
 
 def deploy_target(
     runs: Sequence[TrainedRun], target: dp.Target, settings: Settings, label: str, judged: bool = True
-) -> tuple[dp.DeployRow, dict[int, dict]]:
+) -> tuple[dp.DeployRow, PerSeed]:
     """A target's row, its cost measured on the first run, and (if `judged`) every run's quality under it."""
-    row, per_seed = None, {}
-    for run in runs:
+    row: dp.DeployRow | None = None
+    per_seed: PerSeed = {}
+    for run in runs if judged else runs[:1]:
         deployed = dp.deploy(
             run.model, f"{label}-seed{run.seed}", target, settings.inputs[1], settings.workdir, run.calibration
         )
         if row is None:
             row = dp.measure_target(run.ffn, deployed, target, settings.inputs, settings.repeats, settings.warmup)
-        if not judged:
-            break
-        per_seed[run.seed] = judge(deployed.module, run)
+        if judged:
+            per_seed[run.seed] = judge(deployed.module, run)
+    if row is None:
+        raise ValueError(f"no runs to deploy as {target.label()}")
     return row, per_seed
 
 
 def deploy_targets(
-    runs: Sequence[TrainedRun], settings: Settings, label: str, known: dict
-) -> list[tuple[dp.DeployRow, dict, str]]:
+    runs: Sequence[TrainedRun], settings: Settings, label: str, known: dict[str, PerSeed]
+) -> list[tuple[dp.DeployRow, PerSeed, str]]:
     """(row, per-seed values, runtime they were measured in) per target: a target already measured (fp32 eager)
     or computing what another does (compile, as eager, when eager was measured) is not evaluated again. A target
     that is unavailable or fails gives its row's reason and no values."""
-    out = []
+    out: list[tuple[dp.DeployRow, PerSeed, str]] = []
     for target in settings.targets:
         eager = replace(target, runtime="eager").label()
         reuse = (
@@ -226,7 +249,7 @@ def deploy_targets(
     return out
 
 
-def deploy_variant(runs: Sequence[TrainedRun], settings: Settings) -> tuple[list[dp.DeployRow], dict]:
+def deploy_variant(runs: Sequence[TrainedRun], settings: Settings) -> tuple[list[dp.DeployRow], dict[str, PerSeed]]:
     """Every target for one variant's runs (its seeds): rows with quality against fp32 eager of the same runs.
     Returns the rows and the per-seed values by target label (QAT pairs with them)."""
     reference = {run.seed: judge(run.model, run) for run in runs}
@@ -239,43 +262,44 @@ def deploy_variant(runs: Sequence[TrainedRun], settings: Settings) -> tuple[list
     return rows, known
 
 
-def deploy_qat(qat_runs: Sequence[TrainedRun], plain: dict, settings: Settings) -> tuple[list[dp.DeployRow], dict]:
+def deploy_qat(
+    qat_runs: Sequence[TrainedRun], plain: dict[str, PerSeed], settings: Settings
+) -> tuple[list[dp.DeployRow], dp.QatSummary]:
     """The converted models of one variant's QAT runs (int8-dynamic, on the torch runtimes asked for): quality
     paired by seed with the plain runs in fp32 and under int8-dynamic PTQ (vs_ptq); and the QAT-against-PTQ summary."""
     first = qat_runs[0]
+    if first.cfg.qat_from is None:
+        raise ValueError(f"run {first.record.id} was not trained with qat_from")
     wanted = replace(settings, targets=[t for t in settings.targets if t.scheme == "int8-dynamic"])
-    known: dict = {}
+    known: dict[str, PerSeed] = {}
     rows = []
     for row, per_seed, runtime in deploy_targets(qat_runs, wanted, f"{first.ffn}-qat", known):
         row.qat_from = first.cfg.qat_from
         if per_seed:
             row.quality = quality(per_seed, plain["fp32/eager"], "fp32 eager of the plain runs", runtime)
-            row.quality.vs_ptq = delta(per_seed, plain.get("int8/eager/int8-dynamic", {}), "val_loss")
+            row.quality.vs_ptq = delta(per_seed, plain.get(PTQ, {}), "val_loss")
         rows.append(row)
-    return rows, qat_summary(first, known.get("int8/eager/int8-dynamic", {}), plain)
+    return rows, qat_summary(first.ffn, first.cfg.qat_from, known.get(PTQ, {}), plain)
 
 
+PTQ = "int8/eager/int8-dynamic"  # the target a QAT run converts to, and the PTQ it is paired with
 QAT_FLOOR = 0.02  # nats: a PTQ increase below this leaves too little for "how much QAT recovers" to mean anything
 
 
-def qat_summary(first: TrainedRun, qat: dict[int, dict], plain: dict) -> dict:
+def qat_summary(ffn: str, qat_from: float, qat: PerSeed, plain: dict[str, PerSeed]) -> dp.QatSummary:
     """How much of PTQ's validation-loss increase QAT recovers, 1 - (QAT - fp32) / (PTQ - fp32) over the paired
     seeds' means; None where PTQ loses QAT_FLOOR nats or less (issue #25's target asks it only there)."""
-    ptq = delta(plain.get("int8/eager/int8-dynamic", {}), plain["fp32/eager"], "val_loss")
+    ptq = delta(plain.get(PTQ, {}), plain["fp32/eager"], "val_loss")
     qat_increase = delta(qat, plain["fp32/eager"], "val_loss")
-    out = {"ffn": first.ffn, "qat_from": first.cfg.qat_from, "ptq_increase": ptq and asdict(ptq),
-           "qat_increase": qat_increase and asdict(qat_increase), "recovered": None}  # fmt: skip
     if not (ptq and qat_increase and ptq.delta is not None and qat_increase.delta is not None):
-        out["summary"] = "not measured (no int8-dynamic eager row of both)"
-        return out
-    text = f"qat_from {first.cfg.qat_from:g}: int8 validation loss {qat_increase.delta:+.4f} against fp32, PTQ {ptq.delta:+.4f}"
-    if ptq.delta > QAT_FLOOR:
-        out["recovered"] = 1.0 - qat_increase.delta / ptq.delta
-        text += f"; QAT recovers {out['recovered']:.0%} of PTQ's increase"
-    else:
+        return dp.QatSummary(ffn, qat_from, ptq, qat_increase, None, "not measured (no int8-dynamic eager row of both)")
+    text = f"qat_from {qat_from:g}: int8 validation loss {qat_increase.delta:+.4f} against fp32, PTQ {ptq.delta:+.4f}"
+    if ptq.delta <= QAT_FLOOR:
         text += f"; PTQ loses no more than {QAT_FLOOR} nats, so there is little for QAT to recover"
-    out["summary"] = text
-    return out
+        return dp.QatSummary(ffn, qat_from, ptq, qat_increase, None, text)
+    recovered = 1.0 - qat_increase.delta / ptq.delta
+    text += f"; QAT recovers {recovered:.0%} of PTQ's increase"
+    return dp.QatSummary(ffn, qat_from, ptq, qat_increase, recovered, text)
 
 
 # ---- the store ----------------------------------------------------------------------------------------
@@ -308,18 +332,22 @@ def deploy_store(
     runs = [load_trained(store_path, r) for r in records]
     mcfg = runs[0].model_cfg
     inputs = dp.token_inputs(mcfg.vocab_size, batch, seq)
-    rows, qat = [], []
+    rows: list[dp.DeployRow] = []
+    qat: list[dp.QatSummary] = []
     with dp.threads_set(threads) as used, dp.work_folder(workdir) as folder:
         settings = Settings(wanted, inputs, repeats, warmup, folder)
         for ffn in dict.fromkeys(r.ffn for r in runs):
             plain = [r for r in runs if r.ffn == ffn and r.cfg.qat_from is None]
-            trained_qat = [r for r in runs if r.ffn == ffn and r.cfg.qat_from is not None]
+            trained_qat: dict[float, list[TrainedRun]] = {}  # by qat_from
+            for r in runs:
+                if r.ffn == ffn and r.cfg.qat_from is not None:
+                    trained_qat.setdefault(r.cfg.qat_from, []).append(r)
             if not plain:
                 continue  # QAT runs are judged against plain runs of their variant
             variant_rows, by_label = deploy_variant(plain, settings)
             rows += variant_rows
-            for q in sorted({r.cfg.qat_from for r in trained_qat}):
-                qat_rows, summary = deploy_qat([r for r in trained_qat if r.cfg.qat_from == q], by_label, settings)
+            for qat_from in sorted(trained_qat):
+                qat_rows, summary = deploy_qat(trained_qat[qat_from], by_label, settings)
                 rows += qat_rows
                 qat.append(summary)
         copy_gbs = dp.add_roofline(rows) if roofline else None

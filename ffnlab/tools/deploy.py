@@ -32,7 +32,9 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +43,7 @@ from torch import nn
 from ffnlab._util import machine
 from ffnlab._util.jsonio import json_safe
 from ffnlab._util.names import chosen, closest
-from ffnlab._util.text import first_line
+from ffnlab._util.text import first_line, num
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
@@ -72,6 +74,12 @@ class Target:
 
     def label(self) -> str:
         return f"{self.precision}/{self.runtime}" + (f"/{self.scheme}" if self.scheme else "")
+
+    def int8_scheme(self) -> str:
+        """The quantiser of an int8 target; ValueError for a float one."""
+        if self.scheme is None:
+            raise ValueError(f"{self.label()} is no int8 target: it names no quantiser")
+        return self.scheme
 
 
 def targets(precisions: str | Iterable[str] = PRECISIONS, runtimes: str | Iterable[str] = RUNTIMES) -> list[Target]:
@@ -111,7 +119,7 @@ class Latency:
     def tokens_per_s(self) -> float:
         return self.batch * self.seq / self.median_s
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "tokens_per_s": self.tokens_per_s}
 
 
@@ -134,11 +142,11 @@ class Quality:
     with the plain run of the same seed, and `vs_ptq` with that run's int8-dynamic PTQ."""
 
     seeds: list[int]
-    val_loss: float
+    val_loss: float | None  # None where no seed's loss is finite
     test_loss: float | None
     val_acc: float | None
     test_acc: float | None
-    val_loss_delta: Delta
+    val_loss_delta: Delta | None
     test_loss_delta: Delta | None
     val_acc_delta: Delta | None
     reference: str  # what the deltas are against
@@ -172,11 +180,24 @@ class DeployRow:
     def target(self) -> Target:
         return Target(self.precision, self.runtime, self.scheme)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        for key in ("latency", "throughput"):
-            d[key] = getattr(self, key).to_json() if getattr(self, key) else None
+        d["latency"] = self.latency and self.latency.to_json()
+        d["throughput"] = self.throughput and self.throughput.to_json()
         return d
+
+
+@dataclass(frozen=True)
+class QatSummary:
+    """How much of int8-dynamic PTQ's validation-loss increase a variant's QAT runs recover
+    (ffnlab.study.deployment.qat_summary), paired by seed with the variant's plain runs."""
+
+    ffn: str
+    qat_from: float
+    ptq_increase: Delta | None  # PTQ's loss minus fp32's
+    qat_increase: Delta | None  # the QAT model's loss minus the plain runs' fp32 loss
+    recovered: float | None  # 1 - qat_increase / ptq_increase; None where PTQ loses too little to recover
+    summary: str  # the sentence the table prints
 
 
 @dataclass
@@ -184,19 +205,20 @@ class DeployResult:
     """Every row of a deployment measurement, with the model, the settings and the machine."""
 
     source: str  # "fresh model" or the store measured
-    model: dict  # the ModelConfig measured (the first variant's), and parameters per variant
-    setup: dict  # batch, seq, repeats, warmup, threads, device, targets asked for
-    environment: dict
+    model: dict[str, Any]  # the ModelConfig measured (the first variant's), and parameters per variant
+    setup: dict[str, Any]  # batch, seq, repeats, warmup, threads, device, targets asked for
+    environment: dict[str, Any]
     rows: list[DeployRow]
-    qat: list[dict] = field(default_factory=list)  # QAT against PTQ, per variant (ffnlab.study.deployment)
+    qat: list[QatSummary] = field(default_factory=list)  # per variant and qat_from (ffnlab.study.deployment)
 
-    def to_json(self) -> dict:
-        return json_safe(
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = json_safe(
             {**{k: v for k, v in asdict(self).items() if k != "rows"}, "rows": [r.to_json() for r in self.rows]}
         )
+        return out
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     """Where the numbers come from: machine.environment(), the CPU flags int8 and bf16 speed rest on, library versions."""
 
     def version(name: str) -> str | None:
@@ -297,7 +319,7 @@ def torch_module(model: nn.Module, target: Target, device: str) -> nn.Module:
     if target.precision == "int8":
         if device != "cpu":
             raise Unavailable("int8 here is measured on the CPU")
-        return quantize_model(model, target.scheme)
+        return quantize_model(model, target.int8_scheme())
     if target.precision == "bf16" and not machine.bf16_native(device):
         raise Unavailable("no bf16 in hardware here (AVX512_BF16 or AMX on the CPU, or a GPU with bf16)")
     if target.precision == "fp16" and device != "cuda":
@@ -323,7 +345,7 @@ def onnx_file(
         export_onnx(model, example.cpu(), fp32, atol=ONNX_ATOL, rtol=ONNX_RTOL)
     if target.precision == "fp32":
         return str(fp32)
-    return quantize_onnx(fp32, workdir / f"{name}.{target.scheme}.onnx", target.scheme, calibration)
+    return quantize_onnx(fp32, workdir / f"{name}.{target.scheme}.onnx", target.int8_scheme(), calibration)
 
 
 def deploy(
@@ -343,9 +365,9 @@ def deploy(
         if device != "cpu":
             raise Unavailable("ONNX Runtime is measured on its CPU provider")
         path = onnx_file(model, name, target, example, workdir, calibration)
-        module = OrtModule(path, torch.get_num_threads())
+        session = OrtModule(path, torch.get_num_threads())
         size = os.path.getsize(path)
-        return Deployed(module, size, size, time.perf_counter() - start, ["peak memory: ONNX Runtime reports none"])
+        return Deployed(session, size, size, time.perf_counter() - start, ["peak memory: ONNX Runtime reports none"])
     prepared = torch_module(model, target, device).eval()
     module = prepared
     if target.runtime == "compile":
@@ -353,7 +375,9 @@ def deploy(
             # NOTE: dynamo caches compiled code per function (Transformer.forward), 8 entries deep: past that, later
             # models of a sweep would silently run eager; each compiled target starts from an empty cache
             torch._dynamo.reset()
-            module = torch.compile(prepared, dynamic=False)
+            compiled = torch.compile(prepared, dynamic=False)
+        assert isinstance(compiled, nn.Module)  # a compiled module is an OptimizedModule; torch annotates a callable
+        module = compiled
     return Deployed(module, weight_bytes(prepared), saved_size(prepared), time.perf_counter() - start, [])
 
 
@@ -379,13 +403,13 @@ def measure_target(
     setup = deployed.setup_s
     with torch.inference_mode(), quiet_libraries():
         for x in (one, many):
-            setup += timed(lambda x=x: module(x), device)
+            setup += timed(partial(module, x), device)
         latency = measure_latency(lambda: module(one), 1, one.shape[1], repeats, warmup, device)
         throughput = measure_latency(lambda: module(many), many.shape[0], many.shape[1], repeats, warmup, device)
         peak = None
         if target.runtime != "onnxruntime":
             peak = deployed.weight_bytes + peak_bytes_during(lambda: module(many), device)
-    if target.runtime == "onnxruntime":
+    if isinstance(module, OrtModule):
         latency.threads = throughput.threads = module.session.get_session_options().intra_op_num_threads
     return DeployRow(ffn, target.precision, target.runtime, target.scheme, latency, throughput, deployed.weight_bytes,
                      peak, deployed.disk_bytes, setup, None, None, list(deployed.notes))  # fmt: skip
@@ -431,10 +455,14 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
 
 def mark_front(rows: Sequence[DeployRow]) -> None:
     """Set `on_front` of every row with a batch-1 latency and a validation loss (latency against loss); None for the others."""
-    scored = [r for r in rows if r.latency is not None and r.quality is not None]
+    scored = [
+        (r, (r.latency.median_s, r.quality.val_loss))
+        for r in rows
+        if r.latency is not None and r.quality is not None and r.quality.val_loss is not None
+    ]
     for r in rows:
         r.on_front = None
-    for r, on in zip(scored, pareto_front([(r.latency.median_s, r.quality.val_loss) for r in scored])):
+    for (r, _), on in zip(scored, pareto_front([point for _, point in scored])):
         r.on_front = on
 
 
@@ -525,7 +553,7 @@ def run_deploy(
     device: str = "cpu",
     workdir: str | os.PathLike | None = None,
     roofline: bool = True,
-    **model: object,
+    **model: Any,  # ModelConfig's fields, checked against them below
 ) -> DeployResult:
     """Inference cost of fresh (untrained) models, one per FFN variant, the other `model` settings (ModelConfig's
     fields: d_model, n_layers, context, vocab_size, ...) shared: one row per variant x target (`targets`).
@@ -554,8 +582,8 @@ def run_deploy(
     rows: list[DeployRow] = []
     with threads_set(threads) as used, work_folder(workdir) as folder:
         for name, mcfg in cfgs.items():
-            model = Transformer(mcfg).to(device)
-            rows += measure_model(name, model, wanted, inputs, folder, repeats, warmup, calibration, device)
+            transformer = Transformer(mcfg).to(device)
+            rows += measure_model(name, transformer, wanted, inputs, folder, repeats, warmup, calibration, device)
         copy_gbs = add_roofline(rows, device) if roofline else None
     setup = {"batch": batch, "seq": seq, "repeats": repeats, "warmup": warmup, "threads": used, "device": device,
              "targets": [t.label() for t in wanted], "copy_gbs": copy_gbs}  # fmt: skip
@@ -582,13 +610,13 @@ def _row_line(r: DeployRow) -> str:
     scheme = r.scheme or "-"
     ffn = r.ffn if r.qat_from is None else f"{r.ffn} QAT"
     head = f"{ffn:<10} {r.precision:<5} {r.runtime:<11} {scheme:<16}"
-    if r.reason:
+    if r.latency is None or r.throughput is None:
         return f"{head} not measured: {r.reason}"
     mb = lambda b: "-" if b is None else f"{b / 2**20:.3g}"
     roof = "-" if r.roofline_s is None else f"{r.latency.median_s / r.roofline_s:.3g}x"
-    quality = "" if r.quality is None else f" {r.quality.val_loss:>8.4f} {_delta(r.quality.val_loss_delta):>26}"
+    quality = "" if r.quality is None else f" {num(r.quality.val_loss, 4):>8} {_delta(r.quality.val_loss_delta):>26}"
     if r.quality is not None and r.quality.val_acc_delta is not None:  # a classifier: accuracy too
-        quality += f"  acc {r.quality.val_acc:.3f} {_delta(r.quality.val_acc_delta)}"
+        quality += f"  acc {num(r.quality.val_acc, 3)} {_delta(r.quality.val_acc_delta)}"
     front = {True: " *", False: "", None: ""}[r.on_front]
     return (f"{head} {_ms(r.latency):>22} {roof:>7} {r.throughput.tokens_per_s:>10.4g} {mb(r.peak_mem_bytes):>8} "
             f"{mb(r.disk_bytes):>8}{quality}{front}")  # fmt: skip
@@ -615,5 +643,5 @@ def format_deploy(result: DeployResult) -> str:
     if quality:
         lines.append("(* on the Pareto front of batch-1 latency against validation loss)")
     for q in result.qat:
-        lines.append(f"QAT {q['ffn']}: {q['summary']}")
+        lines.append(f"QAT {q.ffn}: {q.summary}")
     return "\n".join(lines)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -184,17 +185,22 @@ def int8_acts_for(reference: str) -> list[str]:
     return [name for name, a in INT8_ACTS.items() if a.reference == reference]
 
 
-def _stats(x: np.ndarray, y: np.ndarray, ref: np.ndarray, s_out: float) -> dict:
+def _stats(x: np.ndarray, y: np.ndarray, ref: np.ndarray, s_out: float) -> dict[str, Any]:
+    """The error columns of a numerics row (n_points, max_abs_err, max_rel_err, max_ulp) over the points `x`."""
+    if not len(x):
+        return {"n_points": 0, "max_abs_err": None, "max_rel_err": None, "max_ulp": None}
     err = np.abs(y - ref)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(err == 0, 0.0, err / np.abs(ref))
-    out = {"n_points": len(x), "max_abs_err": None, "max_rel_err": None, "max_ulp": None}
-    if len(x):
-        out.update(max_abs_err=float(err.max()), max_rel_err=float(rel.max()), max_ulp=float(err.max() / s_out))
-    return out
+    return {
+        "n_points": len(x),
+        "max_abs_err": float(err.max()),
+        "max_rel_err": float(rel.max()),
+        "max_ulp": float(err.max() / s_out),
+    }
 
 
-def measure_int8(name: str, lo: float = -10.0, hi: float = 10.0) -> dict:
+def measure_int8(name: str, lo: float = -10.0, hi: float = 10.0) -> dict[str, Any]:
     """One numerics row for an int8 implementation on [lo, hi]: input scale calibrated on the range
     (max(|lo|, |hi|) / 127, so nothing clips), the output's on the reference there, then every code in
     [lo, hi] through the implementation. Errors as the module says (max_ulp in units of the output scale)."""

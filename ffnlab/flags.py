@@ -18,7 +18,7 @@ import tokenize
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ffnlab._util.names import closest
 from ffnlab.core.model import ModelConfig
@@ -217,12 +217,12 @@ def add_study_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def opt_arg(text: str) -> tuple[str, dict]:
+def opt_arg(text: str) -> tuple[str, dict[str, Any]]:
     """'gelu:lr=1e-4,beta2=0.98' -> ('gelu', {'lr': 0.0001, 'beta2': 0.98})."""
     variant, sep, settings = text.partition(":")
     if not sep or not variant.strip() or not settings.strip():
         raise argparse.ArgumentTypeError(f"expected VARIANT:KEY=VALUE[,KEY=VALUE...], e.g. gelu:lr=1e-4, got '{text}'")
-    values = {}
+    values: dict[str, Any] = {}
     for item in csv_list(settings):
         key, sep, value = (s.strip() for s in item.partition("="))
         if key not in OPT_FIELDS or not sep:
@@ -232,6 +232,7 @@ def opt_arg(text: str) -> tuple[str, dict]:
         if key in values:  # which of the two holds would be a guess
             raise argparse.ArgumentTypeError(f"--opt {text} sets {key} twice; give each setting once")
         kind, _ = flag_type(OPT_FIELDS[key])
+        assert kind is not None  # OPT_FIELDS are numbers
         try:
             values[key] = kind(value)
         except ValueError:
@@ -261,7 +262,7 @@ def scale_arg(text: str) -> tuple[str, list[int]]:
 # ---- what the user gave ----------------------------------------------------------------------------
 
 
-def given(args: argparse.Namespace, cls: type) -> dict:
+def given(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     """The fields of `cls` the command line set (flags left out are None)."""
     return {
         f.name: getattr(args, f.name)
@@ -270,14 +271,14 @@ def given(args: argparse.Namespace, cls: type) -> dict:
     }
 
 
-def run_flags(args: argparse.Namespace) -> dict:
+def run_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The run's fields the command line set, in a --config file's shape (ffnlab.run.config_file): TrainConfig's,
     ModelConfig's under 'model', and --hf-config's file."""
     hf_config = {"hf_config": args.hf_config} if args.hf_config else {}
     return {**given(args, TrainConfig), **hf_config, "model": given(args, ModelConfig)}
 
 
-def study_flags(args: argparse.Namespace) -> dict:
+def study_flags(args: argparse.Namespace) -> dict[str, Any]:
     """What `compare`'s command line set, in the shape `Study.from_sources` reads: the run's fields
     (run_flags) and under 'study' the study's, --scale's axes as {axis: values} and --opt's settings as
     (variant, settings) pairs in order."""

@@ -55,16 +55,17 @@ def choose_published(situation: Situation) -> PublishedChoice:
     eligible = [n for n in values if n not in excluded]
     if not eligible:
         smallest, why = next(iter(excluded.items()))  # the table starts with the dense relu
+        assert situation.model_size is not None  # budgets rule variants out only at a stated size
         raise ValueError(
             f"no published variant fits the budgets at {size_text(situation.model_size)} parameters, "
             f"not even {smallest}: {why}; raise a budget, shorten --seq-len or give a smaller --model-size"
         )
-    best = min(eligible, key=values.get)
+    best = min(eligible, key=values.__getitem__)
     # tied: the gap is within the larger of the two reported inter-run standard deviations
     tied = [n for n in eligible if n != best and values[n] - values[best] <= max(spread[n], spread[best])]
     relu_family = [n for n in eligible if mobile_friendly(n)]
     if situation.hardware == "mobile" and relu_family:
-        choice = min(relu_family, key=values.get)
+        choice = min(relu_family, key=values.__getitem__)
         return PublishedChoice(
             excluded, best, tied, choice, apply_rule("mobile-relu", ffn=choice, gap=values[choice] - values[best])
         )
@@ -131,6 +132,7 @@ def published_situation_reasons(situation: Situation, picked: PublishedChoice) -
             f"against {flops[best]} for {best}'s (ffnlab's estimate), so the cheaper of the tied variants wins."
         )
     if picked.excluded:
+        assert situation.model_size is not None  # budgets rule variants out only at a stated size
         reasons.append(
             f"Budgets rule out {', '.join(picked.excluded)} at {size_text(situation.model_size)} parameters, so the "
             f"pick is among the rest ({best} {values[best]:.3f} is the best of them)."
@@ -154,7 +156,7 @@ def published_alternatives_json(
 ) -> list[dict[str, Any]]:
     """A JSON object for every other variant of the table, best first: its published numbers and gap to the
     choice, and why a budget rules it out where one does."""
-    values = table.values
+    values, excluded = table.values, excluded or {}
     return [
         {
             "ffn": n,
@@ -162,9 +164,9 @@ def published_alternatives_json(
             "std": table.spread.get(n),
             "published_524k": long_run.values[n],
             "delta_vs_recommendation": round(values[n] - values[choice], 3),
-            **({"excluded": excluded[n]} if n in (excluded or {}) else {}),
+            **({"excluded": excluded[n]} if n in excluded else {}),
         }
-        for n in sorted(values, key=values.get)
+        for n in sorted(values, key=values.__getitem__)
         if n != choice
     ]
 

@@ -61,7 +61,7 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
         nearest = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
         cells = [c for c in cells if c.axes["depth"] == nearest]
     with Store(store_path, create=False) as store:
-        env = next((r.env for r in reversed(store.runs(status="finished"))), {})
+        env: dict[str, Any] = next((r.env for r in reversed(store.runs(status="finished"))), {})
     cfg = study.base
     facts = StudyFacts(
         store=str(store_path),
@@ -73,7 +73,7 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
         data=cfg.data,
         match=cfg.model.ffn_match,
         seeds=study.seeds,
-        baseline=study.baseline,
+        baseline=summary.baseline,
         device=env.get("device", "?"),
         init=cfg.model.init,
         scaling=summary.scaling if "variants" in (summary.scaling or {}) else None,
@@ -107,6 +107,8 @@ def exclusion(row: VariantRow, situation: Situation) -> str | None:
         return f"diverged in {row.diverged} of {row.diverged + len(row.values)} runs"
     if not row.values:
         return "no finished run"
+    if row.mean is None:
+        return "no finite value of the ranking metric"
     params_budget, memory_budget = situation.params_budget, situation.memory_budget
     params, memory = row.metrics.get("params"), row.metrics.get("train_mem_bytes")
     if params_budget and params and params > params_budget:
@@ -132,17 +134,16 @@ def advise_measured(store_path: str | Path, situation: Situation) -> Advice:
     if len(advices) == 1:
         return advices[0]
     picks = {a.recommendation for a in advices}
-    where = lambda a: key_values(a.cell)
     agree = len(picks) == 1
     reasons = [
-        f"The store's study has {len(advices)} cells here ({'; '.join(where(a) for a in advices)}); each is "
-        "advised on by its own measurements, never pooled."
+        f"The store's study has {len(advices)} cells here ({'; '.join(key_values(a.cell or {}) for a in advices)}); "
+        "each is advised on by its own measurements, never pooled."
     ]
     reasons.append(
         f"Every cell recommends {next(iter(picks))}."
         if agree
         else "The cells disagree: "
-        + "; ".join(f"{where(a)} -> {a.recommendation}" for a in advices)
+        + "; ".join(f"{key_values(a.cell or {})} -> {a.recommendation}" for a in advices)
         + ". Choose by the setting you will use."
     )
     return Advice(
@@ -156,6 +157,20 @@ def advise_measured(store_path: str | Path, situation: Situation) -> Advice:
     )
 
 
+@dataclass(frozen=True)
+class GapToBest:
+    """An eligible variant against the cell's best: paired over seeds (ffnlab.study.stats.paired_diff),
+    Holm-corrected over the cell's other eligible variants."""
+
+    n: int  # paired seeds
+    delta: float | None  # the variant minus the best
+    ci_low: float | None
+    ci_high: float | None
+    p: float | None
+    p_adj: float | None
+    significant: bool  # p_adj < ALPHA
+
+
 @dataclass
 class CellChoice:
     """One cell's variants weighed for advice: which are eligible, the best, and the one recommended."""
@@ -164,7 +179,7 @@ class CellChoice:
     excluded: dict[str, str]  # variant -> why it is out of the running
     mean: dict[str, float]  # of each eligible variant, in the cell's order
     best: str
-    diffs: dict[str, dict]  # each other eligible variant against the best: paired over seeds, Holm-corrected
+    diffs: dict[str, GapToBest]  # each other eligible variant against the best
     choice: str  # the best, or a faster variant tied with it when cost counts
     runner_up: str | None  # the best eligible variant but the choice
     unit: str  # of a paired difference: ' nats' or ' accuracy'
@@ -177,7 +192,7 @@ class CellChoice:
     @property
     def tied(self) -> list[str]:
         """The eligible variants not significantly different from the best."""
-        return [n for n in self.diffs if not self.diffs[n]["significant"]]
+        return [n for n, gap in self.diffs.items() if not gap.significant]
 
     def versus(self, name: str, ref: str) -> str:
         """'-0.060 nats vs gelu, 95% CI [-0.080, -0.040], p=0.003, 3 paired seeds'."""
@@ -206,32 +221,45 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> CellC
     variants = {r.ffn: r for r in cell.variants}
     sign = -1.0 if facts.higher_is_better else 1.0  # sign * value: lower is better
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
-    eligible = [n for n in variants if n not in excluded]
+    # every eligible variant's mean (exclusion leaves out those without one), in the cell's order
+    mean = {n: v.mean for n, v in variants.items() if n not in excluded and v.mean is not None}
+    eligible = list(mean)
     if not eligible:
         raise ValueError(
             "no measured variant can be recommended: " + "; ".join(f"{n}: {why}" for n, why in excluded.items())
         )
-    mean = {n: variants[n].mean for n in eligible}
-    best = min(eligible, key=lambda n: sign * mean[n])
-    # every other eligible variant against the best, paired over seeds, Holm-corrected
-    diffs = {n: paired_diff(variants[n].values, variants[best].values) for n in eligible if n != best}
-    for n, p_adj in zip(diffs, holm([d["p"] for d in diffs.values()])):
-        diffs[n]["p_adj"] = p_adj
-        diffs[n]["significant"] = p_adj is not None and p_adj < ALPHA
-    tied = [n for n in diffs if not diffs[n]["significant"]]
+
+    def better_first(n: str) -> float:
+        return sign * mean[n]
+
+    def step_time(n: str) -> float:
+        return variants[n].metrics.get("step_time_s") or math.inf
+
+    best = min(eligible, key=better_first)
+    diffs = gaps_to_best(variants, best, eligible)
+    tied = [n for n, gap in diffs.items() if not gap.significant]
     choice, rule = best, None
     friendly = [n for n in [best] + tied if mobile_friendly(n)]
     if situation.hardware == "mobile" and friendly and best not in friendly:
-        choice = min(friendly, key=lambda n: sign * mean[n])
+        choice = min(friendly, key=better_first)
         rule = apply_rule("mobile-measured", ffn=choice)
     elif situation.cost_sensitive and tied:
-        step = lambda n: variants[n].metrics.get("step_time_s") or math.inf
-        fastest = min([best] + tied, key=step)
-        if step(fastest) < (1 - SPEED_TOLERANCE) * step(best):
+        fastest = min([best] + tied, key=step_time)
+        if step_time(fastest) < (1 - SPEED_TOLERANCE) * step_time(best):
             choice = fastest
-    runner_up = min((n for n in eligible if n != choice), key=lambda n: sign * mean[n], default=None)
+    runner_up = min((n for n in eligible if n != choice), key=better_first, default=None)
     unit = " nats" if facts.metric == "final_val_loss" else " accuracy"
     return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule)
+
+
+def gaps_to_best(variants: dict[str, VariantRow], best: str, eligible: list[str]) -> dict[str, GapToBest]:
+    """Every other eligible variant against the best, paired over seeds, Holm-corrected."""
+    paired = {n: paired_diff(variants[n].values, variants[best].values) for n in eligible if n != best}
+    adjusted = holm([d["p"] for d in paired.values()])
+    return {
+        n: GapToBest(**d, p_adj=p_adj, significant=p_adj is not None and p_adj < ALPHA)
+        for (n, d), p_adj in zip(paired.items(), adjusted)
+    }
 
 
 def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> Advice:
@@ -280,7 +308,7 @@ def scaling_reasons(choice: str, scaling: dict[str, Any] | None) -> list[str]:
     if choice == baseline:
         lines.append(f"{choice} is the baseline of the scaling fits (multiplier 1 by definition).")
     worth = {n: r["multiplier"] for n, r in rows.items() if n != baseline and (r["multiplier_ci"][0] or 0) > 1}
-    top = max(worth, key=worth.get, default=None)
+    top = max(worth, key=worth.__getitem__, default=None)
     if top is not None and top != choice:
         misfit = any((rows[n]["lack_of_fit_p"] or 1) < LOF_ALPHA for n in (top, baseline))
         lines.append(
@@ -296,7 +324,7 @@ def scaling_reasons(choice: str, scaling: dict[str, Any] | None) -> list[str]:
     return [f"Scaling study ({where}, advice at the largest size): " + " ".join(lines)] if lines else []
 
 
-def across_reasons(choice: str, across: dict | None) -> list[str]:
+def across_reasons(choice: str, across: dict[str, Any] | None) -> list[str]:
     """Whether the choice's gap to the baseline, and the best mean, hold in the study's other cells."""
     if not across:
         return []
@@ -335,7 +363,7 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
         if ref is None or ref == choice or ref not in eligible or (choice != best and ref == best):
             continue  # (the best was already quoted when the choice is a faster tied one)
         reasons.append(f"{choice}: {weighed.versus(choice, ref)}; {weighed.costs(choice, ref)}.")
-    significant_losers = [n for n in weighed.diffs if weighed.diffs[n]["significant"]]
+    significant_losers = [n for n, gap in weighed.diffs.items() if gap.significant]
     if significant_losers:
         reasons.append(
             f"{best} is significantly better than {', '.join(significant_losers)} (paired t-tests, Holm-corrected)."
@@ -375,7 +403,7 @@ def measured_alternatives_json(weighed: CellChoice) -> list[dict[str, Any]]:
     """A JSON object for every variant but the recommended one: why excluded, or its numbers against the
     recommendation."""
     variants, choice = weighed.variants, weighed.choice
-    alternatives = []
+    alternatives: list[dict[str, Any]] = []
     for n in variants:
         if n == choice:
             continue
@@ -383,6 +411,7 @@ def measured_alternatives_json(weighed: CellChoice) -> list[dict[str, Any]]:
             alternatives.append({"ffn": n, "excluded": weighed.excluded[n]})
             continue
         d = paired_diff(variants[n].values, variants[choice].values)
+        gap, step_time, choice_step_time = weighed.diffs.get(n), weighed.step_time(n), weighed.step_time(choice)
         alternatives.append(
             {
                 "ffn": n,
@@ -390,12 +419,8 @@ def measured_alternatives_json(weighed: CellChoice) -> list[dict[str, Any]]:
                 "delta_vs_recommendation": d["delta"],
                 "ci": [d["ci_low"], d["ci_high"]],
                 "p": d["p"],
-                "p_adj_vs_best": weighed.diffs.get(n, {}).get("p_adj"),
-                "step_time_ratio": (
-                    weighed.step_time(n) / weighed.step_time(choice)
-                    if weighed.step_time(n) and weighed.step_time(choice)
-                    else None
-                ),
+                "p_adj_vs_best": gap.p_adj if gap else None,
+                "step_time_ratio": step_time / choice_step_time if step_time and choice_step_time else None,
                 "params": variants[n].metrics.get("params"),
                 "summary": f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
             }

@@ -11,6 +11,8 @@ from typing import Any
 from ffnlab._util.text import sci, shorten
 from ffnlab.study.flow import (
     DEFAULT_SEQ_LEN,
+    DEPLOY_HARDWARE,
+    HARDWARE,
     HARDWARE_MEMORY,
     LONG_CONTEXT_SHARE,
     STAGES,
@@ -144,14 +146,17 @@ class Situation:
         """The situation with what follows from it filled in: the stage (finetune from a checkpoint, else
         pretrain), the hardware from --deploy and --deploy from the hardware, and a GPU tier's memory as the
         memory budget where it is the smaller."""
-        hardware = resolve_hardware(self.hardware, self.deploy)
-        tier = HARDWARE_MEMORY.get(hardware) if hardware else None
-        budgets = [m for m in (self.memory_budget, tier) if m]
+        resolved = resolve_hardware(self.hardware, self.deploy)
+        # the names resolve_hardware and deploy_of give, as the choices the fields hold
+        hardware = next((tier for tier in HARDWARE if tier == resolved), None)
+        deploy = next((name for name in DEPLOY_HARDWARE if name == deploy_of(hardware)), None)
+        tier_memory = HARDWARE_MEMORY.get(hardware) if hardware else None
+        budgets = [m for m in (self.memory_budget, tier_memory) if m]
         return replace(
             self,
             stage=self.stage or ("finetune" if self.pretrained else "pretrain"),
             hardware=hardware,
-            deploy=deploy_of(hardware),
+            deploy=deploy,
             memory_budget=min(budgets, default=None),
         )
 

@@ -24,6 +24,7 @@ from ffnlab.run.device import check_fits, resolve_device
 from ffnlab.run.train import check_data, data_args, load_data, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, plan, plan_precision, run_id, study_id
+from ffnlab.study.records import Summary
 from ffnlab.study.store import DEFAULT_PATH, Store
 from ffnlab.study.summary import summarize_study
 
@@ -168,7 +169,7 @@ def run_study(
     address: str | None = None,
     quiet: bool = False,
     log_to: str | None = None,
-) -> dict:
+) -> Summary:
     """Execute every planned run (skipping finished ones) and return the summary."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")

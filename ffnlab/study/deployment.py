@@ -139,7 +139,7 @@ def delta(values: dict[int, dict], reference: dict[int, dict], key: str) -> dp.D
     b = {s: v[key] for s, v in reference.items() if key in v}
     if not a or not b:
         return None
-    return dp.Delta(**paired_diff(a, b))
+    return dp.Delta(**paired_diff(a, b).to_json())
 
 
 def quality(per_seed: dict[int, dict], reference: dict[int, dict], against: str, runtime: str) -> dp.Quality:

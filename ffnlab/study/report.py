@@ -33,7 +33,7 @@ from ffnlab.study.load import load_study
 from ffnlab.study.metrics import mean_of
 from ffnlab.study.plan import Study
 from ffnlab.study.protocol import Protocol, load_protocol
-from ffnlab.study.records import Cell, RunStatus
+from ffnlab.study.records import AcrossCells, Cell, RunStatus, StudyScaling, StudySettings
 from ffnlab.study.render import FIGURES_DIR, REPORT_HTML, SUMMARY_MD, render_figures, render_html, render_markdown
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
@@ -58,9 +58,9 @@ def seed_band(series: list[dict[float, float]], level: float = 0.95) -> dict:
             continue
         m = mean_ci(values, level)
         out["x"].append(x)
-        out["mean"].append(m["mean"])
-        out["low"].append(m["ci_low"] if m["ci_low"] is not None else m["mean"])
-        out["high"].append(m["ci_high"] if m["ci_high"] is not None else m["mean"])
+        out["mean"].append(m.mean)
+        out["low"].append(m.ci_low if m.ci_low is not None else m.mean)
+        out["high"].append(m.ci_high if m.ci_high is not None else m.mean)
     return out
 
 
@@ -252,12 +252,12 @@ class ReportData:
     baseline: str
     variants: list[str]
     architecture: str | None  # a Hugging Face architecture's name, None for ffnlab's own Transformer
-    settings: dict  # ffnlab.study.summary.settings_of
+    settings: StudySettings  # ffnlab.study.summary.settings_of
     env: dict  # the machine of the most recently finished run
     cells: list[CellReport]
     tuned: list[Cell]
-    across_cells: dict | None
-    scaling: dict | None
+    across_cells: AcrossCells | None
+    scaling: StudyScaling | None
     other_studies: int  # in the same store, not shown
     activations: dict[str, str]  # activation -> its label in the figure
     numerics: dict | None  # numerics.json beside the store

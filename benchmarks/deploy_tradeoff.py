@@ -96,13 +96,11 @@ def claim_quality_cost(result: DeployResult) -> dict:
     if not (relu and gelu and relu[0].quality and gelu[0].quality):
         return {"verdict": "not measurable here"}
     d = paired_diff(relu[0].quality.val_losses, gelu[0].quality.val_losses)
-    if d["ci_low"] is None:
+    if d.ci_low is None or d.ci_high is None:
         verdict = "not measurable here (one seed)"
     else:
-        verdict = (
-            "holds" if d["ci_low"] > 0 else "does not hold" if d["ci_high"] < 0 else "not separated by these seeds"
-        )
-    return {**d, "verdict": verdict}
+        verdict = "holds" if d.ci_low > 0 else "does not hold" if d.ci_high < 0 else "not separated by these seeds"
+    return {**d.to_json(), "verdict": verdict}
 
 
 def claim_quantised_gelu(result: DeployResult) -> dict:

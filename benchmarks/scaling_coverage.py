@@ -70,8 +70,8 @@ def main() -> None:
             points = simulate(rng, n, args.point_sd, args.seed_sd)
             laws = {name: fit_power_law([c for c, _, _ in p], [y for _, y, _ in p]) for name, p in points.items()}
             k = compute_multiplier(laws["relu"], laws["swiglu"], float(SIZES[-1]))
-            draws = _bootstrap(points, "relu", list(range(n)), args.n_boot, study, [float(SIZES[-1])])
-            log_k = np.asarray(draws["swiglu"]["log_k"][0])
+            draws = _bootstrap(points, "relu", list(range(n)), args.n_boot, study, [float(SIZES[-1])], SIZES)
+            log_k = np.asarray(draws["swiglu"].log_k[0])
             for method, (lo, hi) in intervals(math.log(k) if k > 0 else -math.inf, log_k, n, 0.95).items():
                 hits[method] = hits.get(method, 0) + int(lo <= math.log(K_TRUE) <= hi)
                 widths.setdefault(method, []).append(hi - lo)

@@ -15,6 +15,7 @@ from ffnlab.run.train import TrainConfig
 from ffnlab.study.execute import run_study, weights_path
 from ffnlab.study.load import load_study
 from ffnlab.study.plan import Study, run_id
+from ffnlab.study.records import StudyScaling
 from ffnlab.study.render import md_escape, render_html, render_markdown
 from ffnlab.study.report import (
     AttentionMaps,
@@ -24,6 +25,7 @@ from ffnlab.study.report import (
     seed_band,
     write_report,
 )
+from ffnlab.study.stats import SeedNoise
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
 from tests.conftest import run_result
@@ -124,7 +126,7 @@ def test_report_data_rows_match_the_store(smoke_store):
         assert row.mean == pytest.approx(sum(finals[row.ffn]) / 2)
         assert sorted(row.values.values()) == sorted(finals[row.ffn])
         assert view.curves[row.ffn].mean[-1] == pytest.approx(row.mean)  # last eval is the final one
-    assert data.settings["model"]["d_model"] == 32
+    assert data.settings.model["d_model"] == 32
 
 
 def test_escapes_a_variant_name_in_a_rendered_summary(smoke_store):
@@ -146,11 +148,11 @@ def test_every_branch_of_the_page_renders_and_escapes_what_the_store_holds(smoke
     data = report_data(smoke_store, attention=False)
     data.store = f"runs/{EVIL}.db"
     data.other_studies = 2
-    data.scaling = {"scale": {"width": [8, 16]}, "error": EVIL}
+    data.scaling = StudyScaling(scale={"width": [8, 16]}, metric="final_val_loss", fits=None, error=EVIL)
     data.numerics = NumericsFile(error=EVIL)
     view = data.cells[0]
     view.cell.verdict = EVIL
-    view.cell.noise_floor = {"n": 3, "std": 0.01, "range": 0.02}
+    view.cell.noise_floor = SeedNoise(n=3, mean=3.3, std=0.01, range=0.02, min=3.29, max=3.31, diverged=0)
     view.attention = AttentionMaps(
         layer=0, maps={"relu": np.zeros((1, 8, 8))}, stats={}, seeds={"relu": 0}, text=EVIL, tokens=8
     )

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from ffnlab.study.scaling import PowerLaw, compute_multiplier, fit_power_law, fit_scaling
+from ffnlab.study.scaling import PowerLaw, ScalingRun, compute_multiplier, fit_power_law, fit_scaling
 from tests.test_readme import readme_keys
 
 # baseline curve of every synthetic study: L = 3.0 at 1e11 FLOPs, 1.88 at 1e13
@@ -20,7 +20,9 @@ def scaled(law: PowerLaw, k: float) -> PowerLaw:
     return PowerLaw(E=law.E, A=law.A * k**-law.alpha, alpha=law.alpha, converged=True, note="")
 
 
-def study_runs(rng: np.random.Generator, n_seeds: int, k_true: float, point_sd: float, seed_sd: float) -> list[dict]:
+def study_runs(
+    rng: np.random.Generator, n_seeds: int, k_true: float, point_sd: float, seed_sd: float
+) -> list[ScalingRun]:
     """relu, and swiglu = relu at k_true x compute; a per-seed offset shared by both, as paired seeds share it."""
     runs = []
     for seed in range(n_seeds):
@@ -28,7 +30,7 @@ def study_runs(rng: np.random.Generator, n_seeds: int, k_true: float, point_sd: 
         for c in SIZES:
             for name, law in (("relu", BASE), ("swiglu", scaled(BASE, k_true))):
                 loss = law.loss(c) + offset + rng.normal(0.0, point_sd)
-                runs.append({"variant": name, "seed": seed, "compute": float(c), "loss": float(loss)})
+                runs.append(ScalingRun(name, seed, float(c), float(loss)))
     return runs
 
 
@@ -60,7 +62,7 @@ def test_multiplier_ci_covers_the_true_multiplier_at_its_level():
     k_true, studies, hits, widths = 1.25, 100, 0, []
     for study in range(studies):
         runs = study_runs(np.random.default_rng(study), 4, k_true, point_sd=0.015, seed_sd=0.02)
-        lo, hi = fit_scaling(runs, "relu", n_boot=100, seed=study)["variants"]["swiglu"]["multiplier_ci"]
+        lo, hi = fit_scaling(runs, "relu", n_boot=100, seed=study).variants["swiglu"].multiplier_ci
         hits += lo <= k_true <= hi
         widths.append(math.log(hi) - math.log(lo) if lo else math.inf)
     # NOTE: a plain percentile interval covers 0.87 in these settings (benchmarks/scaling_coverage.py)
@@ -84,45 +86,40 @@ def test_invalid_input_names_the_problem():
 
 def test_fit_scaling_report_shape_and_diverged_runs():
     runs = study_runs(np.random.default_rng(1), 3, 1.25, point_sd=0.01, seed_sd=0.02)
-    runs.append({"variant": "swiglu", "seed": 2, "compute": 1e13, "loss": math.inf})
-    runs.append({"variant": "swiglu", "seed": 0, "compute": 1e12, "loss": math.nan})
+    runs.append(ScalingRun("swiglu", 2, 1e13, math.inf))
+    runs.append(ScalingRun("swiglu", 0, 1e12, math.nan))
     out = fit_scaling(runs, "relu", n_boot=50)
-    json.dumps(out, allow_nan=False)
-    assert set(out) == {
-        "baseline",
-        "level",
-        "n_boot",
-        "loss_fit",
-        "compute_range",
-        "at_compute",
-        "variants",
-        "sentences",
-    }
-    assert out["compute_range"] == [1e11, 1e13] and out["at_compute"] == 1e13
-    relu, swiglu = out["variants"]["relu"], out["variants"]["swiglu"]
-    assert relu["multiplier"] == 1.0 and relu["multiplier_ci"] == [1.0, 1.0]
-    assert swiglu["diverged"] == 2 and swiglu["n_points"] == 12 and len(swiglu["points"]) == 12
-    assert relu["diverged"] == 0 and relu["n_points"] == 12 and relu["n_seeds"] == 3
-    assert "extrapolated" not in swiglu and swiglu["multiplier"] > 1.0
-    assert swiglu["multiplier_ci"][0] < swiglu["multiplier"] < swiglu["multiplier_ci"][1]
-    assert swiglu["E_ci"][0] <= swiglu["E"] <= swiglu["E_ci"][1]
-    curve = swiglu["curve"]  # the plotted fit: on the measured range, inside its band
-    assert curve["compute"][0] == pytest.approx(1e11) and curve["compute"][-1] == pytest.approx(1e13)
-    assert curve["loss"] == pytest.approx(
-        [
-            float(v)
-            for v in PowerLaw(swiglu["E"], swiglu["A"], swiglu["alpha"], True, "").loss(np.array(curve["compute"]))
-        ]
+    as_json = out.to_json()
+    json.dumps(as_json, allow_nan=False)
+    assert list(as_json) == ["baseline", "level", "n_boot", "loss_fit", "compute_range", "at_compute", "variants",
+                             "sentences"]  # fmt: skip
+    assert out.compute_range == [1e11, 1e13] and out.at_compute == 1e13
+    relu, swiglu = out.variants["relu"], out.variants["swiglu"]
+    assert relu.multiplier == 1.0 and relu.multiplier_ci == [1.0, 1.0]
+    assert swiglu.diverged == 2 and swiglu.n_points == 12 and len(swiglu.points) == 12
+    assert relu.diverged == 0 and relu.n_points == 12 and relu.n_seeds == 3
+    assert swiglu.extrapolated is None and "extrapolated" not in as_json["variants"]["swiglu"]
+    lo, hi = swiglu.multiplier_ci
+    assert lo is not None and hi is not None and lo < swiglu.multiplier < hi and swiglu.multiplier > 1.0
+    e_lo, e_hi = swiglu.E_ci
+    assert e_lo is not None and e_hi is not None and e_lo <= swiglu.E <= e_hi
+    curve = swiglu.curve  # the plotted fit: on the measured range, inside its band
+    assert curve.compute[0] == pytest.approx(1e11) and curve.compute[-1] == pytest.approx(1e13)
+    fitted = PowerLaw(swiglu.E, swiglu.A, swiglu.alpha, True, "").loss(np.array(curve.compute))
+    assert curve.loss == pytest.approx([float(v) for v in fitted])
+    assert all(
+        band_lo is not None and band_hi is not None and band_lo < y < band_hi
+        for band_lo, y, band_hi in zip(curve.low, curve.loss, curve.high, strict=True)
     )
-    assert all(lo < y < hi for lo, y, hi in zip(curve["low"], curve["loss"], curve["high"], strict=True))
-    (sentence,) = out["sentences"]
+    (sentence,) = out.sentences
     assert "swiglu reaches relu's loss with" in sentence and "95% CI" in sentence and "1e11-1e13 FLOPs" in sentence
     assert fit_scaling(runs, "relu", n_boot=50) == out  # seeded: reproducible
-    lo80, hi80 = fit_scaling(runs, "relu", level=0.8, n_boot=50)["variants"]["swiglu"]["multiplier_ci"]
-    assert swiglu["multiplier_ci"][0] < lo80 < hi80 < swiglu["multiplier_ci"][1]
+    lo80, hi80 = fit_scaling(runs, "relu", level=0.8, n_boot=50).variants["swiglu"].multiplier_ci
+    assert lo80 is not None and hi80 is not None and lo < lo80 < hi80 < hi
 
-    extra = fit_scaling(runs, "relu", n_boot=50, extrapolate_to=1e15)["variants"]["swiglu"]["extrapolated"]
-    assert extra["compute"] == 1e15 and "extrapolation" in extra["note"] and len(extra["multiplier_ci"]) == 2
+    extra = fit_scaling(runs, "relu", n_boot=50, extrapolate_to=1e15).variants["swiglu"].extrapolated
+    assert extra is not None and extra.compute == 1e15 and "extrapolation" in extra.note
+    assert len(extra.multiplier_ci) == 2
 
 
 def test_fit_scaling_says_when_a_variant_never_reaches_the_baseline():
@@ -130,14 +127,12 @@ def test_fit_scaling_says_when_a_variant_never_reaches_the_baseline():
     runs = study_runs(rng, 3, 1.25, point_sd=0.005, seed_sd=0.0)
     worse = PowerLaw(E=2.2, A=A, alpha=ALPHA, converged=True, note="")  # floor above relu's 1.88 at 1e13
     runs += [
-        {"variant": "gelu", "seed": s, "compute": float(c), "loss": float(worse.loss(c)) + rng.normal(0, 0.005)}
-        for s in range(3)
-        for c in SIZES
+        ScalingRun("gelu", s, float(c), float(worse.loss(c)) + rng.normal(0, 0.005)) for s in range(3) for c in SIZES
     ]
     out = fit_scaling(runs, "relu", n_boot=30)
-    json.dumps(out, allow_nan=False)
-    assert out["variants"]["gelu"]["multiplier"] == 0.0
-    assert any(s.startswith("gelu never reaches relu's loss") for s in out["sentences"])
+    json.dumps(out.to_json(), allow_nan=False)
+    assert out.variants["gelu"].multiplier == 0.0
+    assert any(s.startswith("gelu never reaches relu's loss") for s in out.sentences)
 
 
 def test_huber_fit_shrugs_off_an_outlier_and_flags_flat_data():
@@ -162,6 +157,7 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     the table, --extrapolate-to adds a marked extrapolation, and a study without --scale has no section."""
     from ffnlab.run.presets import preset_config
     from ffnlab.study.plan import Study
+    from ffnlab.study.records import StudyScaling
     from ffnlab.study.store import Store
     from ffnlab.study.summary import summarize_study
 
@@ -188,6 +184,7 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     points = sorted(c for c, _, _ in row["points"])
     assert points == sorted(r.train_flops for r in results if r.ffn == "swiglu")
     assert scaling["compute_range"] == [min(r.train_flops for r in results), max(r.train_flops for r in results)]
+    assert json.loads(json.dumps(StudyScaling.from_json(scaling).to_json())) == scaling  # as protocol.json reads it
     code, out, _ = run_cli(*SCALE_ARGS, "--store", store)  # finished: read back from the store
     assert code == 0 and "scaling over width 8/16/24" in out and "swiglu reaches relu's loss with" in out
     plain = Study(variants=["relu", "swiglu"], seeds=2, base=preset_config("smoke", model={"d_model": 8}, max_steps=8))
@@ -268,12 +265,13 @@ def test_lack_of_fit_tells_a_law_from_a_shape_it_cannot_have():
     compute = np.repeat(np.geomspace(1e11, 1e13, 5), 4)
     lawful = BASE.loss(compute) + rng.normal(0.0, 0.01, compute.size)
     fit = lack_of_fit(fit_power_law(compute, lawful), compute, lawful)
-    assert fit["lack_of_fit_p"] > 0.05 and fit["rms_log_residual"] < 0.01
+    assert fit.lack_of_fit_p is not None and fit.lack_of_fit_p > 0.05 and fit.rms_log_residual < 0.01
     log_c = np.log10(compute / 1e11)
     bent = 2.6 - 0.05 * log_c - 0.1 * log_c**2 + rng.normal(0.0, 0.01, compute.size)  # accelerating fall
-    assert lack_of_fit(fit_power_law(compute, bent), compute, bent)["lack_of_fit_p"] < 0.001
-    runs = [{"variant": v, "seed": i % 4, "compute": c, "loss": y + (0.0 if v == "relu" else -0.02)}
+    bent_p = lack_of_fit(fit_power_law(compute, bent), compute, bent).lack_of_fit_p
+    assert bent_p is not None and bent_p < 0.001
+    runs = [ScalingRun(v, i % 4, float(c), float(y) + (0.0 if v == "relu" else -0.02))
             for v in ("relu", "swiglu") for i, (c, y) in enumerate(zip(compute, bent, strict=True))]  # fmt: skip
-    (sentence,) = fit_scaling(runs, "relu", n_boot=20)["sentences"]
+    (sentence,) = fit_scaling(runs, "relu", n_boot=20).sentences
     assert "misses the measured points" in sentence and "relu p=" in sentence
-    assert lack_of_fit(fit_power_law(compute[:12], lawful[:12]), compute[:12], lawful[:12])["lack_of_fit_p"] is None
+    assert lack_of_fit(fit_power_law(compute[:12], lawful[:12]), compute[:12], lawful[:12]).lack_of_fit_p is None

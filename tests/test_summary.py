@@ -2,16 +2,17 @@ import html
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ffnlab.study.advise import advise
 from ffnlab.study.metrics import learned_mean
-from ffnlab.study.records import Cell, VariantRow
+from ffnlab.study.records import Cell, Summary, VariantRow
 from ffnlab.study.render import render_html, render_markdown
 from ffnlab.study.report import report_data
-from ffnlab.study.stats import gap_heterogeneity
+from ffnlab.study.stats import VariantStats, gap_heterogeneity
 from ffnlab.study.summary import across_cells, tuned_cells
 from tests.test_readme import readme_keys
 
@@ -109,10 +110,10 @@ def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
     # the test recomputed from the per-seed values the JSON prints (one variant: Holm changes nothing)
     rows = [{r["ffn"]: r["values"] for r in c["variants"]} for c in printed["cells"]]
     want = gap_heterogeneity([{s: r["swiglu"][s] - r["relu"][s] for s in r["swiglu"]} for r in rows])
-    assert (swiglu["n"], swiglu["df"]) == (3, [3, 6]) and swiglu["p"] == pytest.approx(want["p"]) == swiglu["p_adj"]
+    assert (swiglu["n"], swiglu["df"]) == (3, [3, 6]) and swiglu["p"] == pytest.approx(want.p) == swiglu["p_adj"]
     assert across["best"] == [c["variants"][0]["ffn"] for c in printed["cells"]]
     data = report_data(store, attention=False)
-    assert data.across_cells["sentences"] == across["sentences"]
+    assert data.across_cells is not None and data.across_cells.sentences == across["sentences"]
     for cell in advise(store=store, depth=2).cells:  # the advice quotes them for its choice
         (line,) = [r for r in cell.reasons if r.startswith("Across the study's 4 cells: ")]
         assert line.endswith(across["sentences"][-1])
@@ -121,11 +122,21 @@ def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
         assert "Across the 4 cells" in page and "swiglu's gap to relu" in html.unescape(page)
 
 
+def test_the_summary_reads_back_from_its_json(two_axis_store):
+    """protocol.json keeps summaries as JSON: every record reads back to the same JSON (the across-cells
+    tests, the literature, the settings)."""
+    _, printed = two_axis_store
+    again = Summary.from_json(printed)
+    assert again.across_cells is not None and again.cells[0].literature is not None
+    assert json.loads(json.dumps(again.to_json())) == printed
+
+
 def row(ffn: str, **fields) -> VariantRow:
     """A VariantRow with empty statistics but `fields`."""
-    stats = dict(rank=1, n_seeds=0, mean=None, std=None, ci_low=None, ci_high=None, delta=None, delta_ci_low=None,
-                 delta_ci_high=None, n_pairs=0, p=None, p_adj=None, significant=False, diverged=0)  # fmt: skip
-    return VariantRow(ffn=ffn, **{**stats, **fields})
+    stats = VariantStats(ffn=ffn, rank=1, n_seeds=0, mean=None, std=None, ci_low=None, ci_high=None, delta=None,
+                         delta_ci_low=None, delta_ci_high=None, n_pairs=0, p=None, p_adj=None, significant=False,
+                         diverged=0)  # fmt: skip
+    return replace(VariantRow.of(stats), **fields)
 
 
 def cell(axes: dict, rows: list[VariantRow]) -> Cell:
@@ -147,14 +158,15 @@ def test_across_cells_words_holm_and_the_best_of_each_cell():
 
     # gelu's gap does not move (0.01 in both cells); swiglu's goes from -0.05 to +0.05: it wins one cell only
     got = across_cells([lr_cell(1e-3, 0.01, -0.05), lr_cell(1e-2, 0.01, 0.05)], "relu")
-    gelu, swiglu = got["variants"]["gelu"], got["variants"]["swiglu"]
-    assert not gelu["differs"] and swiglu["differs"] and swiglu["p_adj"] == min(1.0, 2 * swiglu["p"])
-    assert got["best"] == ["swiglu", "relu"]
-    words = {sentence.split("'")[0]: sentence for sentence in got["sentences"][:2]}  # the first cell's ranking order
+    assert got is not None
+    gelu, swiglu = got.variants["gelu"], got.variants["swiglu"]
+    assert swiglu.p is not None and not gelu.differs and swiglu.differs and swiglu.p_adj == min(1.0, 2 * swiglu.p)
+    assert got.best == ["swiglu", "relu"]
+    words = {sentence.split("'")[0]: sentence for sentence in got.sentences[:2]}  # the first cell's ranking order
     assert words["gelu"].startswith("gelu's gap to relu shows no detectable change between cells (F(1, 3) = ")
     assert words["swiglu"].startswith("swiglu's gap to relu changes between cells (F(1, 3) = ")
     assert "-0.0500 at lr=0.001; +0.0500 at lr=0.01." in words["swiglu"]
-    assert got["sentences"][2] == "The best mean differs between cells: swiglu at lr=0.001; relu at lr=0.01."
+    assert got.sentences[2] == "The best mean differs between cells: swiglu at lr=0.001; relu at lr=0.01."
     assert across_cells([lr_cell(1e-3, 0.01, -0.05)], "relu") is None  # one cell: nothing to compare across
 
 

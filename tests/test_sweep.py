@@ -518,9 +518,9 @@ def test_attn_act_flag_reaches_the_config_and_the_settings(run_cli):
     code, out, err = run_cli(*SMOKE, "--attn-act", "q=gelu", "--print-config")
     assert code == 0 and 'attn_act = "q=gelu"' in out, err
     settings = settings_of(smoke_study(base=replace(preset_config("smoke"), model=ModelConfig(attn_act="q=gelu"))))
-    assert settings["attn_act"] == "q=gelu"
-    assert ["Q/K/V activations", "Q gelu, K none, V none for every variant"] in settings["held_equal"]
-    assert ["Q/K/V activations", "none for every variant"] in settings_of(smoke_study())["held_equal"]
+    assert settings.attn_act == "q=gelu"
+    assert ["Q/K/V activations", "Q gelu, K none, V none for every variant"] in settings.held_equal
+    assert ["Q/K/V activations", "none for every variant"] in settings_of(smoke_study()).held_equal
 
 
 def test_init_flag_reaches_the_runs_and_the_report(run_cli, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ffnlab._util.files import check_writable
 from ffnlab.study.execute import run_study
@@ -29,7 +30,7 @@ class Comparison:
     def summaries(self) -> list[Summary]:
         return [s for _, s in self.protocol.stages] if self.protocol else [self.summary]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """`compare --json`: the summary, or the protocol's grid, choice and stages, each its summary's JSON."""
         if self.protocol is None:
             return self.summary.to_json()
@@ -46,7 +47,7 @@ def compare(
     report: bool = True,
     extrapolate_to: float | None = None,
     ranked: Callable[[Comparison], None] | None = None,
-    **run,
+    **run: Any,
 ) -> Comparison:
     """Run `study` into the run store `store` (`protocol`: the three stages of ffnlab.study.protocol, its grids
     from the study's lr, warmup and context axes), then write the table to `csv` and the report beside the store.
@@ -74,7 +75,7 @@ def compare(
     return result
 
 
-def protocol_grid_of(study: Study) -> dict[str, list]:
+def protocol_grid_of(study: Study) -> dict[str, list[Any]]:
     """The protocol's grid: the study's lr, warmup and context axes where it has them (taken out of its axes),
     the protocol's defaults otherwise; ValueError if the study has other axes."""
     given = {axis: study.axes.pop(axis) for axis in ("lr", "warmup", "context") if axis in study.axes}

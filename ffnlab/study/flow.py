@@ -95,7 +95,8 @@ def check_choice(value: str | None, valid: tuple[str, ...], what: str) -> str | 
 def resolve_hardware(hardware: str | None, deploy: str | None) -> str | None:
     """The hardware tier from --hardware or the older --deploy (cpu, gpu, edge -> mobile)."""
     check_choice(hardware, HARDWARE, "hardware")
-    mapped = DEPLOY_HARDWARE[check_choice(deploy, tuple(DEPLOY_HARDWARE), "deployment")] if deploy else None
+    check_choice(deploy, tuple(DEPLOY_HARDWARE), "deployment")
+    mapped = next((tier for name, tier in DEPLOY_HARDWARE.items() if name == deploy), None)
     if hardware and mapped and deploy_of(hardware) != deploy:
         raise ValueError(f"--deploy {deploy} contradicts --hardware {hardware}; give one of them")
     return hardware or mapped
@@ -178,12 +179,17 @@ def budget_exclusions(
 
 
 def memory_rule(hardware: Hardware, params: float, seq_len: int) -> Rule:
-    """The gpu-memory rule: the tier's budget and the dense and gated estimates at this size."""
+    """The gpu-memory rule: the tier's budget and the dense and gated estimates at this size; ValueError for a
+    tier without a memory budget."""
+    budget = HARDWARE_MEMORY[hardware]
+    if budget is None:
+        tiers = ", ".join(tier for tier, memory in HARDWARE_MEMORY.items() if memory)
+        raise ValueError(f"the hardware tier '{hardware}' has no memory budget; valid: {tiers}")
     shape = model_shape(params)
     return apply_rule(
         "gpu-memory",
         hardware=hardware,
-        budget=human_bytes(HARDWARE_MEMORY[hardware]),
+        budget=human_bytes(budget),
         size=size_text(params),
         layers=shape.n_layers,
         d_model=shape.d_model,

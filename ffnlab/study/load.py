@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.train import TrainConfig
@@ -14,7 +15,7 @@ from ffnlab.study.records import RunRecord
 from ffnlab.study.store import Store
 
 
-def axis_value(config: dict, axis: str) -> object:
+def axis_value(config: dict[str, Any], axis: str) -> Any:
     """The value of a study axis ('depth' -> config['model']['n_layers']) in a config dict."""
     return config_value(config, AXES[axis])
 
@@ -22,7 +23,7 @@ def axis_value(config: dict, axis: str) -> object:
 LEGACY_AXES = ("depth", "width", "placement", "norm", "task", "data")  # the axes before studies were recorded
 
 
-def study_key(config: dict) -> str:
+def study_key(config: dict[str, Any]) -> str:
     """What runs of one study share: the config minus FFN, seed, checkpoint folder and axis values."""
     d = json.loads(json.dumps(config))
     d.pop("seed", None)

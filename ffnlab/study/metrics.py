@@ -60,14 +60,14 @@ def exp_mean(values: Sequence[Any]) -> float | None:
     return None if m is None else math.exp(m)
 
 
-def learned_mean(per_seed: Sequence[dict]) -> dict:
+def learned_mean(per_seed: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Learned activation parameters per layer, averaged over seeds (switch weights per activation)."""
-    layers: dict[str, dict[str, list]] = {}
+    layers: dict[str, dict[str, list[Any]]] = {}
     for learned in per_seed:
         for layer, params in learned.items():
             for name, value in params.items():
                 layers.setdefault(layer, {}).setdefault(name, []).append(value)
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for layer, params in layers.items():
         out[layer] = {}
         for name, values in params.items():
@@ -94,7 +94,7 @@ def three_digits(value: object) -> str:
     return f"{value:.3g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
-def learned_text(learned: dict) -> str:
+def learned_text(learned: dict[str, dict[str, Any]]) -> str:
     """'blocks.0.ffn: beta 1.21; blocks.1.ffn: beta 1.05' (mixture weights as relu 0.31, ...)."""
     parts = []
     for layer, params in learned.items():

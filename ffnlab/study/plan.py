@@ -13,6 +13,8 @@ import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import GenericAlias
+from typing import Any
 
 from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
@@ -55,6 +57,8 @@ MAX_RUNS = 100_000
 # what `--preset scaling` scales when --scale is not given: sizes chosen from measurements (README,
 # "Scaling: compute multipliers")
 PRESET_SCALES = {"scaling": {"width": [24, 48, 96, 192]}}
+# a cell of a study: its axis values as (axis, value) pairs, in the study's axis order (`group_key`)
+CellKey = tuple[tuple[str, Any], ...]
 
 
 @dataclass
@@ -66,11 +70,11 @@ class Study:
     # switch_x:a+b+c or per-layer schedules a*2+b*2
     seeds: int = DEFAULT_SEEDS  # seeds per variant, paired: seed s of each variant shares all but its FFN
     base: TrainConfig = field(default_factory=TrainConfig)
-    axes: dict[str, list] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
     baseline: str | None = None  # the variant the others are compared with; None: relu where it is run,
     # else the first variant
     noise_floor: int = 0  # extra baseline-only seeds to show the seed-to-seed spread
-    per_variant: dict[str, dict] = field(default_factory=dict)  # variant -> {config path: value}, e.g. the
+    per_variant: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant -> {config path: value}, e.g. the
     # lr the protocol tuned for it; empty in a plain comparison, where every variant shares the base
     scale: list[str] = field(default_factory=list)  # axes fitted as compute (ffnlab.study.scaling), e.g. ["width"]
 
@@ -88,12 +92,12 @@ class Study:
             for axis, values in self.axes.items()
         }
         self.baseline = get_ffn_spec(self.baseline).name
-        per_variant: dict[str, dict] = {}
+        per_variant: dict[str, dict[str, Any]] = {}
         for variant, overrides in self.per_variant.items():  # 'GELU' and 'gelu' are one variant
             per_variant.setdefault(get_ffn_spec(variant).name, {}).update(overrides)
         self.per_variant = per_variant
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "variants": self.variants,
             "seeds": self.seeds,
@@ -106,11 +110,11 @@ class Study:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> Study:
+    def from_dict(cls, d: dict[str, Any]) -> Study:
         return cls(**d)
 
     @classmethod
-    def from_sources(cls, preset: str | None, file: str | Path | None, flags: dict) -> Study:
+    def from_sources(cls, preset: str | None, file: str | Path | None, flags: dict[str, Any]) -> Study:
         """The study `compare` runs: the preset (None: the file's, else standard), then the --config `file`,
         then the flags given. `flags` has the file's shape (ffnlab.flags.study_flags): the run's fields
         (ffnlab.run.config_file.config_from_sources), and under 'study' the [study] keys, but 'scale' as
@@ -118,7 +122,10 @@ class Study:
         first problem."""
         contents = read_toml(file, STUDY_TABLES) if file else {}
         in_file, in_flags = contents.get("study", {}), flags.get("study", {})
-        setting = lambda key, default=None: in_flags.get(key, in_file.get(key, default))  # a flag over the file
+
+        def setting(key: str, default: Any = None) -> Any:
+            return in_flags.get(key, in_file.get(key, default))  # a flag over the file
+
         preset = preset if preset is not None else in_file.get("preset", "standard")
         base = config_from_sources(preset_config(preset), contents, flags)
         scale = scale_of(in_flags.get("scale"), in_file, preset)
@@ -163,14 +170,16 @@ STUDY_KEYS = {
     **{
         name: hint for name, hint in typing.get_type_hints(Study).items() if name not in ("base", "axes", "per_variant")
     },
-    "axes": {axis: list[FIELD_TYPES[path]] for axis, path in AXES.items()},
-    "per_variant": dict[str, OPT_FIELDS],  # variant -> its settings
+    # list[T] and dict[str, T] spelled GenericAlias(...): T is a value known at run time, which a type checker
+    # cannot read as a type (they are the same objects)
+    "axes": {axis: GenericAlias(list, (FIELD_TYPES[path],)) for axis, path in AXES.items()},
+    "per_variant": GenericAlias(dict, (str, OPT_FIELDS)),  # variant -> its settings
     "no_stats": bool,
 }
 STUDY_TABLES = {**RUN_TABLES, "study": STUDY_KEYS}
 
 
-def scale_of(flagged: dict[str, list[int]] | None, in_file: dict, preset: str) -> dict[str, list[int]]:
+def scale_of(flagged: dict[str, list[int]] | None, in_file: dict[str, Any], preset: str) -> dict[str, list[int]]:
     """The compute axes of a study and their values: the --scale flags' (`flagged`), else the --config file's
     [study] `scale` (its values in [study.axes]), else the preset's own (`--preset scaling`)."""
     if flagged:
@@ -180,7 +189,9 @@ def scale_of(flagged: dict[str, list[int]] | None, in_file: dict, preset: str) -
     return dict(PRESET_SCALES.get(preset, {}))
 
 
-def axes_of(in_file: dict[str, list], scale: dict[str, list], flagged: dict[str, list]) -> dict[str, list]:
+def axes_of(
+    in_file: dict[str, list[Any]], scale: dict[str, list[int]], flagged: dict[str, list[Any]]
+) -> dict[str, list[Any]]:
     """A study's axes: the file's, then the compute axes (`scale`), then the --NAME-axis flags; ValueError
     where a compute axis is also flagged (which values would hold is a guess)."""
     both = sorted(set(scale) & set(flagged))
@@ -189,13 +200,13 @@ def axes_of(in_file: dict[str, list], scale: dict[str, list], flagged: dict[str,
     return {**in_file, **scale, **flagged}
 
 
-def per_variant_of(sources: list[tuple[str, Iterable[tuple[str, dict]]]]) -> dict[str, dict]:
+def per_variant_of(sources: list[tuple[str, Iterable[tuple[str, dict[str, Any]]]]]) -> dict[str, dict[str, Any]]:
     """Each variant's own settings from (where, (variant, settings) pairs) sources, a later source overriding
     an earlier one, variants by their canonical name. A setting given twice for one variant by one source (two
     --opt, or 'gelu' and 'GELU' in the file) is refused: which would hold is a guess."""
-    merged: dict[str, dict] = {}
+    merged: dict[str, dict[str, Any]] = {}
     for where, pairs in sources:
-        given: dict[str, dict] = {}
+        given: dict[str, dict[str, Any]] = {}
         for variant, values in pairs:
             name = get_ffn_spec(variant).name
             own = given.setdefault(name, {})
@@ -242,8 +253,9 @@ def check_study(study: Study) -> None:
     canon = [get_ffn_spec(v).name for v in study.variants]
     if len(set(canon)) != len(canon):
         raise ValueError(f"variants repeat: {', '.join(study.variants)}")
-    if get_ffn_spec(study.baseline).name not in canon:
-        raise ValueError(f"baseline '{shorten(study.baseline)}' is not among the variants; valid: {', '.join(canon)}")
+    baseline = default_baseline(study.variants) if study.baseline is None else study.baseline
+    if get_ffn_spec(baseline).name not in canon:
+        raise ValueError(f"baseline '{shorten(baseline)}' is not among the variants; valid: {', '.join(canon)}")
     if study.seeds < 1 or study.noise_floor < 0:
         raise ValueError(f"seeds must be >= 1 and noise floor >= 0, got {study.seeds}, {study.noise_floor}")
     cells = math.prod(len(values) for values in study.axes.values())
@@ -302,18 +314,19 @@ def check_scale(study: Study) -> None:
         raise ValueError(f"--scale needs at least 3 sizes or budgets (a power law has 3 parameters), got {points}")
 
 
-def set_field(cfg: TrainConfig, path: str, value) -> TrainConfig:
+def set_field(cfg: TrainConfig, path: str, value: Any) -> TrainConfig:
     """Copy of cfg with 'model.x' or 'x' set to value (validated by the dataclasses)."""
     if path.startswith("model."):
         return replace(cfg, model=replace(cfg.model, **{path.removeprefix("model."): value}))
     return replace(cfg, **{path: value})
 
 
-def config_value(config: dict, path: str):
+def config_value(config: dict[str, Any], path: str) -> Any:
     """The value at 'model.x' or 'x' in a config dict (a stored run's config); KeyError if absent."""
+    value: Any = config
     for part in path.split("."):
-        config = config[part]
-    return config
+        value = value[part]
+    return value
 
 
 def run_id(cfg: TrainConfig) -> str:
@@ -347,7 +360,7 @@ def plan(study: Study) -> list[TrainConfig]:
     return runs
 
 
-def group_key(cfg: TrainConfig, study: Study) -> tuple:
+def group_key(cfg: TrainConfig, study: Study) -> CellKey:
     """The axis values of a run (its cell in the study), for grouping statistics."""
     config = cfg.to_dict()
     return tuple((axis, config_value(config, AXES[axis])) for axis in study.axes)

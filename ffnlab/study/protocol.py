@@ -17,8 +17,10 @@ finished runs, and a killed protocol resumes where it stopped. The stages' summa
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ffnlab._util.files import write_atomic
 from ffnlab.study.execute import run_study
@@ -34,7 +36,9 @@ STAGE_TITLES = {
 }
 
 
-def protocol_grid(study: Study, lrs=None, warmups=None, contexts=None) -> dict[str, list]:
+def protocol_grid(
+    study: Study, lrs: list[float] | None = None, warmups: list[int] | None = None, contexts: list[int] | None = None
+) -> dict[str, list[Any]]:
     """The values stages 2 and 3 try: by default lr x {1/2, 1, 2}, warm-up x {1, 4} (at least 1 step),
     context x {1/2, 1, 2} (at least 8 tokens), each including the base value."""
     b_lr, b_warm, b_ctx = study.base.lr, study.base.warmup_steps, study.base.model.context
@@ -45,7 +49,7 @@ def protocol_grid(study: Study, lrs=None, warmups=None, contexts=None) -> dict[s
     }
 
 
-def check_protocol_study(study: Study):
+def check_protocol_study(study: Study) -> None:
     """ValueError unless the study can run the protocol: no axes of its own (the protocol adds them)."""
     if study.axes:
         raise ValueError(
@@ -58,11 +62,11 @@ def check_protocol_study(study: Study):
 class Protocol:
     """The protocol's outcome: its grid, each variant's chosen setting and the summary of each stage."""
 
-    grid: dict[str, list]
-    choice: dict[str, dict]  # variant -> {"lr", "warmup_steps"} chosen in stage 2
+    grid: dict[str, list[Any]]  # axis -> the values stages 2 and 3 try (`protocol_grid`)
+    choice: dict[str, dict[str, Any]]  # variant -> {"lr", "warmup_steps"} chosen in stage 2
     stages: list[tuple[str, Summary]]  # (stage name, its summary), in STAGES order
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """protocol.json, and compare --protocol --json without each stage's summary spread out."""
         return {
             "grid": self.grid,
@@ -71,12 +75,14 @@ class Protocol:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> Protocol:
+    def from_json(cls, d: dict[str, Any]) -> Protocol:
         stages = [(st["name"], Summary.from_json(st["summary"])) for st in d["stages"]]
         return cls(d["grid"], d["choice"], stages)
 
 
-def run_protocol(study: Study, store_path, grid: dict[str, list] | None = None, **run) -> Protocol:
+def run_protocol(
+    study: Study, store_path: str | os.PathLike[str], grid: dict[str, list[Any]] | None = None, **run: Any
+) -> Protocol:
     """Run the three stages into one store. `run` goes to `run_study` (jobs, backend, quiet, ...). The
     result is also written to protocol.json beside the store (through a temporary file)."""
     check_protocol_study(study)
@@ -100,11 +106,11 @@ def run_protocol(study: Study, store_path, grid: dict[str, list] | None = None, 
     return result
 
 
-def protocol_path(store_path) -> Path:
+def protocol_path(store_path: str | os.PathLike[str]) -> Path:
     return Path(store_path).parent / PROTOCOL_JSON
 
 
-def load_protocol(store_path) -> Protocol | None:
+def load_protocol(store_path: str | os.PathLike[str]) -> Protocol | None:
     """protocol.json beside the store, or None when the store has none (or it cannot be read)."""
     try:
         return Protocol.from_json(json.loads(protocol_path(store_path).read_text()))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -75,45 +77,73 @@ SHAZEER_2020_524K = shazeer_column(
 TABLES = (SHAZEER_2020_65K, SHAZEER_2020_524K)
 
 
+@dataclass(frozen=True)
+class Disagreement:
+    """A pair of variants a measured ranking orders differently from a published one: both values per side."""
+
+    pair: tuple[str, str]
+    measured: tuple[float, float]
+    published: tuple[float, float]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Disagreement:
+        (a, b), (measured_a, measured_b), (published_a, published_b) = d["pair"], d["measured"], d["published"]
+        return cls((a, b), (measured_a, measured_b), (published_a, published_b))
+
+
+@dataclass(frozen=True)
+class RankAgreement:
+    """How a measured ranking agrees with a published table (`rank_agreement`), over the variants both have."""
+
+    source: str  # the paper, its arXiv id and table
+    table: str
+    variants: list[str]  # the shared variants, in the measured order given
+    n: int
+    measured: dict[str, float]
+    published: dict[str, float]
+    tau: float | None  # Kendall's tau-a; None below 2 shared variants
+    disagree: list[Disagreement]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RankAgreement:
+        return cls(**{**d, "disagree": [Disagreement.from_json(p) for p in d["disagree"]]})
+
+
 def rank_agreement(
-    measured: dict[str, float], lower_is_better: bool = True, table: PublishedTable = SHAZEER_2020_65K
-) -> dict:
-    """How a measured ranking agrees with a published one, over the variants both have.
+    measured: Mapping[str, float | None], lower_is_better: bool = True, table: PublishedTable = SHAZEER_2020_65K
+) -> RankAgreement:
+    """How a measured ranking agrees with a published one, over the variants both have (a None measurement
+    is left out).
 
         tau = (concordant - discordant) / (n (n - 1) / 2)      Kendall's tau-a over all pairs
 
-    A pair is concordant when both order it the same way; a tie on either side counts as neither.
-    Returns {"source", "table", "variants", "n", "tau" (None below 2 shared variants), "measured" and
-    "published" (variant -> value), "disagree": [{"pair", "measured", "published"}]} with each
-    discordant pair's two values per side.
+    A pair is concordant when both order it the same way; a tie on either side counts as neither; each
+    discordant pair is a `Disagreement` with its two values per side.
     """
     sign = 1.0 if lower_is_better else -1.0
-    shared = [v for v in measured if v in table.values and measured[v] is not None]
+    ours = {v: x for v, x in measured.items() if v in table.values and x is not None}
+    shared = list(ours)
     concordant, disagree = 0, []
     pairs = [(a, b) for i, a in enumerate(shared) for b in shared[i + 1 :]]
     for a, b in pairs:
-        ours = sign * (measured[a] - measured[b])
-        theirs = table.values[a] - table.values[b]
-        if ours * theirs > 0:
+        order = sign * (ours[a] - ours[b]) * (table.values[a] - table.values[b])
+        if order > 0:
             concordant += 1
-        elif ours * theirs < 0:
-            disagree.append(
-                {
-                    "pair": [a, b],
-                    "measured": [measured[a], measured[b]],
-                    "published": [table.values[a], table.values[b]],
-                }
-            )
-    return {
-        "source": f"{table.source} (arXiv:{table.arxiv}), {table.table}",
-        "table": table.table,
-        "variants": shared,
-        "n": len(shared),
-        "measured": {v: measured[v] for v in shared},
-        "published": {v: table.values[v] for v in shared},
-        "tau": (concordant - len(disagree)) / len(pairs) if pairs else None,
-        "disagree": disagree,
-    }
+        elif order < 0:
+            disagree.append(Disagreement((a, b), (ours[a], ours[b]), (table.values[a], table.values[b])))
+    return RankAgreement(
+        source=f"{table.source} (arXiv:{table.arxiv}), {table.table}",
+        table=table.table,
+        variants=shared,
+        n=len(shared),
+        measured=ours,
+        published={v: table.values[v] for v in shared},
+        tau=(concordant - len(disagree)) / len(pairs) if pairs else None,
+        disagree=disagree,
+    )
 
 
 # ---- pretrained models --------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 """Typed records of the study layer: what the store hands back and what a summary is made of.
 
-    RunRecord   one stored run: its config, status and result (`Store.get`, `Store.runs`)
-    VariantRow  one variant in one cell: the paired statistics of the ranking metric and every metric
-    Cell        one combination of a study's axis values: its rows, best first, and its verdict
-    Summary     a whole study: its cells, and the comparisons across them
+    RunRecord      one stored run: its config, status and result (`Store.get`, `Store.runs`)
+    VariantRow     one variant in one cell: the paired statistics of the ranking metric and every metric
+    Cell           one combination of a study's axis values: its rows, best first, and its verdict
+    AcrossCells    whether each variant's gap to the baseline changes between the cells
+    StudyScaling   a scaling study's loss-vs-compute fits (`ffnlab.study.scaling.ScalingFits`), or why none
+    StudySettings  the run settings a reader needs, and what the comparison held equal (`Controls`)
+    Summary        a whole study: its cells, and the comparisons across them
 
 Everything above the store (the summary, the terminal table, `compare --json` and `--csv`, the report
 and `advise`) reads these types; `to_json` writes the documented JSON from them.
@@ -12,11 +15,14 @@ and `advise`) reads these types; `to_json` writes the documented JSON from them.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ffnlab.run.config import RunResult
 from ffnlab.study.metrics import row_metrics
+from ffnlab.study.published import RankAgreement
+from ffnlab.study.scaling import ScalingFits
+from ffnlab.study.stats import Direction, GapTest, SeedNoise, VariantStats
 
 
 class RunStatus(enum.StrEnum):
@@ -39,7 +45,7 @@ class RunStatus(enum.StrEnum):
         return self.done or self is RunStatus.FAILED
 
 
-def result_from_dict(d: dict) -> RunResult:
+def result_from_dict(d: dict[str, Any]) -> RunResult:
     """A stored result (its fields' kinds checked by the store) as a `RunResult`. The store keeps curves
     and events in tables of their own, and a field added since an older store was written reads as
     empty; ValueError naming the keys `RunResult` does not have (the store was edited or damaged)."""
@@ -48,7 +54,8 @@ def result_from_dict(d: dict) -> RunResult:
     if unknown:
         raise ValueError(f"its result has keys a run result does not: {', '.join(unknown)}")
     empty: dict[str, Any] = {"history": {}, "events": [], "behaviour": {}, "learned": {}, "config": {}}
-    return RunResult(**{name: d.get(name, empty.get(name)) for name in names})
+    values: dict[str, Any] = {name: d.get(name, empty.get(name)) for name in names}
+    return RunResult(**values)
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,11 @@ class RunRecord:
     """One run as the store holds it (after optuna's FrozenTrial): immutable, read by everything above."""
 
     id: str  # the hash of `config` (ffnlab.study.plan.run_id)
-    config: dict  # the TrainConfig's JSON as stored: the run's identity
+    config: dict[str, Any]  # the TrainConfig's JSON as stored: the run's identity
     status: RunStatus
     result: RunResult | None  # a finished or diverged run's measurements; None otherwise
     error: str | None  # why a failed run failed
-    env: dict  # the machine and libraries that trained it (ffnlab._util.machine.environment)
+    env: dict[str, Any]  # the machine and libraries that trained it (ffnlab._util.machine.environment)
     sweep: str | None
     attempts: int
     created_at: float
@@ -73,52 +80,42 @@ class RunRecord:
 
 
 # the statistics of the ranking metric a row carries (ffnlab.study.stats.compare), in the CSV's order
-STAT_FIELDS = (
-    "ffn",
-    "rank",
-    "n_seeds",
-    "mean",
-    "std",
-    "ci_low",
-    "ci_high",
-    "delta",
-    "delta_ci_low",
-    "delta_ci_high",
-    "n_pairs",
-    "p",
-    "p_adj",
-    "significant",
-    "diverged",
-)
+STAT_FIELDS = tuple(f.name for f in fields(VariantStats))
 
 
 @dataclass
-class VariantRow:
-    """One variant in one cell: the paired statistics of the cell's ranking metric against the baseline,
-    the per-seed values they rest on, and every other metric of `METRICS` over the variant's seeds."""
+class VariantRow(VariantStats):
+    """One variant in one cell: the paired statistics of the cell's ranking metric against the baseline
+    (`VariantStats`, a row of `ffnlab.study.stats.compare`), the per-seed values they rest on, and every
+    other metric of `METRICS` over the variant's seeds."""
 
-    ffn: str
-    rank: int
-    n_seeds: int  # finite values the mean rests on
-    mean: float | None
-    std: float | None
-    ci_low: float | None
-    ci_high: float | None
-    delta: float | None  # mean paired difference to the baseline (variant - baseline)
-    delta_ci_low: float | None
-    delta_ci_high: float | None
-    n_pairs: int
-    p: float | None  # paired t-test against the baseline
-    p_adj: float | None  # Holm over the cell's non-baseline variants
-    significant: bool
-    diverged: int  # runs that diverged
     values: dict[int, float] = field(default_factory=dict)  # seed -> ranking metric (the paired seeds)
     test_values: dict[int, float] = field(default_factory=dict)  # seed -> the same metric on the test split
     runs: int = 0  # paired runs that ended (finished or diverged)
     metrics: dict[str, Any] = field(default_factory=dict)  # name -> value, for each metric of METRICS
     tuned: dict[str, Any] = field(default_factory=dict)  # a tuned cell's chosen setting and its val_mean
 
-    def to_json(self) -> dict:
+    @classmethod
+    def of(
+        cls,
+        stats: VariantStats,
+        values: dict[int, float] | None = None,
+        test_values: dict[int, float] | None = None,
+        runs: int = 0,
+        metrics: dict[str, Any] | None = None,
+        tuned: dict[str, Any] | None = None,
+    ) -> VariantRow:
+        """A row from the statistics `compare` gave and the rest of its fields."""
+        return cls(
+            **asdict(stats),
+            values=values or {},
+            test_values=test_values or {},
+            runs=runs,
+            metrics=metrics or {},
+            tuned=tuned or {},
+        )
+
+    def to_json(self) -> dict[str, Any]:
         """The row as compare --json writes it: statistics, per-seed values and metrics side by side."""
         out = {name: getattr(self, name) for name in STAT_FIELDS}
         if self.tuned:
@@ -126,20 +123,25 @@ class VariantRow:
         return {**out, "values": self.values, "test_values": self.test_values, "runs": self.runs, **self.metrics}
 
     @classmethod
-    def from_json(cls, d: dict) -> VariantRow:
+    def from_json(cls, d: dict[str, Any]) -> VariantRow:
         """A row read back from `to_json` (protocol.json); JSON turned the seeds into strings."""
-        seeds = lambda values: {int(s): x for s, x in values.items()}
-        names = {m.name for m in row_metrics()}
+        stats = VariantStats(**{k: d[k] for k in STAT_FIELDS})
         rest = {k: v for k, v in d.items() if k not in STAT_FIELDS}
         if "values" not in rest:  # a tuned row: its chosen setting
-            return cls(**{k: d[k] for k in STAT_FIELDS}, tuned=rest)
-        return cls(
-            **{k: d[k] for k in STAT_FIELDS},
-            values=seeds(rest["values"]),
-            test_values=seeds(rest["test_values"]),
+            return cls.of(stats, tuned=rest)
+        names = {m.name for m in row_metrics()}
+        return cls.of(
+            stats,
+            values=seed_keys(rest["values"]),
+            test_values=seed_keys(rest["test_values"]),
             runs=rest["runs"],
             metrics={k: v for k, v in rest.items() if k in names},
         )
+
+
+def seed_keys(values: dict[str, float]) -> dict[int, float]:
+    """Per-seed values read back from JSON, which writes their seeds as strings."""
+    return {int(s): x for s, x in values.items()}
 
 
 @dataclass
@@ -150,21 +152,21 @@ class Cell:
     task: str  # what the models learn: lm or cls (ffnlab.core.model.ModelConfig.task)
     metric: str  # the ranking metric's name (ffnlab.study.metrics.ranking_metric), or its test twin
     baseline: str
-    metric_direction: str  # 'lower' or 'higher' is better
+    metric_direction: Direction
     alpha: float
     level: float
     variants: list[VariantRow]  # best first
     verdict: str
     missing: dict[str, list[int]] = field(default_factory=dict)  # variant -> seeds that did not finish
-    literature: dict | None = None  # rank agreement with the published table (ffnlab.study.published)
-    noise_floor: dict | None = None  # the baseline's seed-to-seed spread over its extra seeds
+    literature: RankAgreement | None = None  # rank agreement with the published table (ffnlab.study.published)
+    noise_floor: SeedNoise | None = None  # the baseline's seed-to-seed spread over its extra seeds
     tuned_axes: list[str] = field(default_factory=list)  # a tuned cell: the axes chosen per variant
     selected_on: str | None = None  # a tuned cell: the metric the settings were chosen by
 
     def row(self, ffn: str) -> VariantRow:
         return next(r for r in self.variants if r.ffn == ffn)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"axes": self.axes, "metric": self.metric}
         if self.tuned_axes:
             out.update(selected_on=self.selected_on, tuned_axes=self.tuned_axes)
@@ -179,18 +181,135 @@ class Cell:
         if self.missing:
             out["missing"] = self.missing
         if self.literature is not None:
-            out["literature"] = self.literature
+            out["literature"] = self.literature.to_json()
         if self.noise_floor is not None:
-            out["noise_floor"] = self.noise_floor
+            out["noise_floor"] = self.noise_floor.to_json()
         return out
 
     @classmethod
-    def from_json(cls, d: dict) -> Cell:
+    def from_json(cls, d: dict[str, Any]) -> Cell:
         """A cell read back from `to_json` (protocol.json)."""
-        rows = [VariantRow.from_json(r) for r in d["variants"]]
-        plain = {k: d[k] for k in ("axes", "metric", "baseline", "metric_direction", "alpha", "level", "verdict")}
-        optional = {k: d[k] for k in ("missing", "literature", "noise_floor", "tuned_axes", "selected_on") if k in d}
-        return cls(**plain, **optional, task="cls" if d["metric"].endswith("_acc") else "lm", variants=rows)
+        return cls(
+            axes=d["axes"],
+            task="cls" if d["metric"].endswith("_acc") else "lm",
+            metric=d["metric"],
+            baseline=d["baseline"],
+            metric_direction=d["metric_direction"],
+            alpha=d["alpha"],
+            level=d["level"],
+            variants=[VariantRow.from_json(r) for r in d["variants"]],
+            verdict=d["verdict"],
+            missing=d.get("missing", {}),
+            literature=RankAgreement.from_json(d["literature"]) if "literature" in d else None,
+            noise_floor=SeedNoise(**d["noise_floor"]) if "noise_floor" in d else None,
+            tuned_axes=d.get("tuned_axes", []),
+            selected_on=d.get("selected_on"),
+        )
+
+
+@dataclass(frozen=True)
+class GapAcrossCells(GapTest):
+    """One variant's gap to the baseline across the cells: the F test of its per-seed gaps, its mean gap in
+    each cell, and the test Holm-corrected over the variants."""
+
+    gaps: list[float | None]  # the variant's delta in each cell, in the cells' order
+    p_adj: float | None
+    differs: bool  # p_adj < alpha
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GapAcrossCells:
+        return cls(**{**d, "df": tuple(d["df"]) if d["df"] is not None else None})
+
+
+@dataclass(frozen=True)
+class AcrossCells:
+    """Whether each variant's gap to the baseline changes between the cells of a study (ffnlab.study.summary.
+    across_cells), and the best mean of each cell."""
+
+    cells: list[str]  # each cell's label, 'depth=2, placement=pre'
+    variants: dict[str, GapAcrossCells]  # every variant but the baseline
+    best: list[str | None]  # the best mean of each cell; None where no variant has one
+    alpha: float
+    sentences: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AcrossCells:
+        variants = {v: GapAcrossCells.from_json(g) for v, g in d["variants"].items()}
+        return cls(cells=d["cells"], variants=variants, best=d["best"], alpha=d["alpha"], sentences=d["sentences"])
+
+
+@dataclass(frozen=True)
+class StudyScaling:
+    """The loss-vs-compute fits of a study with compute axes (`Study.scale`), or, while fewer than 3 computes
+    have finished, why there are none yet."""
+
+    scale: dict[str, list[Any]]  # the compute axes and their values
+    metric: str  # the ranking metric fitted
+    fits: ScalingFits | None  # None: not fitted yet (`error` says why)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.fits is None:
+            return {"error": self.error, "scale": self.scale}
+        return {"scale": self.scale, "metric": self.metric, **self.fits.to_json()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StudyScaling:
+        if "error" in d:
+            return cls(scale=d["scale"], metric="", fits=None, error=d["error"])
+        return cls(scale=d["scale"], metric=d["metric"], fits=ScalingFits.from_json(d))
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What a comparison held equal and how, and what it did not and why, each as a [what, how] pair."""
+
+    held_equal: list[list[str]] = field(default_factory=list)
+    not_equal: list[list[str]] = field(default_factory=list)
+
+    def __add__(self, other: Controls) -> Controls:
+        return Controls(self.held_equal + other.held_equal, self.not_equal + other.not_equal)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The run settings a reader needs to judge a comparison (ffnlab.study.summary.settings_of), with what it
+    held equal and what not; `to_json` is compare --json's `settings`."""
+
+    data: str
+    task: str
+    tokenizer: str
+    model: dict[str, Any]  # n_layers, n_heads, d_model, context, norm, placement, pos, dropout
+    match: str  # what the FFN widths match: params, flops or none
+    init: str
+    attn_act: str | None  # activations on Q, K, V (ModelConfig.attn_act)
+    batch_size: int
+    budget: dict[str, float]  # one of max_seconds, max_tokens, max_steps
+    tokens_per_run: int | None  # None under a wall-clock budget
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    weight_decay: float
+    beta2: float
+    grad_clip: float
+    precision: str
+    seeds: int
+    variants: list[str]
+    axes: dict[str, list[Any]]
+    per_variant: dict[str, dict[str, Any]]
+    pretrained: dict[str, str | None] | None  # {"from": folder, "digest": ...} when fine-tuning
+    held_equal: list[list[str]]  # [what, how]
+    not_equal: list[list[str]]  # [what, why]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StudySettings:
+        return cls(**d)
 
 
 @dataclass
@@ -200,25 +319,25 @@ class Summary:
     store: str
     baseline: str
     seeds: int
-    settings: dict  # the run settings and what the comparison held equal (ffnlab.study.summary.settings_of)
+    settings: StudySettings  # the run settings and what the comparison held equal
     cells: list[Cell]
-    across_cells: dict | None = None  # whether each gap changes between cells (two cells or more)
+    across_cells: AcrossCells | None = None  # whether each gap changes between cells (two cells or more)
     tuned: list[Cell] = field(default_factory=list)  # with an lr or warmup axis
-    scaling: dict | None = None  # with --scale axes
+    scaling: StudyScaling | None = None  # with --scale axes
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """What `compare --json` prints: the cells, and with a single cell its rows and verdict at the top."""
         out: dict[str, Any] = {
             "store": self.store,
             "baseline": self.baseline,
             "seeds": self.seeds,
-            "settings": self.settings,
+            "settings": self.settings.to_json(),
             "cells": [c.to_json() for c in self.cells],
         }
         if self.across_cells is not None:
-            out["across_cells"] = self.across_cells
+            out["across_cells"] = self.across_cells.to_json()
         if self.scaling is not None:
-            out["scaling"] = self.scaling
+            out["scaling"] = self.scaling.to_json()
         if self.tuned:
             out["tuned"] = [c.to_json() for c in self.tuned]
         if len(self.cells) == 1:
@@ -227,14 +346,17 @@ class Summary:
         return out
 
     @classmethod
-    def from_json(cls, d: dict) -> Summary:
+    def from_json(cls, d: dict[str, Any]) -> Summary:
         """A summary read back from `to_json` (protocol.json)."""
         return cls(
-            **{k: d[k] for k in ("store", "baseline", "seeds", "settings")},
+            store=d["store"],
+            baseline=d["baseline"],
+            seeds=d["seeds"],
+            settings=StudySettings.from_json(d["settings"]),
             cells=[Cell.from_json(c) for c in d["cells"]],
-            across_cells=d.get("across_cells"),
+            across_cells=AcrossCells.from_json(d["across_cells"]) if "across_cells" in d else None,
             tuned=[Cell.from_json(c) for c in d.get("tuned", [])],
-            scaling=d.get("scaling"),
+            scaling=StudyScaling.from_json(d["scaling"]) if "scaling" in d else None,
         )
 
 

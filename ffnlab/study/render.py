@@ -23,7 +23,7 @@ from ffnlab.core.model import describe_attn_act
 from ffnlab.study import plots
 from ffnlab.study.metrics import three_digits
 from ffnlab.study.protocol import STAGE_TITLES
-from ffnlab.study.records import Cell
+from ffnlab.study.records import Cell, StudySettings
 from ffnlab.study.summary import literature_text
 from ffnlab.study.table import (
     Table,
@@ -106,8 +106,10 @@ def render_figures(data: ReportData) -> dict[str, bytes]:
         if drawn is not None and not isinstance(drawn, str):  # maps, not a note on why there are none
             figs[f"attention{suffix}.png"] = plots.attention_figure(drawn.maps, drawn.layer)
     scaling = data.scaling
-    if scaling and "variants" in scaling:
-        figs["scaling.png"] = plots.scaling_figure(scaling, styles, axis_label(data.cells[0].cell.metric))
+    if scaling and scaling.fits:
+        figs["scaling.png"] = plots.scaling_figure(
+            scaling.fits.to_json(), styles, axis_label(data.cells[0].cell.metric)
+        )
     acts = data.activations
     figs["activations.png"] = plots.activations_figure(list(acts), labels=acts)
     return dict(figs)
@@ -206,18 +208,18 @@ def settings_rows(
 
 
 def report_settings(data: ReportData) -> Table:
-    rows = settings_rows(data.settings, data.env, data.baseline, data.store, data.architecture)
+    rows = settings_rows(data.settings.to_json(), data.env, data.baseline, data.store, data.architecture)
     return Table(["setting", "value"], [list(row) for row in rows], (0, 1))
 
 
 # ---- the tables and classes the page shows beside the cells' own (ffnlab.study.table) -------------
 
 
-def equality_tables(settings: dict[str, Any]) -> tuple[Table, Table]:
+def equality_tables(settings: StudySettings) -> tuple[Table, Table]:
     """What the comparison held equal and how, and what it did not and why."""
     return (
-        Table(["held equal", "how"], settings["held_equal"], (0, 1)),
-        Table(["not equal", "why"], settings["not_equal"], (0, 1)),
+        Table(["held equal", "how"], settings.held_equal, (0, 1)),
+        Table(["not equal", "why"], settings.not_equal, (0, 1)),
     )
 
 

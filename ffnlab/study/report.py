@@ -35,7 +35,7 @@ from ffnlab.study.load import load_study
 from ffnlab.study.metrics import mean_of
 from ffnlab.study.plan import Study
 from ffnlab.study.protocol import Protocol, load_protocol
-from ffnlab.study.records import Cell, RunRecord, RunStatus
+from ffnlab.study.records import AcrossCells, Cell, RunRecord, RunStatus, StudyScaling, StudySettings
 from ffnlab.study.render import FIGURES_DIR, REPORT_HTML, SUMMARY_MD, render_figures, render_html, render_markdown
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
@@ -71,10 +71,12 @@ def seed_band(series: list[dict[X, float]], level: float = 0.95) -> Band[X]:
         if not values:
             continue
         m = mean_ci(values, level)
+        if m.mean is None:  # NOTE: never, with values; says so to the type checker
+            continue
         band.x.append(x)
-        band.mean.append(m["mean"])
-        band.low.append(m["ci_low"] if m["ci_low"] is not None else m["mean"])
-        band.high.append(m["ci_high"] if m["ci_high"] is not None else m["mean"])
+        band.mean.append(m.mean)
+        band.low.append(m.ci_low if m.ci_low is not None else m.mean)
+        band.high.append(m.ci_high if m.ci_high is not None else m.mean)
     return band
 
 
@@ -330,12 +332,12 @@ class ReportData:
     baseline: str
     variants: list[str]
     architecture: str | None  # a Hugging Face architecture's name, None for ffnlab's own Transformer
-    settings: dict[str, Any]  # ffnlab.study.summary.settings_of
+    settings: StudySettings  # ffnlab.study.summary.settings_of
     env: dict[str, Any]  # the machine of the most recently finished run
     cells: list[CellReport]
     tuned: list[Cell]
-    across_cells: dict[str, Any] | None
-    scaling: dict[str, Any] | None
+    across_cells: AcrossCells | None
+    scaling: StudyScaling | None
     other_studies: int  # in the same store, not shown
     activations: dict[str, str]  # activation -> its label in the figure
     numerics: NumericsFile | None  # numerics.json beside the store

@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 from scipy import optimize
@@ -164,7 +165,7 @@ def fit_power_law(compute: Sequence[float], loss: Sequence[float]) -> PowerLaw:
     e0, a0, alpha0 = _grid_start(x, y, e_max)
 
     def residuals(p: np.ndarray) -> np.ndarray:
-        return np.log(p[0] + np.exp(p[1]) * x ** -p[2]) - log_y
+        return np.asarray(np.log(p[0] + np.exp(p[1]) * x ** -p[2]) - log_y)
 
     def jacobian(p: np.ndarray) -> np.ndarray:
         reducible = np.exp(p[1]) * x ** -p[2]
@@ -219,25 +220,142 @@ def _small_sample_interval(point: float, draws: np.ndarray, n_seeds: int, level:
     return [point - half, point + half]
 
 
-def _group_runs(runs: list[dict]) -> tuple[dict[str, list[tuple[float, float, object]]], dict[str, int]]:
+# ---- the fits of a study: records ---------------------------------------------------------------------
+
+Point = tuple[float, float, int]  # (compute, loss, seed) of one finished run
+
+
+@dataclass(frozen=True)
+class ScalingRun:
+    """One run as a scaling fit reads it: its variant, seed, training compute (FLOPs) and final loss
+    (non-finite: diverged)."""
+
+    variant: str
+    seed: int
+    compute: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class FitCurve:
+    """A fitted curve on `CURVE_POINTS` computes with its interval at each, for the plot (None: unbounded)."""
+
+    compute: list[float]
+    loss: list[float]
+    low: list[float | None]
+    high: list[float | None]
+
+
+@dataclass(frozen=True)
+class LackOfFit:
+    """How well a power law fits its points (`lack_of_fit`)."""
+
+    rms_log_residual: float
+    lack_of_fit_p: float | None  # None without replicates or with 3 computes
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """A compute multiplier read beyond the largest measured compute (`fit_scaling`'s extrapolate_to)."""
+
+    compute: float
+    multiplier: float
+    multiplier_ci: list[float | None]
+    note: str = "extrapolation beyond the largest measured compute"
+
+
+@dataclass(frozen=True)
+class VariantFit:
+    """One variant's power law, its intervals, its points and its compute multiplier against the baseline."""
+
+    E: float
+    A: float
+    alpha: float
+    converged: bool
+    note: str
+    E_ci: list[float | None]
+    alpha_ci: list[float | None]
+    n_seeds: int
+    n_points: int
+    diverged: int  # runs left out of the fit
+    boot_failed: int  # bootstrap replicates whose fit raised
+    points: list[Point]
+    curve: FitCurve
+    rms_log_residual: float
+    lack_of_fit_p: float | None
+    multiplier: float  # 1 for the baseline; 0 when the variant never reaches the baseline's loss
+    multiplier_ci: list[float | None]
+    extrapolated: Extrapolation | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.extrapolated is None:
+            del out["extrapolated"]
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> VariantFit:
+        extrapolated = Extrapolation(**d["extrapolated"]) if "extrapolated" in d else None
+        points = [(c, y, s) for c, y, s in d["points"]]
+        return cls(**{**d, "points": points, "curve": FitCurve(**d["curve"]), "extrapolated": extrapolated})
+
+
+@dataclass(frozen=True)
+class ScalingFits:
+    """`fit_scaling`'s result: a power law per variant and its compute multiplier against the baseline."""
+
+    baseline: str
+    level: float
+    n_boot: int
+    loss_fit: str  # how the curves were fitted (LOSS_FIT)
+    compute_range: list[float]  # [smallest, largest] measured training compute
+    at_compute: float  # where the multipliers are read: the largest measured compute
+    variants: dict[str, VariantFit]
+    sentences: list[str]  # one per variant but the baseline
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON without nan or inf: a missing or unbounded interval end is None."""
+        return {**asdict(self), "variants": {name: fit.to_json() for name, fit in self.variants.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ScalingFits:
+        """The fits from `to_json`, or from a study's scaling JSON, which holds them beside its own keys."""
+        own = {f.name: d[f.name] for f in fields(cls)}
+        return cls(**{**own, "variants": {name: VariantFit.from_json(v) for name, v in d["variants"].items()}})
+
+
+@dataclass
+class Draws:
+    """One variant's bootstrap replicates (`_bootstrap`): E, log alpha, log k at each compute read, the
+    fitted log loss on the plot's grid, and how many replicates failed to fit."""
+
+    E: list[float] = field(default_factory=list)
+    log_alpha: list[float] = field(default_factory=list)
+    log_k: list[list[float]] = field(default_factory=list)  # a column per compute read
+    log_loss: list[np.ndarray] = field(default_factory=list)
+    failed: int = 0
+
+
+# ---- the fits of a study ----------------------------------------------------------------------------
+
+
+def _group_runs(runs: Sequence[ScalingRun]) -> tuple[dict[str, list[Point]], dict[str, int]]:
     """Finite (compute, loss, seed) points by variant, and the number of diverged runs by variant."""
-    points: dict[str, list[tuple[float, float, object]]] = {}
+    points: dict[str, list[Point]] = {}
     diverged: dict[str, int] = {}
     for run in runs:
-        name = str(run["variant"])
-        points.setdefault(name, [])
-        diverged.setdefault(name, 0)
-        if math.isfinite(float(run["loss"])):
-            seed = run["seed"].item() if isinstance(run["seed"], np.generic) else run["seed"]  # JSON-able
-            points[name].append((float(run["compute"]), float(run["loss"]), seed))
+        points.setdefault(run.variant, [])
+        diverged.setdefault(run.variant, 0)
+        if math.isfinite(run.loss):
+            points[run.variant].append((float(run.compute), float(run.loss), int(run.seed)))  # JSON-able
         else:
-            diverged[name] += 1
+            diverged[run.variant] += 1
     return points, diverged
 
 
-def _fit_seeds(points: list[tuple[float, float, object]], seeds: tuple) -> PowerLaw:
+def _fit_seeds(points: list[Point], seeds: tuple[int, ...]) -> PowerLaw:
     """Fit on the points of `seeds`, a seed appearing as many times as it was drawn."""
-    by_seed: dict[object, list[tuple[float, float]]] = {}
+    by_seed: dict[int, list[tuple[float, float]]] = {}
     for c, y, s in points:
         by_seed.setdefault(s, []).append((c, y))
     chosen = [p for s in seeds for p in by_seed.get(s, [])]
@@ -245,8 +363,14 @@ def _fit_seeds(points: list[tuple[float, float, object]], seeds: tuple) -> Power
 
 
 def _bootstrap(
-    points: dict, baseline: str, seed_ids: list, n_boot: int, seed: int, at: list[float], grid: np.ndarray
-) -> dict:
+    points: dict[str, list[Point]],
+    baseline: str,
+    seed_ids: list[int],
+    n_boot: int,
+    seed: int,
+    at: list[float],
+    grid: np.ndarray,
+) -> dict[str, Draws]:
     """Paired bootstrap over seeds: per variant, draws of E, log alpha, log k at each compute in `at` and
     the fitted log loss at each compute of `grid` (the band of the plotted curve).
 
@@ -254,9 +378,9 @@ def _bootstrap(
     seeds drawn (3 seeds: 10 of them, 5 seeds: 126), so fits are cached by it.
     """
     rng = np.random.default_rng(seed)
-    cache: dict[tuple, PowerLaw | None] = {}
+    cache: dict[tuple[str, tuple[int, ...]], PowerLaw | None] = {}
 
-    def fit(name: str, seeds: tuple) -> PowerLaw | None:
+    def fit(name: str, seeds: tuple[int, ...]) -> PowerLaw | None:
         if (name, seeds) not in cache:
             try:
                 cache[name, seeds] = _fit_seeds(points[name], seeds)
@@ -264,21 +388,19 @@ def _bootstrap(
                 cache[name, seeds] = None
         return cache[name, seeds]
 
-    draws = {
-        name: {"E": [], "log_alpha": [], "log_k": [[] for _ in at], "log_loss": [], "failed": 0} for name in points
-    }
+    draws = {name: Draws(log_k=[[] for _ in at]) for name in points}
     for idx in rng.integers(0, len(seed_ids), size=(n_boot, len(seed_ids))):
         seeds = tuple(seed_ids[i] for i in sorted(idx))
         base = fit(baseline, seeds)
         for name in points:
             law = fit(name, seeds)
             if base is None or law is None:
-                draws[name]["failed"] += 1
+                draws[name].failed += 1
                 continue
-            draws[name]["E"].append(law.E)
-            draws[name]["log_alpha"].append(math.log(law.alpha))
-            draws[name]["log_loss"].append(np.log(law.loss(grid)))
-            for column, c in zip(draws[name]["log_k"], at, strict=True):
+            draws[name].E.append(law.E)
+            draws[name].log_alpha.append(math.log(law.alpha))
+            draws[name].log_loss.append(np.log(law.loss(grid)))
+            for column, c in zip(draws[name].log_k, at, strict=True):
                 k = compute_multiplier(base, law, c)
                 column.append(math.log(k) if k > 0 else -math.inf)
     return draws
@@ -304,24 +426,28 @@ def _inverse(k: float | None) -> str:
     return "inf" if k == 0.0 else f"{1.0 / k:.2f}"
 
 
-def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: list[float], base_row: dict) -> str:
+def _sentence(
+    name: str, baseline: str, row: VariantFit, level: float, compute_range: list[float], base_row: VariantFit
+) -> str:
     """One plain sentence for a variant's multiplier, reading k as 1/k x the baseline's compute, with a
     warning when the power law misses the points of either curve (`lack_of_fit`)."""
     span = f"{sci(compute_range[0])}-{sci(compute_range[1])} FLOPs"
-    k, (lo, hi) = row["multiplier"], row["multiplier_ci"]
+    k, (lo, hi) = row.multiplier, row.multiplier_ci
     if k == 0.0:
-        floor = f"its fitted floor E={row['E']:.3g} lies above it"
+        floor = f"its fitted floor E={row.E:.3g} lies above it"
         text = f"{name} never reaches {baseline}'s loss at {sci(compute_range[1])} FLOPs: {floor}"
     else:
         # 1/k swaps the ends: the upper bound of k gives the lower bound of 1/k
         ci = f"{level * 100:g}% CI {_inverse(hi)}-{_inverse(lo)}" if lo is not None else "no CI: fewer than 2 seeds"
         text = f"{name} reaches {baseline}'s loss with {1.0 / k:.2f}x the compute ({ci}) over {span}"
-    if not row["converged"]:
-        text += f" (fit not converged: {row['note']})"
-    if row["boot_failed"]:
-        text += f" ({row['boot_failed']} bootstrap replicates failed to fit)"
+    if not row.converged:
+        text += f" (fit not converged: {row.note})"
+    if row.boot_failed:
+        text += f" ({row.boot_failed} bootstrap replicates failed to fit)"
     misfit = [
-        (n, r["lack_of_fit_p"]) for n, r in ((name, row), (baseline, base_row)) if (r["lack_of_fit_p"] or 1) < LOF_ALPHA
+        (n, r.lack_of_fit_p)
+        for n, r in ((name, row), (baseline, base_row))
+        if r.lack_of_fit_p is not None and r.lack_of_fit_p < LOF_ALPHA
     ]
     if misfit:
         which = ", ".join(f"{n} p={p:.2g}" for n, p in misfit)
@@ -329,20 +455,20 @@ def _sentence(name: str, baseline: str, row: dict, level: float, compute_range: 
     return text
 
 
-def _band(law: PowerLaw, grid: np.ndarray, log_loss_draws: list, n_seeds: int, level: float) -> dict:
+def _band(law: PowerLaw, grid: np.ndarray, log_loss_draws: list[np.ndarray], n_seeds: int, level: float) -> FitCurve:
     """The fitted curve on `grid` with its interval at each compute (on log loss, as the fit), for the plot."""
     draws = np.asarray(log_loss_draws).reshape(-1, len(grid))
     fitted = np.asarray(law.loss(grid), dtype=float)
     ends = [_small_sample_interval(math.log(y), draws[:, i], n_seeds, level) for i, y in enumerate(fitted)]
-    return {
-        "compute": grid.tolist(),
-        "loss": fitted.tolist(),
-        "low": _finite_or_none([math.exp(lo) for lo, _ in ends]),
-        "high": _finite_or_none([math.exp(hi) for _, hi in ends]),
-    }
+    return FitCurve(
+        compute=grid.tolist(),
+        loss=fitted.tolist(),
+        low=_finite_or_none([math.exp(lo) for lo, _ in ends]),
+        high=_finite_or_none([math.exp(hi) for _, hi in ends]),
+    )
 
 
-def lack_of_fit(law: PowerLaw, compute: Sequence[float], loss: Sequence[float]) -> dict:
+def lack_of_fit(law: PowerLaw, compute: Sequence[float], loss: Sequence[float]) -> LackOfFit:
     """Does the power law fit the points, or only summarise them? The classic lack-of-fit F test on log
     loss, with the seeds at one compute as replicates:
 
@@ -359,53 +485,58 @@ def lack_of_fit(law: PowerLaw, compute: Sequence[float], loss: Sequence[float]) 
     levels = np.unique(c)
     pure = sum(float(((log_y[c == v] - log_y[c == v].mean()) ** 2).sum()) for v in levels)
     n, m = len(c), len(levels)
-    out = {"rms_log_residual": float(np.sqrt((resid**2).mean())), "lack_of_fit_p": None}
-    if m > 3 and n > m and pure > 0:
-        f = (max(float((resid**2).sum()) - pure, 0.0) / (m - 3)) / (pure / (n - m))
-        out["lack_of_fit_p"] = float(sps.f.sf(f, m - 3, n - m))
-    return out
+    rms = float(np.sqrt((resid**2).mean()))
+    if not (m > 3 and n > m and pure > 0):
+        return LackOfFit(rms, None)
+    f = (max(float((resid**2).sum()) - pure, 0.0) / (m - 3)) / (pure / (n - m))
+    return LackOfFit(rms, float(sps.f.sf(f, m - 3, n - m)))
 
 
-def _variant_row(
-    name: str, law: PowerLaw, points: list, diverged: int, draws: dict, n_seeds: int, level: float, grid: np.ndarray
-) -> dict:
-    """The JSON row of one variant, without multipliers (they need the baseline)."""
-    e_lo, e_hi = _small_sample_interval(law.E, np.asarray(draws["E"]), n_seeds, level)
-    a_lo, a_hi = _small_sample_interval(math.log(law.alpha), np.asarray(draws["log_alpha"]), n_seeds, level)
-    return {
-        "E": law.E,
-        "A": law.A,
-        "alpha": law.alpha,
-        "converged": law.converged,
-        "note": law.note,
-        "E_ci": _finite_or_none([max(e_lo, 0.0), e_hi]),
-        "alpha_ci": _finite_or_none([math.exp(a_lo), math.exp(a_hi)]),
-        "n_seeds": len({s for _, _, s in points}),
-        "n_points": len(points),
-        "diverged": diverged,
-        "boot_failed": draws["failed"],
-        "points": [[c, y, s] for c, y, s in points],
-        "curve": _band(law, grid, draws["log_loss"], n_seeds, level),
-        **lack_of_fit(law, [c for c, _, _ in points], [y for _, y, _ in points]),
-    }
+def _variant_fit(
+    law: PowerLaw, points: list[Point], diverged: int, draws: Draws, n_seeds: int, level: float, grid: np.ndarray
+) -> VariantFit:
+    """One variant's fit with its intervals, its multiplier not yet read (1, no interval): that needs the
+    baseline's (`fit_scaling`)."""
+    e_lo, e_hi = _small_sample_interval(law.E, np.asarray(draws.E), n_seeds, level)
+    a_lo, a_hi = _small_sample_interval(math.log(law.alpha), np.asarray(draws.log_alpha), n_seeds, level)
+    fit = lack_of_fit(law, [c for c, _, _ in points], [y for _, y, _ in points])
+    return VariantFit(
+        E=law.E,
+        A=law.A,
+        alpha=law.alpha,
+        converged=law.converged,
+        note=law.note,
+        E_ci=_finite_or_none([max(e_lo, 0.0), e_hi]),
+        alpha_ci=_finite_or_none([math.exp(a_lo), math.exp(a_hi)]),
+        n_seeds=len({s for _, _, s in points}),
+        n_points=len(points),
+        diverged=diverged,
+        boot_failed=draws.failed,
+        points=list(points),
+        curve=_band(law, grid, draws.log_loss, n_seeds, level),
+        rms_log_residual=fit.rms_log_residual,
+        lack_of_fit_p=fit.lack_of_fit_p,
+        multiplier=1.0,
+        multiplier_ci=[1.0, 1.0],
+    )
 
 
 def fit_scaling(
-    runs: list[dict],
+    runs: Sequence[ScalingRun],
     baseline: str,
     level: float = 0.95,
     n_boot: int = 500,
     seed: int = 0,
     extrapolate_to: float | None = None,
-) -> dict:
+) -> ScalingFits:
     """Power-law fit per variant, compute multiplier against `baseline` and its paired seed-bootstrap CI.
 
-    `runs`: dicts with "variant", "seed", "compute", "loss"; a non-finite loss (diverged run) is left out
-    and counted. The point estimates fit all seeds of a variant pooled; multipliers are read at the
-    largest measured compute (see `compute_multiplier`), and also at `extrapolate_to` when given. The
-    CIs are the small-sample intervals of the module docstring; each variant's "boot_failed" counts the
-    replicates whose fit raised (e.g. the seeds drawn cover fewer than 3 sizes), left out of its CI and
-    named in its sentence. Returns a JSON-able dict (no nan/inf: a missing or unbounded CI end is None).
+    A run with a non-finite loss (diverged) is left out and counted. The point estimates fit all seeds of
+    a variant pooled; multipliers are read at the largest measured compute (see `compute_multiplier`), and
+    also at `extrapolate_to` when given. The CIs are the small-sample intervals of the module docstring;
+    each variant's `boot_failed` counts the replicates whose fit raised (e.g. the seeds drawn cover fewer
+    than 3 sizes), left out of its CI and named in its sentence. Its JSON has no nan or inf: a missing or
+    unbounded CI end is None.
     """
     points, diverged = _group_runs(runs)
     if baseline not in points:
@@ -420,35 +551,28 @@ def fit_scaling(
     grid = np.geomspace(compute_range[0], compute_range[1], CURVE_POINTS)
     draws = _bootstrap(points, baseline, seed_ids, n_boot, seed, at, grid)
     variants = {}
+    cis: list[list[float | None]]
     for name, law in laws.items():
-        row = _variant_row(name, law, points[name], diverged[name], draws[name], len(seed_ids), level, grid)
-        ks = [compute_multiplier(laws[baseline], law, c) for c in at]
-        cis = [
-            _multiplier_ci(k, column, len(seed_ids), level) for k, column in zip(ks, draws[name]["log_k"], strict=True)
-        ]
-        if name == baseline:  # exactly 1 by definition, not up to bootstrap noise
-            ks, cis = [1.0] * len(at), [[1.0, 1.0]] * len(at)
-        row["multiplier"], row["multiplier_ci"] = ks[0], cis[0]
-        if extrapolate_to is not None:
-            row["extrapolated"] = {
-                "compute": at[1],
-                "multiplier": ks[1],
-                "multiplier_ci": cis[1],
-                "note": "extrapolation beyond the largest measured compute",
-            }
-        variants[name] = row
+        fit = _variant_fit(law, points[name], diverged[name], draws[name], len(seed_ids), level, grid)
+        if name != baseline:  # the baseline's is exactly 1, not up to bootstrap noise
+            ks = [compute_multiplier(laws[baseline], law, c) for c in at]
+            cis = [_multiplier_ci(k, col, len(seed_ids), level) for k, col in zip(ks, draws[name].log_k, strict=True)]
+        else:
+            ks, cis = [1.0] * len(at), [[1.0, 1.0] for _ in at]
+        extrapolated = Extrapolation(at[1], ks[1], cis[1]) if extrapolate_to is not None else None
+        variants[name] = replace(fit, multiplier=ks[0], multiplier_ci=cis[0], extrapolated=extrapolated)
     sentences = [
         _sentence(n, baseline, r, level, compute_range, variants[baseline])
         for n, r in variants.items()
         if n != baseline
     ]
-    return {
-        "baseline": baseline,
-        "level": level,
-        "n_boot": n_boot,
-        "loss_fit": LOSS_FIT,
-        "compute_range": compute_range,
-        "at_compute": compute_range[1],
-        "variants": variants,
-        "sentences": sentences,
-    }
+    return ScalingFits(
+        baseline=baseline,
+        level=level,
+        n_boot=n_boot,
+        loss_fit=LOSS_FIT,
+        compute_range=compute_range,
+        at_compute=compute_range[1],
+        variants=variants,
+        sentences=sentences,
+    )

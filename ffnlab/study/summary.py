@@ -13,21 +13,37 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from ffnlab._util.text import key_values
 from ffnlab.core.model import describe_attn_act, qkv_act_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.train import train_flops
 from ffnlab.study.metrics import ranking_metric, row_metrics
-from ffnlab.study.plan import TUNED_AXES, Study, group_key, plan, plan_precision, run_id
-from ffnlab.study.published import rank_agreement
-from ffnlab.study.records import STAT_FIELDS, Cell, RunRecord, RunStatus, Summary, VariantRow
-from ffnlab.study.scaling import fit_scaling
+from ffnlab.study.plan import TUNED_AXES, CellKey, Study, group_key, plan, plan_precision, run_id
+from ffnlab.study.published import RankAgreement, rank_agreement
+from ffnlab.study.records import (
+    AcrossCells,
+    Cell,
+    Controls,
+    GapAcrossCells,
+    RunRecord,
+    RunStatus,
+    StudyScaling,
+    StudySettings,
+    Summary,
+    VariantRow,
+)
+from ffnlab.study.scaling import ScalingRun, fit_scaling
 from ffnlab.study.stats import MIN_PAIRS, compare, gap_heterogeneity, holm, seed_noise
 from ffnlab.study.store import Store
 
 LEVEL = 0.95
+# a cell's planned runs: each config with its store record (None where not yet run)
+CellRuns = list[tuple[TrainConfig, RunRecord | None]]
 
 
 def test_field(task: str) -> str:
@@ -35,14 +51,7 @@ def test_field(task: str) -> str:
     return ranking_metric(task).name.replace("_val_", "_test_")
 
 
-def row_of(stats: dict, **rest) -> VariantRow:
-    """A `VariantRow` from a row of `ffnlab.study.stats.compare` and the rest of its fields."""
-    return VariantRow(**{k: stats[k] for k in STAT_FIELDS}, **rest)
-
-
-def summarize_cell(
-    items: list[tuple[TrainConfig, RunRecord | None]], variants: list[str], baseline: str, seeds: int, axes: dict
-) -> Cell:
+def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: int, axes: dict[str, Any]) -> Cell:
     """One cell's summary from its (config, store record) pairs.
 
     Seeds below `seeds` are the paired comparison; the baseline's seeds from `seeds` on are its
@@ -58,34 +67,34 @@ def summarize_cell(
     noise = []
     for cfg, rec in items:
         v = cfg.model.ffn
-        value = ranking.value(rec.result) if rec is not None and rec.result is not None else None
+        result = rec.result if rec is not None and rec.status is RunStatus.FINISHED else None
+        value: float | None = ranking.value(result) if result is not None else None
         diverged_run = rec is not None and rec.status is RunStatus.DIVERGED
-        if not diverged_run and not (rec is not None and rec.status is RunStatus.FINISHED and value is not None):
+        if not diverged_run and value is None:
             missing.setdefault(v, []).append(cfg.seed)  # failed, not yet run, or a result without its metric
             continue
         if cfg.seed >= seeds:
-            if not diverged_run:
+            if value is not None:  # a noise-floor seed that did not diverge
                 noise.append(value)
             continue
         runs[v] += 1
-        if diverged_run:
+        if value is None or result is None:  # diverged
             diverged[v] += 1
-            values[v][cfg.seed] = float("nan")
+            values[v][cfg.seed] = math.nan
             continue
         values[v][cfg.seed] = value
-        results[v].append(rec.result)
+        results[v].append(result)
     stats = compare(values, baseline, higher_is_better=ranking.better == "higher", diverged=diverged, level=LEVEL)
     test = test_field(task)
     rows = []
-    for row in stats["variants"]:
-        v = row["ffn"]
-        done = sorted(results[v], key=lambda r: r.seed)
+    for row in stats.variants:
+        done = sorted(results[row.ffn], key=lambda r: r.seed)
         rows.append(
-            row_of(
+            VariantRow.of(
                 row,
-                values={s: x for s, x in sorted(values[v].items()) if math.isfinite(x)},
+                values={s: x for s, x in sorted(values[row.ffn].items()) if math.isfinite(x)},
                 test_values={r.seed: getattr(r, test) for r in done if getattr(r, test) is not None},
-                runs=runs[v],
+                runs=runs[row.ffn],
                 metrics={m.name: m.of(done, task) for m in row_metrics()},
             )
         )
@@ -94,11 +103,11 @@ def summarize_cell(
         task=task,
         metric=ranking.name,
         baseline=baseline,
-        metric_direction=stats["metric_direction"],
-        alpha=stats["alpha"],
-        level=stats["level"],
+        metric_direction=stats.metric_direction,
+        alpha=stats.alpha,
+        level=stats.level,
         variants=rows,
-        verdict=stats["verdict"],
+        verdict=stats.verdict,
         missing=missing,
     )
     if missing:  # failed, or not run yet: the statistics rest on fewer seeds than planned, and say so
@@ -115,7 +124,7 @@ def summarize_cell(
     return cell
 
 
-def tuned_cells(cells: list[Cell], axes=("lr",)) -> list[Cell]:
+def tuned_cells(cells: list[Cell], axes: Sequence[str] = ("lr",)) -> list[Cell]:
     """Each variant at its own best setting of `axes` (chosen on validation), compared on the test split.
 
     Cells that differ only in `axes` form a group; within it, a variant's setting is the cell with
@@ -125,37 +134,38 @@ def tuned_cells(cells: list[Cell], axes=("lr",)) -> list[Cell]:
     for each tuned axis and each row's chosen value of each axis and its validation mean in `row.tuned`.
     """
     axes = (axes,) if isinstance(axes, str) else tuple(axes)
-    groups: dict[tuple, list[Cell]] = {}
+    groups: dict[CellKey, list[Cell]] = {}
     for c in cells:
         key = tuple((k, v) for k, v in c.axes.items() if k not in axes)
         groups.setdefault(key, []).append(c)
     out = []
     for key, group in groups.items():
         sign = -1.0 if group[0].metric_direction == "higher" else 1.0
-        chosen, test_values = {}, {}
+        chosen: dict[str, dict[str, Any]] = {}
+        test_values: dict[str, dict[int, float]] = {}
         for v in [r.ffn for r in group[0].variants]:
-            measured = [(c.axes, c.row(v)) for c in group if c.row(v).mean is not None]
+            measured = [(c.axes, c.row(v), mean) for c in group if (mean := c.row(v).mean) is not None]
             test_values[v] = {}
             if measured:
-                where, row = min(measured, key=lambda wr: sign * wr[1].mean)
-                chosen[v] = {**{a: where[a] for a in axes}, "val_mean": row.mean}
+                where, row, mean = min(measured, key=lambda measure: sign * measure[2])
+                chosen[v] = {**{a: where[a] for a in axes}, "val_mean": mean}
                 test_values[v] = dict(row.test_values)
         stats = compare(test_values, group[0].baseline, higher_is_better=sign < 0, level=LEVEL)
         rows = [
-            row_of(r, tuned={a: chosen.get(r["ffn"], {}).get(a) for a in (*axes, "val_mean")})
-            for r in stats["variants"]
+            VariantRow.of(r, tuned={a: chosen.get(r.ffn, {}).get(a) for a in (*axes, "val_mean")})
+            for r in stats.variants
         ]
         out.append(
             Cell(
                 axes={**dict(key), **{a: "tuned" for a in axes}},
                 task=group[0].task,
                 metric=group[0].metric.replace("_val_", "_test_"),
-                baseline=stats["baseline"],
-                metric_direction=stats["metric_direction"],
-                alpha=stats["alpha"],
-                level=stats["level"],
+                baseline=stats.baseline,
+                metric_direction=stats.metric_direction,
+                alpha=stats.alpha,
+                level=stats.level,
                 variants=rows,
-                verdict=stats["verdict"],
+                verdict=stats.verdict,
                 tuned_axes=list(axes),
                 selected_on=group[0].metric,
             )
@@ -163,7 +173,7 @@ def tuned_cells(cells: list[Cell], axes=("lr",)) -> list[Cell]:
     return out
 
 
-def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> dict | None:
+def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> AcrossCells | None:
     """Whether each variant's gap to the baseline changes between the cells of a study (None with one cell):
     per variant a repeated-measures F test on its per-seed gaps (`ffnlab.study.stats.gap_heterogeneity`),
     Holm-corrected over the variants, its mean gap in each cell, the best mean of each cell, and sentences.
@@ -171,36 +181,45 @@ def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> dict 
     if len(cells) < 2:
         return None
     labels = [key_values(c.axes) for c in cells]
-    variants = {}
+    tests = {}
     for v in (r.ffn for r in cells[0].variants if r.ffn != baseline):
         gaps = []
         for c in cells:
             ours, base = c.row(v).values, c.row(baseline).values
             gaps.append({s: x - base[s] for s, x in ours.items() if s in base})
-        variants[v] = {**gap_heterogeneity(gaps), "gaps": [c.row(v).delta for c in cells]}
-    for row, p_adj in zip(variants.values(), holm([r["p"] for r in variants.values()])):
-        row.update(p_adj=p_adj, differs=p_adj is not None and p_adj < alpha)
-    best = [next((r.ffn for r in c.variants if r.mean is not None), None) for c in cells]
-    return {
-        "cells": labels,
-        "variants": variants,
-        "best": best,
-        "alpha": alpha,
-        "sentences": across_sentences(labels, variants, best, baseline),
+        tests[v] = gap_heterogeneity(gaps)
+    variants = {
+        v: GapAcrossCells(
+            **asdict(test),
+            gaps=[c.row(v).delta for c in cells],
+            p_adj=p_adj,
+            differs=p_adj is not None and p_adj < alpha,
+        )
+        for (v, test), p_adj in zip(tests.items(), holm([t.p for t in tests.values()]))
     }
+    best = [next((r.ffn for r in c.variants if r.mean is not None), None) for c in cells]
+    return AcrossCells(
+        cells=labels,
+        variants=variants,
+        best=best,
+        alpha=alpha,
+        sentences=across_sentences(labels, variants, best, baseline),
+    )
 
 
-def across_sentences(labels: list[str], variants: dict, best: list, baseline: str) -> list[str]:
+def across_sentences(
+    labels: list[str], variants: dict[str, GapAcrossCells], best: list[str | None], baseline: str
+) -> list[str]:
     """Plain words for `across_cells`: a sentence per variant, then the best mean of each cell."""
     out = []
     for v, r in variants.items():
-        if r["p"] is None:
+        if r.p is None or r.p_adj is None:
             out.append(f"{v}: no test of its gap across cells (needs ≥{MIN_PAIRS} seeds finished in every cell).")
             continue
-        gaps = "; ".join(f"{g:+.4f} at {where}" for g, where in zip(r["gaps"], labels) if g is not None)
-        f_text = "" if r["f"] is None else f"F({r['df'][0]}, {r['df'][1]}) = {r['f']:.2f}, "
-        test = f"{f_text}p_adj = {r['p_adj']:.3g}"
-        verb = "changes between cells" if r["differs"] else "shows no detectable change between cells"
+        gaps = "; ".join(f"{g:+.4f} at {where}" for g, where in zip(r.gaps, labels) if g is not None)
+        f_text = "" if r.f is None or r.df is None else f"F({r.df[0]}, {r.df[1]}) = {r.f:.2f}, "
+        test = f"{f_text}p_adj = {r.p_adj:.3g}"
+        verb = "changes between cells" if r.differs else "shows no detectable change between cells"
         out.append(f"{v}'s gap to {baseline} {verb} ({test}): {gaps}.")
     if None not in best and len(set(best)) == 1:
         out.append(f"The best mean is {best[0]} in every cell.")
@@ -221,13 +240,14 @@ def p_label(row: VariantRow, baseline: str) -> str:
     return f"n/a (needs ≥{MIN_PAIRS} seeds)" if row.p_adj is None else f"{row.p_adj:.3f}"
 
 
-def literature_text(lit: dict) -> str:
+def literature_text(lit: RankAgreement) -> str:
     """The rank agreement of a cell with the published table, and each pair ordered differently."""
     pairs = "; ".join(
         f"{a} vs {b}: measured {m[0]:.4f} vs {m[1]:.4f}, published {p[0]:.3f} vs {p[1]:.3f}"
-        for (a, b), m, p in ((d["pair"], d["measured"], d["published"]) for d in lit["disagree"])
+        for (a, b), m, p in ((d.pair, d.measured, d.published) for d in lit.disagree)
     )
-    return f"Rank agreement with {lit['source']} over {lit['n']} shared variants: Kendall τ = {lit['tau']:.2f}. " + (
+    tau = "n/a" if lit.tau is None else f"{lit.tau:.2f}"
+    return f"Rank agreement with {lit.source} over {lit.n} shared variants: Kendall τ = {tau}. " + (
         f"Pairs ordered differently: {pairs}." if pairs else "Every pair is ordered the same way."
     )
 
@@ -236,12 +256,12 @@ def literature_text(lit: dict) -> str:
 
 
 def study_records(
-    study: Study, store_path: str | os.PathLike, runs: list[TrainConfig] | None = None
-) -> dict[tuple, list[tuple[TrainConfig, RunRecord | None]]]:
+    study: Study, store_path: str | os.PathLike[str], runs: list[TrainConfig] | None = None
+) -> dict[CellKey, CellRuns]:
     """The study's planned runs with their store records (None where not yet run), grouped by cell
     (`ffnlab.study.plan.group_key`: the cell's axis values as (axis, value) pairs)."""
     runs = plan(study) if runs is None else runs
-    cells: dict[tuple, list] = {}
+    cells: dict[CellKey, CellRuns] = {}
     with Store(Path(store_path), create=False) as store:
         for cfg in runs:
             cells.setdefault(group_key(cfg, study), []).append((cfg, store.get(run_id(cfg))))
@@ -250,7 +270,7 @@ def study_records(
 
 def summarize_study(
     study: Study,
-    store_path: str | os.PathLike,
+    store_path: str | os.PathLike[str],
     runs: list[TrainConfig] | None = None,
     extrapolate_to: float | None = None,
 ) -> Summary:
@@ -262,22 +282,24 @@ def summarize_study(
 
 def summarize(
     study: Study,
-    cells: dict[tuple, list[tuple[TrainConfig, RunRecord | None]]],
-    store_path: str | os.PathLike,
+    cells: dict[CellKey, CellRuns],
+    store_path: str | os.PathLike[str],
     extrapolate_to: float | None = None,
 ) -> Summary:
     """`summarize_study` of the runs `study_records` read."""
+    baseline = study.baseline
+    assert baseline is not None  # Study.__post_init__ names one
     out_cells = [
-        summarize_cell(items, study.variants, study.baseline, study.seeds, dict(key)) for key, items in cells.items()
+        summarize_cell(items, study.variants, baseline, study.seeds, dict(key)) for key, items in cells.items()
     ]
     tuned = [a for a in TUNED_AXES if a in study.axes]
     return Summary(
         store=str(store_path),
-        baseline=study.baseline,
+        baseline=baseline,
         seeds=study.seeds,
         settings=settings_of(study),
         cells=out_cells,
-        across_cells=across_cells(out_cells, study.baseline, out_cells[0].alpha),
+        across_cells=across_cells(out_cells, baseline, out_cells[0].alpha),
         tuned=tuned_cells(out_cells, tuned) if tuned else [],
         scaling=(
             scaling_of(study, [item for items in cells.values() for item in items], extrapolate_to)
@@ -287,10 +309,11 @@ def summarize(
     )
 
 
-def scaling_of(study: Study, items: list, extrapolate_to: float | None = None) -> dict | None:
+def scaling_of(study: Study, items: CellRuns, extrapolate_to: float | None = None) -> StudyScaling:
     """`ffnlab.study.scaling.fit_scaling` over the study's paired seeds: each run's training compute
-    (`train_flops`) against its final metric; None while fewer than 3 computes have finished."""
+    (`train_flops`) against its final metric; no fits, and why, while fewer than 3 computes have finished."""
     ranking = ranking_metric(items[0][0].model.task)
+    scale = {a: study.axes[a] for a in study.scale}
     runs = []
     for cfg, rec in items:
         if cfg.seed >= study.seeds or rec is None or rec.result is None:
@@ -298,55 +321,58 @@ def scaling_of(study: Study, items: list, extrapolate_to: float | None = None) -
         res = rec.result
         compute = res.train_flops or train_flops(res.flops_per_token, res.tokens)  # older stores
         loss = ranking.value(res) if rec.status is RunStatus.FINISHED else None
-        runs.append({"variant": cfg.model.ffn, "seed": cfg.seed, "compute": compute, "loss": loss or math.nan})
+        runs.append(ScalingRun(cfg.model.ffn, cfg.seed, compute, loss or math.nan))
     try:
+        assert study.baseline is not None  # Study.__post_init__ names one
         fits = fit_scaling(runs, study.baseline, level=LEVEL, extrapolate_to=extrapolate_to)
     except ValueError as e:  # too few finished sizes yet (a study still running, or many diverged)
-        return {"error": str(e), "scale": {a: study.axes[a] for a in study.scale}}
-    return {"scale": {a: study.axes[a] for a in study.scale}, "metric": ranking.name, **fits}
+        return StudyScaling(scale=scale, metric=ranking.name, fits=None, error=str(e))
+    return StudyScaling(scale=scale, metric=ranking.name, fits=fits)
 
 
-def settings_of(study: Study) -> dict:
+def settings_of(study: Study) -> StudySettings:
     """The run settings a reader needs to judge a comparison, with what it held equal and what not."""
     b = study.base
-    return {
-        "data": b.data,
-        "task": b.model.task,
-        "tokenizer": b.tokenizer,
-        "model": {
+    controls = held_equal(study)
+    return StudySettings(
+        data=b.data,
+        task=b.model.task,
+        tokenizer=b.tokenizer,
+        model={
             k: getattr(b.model, k)
             for k in ("n_layers", "n_heads", "d_model", "context", "norm", "placement", "pos", "dropout")
         },
-        "match": b.model.ffn_match,
-        "init": b.model.init,
-        "attn_act": qkv_act_spec(b.model),  # activations on Q, K, V (ModelConfig.attn_act)
-        "batch_size": b.batch_size,
-        "budget": (
+        match=b.model.ffn_match,
+        init=b.model.init,
+        attn_act=qkv_act_spec(b.model),  # activations on Q, K, V (ModelConfig.attn_act)
+        batch_size=b.batch_size,
+        budget=(
             {"max_seconds": b.max_seconds}
             if b.max_seconds
             else {"max_tokens": b.max_tokens}
             if b.max_tokens
             else {"max_steps": b.max_steps}
         ),
-        "tokens_per_run": (b.max_tokens or b.max_steps * b.batch_size * b.model.context) if not b.max_seconds else None,
-        "lr": b.lr,
-        "min_lr": b.lr / 10 if b.min_lr is None else b.min_lr,
-        "warmup_steps": b.warmup_steps,
-        "weight_decay": b.weight_decay,
-        "beta2": b.beta2,
-        "grad_clip": b.grad_clip,
-        "precision": plan_precision(b),
-        "seeds": study.seeds,
-        "variants": study.variants,
-        "axes": study.axes,
-        "per_variant": study.per_variant,
-        "pretrained": {"from": b.init_from, "digest": b.init_digest} if b.init_from else None,
-        **held_equal(study),
-    }
+        tokens_per_run=(b.max_tokens or b.max_steps * b.batch_size * b.model.context) if not b.max_seconds else None,
+        lr=b.lr,
+        min_lr=b.lr / 10 if b.min_lr is None else b.min_lr,
+        warmup_steps=b.warmup_steps,
+        weight_decay=b.weight_decay,
+        beta2=b.beta2,
+        grad_clip=b.grad_clip,
+        precision=plan_precision(b),
+        seeds=study.seeds,
+        variants=study.variants,
+        axes=study.axes,
+        per_variant=study.per_variant,
+        pretrained={"from": b.init_from, "digest": b.init_digest} if b.init_from else None,
+        held_equal=controls.held_equal,
+        not_equal=controls.not_equal,
+    )
 
 
-def held_equal(study: Study) -> dict[str, list[list[str]]]:
-    """{"held_equal": [[what, how]], "not_equal": [[what, why]]}: the comparison's controls, in words.
+def held_equal(study: Study) -> Controls:
+    """The comparison's controls, in words: what it held equal and how, what not and why.
 
     Everything but the FFN is held equal by construction (same seed -> same data order and the same
     non-FFN weights); what cannot be, or was chosen not to be, is named rather than left implicit.
@@ -372,22 +398,18 @@ def held_equal(study: Study) -> dict[str, list[list[str]]]:
         unequal.append(per_variant_row(study))
     if b.init_from:  # fine-tuning: the folder's weights, widths and biases for every variant
         equal = [row for row in equal if row[0] != "non-FFN weights"]
-        sources = (pretrained_rows(study), budget_rows(study))
+        sources = [pretrained_rows(study), budget_rows(study)]
     else:
-        sources = (parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study))
-    for rows in sources:
-        equal += rows["equal"]
-        unequal += rows["unequal"]
+        sources = [parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study)]
+    more = []
     if study.base.model.dropout:
-        equal.append(["dropout masks", "the same random stream for every variant with one seed"])
+        more.append(["dropout masks", "the same random stream for every variant with one seed"])
     if study.axes:
-        equal.append(
-            [
-                "study axes",
-                f"{', '.join(sorted(study.axes))}: varied on purpose, compared within each cell; each gap tested across cells",
-            ]
+        axes = ", ".join(sorted(study.axes))
+        more.append(
+            ["study axes", f"{axes}: varied on purpose, compared within each cell; each gap tested across cells"]
         )
-    return {"held_equal": equal, "not_equal": unequal}
+    return sum(sources, Controls(equal, unequal)) + Controls(held_equal=more)
 
 
 def attn_act_row(study: Study) -> list[str]:
@@ -398,7 +420,7 @@ def attn_act_row(study: Study) -> list[str]:
     return ["Q/K/V activations", f"{describe_attn_act(qkv_act_spec(study.base.model))} for every variant"]
 
 
-def pretrained_rows(study: Study) -> dict[str, list[list[str]]]:
+def pretrained_rows(study: Study) -> Controls:
     """Fine-tuning from a pretrained folder: every weight is the folder's, only the activation changes."""
     b, own = study.base, study.baseline  # the CLI makes the folder's own activation the baseline
     equal = [
@@ -413,7 +435,7 @@ def pretrained_rows(study: Study) -> dict[str, list[list[str]]]:
     if b.model.task == "cls":
         unequal.append(["classification head", "newly initialised (the folder has none); the same for every "
                                                "variant with one seed"])  # fmt: skip
-    return {"equal": equal, "unequal": unequal}
+    return Controls(equal, unequal)
 
 
 def per_variant_row(study: Study) -> list[str]:
@@ -425,55 +447,54 @@ def per_variant_row(study: Study) -> list[str]:
             "as in the base"]  # fmt: skip
 
 
-def parameter_rows(study: Study) -> dict[str, list[list[str]]]:
+def parameter_rows(study: Study) -> Controls:
     """Parameters and FLOPs: which of the two the widths match, and so which follows."""
     m = study.base.model
     if m.d_ff is not None:
         why = f"one hidden width (d_ff {m.d_ff}) for every variant: a gated FFN has 1.5x the weights of a dense one"
-        return {"equal": [], "unequal": [["parameters", why]]}
+        return Controls(not_equal=[["parameters", why]])
     if m.ffn_match == "none":
-        return {
-            "equal": [],
-            "unequal": [["parameters", "not matched (--match none): each variant at its conventional width"]],
-        }
+        return Controls(
+            not_equal=[["parameters", "not matched (--match none): each variant at its conventional width"]]
+        )
     matched, other = ("parameters", "FLOPs per token") if m.ffn_match == "params" else ("FLOPs per token", "parameters")
-    return {
-        "equal": [[matched, f"every FFN within 1% of the dense 4x FFN's {m.ffn_match} (gated widths 2/3 as wide)"]],
-        "unequal": [[other, f"follow from the width that matches {m.ffn_match}; shown per variant"]],
-    }
+    return Controls(
+        held_equal=[[matched, f"every FFN within 1% of the dense 4x FFN's {m.ffn_match} (gated widths 2/3 as wide)"]],
+        not_equal=[[other, f"follow from the width that matches {m.ffn_match}; shown per variant"]],
+    )
 
 
-def init_rows(study: Study) -> dict[str, list[list[str]]]:
+def init_rows(study: Study) -> Controls:
     """FFN initialisation: one scheme for all, per family (a confound), or an axis."""
     init = study.base.model.init
     if "init" in study.axes:  # varied on purpose: an axis
-        return {"equal": [], "unequal": []}
+        return Controls()
     if init == "family":
         why = ("init 'family': each activation family its own scheme (relu he, gelu normal 0.02, swish "
                "lecun_uniform), so init is confounded with the activation")  # fmt: skip
-        return {"equal": [], "unequal": [["FFN initialisation", why]]}
-    return {"equal": [["FFN initialisation", f"{init} for every variant's FFN weights"]], "unequal": []}
+        return Controls(not_equal=[["FFN initialisation", why]])
+    return Controls(held_equal=[["FFN initialisation", f"{init} for every variant's FFN weights"]])
 
 
-def budget_rows(study: Study) -> dict[str, list[list[str]]]:
+def budget_rows(study: Study) -> Controls:
     """The training budget: equal tokens, or equal wall-clock time (then tokens differ)."""
     b = study.base
     if b.max_seconds:
         why = f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants train on more tokens"
-        return {"equal": [], "unequal": [["tokens seen", why]]}
+        return Controls(not_equal=[["tokens seen", why]])
     budget = (
         f"{b.max_tokens:,} tokens"
         if b.max_tokens
         else f"{b.max_steps:,} steps of {b.batch_size} x {b.model.context} tokens"
     )
-    return {"equal": [["budget", budget]], "unequal": []}
+    return Controls(held_equal=[["budget", budget]])
 
 
-def bias_rows(study: Study) -> dict[str, list[list[str]]]:
+def bias_rows(study: Study) -> Controls:
     """FFN biases: each variant's convention, or one setting for all."""
     bias = study.base.model.ffn_bias
     if bias is None:
         why = ("each variant's convention: dense FFNs have biases, gated ones none (Shazeer 2020); "
                "ModelConfig.ffn_bias sets one for all")  # fmt: skip
-        return {"equal": [], "unequal": [["biases", why]]}
-    return {"equal": [["biases", "on in every FFN" if bias else "off in every FFN"]], "unequal": []}
+        return Controls(not_equal=[["biases", why]])
+    return Controls(held_equal=[["biases", "on in every FFN" if bias else "off in every FFN"]])

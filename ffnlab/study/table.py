@@ -15,7 +15,8 @@ from ffnlab._util.files import write_atomic
 from ffnlab._util.text import key_values, num, sci
 from ffnlab.study.metrics import metric, shown_in
 from ffnlab.study.protocol import STAGE_TITLES
-from ffnlab.study.records import Cell, Summary, VariantRow, csv_fields
+from ffnlab.study.records import AcrossCells, Cell, StudyScaling, StudySettings, Summary, VariantRow, csv_fields
+from ffnlab.study.scaling import ScalingFits
 from ffnlab.study.summary import literature_text, p_label
 
 
@@ -69,7 +70,7 @@ def ci_text(row: VariantRow) -> str:
 
 def delta_marks(cell: Cell, column: int) -> dict[tuple[int, int], str]:
     """Colour each significant difference by whether the variant is better or worse than the baseline."""
-    marks = {}
+    marks: dict[tuple[int, int], str] = {}
     for i, r in enumerate(cell.variants):
         if r.significant and r.delta is not None:
             better = (r.delta > 0) == (cell.metric_direction == "higher")
@@ -100,13 +101,17 @@ def ranking_table(cell: Cell) -> Table:
     return Table(head, rows, (1,), delta_marks(cell, 3))
 
 
+def chosen_setting(row: VariantRow, axes: list[str]) -> str:
+    """'lr 0.001, warmup 2': the setting of each tuned axis a variant was chosen at."""
+    return ", ".join(f"{a} {row.tuned.get(a)}" for a in axes)
+
+
 def tuned_table(cell: Cell) -> Table:
     """The tuned comparison: each variant's setting chosen on validation, its test metric compared."""
     pct = round(cell.level * 100)
     head = ["rank", "ffn", "chosen setting", "val mean at it", f"{metric_label(cell)} [{pct}% CI]",
             f"Δ vs {cell.baseline} [{pct}% CI]", "p (Holm)", "seeds"]  # fmt: skip
-    setting = lambda r: ", ".join(f"{a} {r.tuned.get(a)}" for a in cell.tuned_axes)
-    rows = [[str(r.rank), r.ffn, setting(r), num(r.tuned.get("val_mean")), ci_text(r),
+    rows = [[str(r.rank), r.ffn, chosen_setting(r, cell.tuned_axes), num(r.tuned.get("val_mean")), ci_text(r),
              delta_text(r, cell.baseline), p_label(r, cell.baseline), str(r.n_seeds)]
             for r in cell.variants]  # fmt: skip
     return Table(head, rows, (1, 2), delta_marks(cell, 5))
@@ -144,31 +149,32 @@ def stability_table(cell: Cell) -> Table:
 def literature_table(cell: Cell) -> Table | None:
     """The measured ranking beside Shazeer 2020 Table 1 for the variants both have."""
     lit = cell.literature
-    if not lit or lit["n"] < 2:
+    if not lit or lit.n < 2:
         return None
-    mean, published = lit["measured"], lit["published"]
+    mean, published = lit.measured, lit.published
     sign = -1.0 if cell.metric_direction == "higher" else 1.0
-    ours = sorted(lit["variants"], key=lambda v: sign * mean[v])
-    theirs = sorted(lit["variants"], key=lambda v: published[v])
+    ours = sorted(lit.variants, key=lambda v: sign * mean[v])
+    theirs = sorted(lit.variants, key=lambda v: published[v])
     head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
     rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)] for v in ours]
     return Table(head, rows)
 
 
-def scaling_table(scaling: dict) -> Table:
+def scaling_table(scaling: ScalingFits) -> Table:
     """The loss-vs-compute fits: per variant E, alpha and the compute multiplier, each with its interval."""
-    level = round(scaling["level"] * 100)
+    level = round(scaling.level * 100)
 
-    def ci(pair: list) -> str:
-        return "-" if None in pair else f"{pair[0]:.3g} to {pair[1]:.3g}"
+    def ci(pair: list[float | None]) -> str:
+        lo, hi = pair
+        return "-" if lo is None or hi is None else f"{lo:.3g} to {hi:.3g}"
 
     head = ["FFN", "E", f"E {level}% CI", "alpha", f"alpha {level}% CI", "multiplier k", f"k {level}% CI",
             "lack of fit p", "fit"]  # fmt: skip
     rows = [
-        [name, f"{r['E']:.3g}", ci(r["E_ci"]), f"{r['alpha']:.3g}", ci(r["alpha_ci"]), f"{r['multiplier']:.2f}",
-         ci(r["multiplier_ci"]), "-" if r["lack_of_fit_p"] is None else f"{r['lack_of_fit_p']:.2g}",
-         ("converged" if r["converged"] else "not converged") + (f": {r['note']}" if r["note"] else "")]
-        for name, r in scaling["variants"].items()
+        [name, f"{r.E:.3g}", ci(r.E_ci), f"{r.alpha:.3g}", ci(r.alpha_ci), f"{r.multiplier:.2f}",
+         ci(r.multiplier_ci), "-" if r.lack_of_fit_p is None else f"{r.lack_of_fit_p:.2g}",
+         ("converged" if r.converged else "not converged") + (f": {r.note}" if r.note else "")]
+        for name, r in scaling.variants.items()
     ]  # fmt: skip
     return Table(head, rows, (0, 8))
 
@@ -179,7 +185,7 @@ def scaling_table(scaling: dict) -> Table:
 def format_table(summary: Summary) -> str:
     """The ranked table of each cell of a study (and of the tuned comparison), with the verdict under
     it, then what the comparison held equal."""
-    lines = []
+    lines: list[str] = []
     for cell in summary.cells + summary.tuned:
         lines += format_cell(cell) + [""]
     if summary.across_cells:
@@ -200,53 +206,54 @@ def format_cell(cell: Cell) -> list[str]:
     lines.append(cell.verdict)
     if cell.noise_floor:
         nf = cell.noise_floor
-        lines.append(f"noise floor ({cell.baseline}, {nf['n']} seeds): std {nf['std']}, range {nf['range']}")
-    if cell.literature and cell.literature["tau"] is not None:
+        lines.append(f"noise floor ({cell.baseline}, {nf.n} seeds): std {nf.std}, range {nf.range}")
+    if cell.literature and cell.literature.tau is not None:
         lines.append(literature_text(cell.literature))
     return lines
 
 
-def across_lines(across: dict) -> list[str]:
+def across_lines(across: AcrossCells) -> list[str]:
     """Whether each gap changes between the cells: the sentences under a heading."""
-    head = f"across the {len(across['cells'])} cells (repeated-measures F test on the per-seed gaps, Holm):"
-    return [head] + [f"  {s}" for s in across["sentences"]]
+    head = f"across the {len(across.cells)} cells (repeated-measures F test on the per-seed gaps, Holm):"
+    return [head] + [f"  {s}" for s in across.sentences]
 
 
-def scaling_lines(scaling: dict) -> list[str]:
+def scaling_lines(scaling: StudyScaling) -> list[str]:
     """The loss-vs-compute fits as a table and the plain sentences."""
-    scale = ", ".join(f"{a} {'/'.join(map(str, v))}" for a, v in scaling["scale"].items())
-    if "error" in scaling:
-        return [f"scaling over {scale}: no fit yet ({scaling['error']})"]
+    scale = ", ".join(f"{a} {'/'.join(map(str, v))}" for a, v in scaling.scale.items())
+    fits = scaling.fits
+    if fits is None:
+        return [f"scaling over {scale}: no fit yet ({scaling.error})"]
     lines = [
-        f"scaling over {scale}: L(C) = E + A C^-alpha per variant ({scaling['loss_fit']}), "
-        f"C = training FLOPs {sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])}",
-        *text_table(scaling_table(scaling), "  "),
+        f"scaling over {scale}: L(C) = E + A C^-alpha per variant ({fits.loss_fit}), "
+        f"C = training FLOPs {sci(fits.compute_range[0])}-{sci(fits.compute_range[1])}",
+        *text_table(scaling_table(fits), "  "),
     ]
-    for name, row in scaling["variants"].items():
-        if "extrapolated" in row:
-            x = row["extrapolated"]
-            lo, hi = ("-" if v is None else f"{v:.2f}" for v in x["multiplier_ci"])
-            lines.append(f"  {name} at {sci(x['compute'])} FLOPs: {x['multiplier']:.2f} ({lo} to {hi}), {x['note']}")
+    for name, row in fits.variants.items():
+        if row.extrapolated is not None:
+            x = row.extrapolated
+            lo, hi = ("-" if v is None else f"{v:.2f}" for v in x.multiplier_ci)
+            lines.append(f"  {name} at {sci(x.compute)} FLOPs: {x.multiplier:.2f} ({lo} to {hi}), {x.note}")
     lines.append(
         "  multiplier k: the baseline needs k x the compute to reach the variant's loss at the largest compute;"
     )
     lines.append("  lack of fit p: lack-of-fit test against seed noise (small: the power law misses the points)")
-    return lines + [f"  {s}" for s in scaling["sentences"]]
+    return lines + [f"  {s}" for s in fits.sentences]
 
 
-def held_equal_lines(settings: dict) -> list[str]:
+def held_equal_lines(settings: StudySettings) -> list[str]:
     """What the comparison held equal and what not, one item a line."""
     return (
         ["held equal:"]
-        + [f"  {what}: {how}" for what, how in settings["held_equal"]]
+        + [f"  {what}: {how}" for what, how in settings.held_equal]
         + ["not equal:"]
-        + [f"  {what}: {why}" for what, why in settings["not_equal"]]
+        + [f"  {what}: {why}" for what, why in settings.not_equal]
     )
 
 
 def format_protocol(stages: list[tuple[str, Summary]]) -> str:
     """The protocol's three stages as text: each stage's tables under a heading."""
-    lines = []
+    lines: list[str] = []
     for name, summary in stages:
         lines.append(f"== stage {STAGE_TITLES[name]} ==")
         for cell in summary.tuned if name == "tune" else summary.cells:

@@ -76,8 +76,8 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
         baseline=summary.baseline,
         device=env.get("device", "?"),
         init=cfg.model.init,
-        scaling=summary.scaling if "variants" in (summary.scaling or {}) else None,
-        across_cells=summary.across_cells,
+        scaling=summary.scaling.to_json() if summary.scaling and summary.scaling.fits else None,
+        across_cells=summary.across_cells.to_json() if summary.across_cells else None,
     )
     return cells, facts
 
@@ -197,11 +197,11 @@ class CellChoice:
     def versus(self, name: str, ref: str) -> str:
         """'-0.060 nats vs gelu, 95% CI [-0.080, -0.040], p=0.003, 3 paired seeds'."""
         d = paired_diff(self.variants[name].values, self.variants[ref].values)
-        if d["delta"] is None:
+        if d.delta is None:
             return f"no seed in common with {ref}"
-        ci = f", 95% CI [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d["ci_low"] is not None else ""
-        p = f", p={d['p']:.2g}" if d["p"] is not None else ""
-        return f"{d['delta']:+.3f}{self.unit} vs {ref}{ci}{p}, {d['n']} paired seeds"
+        ci = f", 95% CI [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if d.ci_low is not None else ""
+        p = f", p={d.p:.2g}" if d.p is not None else ""
+        return f"{d.delta:+.3f}{self.unit} vs {ref}{ci}{p}, {d.n} paired seeds"
 
     def costs(self, name: str, ref: str) -> str:
         """'step time -12%, params +0%, training memory +8%': `name` relative to `ref`."""
@@ -255,9 +255,9 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> CellC
 def gaps_to_best(variants: dict[str, VariantRow], best: str, eligible: list[str]) -> dict[str, GapToBest]:
     """Every other eligible variant against the best, paired over seeds, Holm-corrected."""
     paired = {n: paired_diff(variants[n].values, variants[best].values) for n in eligible if n != best}
-    adjusted = holm([d["p"] for d in paired.values()])
+    adjusted = holm([d.p for d in paired.values()])
     return {
-        n: GapToBest(**d, p_adj=p_adj, significant=p_adj is not None and p_adj < ALPHA)
+        n: GapToBest(**d.to_json(), p_adj=p_adj, significant=p_adj is not None and p_adj < ALPHA)
         for (n, d), p_adj in zip(paired.items(), adjusted)
     }
 
@@ -416,9 +416,9 @@ def measured_alternatives_json(weighed: CellChoice) -> list[dict[str, Any]]:
             {
                 "ffn": n,
                 "mean": weighed.mean[n],
-                "delta_vs_recommendation": d["delta"],
-                "ci": [d["ci_low"], d["ci_high"]],
-                "p": d["p"],
+                "delta_vs_recommendation": d.delta,
+                "ci": [d.ci_low, d.ci_high],
+                "p": d.p,
                 "p_adj_vs_best": gap.p_adj if gap else None,
                 "step_time_ratio": step_time / choice_step_time if step_time and choice_step_time else None,
                 "params": variants[n].metrics.get("params"),

@@ -98,6 +98,7 @@ def build_parser() -> Parser:
         p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
+        p.add_argument("--profile", action="store_true", help=PROFILE_HELP)
         p.add_argument(
             "--save-pretrained",
             default=None,
@@ -110,6 +111,12 @@ def build_parser() -> Parser:
     add_tool_parsers(sub)
     add_study_tool_parsers(sub)
     return parser
+
+
+PROFILE_HELP = (
+    "first profile a few steps after warm-up and print where a step's time goes (attention, FFN matrices, "
+    "activation, norms, backward, optimizer; top operators)"
+)
 
 
 def add_compare_parser(sub) -> None:
@@ -157,6 +164,7 @@ def add_compare_parser(sub) -> None:
         action="store_true",
         help="skip the HTML/Markdown report (default: written to report/ beside the store)",
     )
+    p.add_argument("--profile", action="store_true", help=PROFILE_HELP + ", for the first run of each variant")
     p.set_defaults(func=cmd_compare)
 
 

@@ -52,12 +52,20 @@ def cmd_train(args):
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
     if args.save_pretrained and os.path.isfile(args.save_pretrained):  # a folder, created when saved
         raise UsageError(f"--save-pretrained {args.save_pretrained} is a file; give a folder")
+    profile = None
+    if args.profile:  # a few steps of a run of its own, before the one that counts
+        from ffnlab.run.profile import format_profile, profile_training
+
+        profile = profile_training(cfg)
+        if not args.json:
+            print(format_profile(profile) + "\n", flush=True)
     show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
     result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
     if args.out:
         write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
     if args.json:
-        print(json.dumps({k: v for k, v in result.to_dict().items() if k not in ("history", "config")}, indent=1))
+        printed = {k: v for k, v in result.to_dict().items() if k not in ("history", "config")}
+        print(json.dumps(printed | ({"profile": profile.to_json()} if profile else {}), indent=1))
         return
     print(format_run(result))
 
@@ -89,6 +97,7 @@ def cmd_compare(args):
         report=not args.no_report,
         extrapolate_to=args.extrapolate_to,
         ranked=print_ranking if talk else None,
+        profile=args.profile,
         jobs=args.jobs,
         backend=args.backend,
         address=args.address,
@@ -103,8 +112,13 @@ def cmd_compare(args):
 
 
 def print_ranking(result: Comparison) -> None:
-    """The ranking (the protocol's three), as soon as it is known: the report takes seconds more."""
+    """The ranking (the protocol's three), as soon as it is known: the report takes seconds more; where each
+    variant's step went, with --profile."""
+    from ffnlab.run.profile import format_profile
+
     print(format_protocol(result.protocol.stages) if result.protocol else format_table(result.summary))
+    for profile in (result.profiles or {}).values():
+        print("\n" + format_profile(profile))
     print(f"store: {result.summary.store}", flush=True)
 
 

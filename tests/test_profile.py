@@ -1,3 +1,4 @@
+import json
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -5,7 +6,7 @@ import pytest
 
 from ffnlab.core.model import ModelConfig, Transformer
 from ffnlab.run.presets import preset_config
-from ffnlab.run.profile import format_profile, labelled, part_of, profile_training, step_shares
+from ffnlab.run.profile import Share, StepProfile, format_profile, labelled, part_of, profile_training, step_shares
 
 
 def event(key, total_ms, own_ms=0.0, count=1):
@@ -53,3 +54,45 @@ def test_profile_training_splits_a_real_step():
         (o.ms for o in profile.operators), reverse=True
     )
     assert "ms a step" in format_profile(profile) and profile.to_json()["ffn"] == "swiglu"
+
+
+def test_train_profile_prints_where_a_step_goes_before_training(run_cli):
+    from tests.conftest import TINY_MODEL
+
+    code, out, err = run_cli("train", *TINY_MODEL, "--steps", 2, "--quiet", "--profile")
+    assert code == 0, err
+    assert out.index("ms a step") < out.index("after 2 steps")  # the profile, then the run
+    code, out, err = run_cli("train", *TINY_MODEL, "--steps", 2, "--json", "--profile")
+    assert code == 0, err
+    profile = StepProfile.from_json(json.loads(out)["profile"])
+    assert profile.ffn == "gelu" and [p.name for p in profile.parts][-2:] == [
+        "backward",
+        "optimizer (clip, AdamW, zero)",
+    ]
+
+
+def test_compare_profile_shows_each_variant_in_the_terminal_the_json_and_the_report(run_cli, tmp_path):
+    argv = ("compare", "--preset", "smoke", "--variants", "relu,swiglu", "--seeds", 2, "--steps", 2, "--profile")
+    code, out, err = run_cli(*argv, "--store", tmp_path / "s.db")
+    assert code == 0, err
+    assert out.count("ms a step") == 2 and "profile of relu" in out and "profile of swiglu" in out
+    saved = json.loads((tmp_path / "profiles.json").read_text())
+    assert set(saved) == {"relu", "swiglu"} and all(p["threads"] == 1 for p in saved.values())  # as a sweep runs
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "Where a training step's time goes" in page and "FFN activation (and gate product)" in page
+    code, out, err = run_cli(*argv, "--store", tmp_path / "s.db", "--json", "--no-report")
+    assert code == 0 and set(json.loads(out)["profiles"]) == {"relu", "swiglu"}, err
+
+
+def test_the_report_table_has_a_column_per_variant():
+    from ffnlab.study.render import profile_table
+
+    def profile(ffn, ms):
+        parts = [Share("attention", ms, 0.5), Share("backward", ms, 0.5)]
+        return StepProfile(ffn, "fp32", 1, 3, 2 * ms, parts, [Share("aten::mm", ms, 0.5, 4)])
+
+    table = profile_table({"relu": profile("relu", 1.0), "gelu": profile("gelu", 2.0)})
+    assert table.head == ["part of a step", "relu", "gelu"]
+    assert table.rows[0] == ["attention", "1.00 (50%)", "2.00 (50%)"] and table.rows[2] == ["step (ms)", "2.00", "4.00"]
+    assert table.rows[3] == ["top operators", "aten::mm 50%", "aten::mm 50%"]
+    assert StepProfile.from_json(profile("relu", 1.0).to_json()) == profile("relu", 1.0)

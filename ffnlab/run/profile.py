@@ -25,7 +25,7 @@ from torch.autograd.profiler import record_function
 from ffnlab.core.ffn import DenseFFN, GatedFFN, MixFFN
 from ffnlab.core.model import Attention
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import get_batch, prepare
+from ffnlab.run.train import Setup, get_batch, prepare
 from ffnlab.tools.bench import c_stderr_silenced
 
 PHASES = ("forward", "backward", "optimizer")
@@ -57,6 +57,12 @@ class StepProfile:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> StepProfile:
+        """A profile read back from `to_json` (profiles.json beside a store)."""
+        shares = lambda rows: [Share(**row) for row in rows]
+        return cls(**{**d, "parts": shares(d["parts"]), "operators": shares(d["operators"])})
 
 
 def part_of(name: str, module: nn.Module, in_ffn: bool) -> str | None:
@@ -99,9 +105,19 @@ def labelled(model: nn.Module) -> Iterator[None]:
 
 
 def profile_training(cfg: TrainConfig, steps: int = 5, warmup: int = 3, top: int = 10) -> StepProfile:
-    """Train `warmup` steps of `cfg` (no checkpoints), then profile `steps` more: the step's phases, the
-    forward's parts and the `top` operators by their own time."""
-    setup = prepare(replace(cfg, checkpoint_dir=None))
+    """Train `warmup` steps of `cfg` (no checkpoints) on its `threads` (the process's where None), then profile
+    `steps` more: the step's phases, the forward's parts and the `top` operators by their own time."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads or before)
+    try:
+        return profiled(prepare(replace(cfg, checkpoint_dir=None)), steps, warmup, top)
+    finally:
+        torch.set_num_threads(before)
+
+
+def profiled(setup: Setup, steps: int, warmup: int, top: int) -> StepProfile:
+    """`profile_training` of a prepared run."""
+    cfg = setup.cfg
     model, opt = setup.model, setup.opt
     model.train()
 

@@ -20,6 +20,7 @@ import jinja2
 from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.model import describe_attn_act
+from ffnlab.run.profile import StepProfile
 from ffnlab.study import plots
 from ffnlab.study.metrics import three_digits
 from ffnlab.study.protocol import STAGE_TITLES
@@ -223,6 +224,21 @@ def equality_tables(settings: StudySettings) -> tuple[Table, Table]:
     )
 
 
+def profile_table(profiles: dict[str, StepProfile]) -> Table:
+    """Where a training step's time goes, a column per variant: each part's milliseconds and share of the step,
+    then the step, then each variant's top operators."""
+    variants = list(profiles)
+    parts = [p.name for p in next(iter(profiles.values())).parts]
+    rows = [
+        [name, *(f"{p.ms:.2f} ({p.share:.0%})" for v in variants for p in profiles[v].parts if p.name == name)]
+        for name in parts
+    ]
+    rows.append(["step (ms)", *(f"{profiles[v].step_ms:.2f}" for v in variants)])
+    tops = ["; ".join(f"{o.name} {o.share:.0%}" for o in profiles[v].operators[:3]) for v in variants]
+    rows.append(["top operators", *tops])
+    return Table(["part of a step", *variants], rows)
+
+
 def numerics_tables(numerics_json: dict[str, Any]) -> list[Table]:
     """A numerics.json as tables: error per activation, dtype and pass; the claims if any."""
     tables = []
@@ -294,6 +310,7 @@ def md_table(table: Table) -> str:
 TEMPLATE_FUNCTIONS = (
     *(ranking_table, tuned_table, cost_table, stability_table, metric_table, literature_table, scaling_table),
     *(report_settings, equality_tables, numerics_tables, activations_table, attention_table, cell_classes),
+    profile_table,
     *(cell_label, figure_suffix, axis_label, literature_text, num),
 )
 TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {

@@ -28,6 +28,7 @@ from ffnlab._util.jsonio import json_kind
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, Transformer
+from ffnlab.run.profile import StepProfile
 from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
 from ffnlab.study.execute import weights_path
@@ -42,6 +43,7 @@ from ffnlab.study.store import Store
 from ffnlab.study.summary import study_records, summarize
 
 NUMERICS_JSON = "numerics.json"  # beside the store, written by `ffnlab report --numerics`
+PROFILES_JSON = "profiles.json"  # beside the store, written by `ffnlab compare --profile`
 
 
 # ---- the data the report shows ------------------------------------------------------------------
@@ -341,6 +343,7 @@ class ReportData:
     other_studies: int  # in the same store, not shown
     activations: dict[str, str]  # activation -> its label in the figure
     numerics: NumericsFile | None  # numerics.json beside the store
+    profiles: dict[str, StepProfile] | None  # profiles.json beside the store: where each variant's step goes
     protocol: Protocol | None  # protocol.json beside the store
     generated: str  # when, ISO 8601
 
@@ -394,12 +397,25 @@ def report_data(
         other_studies=others,
         activations=plots.activation_labels(study.variants),
         numerics=load_numerics(store_path, study.variants, numerics),
+        profiles=load_profiles(store_path),
         protocol=load_protocol(store_path),
         generated=datetime.datetime.now().isoformat(timespec="seconds"),
     )
 
 
 # ---- writing ------------------------------------------------------------------------------------
+
+
+def profiles_path(store_path: str | Path) -> Path:
+    return Path(store_path).parent / PROFILES_JSON
+
+
+def load_profiles(store_path: str | Path) -> dict[str, StepProfile] | None:
+    """profiles.json beside the store (`compare --profile`), or None when there is none or it cannot be read."""
+    try:
+        return {v: StepProfile.from_json(p) for v, p in json.loads(profiles_path(store_path).read_text()).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def default_out_dir(store_path: str | Path) -> Path:

@@ -2,6 +2,7 @@
 Nothing here asserts a time: the harness must return medians and the thread count, not fast ones."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -142,3 +143,26 @@ def test_int8_weights_count_their_int8_data_and_scales():
     qkv = int8.blocks[0].attn.qkv.weight
     assert dp.tensor_bytes(qkv) == 96 * 32 + 96 * (4 + 1)  # an int8 a weight; an fp32 scale, int8 zero point a row
     assert dp.weight_bytes(model) == 4 * sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def test_a_result_reads_back_from_its_json(tmp_path):
+    from ffnlab.study.deployment import load_deployment, save_deployment
+
+    rows = [
+        row("relu", 1.0, 2.0),
+        row("gelu", 2.0, float("nan")),
+        dp.unmeasured("geglu", dp.Target("bf16", "eager"), "no bf16"),
+    ]
+    rows[0].quality.val_losses = {0: 2.0, 3: 2.5}
+    dp.mark_front(rows)
+    qat = dp.QatSummary("gelu", 0.8, dp.Delta(2, 0.03, 0.01, 0.05, 0.04), None, None, "PTQ loses too little")
+    result = dp.DeployResult("store s.db", {"d_model": 8}, {"batch": 2}, {"cpu": "x"}, rows, [qat])
+    store = tmp_path / "s.db"
+    assert load_deployment(store) is None  # none measured yet
+    save_deployment(store, result)
+    back = load_deployment(store)
+    assert back.rows[0] == rows[0] and back.rows[2] == rows[2] and back.qat == [qat]
+    assert math.isnan(back.rows[1].quality.val_loss) and back.rows[1].latency == rows[1].latency
+    assert back.to_json() == result.to_json()
+    (tmp_path / "deploy.json").write_text('{"rows": 3}')
+    assert load_deployment(store) is None  # damaged: as if none

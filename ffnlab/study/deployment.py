@@ -27,6 +27,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ffnlab._util.files import write_atomic
+from ffnlab._util.jsonio import strict_dumps
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, param_count
@@ -365,3 +367,25 @@ def deploy_store(
         rows,
         qat,
     )
+
+
+# ---- deploy.json beside the store -------------------------------------------------------------------
+
+DEPLOY_JSON = "deploy.json"  # beside the store, written by `ffnlab deploy --store`: the report and advise read it
+
+
+def deployment_path(store_path: str | Path) -> Path:
+    return Path(store_path).parent / DEPLOY_JSON
+
+
+def save_deployment(store_path: str | Path, result: dp.DeployResult) -> Path:
+    """`result` written (atomically) to deploy.json beside the store, replacing an earlier measurement."""
+    return write_atomic(deployment_path(store_path), strict_dumps(result.to_json()))
+
+
+def load_deployment(store_path: str | Path) -> dp.DeployResult | None:
+    """deploy.json beside the store (`ffnlab deploy --store`), or None when there is none or it cannot be read."""
+    try:
+        return dp.DeployResult.from_json(json.loads(deployment_path(store_path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -122,6 +122,10 @@ class Latency:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "tokens_per_s": self.tokens_per_s}
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Latency:
+        return cls(**{k: v for k, v in d.items() if k != "tokens_per_s"})
+
 
 @dataclass
 class Delta:
@@ -132,6 +136,10 @@ class Delta:
     ci_low: float | None
     ci_high: float | None
     p: float | None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> Delta | None:
+        return None if d is None else cls(**{k: number(v) for k, v in d.items()})
 
 
 @dataclass
@@ -153,6 +161,15 @@ class Quality:
     measured_in: str  # the runtime the batches ran in (compile rows share eager's numbers)
     vs_ptq: Delta | None = None
     val_losses: dict[int, float] = field(default_factory=dict)  # per seed: to pair this row with another
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Quality:
+        deltas = {
+            k: Delta.from_json(d.get(k)) for k in ("val_loss_delta", "test_loss_delta", "val_acc_delta", "vs_ptq")
+        }
+        losses = {int(seed): number(v) for seed, v in d.get("val_losses", {}).items()}  # JSON keys are strings
+        scores = {k: number(d[k]) for k in ("val_loss", "test_loss", "val_acc", "test_acc")}
+        return cls(**{**d, **deltas, **scores, "val_losses": losses})
 
 
 @dataclass
@@ -186,6 +203,13 @@ class DeployRow:
         d["throughput"] = self.throughput and self.throughput.to_json()
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DeployRow:
+        """A row read back from `to_json` (deploy.json beside a store)."""
+        timing = lambda t: None if t is None else Latency.from_json(t)
+        quality = None if d.get("quality") is None else Quality.from_json(d["quality"])
+        return cls(**{**d, "latency": timing(d["latency"]), "throughput": timing(d["throughput"]), "quality": quality})
+
 
 @dataclass(frozen=True)
 class QatSummary:
@@ -216,6 +240,21 @@ class DeployResult:
             {**{k: v for k, v in asdict(self).items() if k != "rows"}, "rows": [r.to_json() for r in self.rows]}
         )
         return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DeployResult:
+        """A result read back from `to_json` (deploy.json beside a store); KeyError or TypeError for another shape."""
+        qat = [QatSummary(**{**q, "ptq_increase": Delta.from_json(q["ptq_increase"]),
+                             "qat_increase": Delta.from_json(q["qat_increase"]), "recovered": number(q["recovered"])})
+               for q in d.get("qat", [])]  # fmt: skip
+        return cls(
+            d["source"], d["model"], d["setup"], d["environment"], [DeployRow.from_json(r) for r in d["rows"]], qat
+        )
+
+
+def number(value: Any) -> Any:
+    """A float that `json_safe` wrote as 'nan', 'inf' or '-inf', back as the float; anything else as it is."""
+    return float(value) if value in ("nan", "inf", "-inf") else value
 
 
 def environment() -> dict[str, Any]:

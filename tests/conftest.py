@@ -46,7 +46,7 @@ def run_result(**fields):
     values = dict(
         ffn="gelu", seed=0, status="finished", task="lm", steps=10, final_val_loss=loss,
         final_val_ppl=None if loss is None else math.exp(loss), final_val_acc=None, final_test_loss=loss,
-        final_test_acc=None, noisy_val_loss=None, noisy_val_acc=None, diverged_step=None, params=16_000,
+        final_test_acc=None, noisy_val_loss=None, noisy_val_acc=None, diverged_step=None, diverged_kind=None, params=16_000,
         ffn_params=8_000, flops_per_token=34_000, tokens=10_240, train_flops=3 * 34_000 * 10_240,
         tokens_per_s=25_600.0, step_time_s=0.01, first_step_s=0.05, train_seconds=1.0, wall_seconds=1.2,
         param_bytes=64_000, grad_bytes=64_000, optimizer_bytes=128_000, saved_bytes=1 << 20,

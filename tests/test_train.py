@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ffnlab._util import machine
 from ffnlab.core.model import ModelConfig, attend
-from ffnlab.run.monitors import spike
+from ffnlab.run.monitors import BlowupWatch, spike
 from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, train
 from ffnlab.study.plan import Study, plan
 from tests.conftest import TINY_MODEL
@@ -80,7 +80,53 @@ def test_absurd_learning_rate_diverges_without_raising():
     assert r.status == "diverged"
     assert r.diverged_step is not None and r.diverged_step < 50
     assert r.final_val_loss is None
-    assert any(e["kind"] == "nonfinite" for e in r.events)
+    assert any(e["kind"] == "nonfinite" for e in r.events) and r.diverged_kind == "nonfinite"
+
+
+def test_blowup_watch_needs_the_loss_above_the_bound_for_the_stated_steps():
+    watch = BlowupWatch(factor=2.0, steps=3)
+    losses: list[float] = []
+    for loss in [4.0] * 10 + [1.0] * 10 + [2.5, 2.5, 1.0, 2.5, 2.5]:  # best median 1.0; 2.5 twice, then reset
+        losses.append(loss)
+        assert not watch.update(losses)
+    assert watch.best == 1.0 and watch.above == 2
+    losses.append(2.5)
+    assert watch.update(losses)  # the third step in a row above 2 x 1.0
+    assert watch.event(25, 2.5) == {"step": 25, "kind": "blowup", "loss": 2.5, "best": 1.0, "factor": 2.0, "since": 23}
+    one_lucky_batch = BlowupWatch(2.0, 3)
+    lucky = [3.0] * 9 + [0.1] + [3.0] * 10  # no median of 10 is 0.1: 3.0 is not a blow-up
+    assert not any(one_lucky_batch.update(lucky[: i + 1]) for i in range(len(lucky)))
+    replayed = BlowupWatch(2.0, 3)
+    replayed.replay(losses[:-1])  # a resumed run's watch: the state the history leaves
+    assert (replayed.best, replayed.above) == (1.0, 2)
+
+
+class ClimbingLoss(torch.nn.Module):
+    """A model whose training loss is `losses[k]` at its k-th training forward: no NaN, a loss that climbs."""
+
+    def __init__(self, losses: list[float]):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.losses, self.calls = losses, 0
+
+    def forward(self, idx, targets=None):
+        value = self.losses[min(self.calls, len(self.losses) - 1)] if self.training else 4.4
+        self.calls += self.training
+        return torch.zeros(*idx.shape, 65) + self.w, self.w.sum() * 0 + value
+
+
+def test_a_loss_that_climbs_from_4_4_to_19_4_diverges_without_a_nan():
+    # issue #28's run: a loss of 4.4 that climbed to 19.4 (perplexity 2.7e8) was 'finished' with 0 spikes
+    losses = [4.4 - 0.01 * i for i in range(200)] + [2.4 + 0.1 * i for i in range(171)]  # to 19.4
+    r = train(
+        tiny(max_steps=400, diverge_factor=3.0, diverge_steps=50), model_factory=lambda cfg, seed: ClimbingLoss(losses)
+    )
+    assert r.status == "diverged" and r.diverged_kind == "blowup" and r.final_val_loss is None
+    (event,) = [e for e in r.events if e["kind"] == "blowup"]
+    assert r.diverged_step == event["step"] and event["since"] == event["step"] - 49
+    assert event["loss"] > 3.0 * event["best"] and r.steps < 400
+    watch = BlowupWatch(10.0, 50)  # the same losses never stay 10x the best for 50 steps
+    assert not any(watch.update(losses[: i + 1]) for i in range(len(losses)))
 
 
 def test_lr_schedule_warmup_then_cosine():

@@ -11,6 +11,7 @@ from ffnlab.core.model import ModelConfig
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS = get_args(Precision)
 Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
+DIVERGENCE = ("nonfinite", "blowup")  # the kinds of divergence, the event kinds that end a run
 DEVICES = ("cpu", "cuda", "auto")
 
 
@@ -39,7 +40,7 @@ class TrainConfig:
     min_lr: float | None = None  # end of the cosine decay; None: lr / 10
     warmup_steps: int = 20  # linear warm-up from 0 to lr, then cosine decay to min_lr
     weight_decay: float = 0.1  # on matrices only, not on biases, norms or learnable activations
-    beta2: float = 0.99  # small batches, few steps (nanoGPT's Shakespeare recipe)
+    beta2: float = 0.99  # AdamW's beta2, the decay of its running mean of squared gradients
     grad_clip: float = 1.0  # global gradient-norm clip
     eval_every: int = 50  # steps between validation evaluations (the curves)
     eval_batches: int = 8  # fixed validation batches at each evaluation during training (the curves)
@@ -47,6 +48,9 @@ class TrainConfig:
     # more tokens, so less evaluation noise in paired differences (README, "The default study")
     log_every: int = 10  # FFN gradient statistics every this many steps
     spike_factor: float = 4.0  # a spike is a value above this times the running median
+    diverge_factor: float = 3.0  # a run diverges when its training loss stays above this times its best so far
+    # (the lowest median of 10 consecutive steps) for diverge_steps steps in a row, as it does when non-finite
+    diverge_steps: int = 50  # steps in a row above diverge_factor x the best loss that make a run diverged
     noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
     precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # auto: cuda where available
@@ -68,6 +72,7 @@ class TrainConfig:
             "final_eval_batches",
             "log_every",
             "checkpoint_every",
+            "diverge_steps",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -76,7 +81,8 @@ class TrainConfig:
         for name in ("max_tokens", "max_seconds", "threads"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("lr", "min_lr", "max_seconds", "weight_decay", "beta2", "grad_clip", "noise_std", "spike_factor"):
+        for name in ("lr", "min_lr", "max_seconds", "weight_decay", "beta2", "grad_clip", "noise_std", "spike_factor",
+                     "diverge_factor"):  # fmt: skip
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value}")
@@ -87,6 +93,8 @@ class TrainConfig:
                 f"need weight_decay >= 0, noise_std >= 0, 0 <= beta2 < 1 and spike_factor > 1, got "
                 f"{self.weight_decay}, {self.noise_std}, {self.beta2}, {self.spike_factor}"
             )
+        if not self.diverge_factor > 1:
+            raise ValueError(f"diverge_factor must be above 1 (a multiple of the best loss), got {self.diverge_factor}")
         if self.tokenizer == "pretrained" and not self.init_from:
             raise ValueError(
                 "tokenizer 'pretrained' is the init_from folder's (--from); valid without it: char, byte, bpe"
@@ -130,6 +138,7 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.attn_act", "model.attn_proj_act",
     ),
     2: ("qat_from",),
+    3: ("diverge_factor", "diverge_steps"),
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 
@@ -166,6 +175,7 @@ class RunResult:
     noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
     noisy_val_acc: float | None
     diverged_step: int | None
+    diverged_kind: str | None  # 'nonfinite' (a NaN or inf loss or gradient) or 'blowup' (TrainConfig.diverge_factor)
     params: int
     ffn_params: int
     flops_per_token: int  # forward, whole model

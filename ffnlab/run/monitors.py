@@ -1,6 +1,7 @@
 """Stability and behaviour monitors of a training run, read by the loop in `ffnlab.run.train`.
 
-Gradient statistics of each FFN, gradient-norm and loss spikes against a running median, an
+Gradient statistics of each FFN, gradient-norm and loss spikes against a running median, a loss that blows
+up without going non-finite (`BlowupWatch`), an
 activation probe for dead units, sparsity and activation scale, and the learned parameters of
 learnable activations; `monitor_summary` turns what they saw into RunResult fields.
 """
@@ -11,6 +12,7 @@ import functools
 import math
 import statistics
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import torch
@@ -58,6 +60,38 @@ def spike_events(step: int, grad_norm: float, loss: float, hist: dict, factor: f
                 {"step": step, "kind": kind, "value": value, "median": statistics.median(series[-SPIKE_WINDOW:])}
             )
     return events
+
+
+BEST_WINDOW = 10  # the best loss so far is the lowest median of this many consecutive steps: one lucky batch is no best
+
+
+@dataclass
+class BlowupWatch:
+    """Divergence without a NaN: the training loss has stayed above `factor` times its best so far (the lowest
+    running median of BEST_WINDOW steps) for `steps` consecutive steps (TrainConfig.diverge_factor, diverge_steps).
+    `update` takes the loss history with the new step's loss last; `above` counts the steps above the bound."""
+
+    factor: float
+    steps: int
+    best: float = math.inf
+    above: int = 0
+
+    def update(self, losses: list[float]) -> bool:
+        """Whether the run has now blown up, the history `losses` ending with the step just taken."""
+        if len(losses) >= BEST_WINDOW:
+            self.best = min(self.best, statistics.median(losses[-BEST_WINDOW:]))
+        self.above = self.above + 1 if losses[-1] > self.factor * self.best else 0
+        return self.above >= self.steps
+
+    def replay(self, losses: list[float]) -> None:
+        """The watch's state after `losses` (a resumed run's history)."""
+        for i in range(1, len(losses) + 1):
+            self.update(losses[max(0, i - BEST_WINDOW) : i])
+
+    def event(self, step: int, loss: float) -> dict[str, Any]:
+        """The 'blowup' event of the step it is declared at."""
+        return {"step": step, "kind": "blowup", "loss": loss, "best": self.best, "factor": self.factor,
+                "since": step - self.above + 1}  # fmt: skip
 
 
 class ActivationProbe:

@@ -8,7 +8,8 @@ same batches for every variant and seed), budgets by steps, tokens or seconds, b
 option. Checkpoints (safetensors, resuming to the same result) are in `ffnlab.run.checkpoint`; the
 stability monitors (FFN gradient statistics, gradient-norm and loss spikes, dead units, sparsity,
 activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
-A run that hits a non-finite loss or gradient ends as `diverged`.
+A run that hits a non-finite loss or gradient, or whose loss stays far above its best (TrainConfig.diverge_factor
+and diverge_steps), ends as `diverged`.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
 from ffnlab.core.model import ModelConfig, Transformer, param_count, qkv_act_spec
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
-from ffnlab.run.config import Outcome, RunResult, TrainConfig
+from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
 from ffnlab.run.monitors import (
     ActivationProbe,
+    BlowupWatch,
     NamedFFNs,
     grad_stats,
     monitor_summary,
@@ -458,13 +460,16 @@ def train(
     `weights_path`: where to write the final weights (safetensors) of a finished run.
     `pretrained_path`: a folder to `save_pretrained` a finished Hugging Face model (hf_config or
     init_from) into, for fine-tuning later (`init_from`); ValueError at once for ffnlab's Transformer.
-    A run that hits a non-finite loss or gradient ends with status 'diverged'; it never raises.
+    A run that hits a non-finite loss or gradient, or whose training loss stays above diverge_factor times its best
+    for diverge_steps steps, ends with status 'diverged'; it never raises.
     """
     if pretrained_path is not None and not (cfg.hf_config or cfg.init_from):
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     setup = prepare(cfg, model_factory)
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
     status: Outcome = "finished"
+    blowup = BlowupWatch(cfg.diverge_factor, cfg.diverge_steps)
+    blowup.replay(hist["train_loss"])  # a resumed run goes on from where its history left the watch
     if step == 0:  # the untrained model's loss anchors every curve
         hist["val"].append({"step": 0, **evaluate(model, setup.val_batches, setup.task, setup.autocast), "time": 0.0})
     model.train()
@@ -503,6 +508,10 @@ def train(
         hist["train_loss"].append(loss_value)
         hist["grad_norm"].append(grad_norm)
         hist["step_time"].append(time.perf_counter() - t_step)
+        if blowup.update(hist["train_loss"]):  # stayed far above its best loss: no NaN, but diverged all the same
+            hist["events"].append(blowup.event(step, loss_value))
+            status = "diverged"
+            break
         step += 1
         if step % cfg.eval_every == 0 or step == total:
             val = evaluate(model, setup.val_batches, setup.task, setup.autocast)
@@ -546,6 +555,7 @@ def finish(
         else:
             save_final(setup, weights_path, pretrained_path)
     final, noisy, test = evals.final, evals.noisy, evals.test
+    diverged: dict[str, Any] = next((e for e in hist["events"] if e["kind"] in DIVERGENCE), {})
     return RunResult(
         ffn=setup.model_cfg.ffn,
         seed=setup.cfg.seed,
@@ -559,7 +569,8 @@ def finish(
         final_test_acc=test.get("acc"),
         noisy_val_loss=noisy.get("loss"),
         noisy_val_acc=noisy.get("acc"),
-        diverged_step=next((e["step"] for e in hist["events"] if e["kind"] == "nonfinite"), None),
+        diverged_step=diverged.get("step"),
+        diverged_kind=diverged.get("kind"),
         **measured_costs(setup, step, train_seconds),
         **monitor_summary(hist, evals.behaviour, setup.ffns, evals.mixtures),
         vocab_size=setup.vocab_size,
@@ -646,7 +657,8 @@ def measured_costs(setup: Setup, step: int, train_seconds: float) -> Costs:
     model, mcfg, step_time = setup.model, setup.model_cfg, setup.hist["step_time"]
     step_times = step_time[1:] or step_time  # the first step includes warm-up
     median_step = statistics.median(step_times) if step_times else float("nan")
-    d_model, n_layers = getattr(model.cfg, "d_model", mcfg.d_model), getattr(model.cfg, "n_layers", mcfg.n_layers)
+    own = getattr(model, "cfg", mcfg)  # a model_factory's module may have no config of its own
+    d_model, n_layers = getattr(own, "d_model", mcfg.d_model), getattr(own, "n_layers", mcfg.n_layers)
     n_out = mcfg.vocab_size if setup.task == "lm" else mcfg.n_classes
     flops_per_token = model_flops_per_token(model, d_model, n_layers, mcfg.context, n_out)
     return {

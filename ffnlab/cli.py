@@ -22,6 +22,7 @@ from ffnlab.commands import (
     cmd_advise,
     cmd_bench,
     cmd_compare,
+    cmd_deploy,
     cmd_export,
     cmd_list,
     cmd_numerics,
@@ -169,10 +170,10 @@ def add_compare_parser(sub) -> None:
 
 
 def add_tool_parsers(sub) -> None:
-    """numerics, export and bench."""
+    """numerics, export, bench and deploy."""
     p = sub.add_parser("numerics", help="forward/backward error of every activation against a float64 reference")
     p.add_argument("names", nargs="?", default=None, help="comma-separated activations (default: all)")
-    p.add_argument("--dtypes", default="fp32,fp16,bf16", help="comma-separated: fp32, fp16, bf16")
+    p.add_argument("--dtypes", default="fp32,fp16,bf16", help="comma-separated: fp32, fp16, bf16, int8")
     p.add_argument("--range", default="-10,10", help="LO,HI of the x grid, e.g. -10,10")
     p.add_argument("--points", type=positive_int, default=None, help="grid points (default 200001)")
     p.add_argument("--no-claims", action="store_true", help="skip the claims table (it times kernels)")
@@ -217,6 +218,32 @@ def add_tool_parsers(sub) -> None:
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (its rows say so)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)
+    add_deploy_parser(sub)
+
+
+def add_deploy_parser(sub) -> None:
+    """deploy: a store's trained runs (--store) or fresh models (--ffn and the sizes); unset flags keep
+    the library's defaults (ffnlab.tools.deploy.run_deploy)."""
+    p = sub.add_parser("deploy", help="inference cost (and, from a store, quality) per variant, precision, runtime")
+    p.add_argument("--store", default=None, help="measure this run store's trained runs; writes deploy.json beside it")
+    p.add_argument("--ffn", type=csv_list, default=None, help="comma-separated variants: fresh models, or the store's")
+    for flag, what in (("--d-model", "width"), ("--n-layers", "layers"), ("--n-heads", "heads"),
+                       ("--context", "context"), ("--vocab-size", "vocabulary")):  # fmt: skip
+        p.add_argument(flag, type=positive_int, default=None, help=f"fresh model's {what} (default: ModelConfig's)")
+    p.add_argument(
+        "--precisions", default=None, help="comma-separated: fp32, bf16, fp16, int8 (default: fp32,bf16,int8)"
+    )
+    p.add_argument("--runtimes", default=None, help="comma-separated: eager, compile, onnxruntime (default: all)")
+    p.add_argument("--batch", type=positive_int, default=None, help="the throughput batch (default 16)")
+    p.add_argument("--seq", type=positive_int, default=None, help="tokens per sequence (default: the context)")
+    p.add_argument("--repeats", type=positive_int, default=None, help="timed calls per median (default 20)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default 3)")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: torch's)")
+    p.add_argument("--onnx-dir", default=None, metavar="FOLDER", help="keep the ONNX files there")
+    p.add_argument("--no-roofline", action="store_true", help="skip the roofline (it times a memory copy)")
+    p.add_argument("--json", action="store_true", help="print strict JSON instead of the table")
+    p.add_argument("--out", default=None, help="also write the JSON to this file")
+    p.set_defaults(func=cmd_deploy)
 
 
 def add_study_tool_parsers(sub) -> None:

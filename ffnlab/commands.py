@@ -191,3 +191,46 @@ def cmd_advise(args):
 
     advice = advice_for(Situation(**given(args, Situation)), args.store)
     print(strict_dumps(advice.to_json()) if args.json else format_advice(advice))  # a size or a gap may not be finite
+
+
+MODEL_SIZES = ("d_model", "n_layers", "n_heads", "context", "vocab_size")  # deploy's flags for a fresh model
+TIMING = ("precisions", "runtimes", "batch", "seq", "repeats", "warmup", "threads")  # unset: the library's defaults
+
+
+def cmd_deploy(args):
+    from ffnlab.study.deployment import deploy_store, deployment_path, save_deployment
+    from ffnlab.tools.deploy import format_deploy, run_deploy
+
+    check_deploy_flags(args)
+    settings = {k: v for k in TIMING if (v := getattr(args, k)) is not None}
+    settings |= {"workdir": args.onnx_dir, "roofline": not args.no_roofline}
+    saved = None
+    if args.store is None:
+        sizes = {k: v for k in MODEL_SIZES if (v := getattr(args, k)) is not None}
+        result = run_deploy(args.ffn, **settings, **sizes)
+    else:
+        if os.path.isfile(args.store):  # else deploy_store names the store
+            check_writable(deployment_path(args.store))  # now, not after the measurements
+        result = deploy_store(args.store, args.ffn, **settings)
+        saved = save_deployment(args.store, result)
+    text = strict_dumps(result.to_json())  # a latency or a delta may not be finite
+    if args.out:
+        write_atomic(args.out, text)
+    print(text if args.json else format_deploy(result))
+    if saved:  # with --json, beside the JSON on stdout, not in it
+        where = sys.stderr if args.json else sys.stdout
+        print(f"deployment: {saved} (the report and advise --store read it)", file=where)
+
+
+def check_deploy_flags(args) -> None:
+    """A UsageError for flags `deploy` cannot act on, before anything is measured or written."""
+    if args.store is None and args.ffn is None:
+        raise UsageError("deploy measures a store's trained runs (--store STORE) or fresh models (--ffn gelu,relu)")
+    sized = [k for k in MODEL_SIZES if getattr(args, k) is not None]
+    if args.store is not None and sized:
+        flag = "--" + sized[0].replace("_", "-")
+        raise UsageError(f"{flag} sizes a fresh model; the runs of --store {args.store} keep their own: drop one")
+    if args.onnx_dir and os.path.exists(args.onnx_dir) and not os.path.isdir(args.onnx_dir):
+        raise UsageError(f"--onnx-dir {args.onnx_dir} is a file; give a folder")
+    if args.out:
+        check_writable(args.out)

@@ -286,7 +286,10 @@ def test_damaged_store_contents_name_the_store(tmp_path):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-PROMISED = ("train", "compare", "export", "report", "advise")
+PROMISED = ("train", "compare", "export", "report", "advise", "deploy")
+# one fp32 eager call of a one-layer model: a bad value wrongly accepted fails fast
+TINY_DEPLOY = ["--ffn", "gelu", "--n-layers", 1, "--n-heads", 2, "--d-model", 32, "--context", 16, "--repeats", 1,
+               "--warmup", 0, "--precisions", "fp32", "--runtimes", "eager", "--no-roofline"]  # fmt: skip
 FLOAT_TYPES = ("float", "positive_float", "float_list")
 INT_TYPES = ("int", "positive_int", "int_list", "jobs_arg")
 
@@ -359,6 +362,7 @@ def test_every_bad_flag_value_is_one_line_exit_2_and_writes_nothing(capsys, data
             "export": ["--ffn", "gelu", "--d-model", "8", "--out", f"{folder}/x.onnx"],
             "report": ["--store", f"{folder}/s.db"],
             "advise": [],
+            "deploy": [*TINY_DEPLOY, "--out", f"{folder}/d.json"],
         }[command]
         cwd = os.getcwd()
         os.chdir(folder)  # anything written relative to the cwd shows up here

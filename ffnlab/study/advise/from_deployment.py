@@ -141,12 +141,12 @@ def weigh(row: DeployRow, reference: DeployRow) -> WeighedRow:
 def pick_deployment(result: DeployResult, situation: Situation, variants: Collection[str]) -> DeployChoice:
     """The deployed row to run among the rows of `variants` (module docstring); ValueError saying why when
     there is no fp32 eager row with a validation loss to judge the others against."""
-    scored = [r for r in result.rows if r.ffn in variants and val_loss(r) is not None]
-    references = [r for r in scored if r.precision == "fp32" and r.runtime == "eager" and r.qat_from is None]
+    scored = [(r, loss) for r in result.rows if r.ffn in variants and (loss := val_loss(r)) is not None]
+    references = [(r, loss) for r, loss in scored if r.target.label() == "fp32/eager" and r.qat_from is None]
     if not references:
         raise ValueError("it has no fp32 eager row with a validation loss to judge the others against")
-    reference = min(references, key=lambda r: val_loss(r) or math.inf)
-    rows = sorted((weigh(r, reference) for r in scored), key=lambda w: w.latency_s)
+    reference = min(references, key=lambda pair: pair[1])[0]
+    rows = sorted((weigh(r, reference) for r, _ in scored), key=lambda w: w.latency_s)
     pool = [w for w in rows if w.acceptable]  # the reference is always in it
     int8_only = situation.hardware == "mobile" and any(w.row.precision == "int8" for w in pool)
     if int8_only:

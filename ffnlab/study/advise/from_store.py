@@ -279,8 +279,8 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> Advice:
         facts = replace(facts, n_layers=cell.axes["depth"])
     if "width" in cell.axes:
         facts = replace(facts, d_model=cell.axes["width"])
-    deployment = deployment_advice(facts.store, situation, eligible_variants(cell, situation),
-                                   (facts.d_model, facts.n_layers))  # fmt: skip
+    shape = (facts.d_model, facts.n_layers)
+    deployment = deployment_advice(facts.store, situation, eligible_variants(cell, situation), shape)
     weighed = choose_in_cell(cell, facts, situation, deployment.ffn if deployment else None)
     reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
     rules = [weighed.rule] if weighed.rule else []

@@ -4,7 +4,8 @@ Three sources of evidence, in this order:
 1. fine-tuning a pretrained model: keep the activation it was trained with (its weights assume it);
    the activation is read from a Hugging Face config.json or a table of model families (from_checkpoint.py);
 2. measurements in a run store: the variants' paired differences over seeds, under the user's
-   parameter, memory and latency constraints (from_store.py);
+   parameter, memory and latency constraints (from_store.py), and, where inference cost counts, the
+   deployment measured beside it (deploy.json: from_deployment.py), also for a checkpoint's variant;
 3. published results (ffnlab.study.published), said to be such, with the `ffnlab compare` command that
    would measure the question on the user's own data (from_papers.py).
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from ffnlab.study.advise.advice import Advice, format_advice
 from ffnlab.study.advise.from_checkpoint import advise_pretrained
+from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.from_papers import advise_published
 from ffnlab.study.advise.from_store import advise_measured
 from ffnlab.study.advise.situation import (
@@ -75,11 +77,7 @@ def advice_for(situation: Situation, store: str | Path | None = None) -> Advice:
     if context.pretrained:
         advice = advise_pretrained(context.pretrained, context)
         if store is not None:
-            unused = (
-                f"The measurements in {store} were not used: they compare training from "
-                "scratch, which starting from a checkpoint is not."
-            )
-            advice = replace(advice, reasons=[*advice.reasons, unused])
+            advice = with_checkpoint_deployment(advice, store, context)
     elif store is not None:
         if not Path(store).is_file():
             raise ValueError(
@@ -97,4 +95,33 @@ def advice_for(situation: Situation, store: str | Path | None = None) -> Advice:
         rules=advice.rules + extra,
         situation=context,
         branch=f"{context.stage}/{advice.basis}",
+    )
+
+
+def with_checkpoint_deployment(advice: Advice, store: str | Path, situation: Situation) -> Advice:
+    """A checkpoint's advice with what a store adds: not its training measurements (they compare training
+    from scratch), but, where inference cost counts, how its measured deployment runs the checkpoint's
+    variant fastest."""
+    deployment = deployment_advice(store, situation, [advice.recommendation])
+    unused = (
+        f"The measurements in {store} were not used: they compare training from scratch, which starting from a "
+        "checkpoint is not."
+    )
+    if deployment is None:
+        return replace(advice, reasons=[*advice.reasons, unused])
+    if deployment.pick is not None:
+        unused = (
+            f"The training measurements in {store} were not used: they compare training from scratch, which "
+            "starting from a checkpoint is not; its measured deployment was, for how to run the checkpoint's variant."
+        )
+    evidence = {**advice.evidence, "deployment": deployment.evidence} if deployment.evidence else advice.evidence
+    implementation = advice.implementation
+    if implementation and deployment.pick:
+        implementation += f"; measured fastest within the quality budget: {deployment.pick} (deploy.json)"
+    return replace(
+        advice,
+        reasons=[*advice.reasons, unused, *deployment.lines],
+        rules=advice.rules + deployment.rules,
+        evidence=evidence,
+        implementation=implementation,
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 from ffnlab._util.text import human, human_bytes, key_values, sci
 from ffnlab.study.advise.advice import Advice, compare_command
+from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.situation import Situation
 from ffnlab.study.flow import Rule, apply_rule, mobile_friendly, rule_line
 from ffnlab.study.metrics import shown_in
@@ -128,7 +129,8 @@ def pct(value: float | None, reference: float | None) -> str:
 
 def advise_measured(store_path: str | Path, situation: Situation) -> Advice:
     """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
-    axis than depth), each cell's advice and a recommendation only where they agree."""
+    axis than depth), each cell's advice and a recommendation only where they agree. Where inference cost
+    counts, each cell weighs the measured deployment beside the store (from_deployment.py)."""
     cells, facts = measured_cells(store_path, situation.depth)
     advices = [advise_cell(c, facts, situation) for c in cells]
     if len(advices) == 1:
@@ -184,6 +186,7 @@ class CellChoice:
     runner_up: str | None  # the best eligible variant but the choice
     unit: str  # of a paired difference: ' nats' or ' accuracy'
     rule: Rule | None = None  # the flow's rule that moved the choice away from the best, if one did
+    deployed: bool = False  # the measured deployment picked the choice (from_deployment.py)
 
     @property
     def eligible(self) -> list[str]:
@@ -215,9 +218,15 @@ class CellChoice:
         return self.variants[name].metrics.get("step_time_s")
 
 
-def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> CellChoice:
-    """The best eligible variant of a cell, or, when cost counts, a tied one that is clearly faster;
-    ValueError saying why when no variant is eligible."""
+def eligible_variants(cell: Cell, situation: Situation) -> list[str]:
+    """The cell's variants that `exclusion` leaves in the running, in the cell's order."""
+    return [r.ffn for r in cell.variants if exclusion(r, situation) is None]
+
+
+def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed: str | None = None) -> CellChoice:
+    """The best eligible variant of a cell; or the eligible variant `deployed`, the measured deployment's pick;
+    or, when cost counts, a tied one that is clearly faster (or of the ReLU family, on mobile). ValueError
+    saying why when no variant is eligible."""
     variants = {r.ffn: r for r in cell.variants}
     sign = -1.0 if facts.higher_is_better else 1.0  # sign * value: lower is better
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
@@ -240,7 +249,9 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> CellC
     tied = [n for n, gap in diffs.items() if not gap.significant]
     choice, rule = best, None
     friendly = [n for n in [best] + tied if mobile_friendly(n)]
-    if situation.hardware == "mobile" and friendly and best not in friendly:
+    if deployed in eligible:
+        choice = deployed  # measured at inference, which the rules of thumb below only guess at
+    elif situation.hardware == "mobile" and friendly and best not in friendly:
         choice = min(friendly, key=better_first)
         rule = apply_rule("mobile-measured", ffn=choice)
     elif situation.cost_sensitive and tied:
@@ -249,7 +260,7 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> CellC
             choice = fastest
     runner_up = min((n for n in eligible if n != choice), key=better_first, default=None)
     unit = " nats" if facts.metric == "final_val_loss" else " accuracy"
-    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule)
+    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule, deployed in eligible)
 
 
 def gaps_to_best(variants: dict[str, VariantRow], best: str, eligible: list[str]) -> dict[str, GapToBest]:
@@ -268,10 +279,15 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> Advice:
         facts = replace(facts, n_layers=cell.axes["depth"])
     if "width" in cell.axes:
         facts = replace(facts, d_model=cell.axes["width"])
-    weighed = choose_in_cell(cell, facts, situation)
+    shape = (facts.d_model, facts.n_layers)
+    deployment = deployment_advice(facts.store, situation, eligible_variants(cell, situation), shape)
+    weighed = choose_in_cell(cell, facts, situation, deployment.ffn if deployment else None)
     reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
     rules = [weighed.rule] if weighed.rule else []
     reasons += [rule_line(r) for r in rules]
+    if deployment:
+        rules += deployment.rules
+        reasons += deployment.lines
     reasons += scaling_reasons(weighed.choice, facts.scaling)
     reasons += across_reasons(weighed.choice, facts.across_cells)
     evidence = {
@@ -280,6 +296,8 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> Advice:
         "axes": cell.axes,
         "variants": {n: variant_evidence_json(row) for n, row in weighed.variants.items()},
     }
+    if deployment and deployment.evidence:
+        evidence["deployment"] = deployment.evidence
     if facts.scaling:
         evidence["scaling"] = {
             n: {k: r[k] for k in ("multiplier", "multiplier_ci", "E", "alpha")}
@@ -346,6 +364,11 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
         reasons.append(
             f"{best} has the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
             f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
+        )
+    elif weighed.deployed:
+        reasons.append(
+            f"{best} has the best mean ({mean[best]:.4f}), but {choice} ({weighed.versus(choice, best)}) is the "
+            "variant the measured deployment picks: fastest at inference within the quality budget (below)."
         )
     elif weighed.rule:
         reasons.append(

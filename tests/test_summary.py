@@ -242,3 +242,31 @@ def test_compare_json_of_the_default_study_is_unchanged(run_cli, tmp_path):
     printed = json.loads(out)
     assert printed.pop("store") == str(store)
     assert_holds(json.loads((DATA / "default_study.json").read_text()), printed)
+
+
+def test_the_stability_table_counts_non_finite_and_blown_up_runs_apart():
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.study.metrics import shown_in
+    from ffnlab.study.records import RunRecord, RunStatus
+    from ffnlab.study.summary import summarize_cell
+    from tests.conftest import run_result
+
+    def item(ffn, seed, kind=None):
+        cfg = TrainConfig(model=replace(TrainConfig().model, ffn=ffn), seed=seed)
+        if kind is None:
+            status, result = RunStatus.FINISHED, run_result(ffn=ffn, seed=seed, final_val_loss=2.0 + seed / 10)
+        else:  # an older store's diverged run has no diverged_kind: it went non-finite, the only kind there was
+            status = RunStatus.DIVERGED
+            result = run_result(ffn=ffn, seed=seed, status="diverged", final_val_loss=None, diverged_step=7,
+                                diverged_kind=None if kind == "old" else kind)  # fmt: skip
+        record = RunRecord(f"{ffn}{seed}", cfg.to_dict(), status, result, None, {}, None, 1, 0.0, 0.0, 1.0)
+        return cfg, record
+
+    items = [item("relu", s) for s in range(4)]
+    items += [item("gelu", 0), item("gelu", 1, "blowup"), item("gelu", 2, "nonfinite"), item("gelu", 3, "old")]
+    cell = summarize_cell(items, ["relu", "gelu"], "relu", 4, {})
+    rows = {r.ffn: r for r in cell.variants}
+    assert (rows["gelu"].metrics["nonfinite_runs"], rows["gelu"].metrics["blowup_runs"]) == (2, 1)
+    assert (rows["relu"].metrics["nonfinite_runs"], rows["relu"].metrics["blowup_runs"]) == (0, 0)
+    assert rows["gelu"].diverged == 3 and rows["gelu"].runs == 4
+    assert {"nonfinite_runs", "blowup_runs"} <= {m.name for m in shown_in("stability")}

@@ -147,6 +147,7 @@ class Metric:
     ranks: tuple[str, ...] = ()  # the tasks that rank variants by it (its statistics are the row's)
     tasks: tuple[str, ...] = ("lm", "cls")  # the tasks it is measured for; None elsewhere
     csv: bool = True  # a scalar the CSV has a column for
+    ended: bool = False  # over every ended run, diverged ones too (a count of what went wrong); else the finished
 
     def value(self, result: RunResult) -> Any:
         """This metric of one run."""
@@ -187,6 +188,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("loss_spikes", "loss spikes", "", "lower", "n_loss_spikes", sum, str, ("stability",)),
     Metric("stability_events", "events", "", "lower", lambda r: r.n_grad_spikes + r.n_loss_spikes, sum, str,
            ("ranking",), csv=False),
+    Metric("nonfinite_runs", "non-finite runs", "", "lower", lambda r: int(r.status == "diverged" and r.diverged_kind
+           != "blowup"), sum, str, ("stability",), ended=True),  # before diverged_kind, every divergence was one
+    Metric("blowup_runs", "blown-up runs", "", "lower", lambda r: int(r.diverged_kind == "blowup"), sum, str,
+           ("stability",), ended=True),
     Metric("max_grad_norm", "max gradient norm", "", "lower", "max_grad_norm", max_of, lambda v: num(v, 3),
            ("stability",)),
     Metric("dead_frac", "dead units", "", "lower", "dead_frac", format=lambda v: num(v, 3),

@@ -62,6 +62,7 @@ def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: i
     values: dict[str, dict[int, float]] = {v: {} for v in variants}
     diverged = {v: 0 for v in variants}
     results: dict[str, list[RunResult]] = {v: [] for v in variants}
+    ended: dict[str, list[RunResult]] = {v: [] for v in variants}  # finished and diverged: what `ended` metrics count
     runs = {v: 0 for v in variants}
     missing: dict[str, list[int]] = {}
     noise = []
@@ -78,6 +79,8 @@ def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: i
                 noise.append(value)
             continue
         runs[v] += 1
+        if rec is not None and rec.result is not None:
+            ended[v].append(rec.result)
         if value is None or result is None:  # diverged
             diverged[v] += 1
             values[v][cfg.seed] = math.nan
@@ -95,7 +98,7 @@ def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: i
                 values={s: x for s, x in sorted(values[row.ffn].items()) if math.isfinite(x)},
                 test_values={r.seed: getattr(r, test) for r in done if getattr(r, test) is not None},
                 runs=runs[row.ffn],
-                metrics={m.name: m.of(done, task) for m in row_metrics()},
+                metrics={m.name: m.of(ended[row.ffn] if m.ended else done, task) for m in row_metrics()},
             )
         )
     cell = Cell(

@@ -26,7 +26,7 @@ class TrainConfig:
     init_digest: str | None = None  # sha256 of that folder's config and weights, set when planned or run
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
     tokenizer: Literal["char", "byte", "bpe", "word", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained
-    # on the corpus, words (split on whitespace and punctuation; perplexity per word, as WikiText's published
+    # on the corpus, words (split on whitespace and punctuation; perplexity per word, as in WikiText's published
     # numbers), or the tokenizer.json of the init_from folder
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words

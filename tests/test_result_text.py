@@ -19,3 +19,9 @@ def test_a_classifier_run_shows_its_accuracy():
     result = run_result(task="cls", final_val_acc=0.75, noisy_val_acc=0.5, history={"val": []})
     lines = format_run(result).splitlines()
     assert "(step" not in lines[0] and lines[1] == "  accuracy 0.7500, test -, with embedding noise 0.5000"
+
+
+def test_a_word_level_run_says_its_perplexity_is_per_word():
+    for tokenizer, line in (("word", "  perplexity per word 7.39,"), ("bpe", "  perplexity 7.39,")):
+        result = run_result(history={"val": []}, config={"tokenizer": tokenizer})
+        assert format_run(result).splitlines()[1].startswith(line)

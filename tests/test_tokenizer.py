@@ -1,11 +1,14 @@
 import json
 import os
+import random
 
 import numpy as np
 import pytest
 
 from ffnlab.run import tokenizer as tk
+from ffnlab.run.config import TrainConfig, identity
 from ffnlab.run.tokenizer import TOKENIZERS, build_tokenizer, tokenizer_from_state
+from tests.conftest import TINY_MODEL
 
 CORPUS = [
     "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n",
@@ -25,7 +28,10 @@ def build(tmp_path):
     return make
 
 
-@pytest.mark.parametrize("kind", TOKENIZERS)
+LOSSLESS = [kind for kind in TOKENIZERS if kind != "word"]  # word decodes words joined by spaces
+
+
+@pytest.mark.parametrize("kind", LOSSLESS)
 def test_round_trip_and_state(build, kind):
     tok = build(kind, CORPUS + [UNICODE], 300)
     assert tok.kind == kind
@@ -107,7 +113,7 @@ def test_bpe_long_text_encodes_in_chunks_to_the_same_ids(build, monkeypatch):
 def test_bad_input(build):
     with pytest.raises(ValueError, match="did you mean 'byte'"):
         build_tokenizer("bytes", CORPUS)
-    with pytest.raises(ValueError, match="bpe' tokenizer only"):
+    with pytest.raises(ValueError, match="'bpe' and 'word' tokenizers only"):
         build_tokenizer("char", CORPUS, vocab_size=100)
     with pytest.raises(ValueError, match="above 256"):
         build_tokenizer("bpe", CORPUS, vocab_size=200)
@@ -119,7 +125,7 @@ def test_bad_input(build):
             with pytest.raises(ValueError, match="outside the vocabulary"):
                 tok.decode(bad)
     with pytest.raises(ValueError, match="not a tokenizer state"):
-        tokenizer_from_state({"kind": "word"})
+        tokenizer_from_state({"kind": "sentencepiece"})
 
 
 def test_a_folder_tokenizer_that_cannot_be_read_is_one_line(tmp_path):
@@ -136,3 +142,133 @@ def test_a_folder_tokenizer_that_cannot_be_read_is_one_line(tmp_path):
         with pytest.raises(ValueError, match=f"cannot read the tokenizer {folder}/tokenizer.json") as e:
             build_tokenizer("pretrained", [], folder=str(folder))
         assert "\n" not in str(e.value)
+
+
+# ---- the word tokenizer -----------------------------------------------------------------------------
+
+# as WikiText's raw files are: a space around every token, headings between blank lines, its own <unk>
+WIKI = (
+    " = Valkyria Chronicles III = \n"
+    " \n"
+    " Senjō no Valkyria 3 : <unk> Chronicles is a tactical role @-@ playing game , sold 1 @,@ 000 copies . \n"
+    " \n"
+    " = = Gameplay = = \n"
+    " The game 's battles ( 3 @.@ 5 hours ) are <unk> ... \n"
+)
+WIKI_DECODED = (
+    "= Valkyria Chronicles III =\n"
+    "\n"
+    "Senjō no Valkyria 3 : <unk> Chronicles is a tactical role @-@ playing game , sold 1 @,@ 000 copies .\n"
+    "\n"
+    "= = Gameplay = =\n"
+    "The game 's battles ( 3 @.@ 5 hours ) are <unk> . . .\n"
+)
+
+
+def test_word_round_trip_on_wikitext_style_text(build):
+    tok = build("word", [WIKI])
+    ids = tok.encode(WIKI)
+    words = [tok.itos[i] for i in ids]
+    assert words[:6] == ["=", "Valkyria", "Chronicles", "III", "=", "\n"]  # spaces gone, newlines kept
+    assert {"@-@", "@,@", "@.@", "'s", "Senjō"} <= set(words)  # WikiText's own tokens stay whole
+    assert words.count("\n") == 6 and words.count(".") == 4
+    assert [i for i, w in zip(ids, words) if w == "<unk>"] == [0, 0]  # WikiText's <unk> is ours
+    assert tok.decode(ids) == WIKI_DECODED  # lossy: one space between words, none around newlines
+    assert tok.encode(tok.decode(ids)) == ids and tok.encode_array(WIKI).tolist() == ids
+    assert tok.decode(np.array(ids)) == WIKI_DECODED
+    assert tok.vocab_size == len(set(words) - {"<unk>"}) + 1  # every word, <unk> once
+
+
+def test_word_punctuation_splits_raw_text(build):
+    tok = build("word")
+    assert [tok.itos[i] for i in tok.encode("To be, or not: 'tis nobler\n")] == [
+        "To", "be", ",", "or", "not", ":", "'", "tis", "nobler", "\n"
+    ]  # fmt: skip
+    assert tok.encode("king's") == tok.encode("king 's")  # a clitic splits the same either way
+    assert tok.decode(tok.encode("to  Be,\tor\n")) == "to <unk> , or\n"  # case kept: 'Be' was never seen
+
+
+def test_word_vocab_is_cut_by_frequency_ties_in_code_point_order(build):
+    texts = ["b a c a\nb c d a", "e e e e <unk> <unk> <unk> <unk> <unk> Z"]  # a:3 b:2 c:2 d:1 e:4 Z:1 \n:1
+    assert build("word", texts).itos == ["<unk>", "e", "a", "b", "c", "\n", "Z", "d"]
+    tok = build_tokenizer("word", texts, vocab_size=4)
+    assert tok.vocab_size == 4 and tok.itos == ["<unk>", "e", "a", "b"]  # c ties with b and comes after
+    assert tok.encode("a b c d e Z zebra <unk>") == [2, 3, 0, 0, 1, 0, 0, 0]  # cut or unseen: <unk>
+    assert build_tokenizer("word", texts, vocab_size=100).vocab_size == 8  # asking for more keeps them all
+    assert build_tokenizer("word", list(reversed(texts)), vocab_size=4).itos == tok.itos  # order of texts
+
+
+def test_word_state_restores_the_same_tokenizer(build):
+    tok = build_tokenizer("word", [WIKI, *CORPUS], vocab_size=20)
+    again = tokenizer_from_state(json.loads(json.dumps(tok.state())))
+    assert again.kind == "word" and again.vocab_size == tok.vocab_size == 20 and again.itos == tok.itos
+    for text in (WIKI, SAMPLE, UNICODE, ""):
+        assert again.encode(text) == tok.encode(text) and again.decode(tok.encode(text)) == tok.decode(tok.encode(text))
+
+
+def test_word_long_text_encodes_in_pieces_to_the_same_ids(build, monkeypatch):
+    tok = build("word", [WIKI])
+    text = (WIKI + "".join(CORPUS)) * 20
+    whole = [tok.stoi.get(w, 0) for w in tk.WORD_PATTERN.findall(text)]
+    monkeypatch.setattr(tk, "CHUNK_CHARS", 50)
+    assert tok.encode(text) == whole and tok.encode_array(text).tolist() == whole
+
+
+@pytest.mark.parametrize("size", [0, 1, -5, tk.MAX_WORD_VOCAB + 1, 2.5, True])
+def test_a_bad_word_vocab_is_one_line(size):
+    for make in (lambda: build_tokenizer("word", CORPUS, vocab_size=size), lambda: TrainConfig(word_vocab=size)):
+        with pytest.raises(ValueError, match="word_vocab must be an integer from 2") as e:
+            make()
+        assert "\n" not in str(e.value)
+
+
+def test_no_training_words_is_one_line():
+    with pytest.raises(ValueError, match="no text to build a 'word' tokenizer"):
+        build_tokenizer("word", ["", ""])
+    with pytest.raises(ValueError, match="no words") as e:
+        build_tokenizer("word", [" \n\n <unk> \n", "\t"])
+    assert "\n" not in str(e.value)
+
+
+def test_word_vocab_joins_a_run_identity_only_when_set():
+    assert "word_vocab" not in identity(TrainConfig(tokenizer="word"))  # stored runs keep their ids
+    assert identity(TrainConfig(tokenizer="word", word_vocab=100))["word_vocab"] == 100
+
+
+# ---- `--tokenizer word` end to end ------------------------------------------------------------------
+
+
+def write_wikitext(folder, seed=0):
+    """A WikiText-style folder (train.txt, valid.txt, test.txt): articles of a heading and paragraphs,
+    spaces around every token, @-@ and @,@, and <unk>; val and test have words train never has."""
+    rng = random.Random(seed)
+    words = ["the", "of", "and", "in", "a", "river", "city", "was", "built", "is", "game", "first", "<unk>"]
+    folder.mkdir()
+    for name, n_articles, extra in (("train", 30, []), ("valid", 4, ["Zanzibar"]), ("test", 4, ["Quito"])):
+        lines = []
+        for _ in range(n_articles):
+            lines += [" \n", f" = {rng.choice(['Ohio', 'Lyon', 'Nile'])} River = \n", " \n"]
+            for _ in range(3):
+                sentence = " ".join(rng.choice(words + extra) for _ in range(12))
+                lines.append(f" {sentence} , some 1 @,@ 200 km @-@ long . \n")
+        (folder / f"{name}.txt").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def test_train_with_the_word_tokenizer_on_wikitext_style_text(run_cli, tmp_path):
+    data = write_wikitext(tmp_path / "wiki")
+    argv = ["train", *TINY_MODEL, "--steps", 2, "--eval-every", 2, "--final-eval-batches", 2, "--quiet"]
+    code, out, err = run_cli(
+        *argv, "--data", data, "--tokenizer", "word", "--word-vocab", 12, "--out", tmp_path / "r.json"
+    )
+    assert code == 0, err
+    assert "  perplexity per word " in out  # the loss is per token, and a token is a word
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["status"] == "finished" and result["vocab_size"] == 12 and result["final_val_loss"] > 0
+    assert result["config"]["tokenizer"] == "word" and result["config"]["word_vocab"] == 12
+
+
+@pytest.mark.parametrize("value,needle", [("1", "word_vocab must be an integer from 2"), ("x", "invalid int value")])
+def test_a_bad_word_vocab_flag_exits_2(run_cli, tmp_path, value, needle):
+    code, _, err = run_cli("train", *TINY_MODEL, "--tokenizer", "word", "--word-vocab", value, "--quiet")
+    assert code == 2 and needle in err and err.count("\n") == 1, err

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, get_args
 
 from ffnlab.core.model import ModelConfig
+from ffnlab.run.tokenizer import check_word_vocab
 
 Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS = get_args(Precision)
@@ -25,9 +26,12 @@ class TrainConfig:
     # model.ffn is then the activation it runs after a weight-keeping swap (ffnlab.tools.pretrained)
     init_digest: str | None = None  # sha256 of that folder's config and weights, set when planned or run
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
-    tokenizer: Literal["char", "byte", "bpe", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained on
-    # the corpus, or the tokenizer.json of the init_from folder
+    tokenizer: Literal["char", "byte", "bpe", "word", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained
+    # on the corpus, words (split on whitespace and punctuation; perplexity per word, as in WikiText's published
+    # numbers), or the tokenizer.json of the init_from folder
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
+    word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
+    # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)
     text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face)
     label_field: str = "label"  # the label column, for task cls
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
@@ -97,8 +101,10 @@ class TrainConfig:
             raise ValueError(f"diverge_factor must be above 1 (a multiple of the best loss), got {self.diverge_factor}")
         if self.tokenizer == "pretrained" and not self.init_from:
             raise ValueError(
-                "tokenizer 'pretrained' is the init_from folder's (--from); valid without it: char, byte, bpe"
+                "tokenizer 'pretrained' is the init_from folder's (--from); valid without it: char, byte, bpe, word"
             )
+        if self.word_vocab is not None:
+            check_word_vocab(self.word_vocab)
         if self.init_from and self.hf_config:
             raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")
         if self.precision not in PRECISIONS:
@@ -138,7 +144,7 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.attn_act", "model.attn_proj_act",
     ),
     2: ("qat_from",),
-    3: ("diverge_factor", "diverge_steps"),
+    3: ("diverge_factor", "diverge_steps", "word_vocab"),
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

@@ -17,8 +17,9 @@ def format_run(r: RunResult) -> str:
         + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"
     ]
     if r.task == "lm":
+        unit = " per word" if r.config.get("tokenizer") == "word" else ""  # a loss per token is per word then
         lines.append(
-            f"  perplexity {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
+            f"  perplexity{unit} {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
             f"with embedding noise {f(r.noisy_val_loss)}"
         )
     else:

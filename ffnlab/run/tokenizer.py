@@ -1,9 +1,11 @@
-"""Tokenizers: character-level, byte-level and byte-level BPE, one table from kind to builder.
+"""Tokenizers: character-level, byte-level, byte-level BPE and word-level, one table from kind to builder.
 
 `build_tokenizer(kind, texts)` makes one; `tok.state()` is a JSON-serialisable dict that goes into
 a checkpoint and `tokenizer_from_state(state)` rebuilds the same tokenizer from it. BPE is trained
 locally with Hugging Face `tokenizers` and cached on disk, keyed by the texts' sha256 and the vocab
-size, in `cache_dir`, else $FFNLAB_CACHE/tokenizers, else ~/.cache/ffnlab/tokenizers.
+size, in `cache_dir`, else $FFNLAB_CACHE/tokenizers, else ~/.cache/ffnlab/tokenizers. The word
+tokenizer (WORD_PATTERN) keeps the most frequent words of the training texts and maps every other
+word to `<unk>`, so a loss per token is a loss per word, as in the published WikiText numbers.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -195,7 +199,72 @@ def build_bpe(texts: list[str], vocab_size: int, cache_dir: str | None) -> BPETo
     return BPETokenizer(tokenizer_json)
 
 
-TOKENIZERS = ("char", "byte", "bpe")  # built from texts; 'pretrained' reads a folder's tokenizer.json
+# NOTE: WikiText's own tokens come out whole, so on its pre-tokenized text this is (almost) its split
+# on spaces: '<unk>'; '@-@', '@,@' and '@.@', its escaped hyphen, comma and point ('1 @,@ 000');
+# the clitics "'s", "'t", "'re", "'ve", "'m", "'ll", "'d" (GPT-2's list; "king's" and WikiText's
+# "king 's" give the same two tokens). A word is a run of letters, digits and underscores in any script,
+# inner points included ('Media.Vision', '3.5'); any other non-space character is a token of its own
+# ('...' is three); each newline is a token (the published setups' <eos> per line), other whitespace
+# only separates. Case is kept, as WikiText keeps it. Where it differs from WikiText: a final point
+# of an abbreviation ('U.S.', 'H.') is a token of its own.
+WORD_PATTERN = re.compile(r"<unk>|@[-,.]@|(?i:'(?:s|t|re|ve|m|ll|d))\b|\w+(?:\.\w+)*|[^\w\s]|\n")
+WORD_UNK = "<unk>"  # id 0: words outside the vocabulary, and WikiText's own <unk>
+MAX_WORD_VOCAB = 1_000_000  # WikiText-103 has 267,735 words; past this the embeddings dwarf the FFNs compared
+
+
+def split_words(text: str) -> Iterator[str]:
+    """The words of `text` by WORD_PATTERN, matched in pieces cut after a newline (no word spans one)."""
+    start = 0
+    while start < len(text):
+        cut = text.find("\n", start + CHUNK_CHARS)
+        end = len(text) if cut < 0 else cut + 1
+        yield from WORD_PATTERN.findall(text, start, end)
+        start = end
+
+
+def check_word_vocab(size: int) -> None:
+    """ValueError unless `size` is a word vocabulary size: 2 (<unk> and one word) to MAX_WORD_VOCAB."""
+    if isinstance(size, bool) or not isinstance(size, int) or not 2 <= size <= MAX_WORD_VOCAB:
+        raise ValueError(f"word_vocab must be an integer from 2 (<unk> and one word) to {MAX_WORD_VOCAB:,}, got {size}")
+
+
+class WordTokenizer:
+    """One id per word (WORD_PATTERN) of a fixed vocabulary, id 0 `<unk>` for any other; lossy: decoding
+    joins the words with single spaces (no spaces around newlines) and unknown words come back as <unk>."""
+
+    kind = "word"
+    unk_id = 0
+
+    def __init__(self, words: list[str]):
+        self.itos = [WORD_UNK, *words]
+        self.vocab_size = len(self.itos)
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    @classmethod
+    def from_texts(cls, texts: list[str], vocab_size: int | None = None) -> WordTokenizer:
+        """The `vocab_size - 1` most frequent words of `texts` and <unk> (None: every word); ties go to the
+        word first in code-point order, so the vocabulary is the same on every machine."""
+        counts = Counter(w for text in texts for w in split_words(text))
+        counts.pop(WORD_UNK, None)  # WikiText's own <unk> is ours, id 0, whatever its count
+        if not counts.keys() - {"\n"}:
+            raise ValueError("the training text has no words (only whitespace and <unk>) to build a vocabulary from")
+        ranked = sorted(counts, key=lambda w: (-counts[w], w))
+        return cls(ranked if vocab_size is None else ranked[: vocab_size - 1])
+
+    def encode(self, text: str) -> list[int]:
+        return [self.stoi.get(w, self.unk_id) for w in split_words(text)]
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.fromiter((self.stoi.get(w, self.unk_id) for w in split_words(text)), dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return re.sub(r" ?\n ?", "\n", " ".join(self.itos[i] for i in id_list(ids, self.vocab_size)))
+
+    def state(self) -> dict:
+        return {"kind": "word", "words": self.itos[1:]}
+
+
+TOKENIZERS = ("char", "byte", "bpe", "word")  # built from texts; 'pretrained' reads a folder's tokenizer.json
 
 
 def folder_tokenizer(folder: str | None) -> BPETokenizer:
@@ -204,13 +273,13 @@ def folder_tokenizer(folder: str | None) -> BPETokenizer:
     if not folder or not path.is_file():
         raise ValueError(
             f"tokenizer 'pretrained' reads the tokenizer.json of the folder fine-tuned from (--from); "
-            f"{folder or 'no folder'} has none; use char, byte or bpe"
+            f"{folder or 'no folder'} has none; use char, byte, bpe or word"
         )
     try:
         return BPETokenizer(path.read_text(encoding="utf-8"))
     except Exception as e:  # OSError, UnicodeDecodeError, or the plain Exception tokenizers raises for bad JSON
         raise ValueError(
-            f"cannot read the tokenizer {path} ({first_line(e)}); save it again, or use --tokenizer char, byte or bpe"
+            f"cannot read the tokenizer {path} ({first_line(e)}); save it again, or use --tokenizer char, byte, bpe or word"
         ) from None
 
 
@@ -223,8 +292,9 @@ def build_tokenizer(
 ) -> Tokenizer:
     """A tokenizer of `kind` for `texts` (pass every split for 'char', so val/test have no <unk>).
 
-    vocab_size is for 'bpe' only (default DEFAULT_BPE_VOCAB, at least 257); 'char' takes its size
-    from the texts and 'byte' is always 256; 'pretrained' is the tokenizer.json in `folder`.
+    vocab_size is for 'bpe' (default DEFAULT_BPE_VOCAB, at least 257) and 'word' (<unk> included, 2 to
+    MAX_WORD_VOCAB; default every word of the texts); 'char' takes its size from the texts and 'byte' is
+    always 256; 'pretrained' is the tokenizer.json in `folder`.
     """
     if kind == "pretrained":
         return folder_tokenizer(folder)
@@ -232,14 +302,18 @@ def build_tokenizer(
         valid = (*TOKENIZERS, "pretrained")
         raise ValueError(f"unknown tokenizer '{kind}'{closest(str(kind), valid)}; valid: {', '.join(valid)}")
     texts = [texts] if isinstance(texts, str) else list(texts)
-    if kind != "bpe" and vocab_size is not None:
-        raise ValueError(f"vocab_size is for the 'bpe' tokenizer only; '{kind}' sets its own")
+    if kind not in ("bpe", "word") and vocab_size is not None:
+        raise ValueError(f"vocab_size is for the 'bpe' and 'word' tokenizers only; '{kind}' sets its own")
     if kind == "byte":
         return ByteTokenizer()
     if not any(texts):
         raise ValueError(f"no text to build a '{kind}' tokenizer from")
     if kind == "char":
         return CharTokenizer(set().union(*map(set, texts)))
+    if kind == "word":
+        if vocab_size is not None:
+            check_word_vocab(vocab_size)
+        return WordTokenizer.from_texts(texts, vocab_size)
     vocab_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
     if not isinstance(vocab_size, int) or vocab_size <= 256:
         raise ValueError(f"bpe vocab_size must be an integer above 256 (the byte alphabet), got {vocab_size}")
@@ -255,4 +329,6 @@ def tokenizer_from_state(state: dict) -> Tokenizer:
         return ByteTokenizer()
     if kind == "bpe":
         return BPETokenizer(state["tokenizer"])
+    if kind == "word":
+        return WordTokenizer(state["words"])
     raise ValueError(f"not a tokenizer state (kind {kind!r}); valid kinds: {', '.join(TOKENIZERS)}")

@@ -64,7 +64,8 @@ Autocast = Callable[[], contextlib.AbstractContextManager]
 def data_args(cfg: TrainConfig) -> tuple:
     """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
     folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
-    return (cfg.data, cfg.model.task, cfg.tokenizer, cfg.bpe_vocab, cfg.text_field, cfg.label_field, folder)
+    vocab_size = {"bpe": cfg.bpe_vocab, "word": cfg.word_vocab}.get(cfg.tokenizer)
+    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder)
 
 
 @functools.lru_cache(maxsize=8)
@@ -72,13 +73,15 @@ def load_data(
     data: str,
     task: str,
     tokenizer: str,
-    bpe_vocab: int,
+    vocab_size: int | None,
     text_field: str,
     label_field: str,
     folder: str | None = None,
 ) -> tuple[Corpus, Tokenizer, dict[str, Split]]:
-    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `folder` is
-    where the 'pretrained' tokenizer's tokenizer.json is."""
+    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
+    'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
+    The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
+    and test words it never saw are <unk> for 'word'."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
@@ -87,7 +90,7 @@ def load_data(
     tok = build_tokenizer(
         tokenizer,
         all_text if tokenizer == "char" else corpus.train,
-        vocab_size=bpe_vocab if tokenizer == "bpe" else None,
+        vocab_size=vocab_size,
         folder=folder,
     )
     splits: dict[str, Split] = {}

@@ -375,6 +375,7 @@ def pareto_figure(points: Sequence[ParetoPoint], styles: Styles) -> Figure:
     log_x = bool(latencies) and max(latencies) > 10 * min(latencies)
     if log_x:
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # 0.1 and 1, not 10^-1 and 10^0
     front = sorted((p for p in points if p.on_front), key=lambda p: p.latency_ms)
     if front:
         x, y = [p.latency_ms for p in front], [p.val_loss for p in front]

@@ -345,51 +345,73 @@ def deployed_name(row: DeployRow) -> str:
     return row.ffn if row.qat_from is None else f"{row.ffn} QAT {row.qat_from:g}"
 
 
-def deploy_note(row: DeployRow, short: bool) -> str:
-    """Why a row was not measured; for a measured one (unless `short`), what it left unmeasured, where its
-    quality was measured and what its delta is against when that is not the row's own runtime and runs."""
-    if row.reason is not None:
-        return f"not measured: {row.reason}"
-    if short:
-        return ""
-    notes = list(row.notes)
+def deployment_text(row: DeployRow) -> str:
+    """A row's precision/runtime/scheme, and why it was not measured: in the table's second column, which wraps,
+    so that the reason is read beside the variant without scrolling the table."""
+    return row.target.label() + ("" if row.reason is None else f" not measured: {row.reason}")
+
+
+def deploy_note(row: DeployRow) -> str:
+    """Where a measured row's quality was measured and what its delta is against, when that is not its own
+    runtime and runs; '' otherwise. What a runtime leaves unmeasured in every row is `deploy_notes`'."""
     q = row.quality
-    if q is not None:
-        if q.measured_in != row.runtime:
-            notes.append(f"quality as in {q.measured_in} (the same computation)")
-        if row.qat_from is not None:
-            notes.append(f"Δ vs {q.reference}; vs their int8-dynamic PTQ {paired_delta_text(q.vs_ptq)}")
+    if q is None:
+        return ""
+    notes = []
+    if q.measured_in != row.runtime:
+        notes.append(f"quality as in {q.measured_in} (the same computation)")
+    if row.qat_from is not None:
+        notes.append(f"Δ vs {q.reference}; vs their int8-dynamic PTQ {paired_delta_text(q.vs_ptq)}")
     return "; ".join(notes)
 
 
 def deploy_table(result: DeployResult, short: bool = False) -> Table:
     """One row per variant x precision x runtime (x int8 scheme): batch-1 latency, throughput, memory, validation
     loss and its paired difference to fp32 PyTorch eager of the same runs, whether the row is on the Pareto front
-    of latency against loss (marked 'better'), and why a row was not measured. `short` (the Markdown summary)
-    leaves out memory, accuracy and the notes of measured rows. The roofline is `deploy_fastest`'s."""
+    of latency against loss (marked 'better'), why a row was not measured, and a note where a row's quality is
+    not its own runtime's or runs'. `short` (the Markdown summary) leaves out memory, accuracy and the notes. The
+    roofline is `deploy_fastest`'s."""
     rows = result.rows
     batch = next((r.throughput.batch for r in rows if r.throughput), result.setup.get("batch", "?"))
     accuracy = not short and any(r.quality and r.quality.val_acc_delta for r in rows)
+    notes = [] if short else [deploy_note(r) for r in rows]
     pct = round(DEPLOY_LEVEL * 100)
     head = ["ffn", "deployment", "batch-1 ms [quartiles]", f"tokens/s at batch {batch}"]
     head += [] if short else ["weights / peak / disk MB"]
     head += ["val loss", f"Δ vs fp32 eager [{pct}% CI]"]
     head += ["val acc", f"Δ acc [{pct}% CI]"] if accuracy else []
-    head += ["Pareto front", "note"]
+    head += ["Pareto front"]
     body = []
     for r in rows:
         q = r.quality
-        cells = [deployed_name(r), r.target.label(), latency_text(r.latency),
+        cells = [deployed_name(r), deployment_text(r), latency_text(r.latency),
                  "-" if r.throughput is None else f"{r.throughput.tokens_per_s:,.0f}"]  # fmt: skip
         if not short:
             cells.append(" / ".join(megabytes(b) for b in (r.weight_bytes, r.peak_mem_bytes, r.disk_bytes)))
         cells += ["-", "-"] if q is None else [num(q.val_loss), paired_delta_text(q.val_loss_delta)]
         if accuracy:
             cells += ["-", "-"] if q is None else [num(q.val_acc, 3), paired_delta_text(q.val_acc_delta, 3)]
-        body.append([*cells, FRONT[r.on_front], deploy_note(r, short)])
-    front = len(head) - 2
-    marks = {(i, front): "better" for i, r in enumerate(rows) if r.on_front}
-    return Table(head, body, (0, 1, len(head) - 1), marks)
+        body.append([*cells, FRONT[r.on_front]])
+    marks = {(i, len(head) - 1): "better" for i, r in enumerate(rows) if r.on_front}
+    text_cols: tuple[int, ...] = (0, 1)
+    if any(notes):  # a column only where some row has one
+        head.append("note")
+        for cells, note in zip(body, notes):
+            cells.append(note)
+        text_cols += (len(head) - 1,)
+    return Table(head, body, text_cols, marks)
+
+
+def deploy_notes(result: DeployResult) -> list[str]:
+    """What measured rows left unmeasured ('peak memory: ONNX Runtime reports none'), each note once with the
+    deployments it holds for: the same for every variant, so said once under the table rather than in each row."""
+    targets: dict[str, list[str]] = {}  # note -> deployments
+    for r in result.rows:
+        for note in r.notes:
+            targets.setdefault(note, [])
+            if r.target.label() not in targets[note]:
+                targets[note].append(r.target.label())
+    return [f"{note} ({', '.join(labels)})" for note, labels in targets.items()]
 
 
 def deploy_fastest(result: DeployResult) -> list[str]:
@@ -407,6 +429,12 @@ def deploy_fastest(result: DeployResult) -> list[str]:
             text += f" ({median_s / r.roofline_s:.3g}x its roofline of {r.roofline_s * 1e3:.3g} ms)"
         out.append(text)
     return out
+
+
+def threads_text(setup: dict[str, Any]) -> str:
+    """'1 thread', '4 threads': what a deployment was timed on."""
+    threads = setup.get("threads", "?")
+    return f"{threads} thread{'' if threads == 1 else 's'}"
 
 
 def deploy_held_equal(result: DeployResult) -> str:
@@ -428,7 +456,7 @@ def deploy_held_equal(result: DeployResult) -> str:
             "with its own fp32 eager model",
         ]
     parts += [
-        f"{setup.get('threads', '?')} threads",
+        threads_text(setup),
         f"the same fixed random token ids at batch 1 and batch {setup.get('batch', '?')}, {setup.get('seq', '?')} tokens each",
         f"median [quartiles] of {setup.get('repeats', '?')} timed calls after {setup.get('warmup', '?')} warm-up",
     ]
@@ -444,7 +472,7 @@ def deploy_machine(result: DeployResult) -> str:
     text = (
         f"{env.get('cpu') or '?'} ({setup.get('device', 'cpu')}), "
         + (f"flags {', '.join(flags)}" if flags else f"none of the flags {', '.join(CPU_FLAGS)}")
-        + f"; {setup.get('threads', '?')} threads; {versions}, Python {env.get('python') or '-'}"
+        + f"; {threads_text(setup)}; {versions}, Python {env.get('python') or '-'}"
     )
     if setup.get("copy_gbs"):
         text += f"; copy bandwidth {setup['copy_gbs']:.3g} GB/s (the roofline's)"
@@ -483,7 +511,7 @@ def md_table(table: Table) -> str:
 TEMPLATE_FUNCTIONS = (
     *(ranking_table, tuned_table, cost_table, stability_table, metric_table, literature_table, scaling_table),
     *(report_settings, equality_tables, numerics_tables, activations_table, attention_table, cell_classes),
-    *(profile_table, deploy_table, deploy_fastest, deploy_held_equal, deploy_machine),
+    *(profile_table, deploy_table, deploy_notes, deploy_fastest, deploy_held_equal, deploy_machine),
     *(cell_label, figure_suffix, axis_label, literature_text, num),
 )
 TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {

@@ -45,6 +45,7 @@ from ffnlab.study.render import (
     deploy_fastest,
     deploy_held_equal,
     deploy_machine,
+    deploy_notes,
     deploy_table,
     pareto_points,
     render_figures,
@@ -349,6 +350,7 @@ def shown_deployment(store_path: str | Path) -> DeployResult | None:
         return None
     try:  # what the section shows, built here first so that a damaged file fails here and not in the page
         deploy_table(result)
+        deploy_notes(result)
         deploy_fastest(result)
         deploy_held_equal(result)
         deploy_machine(result)

@@ -449,6 +449,7 @@ def deployment_result():
     dp.mark_front(rows)
     assert [r.on_front for r in rows] == [False, True, False, True, True, None]
     rows[4].quality.vs_ptq = dp.Delta(2, -0.027, -0.03, -0.024, 0.01)
+    rows[2].peak_mem_bytes, rows[2].notes = None, ["peak memory: ONNX Runtime reports none"]
     qat = dp.QatSummary("gelu", 0.5, dp.Delta(2, 0.03, 0.028, 0.032, 0.01), dp.Delta(2, 0.003, 0.001, 0.005, 0.04),
                         0.9, "qat_from 0.5: QAT recovers 90% of PTQ's increase")  # fmt: skip
     setup = {"batch": 4, "seq": 8, "repeats": 20, "warmup": 3, "threads": 2, "device": "cpu", "copy_gbs": 12.5,
@@ -479,6 +480,9 @@ def test_the_deployment_section_shows_every_row_the_front_the_reasons_and_the_fi
     assert f"not measured: no native bf16 on {html.escape(EVIL, quote=False)}" in md
     assert "gelu QAT 0.5" in page and "QAT gelu: qat_from 0.5: QAT recovers 90% of PTQ&#39;s increase" in page
     assert "vs their int8-dynamic PTQ -0.0270 [-0.0300, -0.0240]" in page
+    assert "<td>1 / - / 1</td>" in page and (
+        "Left unmeasured: peak memory: ONNX Runtime reports none (int8/onnxruntime/ort-int8-static)." in page
+    )
     fastest = "relu: int8/eager/int8-dynamic at 1.25 ms (14.9x its roofline of 0.0839 ms)"  # 1 MiB at 12.5 GB/s
     assert fastest in page and "gelu QAT 0.5: int8/eager/int8-dynamic at 1.35 ms" in page and fastest in md
     for text in ("seeds 0, 1", "2 of 8 sequences", "2 threads", "batch 4, 8 tokens", "Test CPU 9000", "avx512_vnni",

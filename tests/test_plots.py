@@ -1,9 +1,12 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.study import plots
+from ffnlab.study.render import ParetoPoint
 from ffnlab.study.report import Band, Trace
 from tests.conftest import variant_row
 
@@ -78,6 +81,30 @@ def test_traces_switch_to_log_scale_for_wide_ranges():
     wide = {"relu": [Trace(x=[1, 2, 3], y=[1.0, 500.0, 0.9], spikes=[(2, 500.0)], diverged=3)]}
     assert plots.traces_figure(narrow, styles, "t", "training step", "norm").axes[0].get_yscale() == "linear"
     assert plots.traces_figure(wide, styles, "t", "training step", "norm").axes[0].get_yscale() == "log"
+
+
+def test_pareto_figure_marks_and_labels_the_front_with_a_legend_entry_per_variant_and_target():
+    styles = plots.variant_styles(["relu", "gelu"])
+    points = [
+        ParetoPoint("relu", "fp32/eager", False, 2.0, 3.2, False),
+        ParetoPoint("relu", "int8/eager/int8-dynamic", False, 1.2, 3.25, True),
+        ParetoPoint("gelu", "fp32/eager", False, 4.0, 3.1, True),
+        ParetoPoint("gelu", "int8/eager/int8-dynamic", True, 1.5, 3.15, True),
+    ]
+    fig = plots.pareto_figure(points, styles)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "linear" and "latency (ms" in ax.get_xlabel() and "loss" in ax.get_ylabel()
+    assert sorted(t.get_text() for t in ax.texts) == [
+        "gelu QAT int8/eager/int8-dynamic", "gelu fp32/eager", "relu int8/eager/int8-dynamic",
+    ]  # fmt: skip
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["relu", "gelu", "fp32/eager", "int8/eager/int8-dynamic", "QAT model", "Pareto front"]
+    assert plots.png_bytes(fig).startswith(PNG_MAGIC)
+    wide = [replace(points[0], latency_ms=0.5), replace(points[2], latency_ms=50.0, on_front=False)]
+    fig = plots.pareto_figure(wide, styles)  # latencies a factor of 100 apart, no point on the front
+    assert fig.axes[0].get_xscale() == "log" and not fig.axes[0].texts
+    plots.png_bytes(fig)
 
 
 def test_attention_figure_has_one_panel_per_variant_and_head():

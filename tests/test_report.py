@@ -1,5 +1,6 @@
 import errno
 import html
+import json
 import math
 import os
 import shutil
@@ -12,11 +13,12 @@ import pytest
 
 from ffnlab.run.presets import preset_config
 from ffnlab.run.train import TrainConfig
+from ffnlab.study.deployment import save_deployment
 from ffnlab.study.execute import run_study, weights_path
 from ffnlab.study.load import load_study
 from ffnlab.study.plan import Study, run_id
 from ffnlab.study.records import StudyScaling
-from ffnlab.study.render import md_escape, render_html, render_markdown
+from ffnlab.study.render import deploy_table, md_escape, render_html, render_markdown
 from ffnlab.study.report import (
     AttentionMaps,
     NumericsFile,
@@ -28,6 +30,7 @@ from ffnlab.study.report import (
 from ffnlab.study.stats import SeedNoise
 from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
+from ffnlab.tools import deploy as dp
 from tests.conftest import run_result
 
 VARIANTS = ["relu", "swiglu"]
@@ -414,3 +417,124 @@ def test_attention_stats_on_known_matrices():
     assert stats.entropy == pytest.approx(stats.uniform_entropy) and stats.sparsity == 0.0
     assert stats.entropy == pytest.approx(np.log(np.arange(1, T + 1)).mean())
     assert attention_stats(np.eye(T)[None], causal=True).sparsity == pytest.approx(28 / 36)  # 36 visible, 8 ones
+
+
+# ---- the deployment section: deploy.json beside the store (ffnlab deploy --store) ----------------
+
+
+def deployed(ffn, target, median_ms, val_loss, delta, qat_from=None):
+    """A measured DeployRow: batch-1 quartiles 0.04 ms below and 0.08 ms above the median, a throughput batch of
+    4 x 8 tokens, 1 MiB of weights, the paired delta's interval +-0.002."""
+    ms = median_ms / 1e3
+    latency = dp.Latency(1, 8, ms, ms - 4e-5, ms + 8e-5, ms - 5e-5, ms + 1e-4, 20, 3, 2)
+    throughput = dp.Latency(4, 8, 2 * ms, 2 * ms, 2 * ms, 2 * ms, 2 * ms, 20, 3, 2)
+    reference = "fp32 eager of the plain runs" if qat_from else "fp32 eager of the same runs"
+    quality = dp.Quality([0, 1], val_loss, None, None, None, dp.Delta(2, delta, delta - 0.002, delta + 0.002, 0.04),
+                         None, None, reference, target.runtime, val_losses={0: val_loss, 1: val_loss})  # fmt: skip
+    return dp.DeployRow(ffn, target.precision, target.runtime, target.scheme, latency, throughput, 2**20, 3 * 2**20,
+                        2**20, 0.1, 2**20 / 12.5e9, None, quality=quality, qat_from=qat_from)  # fmt: skip
+
+
+def deployment_result():
+    """Five measured rows (three on the front, one a QAT model, one of a variant named as markup) and one with its
+    reason, the QAT summary, the settings and the machine."""
+    rows = [
+        deployed("relu", dp.Target("fp32", "eager"), 2.15, 3.2, 0.0),
+        deployed("relu", dp.Target("int8", "eager", "int8-dynamic"), 1.25, 3.205, 0.005),
+        deployed("relu", dp.Target("int8", "onnxruntime", "ort-int8-static"), 3.05, 3.21, 0.01),
+        deployed(EVIL, dp.Target("fp32", "eager"), 4.55, 3.1, 0.0),
+        deployed("gelu", dp.Target("int8", "eager", "int8-dynamic"), 1.35, 3.15, 0.003, qat_from=0.5),
+        dp.unmeasured("relu", dp.Target("bf16", "eager"), f"no native bf16 on {EVIL}"),
+    ]
+    dp.mark_front(rows)
+    assert [r.on_front for r in rows] == [False, True, False, True, True, None]
+    rows[4].quality.vs_ptq = dp.Delta(2, -0.027, -0.03, -0.024, 0.01)
+    rows[2].peak_mem_bytes, rows[2].notes = None, ["peak memory: ONNX Runtime reports none"]
+    qat = dp.QatSummary("gelu", 0.5, dp.Delta(2, 0.03, 0.028, 0.032, 0.01), dp.Delta(2, 0.003, 0.001, 0.005, 0.04),
+                        0.9, "qat_from 0.5: QAT recovers 90% of PTQ's increase")  # fmt: skip
+    setup = {"batch": 4, "seq": 8, "repeats": 20, "warmup": 3, "threads": 2, "device": "cpu", "copy_gbs": 12.5,
+             "seeds": [0, 1], "quality_batches": 2, "quality_batch_size": 8}  # fmt: skip
+    env = {"cpu": "Test CPU 9000", "cpu_flags": ["avx512_vnni"], "torch": "2.9", "torchao": "0.18",
+           "onnxruntime": "1.32", "onnx": "1.19", "python": "3.11"}  # fmt: skip
+    model = {"d_model": 32, "n_layers": 1, "context": 8, "ffn": ["relu", "gelu", EVIL]}
+    return dp.DeployResult("store s.db", model, setup, env, rows, [qat])
+
+
+def test_the_deployment_section_shows_every_row_the_front_the_reasons_and_the_figure(tmp_path):
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    save_deployment(store, deployment_result())
+    paths = write_report(store, tmp_path / "out")
+    page, md = paths.html.read_text(), paths.markdown.read_text()
+    assert 'id="deployment"' in page and 'href="#deployment"' in page and "### Deployment" in md
+    for latency, delta in [
+        ("2.15 [2.11-2.23]", "+0.0000 [-0.0020, +0.0020]"),
+        ("1.25 [1.21-1.33]", "+0.0050 [+0.0030, +0.0070]"),
+        ("3.05 [3.01-3.13]", "+0.0100 [+0.0080, +0.0120]"),
+        ("4.55 [4.51-4.63]", "+0.0000 [-0.0020, +0.0020]"),
+        ("1.35 [1.31-1.43]", "+0.0030 [+0.0010, +0.0050]"),
+    ]:
+        assert f"<td>{latency}</td>" in page and f"<td>{delta}</td>" in page
+        assert f"| {latency} |" in md and f"| {delta} |" in md
+    assert page.count('<td class="better">yes</td>') == 3 and page.count("<td>no</td>") == 2
+    assert f"not measured: no native bf16 on {html.escape(EVIL)}" in page
+    assert f"not measured: no native bf16 on {html.escape(EVIL, quote=False)}" in md
+    assert "gelu QAT 0.5" in page and "QAT gelu: qat_from 0.5: QAT recovers 90% of PTQ&#39;s increase" in page
+    assert "vs their int8-dynamic PTQ -0.0270 [-0.0300, -0.0240]" in page
+    assert "<td>1 / - / 1</td>" in page and (
+        "Left unmeasured: peak memory: ONNX Runtime reports none (int8/onnxruntime/ort-int8-static)." in page
+    )
+    fastest = "relu: int8/eager/int8-dynamic at 1.25 ms (14.9x its roofline of 0.0839 ms)"  # 1 MiB at 12.5 GB/s
+    assert fastest in page and "gelu QAT 0.5: int8/eager/int8-dynamic at 1.35 ms" in page and fastest in md
+    for text in ("seeds 0, 1", "2 of 8 sequences", "2 threads", "batch 4, 8 tokens", "Test CPU 9000", "avx512_vnni",
+                 "torchao 0.18", "onnxruntime 1.32", "copy bandwidth 12.5 GB/s"):  # fmt: skip
+        assert text in page and text in md
+    assert "<script" not in page and "<script" not in md
+    assert html.escape(EVIL) in page and html.escape(EVIL, quote=False) in md
+    figure = tmp_path / "out" / "figures" / "deployment.png"
+    assert figure in paths.figures and figure.read_bytes().startswith(PNG_MAGIC)
+    assert page.count('src="data:image/png;base64,') == len(paths.figures) and "figures/deployment.png" in md
+
+
+def test_no_or_a_damaged_deploy_json_leaves_the_section_out(tmp_path):
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    assert report_data(store, attention=False).deployment is None  # none measured
+    readable = deployment_result().to_json()
+    readable["rows"][0]["latency"]["median_s"] = "fast"  # the right shape, but no number where one is needed
+    for damaged in ('{"rows": [', '{"rows": 3}', "[]", json.dumps(readable)):
+        (tmp_path / "deploy.json").write_text(damaged)
+        assert report_data(store, attention=False).deployment is None, damaged
+    paths = write_report(store, tmp_path / "out")  # the rest of the report stands
+    page = paths.html.read_text()
+    assert 'id="deployment"' not in page and "Deployment" not in paths.markdown.read_text()
+    assert not any(p.name == "deployment.png" for p in paths.figures)
+
+
+def test_a_classifiers_deployment_shows_its_accuracy_and_the_summary_a_short_table():
+    result = deployment_result()
+    quality = result.rows[0].quality
+    quality.val_acc, quality.val_acc_delta = 0.8125, dp.Delta(2, -0.0125, -0.02, -0.005, 0.03)
+    table = deploy_table(result)
+    acc = table.head.index("val acc")
+    assert table.rows[0][acc : acc + 2] == ["0.812", "-0.013 [-0.020, -0.005]"] and table.rows[1][acc] == "-"
+    front = table.head.index("Pareto front")
+    assert table.marks == {(i, front): "better" for i in (1, 3, 4)} and table.head[-1] == "note"  # the QAT row's
+    short = deploy_table(result, short=True)
+    assert not {"val acc", "weights / peak / disk MB", "note"} & set(short.head)
+    assert short.rows[5][:3] == ["relu", f"bf16/eager not measured: no native bf16 on {EVIL}", "-"]
+
+
+@pytest.mark.slow
+def test_a_page_with_the_deployment_section_fits_the_window(tmp_path):
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    save_deployment(store, deployment_result())
+    paths = write_report(store, tmp_path / "out")
+    driver = chromium()
+    try:
+        driver.get(paths.html.as_uri())
+        scroll, client = driver.execute_script(
+            "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        assert scroll <= client, f"the page scrolls sideways: {scroll} px of content in a {client} px window"
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+    finally:
+        driver.quit()

@@ -19,8 +19,11 @@ matplotlib.use("Agg")  # NOTE: before pyplot is imported anywhere, so no GUI bac
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.artist import Artist
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import FormatStrFormatter, MaxNLocator
 
 from ffnlab._util.files import atomic_path
@@ -33,6 +36,7 @@ from ffnlab.study.records import VariantRow
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only its name is needed here
 
+    from ffnlab.study.render import ParetoPoint
     from ffnlab.study.report import Band, Behaviour, Trace  # the report's data (report.py imports this module)
 
 # Okabe & Ito 2008, "Color Universal Design"; yellow last: it is faint on white.
@@ -346,4 +350,59 @@ def attention_figure(maps: dict[str, np.ndarray], layer: int, max_heads: int = 4
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
     fig.suptitle(f"attention at layer {layer} on a fixed validation input")
+    return fig
+
+
+# ---- deployment ----------------------------------------------------------------------------------
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")  # one per precision/runtime/scheme
+
+
+def pareto_figure(points: Sequence[ParetoPoint], styles: Styles) -> Figure:
+    """Batch-1 latency (x) against validation loss (y), one marker per deployed model: the colour its variant's,
+    the shape its precision/runtime/scheme, hollow for a QAT run's model; the points on the Pareto front ringed,
+    labelled and joined by the staircase that bounds what they dominate. The latency axis is logarithmic when it
+    spans more than a factor of 10."""
+    targets = list(dict.fromkeys(p.target for p in points))
+    shapes = {t: MARKERS[i % len(MARKERS)] for i, t in enumerate(targets)}
+    fig, axes = figure(width=8.5, height=4.8)
+    ax = axes[0][0]
+    for p in points:
+        color = styles[p.ffn]["color"]
+        ax.scatter([p.latency_ms], [p.val_loss], marker=shapes[p.target], s=46, linewidths=1.4, zorder=3,
+                   facecolors="none" if p.qat else color, edgecolors=color)  # fmt: skip
+    latencies = [p.latency_ms for p in points]
+    log_x = bool(latencies) and max(latencies) > 10 * min(latencies)
+    if log_x:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # 0.1 and 1, not 10^-1 and 10^0
+    front = sorted((p for p in points if p.on_front), key=lambda p: p.latency_ms)
+    if front:
+        x, y = [p.latency_ms for p in front], [p.val_loss for p in front]
+        ax.step(x, y, where="post", color="0.45", linestyle="--", linewidth=1, zorder=2)
+        ax.scatter(x, y, s=170, facecolors="none", edgecolors="black", linewidths=0.9, zorder=2)
+        scale = np.log if log_x else np.asarray
+        low, high = scale(min(latencies)), scale(max(latencies))
+        for p in front:  # a label left of a point in the right half, so that it stays over the axes
+            right = high > low and (scale(p.latency_ms) - low) / (high - low) > 0.5
+            label = f"{p.ffn}{' QAT' if p.qat else ''} {p.target}"
+            ax.annotate(label, (p.latency_ms, p.val_loss), xytext=(-9 if right else 9, 6), textcoords="offset points",
+                        ha="right" if right else "left", fontsize=8)  # fmt: skip
+    xlabel = "batch-1 latency (ms, median" + ("; log scale)" if log_x else ")")
+    ax.set(
+        title="inference cost against quality: the trained models deployed",
+        xlabel=xlabel,
+        ylabel="validation loss (nats)",
+    )
+    variants = list(dict.fromkeys(p.ffn for p in points))
+    handles: list[Artist] = [Patch(color=styles[v]["color"], label=v) for v in variants]
+    handles += [Line2D([], [], marker=shapes[t], linestyle="", color="0.35", label=t) for t in targets]
+    if any(p.qat for p in points):
+        handles.append(
+            Line2D([], [], marker="o", linestyle="", color="0.35", markerfacecolor="none", label="QAT model")
+        )
+    if front:
+        handles.append(Line2D([], [], marker="o", markersize=11, linestyle="--", color="0.45", markerfacecolor="none",
+                              markeredgecolor="black", label="Pareto front"))  # fmt: skip
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
     return fig

@@ -3,16 +3,18 @@ the Markdown summary.
 
 The page and the summary are Jinja2 templates (ffnlab/study/templates: report.html.j2, summary.md.j2);
 this module builds what they show: the figures, the tables (one `Table` model, also printed for the
-terminal by `ffnlab.study.table`) and the settings rows. The page opens offline: images are inline base64
-PNG, the CSS is inline, there is no script, and it is autoescaped, so every piece of text that comes from
-the user or the store is escaped.
+terminal by `ffnlab.study.table`), the settings rows and the deployment section's text (deploy.json
+beside the store). The page opens offline: images are inline base64 PNG, the CSS is inline, there is no
+script, and it is autoescaped, so every piece of text that comes from the user or the store is escaped.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Container
+import math
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -36,11 +38,13 @@ from ffnlab.study.table import (
     stability_table,
     tuned_table,
 )
+from ffnlab.tools.deploy import CPU_FLAGS
 
 if TYPE_CHECKING:  # report.py renders through this module
     from matplotlib.figure import Figure
 
     from ffnlab.study.report import AttentionMaps, ReportData
+    from ffnlab.tools.deploy import Delta, DeployResult, DeployRow, Latency
 
 # the report folder's layout, which the Markdown summary links into
 REPORT_HTML = "report.html"
@@ -111,9 +115,40 @@ def render_figures(data: ReportData) -> dict[str, bytes]:
         figs["scaling.png"] = plots.scaling_figure(
             scaling.fits.to_json(), styles, axis_label(data.cells[0].cell.metric)
         )
+    points = pareto_points(data.deployment.rows) if data.deployment else []
+    if points:  # a variant deployed that the study does not hold still gets a colour of its own
+        names = list(dict.fromkeys([*data.variants, *(p.ffn for p in points)]))
+        figs[DEPLOY_FIGURE] = plots.pareto_figure(points, plots.variant_styles(names))
     acts = data.activations
     figs["activations.png"] = plots.activations_figure(list(acts), labels=acts)
     return dict(figs)
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    """One measured deployment in the trade-off figure (`pareto_points`): its batch-1 latency against its loss."""
+
+    ffn: str
+    target: str  # precision/runtime[/int8 scheme]
+    qat: bool  # a QAT run's model, converted to int8
+    latency_ms: float  # the median
+    val_loss: float
+    on_front: bool
+
+
+def pareto_points(rows: Iterable[DeployRow]) -> list[ParetoPoint]:
+    """The rows of a deployment with a batch-1 latency and a finite validation loss, as the figure draws them;
+    on_front as `ffnlab.tools.deploy.mark_front` set it."""
+    points = []
+    for r in rows:
+        if r.latency is None or r.quality is None or r.quality.val_loss is None:
+            continue
+        latency_ms, loss = float(r.latency.median_s) * 1e3, float(r.quality.val_loss)
+        if math.isfinite(latency_ms) and math.isfinite(loss):
+            points.append(
+                ParetoPoint(r.ffn, r.target.label(), r.qat_from is not None, latency_ms, loss, r.on_front is True)
+            )
+    return points
 
 
 # ---- formatting ---------------------------------------------------------------------------------
@@ -278,6 +313,172 @@ def attention_table(attention: AttentionMaps) -> Table | None:
     return Table(["variant", "entropy (nats)", "even attention", "weights < 0.01"], rows)
 
 
+# ---- the deployment section: deploy.json beside the store (ffnlab.study.deployment) -----------------
+
+DEPLOY_FIGURE = "deployment.png"
+DEPLOY_LEVEL = 0.95  # NOTE: deploy.json stores no level: ffnlab.study.deployment pairs seeds at paired_diff's default
+FRONT = {True: "yes", False: "no", None: "-"}  # a row's on_front; None: no quality measured
+
+
+def latency_text(latency: Latency | None) -> str:
+    """'1.23 [1.2-1.31]': the median milliseconds of a call and its quartiles."""
+    if latency is None:
+        return "-"
+    return f"{latency.median_s * 1e3:.3g} [{latency.q1_s * 1e3:.3g}-{latency.q3_s * 1e3:.3g}]"
+
+
+def megabytes(size: int | None) -> str:
+    return "-" if size is None else f"{size / 2**20:.3g}"
+
+
+def paired_delta_text(delta: Delta | None, digits: int = 4) -> str:
+    """'+0.0012 [-0.0010, +0.0030]': a paired difference over seeds with its interval ('-' where none)."""
+    if delta is None or delta.delta is None:
+        return "-"
+    if delta.ci_low is None or delta.ci_high is None:  # one seed: no interval
+        return f"{delta.delta:+.{digits}f}"
+    return f"{delta.delta:+.{digits}f} [{delta.ci_low:+.{digits}f}, {delta.ci_high:+.{digits}f}]"
+
+
+def deployed_name(row: DeployRow) -> str:
+    """The variant of a row; a QAT run's model as 'gelu QAT 0.8' (the fraction of training it fake-quantised)."""
+    return row.ffn if row.qat_from is None else f"{row.ffn} QAT {row.qat_from:g}"
+
+
+def deployment_text(row: DeployRow) -> str:
+    """A row's precision/runtime/scheme, and why it was not measured: in the table's second column, which wraps,
+    so that the reason is read beside the variant without scrolling the table."""
+    return row.target.label() + ("" if row.reason is None else f" not measured: {row.reason}")
+
+
+def deploy_note(row: DeployRow) -> str:
+    """Where a measured row's quality was measured and what its delta is against, when that is not its own
+    runtime and runs; '' otherwise. What a runtime leaves unmeasured in every row is `deploy_notes`'."""
+    q = row.quality
+    if q is None:
+        return ""
+    notes = []
+    if q.measured_in != row.runtime:
+        notes.append(f"quality as in {q.measured_in} (the same computation)")
+    if row.qat_from is not None:
+        notes.append(f"Δ vs {q.reference}; vs their int8-dynamic PTQ {paired_delta_text(q.vs_ptq)}")
+    return "; ".join(notes)
+
+
+def deploy_table(result: DeployResult, short: bool = False) -> Table:
+    """One row per variant x precision x runtime (x int8 scheme): batch-1 latency, throughput, memory, validation
+    loss and its paired difference to fp32 PyTorch eager of the same runs, whether the row is on the Pareto front
+    of latency against loss (marked 'better'), why a row was not measured, and a note where a row's quality is
+    not its own runtime's or runs'. `short` (the Markdown summary) leaves out memory, accuracy and the notes. The
+    roofline is `deploy_fastest`'s."""
+    rows = result.rows
+    batch = next((r.throughput.batch for r in rows if r.throughput), result.setup.get("batch", "?"))
+    accuracy = not short and any(r.quality and r.quality.val_acc_delta for r in rows)
+    notes = [] if short else [deploy_note(r) for r in rows]
+    pct = round(DEPLOY_LEVEL * 100)
+    head = ["ffn", "deployment", "batch-1 ms [quartiles]", f"tokens/s at batch {batch}"]
+    head += [] if short else ["weights / peak / disk MB"]
+    head += ["val loss", f"Δ vs fp32 eager [{pct}% CI]"]
+    head += ["val acc", f"Δ acc [{pct}% CI]"] if accuracy else []
+    head += ["Pareto front"]
+    body = []
+    for r in rows:
+        q = r.quality
+        cells = [deployed_name(r), deployment_text(r), latency_text(r.latency),
+                 "-" if r.throughput is None else f"{r.throughput.tokens_per_s:,.0f}"]  # fmt: skip
+        if not short:
+            cells.append(" / ".join(megabytes(b) for b in (r.weight_bytes, r.peak_mem_bytes, r.disk_bytes)))
+        cells += ["-", "-"] if q is None else [num(q.val_loss), paired_delta_text(q.val_loss_delta)]
+        if accuracy:
+            cells += ["-", "-"] if q is None else [num(q.val_acc, 3), paired_delta_text(q.val_acc_delta, 3)]
+        body.append([*cells, FRONT[r.on_front]])
+    marks = {(i, len(head) - 1): "better" for i, r in enumerate(rows) if r.on_front}
+    text_cols: tuple[int, ...] = (0, 1)
+    if any(notes):  # a column only where some row has one
+        head.append("note")
+        for cells, note in zip(body, notes):
+            cells.append(note)
+        text_cols += (len(head) - 1,)
+    return Table(head, body, text_cols, marks)
+
+
+def deploy_notes(result: DeployResult) -> list[str]:
+    """What measured rows left unmeasured ('peak memory: ONNX Runtime reports none'), each note once with the
+    deployments it holds for: the same for every variant, so said once under the table rather than in each row."""
+    targets: dict[str, list[str]] = {}  # note -> deployments
+    for r in result.rows:
+        for note in r.notes:
+            targets.setdefault(note, [])
+            if r.target.label() not in targets[note]:
+                targets[note].append(r.target.label())
+    return [f"{note} ({', '.join(labels)})" for note, labels in targets.items()]
+
+
+def deploy_fastest(result: DeployResult) -> list[str]:
+    """Per variant (a QAT model apart), the deployment fastest at batch 1 and how far it is from its roofline: the
+    time its weights take to read once at the measured copy bandwidth."""
+    fastest: dict[str, tuple[float, DeployRow]] = {}  # name -> (batch-1 median, its row)
+    for r in result.rows:
+        name = deployed_name(r)
+        if r.latency is not None and (name not in fastest or r.latency.median_s < fastest[name][0]):
+            fastest[name] = (r.latency.median_s, r)
+    out = []
+    for name, (median_s, r) in fastest.items():
+        text = f"{name}: {r.target.label()} at {median_s * 1e3:.3g} ms"
+        if r.roofline_s:
+            text += f" ({median_s / r.roofline_s:.3g}x its roofline of {r.roofline_s * 1e3:.3g} ms)"
+        out.append(text)
+    return out
+
+
+def threads_text(setup: dict[str, Any]) -> str:
+    """'1 thread', '4 threads': what a deployment was timed on."""
+    threads = setup.get("threads", "?")
+    return f"{threads} thread{'' if threads == 1 else 's'}"
+
+
+def deploy_held_equal(result: DeployResult) -> str:
+    """What every row of a deployment shares: the model and its weights, the batches its quality is measured on,
+    the timing inputs, the threads and the repeats."""
+    setup, model = result.setup, result.model
+    layers = model.get("n_layers", "?")
+    parts = [f"the model (d_model {model.get('d_model', '?')}, {layers} layer{'' if layers == 1 else 's'}, "
+             f"context {model.get('context', '?')})"]  # fmt: skip
+    seeds = setup.get("seeds")
+    if seeds is None:  # a fresh model's (`ffnlab deploy` without --store)
+        parts.append(f"the same untrained weights ({result.source})")
+    else:
+        parts += [
+            f"the same trained weights ({result.source}, seeds {', '.join(map(str, seeds))}; "
+            "costs timed on each variant's first seed)",
+            f"the same fixed validation batches ({setup.get('quality_batches', '?')} of "
+            f"{setup.get('quality_batch_size', '?')} sequences, the runs' own final evaluation), each seed paired "
+            "with its own fp32 eager model",
+        ]
+    parts += [
+        threads_text(setup),
+        f"the same fixed random token ids at batch 1 and batch {setup.get('batch', '?')}, {setup.get('seq', '?')} tokens each",
+        f"median [quartiles] of {setup.get('repeats', '?')} timed calls after {setup.get('warmup', '?')} warm-up",
+    ]
+    return "; ".join(parts)
+
+
+def deploy_machine(result: DeployResult) -> str:
+    """Where a deployment was measured: the CPU and the flags int8 and bf16 speed rest on, the threads, the
+    library versions, and the copy bandwidth the roofline reads weights at."""
+    env, setup = result.environment, result.setup
+    flags = env.get("cpu_flags") or []
+    versions = ", ".join(f"{name} {env.get(name) or '-'}" for name in ("torch", "torchao", "onnxruntime", "onnx"))
+    text = (
+        f"{env.get('cpu') or '?'} ({setup.get('device', 'cpu')}), "
+        + (f"flags {', '.join(flags)}" if flags else f"none of the flags {', '.join(CPU_FLAGS)}")
+        + f"; {threads_text(setup)}; {versions}, Python {env.get('python') or '-'}"
+    )
+    if setup.get("copy_gbs"):
+        text += f"; copy bandwidth {setup['copy_gbs']:.3g} GB/s (the roofline's)"
+    return text
+
+
 def cell_classes(table: Table, row: int, column: int) -> list[str]:
     """The HTML classes of a table cell (row -1 is the header): 't' in a text column (left-aligned), and
     the cell's mark ('better', 'worse')."""
@@ -310,13 +511,14 @@ def md_table(table: Table) -> str:
 TEMPLATE_FUNCTIONS = (
     *(ranking_table, tuned_table, cost_table, stability_table, metric_table, literature_table, scaling_table),
     *(report_settings, equality_tables, numerics_tables, activations_table, attention_table, cell_classes),
-    profile_table,
+    *(profile_table, deploy_table, deploy_notes, deploy_fastest, deploy_held_equal, deploy_machine),
     *(cell_label, figure_suffix, axis_label, literature_text, num),
 )
 TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {
     "STAGE_TITLES": STAGE_TITLES,
     "FIGURES_DIR": FIGURES_DIR,
     "REPORT_HTML": REPORT_HTML,
+    "DEPLOY_FIGURE": DEPLOY_FIGURE,
 }
 
 

@@ -5,7 +5,7 @@ Everything comes from the run store. When no study is given, the store's most re
 (`ffnlab.study.load`). The page holds the ranking with confidence intervals, the settings, loss curves
 with bands over seeds, costs, stability, the activation functions, attention maps of each variant's
 trained model (read from the weights the sweep saves beside the store) and, when present, the
-numerics results.
+profiles of a training step, the deployment trade-off (`ffnlab deploy --store`) and the numerics results.
 """
 
 from __future__ import annotations
@@ -31,16 +31,31 @@ from ffnlab.core.model import ModelConfig, Transformer
 from ffnlab.run.profile import StepProfile
 from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
+from ffnlab.study.deployment import load_deployment
 from ffnlab.study.execute import weights_path
 from ffnlab.study.load import load_study
 from ffnlab.study.metrics import mean_of
 from ffnlab.study.plan import Study
 from ffnlab.study.protocol import Protocol, load_protocol
 from ffnlab.study.records import AcrossCells, Cell, RunRecord, RunStatus, StudyScaling, StudySettings
-from ffnlab.study.render import FIGURES_DIR, REPORT_HTML, SUMMARY_MD, render_figures, render_html, render_markdown
+from ffnlab.study.render import (
+    FIGURES_DIR,
+    REPORT_HTML,
+    SUMMARY_MD,
+    deploy_fastest,
+    deploy_held_equal,
+    deploy_machine,
+    deploy_notes,
+    deploy_table,
+    pareto_points,
+    render_figures,
+    render_html,
+    render_markdown,
+)
 from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
 from ffnlab.study.summary import study_records, summarize
+from ffnlab.tools.deploy import DeployResult
 
 NUMERICS_JSON = "numerics.json"  # beside the store, written by `ffnlab report --numerics`
 PROFILES_JSON = "profiles.json"  # beside the store, written by `ffnlab compare --profile`
@@ -326,6 +341,25 @@ def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) ->
     return NumericsFile(contents)
 
 
+def shown_deployment(store_path: str | Path) -> DeployResult | None:
+    """deploy.json beside the store (`ffnlab deploy --store`) as the report shows it, or None when there is none,
+    it cannot be read (`load_deployment`), or it holds what the section cannot show (a latency that is no
+    number): a damaged file costs the report its deployment section, never the report."""
+    result = load_deployment(store_path)
+    if result is None:
+        return None
+    try:  # what the section shows, built here first so that a damaged file fails here and not in the page
+        deploy_table(result)
+        deploy_notes(result)
+        deploy_fastest(result)
+        deploy_held_equal(result)
+        deploy_machine(result)
+        pareto_points(result.rows)
+    except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError):
+        return None
+    return result
+
+
 @dataclass
 class ReportData:
     """Everything the report shows: the summary's cells with their figures' data, settings and environment."""
@@ -344,6 +378,7 @@ class ReportData:
     activations: dict[str, str]  # activation -> its label in the figure
     numerics: NumericsFile | None  # numerics.json beside the store
     profiles: dict[str, StepProfile] | None  # profiles.json beside the store: where each variant's step goes
+    deployment: DeployResult | None  # deploy.json beside the store: inference cost against quality
     protocol: Protocol | None  # protocol.json beside the store
     generated: str  # when, ISO 8601
 
@@ -398,6 +433,7 @@ def report_data(
         activations=plots.activation_labels(study.variants),
         numerics=load_numerics(store_path, study.variants, numerics),
         profiles=load_profiles(store_path),
+        deployment=shown_deployment(store_path),
         protocol=load_protocol(store_path),
         generated=datetime.datetime.now().isoformat(timespec="seconds"),
     )

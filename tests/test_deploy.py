@@ -76,8 +76,9 @@ def test_mark_front_marks_rows_with_latency_and_quality():
         row("swiglu", 3.0, 1.95),
         dp.unmeasured("geglu", dp.Target("bf16", "eager"), "no bf16"),
     ]
+    rows.append(row("reglu", 0.5, float("nan")))  # no loss to weigh: not on the front, whatever its speed
     dp.mark_front(rows)
-    assert [r.on_front for r in rows] == [True, True, False, None]
+    assert [r.on_front for r in rows] == [True, True, False, None, None]
 
 
 @pytest.mark.slow  # exports and quantises an ONNX model (seconds)

@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import importlib.metadata
 import io
+import math
 import os
 import statistics
 import tempfile
@@ -493,12 +494,13 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
 
 
 def mark_front(rows: Sequence[DeployRow]) -> None:
-    """Set `on_front` of every row with a batch-1 latency and a validation loss (latency against loss); None for the others."""
-    scored = [
-        (r, (r.latency.median_s, r.quality.val_loss))
-        for r in rows
-        if r.latency is not None and r.quality is not None and r.quality.val_loss is not None
-    ]
+    """Set `on_front` of every row with a batch-1 latency and a finite validation loss (latency against loss); None
+    for the others (a NaN loss would be dominated by nothing)."""
+    scored: list[tuple[DeployRow, tuple[float, float]]] = []
+    for r in rows:
+        loss = r.quality.val_loss if r.quality is not None else None
+        if r.latency is not None and loss is not None and math.isfinite(loss):
+            scored.append((r, (r.latency.median_s, loss)))
     for r in rows:
         r.on_front = None
     for (r, _), on in zip(scored, pareto_front([point for _, point in scored])):

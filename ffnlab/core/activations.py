@@ -145,8 +145,9 @@ def split_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     This project's reading of the attention article's split activation (no paper defines it): with an
     odd channel count C the GELU half gets the extra channel. A 1-D input is one token's C channels.
     """
-    half = (x.shape[-1] + 1) // 2
-    return torch.cat([F.gelu(x[..., :half]), torch.tanh(x[..., half:])], dim=-1)
+    first = torch.arange(x.shape[-1], device=x.device) < (x.shape[-1] + 1) // 2  # (C,): the GELU channels
+    # NOTE: both on every channel, then chosen: one elementwise Where in an exported graph, no Slice/Concat
+    return torch.where(first, F.gelu(x), torch.tanh(x))
 
 
 def exponential(x: torch.Tensor) -> torch.Tensor:
@@ -166,7 +167,7 @@ MIN_BANDWIDTH = 1e-3  # NOTE: a channel whose context is one value (one token, a
 QuantileContext = tuple[torch.Tensor, torch.Tensor]  # centres (2K, C), bandwidth (C,)
 
 
-def _by_channel(x: torch.Tensor) -> torch.Tensor:
+def _tokens(x: torch.Tensor) -> torch.Tensor:
     """x as (tokens, channels): the last dimension is the channels, the others the tokens; 1-D is one channel."""
     return x.reshape(-1, 1) if x.ndim <= 1 else x.reshape(-1, x.shape[-1])
 
@@ -178,40 +179,42 @@ def _work_dtype(x: torch.Tensor) -> torch.dtype:
 def quantile_context(x: torch.Tensor) -> QuantileContext:
     """The distribution each channel of `x` is ranked in (`quantile`), detached: (centres, bandwidth).
 
-    Per channel, over its tokens z: K = QUANTILES_PER_SIDE quantiles of the negative values and K of the
-    non-negative ones, at levels (2k+1)/(2K), k = 0..K-1 (order statistics z_(floor((2k+1)n/(2K))) of
-    each side, n its count); a side with no values has its K centres at -inf (negatives) or +inf. The
-    bandwidth is Silverman's rule for the 2K centres, h = 1.06 std(z) (2K)^(-1/5), at least MIN_BANDWIDTH.
+    Per channel, over its tokens z: K = QUANTILES_PER_SIDE quantiles of the negative values (centres
+    0..K-1) and K of the non-negative ones (K..2K-1), at levels (2k+1)/(2K), k = 0..K-1: the order
+    statistic floor((2k+1)n/(2K)) of each side's n values; a side with no values has its centres at
+    -inf (negatives) or +inf. The bandwidth is Silverman's rule for the 2K centres,
+    h = 1.06 std(z) (2K)^(-1/5), at least MIN_BANDWIDTH.
     """
-    z = _by_channel(x.detach()).to(_work_dtype(x))  # (N, C)
+    z = _tokens(x.detach()).to(_work_dtype(x))  # (N, C)
     n, k = z.shape[0], QUANTILES_PER_SIDE
     ordered = z.sort(dim=0).values
     n_neg = (z < 0).sum(0)  # (C,)
-    levels = 2 * torch.arange(k, device=z.device)[:, None] + 1  # (K, 1): (2k+1)/(2K) times 2K
-    neg_rank = levels * n_neg // (2 * k)  # (K, C), in [0, n_neg) where n_neg > 0
-    pos_rank = n_neg + levels * (n - n_neg) // (2 * k)  # in [n_neg, n) where n - n_neg > 0
+    row = torch.arange(2 * k, device=z.device)[:, None]  # (2K, 1): negative side first
+    negative = row < k
+    count = torch.where(negative, n_neg, n - n_neg)  # (2K, C): the values on that centre's side
+    rank = torch.where(negative, 0, n_neg) + (2 * (row % k) + 1) * count // (2 * k)  # in its side's ranks
     inf = torch.tensor(math.inf, dtype=z.dtype, device=z.device)
-    neg = torch.where(n_neg > 0, ordered.gather(0, neg_rank.clamp(max=n - 1)), -inf)
-    pos = torch.where(n_neg < n, ordered.gather(0, pos_rank.clamp(max=n - 1)), inf)
+    empty = torch.where(negative, -inf, inf)
+    centres = torch.where(count > 0, ordered.gather(0, rank.clamp(max=n - 1)), empty)
     bandwidth = (1.06 * z.std(dim=0, correction=0) * (2 * k) ** -0.2).clamp(min=MIN_BANDWIDTH)
-    return torch.cat([neg, pos]), bandwidth
+    return centres, bandwidth
 
 
-def _kernel_cdf(z: torch.Tensor, centres: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tensor:
-    """mean_j erf((z - c_j) / (sqrt2 h)) per channel: 2F - 1 of the Gaussian-kernel CDF F. z: (N, C)."""
+def _kernel_cdf(x: torch.Tensor, centres: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tensor:
+    """mean_j erf((x - c_j) / (sqrt2 h)) per channel: 2F - 1 of the Gaussian-kernel CDF F. x: (..., C)."""
     inv = 1.0 / (math.sqrt(2.0) * bandwidth)
-    total = torch.zeros_like(z)
-    for c in centres:  # one (N, C) pass per centre: no (N, C, 2K) tensor
-        total = total + torch.erf((z - c) * inv)
+    total = torch.zeros_like(x)
+    for c in centres:  # one pass over x per centre: no (..., C, 2K) tensor
+        total = total + torch.erf((x - c) * inv)
     return total / len(centres)
 
 
-def _kernel_density(z: torch.Tensor, centres: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tensor:
-    """d/dz of `_kernel_cdf` at fixed centres: mean_j 2/sqrt(pi) exp(-u_j^2) / (sqrt2 h), u_j = (z - c_j)/(sqrt2 h)."""
+def _kernel_density(x: torch.Tensor, centres: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tensor:
+    """d/dx of `_kernel_cdf` at fixed centres: mean_j 2/sqrt(pi) exp(-u_j^2) / (sqrt2 h), u_j = (x - c_j)/(sqrt2 h)."""
     inv = 1.0 / (math.sqrt(2.0) * bandwidth)
-    total = torch.zeros_like(z)
+    total = torch.zeros_like(x)
     for c in centres:
-        total = total + torch.exp(-torch.square((z - c) * inv))
+        total = total + torch.exp(-torch.square((x - c) * inv))
     return total * (inv * 2.0 / math.sqrt(math.pi) / len(centres))
 
 
@@ -244,13 +247,13 @@ def quantile(x: torch.Tensor, context: QuantileContext | None = None) -> torch.T
     if x.numel() == 0:
         return x.clone()
     centres, bandwidth = quantile_context(x) if context is None else context
-    z = _by_channel(x).to(_work_dtype(x))
+    z = x.to(_work_dtype(x))  # (..., C) against (2K, C) and (C,): broadcast, no reshape (1-D: C = 1)
     frozen = z.detach()
     y = _kernel_cdf(frozen, centres, bandwidth)
     # the value is unchanged, the gradient is the density; an exported graph computes values only
     if torch.is_grad_enabled() and x.requires_grad and not torch.onnx.is_in_onnx_export():
         y = y + _kernel_density(frozen, centres, bandwidth) * (z - frozen)
-    return y.reshape(x.shape).to(x.dtype)
+    return y.to(x.dtype)
 
 
 # ---- learnable activations -----------------------------------------------------------------

@@ -46,7 +46,8 @@ TAIL_RANGE = (-10.0, -4.0)  # where 1+erf(x/sqrt2) cancels in fp32
 SCOPE_NOTES = {
     "channel": "channel-dependent: the grid is one token's channels, and the reference treats each as that channel",
     "batch": "batch-dependent: the grid's points are the tokens of one channel, each ranked among all of them; "
-    "the reference is the float64 formula on the same points, its derivative with that context held fixed",
+    "the reference is the float64 formula on the same points, its derivative with that context held fixed; "
+    "near its zero crossing, a sum of erf terms of both signs cancels, so the ULPs there measure that",
 }
 
 # Regions of the grid reported separately; a point can be in two (x = -5 is in 3-6 and the tail).

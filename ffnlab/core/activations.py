@@ -130,11 +130,12 @@ EXP_LINEAR_FROM = 10.0  # exponential's guard: exp(x) up to here, its tangent li
 
 
 def energy_gated(x: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Energy-gated x*exp(-E(x)/T) with the Gaussian energy E(x) = x^2/2 and a fixed temperature T (1).
+    """Energy-gated x*exp(-E(x)/T) with the Gaussian energy E(x) = x^2/2 and a fixed temperature T = 1.
 
     This project's reading of the attention article's `x*exp(-E(x)/T)`, which names no energy: the
     Boltzmann factor of a unit-stiffness spring, so the gate is 1 at x = 0 and closes for |x| >> sqrt(T);
-    f rises like x near 0, peaks at x = sqrt(T) and decays to 0 in both tails.
+    f rises like x near 0, peaks at x = sqrt(T) and decays to 0 in both tails. T is not learned; another
+    is an argument (`get_activation("energy_gated", temperature=2.0)`).
     """
     return x * torch.exp(-0.5 * x * x / temperature)
 
@@ -155,8 +156,9 @@ def exponential(x: torch.Tensor) -> torch.Tensor:
 
     exp(x) as an activation: Koo & Ploenzke 2021, Improving representations of genomic sequence motifs
     in convolutional networks with exponential activations (Nat. Mach. Intell. 3, 258). The guard is this
-    project's: e^x overflows fp32 above x = 88.7 (fp16 above 11.1); the tangent line keeps the value and
-    the slope at 10 (C^1) and a gradient beyond, where clamping the input would leave none.
+    project's: e^x overflows fp32 above x = 88.7; the tangent line keeps the value and the slope at 10
+    (C^1) and a gradient beyond, where clamping the input would leave none. It grows linearly, so fp32
+    holds it to x = 1.5e34, but fp16 (largest 65504) still overflows above x = 12.
     """
     top = math.exp(EXP_LINEAR_FROM)
     return torch.where(x <= EXP_LINEAR_FROM, torch.exp(x.clamp(max=EXP_LINEAR_FROM)), top * (x - EXP_LINEAR_FROM + 1))
@@ -231,8 +233,8 @@ def quantile(x: torch.Tensor, context: QuantileContext | None = None) -> torch.T
     F the Gaussian-kernel CDF on 2K centres c_j, the context's quantiles (`quantile_context`): the
     paper's grounding gives the negative and the non-negative values half the mass each, so a unit
     keeps its sign's information (an all-positive context maps every input above 0). The context is
-    detached: the gradient is 2f(x) with the context held fixed, the kernel density, as the paper's
-    backward is the density. `context` (from `quantile_context`) ranks x in another batch's context.
+    detached: the gradient is 2F'(x), twice the kernel density, with the context held fixed, as the
+    paper's backward is the density. `context` (from `quantile_context`) ranks x in another batch's.
 
     Where it differs from the paper: the forward is the kernel-smoothed CDF (the paper interpolates
     the empirical quantiles and uses a kernel density only for the gradient), so forward and gradient

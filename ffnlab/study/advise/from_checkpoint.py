@@ -122,7 +122,10 @@ def advise_pretrained(pretrained: str, situation: Situation) -> Advice:
     alternatives = [
         {
             "ffn": "any other",
-            "why_not": "invalidates the pre-trained FFN weights; compare activations only when training from scratch",
+            "why_not": "invalidates the pre-trained FFN weights; if you must, follow the fine-tuning rule and measure "
+            "the swap (command below)"
+            if stage == "finetune"
+            else "invalidates the pre-trained FFN weights; compare activations only when training from scratch",
         }
     ]
     rules, how, command = [apply_rule(STAGE_RULES[stage], act=model.act)], None, None

@@ -111,7 +111,8 @@ class Situation:
     # (default: finetune with --pretrained, else pretrain)
     pretrained: str | None = None  # the checkpoint (finetune, peft, inference): path to its config.json, or
     # a name such as bert-base-uncased, gpt2, t5-base, mistral
-    hardware: Hardware | None = None  # where the model trains or runs; a gpu-NNgb tier is also a memory budget
+    hardware: Hardware | None = None  # where the model trains or runs; a gpu-NNgb tier is also a memory budget,
+    # and its VRAM tier (less than 16, 16 to 32, more than 32 GB) a rule while --model-size is not given
     deploy: Deploy | None = None  # older form of --hardware: cpu, gpu, edge (= mobile)
     seq_len: int | None = None  # tokens per sequence (long context: see rules)
     model_size: float | None = written_as(parse_model_size)  # parameters of the planned model, e.g. 125M, 1B, 7B

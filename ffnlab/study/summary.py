@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ffnlab._util.text import key_values
+from ffnlab._util.text import and_list, key_values
 from ffnlab.core.model import describe_attn_act, qkv_act_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.train import train_flops
@@ -200,7 +200,7 @@ def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> Acros
         )
         for (v, test), p_adj in zip(tests.items(), holm([t.p for t in tests.values()]))
     }
-    best = [next((r.ffn for r in c.variants if r.mean is not None), None) for c in cells]
+    best = [best_mean(c.variants) for c in cells]
     return AcrossCells(
         cells=labels,
         variants=variants,
@@ -210,8 +210,20 @@ def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> Acros
     )
 
 
+def best_mean(rows: list[VariantRow]) -> list[str]:
+    """The variants of a cell's rows (best first) with its best mean: one, or every one of them on an exact
+    tie (0.5625 = 0.5625); none where no variant has a mean."""
+    top = rows[0].mean if rows else None
+    return [r.ffn for r in rows if top is not None and r.mean == top]
+
+
+def best_text(names: list[str]) -> str:
+    """'gelu', or 'gelu and relu (tied)': who has a cell's best mean (`best_mean`)."""
+    return and_list(names) + (" (tied)" if len(names) > 1 else "")
+
+
 def across_sentences(
-    labels: list[str], variants: dict[str, GapAcrossCells], best: list[str | None], baseline: str
+    labels: list[str], variants: dict[str, GapAcrossCells], best: list[list[str]], baseline: str
 ) -> list[str]:
     """Plain words for `across_cells`: a sentence per variant, then the best mean of each cell."""
     out = []
@@ -224,11 +236,14 @@ def across_sentences(
         test = f"{f_text}p_adj = {r.p_adj:.3g}"
         verb = "changes between cells" if r.differs else "shows no detectable change between cells"
         out.append(f"{v}'s gap to {baseline} {verb} ({test}): {gaps}.")
-    if None not in best and len(set(best)) == 1:
-        out.append(f"The best mean is {best[0]} in every cell.")
-    elif None not in best:
+    if all(best) and all(b == best[0] for b in best):
+        who = best[0][0] if len(best[0]) == 1 else f"tied between {and_list(best[0])}"
+        out.append(f"The best mean is {who} in every cell.")
+    elif all(best):
         out.append(
-            "The best mean differs between cells: " + "; ".join(f"{b} at {w}" for b, w in zip(best, labels)) + "."
+            "The best mean differs between cells: "
+            + "; ".join(f"{best_text(b)} at {w}" for b, w in zip(best, labels))
+            + "."
         )
     return out
 

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ffnlab._util.text import human, human_bytes, key_values, sci
+from ffnlab._util.text import and_list, human, human_bytes, key_values, sci
 from ffnlab.study.advise.advice import Advice, compare_command
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.situation import Situation
@@ -360,24 +360,26 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
     )
     cell_where = key_values(cell.axes)
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
+    leaders = [n for n in eligible if mean[n] == mean[best]]  # an exact tie shares the best mean
+    has = f"{best} has" if len(leaders) == 1 else f"{and_list(leaders)} tie for"
     if choice == best:
         reasons.append(
-            f"{best} has the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
+            f"{has} the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
             f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
         )
     elif weighed.deployed:
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} ({weighed.versus(choice, best)}) is the "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} ({weighed.versus(choice, best)}) is the "
             "variant the measured deployment picks: fastest at inference within the quality budget (below)."
         )
     elif weighed.rule:
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
             f"({weighed.versus(choice, best)}) and suits the hardware (rule below)."
         )
     else:
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
             f"({weighed.versus(choice, best)}) and is faster ({weighed.costs(choice, best)}); with "
             f"{'latency in mind' if situation.latency_sensitive else f'a {situation.deploy} deployment'} the "
             "faster one wins."

@@ -297,3 +297,57 @@ def test_an_exact_tie_is_named_wherever_the_best_mean_is(tmp_path):
     assert [line.split()[:2] for line in table[1:4]] == [["1", "gelu"], ["1", "swiglu"], ["3", "relu"]]
     reasons = " ".join(advise(store=store).reasons)
     assert "gelu and swiglu tie for the best mean final val loss" in reasons and "gelu has the best" not in reasons
+
+
+@pytest.mark.parametrize(
+    ("axis", "values", "row", "fixed"),
+    [
+        (
+            "warmup",
+            [2, 10],
+            "learning rate and schedule",
+            ("{b.warmup_steps} warm-up steps", "of {b.warmup_steps} steps"),
+        ),
+        ("lr", [1e-3, 3e-3], "learning rate and schedule", ("peak {b.lr:g}",)),
+        ("context", [16, 64], "budget", ("x {b.model.context} tokens",)),
+        ("tokens", [4096, 8192], "budget", ("{b.max_steps} steps",)),
+    ],
+)
+def test_what_an_axis_varies_is_never_said_to_be_held_equal_at_the_base_value(axis, values, row, fixed):
+    """compare --warmup-axis 2,10 (with --from too) held equal 'a fresh warm-up of 20 steps': the base's value."""
+    from ffnlab.run.presets import preset_config
+    from ffnlab.study.plan import Study
+    from ffnlab.study.summary import held_equal
+
+    base = preset_config("smoke")
+    for b in (base, replace(base, init_from="/a/folder", init_digest="0" * 16)):  # fine-tuning: its warm-up row too
+        held = dict(held_equal(Study(["relu", "gelu"], 2, b, axes={axis: values})).held_equal)
+        assert f"per the {axis} axis ({', '.join(map(str, values))})" in held[row]
+        for phrase in fixed:
+            assert all(phrase.format(b=b) not in how for how in held.values()), (phrase, held)
+        if b.init_from and axis == "warmup":
+            assert held["warm-up"].endswith("its steps per the warmup axis (2, 10)")
+
+
+def test_settings_per_variant_are_the_users_unless_the_protocol_chose_them(tmp_path):
+    """--opt gelu:lr=1e-3 was described as 'tuned on validation', though the user set it."""
+    from ffnlab.run.presets import preset_config
+    from ffnlab.study.plan import Study
+    from ffnlab.study.protocol import Protocol, protocol_path
+    from ffnlab.study.summary import chosen_by_protocol, settings_of
+
+    store = tmp_path / "s.db"
+    study = Study(["relu", "gelu"], 2, preset_config("smoke"), per_variant={"gelu": {"lr": 1e-3, "warmup_steps": 2}})
+
+    def per_variant_row(study):
+        return dict(settings_of(study, chosen_by_protocol(study, store)).not_equal)["per-variant settings"]
+
+    assert per_variant_row(study) == (
+        "lr, warmup_steps set per variant (gelu: lr 0.001, warmup_steps 2) by the user; the rest of the schedule as "
+        "in the base"
+    )
+    protocol_path(store).write_text(json.dumps(Protocol({}, study.per_variant, []).to_json()))  # what it chose
+    assert "by the validation protocol, each chosen on validation" in per_variant_row(study)
+    own = replace(study, per_variant={"gelu": {"lr": 2e-3}})  # the user's own settings in the same store
+    assert per_variant_row(own).endswith("(gelu: lr 0.002) by the user; the rest of the schedule as in the base")
+    assert "tuned" not in per_variant_row(own)

@@ -228,7 +228,8 @@ class AcrossCells:
 
     cells: list[str]  # each cell's label, 'depth=2, placement=pre'
     variants: dict[str, GapAcrossCells]  # every variant but the baseline
-    best: list[str | None]  # the best mean of each cell; None where no variant has one
+    best: list[list[str]]  # who has the best mean of each cell: one variant, several on an exact tie, none where
+    # no variant has a mean
     alpha: float
     sentences: list[str]
 
@@ -238,7 +239,9 @@ class AcrossCells:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AcrossCells:
         variants = {v: GapAcrossCells.from_json(g) for v, g in d["variants"].items()}
-        return cls(cells=d["cells"], variants=variants, best=d["best"], alpha=d["alpha"], sentences=d["sentences"])
+        # a protocol.json written before ties were named holds one name (or None) per cell
+        best = [[b] if isinstance(b, str) else b or [] for b in d["best"]]
+        return cls(cells=d["cells"], variants=variants, best=best, alpha=d["alpha"], sentences=d["sentences"])
 
 
 @dataclass(frozen=True)

@@ -153,10 +153,14 @@ def literature_table(cell: Cell) -> Table | None:
         return None
     mean, published = lit.measured, lit.published
     sign = -1.0 if cell.metric_direction == "higher" else 1.0
-    ours = sorted(lit.variants, key=lambda v: sign * mean[v])
-    theirs = sorted(lit.variants, key=lambda v: published[v])
+    measured = {v: sign * mean[v] for v in lit.variants}  # lower is better, as in the published table
+    ours = sorted(lit.variants, key=measured.__getitem__)
+
+    def rank(v: str, score: dict[str, float]) -> str:  # an exact tie shares its rank
+        return str(1 + sum(score[u] < score[v] for u in lit.variants))
+
     head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
-    rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)] for v in ours]
+    rows = [[v, num(mean[v]), rank(v, measured), f"{published[v]:.3f}", rank(v, published)] for v in ours]
     return Table(head, rows)
 
 

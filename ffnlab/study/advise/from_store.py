@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ffnlab._util.text import human, human_bytes, key_values, sci
+from ffnlab._util.text import and_list, human, human_bytes, key_values, sci
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.advise.advice import Advice
 from ffnlab.study.advise.command import compare_command
@@ -437,33 +437,35 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
     )
     cell_where = key_values(cell.axes)
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
+    leaders = [n for n in eligible if mean[n] == mean[best]]  # an exact tie shares the best mean
+    has = f"{best} has" if len(leaders) == 1 else f"{and_list(leaders)} tie for"
     if choice == best:
         reasons.append(
-            f"{best} has the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
+            f"{has} the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
             f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
         )
     elif weighed.deployed:
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} ({weighed.versus(choice, best)}) is the "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} ({weighed.versus(choice, best)}) is the "
             "variant the measured deployment picks: fastest at inference within the quality budget (below)."
         )
     elif weighed.rules and weighed.rules[0].branch in ("depth", "seq_len"):
         planned = {"depth": f"{situation.depth} layers", "seq_len": f"sequences of {situation.seq_len} tokens"}
         unmeasured = " and ".join(planned[r.branch] for r in weighed.rules)
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}) where the store measured, but you plan {unmeasured}, "
+            f"{has} the best mean ({mean[best]:.4f}) where the store measured, but you plan {unmeasured}, "
             f"which it did not measure (rule below): there the rule decides, and {choice} is the best measured "
             f"variant it prefers ({weighed.versus(choice, best)})."
         )
     elif weighed.rules:
         why = "suits the hardware" if weighed.rules[0].branch == "hardware" else "your priority prefers it"
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
             f"({weighed.versus(choice, best)}) and {why} (rule below)."
         )
     else:
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
             f"({weighed.versus(choice, best)}) and is faster ({weighed.costs(choice, best)}); with "
             f"{'latency in mind' if situation.latency_sensitive else f'a {situation.deploy} deployment'} the "
             "faster one wins."

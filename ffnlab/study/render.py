@@ -30,6 +30,8 @@ from ffnlab.study.records import Cell, StudySettings
 from ffnlab.study.summary import literature_text
 from ffnlab.study.table import (
     Table,
+    aggregate_label,
+    aggregate_table,
     cost_table,
     literature_table,
     metric_table,
@@ -513,6 +515,7 @@ TEMPLATE_FUNCTIONS = (
     *(report_settings, equality_tables, numerics_tables, activations_table, attention_table, cell_classes),
     *(profile_table, deploy_table, deploy_notes, deploy_fastest, deploy_held_equal, deploy_machine),
     *(cell_label, figure_suffix, axis_label, literature_text, num),
+    *(aggregate_table, aggregate_label),
 )
 TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {
     "STAGE_TITLES": STAGE_TITLES,

@@ -154,3 +154,15 @@ def test_a_saved_dataset_pairs_its_columns(tmp_path):
             assert corpus.classes[label] == truth[doc]
     with pytest.raises(ValueError, match="columns: premise, hypothesis, label, idx; a sentence pair names two"):
         load_corpus(str(tmp_path / "nli"), task="cls")
+
+
+def test_a_pair_has_one_spelling_in_the_config():
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.study.plan import run_id
+
+    spaced, tight = (
+        TrainConfig(model=ModelConfig(task="cls"), text_field=f) for f in ("premise, hypothesis", "premise,hypothesis")
+    )
+    assert spaced.text_field == "premise,hypothesis" and run_id(spaced) == run_id(tight)
+    assert TrainConfig(text_field=" text ").text_field == "text"

@@ -107,6 +107,7 @@ class TrainConfig:
             )
         if self.word_vocab is not None:
             check_word_vocab(self.word_vocab)
+        self.text_field = ",".join(text_fields(self.text_field))  # one spelling, one run id: 'a, b' is 'a,b'
         check_text_field(self)
         if self.init_from and self.hf_config:
             raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")

@@ -351,3 +351,87 @@ def test_settings_per_variant_are_the_users_unless_the_protocol_chose_them(tmp_p
     own = replace(study, per_variant={"gelu": {"lr": 2e-3}})  # the user's own settings in the same store
     assert per_variant_row(own).endswith("(gelu: lr 0.002) by the user; the rest of the schedule as in the base")
     assert "tuned" not in per_variant_row(own)
+
+
+# ---- the GLUE-style average over the datasets of a data axis ----------------------------------------
+
+
+def cls_cell(axes: dict, values: dict[str, dict[int, float]]) -> Cell:
+    """A classification cell whose rows hold per-seed accuracies `values` and their means."""
+    rows = [row(v, values=x, mean=sum(x.values()) / len(x)) for v, x in values.items()]
+    return Cell(axes, "cls", "final_val_acc", "relu", "higher", 0.05, 0.95, rows, verdict="")
+
+
+def test_the_glue_style_average_is_paired_over_datasets_and_seeds():
+    from ffnlab.study.records import Aggregate
+    from ffnlab.study.stats import paired_diff
+    from ffnlab.study.summary import aggregate
+    from ffnlab.study.table import aggregate_lines
+
+    # seed 1 is hard on dataset a and easy on b for both variants: pairing by seed cancels it
+    a = cls_cell(
+        {"data": "glue/a.csv"}, {"relu": {0: 0.6, 1: 0.4, 2: 0.7}, "gelu": {0: 0.64, 1: 0.45, 2: 0.73, 3: 0.9}}
+    )
+    b = cls_cell({"data": "glue/b.csv"}, {"relu": {0: 0.5, 1: 0.8, 2: 0.6}, "gelu": {0: 0.52, 1: 0.81, 2: 0.63}})
+    (agg,) = aggregate([a, b], "relu")
+    assert agg.datasets == ["glue/a.csv", "glue/b.csv"] and agg.axes == {} and agg.metric == "final_val_acc"
+    assert agg.values["gelu"] == pytest.approx({0: 0.58, 1: 0.63, 2: 0.68})  # seed 3 ran on a only
+    assert agg.left_out == {"gelu": [3]}
+    assert agg.scores["gelu"] == pytest.approx([(0.64 + 0.45 + 0.73 + 0.9) / 4, (0.52 + 0.81 + 0.63) / 3])
+    gelu = agg.row("gelu")
+    want = paired_diff(agg.values["gelu"], agg.values["relu"])
+    assert gelu.mean == pytest.approx(0.63) and gelu.rank == 1 and gelu.n_seeds == 3
+    assert (gelu.delta, gelu.delta_ci_low, gelu.delta_ci_high, gelu.p) == (
+        want.delta,
+        want.ci_low,
+        want.ci_high,
+        want.p,
+    )
+    assert gelu.delta == pytest.approx(0.03) and gelu.significant  # the seeds' spread cancels in the pairs
+    assert Aggregate.from_json(json.loads(json.dumps(agg.to_json()))) == agg  # protocol.json reads it back
+    lines = aggregate_lines(agg)
+    assert lines[0].startswith("GLUE-style average over 2 datasets (per seed the mean over the datasets")
+    assert lines[1].split()[:5] == ["rank", "ffn", "a.csv", "b.csv", "average"]
+    assert lines[2].split()[:4] == ["1", "gelu", "0.6800", "0.6533"]
+    assert lines[-1] == "  left out of the average (not finished on every dataset): gelu seed 3"
+
+    # one average per setting of the other axes; none over one dataset, none for language models
+    by_depth = [cls_cell({"data": d, "depth": n}, {"relu": {0: 0.5}, "gelu": {0: 0.6}}) for n in (1, 2) for d in "ab"]
+    assert [g.axes for g in aggregate(by_depth, "relu")] == [{"depth": 1}, {"depth": 2}]
+    assert aggregate([a], "relu") == [] and aggregate([cls_cell({"depth": 1}, {"relu": {0: 0.5}})], "relu") == []
+    lm = [replace(c, task="lm", metric="final_val_loss", metric_direction="lower") for c in (a, b)]
+    assert aggregate(lm, "relu") == []
+
+
+def write_cls_csv(path, offset: int):
+    """A tiny classification CSV: the label says whether the row's number is odd."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(
+            "text,label\n" + "".join(f"item {i + offset} of {i % 7},{'odd' if i % 2 else 'even'}\n" for i in range(80))
+        )
+    return path
+
+
+@pytest.mark.slow
+def test_a_two_dataset_study_prints_the_glue_style_average(run_cli, tmp_path):
+    first, second = write_cls_csv(tmp_path / "first.csv", 0), write_cls_csv(tmp_path / "second.csv", 1000)
+    store = tmp_path / "s.db"
+    study = ["compare", "--preset", "smoke", "--precision", "fp32", "--task", "cls", "--variants", "relu,gelu", "--seeds", 3, "--steps", 3,
+             "--eval-every", 3, "--jobs", 1, "--data-axis", f"{first},{second}", "--store", store]  # fmt: skip
+    code, out, err = run_cli(*study)
+    assert code == 0, err
+    assert "GLUE-style average over 2 datasets (per seed the mean over the datasets" in out
+    head = next(line for line in out.splitlines() if line.split()[:3] == ["rank", "ffn", "first.csv"])
+    assert "second.csv" in head and "average val acc [95% CI]" in head and "Δ vs relu" in head
+    code, out, err = run_cli(*study, "--json", "--no-report")  # trains nothing twice
+    printed = json.loads(out)
+    (agg,) = printed["aggregate"]
+    assert agg["datasets"] == [str(first), str(second)] and agg["metric"] == "final_val_acc"
+    cells = {c["axes"]["data"]: {r["ffn"]: r for r in c["variants"]} for c in printed["cells"]}
+    for ffn in ("relu", "gelu"):
+        assert agg["scores"][ffn] == [cells[d][ffn]["mean"] for d in agg["datasets"]]
+        per_seed = {s: (cells[str(first)][ffn]["values"][s] + cells[str(second)][ffn]["values"][s]) / 2 for s in "012"}
+        assert agg["values"][ffn] == pytest.approx(per_seed)
+    report = (tmp_path / "report").glob("*")
+    pages = {p.name: p.read_text(encoding="utf-8") for p in report if p.suffix in (".html", ".md")}
+    assert all("GLUE-style average over 2 datasets" in page for page in pages.values()) and len(pages) == 2

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, get_args
 
 from ffnlab.core.model import ModelConfig
+from ffnlab.run.pairs import text_fields
 from ffnlab.run.tokenizer import check_word_vocab
 
 Precision = Literal["auto", "fp32", "bf16"]
@@ -32,7 +33,8 @@ class TrainConfig:
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
     # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)
-    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face)
+    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face); two,
+    # comma-separated (premise,hypothesis), make a sentence pair for task cls, joined by a separator id
     label_field: str = "label"  # the label column, for task cls
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
     batch_size: int = 16  # sequences per optimizer step
@@ -105,6 +107,8 @@ class TrainConfig:
             )
         if self.word_vocab is not None:
             check_word_vocab(self.word_vocab)
+        self.text_field = ",".join(text_fields(self.text_field))  # one spelling, one run id: 'a, b' is 'a,b'
+        check_text_field(self)
         if self.init_from and self.hf_config:
             raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")
         if self.precision not in PRECISIONS:
@@ -124,6 +128,20 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown config keys {sorted(unknown)}; valid: {', '.join(sorted(known))}")
         return cls(**d)
+
+
+def check_text_field(cfg: TrainConfig) -> None:
+    """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.run.pairs) for a classifier
+    trained from scratch."""
+    if len(text_fields(cfg.text_field)) == 1:
+        return
+    if cfg.model.task != "cls":
+        raise ValueError(f"a sentence pair (text_field '{cfg.text_field}') is for task cls, not {cfg.model.task}")
+    if cfg.init_from:
+        raise ValueError(
+            "a sentence pair adds a separator id, which the vocabulary of a pretrained model (--from) does not have; "
+            "fine-tune it on one text field"
+        )
 
 
 # What makes a run's identity (ffnlab.study.plan.run_id, the hash a store finds a run by), listed by the
@@ -214,6 +232,10 @@ class RunResult:
     history: dict
     events: list
     config: dict
+    # classification only: macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); with defaults, as
+    # fields added later are, so a result built before them still builds
+    final_val_macro_f1: float | None = None
+    final_test_macro_f1: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

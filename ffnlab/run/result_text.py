@@ -24,7 +24,8 @@ def format_run(r: RunResult) -> str:
         )
     else:
         lines.append(
-            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}"
+            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}; "
+            f"macro-F1 {f(r.final_val_macro_f1)}, test {f(r.final_test_macro_f1)}"
         )
     lines.append(
         f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "

@@ -44,6 +44,8 @@ from ffnlab.run.monitors import (
     named_ffns,
     spike_events,
 )
+from ffnlab.run.pairs import is_pair, pair_splits
+from ffnlab.run.scores import macro_f1
 
 if TYPE_CHECKING:
     from ffnlab.run.data import Corpus
@@ -65,7 +67,8 @@ def data_args(cfg: TrainConfig) -> tuple:
     """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
     folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
     vocab_size = {"bpe": cfg.bpe_vocab, "word": cfg.word_vocab}.get(cfg.tokenizer)
-    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder)
+    pair_context = cfg.model.context if is_pair(cfg.text_field) else None  # a sentence pair is cut to fit it
+    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context)
 
 
 @functools.lru_cache(maxsize=8)
@@ -77,15 +80,19 @@ def load_data(
     text_field: str,
     label_field: str,
     folder: str | None = None,
+    pair_context: int | None = None,
 ) -> tuple[Corpus, Tokenizer, dict[str, Split]]:
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
     'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
-    and test words it never saw are <unk> for 'word'."""
+    and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
+    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`)."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
+    if pair_context is not None:
+        return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
     all_text = corpus.train + corpus.val + corpus.test
     tok = build_tokenizer(
         tokenizer,
@@ -268,10 +275,12 @@ def build_model(
 def evaluate(
     model: nn.Module, batches: Iterable[Batch], task: str, autocast: Autocast, noise_std: float = 0.0
 ) -> dict[str, float]:
-    """Mean loss (and accuracy for classification) over fixed batches; with noise_std, Gaussian
+    """Mean loss (and accuracy and macro-F1 for classification) over fixed batches; with noise_std, Gaussian
     noise of that std is added to the token embeddings (the same noise for every variant)."""
     model.eval()
     losses, correct, n = [], 0, 0
+    labels: list[int] = []  # cls: each example's class, and the one predicted (macro-F1)
+    predicted: list[int] = []
     rng_state = torch.get_rng_state()
     hook = None
     if noise_std:
@@ -285,6 +294,8 @@ def evaluate(
             n += len(y)
             if task == "cls":
                 correct += (logits.argmax(-1) == y).sum().item()
+                labels += y.tolist()
+                predicted += logits.argmax(-1).tolist()
     finally:
         if hook is not None:
             hook.remove()
@@ -293,6 +304,8 @@ def evaluate(
     out = {"loss": sum(losses) / n}
     if task == "cls":
         out["acc"] = correct / n
+    if labels:
+        out["macro_f1"] = macro_f1(labels, predicted)
     return out
 
 
@@ -572,6 +585,8 @@ def finish(
         final_test_acc=test.get("acc"),
         noisy_val_loss=noisy.get("loss"),
         noisy_val_acc=noisy.get("acc"),
+        final_val_macro_f1=final.get("macro_f1"),
+        final_test_macro_f1=test.get("macro_f1"),
         diverged_step=diverged.get("step"),
         diverged_kind=diverged.get("kind"),
         **measured_costs(setup, step, train_seconds),

@@ -165,6 +165,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls",), tasks=("cls",)),
     Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals",), tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
+    Metric("final_val_macro_f1", "val macro-F1", "", "higher", "final_val_macro_f1", tables=("ranking", "signals"),
+           tasks=("cls",)),  # shown beside accuracy, which ranks: macro-F1 weighs every class alike
+    Metric("final_test_macro_f1", "test macro-F1", "", "higher", "final_test_macro_f1", tables=("signals",),
+           tasks=("cls",)),
     Metric("noisy_mean", "with embedding noise", "", "ranking", under_noise, tables=("signals",)),
     Metric("noise_delta", "noise effect", "", None, noise_effect, format=lambda v: "-" if v is None else f"{v:+.4f}",
            tables=("ranking", "signals")),

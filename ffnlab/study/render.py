@@ -32,6 +32,8 @@ from ffnlab.study.stats import MeanCI
 from ffnlab.study.summary import literature_text
 from ffnlab.study.table import (
     Table,
+    aggregate_label,
+    aggregate_table,
     cost_table,
     literature_table,
     metric_table,
@@ -603,6 +605,7 @@ TEMPLATE_FUNCTIONS = (
     *(profile_table, deploy_table, deploy_notes, deploy_fastest, deploy_held_equal, deploy_machine),
     *(layer_grads_table, depth_gap_table, depth_claim_table, depth_claim_text),
     *(cell_label, figure_suffix, axis_label, literature_text, num),
+    *(aggregate_table, aggregate_label),
 )
 TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {
     "STAGE_TITLES": STAGE_TITLES,

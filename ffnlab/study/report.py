@@ -39,7 +39,7 @@ from ffnlab.study.load import load_study
 from ffnlab.study.metrics import mean_of
 from ffnlab.study.plan import Study
 from ffnlab.study.protocol import Protocol, load_protocol
-from ffnlab.study.records import AcrossCells, Cell, RunRecord, RunStatus, StudyScaling, StudySettings
+from ffnlab.study.records import AcrossCells, Aggregate, Cell, RunRecord, RunStatus, StudyScaling, StudySettings
 from ffnlab.study.render import (
     FIGURES_DIR,
     REPORT_HTML,
@@ -589,6 +589,7 @@ class ReportData:
     deployment: DeployResult | None  # deploy.json beside the store: inference cost against quality
     protocol: Protocol | None  # protocol.json beside the store
     generated: str  # when, ISO 8601
+    aggregate: list[Aggregate] = field(default_factory=list)  # with a data axis: the GLUE-style average
 
     @property
     def level(self) -> float:
@@ -644,6 +645,7 @@ def report_data(
         deployment=shown_deployment(store_path),
         protocol=load_protocol(store_path),
         generated=datetime.datetime.now().isoformat(timespec="seconds"),
+        aggregate=summary.aggregate,
     )
 
 

@@ -27,6 +27,7 @@ from ffnlab.study.plan import TUNED_AXES, CellKey, Study, group_key, plan, plan_
 from ffnlab.study.published import RankAgreement, rank_agreement
 from ffnlab.study.records import (
     AcrossCells,
+    Aggregate,
     Cell,
     Controls,
     GapAcrossCells,
@@ -38,7 +39,7 @@ from ffnlab.study.records import (
     VariantRow,
 )
 from ffnlab.study.scaling import ScalingRun, fit_scaling
-from ffnlab.study.stats import MIN_PAIRS, compare, gap_heterogeneity, holm, seed_noise
+from ffnlab.study.stats import MIN_PAIRS, VariantStats, compare, gap_heterogeneity, holm, seed_noise
 from ffnlab.study.store import Store
 
 LEVEL = 0.95
@@ -248,10 +249,59 @@ def across_sentences(
     return out
 
 
+def aggregate(cells: list[Cell], baseline: str) -> list[Aggregate]:
+    """GLUE-style averages over the datasets of a study's data axis: one per group of classification cells
+    that differ only in `data` (two datasets or more), each `data_average`. None for a language model: a loss
+    per token depends on each dataset's text and tokenizer, so an average of losses says little."""
+    groups: dict[CellKey, list[Cell]] = {}
+    for c in cells:
+        if "data" in c.axes and c.task != "lm":
+            groups.setdefault(tuple((k, v) for k, v in c.axes.items() if k != "data"), []).append(c)
+    return [data_average(group, baseline, dict(key)) for key, group in groups.items() if len(group) > 1]
+
+
+def data_average(group: list[Cell], baseline: str, axes: dict[str, Any]) -> Aggregate:
+    """The average of each variant's ranking metric over the datasets of `group` (a cell per dataset), paired
+    over datasets and seeds: per seed the mean over the datasets, then `compare` over the seeds as in a cell
+    (the mean and its t-interval, the difference to the baseline paired by seed, Holm over the variants).
+
+        average_v(s) = (1 / D) sum_d value_v(d, s)     for each seed s finished on all D datasets
+
+    A seed missing or diverged on some dataset is left out of that variant's average (`left_out`), so the
+    average can differ from the mean of the per-dataset means (`scores`) by what that seed adds there."""
+    first = group[0]
+    names = [r.ffn for r in first.variants]
+    values: dict[str, dict[int, float]] = {}
+    left_out: dict[str, list[int]] = {}
+    for v in names:
+        per_dataset = [c.row(v).values for c in group]
+        complete = set.intersection(*(set(x) for x in per_dataset))
+        values[v] = {s: math.fsum(x[s] for x in per_dataset) / len(group) for s in sorted(complete)}
+        partial = set[int]().union(*per_dataset) - complete
+        if partial:
+            left_out[v] = sorted(partial)
+    stats = compare(values, baseline, higher_is_better=first.metric_direction == "higher", alpha=first.alpha,
+                    level=first.level)  # fmt: skip
+    return Aggregate(
+        axes=axes,
+        datasets=[c.axes["data"] for c in group],
+        metric=first.metric,
+        baseline=baseline,
+        metric_direction=stats.metric_direction,
+        alpha=stats.alpha,
+        level=stats.level,
+        scores={v: [c.row(v).mean for c in group] for v in names},
+        values=values,
+        variants=stats.variants,
+        left_out=left_out,
+        verdict=stats.verdict,
+    )
+
+
 # ---- words for the numbers, shared by the terminal table and the report ----------------------------
 
 
-def p_label(row: VariantRow, baseline: str) -> str:
+def p_label(row: VariantStats, baseline: str) -> str:
     """A row's Holm-adjusted p as shown: '-' for the baseline, 'n/a (needs ≥3 seeds)' where untested."""
     if row.ffn == baseline:
         return "-"
@@ -318,6 +368,7 @@ def summarize(
         settings=settings_of(study, chosen_by_protocol(study, store_path)),
         cells=out_cells,
         across_cells=across_cells(out_cells, baseline, out_cells[0].alpha),
+        aggregate=aggregate(out_cells, baseline),
         tuned=tuned_cells(out_cells, tuned) if tuned else [],
         scaling=(
             scaling_of(study, [item for items in cells.values() for item in items], extrapolate_to)

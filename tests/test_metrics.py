@@ -39,7 +39,7 @@ def test_every_metric_reads_a_field_runs_have_and_shows_in_known_tables():
     names = {f.name for f in fields(RunResult)}
     for m in METRICS:
         assert not isinstance(m.source, str) or m.source in names, m.name
-        assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls"}, m.name
+        assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls", "image"}, m.name
         m.value(run_result())  # computed sources read fields that exist
     assert len({m.name for m in METRICS}) == len(METRICS)
 

@@ -22,6 +22,8 @@ No document is in two splits. How each kind of source is split:
   its test labels, so sst2 cls tests on GLUE validation); no split at all -> 80/10/10 by text hash.
   Hashing the text keeps duplicate rows in one split. A sentence pair (two text columns, cls) is one
   document, its texts joined by ffnlab.run.pairs.PAIR_JOIN, so a pair hashes and splits as one text.
+
+Images (task "image": an image folder or scikit-learn's digits) are `ffnlab.run.images`.
 """
 
 from __future__ import annotations
@@ -737,6 +739,10 @@ def load_corpus(
         return load_path(path, task, text_field, label_field)
     if looks_like_path(source):
         raise ValueError(f"no such file or folder: {source}")
+    from ffnlab.run.images import IMAGE_SOURCES  # here: images reads this module's split rule
+
+    if source in IMAGE_SOURCES:
+        raise ValueError(f"'{source}' is an image set ({IMAGE_SOURCES[source]}); give --task image")
     # a prefix such as 'wiki' is too short for difflib
     prefixed = [name for name in SOURCES if source and name.startswith(source.lower())]
     hint = closest(source, SOURCES) or (f" (did you mean '{prefixed[0]}'?)" if prefixed else "")

@@ -31,7 +31,7 @@ from torch import nn
 
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
-from ffnlab.core.model import ModelConfig, Transformer, param_count, qkv_act_spec
+from ffnlab.core.model import ModelConfig, PatchEmbed, Transformer, image_tokens, param_count, qkv_act_spec
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
@@ -49,12 +49,14 @@ from ffnlab.run.scores import macro_f1
 
 if TYPE_CHECKING:
     from ffnlab.run.data import Corpus
+    from ffnlab.run.images import ImageSet
     from ffnlab.run.tokenizer import Tokenizer
 
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) and next-token targets (B, T) or labels (B,)
-Split = torch.Tensor | tuple[list[torch.Tensor], torch.Tensor]  # LM token ids, or (documents, labels)
+Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets (B, T) or labels (B,)
+# LM token ids, (documents, labels), or for task image (normalised images (N, ch, H, W), labels)
+Split = torch.Tensor | tuple[list[torch.Tensor], torch.Tensor] | tuple[torch.Tensor, torch.Tensor]
 ModelFactory = Callable[[ModelConfig, int], nn.Module]  # (model config, seed) -> module(idx, targets)
 Progress = Callable[[int, int, dict], None]  # (step, total, {"loss", "lr", "elapsed"})
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -68,7 +70,9 @@ def data_args(cfg: TrainConfig) -> tuple:
     folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
     vocab_size = {"bpe": cfg.bpe_vocab, "word": cfg.word_vocab}.get(cfg.tokenizer)
     pair_context = cfg.model.context if is_pair(cfg.text_field) else None  # a sentence pair is cut to fit it
-    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context)
+    image = (cfg.model.image_size, cfg.model.channels) if cfg.model.task == "image" else (None, None)
+    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context,
+            *image)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)
@@ -81,15 +85,20 @@ def load_data(
     label_field: str,
     folder: str | None = None,
     pair_context: int | None = None,
-) -> tuple[Corpus, Tokenizer, dict[str, Split]]:
+    image_size: int | None = None,
+    channels: int | None = None,
+) -> tuple[Corpus | ImageSet, Tokenizer, dict[str, Split]]:
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
     'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
     and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
-    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`)."""
+    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`). Task image:
+    `load_image_data`."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
+    if task == "image":
+        return load_image_data(data, image_size, channels)
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
     if pair_context is not None:
         return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
@@ -110,9 +119,40 @@ def load_data(
     return corpus, tok, splits
 
 
-def data_model_config(cfg: TrainConfig, corpus: Corpus, tokenizer: Tokenizer) -> ModelConfig:
+def load_image_data(
+    data: str, image_size: int | None, channels: int | None
+) -> tuple[ImageSet, Tokenizer, dict[str, Split]]:
+    """`load_data` for task image: the images (ffnlab.run.images) and, per split, (images normalised by the
+    training split's per-channel mean and std, labels); no tokenizer (`PixelInput`)."""
+    from ffnlab.run.images import PixelInput, load_images
+
+    images = load_images(data, image_size, channels)
+    splits: dict[str, Split] = {split: (images.normalised(split), images.labels[split]) for split in images.images}
+    return images, PixelInput(), splits
+
+
+def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
+    """`data_model_config` for task image: the data's classes, image size and channels, and as context the
+    patches (and class token) an image makes; ValueError for a model that is not ffnlab's own."""
+    if cfg.hf_config or cfg.init_from:
+        raise ValueError("task image trains ffnlab's own ViT; --hf-config and --from take text models")
+    if images.image_size % cfg.model.patch_size:
+        raise ValueError(
+            f"the images of '{cfg.data}' are {images.image_size}x{images.image_size}, not a multiple of "
+            f"--patch-size {cfg.model.patch_size}; give another patch size or --image-size"
+        )
+    mcfg = replace(cfg.model, n_classes=len(images.classes), image_size=images.image_size, channels=images.channels)
+    return replace(mcfg, context=image_tokens(mcfg))
+
+
+def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet, tokenizer: Tokenizer) -> ModelConfig:
     """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier, the
-    corpus's classes (`load_data`'s)."""
+    corpus's classes (`load_data`'s); for task image `image_model_config`."""
+    if cfg.model.task == "image":
+        from ffnlab.run.images import ImageSet
+
+        assert isinstance(corpus, ImageSet)  # load_data's for task image
+        return image_model_config(cfg, corpus)
     n_classes = len(corpus.classes) if cfg.model.task == "cls" and corpus.classes else cfg.model.n_classes
     return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=n_classes)
 
@@ -146,7 +186,9 @@ def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tens
 
 
 def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
-    """Random (x, y): LM windows with next-token targets, or classification crops and labels."""
+    """Random (x, y): LM windows with next-token targets, classification crops and labels, or images and labels."""
+    if task == "image":
+        return image_batch(split_data, batch_size, gen)
     if task == "lm":
         assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
@@ -160,7 +202,9 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
 
 def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
     """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification
-    n_batches * batch_size examples evenly spaced over the split (first window of each)."""
+    n_batches * batch_size examples evenly spaced over the split (first window of each; whole images)."""
+    if task == "image":
+        return image_eval_set(split_data, n_batches, batch_size)
     if task == "lm":
         gen = torch.Generator().manual_seed(EVAL_SEED)
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
@@ -169,6 +213,24 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
     x = torch.stack([crop_or_repeat(docs[i], context) for i in pick])
     y = labels[pick]
     return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
+
+
+def image_batch(split_data: Split, batch_size: int, gen: torch.Generator) -> Batch:
+    """Random images of a split, drawn with replacement as documents are, and their labels."""
+    images, labels = split_data
+    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
+    ix = torch.randint(len(images), (batch_size,), generator=gen)
+    return images[ix], labels[ix]
+
+
+def image_eval_set(split_data: Split, n_batches: int, batch_size: int) -> list[Batch]:
+    """`eval_set` for images: n_batches * batch_size of them evenly spaced over the split (all, when fewer)."""
+    images, labels = split_data
+    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
+    pick = torch.linspace(0, len(images) - 1, min(len(images), n_batches * batch_size)).long().unique()
+    return [
+        (images[pick[i : i + batch_size]], labels[pick[i : i + batch_size]]) for i in range(0, len(pick), batch_size)
+    ]
 
 
 def on_device(batches: Iterable[Batch], device: str) -> list[Batch]:
@@ -292,7 +354,7 @@ def evaluate(
                 logits, loss = model(x, y)
             losses.append(loss.float().item() * len(y))
             n += len(y)
-            if task == "cls":
+            if task in ("cls", "image"):
                 correct += (logits.argmax(-1) == y).sum().item()
                 labels += y.tolist()
                 predicted += logits.argmax(-1).tolist()
@@ -302,22 +364,23 @@ def evaluate(
         torch.set_rng_state(rng_state)
         model.train()
     out = {"loss": sum(losses) / n}
-    if task == "cls":
+    if task in ("cls", "image"):
         out["acc"] = correct / n
     if labels:
         out["macro_f1"] = macro_f1(labels, predicted)
     return out
 
 
-def token_embedding(model: nn.Module) -> nn.Embedding:
+def token_embedding(model: nn.Module) -> nn.Module:
     """The token embedding: the first nn.Embedding, in ffnlab's Transformer and in Hugging Face
-    models alike (it is registered before position embeddings)."""
-    return next(m for m in model.modules() if isinstance(m, nn.Embedding))
+    models alike (it is registered before position embeddings); an image model's PatchEmbed."""
+    return next(m for m in model.modules() if isinstance(m, (nn.Embedding, PatchEmbed)))
 
 
 def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context: int, n_out: int) -> int:
     """Forward FLOPs per token: attention projections and scores over the full context, every FFN
-    built by `build_ffn` (by its formula), and the output head of n_out logits."""
+    built by `build_ffn` (by its formula), the output head of n_out logits, and an image model's patch
+    projection (counted for every token, the class token's too: a small overcount)."""
     attn = n_layers * (2 * 4 * d_model * d_model + 2 * 2 * context * d_model)
     ffns = [m for m in model.modules() if isinstance(m, FFN)]
     branches = {id(branch) for m in ffns if isinstance(m, MixFFN) for branch in m.branches}  # counted in their mix
@@ -326,7 +389,8 @@ def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context
         for m in ffns
         if id(m) not in branches
     )
-    return attn + ffn + 2 * d_model * n_out
+    patches = sum(2 * m.proj.in_features * m.proj.out_features for m in model.modules() if isinstance(m, PatchEmbed))
+    return attn + ffn + 2 * d_model * n_out + patches
 
 
 def train_flops(flops_per_token: int, tokens: int) -> int:

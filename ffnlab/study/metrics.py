@@ -145,7 +145,7 @@ class Metric:
     format: Callable[[Any], str] = num
     tables: tuple[str, ...] = ()  # where it is shown, of TABLES; compare --json always holds it
     ranks: tuple[str, ...] = ()  # the tasks that rank variants by it (its statistics are the row's)
-    tasks: tuple[str, ...] = ("lm", "cls")  # the tasks it is measured for; None elsewhere
+    tasks: tuple[str, ...] = ("lm", "cls", "image")  # the tasks it is measured for; None elsewhere
     csv: bool = True  # a scalar the CSV has a column for
     ended: bool = False  # over every ended run, diverged ones too (a count of what went wrong); else the finished
 
@@ -162,7 +162,8 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("final_val_loss", "val loss", "nats", "lower", "final_val_loss", ranks=("lm",), tasks=("lm",)),
-    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls",), tasks=("cls",)),
+    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls", "image"),
+           tasks=("cls", "image")),
     Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals",), tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
     Metric("final_val_macro_f1", "val macro-F1", "", "higher", "final_val_macro_f1", tables=("ranking", "signals"),

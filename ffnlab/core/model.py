@@ -1,7 +1,8 @@
 """A small configurable Transformer whose every FFN comes from the registry by name.
 
 Decoder-only causal LM (task="lm") or encoder classifier (task="cls", mean-pooled or CLS head);
-LayerNorm or RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings.
+LayerNorm or RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings, activation
+checkpointing per block or per FFN.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import attention_context, get_activation, resolve
@@ -51,6 +53,8 @@ class ModelConfig:
     # (a missing projection gets none; "none": no activation anywhere); off in standard Transformers.
     # Kept in one spelling (`canonical_attn_act`), so one setting is one run id
     attn_proj_act: str | None = None  # older name: means the same as attn_act; kept so stored configs keep their ids
+    activation_checkpointing: Literal["none", "block", "ffn"] = "none"  # recompute in backward instead of keeping
+    # for it: each block's activations, or each FFN's (the d_ff-wide ones); less memory, more time, the same numbers
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -64,6 +68,7 @@ CHOICES = {
     "task": ("lm", "cls"),
     "pool": ("mean", "cls"),
     "ffn_match": MATCHES,
+    "activation_checkpointing": ("none", "block", "ffn"),
 }
 
 
@@ -245,20 +250,31 @@ class Block(nn.Module):
         # init=None: the Transformer's init_weights initialises it, from the model's per-parameter generators
         self.ffn = build_ffn(ffn or cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None)
         self.drop = nn.Dropout(cfg.dropout)
+        self.checkpointing = cfg.activation_checkpointing
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
-        # attention-aware activations (agelu) read this block's attention output during the FFN
-        out: torch.Tensor
         if self.pre:
             attn = self.attn(self.norm1(x), rope)
             x = x + self.drop(attn)
-            with attention_context(self.ffn, attn):
-                out = x + self.drop(self.ffn(self.norm2(x)))
+            out: torch.Tensor = x + self.drop(self.run_ffn(self.norm2(x), attn))
             return out
         attn = self.attn(x, rope)
         x = self.norm1(x + self.drop(attn))
+        out = self.norm2(x + self.drop(self.run_ffn(x, attn)))
+        return out
+
+    def run_ffn(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The FFN on h, its attention-aware activations (agelu) reading this block's attention output `attn`;
+        with 'ffn' checkpointing run again in backward (with the same dropout draws), keeping only h for it."""
+        if self.checkpointing == "ffn" and torch.is_grad_enabled():
+            out: torch.Tensor = checkpoint(self.ffn_reading, h, attn, use_reentrant=False)
+            return out
+        return self.ffn_reading(h, attn)
+
+    def ffn_reading(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        # NOTE: the attention context is entered inside what a checkpoint recomputes, or agelu would recompute without it
         with attention_context(self.ffn, attn):
-            out = self.norm2(x + self.drop(self.ffn(x)))
+            out: torch.Tensor = self.ffn(h)
         return out
 
 
@@ -308,8 +324,9 @@ class Transformer(nn.Module):
         """idx (B, T) token ids -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss."""
         x = self.embed(idx)
         rope = self.rope()
-        for block in self.blocks:
-            x = block(x, rope)
+        recompute = self.cfg.activation_checkpointing == "block" and torch.is_grad_enabled()
+        for block in self.blocks:  # 'block' checkpointing keeps each block's input only, and runs it again in backward
+            x = checkpoint(block, x, rope, use_reentrant=False) if recompute else block(x, rope)
         x = self.norm(x)
         if self.cfg.task == "cls":
             x = x.mean(dim=1) if self.cfg.pool == "mean" else x[:, 0]

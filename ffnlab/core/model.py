@@ -2,7 +2,8 @@
 
 Decoder-only causal LM (task="lm"), encoder classifier (task="cls", mean-pooled or CLS head) or a
 small ViT on image patches (task="image", `PatchEmbed` in place of the token embedding); LayerNorm or
-RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings.
+RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings, activation checkpointing per
+block or per FFN.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import attention_context, get_activation, resolve
@@ -58,6 +60,8 @@ class ModelConfig:
     # own size, which all its images must share
     patch_size: int = 2  # task image: side of the square patches that are its tokens; divides image_size
     channels: int | None = None  # task image: 1 (grey) or 3 (RGB) channels; None: the data's own
+    activation_checkpointing: Literal["none", "block", "ffn"] = "none"  # recompute in backward instead of keeping
+    # for it: each block's activations, or each FFN's (the d_ff-wide ones); less memory, more time, the same numbers
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -71,6 +75,7 @@ CHOICES = {
     "task": ("lm", "cls", "image"),
     "pool": ("mean", "cls"),
     "ffn_match": MATCHES,
+    "activation_checkpointing": ("none", "block", "ffn"),
 }
 
 
@@ -269,20 +274,31 @@ class Block(nn.Module):
         # init=None: the Transformer's init_weights initialises it, from the model's per-parameter generators
         self.ffn = build_ffn(ffn or cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None)
         self.drop = nn.Dropout(cfg.dropout)
+        self.checkpointing = cfg.activation_checkpointing
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
-        # attention-aware activations (agelu) read this block's attention output during the FFN
-        out: torch.Tensor
         if self.pre:
             attn = self.attn(self.norm1(x), rope)
             x = x + self.drop(attn)
-            with attention_context(self.ffn, attn):
-                out = x + self.drop(self.ffn(self.norm2(x)))
+            out: torch.Tensor = x + self.drop(self.run_ffn(self.norm2(x), attn))
             return out
         attn = self.attn(x, rope)
         x = self.norm1(x + self.drop(attn))
+        out = self.norm2(x + self.drop(self.run_ffn(x, attn)))
+        return out
+
+    def run_ffn(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The FFN on h, its attention-aware activations (agelu) reading this block's attention output `attn`;
+        with 'ffn' checkpointing run again in backward (with the same dropout draws), keeping only h for it."""
+        if self.checkpointing == "ffn" and torch.is_grad_enabled():
+            out: torch.Tensor = checkpoint(self.ffn_reading, h, attn, use_reentrant=False)
+            return out
+        return self.ffn_reading(h, attn)
+
+    def ffn_reading(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        # NOTE: the attention context is entered inside what a checkpoint recomputes, or agelu would recompute without it
         with attention_context(self.ffn, attn):
-            out = self.norm2(x + self.drop(self.ffn(x)))
+            out: torch.Tensor = self.ffn(h)
         return out
 
 
@@ -365,8 +381,9 @@ class Transformer(nn.Module):
         and the loss."""
         x = self.embed(idx)
         rope = self.rope()
-        for block in self.blocks:
-            x = block(x, rope)
+        recompute = self.cfg.activation_checkpointing == "block" and torch.is_grad_enabled()
+        for block in self.blocks:  # 'block' checkpointing keeps each block's input only, and runs it again in backward
+            x = checkpoint(block, x, rope, use_reentrant=False) if recompute else block(x, rope)
         x = self.norm(x)
         if self.cfg.task in ("cls", "image"):
             x = x.mean(dim=1) if self.cfg.pool == "mean" else x[:, 0]

@@ -10,7 +10,7 @@ from ffnlab.core.model import ModelConfig
 from ffnlab.run.pairs import text_fields
 from ffnlab.run.tokenizer import check_word_vocab
 
-Precision = Literal["auto", "fp32", "bf16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)
 Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
 DIVERGENCE = ("nonfinite", "blowup")  # the kinds of divergence, the event kinds that end a run
@@ -58,7 +58,8 @@ class TrainConfig:
     # (the lowest median of 10 consecutive steps) for diverge_steps steps in a row, as it does when non-finite
     diverge_steps: int = 50  # steps in a row above diverge_factor x the best loss that make a run diverged
     noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
-    precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
+    precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision); fp16: fp16 autocast
+    # with a gradient scaler, whose skipped steps (gradients that overflowed fp16) are not divergence
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # auto: cuda where available
     compile: bool = False  # torch.compile the model
     threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
@@ -113,6 +114,11 @@ class TrainConfig:
             raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
+        if self.model.activation_checkpointing == "ffn" and (self.hf_config or self.init_from):
+            raise ValueError(
+                "activation_checkpointing 'ffn' needs ffnlab's Transformer (a Hugging Face model checkpoints whole "
+                "layers); valid with --hf-config or --from: none, block"
+            )
         if self.qat_from is not None and not 0.0 <= self.qat_from < 1.0:
             raise ValueError(f"qat_from must be a fraction of training in [0, 1), got {self.qat_from}")
         if self.device not in DEVICES:
@@ -162,7 +168,8 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.attn_act", "model.attn_proj_act",
     ),
     2: ("qat_from",),
-    3: ("diverge_factor", "diverge_steps", "word_vocab", "model.image_size", "model.patch_size", "model.channels"),
+    3: ("diverge_factor", "diverge_steps", "word_vocab", "model.image_size", "model.patch_size", "model.channels",
+        "model.activation_checkpointing"),  # checkpointing: the same numbers, other costs (memory, time)
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

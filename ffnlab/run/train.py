@@ -4,12 +4,15 @@
 (learning rate, batch, forward, backward, clip, step, evaluate, checkpoint) and `finish` wraps up
 (final evaluations on val and test, behaviour, costs: the RunResult). AdamW, linear warm-up then
 cosine decay, gradient clipping, evaluation every `eval_every` steps on a fixed held-out set (the
-same batches for every variant and seed), budgets by steps, tokens or seconds, bf16 autocast as an
-option. Checkpoints (safetensors, resuming to the same result) are in `ffnlab.run.checkpoint`; the
-stability monitors (FFN gradient statistics, gradient-norm and loss spikes, dead units, sparsity,
-activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
+same batches for every variant and seed), budgets by steps, tokens or seconds, bf16 autocast or fp16
+autocast with a gradient scaler as options, and activation checkpointing (ModelConfig.activation_checkpointing;
+a Hugging Face model's own, per layer). Checkpoints (safetensors, resuming to the same result)
+are in `ffnlab.run.checkpoint`; the stability monitors (FFN gradient statistics, gradient-norm and loss spikes,
+dead units, sparsity, activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
 A run that hits a non-finite loss or gradient, or whose loss stays far above its best (TrainConfig.diverge_factor
-and diverge_steps), ends as `diverged`.
+and diverge_steps), ends as `diverged`. Under fp16 a non-finite gradient with a finite loss is not divergence: the
+gradient scaler skips that update and halves its scale (the step is not counted, an 'fp16_skip' event says so);
+only a non-finite loss, or a scale that fell below FP16_MIN_SCALE, ends an fp16 run as diverged.
 """
 
 from __future__ import annotations
@@ -51,8 +54,13 @@ if TYPE_CHECKING:
     from ffnlab.run.data import Corpus
     from ffnlab.run.images import ImageSet
     from ffnlab.run.tokenizer import Tokenizer
+    from ffnlab.tools.hf import HFModel
 
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
+# NOTE: the gradient scaler halves its scale at every overflow; below 1 the gradients overflow fp16 unscaled, which
+# no scale mends: the run has diverged
+FP16_MIN_SCALE = 1.0
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # the precisions that autocast, and to what
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets (B, T) or labels (B,)
 # LM token ids, (documents, labels), or for task image (normalised images (N, ch, H, W), labels)
@@ -246,7 +254,7 @@ def hf_factory(hf_config: dict) -> ModelFactory:
     from ffnlab.tools.hf import build_hf_model
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
-        return build_hf_model(
+        model = build_hf_model(
             hf_config,
             mcfg.ffn,
             match=mcfg.ffn_match,
@@ -258,6 +266,7 @@ def hf_factory(hf_config: dict) -> ModelFactory:
             init=mcfg.init,
             attn_act=qkv_act_spec(mcfg),
         )
+        return hf_checkpointing(model, mcfg)
 
     return build
 
@@ -268,9 +277,22 @@ def pretrained_factory(folder: str) -> ModelFactory:
     from ffnlab.tools.pretrained import load_pretrained
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
-        return load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+        model = load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+        return hf_checkpointing(model, mcfg)
 
     return build
+
+
+def hf_checkpointing(model: HFModel, mcfg: ModelConfig) -> HFModel:
+    """A Hugging Face model with each layer's activations recomputed in backward where mcfg asks for 'block'
+    checkpointing (non-reentrant); TrainConfig refuses 'ffn' for it."""
+    if mcfg.activation_checkpointing == "block":
+        non_reentrant = {"use_reentrant": False}
+        if hasattr(model.hf, "activation_checkpointing_enable"):  # transformers 5's name; the old one warns there
+            model.hf.activation_checkpointing_enable(non_reentrant)
+        else:
+            model.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs=non_reentrant)
+    return model
 
 
 def resolve_init(cfg: TrainConfig) -> TrainConfig:
@@ -401,9 +423,11 @@ def train_flops(flops_per_token: int, tokens: int) -> int:
 
 
 def step_saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: Autocast) -> int:
-    """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y);
-    the graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
+    """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y), in training
+    mode (dropout masks, activation checkpointing: a checkpointed region counts only the inputs it keeps); the
+    graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
     state = torch.get_rng_state()
+    model.train()  # NOTE: from_pretrained hands a model over in eval mode
     try:
         with autocast():
             return saved_bytes(lambda: model(x, y), exclude=model.parameters())
@@ -431,6 +455,7 @@ class Setup:
     gen: torch.Generator  # the data order
     ffns: NamedFFNs  # what the monitors watch
     autocast: Autocast
+    scaler: torch.amp.GradScaler  # fp16's loss scaling; disabled (every call a no-op) in other precisions
     total: int  # steps in the budget (from max_tokens, else max_steps)
     tokens_per_step: int
     saved: int  # bytes one training step keeps for backward
@@ -474,9 +499,11 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     model, opt, gen = build_model(cfg, mcfg, model_factory, device)
     val_batches = on_device(eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context), device)
     tokens_per_step = cfg.batch_size * mcfg.context
+    dtype = AUTOCAST_DTYPES.get(cfg.precision)
     autocast = functools.partial(
-        torch.autocast, device_type=device, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
+        torch.autocast, device_type=device, dtype=dtype or torch.bfloat16, enabled=dtype is not None
     )
+    scaler = torch.amp.GradScaler(device, enabled=cfg.precision == "fp16")
 
     # -- resume
     hist: dict[str, list[Any]] = {
@@ -497,6 +524,8 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
             state = None
         if state is not None:
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
+            if "scaler" in state:
+                scaler.load_state_dict(state["scaler"])
     # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
     # ran 3x slower than eager here (benchmarks/train_speed.md)
     step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
@@ -513,6 +542,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         gen=gen,
         ffns=named_ffns(model),
         autocast=autocast,
+        scaler=scaler,
         total=math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps,
         tokens_per_step=tokens_per_step,
         saved=step_saved_bytes(model, *val_batches[0], autocast),  # a batch of the training shape
@@ -541,12 +571,14 @@ def train(
     `pretrained_path`: a folder to `save_pretrained` a finished Hugging Face model (hf_config or
     init_from) into, for fine-tuning later (`init_from`); ValueError at once for ffnlab's Transformer.
     A run that hits a non-finite loss or gradient, or whose training loss stays above diverge_factor times its best
-    for diverge_steps steps, ends with status 'diverged'; it never raises.
+    for diverge_steps steps, ends with status 'diverged'; it never raises. Under fp16 a step whose gradients
+    overflowed is skipped by the gradient scaler and trained again on the next batch (module docstring).
     """
     if pretrained_path is not None and not (cfg.hf_config or cfg.init_from):
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     setup = prepare(cfg, model_factory)
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
+    scaler = setup.scaler
     status: Outcome = "finished"
     blowup = BlowupWatch(cfg.diverge_factor, cfg.diverge_steps)
     blowup.replay(hist["train_loss"])  # a resumed run goes on from where its history left the watch
@@ -570,19 +602,29 @@ def train(
         x, y = x.to(setup.device), y.to(setup.device)
         with setup.autocast():
             _, loss = setup.step_fn(x, y)
-        loss.backward()
-        if step % cfg.log_every == 0:
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
+        total_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+        grad_norm, loss_value = total_norm.item(), loss.item()
+        if scaler.is_enabled() and math.isfinite(loss_value) and not math.isfinite(grad_norm):
+            scaler.update()  # fp16 overflowed: no update, and half the scale for the next batch
+            opt.zero_grad(set_to_none=True)
+            hist["events"].append({"step": step, "kind": "fp16_skip", "scale": scaler.get_scale()})
+            if scaler.get_scale() >= FP16_MIN_SCALE:
+                continue  # the same step again, on the next batch
+        elif step % cfg.log_every == 0:
             hist["grad_ffn"].append({"step": step, **grad_stats(setup.ffns)})
-        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
-        loss_value = loss.item()
-        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # stop before the update
+        # stop before the update; under fp16 only a non-finite loss or a scale that collapsed gets here
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             hist["events"].append(
                 {"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)}
             )
             status = "diverged"
             opt.zero_grad(set_to_none=True)
             break
-        opt.step()
+        nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, total_norm)  # clip_grad_norm_'s two halves
+        scaler.step(opt)  # opt.step() without fp16
+        scaler.update()
         opt.zero_grad(set_to_none=True)
         hist["events"] += spike_events(step, grad_norm, loss_value, hist, cfg.spike_factor)
         hist["train_loss"].append(loss_value)
@@ -598,7 +640,7 @@ def train(
             hist["val"].append({"step": step, **val, "time": time.perf_counter() - t0})
         if setup.checkpoint_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
             state = trainer_state(step, time.perf_counter() - t0, hist, opt, setup.gen)
-            save_checkpoint(setup.checkpoint_dir, model, state)
+            save_checkpoint(setup.checkpoint_dir, model, {**state, "scaler": scaler.state_dict()})
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)

@@ -17,6 +17,7 @@ from ffnlab.run.monitors import BlowupWatch, spike
 from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, train
 from ffnlab.study.plan import Study, plan
 from tests.conftest import TINY_MODEL
+from tests.test_pretrained import LLAMA as PRETRAINED_LLAMA
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 
@@ -544,14 +545,7 @@ def test_checkpointing_is_a_run_of_its_own_and_ffn_needs_ffnlabs_transformer():
         tiny(hf_config=LLAMA, model=replace(TINY, activation_checkpointing="ffn"))
 
 
-LLAMA = dict(
-    model_type="llama",
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
+LLAMA = {**PRETRAINED_LLAMA, "num_hidden_layers": 2}  # two layers: block checkpointing has blocks to keep apart
 
 
 def test_a_hugging_face_model_checkpoints_its_layers():

@@ -1,6 +1,7 @@
 """A small configurable Transformer whose every FFN comes from the registry by name.
 
-Decoder-only causal LM (task="lm") or encoder classifier (task="cls", mean-pooled or CLS head);
+Decoder-only causal LM (task="lm"), encoder classifier (task="cls", mean-pooled or CLS head) or encoder
+tagger (task="tokens", a class per position; targets IGNORE_INDEX at padding);
 LayerNorm or RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings.
 """
 
@@ -22,6 +23,7 @@ from ffnlab.core.activations import attention_context, get_activation, resolve
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, init_ffn, layer_variants
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
+IGNORE_INDEX = -100  # a target that counts in no loss: padding of task "tokens" (F.cross_entropy's default)
 
 
 @dataclass
@@ -44,7 +46,7 @@ class ModelConfig:
     placement: Literal["pre", "post"] = "pre"
     pos: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
-    task: Literal["lm", "cls"] = "lm"
+    task: Literal["lm", "cls", "tokens"] = "lm"  # tokens: a class (tag) per position, as in NER
     n_classes: int = 2
     pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token
     attn_act: str | None = None  # activations on Q, K, V: one name for all three or e.g. "q=gelu,k=gelu"
@@ -61,7 +63,7 @@ CHOICES = {
     "norm": ("layernorm", "rmsnorm"),
     "placement": ("pre", "post"),
     "pos": ("learned", "rope"),
-    "task": ("lm", "cls"),
+    "task": ("lm", "cls", "tokens"),
     "pool": ("mean", "cls"),
     "ffn_match": MATCHES,
 }
@@ -263,7 +265,7 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Token embeddings, n_layers blocks, final norm, and an LM or classification head."""
+    """Token embeddings, n_layers blocks, final norm, and an LM, classification or tagging head."""
 
     rope_cos: torch.Tensor  # buffers, registered when cfg.pos is "rope"
     rope_sin: torch.Tensor
@@ -305,7 +307,8 @@ class Transformer(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx (B, T) token ids -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss."""
+        """idx (B, T) token ids -> logits (B, T, vocab) for the LM, (B, n_classes) for cls or (B, T, n_classes)
+        for tokens, and the loss (targets IGNORE_INDEX count in none)."""
         x = self.embed(idx)
         rope = self.rope()
         for block in self.blocks:
@@ -316,7 +319,10 @@ class Transformer(nn.Module):
         logits = self.head(x)
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX
+        )
+        return logits, loss
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor, layer: int = 0) -> torch.Tensor:

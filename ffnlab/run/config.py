@@ -28,12 +28,14 @@ class TrainConfig:
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
     tokenizer: Literal["char", "byte", "bpe", "word", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained
     # on the corpus, words (split on whitespace and punctuation; perplexity per word, as in WikiText's published
-    # numbers), or the tokenizer.json of the init_from folder
+    # numbers), or the tokenizer.json of the init_from folder; task tokens reads each word of a sentence as one
+    # position, its tokenizer 'word' ('char', the default, becomes 'word' there)
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
     # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)
-    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face)
-    label_field: str = "label"  # the label column, for task cls
+    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face); task
+    # tokens: the column of words, 'tokens' unless set
+    label_field: str = "label"  # the label column, for task cls; task tokens: the column of tags, 'ner_tags' unless set
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
     batch_size: int = 16  # sequences per optimizer step
     max_steps: int = 200  # optimizer steps
@@ -68,6 +70,9 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, dict):
             self.model = ModelConfig(**self.model)
+        if self.model.task == "tokens":
+            check_tagger(self)
+            self.tokenizer = "word"  # so the stored config says what ran
         for name in (
             "batch_size",
             "max_steps",
@@ -126,6 +131,17 @@ class TrainConfig:
         return cls(**d)
 
 
+def check_tagger(cfg: TrainConfig) -> None:
+    """ValueError unless a task tokens config is one ffnlab can run: its own Transformer, one word per position."""
+    if cfg.hf_config or cfg.init_from:
+        raise ValueError("task 'tokens' trains ffnlab's Transformer only; --hf-config and --from take task lm or cls")
+    if cfg.tokenizer not in ("char", "word"):
+        raise ValueError(
+            f"task 'tokens' tags whole words, one position each: its tokenizer is 'word' (what the default "
+            f"'char' becomes for it), not '{cfg.tokenizer}'"
+        )
+
+
 # What makes a run's identity (ffnlab.study.plan.run_id, the hash a store finds a run by), listed by the
 # version of ffnlab's configs that added each field ("model." for ModelConfig). Version 1's fields are
 # hashed whenever they are not None (how every store so far was written); a field of a later version is
@@ -175,7 +191,7 @@ class RunResult:
     steps: int
     final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches
     final_val_ppl: float | None  # exp(final_val_loss)
-    final_val_acc: float | None  # classification only
+    final_val_acc: float | None  # classification: accuracy; tagging (task tokens): accuracy per word
     final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
     final_test_acc: float | None
     noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
@@ -214,6 +230,11 @@ class RunResult:
     history: dict
     events: list
     config: dict
+    # task tokens only: span F1 as seqeval computes it (ffnlab.run.tagging.span_f1); last and with defaults, so
+    # a result built without them (by a caller older than the task) still builds
+    final_val_f1: float | None = None
+    final_test_f1: float | None = None
+    noisy_val_f1: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

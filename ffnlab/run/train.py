@@ -21,7 +21,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -31,7 +31,7 @@ from torch import nn
 
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
-from ffnlab.core.model import ModelConfig, Transformer, param_count, qkv_act_spec
+from ffnlab.core.model import IGNORE_INDEX, ModelConfig, Transformer, param_count, qkv_act_spec
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
@@ -51,8 +51,9 @@ if TYPE_CHECKING:
 
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) and next-token targets (B, T) or labels (B,)
-Split = torch.Tensor | tuple[list[torch.Tensor], torch.Tensor]  # LM token ids, or (documents, labels)
+Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) and next-token targets (B, T), labels (B,) or tags (B, T)
+# LM token ids, (documents, labels) for cls, or (sentences' word ids, their tag ids) for tokens
+Split = torch.Tensor | tuple[list[torch.Tensor], torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]
 ModelFactory = Callable[[ModelConfig, int], nn.Module]  # (model config, seed) -> module(idx, targets)
 Progress = Callable[[int, int, dict], None]  # (step, total, {"loss", "lr", "elapsed"})
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -81,11 +82,14 @@ def load_data(
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
     'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
-    and test words it never saw are <unk> for 'word'."""
+    and test words it never saw are <unk> for 'word'. Task tokens gives each word of a sentence one position
+    (`ffnlab.run.tagging.word_vocabulary`)."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
+    if task == "tokens":
+        return (corpus, *tagged_splits(corpus, vocab_size))
     all_text = corpus.train + corpus.val + corpus.test
     tok = build_tokenizer(
         tokenizer,
@@ -103,10 +107,22 @@ def load_data(
     return corpus, tok, splits
 
 
+def tagged_splits(corpus: Corpus, vocab_size: int | None) -> tuple[Tokenizer, dict[str, Split]]:
+    """Task tokens: the training sentences' word vocabulary and, per split, each sentence's word ids and tag ids."""
+    from ffnlab.run.tagging import word_ids, word_vocabulary
+
+    vocab = word_vocabulary([doc.split(" ") for doc in corpus.train], vocab_size)
+    splits: dict[str, Split] = {}
+    for split in ("train", "val", "test"):
+        words = [word_ids(vocab, doc.split(" ")) for doc in corpus.documents(split)]
+        splits[split] = (words, [torch.tensor(tags, dtype=torch.long) for tags in corpus.labels(split) or []])
+    return vocab, splits
+
+
 def data_model_config(cfg: TrainConfig, corpus: Corpus, tokenizer: Tokenizer) -> ModelConfig:
-    """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier, the
-    corpus's classes (`load_data`'s)."""
-    n_classes = len(corpus.classes) if cfg.model.task == "cls" and corpus.classes else cfg.model.n_classes
+    """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier or a
+    tagger, the corpus's classes or tags (`load_data`'s)."""
+    n_classes = len(corpus.classes) if cfg.model.task != "lm" and corpus.classes else cfg.model.n_classes
     return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=n_classes)
 
 
@@ -139,12 +155,19 @@ def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tens
 
 
 def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
-    """Random (x, y): LM windows with next-token targets, or classification crops and labels."""
+    """Random (x, y): LM windows with next-token targets, classification crops and labels, or tagged
+    sentences padded to the context (`ffnlab.run.tagging.tagged_batch`)."""
     if task == "lm":
         assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
         windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
+    if task == "tokens":
+        from ffnlab.run.tagging import tagged_batch
+
+        docs, tags = split_data
+        assert isinstance(tags, list)  # a tokens split's tag ids, a tensor per sentence (load_data)
+        return tagged_batch(docs, tags, torch.randint(len(docs), (batch_size,), generator=gen).tolist(), context)
     docs, labels = split_data
     ix = torch.randint(len(docs), (batch_size,), generator=gen)
     starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
@@ -152,13 +175,20 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
 
 
 def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
-    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification
+    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification and tagging
     n_batches * batch_size examples evenly spaced over the split (first window of each)."""
     if task == "lm":
         gen = torch.Generator().manual_seed(EVAL_SEED)
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
     docs, labels = split_data
     pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
+    if task == "tokens":
+        from ffnlab.run.tagging import tagged_batch
+
+        assert isinstance(labels, list)  # a tokens split's tag ids, a tensor per sentence (load_data)
+        x, y = tagged_batch(docs, labels, pick.tolist(), context)
+        return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
+    assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
     x = torch.stack([crop_or_repeat(docs[i], context) for i in pick])
     y = labels[pick]
     return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
@@ -266,12 +296,21 @@ def build_model(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, batches: Iterable[Batch], task: str, autocast: Autocast, noise_std: float = 0.0
+    model: nn.Module,
+    batches: Iterable[Batch],
+    task: str,
+    autocast: Autocast,
+    noise_std: float = 0.0,
+    tags: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Mean loss (and accuracy for classification) over fixed batches; with noise_std, Gaussian
-    noise of that std is added to the token embeddings (the same noise for every variant)."""
+    """Mean loss (and accuracy for classification, per word for tagging) over fixed batches; with noise_std,
+    Gaussian noise of that std is added to the token embeddings (the same noise for every variant). For task
+    tokens, given the tag names `tags`, also 'f1': the span F1 (`ffnlab.run.tagging.span_f1`); a tagger's
+    loss and accuracy are over words, its padding left out."""
     model.eval()
     losses, correct, n = [], 0, 0
+    true_tags: list[list[str]] = []  # task tokens: each sentence's tags, and the predicted ones
+    predicted: list[list[str]] = []
     rng_state = torch.get_rng_state()
     hook = None
     if noise_std:
@@ -281,18 +320,28 @@ def evaluate(
         for x, y in batches:
             with autocast():
                 logits, loss = model(x, y)
-            losses.append(loss.float().item() * len(y))
-            n += len(y)
-            if task == "cls":
-                correct += (logits.argmax(-1) == y).sum().item()
+            counted = int((y != IGNORE_INDEX).sum()) if task == "tokens" else len(y)  # words, or examples
+            losses.append(loss.float().item() * counted)
+            n += counted
+            if task != "lm":
+                correct += (logits.argmax(-1) == y).sum().item()  # padding's IGNORE_INDEX is never a class
+            if task == "tokens" and tags:
+                for true_ids, pred_ids in zip(y.tolist(), logits.argmax(-1).tolist()):
+                    words = [i for i, t in enumerate(true_ids) if t != IGNORE_INDEX]
+                    true_tags.append([tags[true_ids[i]] for i in words])
+                    predicted.append([tags[pred_ids[i]] for i in words])
     finally:
         if hook is not None:
             hook.remove()
         torch.set_rng_state(rng_state)
         model.train()
     out = {"loss": sum(losses) / n}
-    if task == "cls":
+    if task != "lm":
         out["acc"] = correct / n
+    if true_tags:
+        from ffnlab.run.tagging import span_f1
+
+        out["f1"] = span_f1(true_tags, predicted)
     return out
 
 
@@ -363,6 +412,7 @@ class Setup:
     checkpoint_dir: Path | None
     started: float  # time.perf_counter() when the run began
     qat: bool = False  # the model is fake-quantised (start_qat)
+    tags: list[str] = field(default_factory=list)  # task tokens: the tag names, for the final span F1
 
     @property
     def task(self) -> str:
@@ -444,6 +494,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         hist=hist,
         checkpoint_dir=checkpoint_dir,
         started=started,
+        tags=list(corpus.classes or []) if task == "tokens" else [],
     )
 
 
@@ -572,6 +623,9 @@ def finish(
         final_test_acc=test.get("acc"),
         noisy_val_loss=noisy.get("loss"),
         noisy_val_acc=noisy.get("acc"),
+        final_val_f1=final.get("f1"),
+        final_test_f1=test.get("f1"),
+        noisy_val_f1=noisy.get("f1"),
         diverged_step=diverged.get("step"),
         diverged_kind=diverged.get("kind"),
         **measured_costs(setup, step, train_seconds),
@@ -625,7 +679,7 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         for split in ("val", "test")
         if has_window(setup.splits[split], task, context)
     }
-    final = evaluate(model, final_sets["val"], task, autocast)
+    final = evaluate(model, final_sets["val"], task, autocast, tags=setup.tags)
     probe = ActivationProbe(setup.ffns)
     evaluate(model, setup.val_batches, task, autocast)
     probe.remove()
@@ -633,8 +687,8 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         final=final,
         behaviour=probe.summary(),
         mixtures=probe.mixture_weights(),
-        noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std),
-        test=evaluate(model, final_sets["test"], task, autocast) if "test" in final_sets else {},
+        noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std, tags=setup.tags),
+        test=evaluate(model, final_sets["test"], task, autocast, tags=setup.tags) if "test" in final_sets else {},
     )
 
 

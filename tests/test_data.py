@@ -477,6 +477,7 @@ def test_shakespeare_speaker_names_split_by_play():
     assert corpus.task == "tokens" and corpus.classes == ["B-SPK", "I-SPK", "O"]
     assert corpus.meta["splits"] == load_corpus("shakespeare").meta["splits"]  # by play, as for LM
     assert all(corpus.meta["words"][s] > 0 for s in SPLITS) and corpus.meta["train_tags"]["B-SPK"] > 5000
+    assert all(0 in tags for s in SPLITS for tags in corpus.labels(s))  # every sentence mentions a name (B-SPK)
     hamlet = {w for s in data.play_sentences()["hamlet"] for w, t in zip(s.words, s.tags) if t != "O"}
     assert {"Hamlet", "Horatio", "Ophelia", "Polonius"} <= hamlet and not {"Lord", "King", "Queen", "the"} & hamlet
     train = {w for doc in corpus.train for w in doc.split(" ")}

@@ -78,7 +78,10 @@ GENRES = {
     "tragedies": "tragedy",
 }
 
-LOCAL_FORMATS = ".txt, .jsonl, .csv, .parquet, a folder of them, or a folder written by Dataset.save_to_disk"
+LOCAL_FORMATS = (
+    ".txt, .jsonl, .csv, .parquet, a folder of them, or a folder written by Dataset.save_to_disk "
+    "(task tokens: a CoNLL file, or a folder of train/valid/test CoNLL files)"
+)
 
 
 @dataclass

@@ -145,6 +145,9 @@ def speaker_sentences(play: str, text: str) -> list[Sentence]:
       line boundaries into sentences of at most SENTENCE_WORDS words (a longer line by words).
     - A run of name words is one mention, tagged B-SPK then I-SPK ('Sir Toby Belch' gives O B-SPK
       I-SPK where 'sir' occurs in lower case); every other word is O.
+    - Only sentences that mention a name are kept. NOTE: that makes mentions about 4% of the words
+      rather than 1%, so a small model finds them within a quick preset's budget (with every sentence,
+      150 steps of the quick preset still tag every word O: F1 0).
     """
     blocks = [block.split("\n") for block in text.split("\n\n")]
     speeches = [lines[1:] for lines in blocks if len(lines) > 1 and SPEAKER.fullmatch(lines[0])]
@@ -158,7 +161,8 @@ def speaker_sentences(play: str, text: str) -> list[Sentence]:
                 ("I-SPK" if i and words[i - 1] in names else "B-SPK") if w in names else "O"
                 for i, w in enumerate(words)
             ]
-            sentences.append(Sentence(tuple(words), tuple(tags), f"{play} speech {n}"))
+            if "B-SPK" in tags:
+                sentences.append(Sentence(tuple(words), tuple(tags), f"{play} speech {n}"))
     return sentences
 
 

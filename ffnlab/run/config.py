@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, get_args
 
 from ffnlab.core.model import ModelConfig
+from ffnlab.run.pairs import text_fields
 from ffnlab.run.tokenizer import check_word_vocab
 
-Precision = Literal["auto", "fp32", "bf16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)
 Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
 DIVERGENCE = ("nonfinite", "blowup")  # the kinds of divergence, the event kinds that end a run
@@ -33,7 +34,8 @@ class TrainConfig:
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
     # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)
-    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face); task
+    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face); two,
+    # comma-separated (premise,hypothesis), make a sentence pair for task cls, joined by a separator id; task
     # tokens: the column of words, 'tokens' unless set
     label_field: str = "label"  # the label column, for task cls; task tokens: the column of tags, 'ner_tags' unless set
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
@@ -58,7 +60,8 @@ class TrainConfig:
     # (the lowest median of 10 consecutive steps) for diverge_steps steps in a row, as it does when non-finite
     diverge_steps: int = 50  # steps in a row above diverge_factor x the best loss that make a run diverged
     noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
-    precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
+    precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision); fp16: fp16 autocast
+    # with a gradient scaler, whose skipped steps (gradients that overflowed fp16) are not divergence
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # auto: cuda where available
     compile: bool = False  # torch.compile the model
     threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
@@ -110,10 +113,17 @@ class TrainConfig:
             )
         if self.word_vocab is not None:
             check_word_vocab(self.word_vocab)
+        self.text_field = ",".join(text_fields(self.text_field))  # one spelling, one run id: 'a, b' is 'a,b'
+        check_text_field(self)
         if self.init_from and self.hf_config:
             raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
+        if self.model.activation_checkpointing == "ffn" and (self.hf_config or self.init_from):
+            raise ValueError(
+                "activation_checkpointing 'ffn' needs ffnlab's Transformer (a Hugging Face model checkpoints whole "
+                "layers); valid with --hf-config or --from: none, block"
+            )
         if self.qat_from is not None and not 0.0 <= self.qat_from < 1.0:
             raise ValueError(f"qat_from must be a fraction of training in [0, 1), got {self.qat_from}")
         if self.device not in DEVICES:
@@ -142,6 +152,20 @@ def check_tagger(cfg: TrainConfig) -> None:
         )
 
 
+def check_text_field(cfg: TrainConfig) -> None:
+    """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.run.pairs) for a classifier
+    trained from scratch."""
+    if len(text_fields(cfg.text_field)) == 1:
+        return
+    if cfg.model.task != "cls":
+        raise ValueError(f"a sentence pair (text_field '{cfg.text_field}') is for task cls, not {cfg.model.task}")
+    if cfg.init_from:
+        raise ValueError(
+            "a sentence pair adds a separator id, which the vocabulary of a pretrained model (--from) does not have; "
+            "fine-tune it on one text field"
+        )
+
+
 # What makes a run's identity (ffnlab.study.plan.run_id, the hash a store finds a run by), listed by the
 # version of ffnlab's configs that added each field ("model." for ModelConfig). Version 1's fields are
 # hashed whenever they are not None (how every store so far was written); a field of a later version is
@@ -160,7 +184,8 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.attn_act", "model.attn_proj_act",
     ),
     2: ("qat_from",),
-    3: ("diverge_factor", "diverge_steps", "word_vocab"),
+    3: ("diverge_factor", "diverge_steps", "word_vocab", "model.image_size", "model.patch_size", "model.channels",
+        "model.activation_checkpointing"),  # checkpointing: the same numbers, other costs (memory, time)
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 
@@ -230,8 +255,11 @@ class RunResult:
     history: dict
     events: list
     config: dict
-    # task tokens only: span F1 as seqeval computes it (ffnlab.run.tagging.span_f1); last and with defaults, so
-    # a result built without them (by a caller older than the task) still builds
+    # classification only (cls, image): macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); task
+    # tokens only: span F1 as seqeval computes it (ffnlab.run.tagging.span_f1). With defaults, as fields added
+    # later are, so a result built before them (by a caller older than the task) still builds
+    final_val_macro_f1: float | None = None
+    final_test_macro_f1: float | None = None
     final_val_f1: float | None = None
     final_test_f1: float | None = None
     noisy_val_f1: float | None = None

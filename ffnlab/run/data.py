@@ -23,13 +23,16 @@ the tag of each word. No document is in two splits. How each kind of source is s
   `split` column). A missing val is carved from train (rows whose text hashes into the last 10%);
   a missing test takes the source's validation, which is then carved again from train (GLUE hides
   its test labels, so sst2 cls tests on GLUE validation); no split at all -> 80/10/10 by text hash.
-  Hashing the text keeps duplicate rows in one split.
+  Hashing the text keeps duplicate rows in one split. A sentence pair (two text columns, cls) is one
+  document, its texts joined by ffnlab.run.pairs.PAIR_JOIN, so a pair hashes and splits as one text.
 - tagged sentences for task 'tokens': a CoNLL file (`ffnlab.run.tagging.parse_conll`), whose sentences
   are split 80/10/10 by sentence hash, or a folder of CoNLL files whose names say their split (train,
   valid/validation/val/dev, test; CoNLL-2003's eng.train, eng.testa = val, eng.testb = test); a
   dataset with a words column ('tokens') and a tags column ('ner_tags', ClassLabel ids or tag strings).
   Splits as for rows, a sentence's words its text. The tags are the training split's; a tag in val or
   test that training lacks is an error naming its file and line.
+
+Images (task "image": an image folder or scikit-learn's digits) are `ffnlab.run.images`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab._util.names import closest
+from ffnlab.run.pairs import is_pair, join_pair, text_fields
 from ffnlab.run.tagging import Sentence, parse_conll, row_sentence, speaker_sentences, tag_index
 
 TASKS = ("lm", "cls", "tokens")
@@ -404,12 +408,20 @@ def load_hf(name: str, path: str, config: str | None):
 
 
 def hf_columns(dataset, where: str, text_field: str, label_field: str | None) -> tuple[list, list | None]:
-    """Text (and label) columns of a `datasets.Dataset` as lists; ValueError naming the columns there are."""
-    for name in (text_field, label_field):
-        if name is not None:
-            need(name, dataset.column_names, where)
-    columns = dataset.select_columns([c for c in (text_field, label_field) if c]).to_dict()
-    return columns[text_field], (columns[label_field] if label_field else None)
+    """Text (and label) columns of a `datasets.Dataset` as lists, a sentence pair's two columns joined
+    (`ffnlab.run.pairs.join_pair`); ValueError naming the columns there are."""
+    names = text_fields(text_field)
+    need_texts(names, dataset.column_names, where, label_field)
+    if label_field is not None:
+        need(label_field, dataset.column_names, where)
+    columns = dataset.select_columns([*dict.fromkeys([*names, *([label_field] if label_field else [])])]).to_dict()
+    texts = columns[names[0]] if len(names) == 1 else joined(columns[names[0]], columns[names[1]])
+    return texts, (columns[label_field] if label_field else None)
+
+
+def joined(first: list, second: list) -> list[str | None]:
+    """Two text columns as one of sentence pairs; None (a row dropped) where either is not text."""
+    return [join_pair(a, b) if isinstance(a, str) and isinstance(b, str) else None for a, b in zip(first, second)]
 
 
 def hf_class_names(dataset, label_field: str) -> list[str] | None:
@@ -456,29 +468,52 @@ def from_hf_tagged(name: str, loaded, words_field: str, tags_field: str, source:
 # ---- rows: jsonl, csv, parquet --------------------------------------------------------------
 
 
-def need(column: str, columns, where: str):
-    """ValueError naming the columns there are, unless `column` is among them."""
+def need(column: str, columns, where: str, hint: str = ""):
+    """ValueError naming the columns there are (then `hint`), unless `column` is among them."""
     if column not in columns:
         columns = [str(c) for c in columns]
         raise ValueError(
             f"{where} has no column '{column}'{closest(column, columns)}; columns: {', '.join(columns) or 'none'}"
+            + hint
         )
 
 
+NOT_TEXT = ("split", "idx", "id")  # columns a source has beside its texts and labels
+
+
+def need_texts(names: list[str], columns, where: str, label_field: str | None) -> None:
+    """`need` for each text column; where one column is asked for and the source has two others (besides the
+    label and NOT_TEXT), the error says how to name them as a sentence pair."""
+    for name in names:
+        if name not in columns:
+            others = [str(c) for c in columns if str(c) not in (label_field, *NOT_TEXT)]
+            hint = f"; a sentence pair names two text columns: --text-field {','.join(others[:2])}"
+            need(name, columns, where, hint if len(names) == 1 and len(others) >= 2 else "")
+
+
+def row_text(row: dict, names: list[str], where: str) -> str:
+    """A row's text, or its sentence pair's two texts joined (`ffnlab.run.pairs.join_pair`); ValueError where
+    a named field is not text."""
+    for name in names:
+        if not isinstance(row[name], str):
+            raise ValueError(
+                f"{where}: field '{name}' is {type(row[name]).__name__} {str(row[name])[:40]!r}, not text; "
+                "name the text column with --text-field"
+            )
+    return row[names[0]] if len(names) == 1 else join_pair(row[names[0]], row[names[1]])
+
+
 def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None) -> dict:
-    """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels)."""
+    """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels); a sentence
+    pair's two fields (`text_field` 'premise,hypothesis') make one text."""
+    names = text_fields(text_field)
     parts: dict[str, tuple[list, list | None]] = {}
     for i, row in enumerate(rows):
-        need(text_field, row, f"{where} row {i + 1}")
+        need_texts(names, row, f"{where} row {i + 1}", label_field)
         if label_field:
             need(label_field, row, f"{where} row {i + 1}")
-        if not isinstance(row[text_field], str):
-            raise ValueError(
-                f"{where} row {i + 1}: field '{text_field}' is {type(row[text_field]).__name__} "
-                f"{str(row[text_field])[:40]!r}, not text; name the text column with --text-field"
-            )
         texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
-        texts.append(row[text_field])
+        texts.append(row_text(row, names, f"{where} row {i + 1}"))
         if labels is not None:
             labels.append(row[label_field])
     return parts
@@ -773,14 +808,30 @@ def looks_like_path(source: str) -> bool:
     )
 
 
+def check_pair(source: str, task: str, text_field: str) -> None:
+    """ValueError unless `text_field` names one column, or two (a sentence pair) of a source with columns, for cls."""
+    if not is_pair(text_field):
+        return
+    if task != "cls":
+        raise ValueError(
+            f"a sentence pair (--text-field {text_field}) is for task cls; task {task} reads one text column"
+        )
+    if source == "shakespeare":
+        raise ValueError(
+            f"the bundled shakespeare corpus has no columns to pair (--text-field {text_field}); give a dataset "
+            f"with two text columns: {LOCAL_FORMATS}"
+        )
+
+
 def load_corpus(
     source: str = "shakespeare", task: str = "lm", text_field: str = "text", label_field: str = "label"
 ) -> Corpus:
     """A corpus by name (SOURCES), 'hf:<owner>/<name>[:<config>]', or local path; task 'lm', 'cls' or 'tokens'.
 
     For a named HF source the registry knows its text column (sst2: 'sentence'); a `text_field`
-    other than the default 'text' overrides it. For task tokens the default columns are 'tokens' (the
-    words) and 'ner_tags' (their tags).
+    other than the default 'text' overrides it. Two columns (`text_field` 'premise,hypothesis') make each
+    document a sentence pair (ffnlab.run.pairs), for task cls. For task tokens the default columns are
+    'tokens' (the words) and 'ner_tags' (their tags).
     """
     if task not in TASKS:
         raise ValueError(f"unknown task '{task}'{closest(str(task), TASKS)}; valid: {', '.join(TASKS)}")
@@ -788,6 +839,7 @@ def load_corpus(
         text_field = "tokens" if text_field == "text" else text_field
         label_field = "ner_tags" if label_field == "label" else label_field
     source = str(source)
+    check_pair(source, task, text_field)
     if source == "shakespeare":
         return load_shakespeare(task)
     if source in HF_SOURCES:
@@ -805,6 +857,10 @@ def load_corpus(
         return load_path(path, task, text_field, label_field)
     if looks_like_path(source):
         raise ValueError(f"no such file or folder: {source}")
+    from ffnlab.run.images import IMAGE_SOURCES  # here: images reads this module's split rule
+
+    if source in IMAGE_SOURCES:
+        raise ValueError(f"'{source}' is an image set ({IMAGE_SOURCES[source]}); give --task image")
     # a prefix such as 'wiki' is too short for difflib
     prefixed = [name for name in SOURCES if source and name.startswith(source.lower())]
     hint = closest(source, SOURCES) or (f" (did you mean '{prefixed[0]}'?)" if prefixed else "")

@@ -4,12 +4,15 @@
 (learning rate, batch, forward, backward, clip, step, evaluate, checkpoint) and `finish` wraps up
 (final evaluations on val and test, behaviour, costs: the RunResult). AdamW, linear warm-up then
 cosine decay, gradient clipping, evaluation every `eval_every` steps on a fixed held-out set (the
-same batches for every variant and seed), budgets by steps, tokens or seconds, bf16 autocast as an
-option. Checkpoints (safetensors, resuming to the same result) are in `ffnlab.run.checkpoint`; the
-stability monitors (FFN gradient statistics, gradient-norm and loss spikes, dead units, sparsity,
-activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
+same batches for every variant and seed), budgets by steps, tokens or seconds, bf16 autocast or fp16
+autocast with a gradient scaler as options, and activation checkpointing (ModelConfig.activation_checkpointing;
+a Hugging Face model's own, per layer). Checkpoints (safetensors, resuming to the same result)
+are in `ffnlab.run.checkpoint`; the stability monitors (FFN gradient statistics, gradient-norm and loss spikes,
+dead units, sparsity, activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
 A run that hits a non-finite loss or gradient, or whose loss stays far above its best (TrainConfig.diverge_factor
-and diverge_steps), ends as `diverged`.
+and diverge_steps), ends as `diverged`. Under fp16 a non-finite gradient with a finite loss is not divergence: the
+gradient scaler skips that update and halves its scale (the step is not counted, an 'fp16_skip' event says so);
+only a non-finite loss, or a scale that fell below FP16_MIN_SCALE, ends an fp16 run as diverged.
 """
 
 from __future__ import annotations
@@ -31,7 +34,15 @@ from torch import nn
 
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
-from ffnlab.core.model import IGNORE_INDEX, ModelConfig, Transformer, param_count, qkv_act_spec
+from ffnlab.core.model import (
+    IGNORE_INDEX,
+    ModelConfig,
+    PatchEmbed,
+    Transformer,
+    image_tokens,
+    param_count,
+    qkv_act_spec,
+)
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
@@ -44,16 +55,31 @@ from ffnlab.run.monitors import (
     named_ffns,
     spike_events,
 )
+from ffnlab.run.pairs import is_pair, pair_splits
+from ffnlab.run.scores import macro_f1
 
 if TYPE_CHECKING:
     from ffnlab.run.data import Corpus
+    from ffnlab.run.images import ImageSet
     from ffnlab.run.tokenizer import Tokenizer
+    from ffnlab.tools.hf import HFModel
 
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
+# NOTE: the gradient scaler halves its scale at every overflow; below 1 the gradients overflow fp16 unscaled, which
+# no scale mends: the run has diverged
+FP16_MIN_SCALE = 1.0
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # the precisions that autocast, and to what
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) and next-token targets (B, T), labels (B,) or tags (B, T)
-# LM token ids, (documents, labels) for cls, or (sentences' word ids, their tag ids) for tokens
-Split = torch.Tensor | tuple[list[torch.Tensor], torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]
+Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets: next tokens (B, T),
+# labels (B,) or tags (B, T)
+# LM token ids, (documents, labels) for cls, (sentences' word ids, their tag ids) for tokens, or for task image
+# (normalised images (N, ch, H, W), labels)
+Split = (
+    torch.Tensor
+    | tuple[list[torch.Tensor], torch.Tensor]
+    | tuple[list[torch.Tensor], list[torch.Tensor]]
+    | tuple[torch.Tensor, torch.Tensor]
+)
 ModelFactory = Callable[[ModelConfig, int], nn.Module]  # (model config, seed) -> module(idx, targets)
 Progress = Callable[[int, int, dict], None]  # (step, total, {"loss", "lr", "elapsed"})
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -66,7 +92,10 @@ def data_args(cfg: TrainConfig) -> tuple:
     """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
     folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
     vocab_size = {"bpe": cfg.bpe_vocab, "word": cfg.word_vocab}.get(cfg.tokenizer)
-    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder)
+    pair_context = cfg.model.context if is_pair(cfg.text_field) else None  # a sentence pair is cut to fit it
+    image = (cfg.model.image_size, cfg.model.channels) if cfg.model.task == "image" else (None, None)
+    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context,
+            *image)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)
@@ -78,18 +107,27 @@ def load_data(
     text_field: str,
     label_field: str,
     folder: str | None = None,
-) -> tuple[Corpus, Tokenizer, dict[str, Split]]:
+    pair_context: int | None = None,
+    image_size: int | None = None,
+    channels: int | None = None,
+) -> tuple[Corpus | ImageSet, Tokenizer, dict[str, Split]]:
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
     'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
-    and test words it never saw are <unk> for 'word'. Task tokens gives each word of a sentence one position
-    (`ffnlab.run.tagging.word_vocabulary`)."""
+    and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
+    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`). Task tokens gives
+    each word of a sentence one position (`ffnlab.run.tagging.word_vocabulary`). Task image:
+    `load_image_data`."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
+    if task == "image":
+        return load_image_data(data, image_size, channels)
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
     if task == "tokens":
         return (corpus, *tagged_splits(corpus, vocab_size))
+    if pair_context is not None:
+        return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
     all_text = corpus.train + corpus.val + corpus.test
     tok = build_tokenizer(
         tokenizer,
@@ -119,10 +157,41 @@ def tagged_splits(corpus: Corpus, vocab_size: int | None) -> tuple[Tokenizer, di
     return vocab, splits
 
 
-def data_model_config(cfg: TrainConfig, corpus: Corpus, tokenizer: Tokenizer) -> ModelConfig:
+def load_image_data(
+    data: str, image_size: int | None, channels: int | None
+) -> tuple[ImageSet, Tokenizer, dict[str, Split]]:
+    """`load_data` for task image: the images (ffnlab.run.images) and, per split, (images normalised by the
+    training split's per-channel mean and std, labels); no tokenizer (`PixelInput`)."""
+    from ffnlab.run.images import PixelInput, load_images
+
+    images = load_images(data, image_size, channels)
+    splits: dict[str, Split] = {split: (images.normalised(split), images.labels[split]) for split in images.images}
+    return images, PixelInput(), splits
+
+
+def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
+    """`data_model_config` for task image: the data's classes, image size and channels, and as context the
+    patches (and class token) an image makes; ValueError for a model that is not ffnlab's own."""
+    if cfg.hf_config or cfg.init_from:
+        raise ValueError("task image trains ffnlab's own ViT; --hf-config and --from take text models")
+    if images.image_size % cfg.model.patch_size:
+        raise ValueError(
+            f"the images of '{cfg.data}' are {images.image_size}x{images.image_size}, not a multiple of "
+            f"--patch-size {cfg.model.patch_size}; give another patch size or --image-size"
+        )
+    mcfg = replace(cfg.model, n_classes=len(images.classes), image_size=images.image_size, channels=images.channels)
+    return replace(mcfg, context=image_tokens(mcfg))
+
+
+def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet, tokenizer: Tokenizer) -> ModelConfig:
     """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier or a
-    tagger, the corpus's classes or tags (`load_data`'s)."""
-    n_classes = len(corpus.classes) if cfg.model.task != "lm" and corpus.classes else cfg.model.n_classes
+    tagger, the corpus's classes or tags (`load_data`'s); for task image `image_model_config`."""
+    if cfg.model.task == "image":
+        from ffnlab.run.images import ImageSet
+
+        assert isinstance(corpus, ImageSet)  # load_data's for task image
+        return image_model_config(cfg, corpus)
+    n_classes = len(corpus.classes) if cfg.model.task in ("cls", "tokens") and corpus.classes else cfg.model.n_classes
     return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=n_classes)
 
 
@@ -155,8 +224,10 @@ def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tens
 
 
 def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
-    """Random (x, y): LM windows with next-token targets, classification crops and labels, or tagged
-    sentences padded to the context (`ffnlab.run.tagging.tagged_batch`)."""
+    """Random (x, y): LM windows with next-token targets, classification crops and labels, tagged sentences
+    padded to the context (`ffnlab.run.tagging.tagged_batch`), or images and labels."""
+    if task == "image":
+        return image_batch(split_data, batch_size, gen)
     if task == "lm":
         assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
@@ -166,7 +237,7 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
         from ffnlab.run.tagging import tagged_batch
 
         docs, tags = split_data
-        assert isinstance(tags, list)  # a tokens split's tag ids, a tensor per sentence (load_data)
+        assert isinstance(docs, list) and isinstance(tags, list)  # a tokens split: a tensor per sentence (load_data)
         return tagged_batch(docs, tags, torch.randint(len(docs), (batch_size,), generator=gen).tolist(), context)
     docs, labels = split_data
     ix = torch.randint(len(docs), (batch_size,), generator=gen)
@@ -176,7 +247,9 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
 
 def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
     """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification and tagging
-    n_batches * batch_size examples evenly spaced over the split (first window of each)."""
+    n_batches * batch_size examples evenly spaced over the split (first window of each; whole images)."""
+    if task == "image":
+        return image_eval_set(split_data, n_batches, batch_size)
     if task == "lm":
         gen = torch.Generator().manual_seed(EVAL_SEED)
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
@@ -185,13 +258,31 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
     if task == "tokens":
         from ffnlab.run.tagging import tagged_batch
 
-        assert isinstance(labels, list)  # a tokens split's tag ids, a tensor per sentence (load_data)
+        assert isinstance(docs, list) and isinstance(labels, list)  # a tokens split: a tensor per sentence (load_data)
         x, y = tagged_batch(docs, labels, pick.tolist(), context)
         return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
     assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
     x = torch.stack([crop_or_repeat(docs[i], context) for i in pick])
     y = labels[pick]
     return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
+
+
+def image_batch(split_data: Split, batch_size: int, gen: torch.Generator) -> Batch:
+    """Random images of a split, drawn with replacement as documents are, and their labels."""
+    images, labels = split_data
+    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
+    ix = torch.randint(len(images), (batch_size,), generator=gen)
+    return images[ix], labels[ix]
+
+
+def image_eval_set(split_data: Split, n_batches: int, batch_size: int) -> list[Batch]:
+    """`eval_set` for images: n_batches * batch_size of them evenly spaced over the split (all, when fewer)."""
+    images, labels = split_data
+    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
+    pick = torch.linspace(0, len(images) - 1, min(len(images), n_batches * batch_size)).long().unique()
+    return [
+        (images[pick[i : i + batch_size]], labels[pick[i : i + batch_size]]) for i in range(0, len(pick), batch_size)
+    ]
 
 
 def on_device(batches: Iterable[Batch], device: str) -> list[Batch]:
@@ -207,7 +298,7 @@ def hf_factory(hf_config: dict) -> ModelFactory:
     from ffnlab.tools.hf import build_hf_model
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
-        return build_hf_model(
+        model = build_hf_model(
             hf_config,
             mcfg.ffn,
             match=mcfg.ffn_match,
@@ -219,6 +310,7 @@ def hf_factory(hf_config: dict) -> ModelFactory:
             init=mcfg.init,
             attn_act=qkv_act_spec(mcfg),
         )
+        return hf_checkpointing(model, mcfg)
 
     return build
 
@@ -229,9 +321,22 @@ def pretrained_factory(folder: str) -> ModelFactory:
     from ffnlab.tools.pretrained import load_pretrained
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
-        return load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+        model = load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+        return hf_checkpointing(model, mcfg)
 
     return build
+
+
+def hf_checkpointing(model: HFModel, mcfg: ModelConfig) -> HFModel:
+    """A Hugging Face model with each layer's activations recomputed in backward where mcfg asks for 'block'
+    checkpointing (non-reentrant); TrainConfig refuses 'ffn' for it."""
+    if mcfg.activation_checkpointing == "block":
+        non_reentrant = {"use_reentrant": False}
+        if hasattr(model.hf, "activation_checkpointing_enable"):  # transformers 5's name; the old one warns there
+            model.hf.activation_checkpointing_enable(non_reentrant)
+        else:
+            model.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs=non_reentrant)
+    return model
 
 
 def resolve_init(cfg: TrainConfig) -> TrainConfig:
@@ -303,14 +408,16 @@ def evaluate(
     noise_std: float = 0.0,
     tags: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Mean loss (and accuracy for classification, per word for tagging) over fixed batches; with noise_std,
-    Gaussian noise of that std is added to the token embeddings (the same noise for every variant). For task
-    tokens, given the tag names `tags`, also 'f1': the span F1 (`ffnlab.run.tagging.span_f1`); a tagger's
-    loss and accuracy are over words, its padding left out."""
+    """Mean loss (and accuracy and macro-F1 for classification, cls and image; accuracy per word for tagging)
+    over fixed batches; with noise_std, Gaussian noise of that std is added to the token embeddings (the same
+    noise for every variant). For task tokens, given the tag names `tags`, also 'f1': the span F1
+    (`ffnlab.run.tagging.span_f1`); a tagger's loss and accuracy are over words, its padding left out."""
     model.eval()
     losses, correct, n = [], 0, 0
+    labels: list[int] = []  # cls, image: each example's class, and the one predicted (macro-F1)
+    predicted: list[int] = []
     true_tags: list[list[str]] = []  # task tokens: each sentence's tags, and the predicted ones
-    predicted: list[list[str]] = []
+    predicted_tags: list[list[str]] = []
     rng_state = torch.get_rng_state()
     hook = None
     if noise_std:
@@ -325,11 +432,14 @@ def evaluate(
             n += counted
             if task != "lm":
                 correct += (logits.argmax(-1) == y).sum().item()  # padding's IGNORE_INDEX is never a class
+            if task in ("cls", "image"):
+                labels += y.tolist()
+                predicted += logits.argmax(-1).tolist()
             if task == "tokens" and tags:
                 for true_ids, pred_ids in zip(y.tolist(), logits.argmax(-1).tolist()):
                     words = [i for i, t in enumerate(true_ids) if t != IGNORE_INDEX]
                     true_tags.append([tags[true_ids[i]] for i in words])
-                    predicted.append([tags[pred_ids[i]] for i in words])
+                    predicted_tags.append([tags[pred_ids[i]] for i in words])
     finally:
         if hook is not None:
             hook.remove()
@@ -338,22 +448,25 @@ def evaluate(
     out = {"loss": sum(losses) / n}
     if task != "lm":
         out["acc"] = correct / n
+    if labels:
+        out["macro_f1"] = macro_f1(labels, predicted)
     if true_tags:
         from ffnlab.run.tagging import span_f1
 
-        out["f1"] = span_f1(true_tags, predicted)
+        out["f1"] = span_f1(true_tags, predicted_tags)
     return out
 
 
-def token_embedding(model: nn.Module) -> nn.Embedding:
+def token_embedding(model: nn.Module) -> nn.Module:
     """The token embedding: the first nn.Embedding, in ffnlab's Transformer and in Hugging Face
-    models alike (it is registered before position embeddings)."""
-    return next(m for m in model.modules() if isinstance(m, nn.Embedding))
+    models alike (it is registered before position embeddings); an image model's PatchEmbed."""
+    return next(m for m in model.modules() if isinstance(m, (nn.Embedding, PatchEmbed)))
 
 
 def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context: int, n_out: int) -> int:
     """Forward FLOPs per token: attention projections and scores over the full context, every FFN
-    built by `build_ffn` (by its formula), and the output head of n_out logits."""
+    built by `build_ffn` (by its formula), the output head of n_out logits, and an image model's patch
+    projection (counted for every token, the class token's too: a small overcount)."""
     attn = n_layers * (2 * 4 * d_model * d_model + 2 * 2 * context * d_model)
     ffns = [m for m in model.modules() if isinstance(m, FFN)]
     branches = {id(branch) for m in ffns if isinstance(m, MixFFN) for branch in m.branches}  # counted in their mix
@@ -362,7 +475,8 @@ def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context
         for m in ffns
         if id(m) not in branches
     )
-    return attn + ffn + 2 * d_model * n_out
+    patches = sum(2 * m.proj.in_features * m.proj.out_features for m in model.modules() if isinstance(m, PatchEmbed))
+    return attn + ffn + 2 * d_model * n_out + patches
 
 
 def train_flops(flops_per_token: int, tokens: int) -> int:
@@ -373,9 +487,11 @@ def train_flops(flops_per_token: int, tokens: int) -> int:
 
 
 def step_saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: Autocast) -> int:
-    """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y);
-    the graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
+    """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y), in training
+    mode (dropout masks, activation checkpointing: a checkpointed region counts only the inputs it keeps); the
+    graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
     state = torch.get_rng_state()
+    model.train()  # NOTE: from_pretrained hands a model over in eval mode
     try:
         with autocast():
             return saved_bytes(lambda: model(x, y), exclude=model.parameters())
@@ -403,6 +519,7 @@ class Setup:
     gen: torch.Generator  # the data order
     ffns: NamedFFNs  # what the monitors watch
     autocast: Autocast
+    scaler: torch.amp.GradScaler  # fp16's loss scaling; disabled (every call a no-op) in other precisions
     total: int  # steps in the budget (from max_tokens, else max_steps)
     tokens_per_step: int
     saved: int  # bytes one training step keeps for backward
@@ -447,9 +564,11 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     model, opt, gen = build_model(cfg, mcfg, model_factory, device)
     val_batches = on_device(eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context), device)
     tokens_per_step = cfg.batch_size * mcfg.context
+    dtype = AUTOCAST_DTYPES.get(cfg.precision)
     autocast = functools.partial(
-        torch.autocast, device_type=device, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
+        torch.autocast, device_type=device, dtype=dtype or torch.bfloat16, enabled=dtype is not None
     )
+    scaler = torch.amp.GradScaler(device, enabled=cfg.precision == "fp16")
 
     # -- resume
     hist: dict[str, list[Any]] = {
@@ -470,6 +589,8 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
             state = None
         if state is not None:
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
+            if "scaler" in state:
+                scaler.load_state_dict(state["scaler"])
     # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
     # ran 3x slower than eager here (benchmarks/train_speed.md)
     step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
@@ -486,6 +607,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         gen=gen,
         ffns=named_ffns(model),
         autocast=autocast,
+        scaler=scaler,
         total=math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps,
         tokens_per_step=tokens_per_step,
         saved=step_saved_bytes(model, *val_batches[0], autocast),  # a batch of the training shape
@@ -515,12 +637,14 @@ def train(
     `pretrained_path`: a folder to `save_pretrained` a finished Hugging Face model (hf_config or
     init_from) into, for fine-tuning later (`init_from`); ValueError at once for ffnlab's Transformer.
     A run that hits a non-finite loss or gradient, or whose training loss stays above diverge_factor times its best
-    for diverge_steps steps, ends with status 'diverged'; it never raises.
+    for diverge_steps steps, ends with status 'diverged'; it never raises. Under fp16 a step whose gradients
+    overflowed is skipped by the gradient scaler and trained again on the next batch (module docstring).
     """
     if pretrained_path is not None and not (cfg.hf_config or cfg.init_from):
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     setup = prepare(cfg, model_factory)
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
+    scaler = setup.scaler
     status: Outcome = "finished"
     blowup = BlowupWatch(cfg.diverge_factor, cfg.diverge_steps)
     blowup.replay(hist["train_loss"])  # a resumed run goes on from where its history left the watch
@@ -544,19 +668,29 @@ def train(
         x, y = x.to(setup.device), y.to(setup.device)
         with setup.autocast():
             _, loss = setup.step_fn(x, y)
-        loss.backward()
-        if step % cfg.log_every == 0:
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
+        total_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+        grad_norm, loss_value = total_norm.item(), loss.item()
+        if scaler.is_enabled() and math.isfinite(loss_value) and not math.isfinite(grad_norm):
+            scaler.update()  # fp16 overflowed: no update, and half the scale for the next batch
+            opt.zero_grad(set_to_none=True)
+            hist["events"].append({"step": step, "kind": "fp16_skip", "scale": scaler.get_scale()})
+            if scaler.get_scale() >= FP16_MIN_SCALE:
+                continue  # the same step again, on the next batch
+        elif step % cfg.log_every == 0:
             hist["grad_ffn"].append({"step": step, **grad_stats(setup.ffns)})
-        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
-        loss_value = loss.item()
-        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # stop before the update
+        # stop before the update; under fp16 only a non-finite loss or a scale that collapsed gets here
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             hist["events"].append(
                 {"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)}
             )
             status = "diverged"
             opt.zero_grad(set_to_none=True)
             break
-        opt.step()
+        nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, total_norm)  # clip_grad_norm_'s two halves
+        scaler.step(opt)  # opt.step() without fp16
+        scaler.update()
         opt.zero_grad(set_to_none=True)
         hist["events"] += spike_events(step, grad_norm, loss_value, hist, cfg.spike_factor)
         hist["train_loss"].append(loss_value)
@@ -572,7 +706,7 @@ def train(
             hist["val"].append({"step": step, **val, "time": time.perf_counter() - t0})
         if setup.checkpoint_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
             state = trainer_state(step, time.perf_counter() - t0, hist, opt, setup.gen)
-            save_checkpoint(setup.checkpoint_dir, model, state)
+            save_checkpoint(setup.checkpoint_dir, model, {**state, "scaler": scaler.state_dict()})
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
@@ -623,6 +757,8 @@ def finish(
         final_test_acc=test.get("acc"),
         noisy_val_loss=noisy.get("loss"),
         noisy_val_acc=noisy.get("acc"),
+        final_val_macro_f1=final.get("macro_f1"),
+        final_test_macro_f1=test.get("macro_f1"),
         final_val_f1=final.get("f1"),
         final_test_f1=test.get("f1"),
         noisy_val_f1=noisy.get("f1"),

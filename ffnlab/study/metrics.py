@@ -152,7 +152,7 @@ class Metric:
     format: Callable[[Any], str] = num
     tables: tuple[str, ...] = ()  # where it is shown, of TABLES; compare --json always holds it
     ranks: tuple[str, ...] = ()  # the tasks that rank variants by it (its statistics are the row's)
-    tasks: tuple[str, ...] = ("lm", "cls", "tokens")  # the tasks it is measured for; None elsewhere
+    tasks: tuple[str, ...] = ("lm", "cls", "image", "tokens")  # the tasks it is measured for; None elsewhere
     csv: bool = True  # a scalar the CSV has a column for
     ended: bool = False  # over every ended run, diverged ones too (a count of what went wrong); else the finished
 
@@ -169,10 +169,15 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("final_val_loss", "val loss", "nats", "lower", "final_val_loss", ranks=("lm",), tasks=("lm",)),
-    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls",), tasks=("cls",)),
+    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls", "image"),
+           tasks=("cls", "image")),
     Metric("final_val_f1", "val F1", "", "higher", "final_val_f1", ranks=("tokens",), tasks=("tokens",)),
     Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals",), tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
+    Metric("final_val_macro_f1", "val macro-F1", "", "higher", "final_val_macro_f1", tables=("ranking", "signals"),
+           tasks=("cls",)),  # shown beside accuracy, which ranks: macro-F1 weighs every class alike
+    Metric("final_test_macro_f1", "test macro-F1", "", "higher", "final_test_macro_f1", tables=("signals",),
+           tasks=("cls",)),
     Metric("noisy_mean", "with embedding noise", "", "ranking", under_noise, tables=("signals",)),
     Metric("noise_delta", "noise effect", "", None, noise_effect, format=lambda v: "-" if v is None else f"{v:+.4f}",
            tables=("ranking", "signals")),
@@ -223,8 +228,8 @@ def metric(name: str) -> Metric:
 
 
 def ranking_metric(task: str) -> Metric:
-    """The metric a comparison of `task` ranks by: validation loss for an LM, accuracy for a classifier,
-    span F1 for a tagger."""
+    """The metric a comparison of `task` ranks by: validation loss for an LM, accuracy for a classifier (cls,
+    image), span F1 for a tagger (tokens)."""
     for m in METRICS:
         if task in m.ranks:
             return m

@@ -144,3 +144,11 @@ def test_plot_cli_bad_input(run_cli, tmp_path, argv, needle):
     code, _, err = run_cli("plot", "activations", *argv)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_a_cells_axis_is_labelled_by_its_ranking_metric():
+    from ffnlab.study.render import axis_label
+
+    assert axis_label("final_val_loss") == "validation loss (nats/token)"
+    assert axis_label("final_val_acc") == "validation accuracy"
+    assert axis_label("final_val_f1") == "validation F1"  # a tagger's ranking metric is not called accuracy

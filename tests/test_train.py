@@ -520,6 +520,35 @@ def test_qat_from_is_a_fraction_and_part_of_the_run_id():
     assert run_id(tiny(qat_from=None)) != run_id(tiny(qat_from=0.8)) != run_id(tiny(qat_from=0.9))
 
 
+def test_a_tagger_learns_conll_names_and_ends_with_span_f1(tmp_path):
+    from tests.test_tagging import write_conll
+
+    write_conll(tmp_path / "ner")
+    cfg = tiny(model=replace(TINY, task="tokens", context=16), data=str(tmp_path / "ner"), max_steps=30, eval_every=15)
+    r = train(cfg)
+    assert r.status == "finished" and r.task == "tokens" and r.config["tokenizer"] == "word"  # 'char' read as 'word'
+    assert r.final_val_f1 > 0.8 and r.final_test_f1 > 0.8 and r.final_val_acc > 0.9 and r.noisy_val_f1 is not None
+    assert r.history["val"][0]["acc"] < 0.8 < r.history["val"][-1]["acc"]  # accuracy per word, padding left out
+    assert r.final_val_loss == pytest.approx(r.history["val"][-1]["loss"], rel=0.5)
+
+
+def test_cli_tagger_prints_span_f1_and_a_line_without_a_tag_exits_2(run_cli, tmp_path):
+    from tests.test_tagging import write_conll
+
+    write_conll(tmp_path / "ner", sizes=(40, 8, 8))
+    code, out, err = run_cli("train", "--task", "tokens", "--data", tmp_path / "ner", *TINY_MODEL, "--steps", 3)
+    assert code == 0 and "span F1" in out and "token accuracy" in out, err
+    bad = write_conll(tmp_path / "bad", sizes=(40, 8, 8))
+    with open(bad / "valid.txt", "a") as f:
+        f.write("\nOops\n")
+    line = (bad / "valid.txt").read_text().count("\n")
+    code, _, err = run_cli("train", "--task", "tokens", "--data", bad, "--steps", 3, "--out", tmp_path / "r.json")
+    assert code == 2 and f"valid.txt line {line}: 'Oops' has a word but no tag" in err and err.count("\n") == 1
+    assert not (tmp_path / "r.json").exists()
+    code, _, err = run_cli("train", "--task", "tokens", "--tokenizer", "bpe", "--steps", 3)
+    assert code == 2 and "task 'tokens' tags whole words" in err
+
+
 # ---- memory and precision knobs: activation checkpointing, fp16 with a gradient scaler ------------------
 
 

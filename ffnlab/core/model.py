@@ -1,9 +1,9 @@
 """A small configurable Transformer whose every FFN comes from the registry by name.
 
-Decoder-only causal LM (task="lm"), encoder classifier (task="cls", mean-pooled or CLS head) or a
-small ViT on image patches (task="image", `PatchEmbed` in place of the token embedding); LayerNorm or
-RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings, activation checkpointing per
-block or per FFN.
+Decoder-only causal LM (task="lm"), encoder classifier (task="cls", mean-pooled or CLS head), encoder
+tagger (task="tokens", a class per position; targets IGNORE_INDEX at padding) or a small ViT on image
+patches (task="image", `PatchEmbed` in place of the token embedding); LayerNorm or RMSNorm, pre- or
+post-norm, learned or rotary positions, tied embeddings, activation checkpointing per block or per FFN.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ffnlab.core.activations import attention_context, get_activation, resolve
 from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, init_ffn, layer_variants
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
+IGNORE_INDEX = -100  # a target that counts in no loss: padding of task "tokens" (F.cross_entropy's default)
 
 
 @dataclass
@@ -47,8 +48,8 @@ class ModelConfig:
     placement: Literal["pre", "post"] = "pre"
     pos: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
-    task: Literal["lm", "cls", "image"] = "lm"  # lm: the next token; cls: a text's label; image: an image's label
-    # (a ViT: PatchEmbed's patches as tokens)
+    task: Literal["lm", "cls", "image", "tokens"] = "lm"  # lm: the next token; cls: a text's label; image: an
+    # image's label (a ViT: PatchEmbed's patches as tokens); tokens: a class (tag) per position, as in NER
     n_classes: int = 2
     pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token (for
     # task image a learned class token put first)
@@ -72,7 +73,7 @@ CHOICES = {
     "norm": ("layernorm", "rmsnorm"),
     "placement": ("pre", "post"),
     "pos": ("learned", "rope"),
-    "task": ("lm", "cls", "image"),
+    "task": ("lm", "cls", "image", "tokens"),
     "pool": ("mean", "cls"),
     "ffn_match": MATCHES,
     "activation_checkpointing": ("none", "block", "ffn"),
@@ -334,7 +335,7 @@ def image_tokens(cfg: ModelConfig) -> int:
 
 
 class Transformer(nn.Module):
-    """Token embeddings, n_layers blocks, final norm, and an LM or classification head."""
+    """Token embeddings, n_layers blocks, final norm, and an LM, classification or tagging head."""
 
     rope_cos: torch.Tensor  # buffers, registered when cfg.pos is "rope"
     rope_sin: torch.Tensor
@@ -377,8 +378,8 @@ class Transformer(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx (B, T) token ids or images (B, ch, H, W) -> logits (B, T, vocab) for the LM or (B, n_classes),
-        and the loss."""
+        """idx (B, T) token ids or images (B, ch, H, W) -> logits (B, T, vocab) for the LM, (B, n_classes) for
+        cls and image or (B, T, n_classes) for tokens, and the loss (targets IGNORE_INDEX count in none)."""
         x = self.embed(idx)
         rope = self.rope()
         recompute = self.cfg.activation_checkpointing == "block" and torch.is_grad_enabled()
@@ -390,7 +391,10 @@ class Transformer(nn.Module):
         logits = self.head(x)
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX
+        )
+        return logits, loss
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor, layer: int = 0) -> torch.Tensor:

@@ -29,13 +29,15 @@ class TrainConfig:
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
     tokenizer: Literal["char", "byte", "bpe", "word", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained
     # on the corpus, words (split on whitespace and punctuation; perplexity per word, as in WikiText's published
-    # numbers), or the tokenizer.json of the init_from folder
+    # numbers), or the tokenizer.json of the init_from folder; task tokens reads each word of a sentence as one
+    # position, its tokenizer 'word' ('char', the default, becomes 'word' there)
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
     # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)
     text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face); two,
-    # comma-separated (premise,hypothesis), make a sentence pair for task cls, joined by a separator id
-    label_field: str = "label"  # the label column, for task cls
+    # comma-separated (premise,hypothesis), make a sentence pair for task cls, joined by a separator id; task
+    # tokens: the column of words, 'tokens' unless set
+    label_field: str = "label"  # the label column, for task cls; task tokens: the column of tags, 'ner_tags' unless set
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
     batch_size: int = 16  # sequences per optimizer step
     max_steps: int = 200  # optimizer steps
@@ -71,6 +73,9 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, dict):
             self.model = ModelConfig(**self.model)
+        if self.model.task == "tokens":
+            check_tagger(self)
+            self.tokenizer = "word"  # so the stored config says what ran
         for name in (
             "batch_size",
             "max_steps",
@@ -134,6 +139,17 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown config keys {sorted(unknown)}; valid: {', '.join(sorted(known))}")
         return cls(**d)
+
+
+def check_tagger(cfg: TrainConfig) -> None:
+    """ValueError unless a task tokens config is one ffnlab can run: its own Transformer, one word per position."""
+    if cfg.hf_config or cfg.init_from:
+        raise ValueError("task 'tokens' trains ffnlab's Transformer only; --hf-config and --from take task lm or cls")
+    if cfg.tokenizer not in ("char", "word"):
+        raise ValueError(
+            f"task 'tokens' tags whole words, one position each: its tokenizer is 'word' (what the default "
+            f"'char' becomes for it), not '{cfg.tokenizer}'"
+        )
 
 
 def check_text_field(cfg: TrainConfig) -> None:
@@ -200,7 +216,7 @@ class RunResult:
     steps: int
     final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches
     final_val_ppl: float | None  # exp(final_val_loss)
-    final_val_acc: float | None  # classification only
+    final_val_acc: float | None  # classification: accuracy; tagging (task tokens): accuracy per word
     final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
     final_test_acc: float | None
     noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
@@ -239,10 +255,14 @@ class RunResult:
     history: dict
     events: list
     config: dict
-    # classification only: macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); with defaults, as
-    # fields added later are, so a result built before them still builds
+    # classification only (cls, image): macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); task
+    # tokens only: span F1 as seqeval computes it (ffnlab.run.tagging.span_f1). With defaults, as fields added
+    # later are, so a result built before them (by a caller older than the task) still builds
     final_val_macro_f1: float | None = None
     final_test_macro_f1: float | None = None
+    final_val_f1: float | None = None
+    final_test_f1: float | None = None
+    noisy_val_f1: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

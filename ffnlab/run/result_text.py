@@ -22,6 +22,11 @@ def format_run(r: RunResult) -> str:
             f"  perplexity{unit} {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
             f"with embedding noise {f(r.noisy_val_loss)}"
         )
+    elif r.task == "tokens":
+        lines.append(
+            f"  span F1 {f(r.final_val_f1)}, test {f(r.final_test_f1)}, with embedding noise {f(r.noisy_val_f1)}; "
+            f"token accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}"
+        )
     else:
         lines.append(
             f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}; "

@@ -24,7 +24,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -34,7 +34,15 @@ from torch import nn
 
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
-from ffnlab.core.model import ModelConfig, PatchEmbed, Transformer, image_tokens, param_count, qkv_act_spec
+from ffnlab.core.model import (
+    IGNORE_INDEX,
+    ModelConfig,
+    PatchEmbed,
+    Transformer,
+    image_tokens,
+    param_count,
+    qkv_act_spec,
+)
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
@@ -62,9 +70,16 @@ EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same ba
 FP16_MIN_SCALE = 1.0
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # the precisions that autocast, and to what
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets (B, T) or labels (B,)
-# LM token ids, (documents, labels), or for task image (normalised images (N, ch, H, W), labels)
-Split = torch.Tensor | tuple[list[torch.Tensor], torch.Tensor] | tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets: next tokens (B, T),
+# labels (B,) or tags (B, T)
+# LM token ids, (documents, labels) for cls, (sentences' word ids, their tag ids) for tokens, or for task image
+# (normalised images (N, ch, H, W), labels)
+Split = (
+    torch.Tensor
+    | tuple[list[torch.Tensor], torch.Tensor]
+    | tuple[list[torch.Tensor], list[torch.Tensor]]
+    | tuple[torch.Tensor, torch.Tensor]
+)
 ModelFactory = Callable[[ModelConfig, int], nn.Module]  # (model config, seed) -> module(idx, targets)
 Progress = Callable[[int, int, dict], None]  # (step, total, {"loss", "lr", "elapsed"})
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -100,7 +115,8 @@ def load_data(
     'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
     and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
-    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`). Task image:
+    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`). Task tokens gives
+    each word of a sentence one position (`ffnlab.run.tagging.word_vocabulary`). Task image:
     `load_image_data`."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
@@ -108,6 +124,8 @@ def load_data(
     if task == "image":
         return load_image_data(data, image_size, channels)
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
+    if task == "tokens":
+        return (corpus, *tagged_splits(corpus, vocab_size))
     if pair_context is not None:
         return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
     all_text = corpus.train + corpus.val + corpus.test
@@ -125,6 +143,18 @@ def load_data(
             docs = [torch.tensor(tok.encode(t), dtype=torch.long) for t in getattr(corpus, split)]
             splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=torch.long))
     return corpus, tok, splits
+
+
+def tagged_splits(corpus: Corpus, vocab_size: int | None) -> tuple[Tokenizer, dict[str, Split]]:
+    """Task tokens: the training sentences' word vocabulary and, per split, each sentence's word ids and tag ids."""
+    from ffnlab.run.tagging import word_ids, word_vocabulary
+
+    vocab = word_vocabulary([doc.split(" ") for doc in corpus.train], vocab_size)
+    splits: dict[str, Split] = {}
+    for split in ("train", "val", "test"):
+        words = [word_ids(vocab, doc.split(" ")) for doc in corpus.documents(split)]
+        splits[split] = (words, [torch.tensor(tags, dtype=torch.long) for tags in corpus.labels(split) or []])
+    return vocab, splits
 
 
 def load_image_data(
@@ -154,14 +184,14 @@ def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
 
 
 def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet, tokenizer: Tokenizer) -> ModelConfig:
-    """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier, the
-    corpus's classes (`load_data`'s); for task image `image_model_config`."""
+    """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier or a
+    tagger, the corpus's classes or tags (`load_data`'s); for task image `image_model_config`."""
     if cfg.model.task == "image":
         from ffnlab.run.images import ImageSet
 
         assert isinstance(corpus, ImageSet)  # load_data's for task image
         return image_model_config(cfg, corpus)
-    n_classes = len(corpus.classes) if cfg.model.task == "cls" and corpus.classes else cfg.model.n_classes
+    n_classes = len(corpus.classes) if cfg.model.task in ("cls", "tokens") and corpus.classes else cfg.model.n_classes
     return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=n_classes)
 
 
@@ -194,7 +224,8 @@ def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tens
 
 
 def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
-    """Random (x, y): LM windows with next-token targets, classification crops and labels, or images and labels."""
+    """Random (x, y): LM windows with next-token targets, classification crops and labels, tagged sentences
+    padded to the context (`ffnlab.run.tagging.tagged_batch`), or images and labels."""
     if task == "image":
         return image_batch(split_data, batch_size, gen)
     if task == "lm":
@@ -202,6 +233,12 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
         windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
+    if task == "tokens":
+        from ffnlab.run.tagging import tagged_batch
+
+        docs, tags = split_data
+        assert isinstance(docs, list) and isinstance(tags, list)  # a tokens split: a tensor per sentence (load_data)
+        return tagged_batch(docs, tags, torch.randint(len(docs), (batch_size,), generator=gen).tolist(), context)
     docs, labels = split_data
     ix = torch.randint(len(docs), (batch_size,), generator=gen)
     starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
@@ -209,7 +246,7 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
 
 
 def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
-    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification
+    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification and tagging
     n_batches * batch_size examples evenly spaced over the split (first window of each; whole images)."""
     if task == "image":
         return image_eval_set(split_data, n_batches, batch_size)
@@ -218,6 +255,13 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
     docs, labels = split_data
     pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
+    if task == "tokens":
+        from ffnlab.run.tagging import tagged_batch
+
+        assert isinstance(docs, list) and isinstance(labels, list)  # a tokens split: a tensor per sentence (load_data)
+        x, y = tagged_batch(docs, labels, pick.tolist(), context)
+        return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
+    assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
     x = torch.stack([crop_or_repeat(docs[i], context) for i in pick])
     y = labels[pick]
     return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
@@ -357,14 +401,23 @@ def build_model(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, batches: Iterable[Batch], task: str, autocast: Autocast, noise_std: float = 0.0
+    model: nn.Module,
+    batches: Iterable[Batch],
+    task: str,
+    autocast: Autocast,
+    noise_std: float = 0.0,
+    tags: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Mean loss (and accuracy and macro-F1 for classification) over fixed batches; with noise_std, Gaussian
-    noise of that std is added to the token embeddings (the same noise for every variant)."""
+    """Mean loss (and accuracy and macro-F1 for classification, cls and image; accuracy per word for tagging)
+    over fixed batches; with noise_std, Gaussian noise of that std is added to the token embeddings (the same
+    noise for every variant). For task tokens, given the tag names `tags`, also 'f1': the span F1
+    (`ffnlab.run.tagging.span_f1`); a tagger's loss and accuracy are over words, its padding left out."""
     model.eval()
     losses, correct, n = [], 0, 0
-    labels: list[int] = []  # cls: each example's class, and the one predicted (macro-F1)
+    labels: list[int] = []  # cls, image: each example's class, and the one predicted (macro-F1)
     predicted: list[int] = []
+    true_tags: list[list[str]] = []  # task tokens: each sentence's tags, and the predicted ones
+    predicted_tags: list[list[str]] = []
     rng_state = torch.get_rng_state()
     hook = None
     if noise_std:
@@ -374,22 +427,33 @@ def evaluate(
         for x, y in batches:
             with autocast():
                 logits, loss = model(x, y)
-            losses.append(loss.float().item() * len(y))
-            n += len(y)
+            counted = int((y != IGNORE_INDEX).sum()) if task == "tokens" else len(y)  # words, or examples
+            losses.append(loss.float().item() * counted)
+            n += counted
+            if task != "lm":
+                correct += (logits.argmax(-1) == y).sum().item()  # padding's IGNORE_INDEX is never a class
             if task in ("cls", "image"):
-                correct += (logits.argmax(-1) == y).sum().item()
                 labels += y.tolist()
                 predicted += logits.argmax(-1).tolist()
+            if task == "tokens" and tags:
+                for true_ids, pred_ids in zip(y.tolist(), logits.argmax(-1).tolist()):
+                    words = [i for i, t in enumerate(true_ids) if t != IGNORE_INDEX]
+                    true_tags.append([tags[true_ids[i]] for i in words])
+                    predicted_tags.append([tags[pred_ids[i]] for i in words])
     finally:
         if hook is not None:
             hook.remove()
         torch.set_rng_state(rng_state)
         model.train()
     out = {"loss": sum(losses) / n}
-    if task in ("cls", "image"):
+    if task != "lm":
         out["acc"] = correct / n
     if labels:
         out["macro_f1"] = macro_f1(labels, predicted)
+    if true_tags:
+        from ffnlab.run.tagging import span_f1
+
+        out["f1"] = span_f1(true_tags, predicted_tags)
     return out
 
 
@@ -465,6 +529,7 @@ class Setup:
     checkpoint_dir: Path | None
     started: float  # time.perf_counter() when the run began
     qat: bool = False  # the model is fake-quantised (start_qat)
+    tags: list[str] = field(default_factory=list)  # task tokens: the tag names, for the final span F1
 
     @property
     def task(self) -> str:
@@ -551,6 +616,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         hist=hist,
         checkpoint_dir=checkpoint_dir,
         started=started,
+        tags=list(corpus.classes or []) if task == "tokens" else [],
     )
 
 
@@ -693,6 +759,9 @@ def finish(
         noisy_val_acc=noisy.get("acc"),
         final_val_macro_f1=final.get("macro_f1"),
         final_test_macro_f1=test.get("macro_f1"),
+        final_val_f1=final.get("f1"),
+        final_test_f1=test.get("f1"),
+        noisy_val_f1=noisy.get("f1"),
         diverged_step=diverged.get("step"),
         diverged_kind=diverged.get("kind"),
         **measured_costs(setup, step, train_seconds),
@@ -746,7 +815,7 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         for split in ("val", "test")
         if has_window(setup.splits[split], task, context)
     }
-    final = evaluate(model, final_sets["val"], task, autocast)
+    final = evaluate(model, final_sets["val"], task, autocast, tags=setup.tags)
     probe = ActivationProbe(setup.ffns)
     evaluate(model, setup.val_batches, task, autocast)
     probe.remove()
@@ -754,8 +823,8 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         final=final,
         behaviour=probe.summary(),
         mixtures=probe.mixture_weights(),
-        noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std),
-        test=evaluate(model, final_sets["test"], task, autocast) if "test" in final_sets else {},
+        noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std, tags=setup.tags),
+        test=evaluate(model, final_sets["test"], task, autocast, tags=setup.tags) if "test" in final_sets else {},
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ffnlab.run.config import RunResult
-from ffnlab.study.metrics import row_metrics
+from ffnlab.study.metrics import ranked_task, row_metrics
 from ffnlab.study.published import RankAgreement
 from ffnlab.study.scaling import ScalingFits
 from ffnlab.study.stats import Direction, GapTest, SeedNoise, VariantStats
@@ -192,7 +192,7 @@ class Cell:
         """A cell read back from `to_json` (protocol.json)."""
         return cls(
             axes=d["axes"],
-            task="cls" if d["metric"].endswith("_acc") else "lm",
+            task=ranked_task(d["metric"]),
             metric=d["metric"],
             baseline=d["baseline"],
             metric_direction=d["metric_direction"],

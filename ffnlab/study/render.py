@@ -24,7 +24,7 @@ from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.model import describe_attn_act
 from ffnlab.run.profile import StepProfile
-from ffnlab.study import plots
+from ffnlab.study import metrics, plots
 from ffnlab.study.metrics import three_digits
 from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.records import Cell, StudySettings
@@ -60,9 +60,19 @@ FIGURES_DIR = "figures"
 # ---- figures ------------------------------------------------------------------------------------
 
 
+AXIS_WORDS = {"val": "validation", "acc": "accuracy"}  # a metric label's abbreviations, spelled out on an axis
+AXIS_UNITS = {"nats": "nats/token"}
+
+
 def axis_label(metric: str) -> str:
-    """The axis label of the metric a cell ranks by."""
-    return "validation loss (nats/token)" if metric == "final_val_loss" else "validation accuracy"
+    """The axis label of the metric a cell ranks by, from the metric's own label (ffnlab.study.metrics):
+    'validation loss (nats/token)', 'validation accuracy', 'validation F1'; a name no metric has, as given."""
+    try:
+        m = metrics.metric(metric)
+    except ValueError:
+        return metric
+    label = " ".join(AXIS_WORDS.get(word, word) for word in m.label.split(" "))
+    return f"{label} ({AXIS_UNITS.get(m.unit, m.unit)})" if m.unit else label
 
 
 class PngDict(dict[str, bytes]):

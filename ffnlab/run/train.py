@@ -536,6 +536,11 @@ class Setup:
         return self.model_cfg.task
 
 
+def new_history() -> dict[str, list[Any]]:
+    """What a run records as it goes, empty: the curves, the events and the step times."""
+    return {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
+
+
 def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setup:
     """Set a run up: device and precision, data, model and optimizer, then resume from the checkpoint
     in `cfg.checkpoint_dir` if there is one. ValueError when the data is too small or the built-in
@@ -571,14 +576,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     scaler = torch.amp.GradScaler(device, enabled=cfg.precision == "fp16")
 
     # -- resume
-    hist: dict[str, list[Any]] = {
-        "train_loss": [],
-        "grad_norm": [],
-        "val": [],
-        "grad_ffn": [],
-        "events": [],
-        "step_time": [],
-    }
+    hist = new_history()
     step, elapsed = 0, 0.0
     checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if checkpoint_dir is not None:
@@ -644,7 +642,6 @@ def train(
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     setup = prepare(cfg, model_factory)
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
-    scaler = setup.scaler
     status: Outcome = "finished"
     blowup = BlowupWatch(cfg.diverge_factor, cfg.diverge_steps)
     blowup.replay(hist["train_loss"])  # a resumed run goes on from where its history left the watch
@@ -668,30 +665,12 @@ def train(
         x, y = x.to(setup.device), y.to(setup.device)
         with setup.autocast():
             _, loss = setup.step_fn(x, y)
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
-        total_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-        grad_norm, loss_value = total_norm.item(), loss.item()
-        if scaler.is_enabled() and math.isfinite(loss_value) and not math.isfinite(grad_norm):
-            scaler.update()  # fp16 overflowed: no update, and half the scale for the next batch
-            opt.zero_grad(set_to_none=True)
-            hist["events"].append({"step": step, "kind": "fp16_skip", "scale": scaler.get_scale()})
-            if scaler.get_scale() >= FP16_MIN_SCALE:
-                continue  # the same step again, on the next batch
-        elif step % cfg.log_every == 0:
-            hist["grad_ffn"].append({"step": step, **grad_stats(setup.ffns)})
-        # stop before the update; under fp16 only a non-finite loss or a scale that collapsed gets here
-        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-            hist["events"].append(
-                {"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)}
-            )
+        grad_norm, loss_value, outcome = apply_gradients(setup, loss, step)
+        if outcome == "skipped":
+            continue  # fp16 overflowed: the same step again, on the next batch
+        if outcome == "nonfinite":
             status = "diverged"
-            opt.zero_grad(set_to_none=True)
             break
-        nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, total_norm)  # clip_grad_norm_'s two halves
-        scaler.step(opt)  # opt.step() without fp16
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
         hist["events"] += spike_events(step, grad_norm, loss_value, hist, cfg.spike_factor)
         hist["train_loss"].append(loss_value)
         hist["grad_norm"].append(grad_norm)
@@ -706,10 +685,38 @@ def train(
             hist["val"].append({"step": step, **val, "time": time.perf_counter() - t0})
         if setup.checkpoint_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
             state = trainer_state(step, time.perf_counter() - t0, hist, opt, setup.gen)
-            save_checkpoint(setup.checkpoint_dir, model, {**state, "scaler": scaler.state_dict()})
+            save_checkpoint(setup.checkpoint_dir, model, {**state, "scaler": setup.scaler.state_dict()})
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
+
+
+def apply_gradients(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, float, str]:
+    """One batch's backward, monitors, clip and update: (gradient norm, loss, outcome). The outcome is 'stepped';
+    'skipped' when fp16 overflowed (no update, half the scale for the next batch); or 'nonfinite', stopped before
+    the update: a non-finite loss or gradient (under fp16 only a non-finite loss or a scale that collapsed)."""
+    cfg, model, opt, scaler, hist = setup.cfg, setup.model, setup.opt, setup.scaler, setup.hist
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
+    total_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    grad_norm, loss_value = total_norm.item(), loss.item()
+    if scaler.is_enabled() and math.isfinite(loss_value) and not math.isfinite(grad_norm):
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        hist["events"].append({"step": step, "kind": "fp16_skip", "scale": scaler.get_scale()})
+        if scaler.get_scale() >= FP16_MIN_SCALE:
+            return grad_norm, loss_value, "skipped"
+    elif step % cfg.log_every == 0:
+        hist["grad_ffn"].append({"step": step, **grad_stats(setup.ffns)})
+    if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+        hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)})
+        opt.zero_grad(set_to_none=True)
+        return grad_norm, loss_value, "nonfinite"
+    nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, total_norm)  # clip_grad_norm_'s two halves
+    scaler.step(opt)  # opt.step() without fp16
+    scaler.update()
+    opt.zero_grad(set_to_none=True)
+    return grad_norm, loss_value, "stepped"
 
 
 def start_qat(setup: Setup) -> None:

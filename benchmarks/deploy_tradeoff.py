@@ -1,8 +1,9 @@
 """The edge anecdote as a claim check: GELU -> ReLU is faster at inference at a quality cost, and a quantised GELU
 recovers the speed (issue #25: "about 20% faster inference but 3-5 F1 points lost; a quantised GELU won").
 
-    python benchmarks/deploy_tradeoff.py [--store S] [--steps 200] [--seeds 3] [--qat-from 0.8] [--threads N]
-                                         [--runtimes eager,compile,onnxruntime] [--smoke] [--json]
+    python benchmarks/deploy_tradeoff.py [--store S] [--size issue|default] [--steps 200] [--seeds 3]
+                                         [--qat-from 0.8] [--threads N] [--runtimes eager,compile,onnxruntime]
+                                         [--smoke] [--json]
 
 Trains gelu and relu on the same seeds (and gelu with quantisation-aware training over its last 20%) at the
 issue's size, d_model 512, 6 layers, context 256 (or takes the runs of --store), then measures every
@@ -43,8 +44,12 @@ from ffnlab.study.execute import execute
 from ffnlab.study.stats import paired_diff
 from ffnlab.tools.deploy import DeployResult, DeployRow, format_deploy
 
-SIZE = ModelConfig(d_model=512, n_layers=6, n_heads=8, context=256)  # the issue's model
-SMOKE = ModelConfig(d_model=64, n_layers=2, n_heads=4, context=32)
+SIZES = {
+    "issue": ModelConfig(d_model=512, n_layers=6, n_heads=8, context=256),  # the issue's model
+    "default": ModelConfig(),  # ffnlab's default model (d_model 128, 4 layers, context 128): trains to
+    # convergence on the plays in minutes, where int8 may cost more than on an early model
+    "smoke": ModelConfig(d_model=64, n_layers=2, n_heads=4, context=32),
+}
 NOISE = 0.05  # speed ratios within 5% of 1 are "within noise" on a shared machine
 QUALITY_BUDGET = 0.02  # nats: the issue's bound on the best PTQ row's validation-loss increase
 
@@ -182,6 +187,17 @@ def verdict_lines(report: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", help="a store of trained gelu and relu runs (one setting) instead of training")
+    parser.add_argument(
+        "--size",
+        choices=["issue", "default"],
+        default="issue",
+        help="the model trained: "
+        + "; ".join(
+            f"{k}: d_model {m.d_model}, {m.n_layers} layers, context {m.context}"
+            for k, m in SIZES.items()
+            if k != "smoke"
+        ),
+    )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument(
@@ -206,7 +222,7 @@ def main() -> None:
         args.runtimes = "eager,onnxruntime" if args.runtimes == parser.get_default("runtimes") else args.runtimes
         args.precisions = args.precisions or "fp32,int8"
         args.qat_from = 0.5 if args.qat_from == parser.get_default("qat_from") else args.qat_from
-    model = SMOKE if args.smoke else SIZE
+    model = SIZES["smoke" if args.smoke else args.size]
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         folder = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ffnlab-tradeoff-")))

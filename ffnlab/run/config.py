@@ -144,7 +144,7 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.attn_act", "model.attn_proj_act",
     ),
     2: ("qat_from",),
-    3: ("diverge_factor", "diverge_steps", "word_vocab"),
+    3: ("diverge_factor", "diverge_steps", "word_vocab", "model.glu_norm", "model.act_position"),
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

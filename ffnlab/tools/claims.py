@@ -130,11 +130,12 @@ def failed_completely(untrained: float, final: float | None, diverged: bool) -> 
 
 
 def _mean_ci_text(mean_ci: list[float | None]) -> str:
-    """[mean, lo, hi] as 'mean [lo, hi]'; 'diverged' without a mean (no seed finished)."""
+    """[mean, lo, hi] of a loss as 'mean [lo, hi]' to 3 decimals (losses differ in the second); 'diverged' without
+    a mean (no seed finished)."""
     mean, lo, hi = mean_ci
     if mean is None:
         return "diverged"
-    return fmt_value(mean) + ("" if lo is None or hi is None else f" [{fmt_value(lo)}, {fmt_value(hi)}]")
+    return f"{mean:.3f}" + ("" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]")
 
 
 def measure_recorded_placement(position: str, runs: dict[str, dict]) -> dict:

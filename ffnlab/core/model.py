@@ -56,12 +56,12 @@ class ModelConfig:
     dropout: float = 0.0
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     placement: Literal["pre", "post"] = "pre"
-    glu_norm: Literal["none", "pre", "post", "both"] = "none"  # gated FFNs' norm (of the norm kind above): on
-    # the gate and up projections' input (pre), on act(gate) * up before the down projection (post), or both;
-    # dense layers have no gate and ignore it. Its weights are left out of the parameter match
+    glu_norm: Literal["none", "pre", "post", "both"] = "none"  # a norm around gated FFNs' gate, of the kind
+    # --norm sets: on the gate and up projections' input (pre), on act(gate) * up before the down projection
+    # (post), or both; dense layers have no gate and ignore it. Its weights are left out of the parameter match
     act_position: Literal["ffn", "before_norm", "after_residual"] = "ffn"  # where a dense FFN's activation
-    # runs: inside the FFN, or moved out of it (the FFN then two linear maps) onto the block's input just
-    # before its FFN norm, or onto the block's output after the residual add; pre-norm only (Block)
+    # runs: inside it, or moved out (the FFN then two linear maps) onto the residual stream's copy entering the
+    # FFN's norm (before_norm) or onto the block's output after the residual add (after_residual); pre-norm only
     pos: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
     task: Literal["lm", "cls"] = "lm"

@@ -23,6 +23,7 @@ on a tiny model in a minute or two. A benchmark, not a test: timings depend on t
 """
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from compare_default import machine
 from ffnlab._util.jsonio import strict_dumps
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.config import TrainConfig
-from ffnlab.study.deployment import deploy_store
+from ffnlab.study.deployment import deploy_store, save_deployment
 from ffnlab.study.execute import execute
 from ffnlab.study.stats import paired_diff
 from ffnlab.tools.deploy import DeployResult, DeployRow, format_deploy
@@ -48,10 +49,11 @@ NOISE = 0.05  # speed ratios within 5% of 1 are "within noise" on a shared machi
 QUALITY_BUDGET = 0.02  # nats: the issue's bound on the best PTQ row's validation-loss increase
 
 
-def train_store(folder: Path, model: ModelConfig, steps: int, seeds: int, qat_from: float | None) -> Path:
-    """gelu and relu on seeds 0..seeds-1 (and gelu with qat_from) trained into a store in `folder`."""
+def train_store(folder: Path, model: ModelConfig, steps: int, seeds: int, qat_from: float | None, threads: int) -> Path:
+    """gelu and relu on seeds 0..seeds-1 (and gelu with qat_from) trained into a store in `folder`, one run after
+    another on `threads` threads."""
     store = folder / "store.db"
-    base = TrainConfig(model=model, max_steps=steps, eval_every=max(1, steps // 4), threads=1)
+    base = TrainConfig(model=model, max_steps=steps, eval_every=max(1, steps // 4), threads=threads)
     runs = [replace(base, model=replace(model, ffn=f), seed=s) for f in ("gelu", "relu") for s in range(seeds)]
     if qat_from is not None:
         runs += [replace(base, model=replace(model, ffn="gelu"), seed=s, qat_from=qat_from) for s in range(seeds)]
@@ -186,12 +188,18 @@ def main() -> None:
         "--qat-from", type=float, default=0.8, help="also train gelu with QAT from this fraction; -1: no QAT runs"
     )
     parser.add_argument("--threads", type=int, default=None, help="threads for the timings (default: torch's count)")
+    parser.add_argument(
+        "--train-threads", type=int, default=1, help="threads each training run uses (runs are sequential)"
+    )
     parser.add_argument("--runtimes", default="eager,compile,onnxruntime")
     parser.add_argument("--precisions", default=None, help="default: fp32, bf16 where the hardware has it, int8")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--smoke", action="store_true", help="a tiny model, few steps and repeats: checks the plumbing")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="train into this folder and keep it (the store, ONNX files)"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.steps, args.seeds, args.repeats, args.batch = 20, 2, 3, 4
@@ -200,12 +208,21 @@ def main() -> None:
         args.qat_from = 0.5 if args.qat_from == parser.get_default("qat_from") else args.qat_from
     model = SMOKE if args.smoke else SIZE
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="ffnlab-tradeoff-") as folder:
+    with contextlib.ExitStack() as stack:
+        folder = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ffnlab-tradeoff-")))
+        folder.mkdir(parents=True, exist_ok=True)
         store = args.store or train_store(
-            Path(folder), model, args.steps, args.seeds, None if args.qat_from < 0 else args.qat_from
+            folder,
+            model,
+            args.steps,
+            args.seeds,
+            None if args.qat_from < 0 else args.qat_from,
+            args.train_threads,
         )
         result = deploy_store(store, precisions=args.precisions, runtimes=args.runtimes, batch=args.batch,
-                              repeats=args.repeats, threads=args.threads, workdir=Path(folder) / "onnx")  # fmt: skip
+                              repeats=args.repeats, threads=args.threads, workdir=folder / "onnx")  # fmt: skip
+        if args.keep:  # the report's deployment section and advise --store read it
+            save_deployment(store, result)
     report = {
         "command": "python benchmarks/deploy_tradeoff.py " + " ".join(sys.argv[1:]),
         "machine": machine(),

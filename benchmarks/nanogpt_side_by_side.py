@@ -64,6 +64,7 @@ from train_speed import DATA, RECIPE
 
 from ffnlab.core.model import ModelConfig, Transformer
 from ffnlab.run.config import TrainConfig
+from ffnlab.run.profile import StepProfile, format_profile, profile_training
 from ffnlab.run.train import data_args, eval_set, load_data, train
 
 HERE = Path(__file__).resolve().parent
@@ -298,6 +299,9 @@ def main() -> None:
     parser.add_argument("--resolution", type=int, default=50, help="the search stops when its bracket is this narrow")
     parser.add_argument("--no-search", action="store_true", help="tokens/s and the equal evaluation only")
     parser.add_argument("--smoke", action="store_true", help="toy budgets (10 iterations), to check the plumbing")
+    parser.add_argument(
+        "--profile", action="store_true", help="also where ffnlab's step goes (ffnlab.run.profile), by kind of work"
+    )
     args = parser.parse_args()
     recipe = RECIPE
     if args.smoke:  # at 10 steps ffnlab is short of nanoGPT's loss, so the search runs above them too
@@ -333,9 +337,15 @@ def main() -> None:
     measures = describe(args, recipe.final_eval_batches, ratio, tps, nano, longest, quality)
     for name, text in measures.items():
         print(f"{name}: {text}")
+    profile = None
+    if args.profile:  # the speed ratio's explanation, from ffnlab's own profiler (`ffnlab train --profile`)
+        torch._dynamo.reset()
+        cfg = ffnlab_config(recipe, data, args.iters, args.precision, args.compile)
+        profile = profile_training(cfg, steps=5 if args.smoke else 40, warmup=5).to_json()
+        print(format_profile(StepProfile.from_json(profile)))
     print(json.dumps({"runs": {side: [asdict(r) for r in rs] for side, rs in runs.items()},
                       "ffnlab_over_nanogpt_tokens_per_s": round(ratio, 2), "time_to_quality": quality,
-                      "measures": measures,
+                      "measures": measures, "ffnlab_profile": profile,
                       "held_equal": ["model size, batch, optimiser, iterations (tokens/s)",
                                      "validation text: the last 10%", f"final evaluation: ffnlab's "
                                      f"{recipe.final_eval_batches} fixed batches, fp32, one function"],

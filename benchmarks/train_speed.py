@@ -47,6 +47,7 @@ from ffnlab._util.machine import (
     environment,
 )
 from ffnlab.core.model import ModelConfig
+from ffnlab.run.profile import profile_training
 from ffnlab.run.train import TrainConfig, train
 
 # the team's copy of nanoGPT's corpus, beside the repository (../shared/data); FFNLAB_BENCH_DATA overrides it
@@ -282,52 +283,14 @@ def attention_times(repeats: int = 7, calls: int = 20) -> list[dict]:
     ]
 
 
-OTHER = "everything else (dispatch, Python, ...)"
-PROFILE_GROUPS = (  # (group, test on an op's name), first match wins
-    ("matmul (mm, addmm, bmm)", lambda n: n in ("aten::mm", "aten::addmm", "aten::bmm")),
-    ("attention (SDPA kernels)", lambda n: "scaled_dot_product" in n and not n.startswith("graph_")),
-    ("inductor fused kernels", lambda n: n.startswith("graph_")),
-    ("AdamW (fused)", lambda n: n == "aten::_fused_adamw_"),
-    ("gradient clipping norms", lambda n: n in ("aten::linalg_vector_norm", "aten::_foreach_norm")),
-    ("casts and copies", lambda n: n in ("aten::copy_", "aten::_to_copy")),
-    ("GELU", lambda n: n in ("aten::gelu", "aten::gelu_backward")),
-    ("LayerNorm", lambda n: "layer_norm" in n),
-)
-
-
-def profile_breakdown(name: str, steps: int = 40, warm: int = 5) -> list[dict]:
-    """Milliseconds per step by kind of op (self CPU time under torch.profiler, so slightly inflated)
-    for one candidate on one thread (a neighbour's job can stretch two threads many times over, see
-    --competitor), over the steps after `warm` (compile and warm-up left out): the work a faster step
-    would have to cut."""
-    import torch._inductor.config as inductor_config
-    from torch.profiler import profile
-
+def profile_breakdown(name: str, steps: int = 40, warm: int = 5) -> dict:
+    """Where a step of one candidate goes, by ffnlab's own profiler (`ffnlab train --profile`,
+    `ffnlab.run.profile`): on one thread (a neighbour's job can stretch two threads many times over, see
+    --competitor), over `steps` steps after `warm` (compile and warm-up left out); its kinds of work (matmul,
+    attention, compiled kernels, elementwise, dispatch) are the work a faster step would have to cut."""
     torch._dynamo.reset()
-    inductor_config.cpp.enable_kernel_profile = True  # name each generated kernel in the profile
-    prof = profile()
-
-    def progress(step, total, _):  # called after every step
-        if step == warm:
-            prof.start()
-        elif step == total:
-            prof.stop()
-
-    train(
-        replace(RECIPE, max_steps=warm + steps, eval_every=10**6, eval_batches=1, **{**CANDIDATES[name], "threads": 1}),
-        progress=progress,
-    )
-    inductor_config.cpp.enable_kernel_profile = False
-    groups, other = {}, {}
-    for event in prof.key_averages():
-        group = next((g for g, test in PROFILE_GROUPS if test(event.key)), OTHER)
-        groups[group] = groups.get(group, 0.0) + event.self_cpu_time_total / 1e3 / steps
-        if group == OTHER:
-            other[event.key] = event.self_cpu_time_total / 1e3 / steps
-    top = sorted(other.items(), key=lambda kv: -kv[1])[:6]
-    return [
-        {"candidate": name, "group": g, "ms_per_step": ms} for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])
-    ] + [{"candidate": name, "group": f"  of which {op}", "ms_per_step": ms} for op, ms in top]
+    cfg = replace(RECIPE, eval_every=10**6, eval_batches=1, **{**CANDIDATES[name], "threads": 1})
+    return profile_training(cfg, steps=steps, warmup=warm).to_json()
 
 
 def markdown(result: dict) -> str:
@@ -374,28 +337,21 @@ def markdown(result: dict) -> str:
             lines.append(f"| {backend} | {ms['float32']:.2f} | {ms['bfloat16']:.2f} |")
         lines.append("")
     if result.get("profile"):
+        profiles = result["profile"]
         lines += [
-            "| profile, 1 thread: ms per step | " + " | ".join(result["profile"]) + " |",
-            "|---|" + "---|" * len(result["profile"]),
+            "| `train --profile`, 1 thread: ms per step (own time by kind of work) | " + " | ".join(profiles) + " |",
+            "|---|" + "---|" * len(profiles),
         ]
-        groups = [g for g, _ in PROFILE_GROUPS] + [OTHER]
-        for g in groups + ["total"]:
-            cells = []
-            for rows in result["profile"].values():
-                ms = {r["group"]: r["ms_per_step"] for r in rows}
-                total = sum(v for k, v in ms.items() if not k.startswith("  of which"))
-                cells.append(f"{total if g == 'total' else ms.get(g, 0.0):.1f}")
-            lines.append(f"| {g} | " + " | ".join(cells) + " |")
-        for name, rows in result["profile"].items():
+        for i, kind in enumerate(next(iter(profiles.values()))["kinds"]):
             lines.append(
-                f"| {name}: largest of 'everything else' | "
-                + "; ".join(
-                    f"{r['group'][11:].strip('# ')[:32]} {r['ms_per_step']:.2f}"
-                    for r in rows
-                    if r["group"].startswith("  of which")
-                )
-                + " |"
+                f"| {kind['name']} | " + " | ".join(f"{p['kinds'][i]['ms']:.1f}" for p in profiles.values()) + " |"
             )
+        lines.append(
+            "| step (the three phases) | " + " | ".join(f"{p['step_ms']:.1f}" for p in profiles.values()) + " |"
+        )
+        for name, p in profiles.items():
+            top = "; ".join(f"{o['name'][:32]} {o['ms']:.2f}" for o in p["operators"][:6])
+            lines.append(f"| {name}: top operators | {top} |" + " |" * (len(profiles) - 1))
         lines.append("")
     if result.get("defaults"):
         lines += [

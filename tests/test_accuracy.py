@@ -73,12 +73,22 @@ def test_grid_rounds_to_dtype_and_drops_out_of_range_points():
 TORCH_KERNEL_ULP = 16
 
 
+# exponential reaches e^10 = 22026 on [-10, 10], where one fp32 ulp is 2^-9: 1e-5 is below fp32's resolution there
+ABS_BOUND = {"exponential": 2**-9}
+
+
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_every_activation_accurate_in_fp32(name):
     x, _ = acc.grid(-10, 10, 2001, torch.float32)
     fwd, bwd = acc.measure_activation(name, "fp32", x)
-    assert fwd["max_abs_err"] < 1e-5 and bwd["max_abs_err"] < 1e-5
-    assert fwd["regions"]["|x|<1"]["max_ulp"] < TORCH_KERNEL_ULP
+    bound = ABS_BOUND.get(name, 1e-5)
+    assert fwd["max_abs_err"] < bound and bwd["max_abs_err"] < bound
+    if ACTIVATIONS[name].scope == "batch":
+        # quantile is a mean of erf terms of both signs, crossing 0 where the data put it (near x = 0 here):
+        # any fp32 sum cancels there, so its ULPs measure that; its absolute error is a few ulps of 1
+        assert fwd["max_abs_err"] < 1e-6 and fwd["note"].startswith("batch-dependent")
+    else:
+        assert fwd["regions"]["|x|<1"]["max_ulp"] < TORCH_KERNEL_ULP
     assert fwd["n_inf"] == fwd["n_nan"] == bwd["n_inf"] == bwd["n_nan"] == 0
 
 

@@ -1,10 +1,20 @@
+import functools
 import math
 
 import pytest
 import torch
 from torch import nn
 
-from ffnlab.core.activations import ACTIVATIONS, Activation, aliases, attention_context, get_activation, resolve
+from ffnlab.core.activations import (
+    ACTIVATIONS,
+    Activation,
+    aliases,
+    attention_context,
+    get_activation,
+    quantile,
+    quantile_context,
+    resolve,
+)
 
 # Independent float64 references, written from the papers' formulas with math/erf per element.
 Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
@@ -36,7 +46,34 @@ REF = {
     "gelu_10": lambda x: min(max(x * Phi(x), -10), 10),
     "quick_gelu": lambda x: x * sig(1.702 * x),
     "swish": lambda x: x * sig(x),
+    "energy_gated": lambda x: x * math.exp(-(x**2) / 2),
+    "exponential": lambda x: math.exp(x) if x <= 10 else math.exp(10) * (x - 9),
 }
+
+
+def split_ref(xs):
+    """split_gelu_tanh of one token's channels: GELU on the first ceil(C/2), tanh on the rest."""
+    half = (len(xs) + 1) // 2
+    return [x * Phi(x) if i < half else math.tanh(x) for i, x in enumerate(xs)]
+
+
+def quantile_ref(xs):
+    """The quantile activation of one channel whose tokens are `xs`, term by term from its formula: 16
+    quantiles of each sign (order statistic floor((2k+1)n/32) of that sign's n values, +-inf for none),
+    Silverman's h = 1.06 std 32^(-1/5) (at least 1e-3), then mean_j erf((x - c_j) / (sqrt2 h))."""
+    k, centres = 16, []
+    for side, empty in ((sorted(x for x in xs if x < 0), -math.inf), (sorted(x for x in xs if x >= 0), math.inf)):
+        centres += [side[(2 * j + 1) * len(side) // (2 * k)] if side else empty for j in range(k)]
+    mean = sum(xs) / len(xs)
+    h = max(1.06 * math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)) * (2 * k) ** -0.2, 1e-3)
+    return [sum(math.erf((x - c) / (math.sqrt(2) * h)) for c in centres) / (2 * k) for x in xs]
+
+
+# activations whose output reads more than its own element: a reference of the whole 1-D input (one
+# token's channels for the split, one channel's tokens for the quantile activation, as the registry reads it)
+REF_WHOLE = {"quantile": quantile_ref, "split_gelu_tanh": split_ref}
+# the quantile activation's gradient holds its context (the batch's quantiles) fixed: check it at one
+FIXED_CONTEXT = {"quantile": lambda x: functools.partial(quantile, context=quantile_context(x))}
 # gelu_fast rounds sqrt(2/pi) to 10 digits; hardswish has kinks at -3, 3
 REF_TOL = {"gelu_fast": 1e-9}
 X = torch.cat([torch.linspace(-8, 8, 401, dtype=torch.float64), torch.tensor([-20.0, 20.0], dtype=torch.float64)])
@@ -62,13 +99,18 @@ HF_NAMES = [
 
 
 def test_every_entry_has_a_reference():
-    assert set(REF) == set(ACTIVATIONS)
+    assert set(REF) | set(REF_WHOLE) == set(ACTIVATIONS) and not set(REF) & set(REF_WHOLE)
+    assert set(REF_WHOLE) == {n for n, s in ACTIVATIONS.items() if s.scope != "element"}
+    assert set(FIXED_CONTEXT) == {n for n, s in ACTIVATIONS.items() if s.scope == "batch"}
 
 
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_values_match_float64_reference(name):
     act = get_activation(name).double()
-    expected = torch.tensor([REF[name](float(x)) for x in X], dtype=torch.float64)
+    if name in REF_WHOLE:
+        expected = torch.tensor(REF_WHOLE[name](X.tolist()), dtype=torch.float64)
+    else:
+        expected = torch.tensor([REF[name](float(x)) for x in X], dtype=torch.float64)
     tol = REF_TOL.get(name, 1e-12)
     torch.testing.assert_close(act(X), expected, rtol=tol, atol=tol)
 
@@ -79,7 +121,8 @@ def test_gradients_gradcheck(name):
     x = torch.linspace(-6, 6, 37, dtype=torch.float64)
     x = x[(x - x.round()).abs() > 1e-3]  # away from kinks at integers (relu at 0, hardswish at +-3)
     x = x.clone().requires_grad_(True)
-    assert torch.autograd.gradcheck(act, (x,), eps=1e-6, atol=1e-7)
+    fixed = FIXED_CONTEXT[name](x) if name in FIXED_CONTEXT else act
+    assert torch.autograd.gradcheck(fixed, (x,), eps=1e-6, atol=1e-7)
     for p in act.parameters():  # learnable parameters get gradients too
         p.requires_grad_(True)
     if list(act.parameters()):
@@ -168,3 +211,106 @@ def test_agelu_bare_is_x_sigmoid_beta_x_and_context_sets_a():
     with attention_context(act, attn):
         torch.testing.assert_close(act(x), x * torch.sigmoid(4 * act.beta * x))
     assert act.a is None  # back to a = 1 after the block's FFN
+
+
+# ---- the attention article's remaining activations (issue #27) ---------------------------------------
+
+
+def test_new_activations_are_marked_experimental_with_a_source():
+    for name in ("quantile", "energy_gated", "split_gelu_tanh", "exponential"):
+        spec = ACTIVATIONS[name]
+        assert spec.experimental and spec.paper and spec.fn is not None and not spec.learnable, name
+    assert not ACTIVATIONS["gelu"].experimental and ACTIVATIONS["gelu"].scope == "element"
+
+
+@pytest.mark.parametrize("channels", [1, 2, 5, 8])
+def test_split_gives_gelu_the_first_half_and_the_odd_channel(channels):
+    x = torch.randn(2, 3, channels, dtype=torch.float64, generator=torch.Generator().manual_seed(channels))
+    y = get_activation("split_gelu_tanh")(x)
+    half = (channels + 1) // 2  # 5 channels: 3 GELU, 2 tanh
+    assert y.shape == x.shape
+    expected = torch.tensor([split_ref(row) for row in x.reshape(-1, channels).tolist()], dtype=torch.float64)
+    torch.testing.assert_close(y.reshape(-1, channels), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y[..., :half], torch.nn.functional.gelu(x[..., :half]))
+    torch.testing.assert_close(y[..., half:], torch.tanh(x[..., half:]))
+
+
+def test_energy_gated_temperature_and_peak():
+    x = torch.linspace(-6, 6, 121, dtype=torch.float64)
+    hot = get_activation("energy_gated", temperature=2.0)(x)
+    torch.testing.assert_close(hot, torch.tensor([v * math.exp(-(v**2) / 4) for v in x.tolist()], dtype=x.dtype))
+    y = get_activation("energy_gated")(x)
+    assert x[y.argmax()].item() == pytest.approx(1.0)  # the peak is at sqrt(T)
+    assert (
+        get_activation("energy_gated")(torch.tensor([6e4, -6e4, 300.0], dtype=torch.float16)).eq(0).all()
+    )  # x*x overflows: gate 0
+
+
+def test_exponential_guard_is_a_tangent_line_with_no_overflow():
+    act = get_activation("exponential")
+    x = torch.tensor([9.999, 10.0, 10.001, 100.0, 1e30], dtype=torch.float64, requires_grad=True)
+    y = act(x)
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    e10 = math.exp(10)
+    torch.testing.assert_close(y[:2], torch.exp(x[:2]))
+    torch.testing.assert_close(y[2:4], e10 * (x[2:4] - 9))
+    torch.testing.assert_close(grad[1:4], torch.full((3,), e10, dtype=torch.float64))  # C^1 at 10, slope kept above
+    assert torch.isfinite(act(torch.tensor([88.8, 1e4, 1e30]))).all()  # exp alone is inf in fp32 from 88.8
+
+
+def test_quantile_on_batch_tokens_matches_the_formula_per_channel():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, 5, dtype=torch.float64, generator=gen) * torch.tensor([1.0, 0.1, 3.0, 1.0, 1.0])
+    x[..., 3] = x[..., 3].abs()  # a channel with no negative value
+    x[..., 4] = 2.5  # a constant channel: std 0, bandwidth 1e-3
+    y = get_activation("quantile")(x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    for c in range(5):  # every B*T token of a channel is its context
+        expected = torch.tensor(quantile_ref(x[..., c].flatten().tolist()), dtype=torch.float64)
+        torch.testing.assert_close(y[..., c].flatten(), expected, rtol=1e-12, atol=1e-12)
+    assert (y.abs() < 1).all()
+    assert (y[..., 3] > 0).all()  # grounding: an all-positive channel maps every input above 0
+    assert torch.allclose(y[..., 4], torch.full_like(y[..., 4], 0.5))
+
+
+def test_quantile_range_monotone_within_a_batch_and_deterministic():
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 16, 8, generator=gen) * 3 + 1
+    act = get_activation("quantile").eval()
+    y = act(x)
+    assert ((y > -1) & (y < 1)).all()
+    for c in range(8):  # within a channel, outputs follow the order of the inputs
+        order = x[..., c].flatten().argsort()
+        assert (y[..., c].flatten()[order].diff() > 0).all()
+    assert torch.equal(act(x), y)  # same batch, same output: nothing random, no running state
+    other = x.clone()
+    other[1:] += 5  # the same first sequence in another batch: ranked in another context
+    assert not torch.allclose(act(other)[0], y[0])
+    assert torch.equal(quantile(other[:1], quantile_context(x)), y[:1])  # ranked in x's context again
+
+
+def test_quantile_gradient_is_the_kernel_density_at_a_fixed_context():
+    x = (torch.randn(6, 10, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))).requires_grad_()
+    (grad,) = torch.autograd.grad(get_activation("quantile")(x).sum(), x)
+    context = quantile_context(x)
+    (fixed,) = torch.autograd.grad(quantile(x, context).sum(), x)
+    assert torch.equal(grad, fixed) and (grad > 0).all() and torch.isfinite(grad).all()
+    eps = 1e-6  # one element moved, the context held: the finite difference of that element's output
+    up, down = x.detach().clone(), x.detach().clone()
+    up[2, 3, 1] += eps
+    down[2, 3, 1] -= eps
+    slope = (quantile(up, context) - quantile(down, context))[2, 3, 1] / (2 * eps)
+    assert slope.item() == pytest.approx(grad[2, 3, 1].item(), rel=1e-6)
+
+
+def test_quantile_in_half_precision_and_on_one_token():
+    x = torch.randn(2, 9, 6, generator=torch.Generator().manual_seed(3))
+    y32 = get_activation("quantile")(x)
+    for dtype in (torch.float16, torch.bfloat16):
+        y = get_activation("quantile")(x.to(dtype))
+        assert y.dtype == dtype
+        torch.testing.assert_close(y.float(), get_activation("quantile")(x.to(dtype).float()).to(dtype).float())
+        assert (y.float() - y32).abs().max() < 0.05
+    one = get_activation("quantile")(torch.tensor([[[2.0, -1.0, 0.0]]]))  # one token: its own context
+    assert one.tolist() == [[[0.5, -0.5, 0.5]]]
+    assert get_activation("quantile")(torch.zeros(0, 4)).shape == (0, 4)

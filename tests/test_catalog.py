@@ -21,7 +21,8 @@ def test_list_json_keeps_its_documented_keys_in_order():
     activation = next(r for r in ROWS if isinstance(r, ActivationRow))
     ffn = next(r for r in ROWS if isinstance(r, FFNRow))
     assert list(asdict(activation)) == ["name", "kind", "gated", "aliases", "same_as", "formula", "paper",
-                                        "flops_per_element", "learnable", "family"]  # fmt: skip
+                                        "flops_per_element", "learnable", "family", "experimental",
+                                        "scope"]  # fmt: skip
     assert list(asdict(ffn)) == ["name", "kind", "gated", "aliases", "formula", "paper", "d_model", "d_ff",
                                  "params", "flops_per_token"]  # fmt: skip
     assert asdict(activation)["kind"] == "activation" and asdict(ffn)["kind"] == "ffn"
@@ -39,6 +40,24 @@ def test_an_alias_row_names_its_canonical_entry_in_the_table():
     aliased = next(r for r in ROWS if isinstance(r, ActivationRow) and r.same_as)
     line = next(line for line in format_list(ROWS, 64).splitlines() if line.startswith(aliased.name + " "))
     assert f"(= {aliased.same_as}, Hugging Face name)" in line
+
+
+def test_experimental_activations_are_marked_in_the_table_and_the_json():
+    rows = {r.name: r for r in ROWS if isinstance(r, ActivationRow)}
+    assert {n for n, r in rows.items() if r.experimental} == {n for n, s in ACTIVATIONS.items() if s.experimental}
+    assert {"quantile", "energy_gated", "split_gelu_tanh", "exponential"} <= {
+        n for n, r in rows.items() if r.experimental
+    }
+    assert (rows["quantile"].scope, rows["split_gelu_tanh"].scope, rows["gelu"].scope) == (
+        "batch",
+        "channel",
+        "element",
+    )
+    lines = format_list(ROWS, 64).splitlines()
+    assert lines[0].split()[:4] == ["activation", "learnable", "experimental", "formula"]
+    cells = {line.split()[0]: line.split()[1:3] for line in lines[1 : len(rows) + 1]}
+    assert cells["quantile"] == ["no", "yes"] and cells["gelu"] == ["no", "no"] and cells["agelu"] == ["yes", "yes"]
+    assert next(line for line in lines if line.startswith("quantile ")).endswith("(reads the batch)")
 
 
 def test_a_schedule_is_sized_layer_by_layer():

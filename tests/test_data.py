@@ -386,3 +386,99 @@ def test_fingerprint_tracks_content_and_labels():
     assert data.Corpus(**moved).fingerprint() != fp
     with pytest.raises(ValueError, match="test split is empty"):
         data.Corpus(**dict(base, test=[], test_labels=[]))
+
+
+# ---- task tokens: tagged sentences ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("names", [("train.txt", "valid.txt", "test.txt"), ("eng.train", "eng.testa", "eng.testb")])
+def test_conll_folder_splits_by_file_name(tmp_path, names):
+    from tests.test_tagging import write_conll
+
+    write_conll(tmp_path / "ner", sizes=(30, 8, 9), names=names)
+    corpus = load_corpus(str(tmp_path / "ner"), task="tokens")
+    assert corpus.task == "tokens" and corpus.classes == ["B-LOC", "B-PER", "I-PER", "O"]
+    assert [len(corpus.documents(s)) for s in SPLITS] == [30, 8, 9]
+    lines = (tmp_path / "ner" / names[1]).read_text().split("\n\n")[1].split("\n")  # the first val sentence
+    assert corpus.val[0] == " ".join(line.split()[0] for line in lines)
+    assert [corpus.classes[i] for i in corpus.val_labels[0]] == [line.split()[-1] for line in lines]
+    assert load_corpus(str(tmp_path / "ner"), task="tokens").fingerprint() == corpus.fingerprint()
+
+
+def test_one_conll_file_splits_by_sentence_hash(tmp_path):
+    from tests.test_tagging import write_conll
+
+    write_conll(tmp_path, sizes=(300,), names=("ner.conll",))
+    corpus = load_corpus(str(tmp_path / "ner.conll"), task="tokens")
+    assert 0.7 < len(corpus.train) / 300 < 0.9 and corpus.val and corpus.test
+    assert "80/10/10" in corpus.meta["split_rule"]
+
+
+def test_a_test_tag_training_lacks_is_named_with_its_file_and_line(tmp_path):
+    from tests.test_tagging import write_conll
+
+    write_conll(tmp_path, sizes=(30, 8, 9))
+    with open(tmp_path / "test.txt", "a") as f:
+        f.write("\nACME X B-ORG\n")
+    lines = (tmp_path / "test.txt").read_text().count("\n")
+    with pytest.raises(ValueError, match=rf"test.txt line {lines}: tag 'B-ORG' \(word 'ACME'\) is not in the training"):
+        load_corpus(str(tmp_path), task="tokens")
+
+
+def test_a_folder_without_split_names_and_a_line_without_a_tag_are_refused(tmp_path):
+    (tmp_path / "notes.md").write_text("EU B-ORG\n")
+    with pytest.raises(ValueError, match="no CoNLL files named for their split"):
+        load_corpus(str(tmp_path), task="tokens")
+    (tmp_path / "train.txt").write_text("EU B-ORG\nrejects O\n\nGerman\n")
+    with pytest.raises(ValueError, match=r"train.txt line 4: 'German' has a word but no tag"):
+        load_corpus(str(tmp_path), task="tokens")
+
+
+def test_saved_dataset_of_tokens_and_ner_tags(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from tests.test_tagging import tagged_sentence
+
+    names = ["O", "B-PER", "I-PER", "B-LOC"]
+    features = datasets.Features(
+        {
+            "tokens": datasets.Sequence(datasets.Value("string")),
+            "ner_tags": datasets.Sequence(datasets.ClassLabel(names=names)),
+        }
+    )
+    rng = __import__("random").Random(1)
+    rows = {
+        split: [tagged_sentence(rng) for _ in range(n)] for split, n in (("train", 40), ("validation", 8), ("test", 8))
+    }
+    dd = datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {
+                    "tokens": [[w for w, _ in s] for s in sentences],
+                    "ner_tags": [[names.index(t) for _, t in s] for s in sentences],
+                },
+                features=features,
+            )
+            for split, sentences in rows.items()
+        }
+    )
+    dd.save_to_disk(str(tmp_path / "ds"))
+    corpus = load_corpus(str(tmp_path / "ds"), task="tokens")
+    assert corpus.classes == sorted(names)
+    assert corpus.test == [" ".join(w for w, _ in s) for s in rows["test"]]
+    assert [[corpus.classes[i] for i in tags] for tags in corpus.test_labels] == [
+        [t for _, t in s] for s in rows["test"]
+    ]
+    with pytest.raises(ValueError, match="has no column 'words'"):
+        load_corpus(str(tmp_path / "ds"), task="tokens", text_field="words")
+
+
+def test_shakespeare_speaker_names_split_by_play():
+    corpus = load_corpus("shakespeare", task="tokens")
+    assert corpus.task == "tokens" and corpus.classes == ["B-SPK", "I-SPK", "O"]
+    assert corpus.meta["splits"] == load_corpus("shakespeare").meta["splits"]  # by play, as for LM
+    assert all(corpus.meta["words"][s] > 0 for s in SPLITS) and corpus.meta["train_tags"]["B-SPK"] > 5000
+    assert all(0 in tags for s in SPLITS for tags in corpus.labels(s))  # every sentence mentions a name (B-SPK)
+    hamlet = {w for s in data.play_sentences()["hamlet"] for w, t in zip(s.words, s.tags) if t != "O"}
+    assert {"Hamlet", "Horatio", "Ophelia", "Polonius"} <= hamlet and not {"Lord", "King", "Queen", "the"} & hamlet
+    train = {w for doc in corpus.train for w in doc.split(" ")}
+    assert "Hamlet" in train and "Hamlet" not in {w for doc in corpus.val + corpus.test for w in doc.split(" ")}

@@ -8,7 +8,17 @@ from ffnlab.run.config import RunResult
 from ffnlab.study import metrics
 from ffnlab.study.advise import advise
 from ffnlab.study.load import load_study
-from ffnlab.study.metrics import METRICS, TABLES, Metric, exp_mean, mean_of, metric, range_of, ranking_metric
+from ffnlab.study.metrics import (
+    METRICS,
+    TABLES,
+    Metric,
+    exp_mean,
+    mean_of,
+    metric,
+    range_of,
+    ranked_task,
+    ranking_metric,
+)
 from ffnlab.study.report import write_report
 from ffnlab.study.summary import summarize_study
 from ffnlab.study.table import format_table, write_csv
@@ -39,7 +49,7 @@ def test_every_metric_reads_a_field_runs_have_and_shows_in_known_tables():
     names = {f.name for f in fields(RunResult)}
     for m in METRICS:
         assert not isinstance(m.source, str) or m.source in names, m.name
-        assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls"}, m.name
+        assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls", "image", "tokens"}, m.name
         m.value(run_result())  # computed sources read fields that exist
     assert len({m.name for m in METRICS}) == len(METRICS)
 
@@ -47,8 +57,11 @@ def test_every_metric_reads_a_field_runs_have_and_shows_in_known_tables():
 def test_the_ranking_metric_follows_the_task():
     assert ranking_metric("lm").name == "final_val_loss" and ranking_metric("lm").better == "lower"
     assert ranking_metric("cls").name == "final_val_acc" and ranking_metric("cls").better == "higher"
-    with pytest.raises(ValueError, match="no ranking metric for task 'tokens'"):
-        ranking_metric("tokens")
+    assert ranking_metric("tokens").name == "final_val_f1" and ranking_metric("tokens").better == "higher"
+    assert [ranked_task(m) for m in ("final_test_f1", "final_val_acc", "final_val_loss")] == ["tokens", "cls", "lm"]
+    assert ranking_metric("image").name == "final_val_acc"  # a ViT classifies, as cls does
+    with pytest.raises(ValueError, match="no ranking metric for task 'audio'"):
+        ranking_metric("audio")
     with pytest.raises(ValueError, match="unknown metric 'bogus'; valid: final_val_loss, final_val_acc"):
         metric("bogus")
 
@@ -66,3 +79,6 @@ def test_reducers_over_seeds():
     assert metric("noise_delta").of([noisy], "lm") == 0.25
     acc = run_result(task="cls", final_val_loss=None, final_val_acc=0.5, final_test_acc=0.75, noisy_val_acc=0.25)
     assert metric("test_mean").of([acc], "cls") == 0.75 and metric("noise_delta").of([acc], "cls") == -0.25
+    tags = run_result(task="tokens", final_val_f1=0.5, final_test_f1=0.75, noisy_val_f1=0.25, final_val_acc=0.9)
+    assert metric("test_mean").of([tags], "tokens") == 0.75 and metric("noise_delta").of([tags], "tokens") == -0.25
+    assert metric("token_acc").of([tags], "tokens") == 0.9 and metric("token_acc").of([acc], "cls") is None

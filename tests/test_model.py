@@ -330,3 +330,48 @@ def test_placement_axes_and_init_reach_the_runs(run_cli, tmp_path):
         [(v, g, "ffn", "he_gelu") for v in ("gelu", "swiglu") for g in ("none", "both")]
         + [("gelu", "none", p, "lecun") for p in ("ffn", "before_norm", "after_residual")]
     )
+
+
+# ---- activation checkpointing --------------------------------------------------------------------
+
+
+def loss_grads_and_saved(cfg: ModelConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+    """One training step's loss, gradients and bytes kept for backward, from seed 7 on a fixed batch."""
+    from ffnlab.core.memory import saved_bytes
+
+    model = Transformer(cfg, seed=7).train()
+    x = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(0)  # the dropout masks
+    out: list[torch.Tensor] = []
+    saved = saved_bytes(lambda: out.append(model(x, x)[1]), exclude=model.parameters())
+    out[0].backward()
+    return out[0].detach(), {n: p.grad for n, p in model.named_parameters()}, saved
+
+
+# agelu reads its block's attention output inside the FFN: a recomputed FFN must read it too
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(ffn="gelu", dropout=0.1),
+        dict(ffn="swiglu", placement="post"),
+        dict(ffn="agelu", pos="rope"),
+        dict(ffn="gelu", act_position="before_norm"),
+        dict(ffn="swiglu", glu_norm="both"),
+    ],
+)
+def test_checkpointing_keeps_the_numbers_and_less_for_backward(opts):
+    loss, grads, saved = loss_grads_and_saved(ModelConfig(**SMALL, **opts))
+    kept = {}
+    for kind in ("block", "ffn"):
+        ck_loss, ck_grads, kept[kind] = loss_grads_and_saved(
+            ModelConfig(**SMALL, **opts, activation_checkpointing=kind)
+        )
+        assert torch.equal(ck_loss, loss)  # the same forward, the same dropout draws when run again
+        for name, grad in grads.items():
+            torch.testing.assert_close(ck_grads[name], grad, rtol=1e-6, atol=1e-7, msg=f"{kind}: {name}")
+    assert kept["block"] < kept["ffn"] < saved
+
+
+def test_checkpointing_is_a_choice():
+    with pytest.raises(ValueError, match="unknown activation_checkpointing 'layer'; valid: none, block, ffn"):
+        ModelConfig(activation_checkpointing="layer")  # type: ignore[arg-type]

@@ -123,3 +123,18 @@ def test_cli_int8(run_cli):
     report = json.loads(out)
     assert [r["name"] for r in report["int8"]] == ["gelu_lut", "i_gelu", "hardswish_int8"]
     assert all(r["dtype"] == "int8" and r["scale_in"] == pytest.approx(10 / 127) for r in report["int8"])
+
+
+def test_activations_that_read_their_channel_or_the_batch_are_measured_and_say_how():
+    names = "quantile,energy_gated,split_gelu_tanh,exponential"
+    report = nm.run_numerics(names, "fp32,bf16,int8", -10, 10, points=2001, claims=False)
+    rows = report["results"]
+    assert [(r["name"], r["dtype"]) for r in rows[::2]] == [(n, d) for d in ("fp32", "bf16") for n in names.split(",")]
+    assert report["int8"] == []  # no int8 implementation of any of them
+    for r in rows:
+        assert r["n_nan"] == r["n_inf"] == 0 and math.isfinite(r["max_abs_err"])
+        assert (r["note"] is None) == (r["name"] in ("energy_gated", "exponential"))
+    quantile = next(r for r in rows if r["name"] == "quantile" and r["dtype"] == "bf16" and r["pass"] == "forward")
+    assert quantile["note"].startswith("batch-dependent") and quantile["max_ulp"] <= 0.51  # fp32 inside, one rounding
+    text = nm.format_numerics(report)
+    assert "note: quantile is batch-dependent" in text and "note: split_gelu_tanh is channel-dependent" in text

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ffnlab.core.activations import ACTIVATIONS
+from ffnlab.core.activations import ACTIVATIONS, quantile, quantile_context
 from ffnlab.study import plots
 from ffnlab.study.render import ParetoPoint
 from ffnlab.study.report import Band, Trace
@@ -19,8 +19,12 @@ def test_derivative_matches_finite_differences(name):
     x = torch.linspace(-3.9, 3.9, 79, dtype=torch.float64) + 0.013
     y, dy = plots.curve(name, x)
     h = 1e-6
-    up, _ = plots.curve(name, x + h)
-    down, _ = plots.curve(name, x - h)
+    if ACTIVATIONS[name].scope == "batch":  # the grid is the quantiles' context: its derivative holds that fixed
+        context = quantile_context(x)
+        up, down = (quantile(x + d, context).numpy() for d in (h, -h))
+    else:
+        up, _ = plots.curve(name, x + h)
+        down, _ = plots.curve(name, x - h)
     np.testing.assert_allclose(dy, (up - down) / (2 * h), rtol=1e-5, atol=1e-6)
     assert y.shape == dy.shape == (79,)
 
@@ -140,3 +144,11 @@ def test_plot_cli_bad_input(run_cli, tmp_path, argv, needle):
     code, _, err = run_cli("plot", "activations", *argv)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_a_cells_axis_is_labelled_by_its_ranking_metric():
+    from ffnlab.study.render import axis_label
+
+    assert axis_label("final_val_loss") == "validation loss (nats/token)"
+    assert axis_label("final_val_acc") == "validation accuracy"
+    assert axis_label("final_val_f1") == "validation F1"  # a tagger's ranking metric is not called accuracy

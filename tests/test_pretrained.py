@@ -238,6 +238,29 @@ def test_cli_finetune(pretrained, run_cli):
     assert code == 2 and "needs a Hugging Face model" in err
 
 
+def test_the_context_defaults_to_the_folders_own_and_cannot_exceed_it(pretrained, run_cli):
+    """finetune --from trained at 128 tokens, the default, although the folder's model has 16 positions."""
+    folder, _ = pretrained
+    for command in (["finetune"], ["compare", "--variants", "reglu"]):
+        code, out, err = run_cli(*command, "--from", folder, "--print-config")
+        assert code == 0 and "\ncontext = 16\n" in out, err
+        code, out, err = run_cli(*command, "--from", folder, "--context", 8, "--print-config")
+        assert code == 0 and "\ncontext = 8\n" in out, err  # shorter is the user's choice
+        code, out, err = run_cli(*command, "--from", folder, "--context", 17, "--print-config")
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert "--context 17 exceeds the 16 positions of the model" in err and "valid: 1 to 16" in err
+
+
+@pytest.mark.parametrize(("hf_config", "own"), [(LLAMA, "swiglu"), (GPT2, "gelu_new"), (BERT, "gelu")])
+def test_the_folders_positions_are_read_for_every_family(hf_config, own, tmp_path):
+    from ffnlab.tools.pretrained import pretrained_context
+
+    save_unswapped(build_hf_model(hf_config, own, vocab_size=50, context=24).hf, tmp_path)  # n_positions for GPT-2
+    assert pretrained_context(tmp_path) == 24 and pretrained_context(tmp_path, 12) == 12
+    with pytest.raises(ValueError, match="--context 25 exceeds the 24 positions"):
+        pretrained_context(tmp_path, 25)
+
+
 @pytest.mark.slow
 def test_cli_compare_keep_against_swap_with_an_lr_axis(pretrained, run_cli, tmp_path):
     folder, _ = pretrained

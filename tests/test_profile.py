@@ -6,7 +6,17 @@ import pytest
 
 from ffnlab.core.model import ModelConfig, Transformer
 from ffnlab.run.presets import preset_config
-from ffnlab.run.profile import Share, StepProfile, format_profile, labelled, part_of, profile_training, step_shares
+from ffnlab.run.profile import (
+    KINDS,
+    OTHER,
+    Share,
+    StepProfile,
+    format_profile,
+    labelled,
+    part_of,
+    profile_training,
+    step_shares,
+)
 
 
 def event(key, total_ms, own_ms=0.0, count=1):
@@ -28,6 +38,11 @@ def test_the_parts_of_a_step_add_up_and_the_activation_is_what_the_ffn_leaves():
     assert sum(parts.values()) == pytest.approx(30)
     (op,) = got["operators"]  # the labels are not operators; the top one by its own time
     assert (op.name, op.ms, op.share, op.calls) == ("aten::mm", 12, 0.4, 6)
+    kinds = {k.name: k.ms for k in got["kinds"]}  # own time by kind of work: what a speed ratio is made of
+    assert kinds["matmul (mm, addmm, bmm)"] == 12 and kinds["activations"] == 1 and kinds[OTHER] == 0
+    assert list(kinds) == [name for name, _ in KINDS] + [OTHER]
+    events.append(event("aten::empty", 0, own_ms=3))  # not of a named kind: dispatch and the like
+    assert {k.name: k.ms for k in step_shares(events, steps=2, top=1)["kinds"]}[OTHER] == 1.5
 
 
 def test_modules_are_labelled_by_part_and_a_mix_once():
@@ -96,3 +111,6 @@ def test_the_report_table_has_a_column_per_variant():
     assert table.rows[0] == ["attention", "1.00 (50%)", "2.00 (50%)"] and table.rows[2] == ["step (ms)", "2.00", "4.00"]
     assert table.rows[3] == ["top operators", "aten::mm 50%", "aten::mm 50%"]
     assert StepProfile.from_json(profile("relu", 1.0).to_json()) == profile("relu", 1.0)
+    older = profile("relu", 1.0).to_json()
+    del older["kinds"]  # profiles.json written before the kinds of work
+    assert StepProfile.from_json(older) == profile("relu", 1.0)

@@ -43,7 +43,8 @@ def test_protocol_runs_three_stages_shares_runs_and_resumes(run_cli, tmp_path):
     # stage 3: each variant at its own tuned lr, at each context, said so in what was not held equal
     assert [c["axes"] for c in context["cells"]] == [{"context": 16}, {"context": 32}]
     assert context["settings"]["per_variant"] == result["choice"]
-    assert any(what == "per-variant settings" for what, _ in context["settings"]["not_equal"])
+    (chosen,) = [how for what, how in context["settings"]["not_equal"] if what == "per-variant settings"]
+    assert "by the validation protocol" in chosen and "by the user" not in chosen  # the protocol chose, on validation
     assert all(what != "per-variant settings" for what, _ in fixed["settings"]["not_equal"])
     # runs are shared between stages (stage 3 at context 32 is stage 2's chosen cells): 6 + 12 + 6 distinct
     with Store(store, create=False) as s:
@@ -59,6 +60,7 @@ def test_protocol_runs_three_stages_shares_runs_and_resumes(run_cli, tmp_path):
         assert {r.id: r.attempts for r in s.runs()} == attempts
     data = report_data(store, attention=False)
     assert [name for name, _ in data.protocol.stages] == ["fixed", "tune", "context"]
+    assert "by the validation protocol" in dict(data.settings.not_equal)["per-variant settings"]  # read back later
     assert "Validation protocol" in (tmp_path / "report" / "report.html").read_text()
 
 

@@ -34,6 +34,26 @@ MP = {
     "gelu_10": lambda x: min(max(x * _mp_phi(x), -10), 10),
     "switch": lambda x: (max(x, 0) + x * _mp_phi(x) + x * _mp_sigmoid(x)) / 3,
 }
+MP["energy_gated"] = lambda x: x * mpmath.exp(-(x**2) / 2)
+MP["exponential"] = lambda x: mpmath.exp(x) if x <= 10 else mpmath.exp(10) * (x - 9)
+
+
+def _mp_quantile(points):
+    """The quantile activation in the context of one channel whose tokens are `points`, in mpmath."""
+    k, centres = 16, []
+    for side in (sorted(p for p in points if p < 0), sorted(p for p in points if p >= 0)):
+        centres += [mpmath.mpf(side[(2 * j + 1) * len(side) // (2 * k)]) for j in range(k)]  # both sides non-empty
+    mean = mpmath.fsum(points) / len(points)
+    h = 1.06 * mpmath.sqrt(mpmath.fsum((p - mean) ** 2 for p in points) / len(points)) * mpmath.mpf(2 * k) ** -0.2
+    return lambda x: mpmath.fsum(mpmath.erf((x - c) / (mpmath.sqrt(2) * h)) for c in centres) / (2 * k)
+
+
+# the formula at the i-th of POINTS where it reads more than that point: the split's channel i (GELU on the
+# first ceil(C/2)), the quantile activation's context (all POINTS, held fixed for the derivative)
+MP_AT = {
+    "split_gelu_tanh": lambda i: MP["gelu"] if i < (len(POINTS) + 1) // 2 else MP["tanh"],
+    "quantile": lambda i: _mp_quantile(POINTS),
+}
 SAME_FUNCTION = {"gelu_erfc": "gelu", "swish_beta": "silu", "tunable_gelu": "gelu"}  # learnable ones at init
 POINTS = [-9.5, -6.3, -5.2, -2.7, -1.1, -0.35, 0.45, 1.9, 3.3, 7.7]  # no kinks, tails of both signs
 
@@ -45,11 +65,11 @@ def mp_formula(name):
 
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_reference_matches_mpmath(name):
-    ref, f = refs.REFERENCES[name], mp_formula(name)
-    x = np.array(POINTS)
+    ref, x = refs.REFERENCES[name], np.array(POINTS)
     with mpmath.workdps(60):
-        want = [float(f(mpmath.mpf(v))) for v in POINTS]
-        want_grad = [float(mpmath.diff(f, mpmath.mpf(v))) for v in POINTS]
+        fs = [MP_AT[name](i) if name in MP_AT else mp_formula(name) for i in range(len(POINTS))]
+        want = [float(f(mpmath.mpf(v))) for f, v in zip(fs, POINTS)]
+        want_grad = [float(mpmath.diff(f, mpmath.mpf(v))) for f, v in zip(fs, POINTS)]
     np.testing.assert_allclose(ref.f(x), want, rtol=1e-13, atol=1e-300)
     np.testing.assert_allclose(ref.df(x), want_grad, rtol=1e-10, atol=1e-300)
 

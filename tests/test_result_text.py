@@ -15,10 +15,11 @@ def test_a_language_model_run_in_a_few_lines():
     assert lines[-1] == '  learned blocks.0: {"beta": 1.5}'
 
 
-def test_a_classifier_run_shows_its_accuracy():
-    result = run_result(task="cls", final_val_acc=0.75, noisy_val_acc=0.5, history={"val": []})
+def test_a_classifier_run_shows_its_accuracy_and_macro_f1():
+    result = run_result(task="cls", final_val_acc=0.75, noisy_val_acc=0.5, final_val_macro_f1=0.6, history={"val": []})
     lines = format_run(result).splitlines()
-    assert "(step" not in lines[0] and lines[1] == "  accuracy 0.7500, test -, with embedding noise 0.5000"
+    assert "(step" not in lines[0]
+    assert lines[1] == "  accuracy 0.7500, test -, with embedding noise 0.5000; macro-F1 0.6000, test -"
 
 
 def test_a_word_level_run_says_its_perplexity_is_per_word():

@@ -222,3 +222,9 @@ def test_gap_heterogeneity_needs_two_cells_and_three_complete_seeds():
     # every seed moves by the same amount between cells: exact, as paired_diff
     assert gap_heterogeneity([{0: 0.1, 1: 0.2, 2: 0.4}, {0: 0.2, 1: 0.3, 2: 0.5}]).p == 0.0
     assert gap_heterogeneity([{0: 0.1, 1: 0.2, 2: 0.4}, {0: 0.1, 1: 0.2, 2: 0.4}]).p == 1.0
+
+
+def test_an_exact_tie_shares_its_rank():
+    values = {"relu": {0: 0.60, 1: 0.70, 2: 0.65}, "gelu": {0: 0.5625, 1: 0.5625}, "silu": {0: 0.5625, 1: 0.5625}}
+    c = compare({**values, "dead": {0: math.nan}}, "relu")
+    assert [(r.ffn, r.rank) for r in c.variants] == [("gelu", 1), ("silu", 1), ("relu", 3), ("dead", 4)]

@@ -111,7 +111,7 @@ def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
     rows = [{r["ffn"]: r["values"] for r in c["variants"]} for c in printed["cells"]]
     want = gap_heterogeneity([{s: r["swiglu"][s] - r["relu"][s] for s in r["swiglu"]} for r in rows])
     assert (swiglu["n"], swiglu["df"]) == (3, [3, 6]) and swiglu["p"] == pytest.approx(want.p) == swiglu["p_adj"]
-    assert across["best"] == [c["variants"][0]["ffn"] for c in printed["cells"]]
+    assert across["best"] == [[c["variants"][0]["ffn"]] for c in printed["cells"]]  # no ties here
     data = report_data(store, attention=False)
     assert data.across_cells is not None and data.across_cells.sentences == across["sentences"]
     for cell in advise(store=store, depth=2).cells:  # the advice quotes them for its choice
@@ -161,7 +161,7 @@ def test_across_cells_words_holm_and_the_best_of_each_cell():
     assert got is not None
     gelu, swiglu = got.variants["gelu"], got.variants["swiglu"]
     assert swiglu.p is not None and not gelu.differs and swiglu.differs and swiglu.p_adj == min(1.0, 2 * swiglu.p)
-    assert got.best == ["swiglu", "relu"]
+    assert got.best == [["swiglu"], ["relu"]]
     words = {sentence.split("'")[0]: sentence for sentence in got.sentences[:2]}  # the first cell's ranking order
     assert words["gelu"].startswith("gelu's gap to relu shows no detectable change between cells (F(1, 3) = ")
     assert words["swiglu"].startswith("swiglu's gap to relu changes between cells (F(1, 3) = ")
@@ -270,3 +270,168 @@ def test_the_stability_table_counts_non_finite_and_blown_up_runs_apart():
     assert (rows["relu"].metrics["nonfinite_runs"], rows["relu"].metrics["blowup_runs"]) == (0, 0)
     assert rows["gelu"].diverged == 3 and rows["gelu"].runs == 4
     assert {"nonfinite_runs", "blowup_runs"} <= {m.name for m in shown_in("stability")}
+
+
+def test_an_exact_tie_is_named_wherever_the_best_mean_is(tmp_path):
+    """0.5625 = 0.5625: no variant alone has the best mean, in the sentences across cells, the table and the advice."""
+    from ffnlab.study.load import load_study
+    from ffnlab.study.summary import summarize_study
+    from ffnlab.study.table import format_table
+    from tests.test_advise import fabricated_store
+
+    tie = [row("gelu", mean=0.5625, values={}), row("relu", mean=0.5625, values={}), row("silu", mean=0.6, values={})]
+    alone = [row("gelu", mean=0.5, values={}), row("relu", mean=0.5625, values={}), row("silu", mean=0.6, values={})]
+    both = across_cells([cell({"lr": 1}, tie), cell({"lr": 2}, tie)], "relu")
+    assert both is not None and both.best == [["gelu", "relu"], ["gelu", "relu"]]
+    assert both.sentences[-1] == "The best mean is tied between gelu and relu in every cell."
+    one = across_cells([cell({"lr": 1}, tie), cell({"lr": 2}, alone)], "relu")
+    assert one is not None and one.best == [["gelu", "relu"], ["gelu"]]
+    assert one.sentences[-1] == "The best mean differs between cells: gelu and relu (tied) at lr=1; gelu at lr=2."
+    assert type(one).from_json({**one.to_json(), "best": ["gelu", None]}).best == [["gelu"], []]  # an older JSON
+
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.0, "gelu": 0.5625, "swiglu": 0.5625})
+    study, runs, _ = load_study(store)
+    summary = summarize_study(study, store, runs)
+    assert [(r.ffn, r.rank) for r in summary.cells[0].variants] == [("gelu", 1), ("swiglu", 1), ("relu", 3)]
+    table = format_table(summary).splitlines()
+    assert [line.split()[:2] for line in table[1:4]] == [["1", "gelu"], ["1", "swiglu"], ["3", "relu"]]
+    reasons = " ".join(advise(store=store).reasons)
+    assert "gelu and swiglu tie for the best mean final val loss" in reasons and "gelu has the best" not in reasons
+
+
+@pytest.mark.parametrize(
+    ("axis", "values", "row", "fixed"),
+    [
+        (
+            "warmup",
+            [2, 10],
+            "learning rate and schedule",
+            ("{b.warmup_steps} warm-up steps", "of {b.warmup_steps} steps"),
+        ),
+        ("lr", [1e-3, 3e-3], "learning rate and schedule", ("peak {b.lr:g}",)),
+        ("context", [16, 64], "budget", ("x {b.model.context} tokens",)),
+        ("tokens", [4096, 8192], "budget", ("{b.max_steps} steps",)),
+    ],
+)
+def test_what_an_axis_varies_is_never_said_to_be_held_equal_at_the_base_value(axis, values, row, fixed):
+    """compare --warmup-axis 2,10 (with --from too) held equal 'a fresh warm-up of 20 steps': the base's value."""
+    from ffnlab.run.presets import preset_config
+    from ffnlab.study.plan import Study
+    from ffnlab.study.summary import held_equal
+
+    base = preset_config("smoke")
+    for b in (base, replace(base, init_from="/a/folder", init_digest="0" * 16)):  # fine-tuning: its warm-up row too
+        held = dict(held_equal(Study(["relu", "gelu"], 2, b, axes={axis: values})).held_equal)
+        assert f"per the {axis} axis ({', '.join(map(str, values))})" in held[row]
+        for phrase in fixed:
+            assert all(phrase.format(b=b) not in how for how in held.values()), (phrase, held)
+        if b.init_from and axis == "warmup":
+            assert held["warm-up"].endswith("its steps per the warmup axis (2, 10)")
+
+
+def test_settings_per_variant_are_the_users_unless_the_protocol_chose_them(tmp_path):
+    """--opt gelu:lr=1e-3 was described as 'tuned on validation', though the user set it."""
+    from ffnlab.run.presets import preset_config
+    from ffnlab.study.plan import Study
+    from ffnlab.study.protocol import Protocol, protocol_path
+    from ffnlab.study.summary import chosen_by_protocol, settings_of
+
+    store = tmp_path / "s.db"
+    study = Study(["relu", "gelu"], 2, preset_config("smoke"), per_variant={"gelu": {"lr": 1e-3, "warmup_steps": 2}})
+
+    def per_variant_row(study):
+        return dict(settings_of(study, chosen_by_protocol(study, store)).not_equal)["per-variant settings"]
+
+    assert per_variant_row(study) == (
+        "lr, warmup_steps set per variant (gelu: lr 0.001, warmup_steps 2) by the user; the rest of the schedule as "
+        "in the base"
+    )
+    protocol_path(store).write_text(json.dumps(Protocol({}, study.per_variant, []).to_json()))  # what it chose
+    assert "by the validation protocol, each chosen on validation" in per_variant_row(study)
+    own = replace(study, per_variant={"gelu": {"lr": 2e-3}})  # the user's own settings in the same store
+    assert per_variant_row(own).endswith("(gelu: lr 0.002) by the user; the rest of the schedule as in the base")
+    assert "tuned" not in per_variant_row(own)
+
+
+# ---- the GLUE-style average over the datasets of a data axis ----------------------------------------
+
+
+def cls_cell(axes: dict, values: dict[str, dict[int, float]]) -> Cell:
+    """A classification cell whose rows hold per-seed accuracies `values` and their means."""
+    rows = [row(v, values=x, mean=sum(x.values()) / len(x)) for v, x in values.items()]
+    return Cell(axes, "cls", "final_val_acc", "relu", "higher", 0.05, 0.95, rows, verdict="")
+
+
+def test_the_glue_style_average_is_paired_over_datasets_and_seeds():
+    from ffnlab.study.records import Aggregate
+    from ffnlab.study.stats import paired_diff
+    from ffnlab.study.summary import aggregate
+    from ffnlab.study.table import aggregate_lines
+
+    # seed 1 is hard on dataset a and easy on b for both variants: pairing by seed cancels it
+    a = cls_cell(
+        {"data": "glue/a.csv"}, {"relu": {0: 0.6, 1: 0.4, 2: 0.7}, "gelu": {0: 0.64, 1: 0.45, 2: 0.73, 3: 0.9}}
+    )
+    b = cls_cell({"data": "glue/b.csv"}, {"relu": {0: 0.5, 1: 0.8, 2: 0.6}, "gelu": {0: 0.52, 1: 0.81, 2: 0.63}})
+    (agg,) = aggregate([a, b], "relu")
+    assert agg.datasets == ["glue/a.csv", "glue/b.csv"] and agg.axes == {} and agg.metric == "final_val_acc"
+    assert agg.values["gelu"] == pytest.approx({0: 0.58, 1: 0.63, 2: 0.68})  # seed 3 ran on a only
+    assert agg.left_out == {"gelu": [3]}
+    assert agg.scores["gelu"] == pytest.approx([(0.64 + 0.45 + 0.73 + 0.9) / 4, (0.52 + 0.81 + 0.63) / 3])
+    gelu = agg.row("gelu")
+    want = paired_diff(agg.values["gelu"], agg.values["relu"])
+    assert gelu.mean == pytest.approx(0.63) and gelu.rank == 1 and gelu.n_seeds == 3
+    assert (gelu.delta, gelu.delta_ci_low, gelu.delta_ci_high, gelu.p) == (
+        want.delta,
+        want.ci_low,
+        want.ci_high,
+        want.p,
+    )
+    assert gelu.delta == pytest.approx(0.03) and gelu.significant  # the seeds' spread cancels in the pairs
+    assert Aggregate.from_json(json.loads(json.dumps(agg.to_json()))) == agg  # protocol.json reads it back
+    lines = aggregate_lines(agg)
+    assert lines[0].startswith("GLUE-style average over 2 datasets (per seed the mean over the datasets")
+    assert lines[1].split()[:5] == ["rank", "ffn", "a.csv", "b.csv", "average"]
+    assert lines[2].split()[:4] == ["1", "gelu", "0.6800", "0.6533"]
+    assert lines[-1] == "  left out of the average (not finished on every dataset): gelu seed 3"
+
+    # one average per setting of the other axes; none over one dataset, none for language models
+    by_depth = [cls_cell({"data": d, "depth": n}, {"relu": {0: 0.5}, "gelu": {0: 0.6}}) for n in (1, 2) for d in "ab"]
+    assert [g.axes for g in aggregate(by_depth, "relu")] == [{"depth": 1}, {"depth": 2}]
+    assert aggregate([a], "relu") == [] and aggregate([cls_cell({"depth": 1}, {"relu": {0: 0.5}})], "relu") == []
+    lm = [replace(c, task="lm", metric="final_val_loss", metric_direction="lower") for c in (a, b)]
+    assert aggregate(lm, "relu") == []
+
+
+def write_cls_csv(path, offset: int):
+    """A tiny classification CSV: the label says whether the row's number is odd."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(
+            "text,label\n" + "".join(f"item {i + offset} of {i % 7},{'odd' if i % 2 else 'even'}\n" for i in range(80))
+        )
+    return path
+
+
+@pytest.mark.slow
+def test_a_two_dataset_study_prints_the_glue_style_average(run_cli, tmp_path):
+    first, second = write_cls_csv(tmp_path / "first.csv", 0), write_cls_csv(tmp_path / "second.csv", 1000)
+    store = tmp_path / "s.db"
+    study = ["compare", "--preset", "smoke", "--precision", "fp32", "--task", "cls", "--variants", "relu,gelu", "--seeds", 3, "--steps", 3,
+             "--eval-every", 3, "--jobs", 1, "--data-axis", f"{first},{second}", "--store", store]  # fmt: skip
+    code, out, err = run_cli(*study)
+    assert code == 0, err
+    assert "GLUE-style average over 2 datasets (per seed the mean over the datasets" in out
+    head = next(line for line in out.splitlines() if line.split()[:3] == ["rank", "ffn", "first.csv"])
+    assert "second.csv" in head and "average val acc [95% CI]" in head and "Δ vs relu" in head
+    code, out, err = run_cli(*study, "--json", "--no-report")  # trains nothing twice
+    printed = json.loads(out)
+    (agg,) = printed["aggregate"]
+    assert agg["datasets"] == [str(first), str(second)] and agg["metric"] == "final_val_acc"
+    cells = {c["axes"]["data"]: {r["ffn"]: r for r in c["variants"]} for c in printed["cells"]}
+    for ffn in ("relu", "gelu"):
+        assert agg["scores"][ffn] == [cells[d][ffn]["mean"] for d in agg["datasets"]]
+        per_seed = {s: (cells[str(first)][ffn]["values"][s] + cells[str(second)][ffn]["values"][s]) / 2 for s in "012"}
+        assert agg["values"][ffn] == pytest.approx(per_seed)
+    report = (tmp_path / "report").glob("*")
+    pages = {p.name: p.read_text(encoding="utf-8") for p in report if p.suffix in (".html", ".md")}
+    assert all("GLUE-style average over 2 datasets" in page for page in pages.values()) and len(pages) == 2

@@ -548,6 +548,11 @@ def test_init_flag_reaches_the_runs_and_the_report(run_cli, tmp_path):
         (["--context-axis", "16,0"], "values must be positive"),
         (["--attn-act-axis", "none;q=gelux"], "unknown activation 'gelux'"),
         (["--attn-act-axis", "none;x=gelu"], "unknown projection 'x'; valid: q, k, v"),
+        (["--checkpointing-axis", "none,layer"], "unknown activation_checkpointing 'layer'; valid: none, block, ffn"),
+        (["--checkpointing-axis", "none,none"], "axis 'checkpointing' repeats a setting"),
+        (["--precision-axis", "fp32,fp8"], "unknown precision 'fp8'; valid: auto, fp32, bf16, fp16"),
+        (["--activation-checkpointing", "layer"], "invalid choice"),
+        (["--precision", "fp8"], "invalid choice"),
     ],
 )
 def test_bad_axis_values_fail_before_any_run(run_cli, tmp_path, args, needle):
@@ -654,3 +659,35 @@ def test_compare_a_per_layer_schedule_from_the_cli(run_cli, tmp_path):
     params = {v["ffn"]: v["params"] for v in d["variants"]}
     assert params["gelu"] != params["gelu*1+swiglu*1"]
     assert abs(params["gelu"] - params["gelu*1+swiglu*1"]) <= 0.01 * params["gelu"]
+
+
+def test_checkpointing_and_precision_axes_plan_a_cell_each(monkeypatch):
+    from ffnlab.run import device
+
+    monkeypatch.setattr(device, "bf16_native", lambda where="cpu": False)  # 'auto' is fp32 here
+    study = smoke_study(axes={"checkpointing": ["none", "block", "ffn"], "precision": ["auto", "fp16"]})
+    assert study.axes == {"checkpointing": ["none", "block", "ffn"], "precision": ["fp32", "fp16"]}  # as run
+    runs = plan(study)
+    assert len(runs) == 6 * 2 * 2 and len({run_id(c) for c in runs}) == len(runs)
+    cells = {(c.model.activation_checkpointing, c.precision) for c in runs}
+    assert cells == {(k, p) for k in ("none", "block", "ffn") for p in ("fp32", "fp16")}
+    with pytest.raises(ValueError, match="axis 'precision' repeats a setting: 'auto' and 'fp32'"):
+        smoke_study(axes={"precision": ["auto", "fp32"]})
+
+
+@pytest.mark.slow  # four short runs and a report: about 15 s on a loaded 2-core machine
+def test_checkpointing_and_precision_axes_show_in_the_cost_table(run_cli, tmp_path):
+    axes = ["--checkpointing-axis", "none,block", "--precision-axis", "fp32,fp16"]
+    args = ["--variants", "relu", "--seeds", 1, "--no-stats", *axes, "--store", tmp_path / "s.db", "--json"]
+    code, out, err = run_cli(*SMOKE, *args)
+    assert code == 0, err
+    cells = {(c["axes"]["checkpointing"], c["axes"]["precision"]): c["variants"][0] for c in json.loads(out)["cells"]}
+    assert set(cells) == {(k, p) for k in ("none", "block") for p in ("fp32", "fp16")}
+    for precision in ("fp32", "fp16"):  # recomputed, not kept: less saved for backward, less training memory
+        plain, ck = cells["none", precision], cells["block", precision]
+        assert ck["saved_bytes"] < plain["saved_bytes"] and ck["train_mem_bytes"] < plain["train_mem_bytes"]
+        assert ck["step_time_s"] > 0 and plain["step_time_s"] > 0
+    assert cells["none", "fp16"]["saved_bytes"] < cells["none", "fp32"]["saved_bytes"]  # half-width activations
+    page = (tmp_path / "report" / "report.html").read_text()
+    costs = page[page.index("saved for backward") :]  # the cost tables, one per cell, each under its axis values
+    assert all(f"checkpointing={k}, precision={p}" in costs for k, p in cells)

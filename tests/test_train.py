@@ -17,6 +17,7 @@ from ffnlab.run.monitors import BlowupWatch, spike
 from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, train
 from ffnlab.study.plan import Study, plan
 from tests.conftest import TINY_MODEL
+from tests.test_pretrained import LLAMA as PRETRAINED_LLAMA
 
 TINY = ModelConfig(n_layers=1, n_heads=2, d_model=32, context=32)
 
@@ -211,7 +212,7 @@ def test_auto_precision_is_bf16_only_where_the_cpu_runs_it_in_hardware(monkeypat
 
 
 def test_unknown_precision_is_refused():
-    with pytest.raises(ValueError, match="unknown precision 'fp8'; valid: auto, fp32, bf16"):
+    with pytest.raises(ValueError, match="unknown precision 'fp8'; valid: auto, fp32, bf16, fp16"):
         tiny(precision="fp8")
 
 
@@ -517,3 +518,141 @@ def test_qat_from_is_a_fraction_and_part_of_the_run_id():
         with pytest.raises(ValueError, match="qat_from must be a fraction of training in"):
             tiny(qat_from=bad)
     assert run_id(tiny(qat_from=None)) != run_id(tiny(qat_from=0.8)) != run_id(tiny(qat_from=0.9))
+
+
+def test_a_tagger_learns_conll_names_and_ends_with_span_f1(tmp_path):
+    from tests.test_tagging import write_conll
+
+    write_conll(tmp_path / "ner")
+    cfg = tiny(model=replace(TINY, task="tokens", context=16), data=str(tmp_path / "ner"), max_steps=30, eval_every=15)
+    r = train(cfg)
+    assert r.status == "finished" and r.task == "tokens" and r.config["tokenizer"] == "word"  # 'char' read as 'word'
+    assert r.final_val_f1 > 0.8 and r.final_test_f1 > 0.8 and r.final_val_acc > 0.9 and r.noisy_val_f1 is not None
+    assert r.history["val"][0]["acc"] < 0.8 < r.history["val"][-1]["acc"]  # accuracy per word, padding left out
+    assert r.final_val_loss == pytest.approx(r.history["val"][-1]["loss"], rel=0.5)
+
+
+def test_cli_tagger_prints_span_f1_and_a_line_without_a_tag_exits_2(run_cli, tmp_path):
+    from tests.test_tagging import write_conll
+
+    write_conll(tmp_path / "ner", sizes=(40, 8, 8))
+    code, out, err = run_cli("train", "--task", "tokens", "--data", tmp_path / "ner", *TINY_MODEL, "--steps", 3)
+    assert code == 0 and "span F1" in out and "token accuracy" in out, err
+    bad = write_conll(tmp_path / "bad", sizes=(40, 8, 8))
+    with open(bad / "valid.txt", "a") as f:
+        f.write("\nOops\n")
+    line = (bad / "valid.txt").read_text().count("\n")
+    code, _, err = run_cli("train", "--task", "tokens", "--data", bad, "--steps", 3, "--out", tmp_path / "r.json")
+    assert code == 2 and f"valid.txt line {line}: 'Oops' has a word but no tag" in err and err.count("\n") == 1
+    assert not (tmp_path / "r.json").exists()
+    code, _, err = run_cli("train", "--task", "tokens", "--tokenizer", "bpe", "--steps", 3)
+    assert code == 2 and "task 'tokens' tags whole words" in err
+
+
+# ---- memory and precision knobs: activation checkpointing, fp16 with a gradient scaler ------------------
+
+
+@pytest.mark.parametrize("kind", ["block", "ffn"])
+def test_checkpointing_keeps_less_for_backward_and_the_same_losses(kind):
+    cfg = tiny(precision="fp32", max_steps=6, eval_every=6, model=replace(TINY, ffn="swiglu", dropout=0.1))
+    plain = train(cfg)
+    ck = train(replace(cfg, model=replace(cfg.model, activation_checkpointing=kind)))
+    assert ck.history["train_loss"] == pytest.approx(plain.history["train_loss"], rel=1e-6, abs=1e-6)
+    assert ck.final_val_loss == pytest.approx(plain.final_val_loss, rel=1e-6, abs=1e-6)
+    # what is recomputed is not kept: the training memory drops by exactly the saved-for-backward difference
+    assert ck.saved_bytes < plain.saved_bytes
+    assert plain.train_mem_bytes - ck.train_mem_bytes == plain.saved_bytes - ck.saved_bytes
+    assert ck.config["model"]["activation_checkpointing"] == kind
+
+
+def test_checkpointing_is_a_run_of_its_own_and_ffn_needs_ffnlabs_transformer():
+    from ffnlab.study.plan import run_id
+
+    ids = {run_id(tiny(model=replace(TINY, activation_checkpointing=k))) for k in ("none", "block", "ffn")}
+    assert len(ids) == 3 and run_id(tiny()) in ids  # 'none', the default, keeps the ids stored before it
+    with pytest.raises(ValueError, match="'ffn' needs ffnlab's Transformer .* valid with --hf-config or --from: none"):
+        tiny(hf_config=LLAMA, model=replace(TINY, activation_checkpointing="ffn"))
+
+
+LLAMA = {**PRETRAINED_LLAMA, "num_hidden_layers": 2}  # two layers: block checkpointing has blocks to keep apart
+
+
+def test_a_hugging_face_model_checkpoints_its_layers():
+    cfg = tiny(precision="fp32", hf_config=LLAMA, max_steps=3, eval_every=3, final_eval_batches=2)
+    plain = train(cfg)
+    ck = train(replace(cfg, model=replace(TINY, activation_checkpointing="block")))
+    assert ck.history["train_loss"] == pytest.approx(plain.history["train_loss"], rel=1e-6, abs=1e-6)
+    assert ck.saved_bytes < plain.saved_bytes
+
+
+def test_fp16_trains_with_a_gradient_scaler():
+    r = train(tiny(precision="fp16", max_steps=10, eval_every=10))
+    fp32 = train(tiny(precision="fp32", max_steps=10, eval_every=10))
+    assert r.status == "finished" and r.steps == 10 and r.precision == r.config["precision"] == "fp16"
+    assert r.history["train_loss"] != fp32.history["train_loss"]  # it ran in fp16 ...
+    assert r.final_val_loss == pytest.approx(fp32.final_val_loss, abs=0.05)  # ... and learned as fp32 did
+    assert r.saved_bytes < fp32.saved_bytes  # half-width activations kept for backward
+
+
+def big_first_scale(monkeypatch, init_scale: float) -> None:
+    """Gradient scalers that start at `init_scale`: high enough, the first steps' gradients overflow fp16."""
+    import functools
+
+    monkeypatch.setattr(torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=init_scale))
+
+
+def test_fp16_overflow_skips_the_update_without_divergence(monkeypatch):
+    big_first_scale(monkeypatch, 2.0**40)
+    r = train(tiny(precision="fp16", max_steps=6, eval_every=6))
+    skips = [e for e in r.events if e["kind"] == "fp16_skip"]
+    assert len(skips) >= 3 and [e["scale"] for e in skips[:3]] == [2.0**39, 2.0**38, 2.0**37]
+    assert r.status == "finished" and r.diverged_kind is None
+    assert r.steps == 6 and len(r.history["train_loss"]) == 6  # a skipped update is not a step
+    assert all(math.isfinite(g) for g in r.history["grad_norm"])
+
+
+def test_fp16_diverges_when_the_scale_collapses(monkeypatch):
+    from ffnlab.run import train as train_module
+
+    big_first_scale(monkeypatch, 2.0**40)
+    monkeypatch.setattr(train_module, "FP16_MIN_SCALE", 2.0**39)  # the second overflow takes the scale under it
+    r = train(tiny(precision="fp16", max_steps=6, eval_every=6))
+    assert r.status == "diverged" and r.diverged_kind == "nonfinite" and r.diverged_step == 0 and r.steps == 0
+    assert [e["kind"] for e in r.events] == ["fp16_skip", "fp16_skip", "nonfinite"]
+
+
+def test_fp16_resumes_with_its_scale(monkeypatch, tmp_path):
+    big_first_scale(monkeypatch, 2.0**30)  # skipped updates: a resumed run at the first scale would skip again
+    cfg = tiny(precision="fp16", max_steps=8, eval_every=4, checkpoint_every=6, checkpoint_dir=str(tmp_path))
+    full = train(cfg)  # leaves its step-6 checkpoint
+    assert any(e["kind"] == "fp16_skip" for e in full.events)
+    resumed = train(cfg)
+    assert resumed.history["train_loss"] == full.history["train_loss"]
+    assert resumed.final_val_loss == full.final_val_loss
+
+
+def test_fp16_is_refused_in_one_line_where_torch_has_no_fp16_autocast(monkeypatch, run_cli, tmp_path):
+    from ffnlab.run import device
+
+    assert device.fp16_autocast("cpu")  # torch 2.13 autocasts to fp16 on the CPU
+    monkeypatch.setattr(device, "fp16_autocast", lambda where: False)
+    with pytest.raises(
+        ValueError, match="precision 'fp16' needs fp16 autocast, .* on cpu; valid here: auto, fp32, bf16$"
+    ):
+        train(tiny(precision="fp16"))
+    code, _, err = run_cli("train", *TINY_MODEL, "--precision", "fp16", "--steps", 2, "--out", tmp_path / "r.json")
+    assert code == 2 and "valid here: auto, fp32, bf16" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "r.json").exists()
+    code, _, err = run_cli(*SMOKE_COMPARE, "--precision-axis", "fp32,fp16", "--store", tmp_path / "s.db")
+    assert code == 2 and "valid here: auto, fp32, bf16" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "s.db").exists()
+
+
+SMOKE_COMPARE = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2, "--steps", 2]
+
+
+def test_the_cli_trains_with_checkpointing_and_fp16(run_cli):
+    knobs = ["--precision", "fp16", "--activation-checkpointing", "block"]
+    code, out, err = run_cli("train", *TINY_MODEL, "--steps", 2, "--eval-every", 2, *knobs)
+    assert code == 0, err
+    assert "in fp16" in out and "with block checkpointing" in out

@@ -36,6 +36,11 @@ def json_safe(obj: Any) -> Any:
     return obj
 
 
+def json_number(value: Any) -> Any:
+    """A float that `json_safe` wrote as 'nan', 'inf' or '-inf', back as the float; anything else as it is."""
+    return float(value) if value in ("nan", "inf", "-inf") else value
+
+
 def strict_dumps(obj: Any, indent: int | None = 1) -> str:
     """JSON text that every parser reads: `json_safe(obj)`, with no NaN or Infinity literal left."""
     return json.dumps(json_safe(obj), indent=indent, allow_nan=False)

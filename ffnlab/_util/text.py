@@ -54,3 +54,8 @@ def shorten(text: object, limit: int = 60) -> str:
     start, '…' and its length ('yyyy… (100,000 characters)'), so the message stays readable."""
     text = str(text)
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def and_list(names: list[str]) -> str:
+    """['gelu'] -> 'gelu', ['gelu', 'relu'] -> 'gelu and relu', three or more -> 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

@@ -25,6 +25,9 @@ from ffnlab._util.names import by_name, closest, normalize
 from ffnlab._util.text import shorten
 
 Family = Literal["relu", "gelu", "swish", "other"]
+# what one output element depends on: its own input, its input and its channel's position (the last
+# dimension), or the other tokens of the batch too
+Scope = Literal["element", "channel", "batch"]
 ActLike = str | nn.Module | Callable[[torch.Tensor], torch.Tensor]  # what get_activation accepts
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -44,6 +47,8 @@ class ActSpec:
     module: Callable[..., nn.Module] | None = None  # factory for learnable entries
     same_as: str | None = None  # canonical entry this one equals mathematically (HF aliases)
     defaults: dict[str, float] = field(default_factory=dict)  # keyword arguments of fn with their defaults
+    experimental: bool = False  # no paper defines this exact function: this project's reading (paper says whose)
+    scope: Scope = "element"  # what an output reads besides its own input; see `Scope`
 
     @property
     def learnable(self) -> bool:
@@ -117,6 +122,140 @@ def hf_gelu_python(x: torch.Tensor) -> torch.Tensor:
 def hf_gelu_10(x: torch.Tensor) -> torch.Tensor:
     """Hugging Face 'gelu_10': exact GELU clipped to [-10, 10] for quantisation (arXiv:2004.09602)."""
     return torch.clip(F.gelu(x), -10, 10)
+
+
+# ---- the attention article's remaining activations (issue #27) --------------------------------
+
+EXP_LINEAR_FROM = 10.0  # exponential's guard: exp(x) up to here, its tangent line beyond
+
+
+def energy_gated(x: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Energy-gated x*exp(-E(x)/T) with the Gaussian energy E(x) = x^2/2 and a fixed temperature T = 1.
+
+    This project's reading of the attention article's `x*exp(-E(x)/T)`, which names no energy: the
+    Boltzmann factor of a unit-stiffness spring, so the gate is 1 at x = 0 and closes for |x| >> sqrt(T);
+    f rises like x near 0, peaks at x = sqrt(T) and decays to 0 in both tails. T is not learned; another
+    is an argument (`get_activation("energy_gated", temperature=2.0)`).
+    """
+    return x * torch.exp(-0.5 * x * x / temperature)
+
+
+def split_gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """Spatio-temporal split: GELU on the first ceil(C/2) channels of the last dimension, tanh on the rest.
+
+    This project's reading of the attention article's split activation (no paper defines it): with an
+    odd channel count C the GELU half gets the extra channel. A 1-D input is one token's C channels.
+    """
+    first = torch.arange(x.shape[-1], device=x.device) < (x.shape[-1] + 1) // 2  # (C,): the GELU channels
+    # NOTE: both on every channel, then chosen: one elementwise Where in an exported graph, no Slice/Concat
+    return torch.where(first, F.gelu(x), torch.tanh(x))
+
+
+def exponential(x: torch.Tensor) -> torch.Tensor:
+    """Exponential activation exp(x), continued by its tangent line e^10*(x - 9) above x = 10.
+
+    exp(x) as an activation: Koo & Ploenzke 2021, Improving representations of genomic sequence motifs
+    in convolutional networks with exponential activations (Nat. Mach. Intell. 3, 258). The guard is this
+    project's: e^x overflows fp32 above x = 88.7; the tangent line keeps the value and the slope at 10
+    (C^1) and a gradient beyond, where clamping the input would leave none. It grows linearly, so fp32
+    holds it to x = 1.5e34, but fp16 (largest 65504) still overflows above x = 12.
+    """
+    top = math.exp(EXP_LINEAR_FROM)
+    return torch.where(x <= EXP_LINEAR_FROM, torch.exp(x.clamp(max=EXP_LINEAR_FROM)), top * (x - EXP_LINEAR_FROM + 1))
+
+
+QUANTILES_PER_SIDE = 16  # kernel centres per sign of a channel's context: 32 erf terms per element
+MIN_BANDWIDTH = 1e-3  # NOTE: a channel whose context is one value (one token, a constant) has std 0
+QuantileContext = tuple[torch.Tensor, torch.Tensor]  # centres (2K, C), bandwidth (C,)
+
+
+def _tokens(x: torch.Tensor) -> torch.Tensor:
+    """x as (tokens, channels): the last dimension is the channels, the others the tokens; 1-D is one channel."""
+    return x.reshape(-1, 1) if x.ndim <= 1 else x.reshape(-1, x.shape[-1])
+
+
+def _work_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)  # fp16/bf16 are summed in fp32, as a fused kernel would
+
+
+def quantile_context(x: torch.Tensor) -> QuantileContext:
+    """The distribution each channel of `x` is ranked in (`quantile`), detached: (centres, bandwidth).
+
+    Per channel, over its tokens z: K = QUANTILES_PER_SIDE quantiles of the negative values (centres
+    0..K-1) and K of the non-negative ones (K..2K-1), at levels (2k+1)/(2K), k = 0..K-1: the order
+    statistic floor((2k+1)n/(2K)) of each side's n values; a side with no values has its centres at
+    -inf (negatives) or +inf. The bandwidth is Silverman's rule for the 2K centres,
+    h = 1.06 std(z) (2K)^(-1/5), at least MIN_BANDWIDTH.
+    """
+    z = _tokens(x.detach()).to(_work_dtype(x))  # (N, C)
+    n, k = z.shape[0], QUANTILES_PER_SIDE
+    ordered = z.sort(dim=0).values
+    n_neg = (z < 0).sum(0)  # (C,)
+    row = torch.arange(2 * k, device=z.device)[:, None]  # (2K, 1): negative side first
+    negative = row < k
+    count = torch.where(negative, n_neg, n - n_neg)  # (2K, C): the values on that centre's side
+    rank = torch.where(negative, 0, n_neg) + (2 * (row % k) + 1) * count // (2 * k)  # in its side's ranks
+    inf = torch.tensor(math.inf, dtype=z.dtype, device=z.device)
+    empty = torch.where(negative, -inf, inf)
+    centres = torch.where(count > 0, ordered.gather(0, rank.clamp(max=n - 1)), empty)
+    bandwidth = (1.06 * z.std(dim=0, correction=0) * (2 * k) ** -0.2).clamp(min=MIN_BANDWIDTH)
+    return centres, bandwidth
+
+
+def _kernel_cdf(x: torch.Tensor, centres: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tensor:
+    """mean_j erf((x - c_j) / (sqrt2 h)) per channel: 2F - 1 of the Gaussian-kernel CDF F. x: (..., C)."""
+    inv = 1.0 / (math.sqrt(2.0) * bandwidth)
+    total = torch.zeros_like(x)
+    for c in centres:  # one pass over x per centre: no (..., C, 2K) tensor
+        total = total + torch.erf((x - c) * inv)
+    return total / len(centres)
+
+
+def _kernel_density(x: torch.Tensor, centres: torch.Tensor, bandwidth: torch.Tensor) -> torch.Tensor:
+    """d/dx of `_kernel_cdf` at fixed centres: mean_j 2/sqrt(pi) exp(-u_j^2) / (sqrt2 h), u_j = (x - c_j)/(sqrt2 h)."""
+    inv = 1.0 / (math.sqrt(2.0) * bandwidth)
+    total = torch.zeros_like(x)
+    for c in centres:
+        total = total + torch.exp(-torch.square((x - c) * inv))
+    return total * (inv * 2.0 / math.sqrt(math.pi) / len(centres))
+
+
+def quantile(x: torch.Tensor, context: QuantileContext | None = None) -> torch.Tensor:
+    """Quantile activation: 2F(x) - 1, F each channel's kernel-smoothed CDF over the batch's tokens.
+
+    After Challa et al. 2024, Quantile Activation (arXiv:2405.11573): a unit outputs where its input
+    lies in the distribution of that unit over the context (the batch), not the input itself. This
+    project's reading, per channel (the last dimension; the tokens are every other dimension, all B*T
+    of a Transformer's FFN input; a 1-D input is one channel's values):
+
+        f(x) = 2F(x) - 1 = mean_j erf((x - c_j) / (sqrt2 h)),  in (-1, 1), increasing in x,
+
+    F the Gaussian-kernel CDF on 2K centres c_j, the context's quantiles (`quantile_context`): the
+    paper's grounding gives the negative and the non-negative values half the mass each, so a unit
+    keeps its sign's information (an all-positive context maps every input above 0). The context is
+    detached: the gradient is 2F'(x), twice the kernel density, with the context held fixed, as the
+    paper's backward is the density. `context` (from `quantile_context`) ranks x in another batch's.
+
+    Where it differs from the paper: the forward is the kernel-smoothed CDF (the paper interpolates
+    the empirical quantiles and uses a kernel density only for the gradient), so forward and gradient
+    agree; K = 16 quantiles per side (the paper: 100); an empty side sits at -inf or +inf (the paper
+    appends +-100 to every context); the output is centred, 2F - 1 (the paper's is F, in [0, 1]).
+
+    NOTE: the output at one token depends on every token of the batch, later positions of its own
+    sequence too, so a causal LM with it is not strictly causal; the context carries no gradient, so
+    training cannot learn to read the future through it. It is deterministic given the batch, in
+    train and eval alike; one token alone (batch 1, one position) maps to +-0.5.
+    """
+    if x.numel() == 0:
+        return x.clone()
+    centres, bandwidth = quantile_context(x) if context is None else context
+    z = x.to(_work_dtype(x))  # (..., C) against (2K, C) and (C,): broadcast, no reshape (1-D: C = 1)
+    frozen = z.detach()
+    y = _kernel_cdf(frozen, centres, bandwidth)
+    # the value is unchanged, the gradient is the density; an exported graph computes values only
+    if torch.is_grad_enabled() and x.requires_grad and not torch.onnx.is_in_onnx_export():
+        y = y + _kernel_density(frozen, centres, bandwidth) * (z - frozen)
+    return y.to(x.dtype)
 
 
 # ---- learnable activations -----------------------------------------------------------------
@@ -330,6 +469,47 @@ ACTIVATIONS: dict[str, ActSpec] = by_name(
             7,
             "gelu",
             module=AttentionGELU,
+            experimental=True,
+        ),
+        # the attention article's remaining activations (issue #27): readings of its descriptions
+        _spec(
+            "quantile",
+            quantile,
+            "2F(x)-1 = mean_j erf((x-c_j)/(sqrt2 h)), c_j: quantiles of the channel over the batch",
+            "this project's reading of Challa et al. 2024, Quantile Activation (arXiv:2405.11573)",
+            130,  # 32 kernel terms of 4 ops each, plus the per-channel sort
+            "other",
+            experimental=True,
+            scope="batch",
+        ),
+        _spec(
+            "energy_gated",
+            energy_gated,
+            "x*exp(-E(x)/T), E(x) = x^2/2, T = 1",
+            "this project's reading of the attention article's energy gate (Gaussian energy, fixed T)",
+            5,
+            "other",
+            defaults={"temperature": 1.0},
+            experimental=True,
+        ),
+        _spec(
+            "split_gelu_tanh",
+            split_gelu_tanh,
+            "gelu(x) on the first ceil(C/2) channels, tanh(x) on the rest",
+            "this project's reading of the attention article's spatio-temporal split",
+            4,
+            "other",
+            experimental=True,
+            scope="channel",
+        ),
+        _spec(
+            "exponential",
+            exponential,
+            "exp(x) for x <= 10, e^10*(x-9) above (overflow guard)",
+            "Koo & Ploenzke 2021, exponential activations (Nat. Mach. Intell. 3:258); the guard is this project's",
+            2,
+            "other",
+            experimental=True,
         ),
         # Hugging Face names, evaluated with Hugging Face's own expressions.
         _spec(

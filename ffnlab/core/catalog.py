@@ -39,6 +39,8 @@ class ActivationRow:
     flops_per_element: int = 0
     learnable: bool = False
     family: str = ""
+    experimental: bool = False  # no paper defines this exact function: this project's reading of one
+    scope: str = "element"  # what an output reads besides its own input: "channel" (its position), "batch"
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def list_rows(d_model: int = 512) -> list[ActivationRow | FFNRow]:
             flops_per_element=spec.flops,
             learnable=spec.learnable,
             family=spec.family,
+            experimental=spec.experimental,
+            scope=spec.scope,
         )
         for name, spec in ACTIVATIONS.items()
     ]
@@ -94,11 +98,16 @@ def list_rows(d_model: int = 512) -> list[ActivationRow | FFNRow]:
 
 def format_list(rows: list[ActivationRow | FFNRow], d_model: int) -> str:
     """The activations and FFN variants as two tables, then the FFN names that are not entries."""
-    lines = [f"{'activation':<18} {'learnable':<9} formula"]
+    lines = [f"{'activation':<18} {'learnable':<9} {'experimental':<12} formula"]
     for r in rows:
         if isinstance(r, ActivationRow):
             alias = f"  (= {r.same_as}, Hugging Face name)" if r.same_as else ""
-            lines.append(f"{r.name:<18} {'yes' if r.learnable else 'no':<9} {r.formula}{alias}")
+            reads = f"  (reads the {r.scope})" if r.scope != "element" else ""
+            lines.append(
+                f"{r.name:<18} {'yes' if r.learnable else 'no':<9} {'yes' if r.experimental else 'no':<12} "
+                f"{r.formula}{alias}{reads}"
+            )
+    lines.append("(experimental: no paper defines that exact function; --json's paper says whose reading it is)")
     header = f"{'ffn':<14} {'gated':<6} {'d_ff':>6} {'params':>10}  formula"
     lines += ["", f"{header}   (d_model={d_model}, matched to dense 4x params)"]
     for r in rows:

@@ -1,7 +1,9 @@
 """A small configurable Transformer whose every FFN comes from the registry by name.
 
-Decoder-only causal LM (task="lm") or encoder classifier (task="cls", mean-pooled or CLS head);
-LayerNorm or RMSNorm, pre- or post-norm, learned or rotary positions, tied embeddings.
+Decoder-only causal LM (task="lm"), encoder classifier (task="cls", mean-pooled or CLS head), encoder
+tagger (task="tokens", a class per position; targets IGNORE_INDEX at padding) or a small ViT on image
+patches (task="image", `PatchEmbed` in place of the token embedding); LayerNorm or RMSNorm, pre- or
+post-norm, learned or rotary positions, tied embeddings, activation checkpointing per block or per FFN.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import attention_context, get_activation, resolve
@@ -35,6 +38,7 @@ from ffnlab.core.ffn import (
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
 ACT_POSITIONS = ("ffn", "before_norm", "after_residual")  # ModelConfig.act_position (Block)
+IGNORE_INDEX = -100  # a target that counts in no loss: padding of task "tokens" (F.cross_entropy's default)
 
 
 @dataclass
@@ -64,13 +68,21 @@ class ModelConfig:
     # FFN's norm (before_norm) or onto the block's output after the residual add (after_residual); pre-norm only
     pos: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
-    task: Literal["lm", "cls"] = "lm"
+    task: Literal["lm", "cls", "image", "tokens"] = "lm"  # lm: the next token; cls: a text's label; image: an
+    # image's label (a ViT: PatchEmbed's patches as tokens); tokens: a class (tag) per position, as in NER
     n_classes: int = 2
-    pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token
+    pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token (for
+    # task image a learned class token put first)
     attn_act: str | None = None  # activations on Q, K, V: one name for all three or e.g. "q=gelu,k=gelu"
     # (a missing projection gets none; "none": no activation anywhere); off in standard Transformers.
     # Kept in one spelling (`canonical_attn_act`), so one setting is one run id
     attn_proj_act: str | None = None  # older name: means the same as attn_act; kept so stored configs keep their ids
+    image_size: int | None = None  # task image: side in pixels every image is resized to (NxN); None: the data's
+    # own size, which all its images must share
+    patch_size: int = 2  # task image: side of the square patches that are its tokens; divides image_size
+    channels: int | None = None  # task image: 1 (grey) or 3 (RGB) channels; None: the data's own
+    activation_checkpointing: Literal["none", "block", "ffn"] = "none"  # recompute in backward instead of keeping
+    # for it: each block's activations, or each FFN's (the d_ff-wide ones); less memory, more time, the same numbers
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -83,9 +95,10 @@ CHOICES = {
     "glu_norm": GLU_NORMS,
     "act_position": ACT_POSITIONS,
     "pos": ("learned", "rope"),
-    "task": ("lm", "cls"),
+    "task": ("lm", "cls", "image", "tokens"),
     "pool": ("mean", "cls"),
     "ffn_match": MATCHES,
+    "activation_checkpointing": ("none", "block", "ffn"),
 }
 
 
@@ -107,6 +120,7 @@ def check_config(cfg: ModelConfig) -> None:
             raise ValueError(f"unknown {name} '{shorten(getattr(cfg, name))}'; valid: {', '.join(valid)}")
     check_act_position(cfg, layer_variants(cfg.ffn, cfg.n_layers))
     check_init(cfg.init)
+    check_image(cfg)
     if cfg.attn_act is not None and cfg.attn_proj_act is not None:
         raise ValueError(
             f"set attn_act or its older name attn_proj_act, not both: {cfg.attn_act!r}, {cfg.attn_proj_act!r}"
@@ -130,6 +144,22 @@ def check_act_position(cfg: ModelConfig, variants: list[str]) -> None:
                 f"act_position '{cfg.act_position}' moves a dense FFN's one activation; '{variant}' is "
                 f"{get_ffn_spec(variant).kind}: use a dense variant (gelu, relu, ...), or act_position ffn"
             )
+
+
+CHANNELS = (1, 3)
+
+
+def check_image(cfg: ModelConfig) -> None:
+    """Raise ValueError for image fields that cannot make patches (checked for every task: they are inert
+    but for task image)."""
+    if cfg.patch_size <= 0:
+        raise ValueError(f"patch_size must be positive, got {cfg.patch_size}")
+    if cfg.image_size is not None and (cfg.image_size <= 0 or cfg.image_size % cfg.patch_size):
+        raise ValueError(
+            f"image_size must be a positive multiple of patch_size ({cfg.patch_size}), got {cfg.image_size}"
+        )
+    if cfg.channels is not None and cfg.channels not in CHANNELS:
+        raise ValueError(f"channels must be 1 (grey) or 3 (RGB), got {cfg.channels}")
 
 
 PROJECTIONS = ("q", "k", "v")
@@ -306,32 +336,43 @@ class Block(nn.Module):
         # act_position: the FFN's activation moved out of it, to where misplaced_ffn applies it
         self.act_position = cfg.act_position
         self.moved_act: nn.Module | None = None if cfg.act_position == "ffn" else take_activation(self.ffn)
+        self.checkpointing = cfg.activation_checkpointing
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
-        # attention-aware activations (agelu) read this block's attention output during the FFN
-        out: torch.Tensor
         if self.pre:
             attn = self.attn(self.norm1(x), rope)
             x = x + self.drop(attn)
-            with attention_context(self.ffn, attn):
-                if self.moved_act is not None:
-                    return self.misplaced_ffn(x)
-                out = x + self.drop(self.ffn(self.norm2(x)))
+            if self.moved_act is not None:
+                return self.misplaced_ffn(x, attn)
+            out: torch.Tensor = x + self.drop(self.run_ffn(self.norm2(x), attn))
             return out
         attn = self.attn(x, rope)
         x = self.norm1(x + self.drop(attn))
-        with attention_context(self.ffn, attn):
-            out = self.norm2(x + self.drop(self.ffn(x)))
+        out = self.norm2(x + self.drop(self.run_ffn(x, attn)))
         return out
 
-    def misplaced_ffn(self, h: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
+    def run_ffn(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The FFN on h, its attention-aware activations (agelu) reading this block's attention output `attn`;
+        with 'ffn' checkpointing run again in backward (with the same dropout draws), keeping only h for it."""
+        if self.checkpointing == "ffn" and torch.is_grad_enabled():
+            out: torch.Tensor = checkpoint(self.ffn_reading, h, attn, use_reentrant=False)
+            return out
+        return self.ffn_reading(h, attn)
+
+    def ffn_reading(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        # NOTE: the attention context is entered inside what a checkpoint recomputes, or agelu would recompute without it
+        with attention_context(self.ffn, attn):
+            out: torch.Tensor = self.ffn(h)
+        return out
+
+    def misplaced_ffn(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         """The pre-norm FFN sub-layer with its activation moved to `act_position` (see the class)."""
         assert self.moved_act is not None
         out: torch.Tensor
         if self.act_position == "before_norm":
-            out = h + self.drop(self.ffn(self.norm2(self.moved_act(h))))
+            out = h + self.drop(self.run_ffn(self.norm2(self.moved_act(h)), attn))
         else:  # after_residual
-            out = self.moved_act(h + self.drop(self.ffn(self.norm2(h))))
+            out = self.moved_act(h + self.drop(self.run_ffn(self.norm2(h), attn)))
         return out
 
 
@@ -344,8 +385,39 @@ def take_activation(ffn: nn.Module) -> nn.Module:
     return act
 
 
+class PatchEmbed(nn.Module):
+    """Images (B, channels, H, W) -> one token per patch (B, T, d_model), ViT's patch embedding (Dosovitskiy
+    et al. 2021): each patch_size x patch_size patch flattened and projected by one linear map, which is a
+    Conv2d with kernel = stride = patch_size; with pool "cls" a learned class token is put first."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.image_size is None or cfg.channels is None:
+            raise ValueError("task image needs image_size and channels (the run sets them from its data)")
+        self.patch = cfg.patch_size
+        self.proj = nn.Linear(cfg.channels * cfg.patch_size**2, cfg.d_model)
+        # NOTE: zeros, as the original ViT; a vector (not 3-d) so AdamW does not decay it, like a bias
+        self.cls_token = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.pool == "cls" else None
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:  # (B, ch, H, W) -> (B, T, C)
+        B, ch, H, W = images.shape
+        p = self.patch
+        patches = images.unfold(2, p, p).unfold(3, p, p)  # (B, ch, H/p, W/p, p, p)
+        patches = patches.permute(0, 2, 3, 1, 4, 5).reshape(B, (H // p) * (W // p), ch * p * p)  # row by row
+        x: torch.Tensor = self.proj(patches)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(B, 1, -1).to(x.dtype), x], dim=1)
+        return x
+
+
+def image_tokens(cfg: ModelConfig) -> int:
+    """The sequence length of task image: (image_size / patch_size)^2 patches, one more with a class token."""
+    assert cfg.image_size is not None  # set from the data before a model is built
+    return (cfg.image_size // cfg.patch_size) ** 2 + (cfg.pool == "cls")
+
+
 class Transformer(nn.Module):
-    """Token embeddings, n_layers blocks, final norm, and an LM or classification head."""
+    """Token embeddings, n_layers blocks, final norm, and an LM, classification or tagging head."""
 
     rope_cos: torch.Tensor  # buffers, registered when cfg.pos is "rope"
     rope_sin: torch.Tensor
@@ -353,7 +425,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tok_emb = PatchEmbed(cfg) if cfg.task == "image" else nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.context, cfg.d_model) if cfg.pos == "learned" else None
         if cfg.pos == "rope":
             cos, sin = rope_tables(cfg.context, cfg.d_model // cfg.n_heads)
@@ -366,6 +438,7 @@ class Transformer(nn.Module):
         if cfg.task == "lm":
             self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             if cfg.tie_embeddings:
+                assert isinstance(self.tok_emb, nn.Embedding)  # a PatchEmbed only for task image
                 self.head.weight = self.tok_emb.weight
         else:
             self.head = nn.Linear(cfg.d_model, cfg.n_classes)
@@ -374,11 +447,11 @@ class Transformer(nn.Module):
     def rope(self) -> Rope | None:
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:  # idx: (B, T) -> (B, T, C)
-        T = idx.shape[1]
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:  # idx: (B, T), or images (B, ch, H, W) -> (B, T, C)
+        x = self.tok_emb(idx)
+        T = x.shape[1]
         if self.cfg.context < T:
             raise ValueError(f"sequence length {T} exceeds the model's context {self.cfg.context}")
-        x = self.tok_emb(idx)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(T, device=idx.device))
         out: torch.Tensor = self.drop(x)
@@ -387,18 +460,23 @@ class Transformer(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx (B, T) token ids -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss."""
+        """idx (B, T) token ids or images (B, ch, H, W) -> logits (B, T, vocab) for the LM, (B, n_classes) for
+        cls and image or (B, T, n_classes) for tokens, and the loss (targets IGNORE_INDEX count in none)."""
         x = self.embed(idx)
         rope = self.rope()
-        for block in self.blocks:
-            x = block(x, rope)
+        recompute = self.cfg.activation_checkpointing == "block" and torch.is_grad_enabled()
+        for block in self.blocks:  # 'block' checkpointing keeps each block's input only, and runs it again in backward
+            x = checkpoint(block, x, rope, use_reentrant=False) if recompute else block(x, rope)
         x = self.norm(x)
-        if self.cfg.task == "cls":
+        if self.cfg.task in ("cls", "image"):
             x = x.mean(dim=1) if self.cfg.pool == "mean" else x[:, 0]
         logits = self.head(x)
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX
+        )
+        return logits, loss
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor, layer: int = 0) -> torch.Tensor:

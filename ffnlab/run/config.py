@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, get_args
 
 from ffnlab.core.model import ModelConfig
+from ffnlab.run.pairs import text_fields
 from ffnlab.run.tokenizer import check_word_vocab
 
-Precision = Literal["auto", "fp32", "bf16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)
 Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
 DIVERGENCE = ("nonfinite", "blowup")  # the kinds of divergence, the event kinds that end a run
@@ -28,12 +29,15 @@ class TrainConfig:
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
     tokenizer: Literal["char", "byte", "bpe", "word", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained
     # on the corpus, words (split on whitespace and punctuation; perplexity per word, as in WikiText's published
-    # numbers), or the tokenizer.json of the init_from folder
+    # numbers), or the tokenizer.json of the init_from folder; task tokens reads each word of a sentence as one
+    # position, its tokenizer 'word' ('char', the default, becomes 'word' there)
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
     # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)
-    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face)
-    label_field: str = "label"  # the label column, for task cls
+    text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face); two,
+    # comma-separated (premise,hypothesis), make a sentence pair for task cls, joined by a separator id; task
+    # tokens: the column of words, 'tokens' unless set
+    label_field: str = "label"  # the label column, for task cls; task tokens: the column of tags, 'ner_tags' unless set
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
     batch_size: int = 16  # sequences per optimizer step
     max_steps: int = 200  # optimizer steps
@@ -56,7 +60,8 @@ class TrainConfig:
     # (the lowest median of 10 consecutive steps) for diverge_steps steps in a row, as it does when non-finite
     diverge_steps: int = 50  # steps in a row above diverge_factor x the best loss that make a run diverged
     noise_std: float = 0.1  # Gaussian noise on the embeddings for the robustness probe
-    precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision)
+    precision: Precision = "auto"  # auto: bf16 autocast where it pays (resolve_precision); fp16: fp16 autocast
+    # with a gradient scaler, whose skipped steps (gradients that overflowed fp16) are not divergence
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # auto: cuda where available
     compile: bool = False  # torch.compile the model
     threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
@@ -68,6 +73,9 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, dict):
             self.model = ModelConfig(**self.model)
+        if self.model.task == "tokens":
+            check_tagger(self)
+            self.tokenizer = "word"  # so the stored config says what ran
         for name in (
             "batch_size",
             "max_steps",
@@ -105,10 +113,17 @@ class TrainConfig:
             )
         if self.word_vocab is not None:
             check_word_vocab(self.word_vocab)
+        self.text_field = ",".join(text_fields(self.text_field))  # one spelling, one run id: 'a, b' is 'a,b'
+        check_text_field(self)
         if self.init_from and self.hf_config:
             raise ValueError("give a pretrained folder (init_from, --from) or a Hugging Face config, not both")
         if self.precision not in PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}'; valid: {', '.join(PRECISIONS)}")
+        if self.model.activation_checkpointing == "ffn" and (self.hf_config or self.init_from):
+            raise ValueError(
+                "activation_checkpointing 'ffn' needs ffnlab's Transformer (a Hugging Face model checkpoints whole "
+                "layers); valid with --hf-config or --from: none, block"
+            )
         if self.qat_from is not None and not 0.0 <= self.qat_from < 1.0:
             raise ValueError(f"qat_from must be a fraction of training in [0, 1), got {self.qat_from}")
         if self.device not in DEVICES:
@@ -124,6 +139,31 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown config keys {sorted(unknown)}; valid: {', '.join(sorted(known))}")
         return cls(**d)
+
+
+def check_tagger(cfg: TrainConfig) -> None:
+    """ValueError unless a task tokens config is one ffnlab can run: its own Transformer, one word per position."""
+    if cfg.hf_config or cfg.init_from:
+        raise ValueError("task 'tokens' trains ffnlab's Transformer only; --hf-config and --from take task lm or cls")
+    if cfg.tokenizer not in ("char", "word"):
+        raise ValueError(
+            f"task 'tokens' tags whole words, one position each: its tokenizer is 'word' (what the default "
+            f"'char' becomes for it), not '{cfg.tokenizer}'"
+        )
+
+
+def check_text_field(cfg: TrainConfig) -> None:
+    """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.run.pairs) for a classifier
+    trained from scratch."""
+    if len(text_fields(cfg.text_field)) == 1:
+        return
+    if cfg.model.task != "cls":
+        raise ValueError(f"a sentence pair (text_field '{cfg.text_field}') is for task cls, not {cfg.model.task}")
+    if cfg.init_from:
+        raise ValueError(
+            "a sentence pair adds a separator id, which the vocabulary of a pretrained model (--from) does not have; "
+            "fine-tune it on one text field"
+        )
 
 
 # What makes a run's identity (ffnlab.study.plan.run_id, the hash a store finds a run by), listed by the
@@ -144,7 +184,9 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.attn_act", "model.attn_proj_act",
     ),
     2: ("qat_from",),
-    3: ("diverge_factor", "diverge_steps", "word_vocab", "model.glu_norm", "model.act_position"),
+    3: ("diverge_factor", "diverge_steps", "word_vocab", "model.image_size", "model.patch_size", "model.channels",
+        "model.activation_checkpointing",  # checkpointing: the same numbers, other costs (memory, time)
+        "model.glu_norm", "model.act_position"),
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 
@@ -175,7 +217,7 @@ class RunResult:
     steps: int
     final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches
     final_val_ppl: float | None  # exp(final_val_loss)
-    final_val_acc: float | None  # classification only
+    final_val_acc: float | None  # classification: accuracy; tagging (task tokens): accuracy per word
     final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
     final_test_acc: float | None
     noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
@@ -214,6 +256,14 @@ class RunResult:
     history: dict
     events: list
     config: dict
+    # classification only (cls, image): macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); task
+    # tokens only: span F1 as seqeval computes it (ffnlab.run.tagging.span_f1). With defaults, as fields added
+    # later are, so a result built before them (by a caller older than the task) still builds
+    final_val_macro_f1: float | None = None
+    final_test_macro_f1: float | None = None
+    final_val_f1: float | None = None
+    final_test_f1: float | None = None
+    noisy_val_f1: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -37,8 +37,9 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
     `file` and `flags` have one shape, the file's: TrainConfig's fields, 'model' for ModelConfig's (other
     tables are not the run's). Then the rules a run adds: max_seconds alone sets max_steps to 10**9, so that
     time is the only limit; a Hugging Face config given as a path is read (its architecture checked now, before
-    any run); and fine-tuning (init_from) keeps the folder's activation unless model.ffn is given, and its
-    tokenizer.json unless tokenizer is."""
+    any run); and fine-tuning (init_from) keeps the folder's activation unless model.ffn is given, its
+    tokenizer.json unless tokenizer is, and its model's context unless model.context is (ValueError where that is
+    longer than the model's positions)."""
     run = {k: v for source in (file, flags) for k, v in source.items() if k in RUN_FIELDS}
     model = {**file.get("model", {}), **flags.get("model", {})}
     if "max_seconds" in run and "max_steps" not in run and "max_tokens" not in run:
@@ -54,6 +55,10 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
         from ffnlab.tools.pretrained import pretrained_ffn
 
         model["ffn"] = pretrained_ffn(init_from)
+    if init_from:  # and the context of the folder's model unless --context is given, and no longer than it
+        from ffnlab.tools.pretrained import pretrained_context
+
+        model["context"] = pretrained_context(init_from, model.get("context"))
     if init_from and "tokenizer" not in run and os.path.isfile(os.path.join(init_from, "tokenizer.json")):
         run["tokenizer"] = "pretrained"  # the folder's own tokenizer, unless --tokenizer says otherwise
     return replace(base, model=replace(base.model, **model), **run)

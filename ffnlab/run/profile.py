@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from torch import nn
@@ -29,6 +29,20 @@ from ffnlab.run.train import Setup, get_batch, prepare
 from ffnlab.tools.bench import c_stderr_silenced
 
 PHASES = ("forward", "backward", "optimizer")
+OTHER = "everything else (dispatch, Python, autograd)"
+# the kinds of work a step's operators do, by the operator's name (first match wins; the rest is OTHER): what a
+# speed ratio between two implementations is made of (benchmarks/train_speed.py prints them side by side)
+KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("matmul (mm, addmm, bmm)", lambda n: n in ("aten::mm", "aten::addmm", "aten::bmm", "aten::_addmm_activation")),
+    ("attention kernels (SDPA)", lambda n: "scaled_dot_product" in n and not n.startswith("graph_")),
+    ("compiled (inductor) kernels", lambda n: n.startswith(("graph_", "cpp_fused", "kernel_cpp"))),
+    ("optimizer (fused AdamW, clipping norms)", lambda n: n in ("aten::_fused_adamw_", "aten::linalg_vector_norm",
+                                                             "aten::_foreach_norm", "aten::_foreach_mul_")),
+    ("norms", lambda n: "layer_norm" in n or "rms_norm" in n),
+    ("activations", lambda n: n.startswith(("aten::gelu", "aten::silu", "aten::relu", "aten::threshold_backward",
+                                            "aten::sigmoid", "aten::tanh", "aten::erf"))),
+    ("casts and copies", lambda n: n in ("aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous")),
+)  # fmt: skip
 FFN_IN, FFN_OUT = ("w_in", "w_gate", "w_up"), ("w_out", "w_down")
 NORMS = (nn.LayerNorm, nn.RMSNorm)
 
@@ -54,15 +68,17 @@ class StepProfile:
     step_ms: float  # the three phases together
     parts: list[Share]  # the forward's parts, then backward and optimizer: they add up to the step
     operators: list[Share]  # the operators with the most time of their own, over the whole step
+    kinds: list[Share] = field(default_factory=list)  # the step's own time by kind of work (KINDS, then OTHER)
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> StepProfile:
-        """A profile read back from `to_json` (profiles.json beside a store)."""
+        """A profile read back from `to_json` (profiles.json beside a store; one written before `kinds` has none)."""
         shares = lambda rows: [Share(**row) for row in rows]
-        return cls(**{**d, "parts": shares(d["parts"]), "operators": shares(d["operators"])})
+        kinds = shares(d.get("kinds", []))
+        return cls(**{**d, "parts": shares(d["parts"]), "operators": shares(d["operators"]), "kinds": kinds})
 
 
 def part_of(name: str, module: nn.Module, in_ffn: bool) -> str | None:
@@ -167,7 +183,12 @@ def step_shares(events: list, steps: int, top: int) -> dict:
     labels = {*PHASES, "attention", "ffn", "ffn in", "ffn out", "norms"}
     ops = sorted((e for e in events if e.key not in labels), key=lambda e: e.self_cpu_time_total, reverse=True)
     share = lambda ms: ms / step_ms if step_ms else 0.0
+    kinds = dict.fromkeys([name for name, _ in KINDS] + [OTHER], 0.0)
+    for e in events:  # every operator's own time, the labels' included (their own time is dispatch and hooks)
+        kind = next((name for name, test in KINDS if test(e.key)), OTHER)
+        kinds[kind] += e.self_cpu_time_total / 1e3 / steps
     return {
+        "kinds": [Share(name, ms, share(ms)) for name, ms in kinds.items()],
         "step_ms": step_ms,
         "parts": [Share(name, ms, share(ms)) for name, ms in parts.items()],
         "operators": [
@@ -189,4 +210,7 @@ def format_profile(profile: StepProfile) -> str:
     lines += [f"  {p.name:<42}{p.ms:>8.2f}{p.share:>8.1%}" for p in profile.parts]
     lines += ["", f"  {'operator (own time)':<42}{'ms':>8}{'share':>8}{'calls':>7}"]
     lines += [f"  {o.name[:42]:<42}{o.ms:>8.2f}{o.share:>8.1%}{o.calls:>7}" for o in profile.operators]
+    if profile.kinds:
+        lines += ["", f"  {'kind of work (own time)':<42}{'ms':>8}{'share':>8}"]
+        lines += [f"  {k.name[:42]:<42}{k.ms:>8.2f}{k.share:>8.1%}" for k in profile.kinds]
     return "\n".join(lines)

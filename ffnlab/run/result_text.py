@@ -22,16 +22,28 @@ def format_run(r: RunResult) -> str:
             f"  perplexity{unit} {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
             f"with embedding noise {f(r.noisy_val_loss)}"
         )
+    elif r.task == "tokens":
+        lines.append(
+            f"  span F1 {f(r.final_val_f1)}, test {f(r.final_test_f1)}, with embedding noise {f(r.noisy_val_f1)}; "
+            f"token accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}"
+        )
     else:
         lines.append(
-            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}"
+            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}; "
+            f"macro-F1 {f(r.final_val_macro_f1)}, test {f(r.final_test_macro_f1)}"
         )
     lines.append(
         f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
         f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
-        f"{r.saved_bytes / 2**20:.1f})"
+        f"{r.saved_bytes / 2**20:.1f}{checkpointing_text(r)})"
         + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else "")
     )
+    skips = [e for e in r.events if e["kind"] == "fp16_skip"]
+    if skips:
+        lines.append(
+            f"  fp16: the gradient scaler skipped {len(skips)} update(s) whose gradients overflowed, each trained "
+            "again on the next batch (not divergence)"
+        )
     lines.append(
         f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
         f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
@@ -39,3 +51,9 @@ def format_run(r: RunResult) -> str:
     for layer, values in r.learned.items():
         lines.append(f"  learned {layer}: {json.dumps(values)}")
     return "\n".join(lines)
+
+
+def checkpointing_text(r: RunResult) -> str:
+    """', with block checkpointing' where the run recomputed activations in backward, else ''."""
+    kind = r.config.get("model", {}).get("activation_checkpointing", "none")
+    return "" if kind == "none" else f", with {kind} checkpointing"

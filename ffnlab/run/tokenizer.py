@@ -6,6 +6,8 @@ locally with Hugging Face `tokenizers` and cached on disk, keyed by the texts' s
 size, in `cache_dir`, else $FFNLAB_CACHE/tokenizers, else ~/.cache/ffnlab/tokenizers. The word
 tokenizer (WORD_PATTERN) keeps the most frequent words of the training texts and maps every other
 word to `<unk>`, so a loss per token is a loss per word, as in the published WikiText numbers.
+`SeparatedTokenizer` gives any of them one id more, which no text encodes to: the separator of a sentence
+pair (ffnlab.run.pairs).
 """
 
 from __future__ import annotations
@@ -264,6 +266,41 @@ class WordTokenizer:
         return {"kind": "word", "words": self.itos[1:]}
 
 
+SEP_TEXT = " [SEP] "  # how a SeparatedTokenizer decodes its separator id
+
+
+class SeparatedTokenizer:
+    """A tokenizer with one id more, `sep_id` (the base tokenizer's vocab_size), that no text encodes to:
+    the separator of a sentence pair (ffnlab.run.pairs), distinct whatever the base tokenizer's kind.
+    Text encodes as the base encodes it; decoding shows the separator as SEP_TEXT."""
+
+    def __init__(self, base: Tokenizer):
+        self.base = base
+        self.kind = base.kind
+        self.sep_id = base.vocab_size
+        self.vocab_size = base.vocab_size + 1
+
+    def encode(self, text: str) -> list[int]:
+        return self.base.encode(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return self.base.encode_array(text)
+
+    def decode(self, ids) -> str:
+        pieces: list[str] = []
+        run: list[int] = []
+        for i in id_list(ids, self.vocab_size):
+            if i == self.sep_id:
+                pieces += [self.base.decode(run), SEP_TEXT]
+                run = []
+            else:
+                run.append(i)
+        return "".join([*pieces, self.base.decode(run)])
+
+    def state(self) -> dict:
+        return {**self.base.state(), "separator": True}
+
+
 TOKENIZERS = ("char", "byte", "bpe", "word")  # built from texts; 'pretrained' reads a folder's tokenizer.json
 
 
@@ -322,6 +359,8 @@ def build_tokenizer(
 
 def tokenizer_from_state(state: dict) -> Tokenizer:
     """The tokenizer whose `state()` this is."""
+    if isinstance(state, dict) and state.get("separator"):  # a SeparatedTokenizer: its base, and the separator
+        return SeparatedTokenizer(tokenizer_from_state({k: v for k, v in state.items() if k != "separator"}))
     kind = state.get("kind") if isinstance(state, dict) else None
     if kind == "char":
         return CharTokenizer(state["chars"])

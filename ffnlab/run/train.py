@@ -4,12 +4,15 @@
 (learning rate, batch, forward, backward, clip, step, evaluate, checkpoint) and `finish` wraps up
 (final evaluations on val and test, behaviour, costs: the RunResult). AdamW, linear warm-up then
 cosine decay, gradient clipping, evaluation every `eval_every` steps on a fixed held-out set (the
-same batches for every variant and seed), budgets by steps, tokens or seconds, bf16 autocast as an
-option. Checkpoints (safetensors, resuming to the same result) are in `ffnlab.run.checkpoint`; the
-stability monitors (FFN gradient statistics, gradient-norm and loss spikes, dead units, sparsity,
-activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
+same batches for every variant and seed), budgets by steps, tokens or seconds, bf16 autocast or fp16
+autocast with a gradient scaler as options, and activation checkpointing (ModelConfig.activation_checkpointing;
+a Hugging Face model's own, per layer). Checkpoints (safetensors, resuming to the same result)
+are in `ffnlab.run.checkpoint`; the stability monitors (FFN gradient statistics, gradient-norm and loss spikes,
+dead units, sparsity, activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
 A run that hits a non-finite loss or gradient, or whose loss stays far above its best (TrainConfig.diverge_factor
-and diverge_steps), ends as `diverged`.
+and diverge_steps), ends as `diverged`. Under fp16 a non-finite gradient with a finite loss is not divergence: the
+gradient scaler skips that update and halves its scale (the step is not counted, an 'fp16_skip' event says so);
+only a non-finite loss, or a scale that fell below FP16_MIN_SCALE, ends an fp16 run as diverged.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -31,7 +34,15 @@ from torch import nn
 
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
-from ffnlab.core.model import ModelConfig, Transformer, param_count, qkv_act_spec
+from ffnlab.core.model import (
+    IGNORE_INDEX,
+    ModelConfig,
+    PatchEmbed,
+    Transformer,
+    image_tokens,
+    param_count,
+    qkv_act_spec,
+)
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device, resolve_precision
@@ -44,15 +55,31 @@ from ffnlab.run.monitors import (
     named_ffns,
     spike_events,
 )
+from ffnlab.run.pairs import is_pair, pair_splits
+from ffnlab.run.scores import macro_f1
 
 if TYPE_CHECKING:
     from ffnlab.run.data import Corpus
+    from ffnlab.run.images import ImageSet
     from ffnlab.run.tokenizer import Tokenizer
+    from ffnlab.tools.hf import HFModel
 
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
+# NOTE: the gradient scaler halves its scale at every overflow; below 1 the gradients overflow fp16 unscaled, which
+# no scale mends: the run has diverged
+FP16_MIN_SCALE = 1.0
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # the precisions that autocast, and to what
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) and next-token targets (B, T) or labels (B,)
-Split = torch.Tensor | tuple[list[torch.Tensor], torch.Tensor]  # LM token ids, or (documents, labels)
+Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets: next tokens (B, T),
+# labels (B,) or tags (B, T)
+# LM token ids, (documents, labels) for cls, (sentences' word ids, their tag ids) for tokens, or for task image
+# (normalised images (N, ch, H, W), labels)
+Split = (
+    torch.Tensor
+    | tuple[list[torch.Tensor], torch.Tensor]
+    | tuple[list[torch.Tensor], list[torch.Tensor]]
+    | tuple[torch.Tensor, torch.Tensor]
+)
 ModelFactory = Callable[[ModelConfig, int], nn.Module]  # (model config, seed) -> module(idx, targets)
 Progress = Callable[[int, int, dict], None]  # (step, total, {"loss", "lr", "elapsed"})
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -65,7 +92,10 @@ def data_args(cfg: TrainConfig) -> tuple:
     """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
     folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
     vocab_size = {"bpe": cfg.bpe_vocab, "word": cfg.word_vocab}.get(cfg.tokenizer)
-    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder)
+    pair_context = cfg.model.context if is_pair(cfg.text_field) else None  # a sentence pair is cut to fit it
+    image = (cfg.model.image_size, cfg.model.channels) if cfg.model.task == "image" else (None, None)
+    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context,
+            *image)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)
@@ -77,15 +107,27 @@ def load_data(
     text_field: str,
     label_field: str,
     folder: str | None = None,
-) -> tuple[Corpus, Tokenizer, dict[str, Split]]:
+    pair_context: int | None = None,
+    image_size: int | None = None,
+    channels: int | None = None,
+) -> tuple[Corpus | ImageSet, Tokenizer, dict[str, Split]]:
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
     'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
-    and test words it never saw are <unk> for 'word'."""
+    and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
+    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`). Task tokens gives
+    each word of a sentence one position (`ffnlab.run.tagging.word_vocabulary`). Task image:
+    `load_image_data`."""
     from ffnlab.run.data import load_corpus
     from ffnlab.run.tokenizer import build_tokenizer
 
+    if task == "image":
+        return load_image_data(data, image_size, channels)
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
+    if task == "tokens":
+        return (corpus, *tagged_splits(corpus, vocab_size))
+    if pair_context is not None:
+        return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
     all_text = corpus.train + corpus.val + corpus.test
     tok = build_tokenizer(
         tokenizer,
@@ -103,10 +145,53 @@ def load_data(
     return corpus, tok, splits
 
 
-def data_model_config(cfg: TrainConfig, corpus: Corpus, tokenizer: Tokenizer) -> ModelConfig:
-    """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier, the
-    corpus's classes (`load_data`'s)."""
-    n_classes = len(corpus.classes) if cfg.model.task == "cls" and corpus.classes else cfg.model.n_classes
+def tagged_splits(corpus: Corpus, vocab_size: int | None) -> tuple[Tokenizer, dict[str, Split]]:
+    """Task tokens: the training sentences' word vocabulary and, per split, each sentence's word ids and tag ids."""
+    from ffnlab.run.tagging import word_ids, word_vocabulary
+
+    vocab = word_vocabulary([doc.split(" ") for doc in corpus.train], vocab_size)
+    splits: dict[str, Split] = {}
+    for split in ("train", "val", "test"):
+        words = [word_ids(vocab, doc.split(" ")) for doc in corpus.documents(split)]
+        splits[split] = (words, [torch.tensor(tags, dtype=torch.long) for tags in corpus.labels(split) or []])
+    return vocab, splits
+
+
+def load_image_data(
+    data: str, image_size: int | None, channels: int | None
+) -> tuple[ImageSet, Tokenizer, dict[str, Split]]:
+    """`load_data` for task image: the images (ffnlab.run.images) and, per split, (images normalised by the
+    training split's per-channel mean and std, labels); no tokenizer (`PixelInput`)."""
+    from ffnlab.run.images import PixelInput, load_images
+
+    images = load_images(data, image_size, channels)
+    splits: dict[str, Split] = {split: (images.normalised(split), images.labels[split]) for split in images.images}
+    return images, PixelInput(), splits
+
+
+def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
+    """`data_model_config` for task image: the data's classes, image size and channels, and as context the
+    patches (and class token) an image makes; ValueError for a model that is not ffnlab's own."""
+    if cfg.hf_config or cfg.init_from:
+        raise ValueError("task image trains ffnlab's own ViT; --hf-config and --from take text models")
+    if images.image_size % cfg.model.patch_size:
+        raise ValueError(
+            f"the images of '{cfg.data}' are {images.image_size}x{images.image_size}, not a multiple of "
+            f"--patch-size {cfg.model.patch_size}; give another patch size or --image-size"
+        )
+    mcfg = replace(cfg.model, n_classes=len(images.classes), image_size=images.image_size, channels=images.channels)
+    return replace(mcfg, context=image_tokens(mcfg))
+
+
+def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet, tokenizer: Tokenizer) -> ModelConfig:
+    """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier or a
+    tagger, the corpus's classes or tags (`load_data`'s); for task image `image_model_config`."""
+    if cfg.model.task == "image":
+        from ffnlab.run.images import ImageSet
+
+        assert isinstance(corpus, ImageSet)  # load_data's for task image
+        return image_model_config(cfg, corpus)
+    n_classes = len(corpus.classes) if cfg.model.task in ("cls", "tokens") and corpus.classes else cfg.model.n_classes
     return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=n_classes)
 
 
@@ -139,12 +224,21 @@ def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tens
 
 
 def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
-    """Random (x, y): LM windows with next-token targets, or classification crops and labels."""
+    """Random (x, y): LM windows with next-token targets, classification crops and labels, tagged sentences
+    padded to the context (`ffnlab.run.tagging.tagged_batch`), or images and labels."""
+    if task == "image":
+        return image_batch(split_data, batch_size, gen)
     if task == "lm":
         assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
         windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
+    if task == "tokens":
+        from ffnlab.run.tagging import tagged_batch
+
+        docs, tags = split_data
+        assert isinstance(docs, list) and isinstance(tags, list)  # a tokens split: a tensor per sentence (load_data)
+        return tagged_batch(docs, tags, torch.randint(len(docs), (batch_size,), generator=gen).tolist(), context)
     docs, labels = split_data
     ix = torch.randint(len(docs), (batch_size,), generator=gen)
     starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
@@ -152,16 +246,43 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
 
 
 def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
-    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification
-    n_batches * batch_size examples evenly spaced over the split (first window of each)."""
+    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification and tagging
+    n_batches * batch_size examples evenly spaced over the split (first window of each; whole images)."""
+    if task == "image":
+        return image_eval_set(split_data, n_batches, batch_size)
     if task == "lm":
         gen = torch.Generator().manual_seed(EVAL_SEED)
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
     docs, labels = split_data
     pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
+    if task == "tokens":
+        from ffnlab.run.tagging import tagged_batch
+
+        assert isinstance(docs, list) and isinstance(labels, list)  # a tokens split: a tensor per sentence (load_data)
+        x, y = tagged_batch(docs, labels, pick.tolist(), context)
+        return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
+    assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
     x = torch.stack([crop_or_repeat(docs[i], context) for i in pick])
     y = labels[pick]
     return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
+
+
+def image_batch(split_data: Split, batch_size: int, gen: torch.Generator) -> Batch:
+    """Random images of a split, drawn with replacement as documents are, and their labels."""
+    images, labels = split_data
+    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
+    ix = torch.randint(len(images), (batch_size,), generator=gen)
+    return images[ix], labels[ix]
+
+
+def image_eval_set(split_data: Split, n_batches: int, batch_size: int) -> list[Batch]:
+    """`eval_set` for images: n_batches * batch_size of them evenly spaced over the split (all, when fewer)."""
+    images, labels = split_data
+    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
+    pick = torch.linspace(0, len(images) - 1, min(len(images), n_batches * batch_size)).long().unique()
+    return [
+        (images[pick[i : i + batch_size]], labels[pick[i : i + batch_size]]) for i in range(0, len(pick), batch_size)
+    ]
 
 
 def on_device(batches: Iterable[Batch], device: str) -> list[Batch]:
@@ -177,7 +298,7 @@ def hf_factory(hf_config: dict) -> ModelFactory:
     from ffnlab.tools.hf import build_hf_model
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
-        return build_hf_model(
+        model = build_hf_model(
             hf_config,
             mcfg.ffn,
             match=mcfg.ffn_match,
@@ -189,6 +310,7 @@ def hf_factory(hf_config: dict) -> ModelFactory:
             init=mcfg.init,
             attn_act=qkv_act_spec(mcfg),
         )
+        return hf_checkpointing(model, mcfg)
 
     return build
 
@@ -199,9 +321,22 @@ def pretrained_factory(folder: str) -> ModelFactory:
     from ffnlab.tools.pretrained import load_pretrained
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
-        return load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+        model = load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+        return hf_checkpointing(model, mcfg)
 
     return build
+
+
+def hf_checkpointing(model: HFModel, mcfg: ModelConfig) -> HFModel:
+    """A Hugging Face model with each layer's activations recomputed in backward where mcfg asks for 'block'
+    checkpointing (non-reentrant); TrainConfig refuses 'ffn' for it."""
+    if mcfg.activation_checkpointing == "block":
+        non_reentrant = {"use_reentrant": False}
+        if hasattr(model.hf, "activation_checkpointing_enable"):  # transformers 5's name; the old one warns there
+            model.hf.activation_checkpointing_enable(non_reentrant)
+        else:
+            model.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs=non_reentrant)
+    return model
 
 
 def resolve_init(cfg: TrainConfig) -> TrainConfig:
@@ -266,12 +401,23 @@ def build_model(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, batches: Iterable[Batch], task: str, autocast: Autocast, noise_std: float = 0.0
+    model: nn.Module,
+    batches: Iterable[Batch],
+    task: str,
+    autocast: Autocast,
+    noise_std: float = 0.0,
+    tags: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Mean loss (and accuracy for classification) over fixed batches; with noise_std, Gaussian
-    noise of that std is added to the token embeddings (the same noise for every variant)."""
+    """Mean loss (and accuracy and macro-F1 for classification, cls and image; accuracy per word for tagging)
+    over fixed batches; with noise_std, Gaussian noise of that std is added to the token embeddings (the same
+    noise for every variant). For task tokens, given the tag names `tags`, also 'f1': the span F1
+    (`ffnlab.run.tagging.span_f1`); a tagger's loss and accuracy are over words, its padding left out."""
     model.eval()
     losses, correct, n = [], 0, 0
+    labels: list[int] = []  # cls, image: each example's class, and the one predicted (macro-F1)
+    predicted: list[int] = []
+    true_tags: list[list[str]] = []  # task tokens: each sentence's tags, and the predicted ones
+    predicted_tags: list[list[str]] = []
     rng_state = torch.get_rng_state()
     hook = None
     if noise_std:
@@ -281,30 +427,46 @@ def evaluate(
         for x, y in batches:
             with autocast():
                 logits, loss = model(x, y)
-            losses.append(loss.float().item() * len(y))
-            n += len(y)
-            if task == "cls":
-                correct += (logits.argmax(-1) == y).sum().item()
+            counted = int((y != IGNORE_INDEX).sum()) if task == "tokens" else len(y)  # words, or examples
+            losses.append(loss.float().item() * counted)
+            n += counted
+            if task != "lm":
+                correct += (logits.argmax(-1) == y).sum().item()  # padding's IGNORE_INDEX is never a class
+            if task in ("cls", "image"):
+                labels += y.tolist()
+                predicted += logits.argmax(-1).tolist()
+            if task == "tokens" and tags:
+                for true_ids, pred_ids in zip(y.tolist(), logits.argmax(-1).tolist()):
+                    words = [i for i, t in enumerate(true_ids) if t != IGNORE_INDEX]
+                    true_tags.append([tags[true_ids[i]] for i in words])
+                    predicted_tags.append([tags[pred_ids[i]] for i in words])
     finally:
         if hook is not None:
             hook.remove()
         torch.set_rng_state(rng_state)
         model.train()
     out = {"loss": sum(losses) / n}
-    if task == "cls":
+    if task != "lm":
         out["acc"] = correct / n
+    if labels:
+        out["macro_f1"] = macro_f1(labels, predicted)
+    if true_tags:
+        from ffnlab.run.tagging import span_f1
+
+        out["f1"] = span_f1(true_tags, predicted_tags)
     return out
 
 
-def token_embedding(model: nn.Module) -> nn.Embedding:
+def token_embedding(model: nn.Module) -> nn.Module:
     """The token embedding: the first nn.Embedding, in ffnlab's Transformer and in Hugging Face
-    models alike (it is registered before position embeddings)."""
-    return next(m for m in model.modules() if isinstance(m, nn.Embedding))
+    models alike (it is registered before position embeddings); an image model's PatchEmbed."""
+    return next(m for m in model.modules() if isinstance(m, (nn.Embedding, PatchEmbed)))
 
 
 def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context: int, n_out: int) -> int:
     """Forward FLOPs per token: attention projections and scores over the full context, every FFN
-    built by `build_ffn` (by its formula), and the output head of n_out logits."""
+    built by `build_ffn` (by its formula), the output head of n_out logits, and an image model's patch
+    projection (counted for every token, the class token's too: a small overcount)."""
     attn = n_layers * (2 * 4 * d_model * d_model + 2 * 2 * context * d_model)
     ffns = [m for m in model.modules() if isinstance(m, FFN)]
     branches = {id(branch) for m in ffns if isinstance(m, MixFFN) for branch in m.branches}  # counted in their mix
@@ -313,7 +475,8 @@ def model_flops_per_token(model: nn.Module, d_model: int, n_layers: int, context
         for m in ffns
         if id(m) not in branches
     )
-    return attn + ffn + 2 * d_model * n_out
+    patches = sum(2 * m.proj.in_features * m.proj.out_features for m in model.modules() if isinstance(m, PatchEmbed))
+    return attn + ffn + 2 * d_model * n_out + patches
 
 
 def train_flops(flops_per_token: int, tokens: int) -> int:
@@ -324,9 +487,11 @@ def train_flops(flops_per_token: int, tokens: int) -> int:
 
 
 def step_saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: Autocast) -> int:
-    """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y);
-    the graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
+    """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y), in training
+    mode (dropout masks, activation checkpointing: a checkpointed region counts only the inputs it keeps); the
+    graph is dropped unused and the RNG left as it was (dropout draws would shift it)."""
     state = torch.get_rng_state()
+    model.train()  # NOTE: from_pretrained hands a model over in eval mode
     try:
         with autocast():
             return saved_bytes(lambda: model(x, y), exclude=model.parameters())
@@ -354,6 +519,7 @@ class Setup:
     gen: torch.Generator  # the data order
     ffns: NamedFFNs  # what the monitors watch
     autocast: Autocast
+    scaler: torch.amp.GradScaler  # fp16's loss scaling; disabled (every call a no-op) in other precisions
     total: int  # steps in the budget (from max_tokens, else max_steps)
     tokens_per_step: int
     saved: int  # bytes one training step keeps for backward
@@ -363,10 +529,16 @@ class Setup:
     checkpoint_dir: Path | None
     started: float  # time.perf_counter() when the run began
     qat: bool = False  # the model is fake-quantised (start_qat)
+    tags: list[str] = field(default_factory=list)  # task tokens: the tag names, for the final span F1
 
     @property
     def task(self) -> str:
         return self.model_cfg.task
+
+
+def new_history() -> dict[str, list[Any]]:
+    """What a run records as it goes, empty: the curves, the events and the step times."""
+    return {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
 
 
 def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setup:
@@ -397,19 +569,14 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     model, opt, gen = build_model(cfg, mcfg, model_factory, device)
     val_batches = on_device(eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context), device)
     tokens_per_step = cfg.batch_size * mcfg.context
+    dtype = AUTOCAST_DTYPES.get(cfg.precision)
     autocast = functools.partial(
-        torch.autocast, device_type=device, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"
+        torch.autocast, device_type=device, dtype=dtype or torch.bfloat16, enabled=dtype is not None
     )
+    scaler = torch.amp.GradScaler(device, enabled=cfg.precision == "fp16")
 
     # -- resume
-    hist: dict[str, list[Any]] = {
-        "train_loss": [],
-        "grad_norm": [],
-        "val": [],
-        "grad_ffn": [],
-        "events": [],
-        "step_time": [],
-    }
+    hist = new_history()
     step, elapsed = 0, 0.0
     checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if checkpoint_dir is not None:
@@ -420,6 +587,8 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
             state = None
         if state is not None:
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
+            if "scaler" in state:
+                scaler.load_state_dict(state["scaler"])
     # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
     # ran 3x slower than eager here (benchmarks/train_speed.md)
     step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
@@ -436,6 +605,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         gen=gen,
         ffns=named_ffns(model),
         autocast=autocast,
+        scaler=scaler,
         total=math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps,
         tokens_per_step=tokens_per_step,
         saved=step_saved_bytes(model, *val_batches[0], autocast),  # a batch of the training shape
@@ -444,6 +614,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         hist=hist,
         checkpoint_dir=checkpoint_dir,
         started=started,
+        tags=list(corpus.classes or []) if task == "tokens" else [],
     )
 
 
@@ -464,7 +635,8 @@ def train(
     `pretrained_path`: a folder to `save_pretrained` a finished Hugging Face model (hf_config or
     init_from) into, for fine-tuning later (`init_from`); ValueError at once for ffnlab's Transformer.
     A run that hits a non-finite loss or gradient, or whose training loss stays above diverge_factor times its best
-    for diverge_steps steps, ends with status 'diverged'; it never raises.
+    for diverge_steps steps, ends with status 'diverged'; it never raises. Under fp16 a step whose gradients
+    overflowed is skipped by the gradient scaler and trained again on the next batch (module docstring).
     """
     if pretrained_path is not None and not (cfg.hf_config or cfg.init_from):
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
@@ -493,20 +665,12 @@ def train(
         x, y = x.to(setup.device), y.to(setup.device)
         with setup.autocast():
             _, loss = setup.step_fn(x, y)
-        loss.backward()
-        if step % cfg.log_every == 0:
-            hist["grad_ffn"].append({"step": step, **grad_stats(setup.ffns)})
-        grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
-        loss_value = loss.item()
-        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):  # stop before the update
-            hist["events"].append(
-                {"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)}
-            )
+        grad_norm, loss_value, outcome = apply_gradients(setup, loss, step)
+        if outcome == "skipped":
+            continue  # fp16 overflowed: the same step again, on the next batch
+        if outcome == "nonfinite":
             status = "diverged"
-            opt.zero_grad(set_to_none=True)
             break
-        opt.step()
-        opt.zero_grad(set_to_none=True)
         hist["events"] += spike_events(step, grad_norm, loss_value, hist, cfg.spike_factor)
         hist["train_loss"].append(loss_value)
         hist["grad_norm"].append(grad_norm)
@@ -521,10 +685,38 @@ def train(
             hist["val"].append({"step": step, **val, "time": time.perf_counter() - t0})
         if setup.checkpoint_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
             state = trainer_state(step, time.perf_counter() - t0, hist, opt, setup.gen)
-            save_checkpoint(setup.checkpoint_dir, model, state)
+            save_checkpoint(setup.checkpoint_dir, model, {**state, "scaler": setup.scaler.state_dict()})
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
+
+
+def apply_gradients(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, float, str]:
+    """One batch's backward, monitors, clip and update: (gradient norm, loss, outcome). The outcome is 'stepped';
+    'skipped' when fp16 overflowed (no update, half the scale for the next batch); or 'nonfinite', stopped before
+    the update: a non-finite loss or gradient (under fp16 only a non-finite loss or a scale that collapsed)."""
+    cfg, model, opt, scaler, hist = setup.cfg, setup.model, setup.opt, setup.scaler, setup.hist
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
+    total_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    grad_norm, loss_value = total_norm.item(), loss.item()
+    if scaler.is_enabled() and math.isfinite(loss_value) and not math.isfinite(grad_norm):
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        hist["events"].append({"step": step, "kind": "fp16_skip", "scale": scaler.get_scale()})
+        if scaler.get_scale() >= FP16_MIN_SCALE:
+            return grad_norm, loss_value, "skipped"
+    elif step % cfg.log_every == 0:
+        hist["grad_ffn"].append({"step": step, **grad_stats(setup.ffns)})
+    if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+        hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)})
+        opt.zero_grad(set_to_none=True)
+        return grad_norm, loss_value, "nonfinite"
+    nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, total_norm)  # clip_grad_norm_'s two halves
+    scaler.step(opt)  # opt.step() without fp16
+    scaler.update()
+    opt.zero_grad(set_to_none=True)
+    return grad_norm, loss_value, "stepped"
 
 
 def start_qat(setup: Setup) -> None:
@@ -572,6 +764,11 @@ def finish(
         final_test_acc=test.get("acc"),
         noisy_val_loss=noisy.get("loss"),
         noisy_val_acc=noisy.get("acc"),
+        final_val_macro_f1=final.get("macro_f1"),
+        final_test_macro_f1=test.get("macro_f1"),
+        final_val_f1=final.get("f1"),
+        final_test_f1=test.get("f1"),
+        noisy_val_f1=noisy.get("f1"),
         diverged_step=diverged.get("step"),
         diverged_kind=diverged.get("kind"),
         **measured_costs(setup, step, train_seconds),
@@ -625,7 +822,7 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         for split in ("val", "test")
         if has_window(setup.splits[split], task, context)
     }
-    final = evaluate(model, final_sets["val"], task, autocast)
+    final = evaluate(model, final_sets["val"], task, autocast, tags=setup.tags)
     probe = ActivationProbe(setup.ffns)
     evaluate(model, setup.val_batches, task, autocast)
     probe.remove()
@@ -633,8 +830,8 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         final=final,
         behaviour=probe.summary(),
         mixtures=probe.mixture_weights(),
-        noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std),
-        test=evaluate(model, final_sets["test"], task, autocast) if "test" in final_sets else {},
+        noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std, tags=setup.tags),
+        test=evaluate(model, final_sets["test"], task, autocast, tags=setup.tags) if "test" in final_sets else {},
     )
 
 

@@ -1,14 +1,25 @@
 """The decision flow of `ffnlab advise`: the inputs a recommendation branches on, and the rules each
-branch applies, kept as data in advice_rules.csv (rule, branch, evidence, source, text).
+branch applies, kept as data in advice_rules.csv (rule, branch, evidence, source, tier, picks, text).
 
     situation   pretrain | finetune | peft | inference    what is being done with the model
-    hardware    cpu | mobile | gpu | gpu-16gb ... gpu-80gb where it trains or runs (--deploy maps onto it)
+    hardware    cpu | mobile | gpu | gpu-8gb ... gpu-80gb  where it trains or runs (--deploy maps onto it)
     seq_len     tokens per sequence                        long context: the FFN's share of the cost shrinks
     model_size  parameters                                 small, mid (the published scale) or large
     budgets     parameters, training memory                a variant over a budget is out of the running
+    depth       layers                                     the tiers < 6, 6-12, > 12
+    priority    research | industrial | maintenance        what matters most beyond quality
 
 Every rule states its evidence: "published" (a paper's table or a published model), "rule of thumb"
-(an estimate or practice, with where it comes from); measured evidence comes from a run store.
+(an estimate, a practice or an article's advice, with where it comes from); measured evidence comes from
+a run store. A rule may prefer some variants (its `picks`); a tiered rule holds for a range of its input
+(its `tier`, as the source writes it: '<6', '6-12', '>12'). Where several rules prefer variants, they narrow
+the candidates in this order, each only where it leaves one (ffnlab.study.advise.rules):
+
+    budgets > hardware (mobile, VRAM tier) > priority > model size (published) > long text > depth tier
+
+and among what is left the evidence (published or measured) picks. With a store, a measurement outranks a
+rule of thumb wherever the store measured that situation (the same depth tier, a long context); the advice
+says which rule, not which measurement, decided.
 """
 
 from __future__ import annotations
@@ -29,19 +40,25 @@ from ffnlab.study.published import MODEL_SHAPES, ModelShape
 
 Stage = Literal["pretrain", "finetune", "peft", "inference"]
 STAGES: tuple[Stage, ...] = typing.get_args(Stage)
-Hardware = Literal["cpu", "mobile", "gpu", "gpu-16gb", "gpu-24gb", "gpu-40gb", "gpu-80gb"]
+Hardware = Literal["cpu", "mobile", "gpu", "gpu-8gb", "gpu-12gb", "gpu-16gb", "gpu-24gb", "gpu-32gb", "gpu-40gb",
+                   "gpu-80gb"]  # fmt: skip
 HARDWARE: tuple[Hardware, ...] = typing.get_args(Hardware)
 # training memory of each hardware tier; None: no memory tier (a CPU, a phone, an unstated GPU)
 HARDWARE_MEMORY: dict[Hardware, int | None] = {
     "cpu": None,
     "mobile": None,
     "gpu": None,
+    "gpu-8gb": 8 * 2**30,
+    "gpu-12gb": 12 * 2**30,
     "gpu-16gb": 16 * 2**30,
     "gpu-24gb": 24 * 2**30,
+    "gpu-32gb": 32 * 2**30,
     "gpu-40gb": 40 * 2**30,
     "gpu-80gb": 80 * 2**30,
 }
 Deploy = Literal["cpu", "gpu", "edge"]  # the older --deploy choices
+Priority = Literal["research", "industrial", "maintenance"]
+PRIORITIES: tuple[Priority, ...] = typing.get_args(Priority)
 DEPLOY_HARDWARE: dict[Deploy, Hardware] = {"cpu": "cpu", "gpu": "gpu", "edge": "mobile"}
 EVIDENCE = ("measured", "published", "rule of thumb")
 SMALL_MODEL = 100e6  # below the published comparison's scale (T5-base, about 220M parameters)
@@ -59,18 +76,44 @@ RULES_CSV = Path(__file__).with_name("advice_rules.csv")
 
 @dataclass(frozen=True)
 class Rule:
-    """One branch's rule: what it says, on what evidence, from which source. RULES holds them as written;
-    `apply_rule` fills in a situation's numbers, and an advice lists the rules it applied."""
+    """One branch's rule: what it says, on what evidence, from which source, and the variants it prefers.
+    RULES holds them as written; `apply_rule` fills in a situation's numbers, and an advice lists the rules
+    it applied."""
 
     rule: str
     branch: str
     evidence: str  # one of EVIDENCE
     source: str  # a format string until applied, like the text
+    tier: str  # the range of the branch's input it holds for, as its source writes it ('<6', '6-12', '>12'); '' all
+    picks: tuple[str, ...]  # the variants it prefers: names, 'gated' (any GLU variant) or 'relu-family'; () none
     text: str  # a format string filled in with the situation's numbers
+
+    def prefers(self, ffn: str) -> bool:
+        """Whether `ffn` is among the variants this rule prefers."""
+        spec = get_ffn_spec(ffn)
+        return any(
+            spec.gated if pick == "gated" else mobile_friendly(ffn) if pick == "relu-family" else spec.name == pick
+            for pick in self.picks
+        )
+
+    def covers(self, value: float) -> bool:
+        """Whether `value` lies in this rule's tier: '<6' below 6, '6-12' from 6 to 12, '>12' above 12."""
+        low, dash, high = self.tier.partition("-")
+        if self.tier.startswith("<"):
+            return value < float(self.tier[1:])
+        if self.tier.startswith(">"):
+            return value > float(self.tier[1:])
+        return bool(dash) and float(low) <= value <= float(high)
+
+
+def read_rule(row: dict[str, str]) -> Rule:
+    """A row of advice_rules.csv as a Rule: its picks '|'-separated."""
+    picks = tuple(pick for pick in row["picks"].split("|") if pick)
+    return Rule(row["rule"], row["branch"], row["evidence"], row["source"], row["tier"], picks, row["text"])
 
 
 RULES: dict[str, Rule] = {
-    row["rule"]: Rule(**row) for row in csv.DictReader(io.StringIO(RULES_CSV.read_text(encoding="utf-8")))
+    row["rule"]: read_rule(row) for row in csv.DictReader(io.StringIO(RULES_CSV.read_text(encoding="utf-8")))
 }
 
 
@@ -78,6 +121,11 @@ def apply_rule(rule: str, **fields: object) -> Rule:
     """The rule named `rule`, its source and text filled in with `fields`."""
     r = RULES[rule]
     return replace(r, source=r.source.format(**fields), text=r.text.format(**fields))
+
+
+def tier_rule(branch: str, value: float) -> str:
+    """The name of the rule of a tiered `branch` (depth, vram) whose tier holds `value`."""
+    return next(r.rule for r in RULES.values() if r.branch == branch and r.tier and r.covers(value))
 
 
 def rule_line(applied: Rule) -> str:
@@ -197,3 +245,26 @@ def memory_rule(hardware: Hardware, params: float, seq_len: int) -> Rule:
         dense=human_bytes(training_memory_estimate("gelu", params, shape, seq_len)),
         gated=human_bytes(training_memory_estimate("swiglu", params, shape, seq_len)),
     )
+
+
+def narrower_shape(shape: ModelShape, d_model: int) -> ModelShape:
+    """`shape` at a smaller width: the same depth and head width, about 12 * n_layers * d_model^2 parameters
+    (Kaplan et al. 2020, the count without embeddings)."""
+    head_width = shape.d_model / shape.n_heads
+    return replace(
+        shape,
+        name=f"{shape.name} narrowed to d_model {d_model}",
+        params=12 * shape.n_layers * d_model**2,
+        d_model=d_model,
+        n_heads=max(1, round(d_model / head_width)),
+    )
+
+
+def widest_that_fits(ffn: str, shape: ModelShape, seq_len: int, budget: float) -> ModelShape | None:
+    """The widest `narrower_shape` of `shape`, its width a multiple of 64, whose estimated training memory with
+    `ffn` fits `budget`; None when not even d_model 64 does."""
+    for d_model in range((shape.d_model - 1) // 64 * 64, 63, -64):
+        narrower = narrower_shape(shape, d_model)
+        if training_memory_estimate(ffn, narrower.params, narrower, seq_len) <= budget:
+            return narrower
+    return None

@@ -110,19 +110,26 @@ def learned_text(learned: dict[str, dict[str, Any]]) -> str:
     return "; ".join(parts) or "-"
 
 
+def ranked(r: RunResult, split: str) -> float | None:
+    """The run's ranking metric on `split`: 'final_val', 'final_test' or 'noisy_val' (val with embedding noise),
+    the RunResult field named as the ranking metric's ('final_val_f1' -> 'final_test_f1')."""
+    value: float | None = getattr(r, ranking_metric(r.task).name.replace("final_val", split))
+    return value
+
+
 def on_test(r: RunResult) -> float | None:
     """The run's ranking metric on the test split."""
-    return r.final_test_loss if r.task == "lm" else r.final_test_acc
+    return ranked(r, "final_test")
 
 
 def under_noise(r: RunResult) -> float | None:
     """The run's validation metric with Gaussian noise on the token embeddings (a robustness probe)."""
-    return r.noisy_val_loss if r.task == "lm" else r.noisy_val_acc
+    return ranked(r, "noisy_val")
 
 
 def noise_effect(r: RunResult) -> float | None:
     """How much the embedding noise moved the validation metric."""
-    clean = r.final_val_loss if r.task == "lm" else r.final_val_acc
+    clean = ranked(r, "final_val")
     noisy = under_noise(r)
     return None if noisy is None or clean is None else noisy - clean
 
@@ -145,7 +152,7 @@ class Metric:
     format: Callable[[Any], str] = num
     tables: tuple[str, ...] = ()  # where it is shown, of TABLES; compare --json always holds it
     ranks: tuple[str, ...] = ()  # the tasks that rank variants by it (its statistics are the row's)
-    tasks: tuple[str, ...] = ("lm", "cls")  # the tasks it is measured for; None elsewhere
+    tasks: tuple[str, ...] = ("lm", "cls", "image", "tokens")  # the tasks it is measured for; None elsewhere
     csv: bool = True  # a scalar the CSV has a column for
     ended: bool = False  # over every ended run, diverged ones too (a count of what went wrong); else the finished
 
@@ -162,12 +169,20 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("final_val_loss", "val loss", "nats", "lower", "final_val_loss", ranks=("lm",), tasks=("lm",)),
-    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls",), tasks=("cls",)),
+    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls", "image"),
+           tasks=("cls", "image")),
+    Metric("final_val_f1", "val F1", "", "higher", "final_val_f1", ranks=("tokens",), tasks=("tokens",)),
     Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals",), tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
+    Metric("final_val_macro_f1", "val macro-F1", "", "higher", "final_val_macro_f1", tables=("ranking", "signals"),
+           tasks=("cls",)),  # shown beside accuracy, which ranks: macro-F1 weighs every class alike
+    Metric("final_test_macro_f1", "test macro-F1", "", "higher", "final_test_macro_f1", tables=("signals",),
+           tasks=("cls",)),
     Metric("noisy_mean", "with embedding noise", "", "ranking", under_noise, tables=("signals",)),
     Metric("noise_delta", "noise effect", "", None, noise_effect, format=lambda v: "-" if v is None else f"{v:+.4f}",
            tables=("ranking", "signals")),
+    Metric("token_acc", "token acc", "", "higher", "final_val_acc", tables=("ranking", "signals"), tasks=("tokens",)),
+    Metric("test_token_acc", "test token acc", "", "higher", "final_test_acc", tables=("signals",), tasks=("tokens",)),
     Metric("params", "params", "", None, "params", first_of, human, ("ranking", "cost", "evidence")),
     Metric("flops_per_token", "FLOPs/token", "FLOPs", None, "flops_per_token", first_of, human, ("cost",)),
     Metric("tokens_per_s", "tokens/s", "tokens/s", "higher", "tokens_per_s", format=human,
@@ -213,11 +228,17 @@ def metric(name: str) -> Metric:
 
 
 def ranking_metric(task: str) -> Metric:
-    """The metric a comparison of `task` ranks by: validation loss for an LM, accuracy for a classifier."""
+    """The metric a comparison of `task` ranks by: validation loss for an LM, accuracy for a classifier (cls,
+    image), span F1 for a tagger (tokens)."""
     for m in METRICS:
         if task in m.ranks:
             return m
     raise ValueError(f"no ranking metric for task '{task}'")
+
+
+def ranked_task(name: str) -> str:
+    """The task whose ranking metric `name` is, on val or test ('final_test_f1' -> 'tokens'); 'lm' if none."""
+    return next((task for m in METRICS if m.name == name.replace("_test_", "_val_") for task in m.ranks), "lm")
 
 
 def row_metrics() -> list[Metric]:

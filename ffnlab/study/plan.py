@@ -49,6 +49,8 @@ AXES = {
     "context": "model.context",
     "attn_act": "model.attn_act",  # values ';'-separated on the command line: a spec holds commas
     "tokens": "max_tokens",
+    "checkpointing": "model.activation_checkpointing",  # memory and time knobs: the same numbers at other costs
+    "precision": "precision",  # 'auto' planned as what it resolves to here (plan_precision)
 }
 # axes that change a run's training compute, so `--scale` may fit loss against compute over them
 SCALE_AXES = ("width", "depth", "tokens")
@@ -90,7 +92,9 @@ class Study:
         # each axis value as its runs' configs hold it ('k=gelu,q=gelu' -> 'q=gelu,k=gelu'), so that the
         # settings and the cells name a setting alike
         self.axes = {
-            axis: [config_value(set_field(self.base, AXES[axis], value).to_dict(), AXES[axis]) for value in values]
+            axis: [
+                config_value(planned(set_field(self.base, AXES[axis], value)).to_dict(), AXES[axis]) for value in values
+            ]
             for axis, values in self.axes.items()
         }
         self.baseline = get_ffn_spec(self.baseline).name
@@ -276,7 +280,7 @@ def check_study(study: Study) -> None:
             raise ValueError(f"axis '{axis}' has no values")
         seen: dict[str, object] = {}
         for value in values:  # each value is validated by the config dataclasses now, not by a failed run
-            rid = run_id(set_field(study.base, AXES[axis], value))
+            rid = run_id(planned(set_field(study.base, AXES[axis], value)))
             if rid in seen:  # two cells of the same runs would be compared as if they were two settings
                 twice = f"{shorten(repr(seen[rid]))} and {shorten(repr(value))}"
                 raise ValueError(f"axis '{axis}' repeats a setting: {twice} train the same runs")
@@ -338,19 +342,24 @@ def run_id(cfg: TrainConfig) -> str:
 
 def plan_precision(base: TrainConfig) -> Precision:
     """The precision runs are planned with: 'auto' resolved here, so a run's identity says whether
-    it trains in bf16 or fp32."""
+    it trains in bf16 or fp32; ValueError for fp16 where this machine has no fp16 autocast."""
     return resolve_precision(base.precision, base.device)
+
+
+def planned(cfg: TrainConfig) -> TrainConfig:
+    """cfg as a study plans it: its precision resolved (`plan_precision`)."""
+    return replace(cfg, precision=plan_precision(cfg))
 
 
 def plan(study: Study) -> list[TrainConfig]:
     """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds."""
     axis_names = list(study.axes)
     runs = []
-    base = resolve_init(replace(study.base, precision=plan_precision(study.base)))  # a changed folder: new ids
+    base = resolve_init(planned(study.base))  # a changed folder: new ids
     for values in itertools.product(*(study.axes[a] for a in axis_names)):
         cfg = base
         for axis, value in zip(axis_names, values):
-            cfg = set_field(cfg, AXES[axis], value)
+            cfg = set_field(cfg, AXES[axis], value)  # a precision axis's values are resolved already
         for variant in study.variants:
             own = cfg
             for path, value in study.per_variant.get(variant, {}).items():

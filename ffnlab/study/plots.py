@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only its name is needed here
 
     from ffnlab.study.render import ParetoPoint
-    from ffnlab.study.report import Band, Behaviour, Trace  # the report's data (report.py imports this module)
+    from ffnlab.study.report import Band, Behaviour, Trace, VariantDepth  # the report's data (report.py imports this)
 
 # Okabe & Ito 2008, "Color Universal Design"; yellow last: it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
@@ -315,6 +315,33 @@ def layers_figure(per_layer: Behaviour, styles: Styles, panels: dict[str, str]) 
         ax.set(xlabel="layer", ylabel=label, ylim=(0, 1.05))
         ax.set_title(label)
     axes[0][0].legend()
+    return fig
+
+
+def layer_grads_figure(variants: dict[str, VariantDepth], styles: Styles, title: str) -> Figure:
+    """Each variant's FFN gradient norm by layer (0 = bottom): the mean over seeds of each run's median norm, one
+    line per variant, the lowest to the highest seed as error bars; the variants set slightly apart along x so
+    that their bars stay visible. A log scale when the values span more than a factor of 20."""
+    fig, axes = figure(height=4.2)
+    ax = axes[0][0]
+    names = [n for n in variants if variants[n].layers]
+    shift = 0.06 if len(names) > 1 else 0.0
+    for j, name in enumerate(names):
+        d, style = variants[name], styles[name]
+        x = np.asarray(d.layers, dtype=float) + (j - (len(names) - 1) / 2) * shift
+        mean = np.asarray(d.mean)
+        spread = [mean - np.asarray(d.low), np.asarray(d.high) - mean]
+        ax.errorbar(x, mean, yerr=spread, marker="o", markersize=5, capsize=4, linewidth=1.8,
+                    label=f"{name} (n={len(d.seeds)})", **style)  # fmt: skip
+    values = [y for n in names for y in variants[n].low + variants[n].high if np.isfinite(y) and y > 0]
+    log_y = bool(values) and max(values) > 20 * min(values)
+    if log_y:
+        ax.set_yscale("log")
+    ylabel = "FFN gradient norm (median over steps)" + (" (log scale)" if log_y else "")
+    ax.set(title=title, xlabel="layer (0 = bottom, next to the embeddings)", ylabel=ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if names:
+        ax.legend()
     return fig
 
 

@@ -26,6 +26,7 @@ from ffnlab._util.files import write_atomic
 from ffnlab.study.execute import run_study
 from ffnlab.study.plan import Study
 from ffnlab.study.records import Summary
+from ffnlab.study.summary import settings_of
 
 PROTOCOL_JSON = "protocol.json"
 STAGES = ("fixed", "tune", "context")
@@ -100,7 +101,10 @@ def run_protocol(
         raise ValueError(
             f"stage 2 left no finished run to choose a setting for {', '.join(missing)}; see the store's failed runs"
         )
-    context = run_study(replace(study, axes={"context": grid["context"]}, per_variant=choice), store_path, **run)
+    at_choice = replace(study, axes={"context": grid["context"]}, per_variant=choice)
+    context = run_study(at_choice, store_path, **run)
+    # its per-variant settings are the protocol's choice, not the user's (protocol.json tells later readers so)
+    context.settings = settings_of(at_choice, chosen_by_protocol=True)
     result = Protocol(grid, choice, list(zip(STAGES, (fixed, tune, context))))
     write_atomic(protocol_path(store_path), json.dumps(result.to_json(), indent=1, allow_nan=True))
     return result

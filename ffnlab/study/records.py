@@ -4,6 +4,7 @@
     VariantRow     one variant in one cell: the paired statistics of the ranking metric and every metric
     Cell           one combination of a study's axis values: its rows, best first, and its verdict
     AcrossCells    whether each variant's gap to the baseline changes between the cells
+    Aggregate      a GLUE-style average over the datasets of a data axis, per variant, paired by seed
     StudyScaling   a scaling study's loss-vs-compute fits (`ffnlab.study.scaling.ScalingFits`), or why none
     StudySettings  the run settings a reader needs, and what the comparison held equal (`Controls`)
     Summary        a whole study: its cells, and the comparisons across them
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ffnlab.run.config import RunResult
-from ffnlab.study.metrics import row_metrics
+from ffnlab.study.metrics import ranked_task, row_metrics
 from ffnlab.study.published import RankAgreement
 from ffnlab.study.scaling import ScalingFits
 from ffnlab.study.stats import Direction, GapTest, SeedNoise, VariantStats
@@ -191,7 +192,7 @@ class Cell:
         """A cell read back from `to_json` (protocol.json)."""
         return cls(
             axes=d["axes"],
-            task="cls" if d["metric"].endswith("_acc") else "lm",
+            task=ranked_task(d["metric"]),
             metric=d["metric"],
             baseline=d["baseline"],
             metric_direction=d["metric_direction"],
@@ -228,7 +229,8 @@ class AcrossCells:
 
     cells: list[str]  # each cell's label, 'depth=2, placement=pre'
     variants: dict[str, GapAcrossCells]  # every variant but the baseline
-    best: list[str | None]  # the best mean of each cell; None where no variant has one
+    best: list[list[str]]  # who has the best mean of each cell: one variant, several on an exact tie, none where
+    # no variant has a mean
     alpha: float
     sentences: list[str]
 
@@ -238,7 +240,47 @@ class AcrossCells:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> AcrossCells:
         variants = {v: GapAcrossCells.from_json(g) for v, g in d["variants"].items()}
-        return cls(cells=d["cells"], variants=variants, best=d["best"], alpha=d["alpha"], sentences=d["sentences"])
+        # a protocol.json written before ties were named holds one name (or None) per cell
+        best = [[b] if isinstance(b, str) else b or [] for b in d["best"]]
+        return cls(cells=d["cells"], variants=variants, best=best, alpha=d["alpha"], sentences=d["sentences"])
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """A GLUE-style score: each variant's ranking metric averaged over the datasets of a study's data axis
+    (ffnlab.study.summary.aggregate), per seed, then its interval over the seeds and its difference to the
+    baseline paired by seed; beside it each dataset's own mean, GLUE's per-task columns."""
+
+    axes: dict[str, Any]  # the study's other axes, at these values ({} where data is the only axis)
+    datasets: list[str]  # the data axis's values, in the study's order
+    metric: str  # the cells' ranking metric, averaged
+    baseline: str
+    metric_direction: Direction
+    alpha: float
+    level: float
+    scores: dict[str, list[float | None]]  # variant -> its mean over seeds on each dataset, as its cell shows it
+    values: dict[str, dict[int, float]]  # variant -> seed -> its mean over the datasets: what the statistics rest on
+    variants: list[VariantStats]  # the average: `ffnlab.study.stats.compare` of `values`, best first
+    left_out: dict[str, list[int]]  # variant -> seeds finished on some dataset but not on all, so not averaged
+    verdict: str
+
+    def row(self, ffn: str) -> VariantStats:
+        return next(r for r in self.variants if r.ffn == ffn)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Aggregate:
+        """An aggregate read back from `to_json` (protocol.json); JSON turned the seeds into strings."""
+        return cls(
+            **{
+                **d,
+                "values": {v: seed_keys(x) for v, x in d["values"].items()},
+                "variants": [VariantStats(**r) for r in d["variants"]],
+                "left_out": d.get("left_out", {}),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -322,6 +364,7 @@ class Summary:
     settings: StudySettings  # the run settings and what the comparison held equal
     cells: list[Cell]
     across_cells: AcrossCells | None = None  # whether each gap changes between cells (two cells or more)
+    aggregate: list[Aggregate] = field(default_factory=list)  # with a data axis: the average over its datasets
     tuned: list[Cell] = field(default_factory=list)  # with an lr or warmup axis
     scaling: StudyScaling | None = None  # with --scale axes
 
@@ -336,6 +379,8 @@ class Summary:
         }
         if self.across_cells is not None:
             out["across_cells"] = self.across_cells.to_json()
+        if self.aggregate:
+            out["aggregate"] = [a.to_json() for a in self.aggregate]
         if self.scaling is not None:
             out["scaling"] = self.scaling.to_json()
         if self.tuned:
@@ -355,6 +400,7 @@ class Summary:
             settings=StudySettings.from_json(d["settings"]),
             cells=[Cell.from_json(c) for c in d["cells"]],
             across_cells=AcrossCells.from_json(d["across_cells"]) if "across_cells" in d else None,
+            aggregate=[Aggregate.from_json(a) for a in d.get("aggregate", [])],
             tuned=[Cell.from_json(c) for c in d.get("tuned", [])],
             scaling=StudyScaling.from_json(d["scaling"]) if "scaling" in d else None,
         )

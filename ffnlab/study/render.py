@@ -3,9 +3,10 @@ the Markdown summary.
 
 The page and the summary are Jinja2 templates (ffnlab/study/templates: report.html.j2, summary.md.j2);
 this module builds what they show: the figures, the tables (one `Table` model, also printed for the
-terminal by `ffnlab.study.table`), the settings rows and the deployment section's text (deploy.json
-beside the store). The page opens offline: images are inline base64 PNG, the CSS is inline, there is no
-script, and it is autoescaped, so every piece of text that comes from the user or the store is escaped.
+terminal by `ffnlab.study.table`), the settings rows, the gradients-by-depth section's tables and its claims
+row (claims.json), and the deployment section's text (deploy.json beside the store). The page opens offline:
+images are inline base64 PNG, the CSS is inline, there is no script, and it is autoescaped, so every piece of
+text that comes from the user or the store is escaped.
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ from ffnlab._util.text import human, key_values, num
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.model import describe_attn_act
 from ffnlab.run.profile import StepProfile
-from ffnlab.study import plots
+from ffnlab.study import metrics, plots
 from ffnlab.study.metrics import three_digits
 from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.records import Cell, StudySettings
+from ffnlab.study.stats import MeanCI
 from ffnlab.study.summary import literature_text
 from ffnlab.study.table import (
     Table,
+    aggregate_label,
+    aggregate_table,
     cost_table,
     literature_table,
     metric_table,
@@ -38,12 +42,13 @@ from ffnlab.study.table import (
     stability_table,
     tuned_table,
 )
+from ffnlab.tools.claims import claim_of
 from ffnlab.tools.deploy import CPU_FLAGS
 
 if TYPE_CHECKING:  # report.py renders through this module
     from matplotlib.figure import Figure
 
-    from ffnlab.study.report import AttentionMaps, ReportData
+    from ffnlab.study.report import AttentionMaps, DepthClaim, LayerGrads, ReportData
     from ffnlab.tools.deploy import Delta, DeployResult, DeployRow, Latency
 
 # the report folder's layout, which the Markdown summary links into
@@ -55,9 +60,19 @@ FIGURES_DIR = "figures"
 # ---- figures ------------------------------------------------------------------------------------
 
 
+AXIS_WORDS = {"val": "validation", "acc": "accuracy"}  # a metric label's abbreviations, spelled out on an axis
+AXIS_UNITS = {"nats": "nats/token"}
+
+
 def axis_label(metric: str) -> str:
-    """The axis label of the metric a cell ranks by."""
-    return "validation loss (nats/token)" if metric == "final_val_loss" else "validation accuracy"
+    """The axis label of the metric a cell ranks by, from the metric's own label (ffnlab.study.metrics):
+    'validation loss (nats/token)', 'validation accuracy', 'validation F1'; a name no metric has, as given."""
+    try:
+        m = metrics.metric(metric)
+    except ValueError:
+        return metric
+    label = " ".join(AXIS_WORDS.get(word, word) for word in m.label.split(" "))
+    return f"{label} ({AXIS_UNITS.get(m.unit, m.unit)})" if m.unit else label
 
 
 class PngDict(dict[str, bytes]):
@@ -106,6 +121,10 @@ def render_figures(data: ReportData) -> dict[str, bytes]:
                 view.behaviour,
                 styles,
                 {"dead_frac": "dead units (fraction never > 0)", "zero_frac": "sparsity (fraction of exact zeros)"},
+            )
+        if not isinstance(view.layer_grads, str):  # numbers, not a note on why there are none
+            figs[f"{DEPTH_FIGURE}{suffix}.png"] = plots.layer_grads_figure(
+                view.layer_grads.variants, styles, f"FFN gradient norm by layer, mean and range over seeds{title}"
             )
         drawn = view.attention
         if drawn is not None and not isinstance(drawn, str):  # maps, not a note on why there are none
@@ -313,6 +332,88 @@ def attention_table(attention: AttentionMaps) -> Table | None:
     return Table(["variant", "entropy (nats)", "even attention", "weights < 0.01"], rows)
 
 
+# ---- gradients by depth: the per-layer FFN gradient norms and the claim tested on them (report.layer_grads) ----
+
+DEPTH_FIGURE = "layer_grads"  # + the cell's suffix + .png
+CLAIM_MEASURE = "layer_grad_ratio"  # the claim's row in ffnlab/tools/claims.json: its id, words and source
+
+
+def ratio_text(m: MeanCI) -> str:
+    """'1.23 [1.1, 1.36]': a mean bottom/top ratio over seeds with its interval ('1.23' for one seed)."""
+    if m.mean is None:
+        return "-"
+    if m.ci_low is None or m.ci_high is None:
+        return three_digits(m.mean)
+    return f"{three_digits(m.mean)} [{three_digits(m.ci_low)}, {three_digits(m.ci_high)}]"
+
+
+MAX_LAYER_COLUMNS = 8  # a deeper model's per-layer norms are in the figure only: the table would scroll
+
+
+def layer_grads_table(grads: LayerGrads, pct: int) -> Table:
+    """Per variant: the mean over seeds of each layer's median FFN gradient norm (up to MAX_LAYER_COLUMNS layers),
+    the bottom/top ratio's mean over seeds with its interval, and each seed's ratio."""
+    layers = sorted({layer for d in grads.variants.values() for layer in d.layers})
+    shown = layers if len(layers) <= MAX_LAYER_COLUMNS else []
+    head = ["variant", "seeds", *(f"layer {layer} norm" for layer in shown)]
+    head += [f"layer 0 / layer {layers[-1]} [{pct}% CI]", "per seed (seed: ratio)"]
+    rows = []
+    for variant, d in grads.variants.items():
+        norms = dict(zip(d.layers, d.mean))
+        per_seed = ", ".join(f"{seed}: {three_digits(r)}" for seed, r in sorted(d.ratios.items()))
+        rows.append([variant, str(len(d.seeds)), *(three_digits(norms.get(layer)) for layer in shown),
+                     ratio_text(d.ratio), per_seed or "-"])  # fmt: skip
+    return Table(head, rows, (0, len(head) - 1))
+
+
+def depth_gap_table(claim: DepthClaim, pct: int) -> Table:
+    """GELU's bottom/top ratio over each other variant's, paired over seeds: the factor with its interval (the log
+    gap exponentiated), the paired t-test's p before and after Holm, and the pair's verdict."""
+    rows = []
+    for gap in claim.gaps:
+        factor, low, high = gap.factor()
+        interval = "" if low is None or high is None else f" [{three_digits(low)}, {three_digits(high)}]"
+        p = "-" if gap.log_gap.p is None else f"{gap.log_gap.p:.2g}"
+        p_adj = "-" if gap.p_adj is None else f"{gap.p_adj:.2g}"
+        rows.append([gap.other, str(gap.log_gap.n), three_digits(factor) + interval, p, p_adj, gap.verdict])
+    head = [
+        f"{claim.variant} vs",
+        "paired seeds",
+        f"{claim.variant}'s ratio / the other's [{pct}% CI]",
+        "p",
+        "p (Holm)",
+    ]
+    return Table([*head, "verdict"], rows, (0, 5))
+
+
+def depth_claim_row(claim: DepthClaim) -> list[str]:
+    """The claim's row of claims.json (ffnlab.tools.claims: its id, words and source) with what this study
+    measured and its verdict, in the claims check's columns."""
+    row = claim_of(CLAIM_MEASURE)
+    claimed = ", ".join(f"{key}={value}" for key, value in row["claimed"].items())
+    verdict = claim.verdict or f"not measurable here: {claim.reason}"
+    measured = ", ".join(f"{key}={claim.measured}" for key in row["claimed"])
+    return [f"{row['id']}. {row['claim']}", row["source"], claimed, measured, verdict]
+
+
+def depth_claim_table(claim: DepthClaim) -> Table:
+    return Table(["claim", "source", "claimed", "measured", "verdict"], [depth_claim_row(claim)], (0, 1, 2, 3, 4))
+
+
+def depth_claim_text(claim: DepthClaim) -> str:
+    """The claim and its verdict in one sentence, with each pair's factor: for the Markdown summary."""
+    row = claim_of(CLAIM_MEASURE)
+    said = f"Claim {row['id']} (claims.json), {row['claim']}"
+    if claim.verdict is None:
+        return f"{said}: not tested, {claim.reason}."
+    pairs = "; ".join(
+        f"{claim.variant} vs {g.other}: ratio x{three_digits(g.factor()[0])}, p (Holm) "
+        + ("-" if g.p_adj is None else f"{g.p_adj:.2g}")
+        for g in claim.gaps
+    )
+    return f"{said}: {claim.verdict} ({pairs})."
+
+
 # ---- the deployment section: deploy.json beside the store (ffnlab.study.deployment) -----------------
 
 DEPLOY_FIGURE = "deployment.png"
@@ -512,13 +613,16 @@ TEMPLATE_FUNCTIONS = (
     *(ranking_table, tuned_table, cost_table, stability_table, metric_table, literature_table, scaling_table),
     *(report_settings, equality_tables, numerics_tables, activations_table, attention_table, cell_classes),
     *(profile_table, deploy_table, deploy_notes, deploy_fastest, deploy_held_equal, deploy_machine),
+    *(layer_grads_table, depth_gap_table, depth_claim_table, depth_claim_text),
     *(cell_label, figure_suffix, axis_label, literature_text, num),
+    *(aggregate_table, aggregate_label),
 )
 TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {
     "STAGE_TITLES": STAGE_TITLES,
     "FIGURES_DIR": FIGURES_DIR,
     "REPORT_HTML": REPORT_HTML,
     "DEPLOY_FIGURE": DEPLOY_FIGURE,
+    "DEPTH_FIGURE": DEPTH_FIGURE,
 }
 
 

@@ -87,7 +87,7 @@ class VariantStats:
     test of it, in the CSV's column order."""
 
     ffn: str
-    rank: int  # 1 = best mean
+    rank: int  # 1 = best mean; equal means share a rank (1, 1, 3)
     n_seeds: int  # finite values the mean rests on
     mean: float | None
     std: float | None
@@ -284,7 +284,8 @@ def compare(
       delta, delta_ci_low, delta_ci_high, p paired_diff(variant, baseline): variant - baseline
       p_adj                                  holm over the non-baseline variants' p
       significant                            p_adj < alpha
-      rank                                   1 = best mean (lowest, or highest if higher_is_better)
+      rank                                   1 = best mean (lowest, or highest if higher_is_better); variants
+                                             with equal means share a rank (1, 1, 3)
       diverged                               max(diverged[variant], non-finite values in results)
     The baseline row has delta 0, p None and significant False. Rows are sorted best first; variants
     with no finite value at all come last. `verdict` says in one or two sentences what is significant,
@@ -304,12 +305,13 @@ def compare(
     adjusted = dict(zip(pairs, holm([d.p for d in pairs.values()])))
     sign = -1.0 if higher_is_better else 1.0
 
-    def best_first(name: str) -> tuple[bool, float, str]:
+    def standing(name: str) -> tuple[bool, float]:
         mean = means[name].mean
-        return (mean is None, 0.0 if mean is None else sign * mean, name)
+        return (mean is None, 0.0 if mean is None else sign * mean)
 
     rows = []
-    for rank, name in enumerate(sorted(results, key=best_first), start=1):
+    for name in sorted(results, key=lambda name: (standing(name), name)):
+        rank = 1 + sum(standing(other) < standing(name) for other in results)  # an exact tie shares its rank
         m, p_adj = means[name], adjusted.get(name)
         pair = pairs.get(name, PairedDiff(m.n, 0.0, 0.0, 0.0, None))  # the baseline against itself
         # one line per source of the fields (fmt: skip keeps them so): the row, mean_ci, paired_diff, the test

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ffnlab._util.text import key_values
+from ffnlab._util.text import and_list, key_values
 from ffnlab.core.model import describe_attn_act, qkv_act_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.train import train_flops
@@ -27,6 +27,7 @@ from ffnlab.study.plan import TUNED_AXES, CellKey, Study, group_key, plan, plan_
 from ffnlab.study.published import RankAgreement, rank_agreement
 from ffnlab.study.records import (
     AcrossCells,
+    Aggregate,
     Cell,
     Controls,
     GapAcrossCells,
@@ -38,7 +39,7 @@ from ffnlab.study.records import (
     VariantRow,
 )
 from ffnlab.study.scaling import ScalingRun, fit_scaling
-from ffnlab.study.stats import MIN_PAIRS, compare, gap_heterogeneity, holm, seed_noise
+from ffnlab.study.stats import MIN_PAIRS, VariantStats, compare, gap_heterogeneity, holm, seed_noise
 from ffnlab.study.store import Store
 
 LEVEL = 0.95
@@ -200,7 +201,7 @@ def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> Acros
         )
         for (v, test), p_adj in zip(tests.items(), holm([t.p for t in tests.values()]))
     }
-    best = [next((r.ffn for r in c.variants if r.mean is not None), None) for c in cells]
+    best = [best_mean(c.variants) for c in cells]
     return AcrossCells(
         cells=labels,
         variants=variants,
@@ -210,8 +211,20 @@ def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> Acros
     )
 
 
+def best_mean(rows: list[VariantRow]) -> list[str]:
+    """The variants of a cell's rows (best first) with its best mean: one, or every one of them on an exact
+    tie (0.5625 = 0.5625); none where no variant has a mean."""
+    top = rows[0].mean if rows else None
+    return [r.ffn for r in rows if top is not None and r.mean == top]
+
+
+def best_text(names: list[str]) -> str:
+    """'gelu', or 'gelu and relu (tied)': who has a cell's best mean (`best_mean`)."""
+    return and_list(names) + (" (tied)" if len(names) > 1 else "")
+
+
 def across_sentences(
-    labels: list[str], variants: dict[str, GapAcrossCells], best: list[str | None], baseline: str
+    labels: list[str], variants: dict[str, GapAcrossCells], best: list[list[str]], baseline: str
 ) -> list[str]:
     """Plain words for `across_cells`: a sentence per variant, then the best mean of each cell."""
     out = []
@@ -224,19 +237,71 @@ def across_sentences(
         test = f"{f_text}p_adj = {r.p_adj:.3g}"
         verb = "changes between cells" if r.differs else "shows no detectable change between cells"
         out.append(f"{v}'s gap to {baseline} {verb} ({test}): {gaps}.")
-    if None not in best and len(set(best)) == 1:
-        out.append(f"The best mean is {best[0]} in every cell.")
-    elif None not in best:
+    if all(best) and all(b == best[0] for b in best):
+        who = best[0][0] if len(best[0]) == 1 else f"tied between {and_list(best[0])}"
+        out.append(f"The best mean is {who} in every cell.")
+    elif all(best):
         out.append(
-            "The best mean differs between cells: " + "; ".join(f"{b} at {w}" for b, w in zip(best, labels)) + "."
+            "The best mean differs between cells: "
+            + "; ".join(f"{best_text(b)} at {w}" for b, w in zip(best, labels))
+            + "."
         )
     return out
+
+
+def aggregate(cells: list[Cell], baseline: str) -> list[Aggregate]:
+    """GLUE-style averages over the datasets of a study's data axis: one per group of classification cells
+    that differ only in `data` (two datasets or more), each `data_average`. None for a language model: a loss
+    per token depends on each dataset's text and tokenizer, so an average of losses says little."""
+    groups: dict[CellKey, list[Cell]] = {}
+    for c in cells:
+        if "data" in c.axes and c.task != "lm":
+            groups.setdefault(tuple((k, v) for k, v in c.axes.items() if k != "data"), []).append(c)
+    return [data_average(group, baseline, dict(key)) for key, group in groups.items() if len(group) > 1]
+
+
+def data_average(group: list[Cell], baseline: str, axes: dict[str, Any]) -> Aggregate:
+    """The average of each variant's ranking metric over the datasets of `group` (a cell per dataset), paired
+    over datasets and seeds: per seed the mean over the datasets, then `compare` over the seeds as in a cell
+    (the mean and its t-interval, the difference to the baseline paired by seed, Holm over the variants).
+
+        average_v(s) = (1 / D) sum_d value_v(d, s)     for each seed s finished on all D datasets
+
+    A seed missing or diverged on some dataset is left out of that variant's average (`left_out`), so the
+    average can differ from the mean of the per-dataset means (`scores`) by what that seed adds there."""
+    first = group[0]
+    names = [r.ffn for r in first.variants]
+    values: dict[str, dict[int, float]] = {}
+    left_out: dict[str, list[int]] = {}
+    for v in names:
+        per_dataset = [c.row(v).values for c in group]
+        complete = set.intersection(*(set(x) for x in per_dataset))
+        values[v] = {s: math.fsum(x[s] for x in per_dataset) / len(group) for s in sorted(complete)}
+        partial = set[int]().union(*per_dataset) - complete
+        if partial:
+            left_out[v] = sorted(partial)
+    stats = compare(values, baseline, higher_is_better=first.metric_direction == "higher", alpha=first.alpha,
+                    level=first.level)  # fmt: skip
+    return Aggregate(
+        axes=axes,
+        datasets=[c.axes["data"] for c in group],
+        metric=first.metric,
+        baseline=baseline,
+        metric_direction=stats.metric_direction,
+        alpha=stats.alpha,
+        level=stats.level,
+        scores={v: [c.row(v).mean for c in group] for v in names},
+        values=values,
+        variants=stats.variants,
+        left_out=left_out,
+        verdict=stats.verdict,
+    )
 
 
 # ---- words for the numbers, shared by the terminal table and the report ----------------------------
 
 
-def p_label(row: VariantRow, baseline: str) -> str:
+def p_label(row: VariantStats, baseline: str) -> str:
     """A row's Holm-adjusted p as shown: '-' for the baseline, 'n/a (needs ≥3 seeds)' where untested."""
     if row.ffn == baseline:
         return "-"
@@ -300,9 +365,10 @@ def summarize(
         store=str(store_path),
         baseline=baseline,
         seeds=study.seeds,
-        settings=settings_of(study),
+        settings=settings_of(study, chosen_by_protocol(study, store_path)),
         cells=out_cells,
         across_cells=across_cells(out_cells, baseline, out_cells[0].alpha),
+        aggregate=aggregate(out_cells, baseline),
         tuned=tuned_cells(out_cells, tuned) if tuned else [],
         scaling=(
             scaling_of(study, [item for items in cells.values() for item in items], extrapolate_to)
@@ -310,6 +376,15 @@ def summarize(
             else None
         ),
     )
+
+
+def chosen_by_protocol(study: Study, store_path: str | os.PathLike[str]) -> bool:
+    """Whether the study's per-variant settings are those the validation protocol chose for the store
+    (its protocol.json's choice, `ffnlab.study.protocol`), not ones the user set."""
+    from ffnlab.study.protocol import load_protocol  # the protocol runs studies, which this module summarises
+
+    protocol = load_protocol(store_path) if study.per_variant else None
+    return protocol is not None and protocol.choice == study.per_variant
 
 
 def scaling_of(study: Study, items: CellRuns, extrapolate_to: float | None = None) -> StudyScaling:
@@ -333,10 +408,11 @@ def scaling_of(study: Study, items: CellRuns, extrapolate_to: float | None = Non
     return StudyScaling(scale=scale, metric=ranking.name, fits=fits)
 
 
-def settings_of(study: Study) -> StudySettings:
-    """The run settings a reader needs to judge a comparison, with what it held equal and what not."""
+def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings:
+    """The run settings a reader needs to judge a comparison, with what it held equal and what not;
+    `chosen_by_protocol`: the per-variant settings are the validation protocol's choice, not the user's."""
     b = study.base
-    controls = held_equal(study)
+    controls = held_equal(study, chosen_by_protocol)
     return StudySettings(
         data=b.data,
         task=b.model.task,
@@ -374,21 +450,24 @@ def settings_of(study: Study) -> StudySettings:
     )
 
 
-def held_equal(study: Study) -> Controls:
+def held_equal(study: Study, chosen_by_protocol: bool = False) -> Controls:
     """The comparison's controls, in words: what it held equal and how, what not and why.
 
     Everything but the FFN is held equal by construction (same seed -> same data order and the same
     non-FFN weights); what cannot be, or was chosen not to be, is named rather than left implicit.
-    An axis of the study is varied on purpose and compared only within its cells."""
+    An axis of the study is varied on purpose and compared only within its cells, so what it sets is named
+    by the axis, never by the base's one value. Settings per variant are the user's, or the validation
+    protocol's (`chosen_by_protocol`)."""
     b = study.base
-    lr = "an lr axis: " + ", ".join(map(str, study.axes["lr"])) if "lr" in study.axes else f"peak {b.lr:g}"
+    lr = varied(study, "lr", "peak lr") or f"peak {b.lr:g}"
+    warmup = varied(study, "warmup", "warm-up steps") or f"{b.warmup_steps} warm-up steps"
     min_lr = "lr/10" if b.min_lr is None else f"{b.min_lr:g}"
     equal = [
         ["data order", "seed s of every variant trains on the same batches in the same order"],
         ["evaluation", "the same fixed validation (and test) batches for every variant and seed"],
         ["non-FFN weights", "identical at the start for one seed: each parameter drawn from its own generator, "
                             "seeded by seed, name and shape"],
-        ["learning rate and schedule", f"AdamW, {lr}, {b.warmup_steps} warm-up steps, cosine to {min_lr}, "
+        ["learning rate and schedule", f"AdamW, {lr}, {warmup}, cosine to {min_lr}, "
                                        f"beta2 {b.beta2}, gradient clip {b.grad_clip}"],
         ["weight-decay groups",
          f"{b.weight_decay} on every matrix; none on biases, norms or learnable activation parameters"],
@@ -398,7 +477,7 @@ def held_equal(study: Study) -> Controls:
     unequal = []
     if any(study.per_variant.values()):
         equal = [row for row in equal if row[0] != "learning rate and schedule"]
-        unequal.append(per_variant_row(study))
+        unequal.append(per_variant_row(study, chosen_by_protocol))
     if b.init_from:  # fine-tuning: the folder's weights, widths and biases for every variant
         equal = [row for row in equal if row[0] != "non-FFN weights"]
         sources = [pretrained_rows(study), budget_rows(study)]
@@ -415,6 +494,14 @@ def held_equal(study: Study) -> Controls:
     return sum(sources, Controls(equal, unequal)) + Controls(held_equal=more)
 
 
+def varied(study: Study, axis: str, what: str) -> str | None:
+    """'peak lr per the lr axis (0.001, 0.003)' where `axis` is an axis of the study (so `what` is equal
+    within a cell only), else None: the caller then names the base's one setting."""
+    if axis not in study.axes:
+        return None
+    return f"{what} per the {axis} axis ({', '.join(map(str, study.axes[axis]))})"
+
+
 def attn_act_row(study: Study) -> list[str]:
     """The held-equal row of the Q/K/V activations: one setting for every variant, or the attn_act axis."""
     if "attn_act" in study.axes:
@@ -426,11 +513,18 @@ def attn_act_row(study: Study) -> list[str]:
 def pretrained_rows(study: Study) -> Controls:
     """Fine-tuning from a pretrained folder: every weight is the folder's, only the activation changes."""
     b, own = study.base, study.baseline  # the CLI makes the folder's own activation the baseline
+    fresh = "a fresh warm-up from the pretrained weights for every variant"
+    if any("warmup_steps" in overrides for overrides in study.per_variant.values()):
+        warmup = f"{fresh}, its steps set per variant"
+    elif "warmup" in study.axes:
+        warmup = f"{fresh}, its {varied(study, 'warmup', 'steps')}"
+    else:
+        warmup = f"a fresh warm-up of {b.warmup_steps} steps from the pretrained weights for every variant"
     equal = [
         ["pretrained weights", f"every variant and seed starts from {b.init_from} (digest {b.init_digest or '-'}): "
                                "attention, embeddings, norms and the FFN matrices carried over"],
         ["parameters", "the pretrained FFN widths and matrices: a swap changes the activation only"],
-        ["warm-up", f"a fresh warm-up of {b.warmup_steps} steps from the pretrained weights for every variant"],
+        ["warm-up", warmup],
     ]  # fmt: skip
     swaps = [v for v in study.variants if v != own]
     unequal = [["FFN activation", f"{own} kept (the pretrained one) vs swapped to {', '.join(swaps) or '-'}, "
@@ -441,13 +535,16 @@ def pretrained_rows(study: Study) -> Controls:
     return Controls(equal, unequal)
 
 
-def per_variant_row(study: Study) -> list[str]:
-    """The not-equal row of settings tuned per variant (the protocol's lr, warm-up)."""
-    tuned = sorted({path for overrides in study.per_variant.values() for path in overrides})
+def per_variant_row(study: Study, chosen_by_protocol: bool = False) -> list[str]:
+    """The not-equal row of settings per variant: the user's (--opt, [study.per_variant]), or the lr and
+    warm-up the validation protocol chose on validation (`chosen_by_protocol`)."""
+    paths = sorted({path for overrides in study.per_variant.values() for path in overrides})
     values = "; ".join(f"{v}: " + ", ".join(f"{k} {x:g}" for k, x in o.items()) for v, o in study.per_variant.items())
+    by = "the user"
+    if chosen_by_protocol:
+        by = "the validation protocol, each chosen on validation in its stage 2"
     return ["per-variant settings",
-            f"{', '.join(tuned)} set per variant ({values}), each tuned on validation; the rest of the schedule "
-            "as in the base"]  # fmt: skip
+            f"{', '.join(paths)} set per variant ({values}) by {by}; the rest of the schedule as in the base"]  # fmt: skip
 
 
 def parameter_rows(study: Study) -> Controls:
@@ -485,11 +582,10 @@ def budget_rows(study: Study) -> Controls:
     if b.max_seconds:
         why = f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants train on more tokens"
         return Controls(not_equal=[["tokens seen", why]])
-    budget = (
-        f"{b.max_tokens:,} tokens"
-        if b.max_tokens
-        else f"{b.max_steps:,} steps of {b.batch_size} x {b.model.context} tokens"
-    )
+    steps = f"{b.max_steps:,} steps of {b.batch_size} x {b.model.context} tokens"
+    if "context" in study.axes:
+        steps = f"{b.max_steps:,} steps of {b.batch_size} x context tokens, {varied(study, 'context', 'context')}"
+    budget = varied(study, "tokens", "tokens") or (f"{b.max_tokens:,} tokens" if b.max_tokens else steps)
     return Controls(held_equal=[["budget", budget]])
 
 

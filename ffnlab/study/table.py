@@ -10,13 +10,24 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ffnlab._util.files import write_atomic
 from ffnlab._util.text import key_values, num, sci
 from ffnlab.study.metrics import metric, shown_in
 from ffnlab.study.protocol import STAGE_TITLES
-from ffnlab.study.records import AcrossCells, Cell, StudyScaling, StudySettings, Summary, VariantRow, csv_fields
+from ffnlab.study.records import (
+    AcrossCells,
+    Aggregate,
+    Cell,
+    StudyScaling,
+    StudySettings,
+    Summary,
+    VariantRow,
+    csv_fields,
+)
 from ffnlab.study.scaling import ScalingFits
+from ffnlab.study.stats import VariantStats
 from ffnlab.study.summary import literature_text, p_label
 
 
@@ -53,7 +64,7 @@ def metric_label(cell: Cell) -> str:
     return label.replace("val", "test") if "_test_" in cell.metric else label
 
 
-def delta_text(row: VariantRow, baseline: str) -> str:
+def delta_text(row: VariantStats, baseline: str) -> str:
     """'+0.0123 [0.0050, 0.0196] *': a row's paired difference to the baseline, its CI and significance."""
     if row.ffn == baseline:
         return "baseline"
@@ -63,12 +74,12 @@ def delta_text(row: VariantRow, baseline: str) -> str:
     return f"{row.delta:+.4f}{ci}{' *' if row.significant else ''}"
 
 
-def ci_text(row: VariantRow) -> str:
+def ci_text(row: VariantStats) -> str:
     """'mean [ci_low, ci_high]' of a row."""
     return f"{num(row.mean)} [{num(row.ci_low)}, {num(row.ci_high)}]"
 
 
-def delta_marks(cell: Cell, column: int) -> dict[tuple[int, int], str]:
+def delta_marks(cell: Cell | Aggregate, column: int) -> dict[tuple[int, int], str]:
     """Colour each significant difference by whether the variant is better or worse than the baseline."""
     marks: dict[tuple[int, int], str] = {}
     for i, r in enumerate(cell.variants):
@@ -153,11 +164,42 @@ def literature_table(cell: Cell) -> Table | None:
         return None
     mean, published = lit.measured, lit.published
     sign = -1.0 if cell.metric_direction == "higher" else 1.0
-    ours = sorted(lit.variants, key=lambda v: sign * mean[v])
-    theirs = sorted(lit.variants, key=lambda v: published[v])
+    measured = {v: sign * mean[v] for v in lit.variants}  # lower is better, as in the published table
+    ours = sorted(lit.variants, key=measured.__getitem__)
+
+    def rank(v: str, score: dict[str, float]) -> str:  # an exact tie shares its rank
+        return str(1 + sum(score[u] < score[v] for u in lit.variants))
+
     head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
-    rows = [[v, num(mean[v]), str(ours.index(v) + 1), f"{published[v]:.3f}", str(theirs.index(v) + 1)] for v in ours]
+    rows = [[v, num(mean[v]), rank(v, measured), f"{published[v]:.3f}", rank(v, published)] for v in ours]
     return Table(head, rows)
+
+
+def dataset_labels(datasets: list[str]) -> list[str]:
+    """Column headings for the datasets of a data axis: each path's last part ('glue/mnli.csv' -> 'mnli.csv'),
+    or the values in full where two would read alike."""
+    names = [Path(d).name or d for d in datasets]
+    return names if len(set(names)) == len(names) else list(datasets)
+
+
+def aggregate_label(agg: Aggregate) -> str:
+    """'GLUE-style average over 2 datasets', then where the study's other axes hold it ('at depth=2')."""
+    where = f" at {key_values(agg.axes)}" if agg.axes else ""
+    return f"GLUE-style average over {len(agg.datasets)} datasets{where}"
+
+
+def aggregate_table(agg: Aggregate) -> Table:
+    """GLUE's table: each variant's mean on each dataset, then its average over the datasets with the interval
+    over seeds, its paired difference to the baseline and the Holm-adjusted p."""
+    pct = round(agg.level * 100)
+    head = ["rank", "ffn", *dataset_labels(agg.datasets), f"average {metric(agg.metric).label} [{pct}% CI]",
+            f"Δ vs {agg.baseline} [{pct}% CI]", "p (Holm)", "seeds"]  # fmt: skip
+    rows = [
+        [str(r.rank), r.ffn, *(num(score) for score in agg.scores[r.ffn]), ci_text(r), delta_text(r, agg.baseline),
+         p_label(r, agg.baseline), str(r.n_seeds)]
+        for r in agg.variants
+    ]  # fmt: skip
+    return Table(head, rows, (1,), delta_marks(agg, len(agg.datasets) + 3))
 
 
 def scaling_table(scaling: ScalingFits) -> Table:
@@ -190,6 +232,8 @@ def format_table(summary: Summary) -> str:
         lines += format_cell(cell) + [""]
     if summary.across_cells:
         lines += across_lines(summary.across_cells) + [""]
+    for agg in summary.aggregate:
+        lines += aggregate_lines(agg) + [""]
     if summary.scaling:
         lines += scaling_lines(summary.scaling) + [""]
     return "\n".join(lines + held_equal_lines(summary.settings))
@@ -216,6 +260,18 @@ def across_lines(across: AcrossCells) -> list[str]:
     """Whether each gap changes between the cells: the sentences under a heading."""
     head = f"across the {len(across.cells)} cells (repeated-measures F test on the per-seed gaps, Holm):"
     return [head] + [f"  {s}" for s in across.sentences]
+
+
+def aggregate_lines(agg: Aggregate) -> list[str]:
+    """The GLUE-style average: the per-dataset table with the average, its verdict and the seeds left out."""
+    lines = [f"{aggregate_label(agg)} (per seed the mean over the datasets, then over the seeds):"]
+    lines += text_table(aggregate_table(agg), "  ") + [f"  {agg.verdict}"]
+    if agg.left_out:
+        seeds = "; ".join(
+            f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}" for v, ss in agg.left_out.items()
+        )
+        lines.append(f"  left out of the average (not finished on every dataset): {seeds}")
+    return lines
 
 
 def scaling_lines(scaling: StudyScaling) -> list[str]:

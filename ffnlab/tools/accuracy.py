@@ -19,6 +19,11 @@ Conventions (they decide what "error" means):
 - Near a zero of f or f' (GELU' at x = -0.75, silu' at -1.28, hardswish' at -1.5) the reference
   is tiny while the usual formula cancels, so relative and ULP errors there are large for any
   implementation of that formula; argmax_ulp_x and the per-region columns show where the max sits.
+- An activation whose output reads more than its own element (`ActSpec.scope`) is measured on the
+  grid as the registry reads a 1-D input, and its rows say so in `note` (`SCOPE_NOTES`): for the
+  quantile activation the grid is one channel's context, so its error is that of ranking the grid's
+  points among themselves, and the ULP error near its data-dependent zero crossing is large for any
+  sum of erf terms of both signs.
 """
 
 from __future__ import annotations
@@ -36,6 +41,14 @@ from ffnlab.tools.references import GELU, REFERENCES, mp_gelu, mp_gelu_grad
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DEFAULT_POINTS = 200_001  # step 1e-4 on [-10, 10]; fp16/bf16 hold far fewer distinct values
 TAIL_RANGE = (-10.0, -4.0)  # where 1+erf(x/sqrt2) cancels in fp32
+
+# what a row measures for an activation that reads more than its own element, by its scope
+SCOPE_NOTES = {
+    "channel": "channel-dependent: the grid is one token's channels, and the reference treats each as that channel",
+    "batch": "batch-dependent: the grid's points are the tokens of one channel, each ranked among all of them; "
+    "the reference is the float64 formula on the same points, its derivative with that context held fixed; "
+    "near its zero crossing, a sum of erf terms of both signs cancels, so the ULPs there measure that",
+}
 
 # Regions of the grid reported separately; a point can be in two (x = -5 is in 3-6 and the tail).
 REGIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -159,6 +172,8 @@ def measure_activation(name: str, dtype_name: str, x: np.ndarray) -> list[dict]:
     smooth = ~np.isin(x, ref.kinks)
     bwd = _row(name, dtype_name, "backward", x[smooth], grad.double().numpy()[smooth], df[smooth])
     bwd["n_kinks_skipped"] = int((~smooth).sum())
+    for row in (fwd, bwd):
+        row["note"] = SCOPE_NOTES.get(ACTIVATIONS[name].scope)  # None for an elementwise activation
     return [fwd, bwd]
 
 

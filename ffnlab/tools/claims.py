@@ -159,6 +159,14 @@ def measure_recorded_placement(position: str, runs: dict[str, dict]) -> dict:
     return out
 
 
+def measure_layer_grad_ratio() -> dict:
+    """Not measured here: it needs a trained study. `ffnlab report` measures it from a store (the 'Gradients by
+    depth' section, ffnlab.study.report.layer_grads): per run, layer 0's FFN gradient norm over the top layer's,
+    the median over the steps logged after warm-up; GELU's against each other variant's, paired over seeds on
+    the log scale. The tools layer trains nothing and reads no store, so every value is None here."""
+    return {"gelu_vs_others": None}
+
+
 MEASURES: dict[str, Callable[..., dict]] = {
     f.__name__.removeprefix("measure_"): f
     for f in (
@@ -170,6 +178,7 @@ MEASURES: dict[str, Callable[..., dict]] = {
         measure_relu_inactive_fraction,
         measure_torch_gelu_default,
         measure_int8_activation,
+        measure_layer_grad_ratio,
         measure_recorded_placement,
     )
 }
@@ -204,6 +213,15 @@ def verdict(parts: list[bool | None]) -> str:
     if any(p is False for p in parts):
         return "does not hold"
     return "not measurable here" if any(p is None for p in parts) else "holds"
+
+
+def claim_of(measure: str, path: str | Path = CLAIMS_PATH) -> dict:
+    """The claim that names `measure`; ValueError if none does. A study's report shows a claim that only a
+    trained study can measure (`measure_layer_grad_ratio`) from its row here, so its words live in one place."""
+    for c in load_claims(path):
+        if c["measure"] == measure:
+            return c
+    raise ValueError(f"no claim in {path} names the measure '{measure}'")
 
 
 def _fmt_values(values: dict) -> str:

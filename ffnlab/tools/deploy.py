@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab._util import machine
-from ffnlab._util.jsonio import json_safe
+from ffnlab._util.jsonio import json_number, json_safe
 from ffnlab._util.names import chosen, closest
 from ffnlab._util.text import first_line, num
 from ffnlab.core.ffn import get_ffn_spec
@@ -140,7 +140,7 @@ class Delta:
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> Delta | None:
-        return None if d is None else cls(**{k: number(v) for k, v in d.items()})
+        return None if d is None else cls(**{k: json_number(v) for k, v in d.items()})
 
 
 @dataclass
@@ -168,8 +168,8 @@ class Quality:
         deltas = {
             k: Delta.from_json(d.get(k)) for k in ("val_loss_delta", "test_loss_delta", "val_acc_delta", "vs_ptq")
         }
-        losses = {int(seed): number(v) for seed, v in d.get("val_losses", {}).items()}  # JSON keys are strings
-        scores = {k: number(d[k]) for k in ("val_loss", "test_loss", "val_acc", "test_acc")}
+        losses = {int(seed): json_number(v) for seed, v in d.get("val_losses", {}).items()}  # JSON keys are strings
+        scores = {k: json_number(d[k]) for k in ("val_loss", "test_loss", "val_acc", "test_acc")}
         return cls(**{**d, **deltas, **scores, "val_losses": losses})
 
 
@@ -246,16 +246,11 @@ class DeployResult:
     def from_json(cls, d: dict[str, Any]) -> DeployResult:
         """A result read back from `to_json` (deploy.json beside a store); KeyError or TypeError for another shape."""
         qat = [QatSummary(**{**q, "ptq_increase": Delta.from_json(q["ptq_increase"]),
-                             "qat_increase": Delta.from_json(q["qat_increase"]), "recovered": number(q["recovered"])})
+                             "qat_increase": Delta.from_json(q["qat_increase"]), "recovered": json_number(q["recovered"])})
                for q in d.get("qat", [])]  # fmt: skip
         return cls(
             d["source"], d["model"], d["setup"], d["environment"], [DeployRow.from_json(r) for r in d["rows"]], qat
         )
-
-
-def number(value: Any) -> Any:
-    """A float that `json_safe` wrote as 'nan', 'inf' or '-inf', back as the float; anything else as it is."""
-    return float(value) if value in ("nan", "inf", "-inf") else value
 
 
 def environment() -> dict[str, Any]:

@@ -53,6 +53,8 @@ def _error_table(results: list[dict]) -> list[str]:
             + f" | {r['n_inf']:>4} {r['n_nan']:>4} {r['n_overflow']:>4}"
         )
     out.append("(columns after the first | are max_ulp per region of x)")
+    notes = {r["name"]: r["note"] for r in results if r.get("note")}
+    out += [f"note: {name} is {note}" for name, note in notes.items()]
     return out
 
 

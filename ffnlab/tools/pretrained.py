@@ -3,6 +3,7 @@
     check_folder(folder)              the folder's config as a dict; one-line ValueError if it cannot be used
     folder_digest(folder)             sha256 of config.json and the safetensors weights: part of a run's identity
     pretrained_ffn(folder)            the ffnlab FFN variant the folder's model runs (the "keep" variant)
+    pretrained_context(folder)        the context it trains at by default: the model's own positions
     load_pretrained(folder, ffn, ...) the model with its weights (safetensors only), behind ffnlab's interface
 
 Supported: the llama (LLaMA, Mistral, Qwen2, Qwen3, Gemma), gpt2 and bert (BERT, RoBERTa) families of
@@ -135,6 +136,24 @@ def pretrained_ffn(folder: str | os.PathLike) -> str:
     return config_activation(check_folder(folder)).variant()
 
 
+def pretrained_context(folder: str | os.PathLike, context: int | None = None) -> int:
+    """The context a fine-tune of the folder's model trains at: `context`, or None for the model's own
+    positions (max_position_embeddings; n_positions for GPT-2, read through transformers' config as
+    `fitting_config` reads it). ValueError, one line, when `context` exceeds them."""
+    positions = local_config(folder).max_position_embeddings
+    check_context(folder, context, positions)
+    return positions if context is None else context
+
+
+def check_context(folder: str | os.PathLike, context: int | None, positions: int) -> None:
+    """ValueError when `context` is longer than the `positions` of the model in `folder`."""
+    if context is not None and context > positions:
+        raise ValueError(
+            f"--context {context} exceeds the {positions} positions of the model in {folder}; valid: 1 to "
+            f"{positions} (the default is {positions}, the model's own)"
+        )
+
+
 def fitting_config(folder: str | os.PathLike, task: str, vocab_size: int | None, context: int | None):
     """The folder's Hugging Face config for `task`; ValueError when the task, the tokenizer's vocabulary or
     the context does not fit the model."""
@@ -147,10 +166,7 @@ def fitting_config(folder: str | os.PathLike, task: str, vocab_size: int | None,
             f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
             f"{vocab_size}; fine-tune with the data and --tokenizer it was pretrained with"
         )
-    if context is not None and context > hf_config.max_position_embeddings:
-        raise ValueError(
-            f"--context {context} exceeds the {hf_config.max_position_embeddings} positions of the model in {folder}"
-        )
+    check_context(folder, context, hf_config.max_position_embeddings)
     return hf_config
 
 

@@ -18,6 +18,8 @@ import mpmath
 import numpy as np
 from scipy import special
 
+from ffnlab.core.activations import EXP_LINEAR_FROM, MIN_BANDWIDTH, QUANTILES_PER_SIDE
+
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
@@ -90,6 +92,57 @@ SILU = _x_sigmoid(1.0)
 GELU_TANH = Ref(_gelu_tanh_f, _gelu_tanh_df)
 GELU_SIGMOID = _x_sigmoid(1.702)
 
+
+def _split(first: Ref, rest: Ref) -> Ref:
+    """`first` on the first ceil(C/2) entries of the last axis, `rest` on the others (split_gelu_tanh)."""
+
+    def at(part: str) -> Callable[[np.ndarray], np.ndarray]:
+        def apply(x: np.ndarray) -> np.ndarray:
+            half = (x.shape[-1] + 1) // 2
+            return np.concatenate([getattr(first, part)(x[..., :half]), getattr(rest, part)(x[..., half:])], axis=-1)
+
+        return apply
+
+    return Ref(at("f"), at("df"), tuple(sorted({*first.kinks, *rest.kinks})))
+
+
+def _exponential_f(x):
+    top = math.exp(EXP_LINEAR_FROM)
+    return np.where(x <= EXP_LINEAR_FROM, np.exp(np.minimum(x, EXP_LINEAR_FROM)), top * (x - EXP_LINEAR_FROM + 1))
+
+
+def _exponential_df(x):
+    return np.where(x <= EXP_LINEAR_FROM, np.exp(np.minimum(x, EXP_LINEAR_FROM)), math.exp(EXP_LINEAR_FROM))
+
+
+def quantile_centres(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """The kernel centres and bandwidth of the quantile activation for one channel whose values are `x`:
+    K quantiles of each sign at levels (2k+1)/(2K), order statistic floor((2k+1)n/(2K)) of that sign's n
+    values (-inf or +inf for an empty side); Silverman's h = 1.06 std(x) (2K)^(-1/5), at least MIN_BANDWIDTH."""
+    k = QUANTILES_PER_SIDE
+    ranks = 2 * np.arange(k) + 1
+    sides = []
+    for values, empty in ((np.sort(x[x < 0]), -np.inf), (np.sort(x[x >= 0]), np.inf)):
+        n = len(values)
+        sides.append(values[ranks * n // (2 * k)] if n else np.full(k, empty))
+    return np.concatenate(sides), max(1.06 * float(np.std(x)) * (2 * k) ** -0.2, MIN_BANDWIDTH)
+
+
+def _quantile_u(x: np.ndarray) -> tuple[np.ndarray, float]:
+    centres, h = quantile_centres(x)
+    with np.errstate(invalid="ignore"):
+        return (x[:, None] - centres[None, :]) / (math.sqrt(2.0) * h), h
+
+
+def _quantile_f(x):
+    return special.erf(_quantile_u(x)[0]).mean(axis=1)  # 2F(x) - 1, F the kernel CDF
+
+
+def _quantile_df(x):
+    u, h = _quantile_u(x)
+    return (2 / math.sqrt(math.pi) * np.exp(-u * u)).mean(axis=1) / (math.sqrt(2.0) * h)  # context held fixed
+
+
 # Every registry name, aliases and learnable entries (at their initial parameters) included.
 # NOTE: Hugging Face's gelu_fast uses 0.7978845608 for sqrt(2/pi), 3e-12 relative off: far below
 # fp32 resolution, so it shares the exact tanh-formula reference.
@@ -123,6 +176,11 @@ REFERENCES: dict[str, Ref] = {
     "gelu_10": Ref(lambda x: np.clip(GELU.f(x), -10, 10), _gelu_10_df),
     "quick_gelu": GELU_SIGMOID,
     "swish": SILU,
+    # a 1-D grid is one channel's context (quantile) and one token's channels (split_gelu_tanh), as the registry reads it
+    "quantile": Ref(_quantile_f, _quantile_df),
+    "energy_gated": Ref(lambda x: x * np.exp(-0.5 * x * x), lambda x: (1 - x * x) * np.exp(-0.5 * x * x)),
+    "split_gelu_tanh": _split(GELU, Ref(np.tanh, _sech2)),
+    "exponential": Ref(_exponential_f, _exponential_df),
 }
 
 

@@ -9,6 +9,10 @@ Three sources of evidence, in this order:
 3. published results (ffnlab.study.published), said to be such, with the `ffnlab compare` command that
    would measure the question on the user's own data (from_papers.py).
 
+Between them, the rules of advice_rules.csv that prefer variants (rules.py: hardware, VRAM tier, priority,
+model size, long text, depth tier) narrow the candidates; the advice says when a rule, not the evidence,
+decided (`Advice.decided_by`), and a measurement outranks a rule where the store measured that situation.
+
 What the user says is a `Situation` (situation.py: one `ffnlab advise` flag per field); the result is an
 `Advice` (advice.py) that `format_advice` prints and whose `to_json()` is `advise --json`.
 """
@@ -23,16 +27,16 @@ from ffnlab.study.advise.from_checkpoint import advise_pretrained
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.from_papers import advise_published
 from ffnlab.study.advise.from_store import advise_measured
+from ffnlab.study.advise.rules import situation_rules
 from ffnlab.study.advise.situation import (
     Situation,
     parse_bytes,
     parse_model_size,
     parse_params,
-    situation_rules,
     size_from,
     unused_inputs,
 )
-from ffnlab.study.flow import Deploy, Hardware, Stage, rule_line
+from ffnlab.study.flow import Deploy, Hardware, Priority, Stage, rule_line
 
 __all__ = ["Advice", "Situation", "advice_for", "advise", "format_advice"]
 
@@ -49,6 +53,7 @@ def advise(
     hardware: Hardware | None = None,
     seq_len: int | None = None,
     model_size: float | str | None = None,
+    priority: Priority | None = None,
 ) -> Advice:
     """Recommend an FFN variant for a situation, given as `ffnlab advise`'s flags are: `situation` is the
     stage (pretrain, finetune, peft, inference); budgets and the model size may be numbers or text ('125M',
@@ -64,6 +69,7 @@ def advise(
         memory_budget=size_from(memory_budget, parse_bytes),
         latency_sensitive=latency_sensitive,
         depth=depth,
+        priority=priority,
     )
     return advice_for(inputs, store)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -17,7 +16,7 @@ BASIS_TEXT = {
     "pretrained": "from the pretrained model",
 }
 # fields `to_json` leaves out where they do not apply (None); every other field is always there
-APPLIES_TO_SOME = ("cells", "cell", "implementation", "situation", "branch")
+APPLIES_TO_SOME = ("cells", "cell", "implementation", "situation", "branch", "decided_by")
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,7 @@ class Advice:
     implementation: str | None = None  # for inference: the fastest exact way to run the checkpoint's FFN
     situation: Situation | None = None  # the inputs, checked and resolved (the whole advice's, not a cell's)
     branch: str | None = None  # the branch of the flow taken: 'pretrain/published', 'inference/pretrained', ...
+    decided_by: list[str] | None = None  # the rules that decided the pick where the evidence did not (None: it did)
 
     def to_json(self) -> dict[str, Any]:
         """`advise --json`: every field in order, those that do not apply here left out."""
@@ -53,26 +53,15 @@ class Advice:
             "implementation": self.implementation,
             "situation": None if self.situation is None else self.situation.to_json(),
             "branch": self.branch,
+            "decided_by": self.decided_by,
         }
         return {name: value for name, value in out.items() if value is not None or name not in APPLIES_TO_SOME}
 
 
-def compare_command(variants: list[str], data: str | None, depth: int | None, seeds: int = 3) -> str:
-    """The `ffnlab compare` command that measures these variants (on YOUR_DATA when no data is known)."""
-    parts = [
-        "ffnlab compare",
-        f"--variants {shlex.quote(','.join(variants))}",  # quoted where a schedule's '*' would glob
-        f"--seeds {seeds}",
-        f"--data {data}" if data else "--data YOUR_DATA",
-    ]
-    if depth:
-        parts.append(f"--layers {depth}")
-    return " ".join(parts)
-
-
 def format_advice(advice: Advice) -> str:
     """The advice as text for the terminal."""
-    out = [f"recommendation: {advice.recommendation}  ({BASIS_TEXT[advice.basis]})"]
+    decided = f"; decided by a rule: {', '.join(advice.decided_by)}" if advice.decided_by else ""
+    out = [f"recommendation: {advice.recommendation}  ({BASIS_TEXT[advice.basis]}{decided})"]
     if advice.implementation:
         out.append(f"implementation: {advice.implementation}")
     out += ["", "why:"]

@@ -5,6 +5,7 @@ table of model families (study/model_families.csv), by the one reader of `ffnlab
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.kernels.fused import FUSED_ACTS
+from ffnlab.run.presets import preset_config
 from ffnlab.study.advise.advice import Advice
+from ffnlab.study.advise.command import DEFAULT_PRESET
 from ffnlab.study.advise.situation import Situation
 from ffnlab.study.flow import Rule, apply_rule, rule_line
 from ffnlab.study.published import MODEL_FAMILIES
@@ -119,13 +122,19 @@ def advise_pretrained(pretrained: str, situation: Situation) -> Advice:
     alternatives = [
         {
             "ffn": "any other",
-            "why_not": "invalidates the pre-trained FFN weights; compare activations only when training from scratch",
+            "why_not": "invalidates the pre-trained FFN weights; if you must, follow the fine-tuning rule and measure "
+            "the swap (command below)"
+            if stage == "finetune"
+            else "invalidates the pre-trained FFN weights; compare activations only when training from scratch",
         }
     ]
-    rules, how = [apply_rule(STAGE_RULES[stage], act=model.act)], None
+    rules, how, command = [apply_rule(STAGE_RULES[stage], act=model.act)], None, None
     if stage == "inference":
         how, more = implementation(model, situation.hardware)
         rules += more
+    if stage == "finetune":
+        swap, command = swap_rule(model.act), swap_command(pretrained)
+        rules.append(swap)
     return Advice(
         recommendation=ffn,
         basis="pretrained",
@@ -134,7 +143,36 @@ def advise_pretrained(pretrained: str, situation: Situation) -> Advice:
         alternatives=alternatives,
         rules=rules,
         implementation=how,
+        command=command,
     )
+
+
+# NOTE: the fine-tuning rule's numbers (about 0.5x the learning rate, twice the warm-up) against the settings
+# `compare --from` starts from
+SWAP_LR, SWAP_WARMUP = 0.5, 2
+
+
+def swap_rule(act: str) -> Rule:
+    """The fine-tuning rule, with its numbers against the learning rate and warm-up `compare` starts from."""
+    base = preset_config(DEFAULT_PRESET)
+    return apply_rule(
+        "finetune-swap",
+        act=act,
+        lr=base.lr,
+        lr_half=SWAP_LR * base.lr,
+        warmup=base.warmup_steps,
+        warmup_long=SWAP_WARMUP * base.warmup_steps,
+    )
+
+
+def swap_command(pretrained: str) -> str:
+    """The `compare --from` command that measures a swap made by the fine-tuning rule against keeping the
+    checkpoint's activation: the swapped variant at its learning rate and warm-up (--opt)."""
+    path = Path(pretrained)
+    folder = shlex.quote(str(path if path.is_dir() else path.parent)) if path.exists() else "YOUR_FOLDER"
+    base = preset_config(DEFAULT_PRESET)
+    opt = f"YOUR_VARIANT:lr={SWAP_LR * base.lr:g},warmup_steps={SWAP_WARMUP * base.warmup_steps}"
+    return f"ffnlab compare --from {folder} --variants YOUR_VARIANT --opt {opt} --seeds 3 --data YOUR_DATA"
 
 
 def implementation(model: Checkpoint, hardware: str | None = None) -> tuple[str, list[Rule]]:

@@ -3,20 +3,25 @@ differences over seeds, under the situation's parameter, memory and latency cons
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ffnlab._util.text import human, human_bytes, key_values, sci
-from ffnlab.study.advise.advice import Advice, compare_command
+from ffnlab._util.text import and_list, human, human_bytes, key_values, sci
+from ffnlab.run.config import TrainConfig
+from ffnlab.study.advise.advice import Advice
+from ffnlab.study.advise.command import compare_command
 from ffnlab.study.advise.from_deployment import deployment_advice
+from ffnlab.study.advise.rules import decided_line, narrow, preferences
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import Rule, apply_rule, mobile_friendly, rule_line
+from ffnlab.study.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, mobile_friendly, rule_line
 from ffnlab.study.metrics import shown_in
+from ffnlab.study.plan import AXES, config_value, set_field
 from ffnlab.study.records import Cell, VariantRow
 from ffnlab.study.scaling import LOF_ALPHA
-from ffnlab.study.stats import holm, paired_diff
+from ffnlab.study.stats import MIN_PAIRS, holm, paired_diff
 
 ALPHA = 0.05
 # Step-time difference below which two variants count as equally fast: CPU timings of small
@@ -34,7 +39,9 @@ class StudyFacts:
     higher_is_better: bool
     n_layers: int  # of the study's runs, or of the cell advised on where depth is an axis
     d_model: int  # likewise, where width is an axis
+    context: int  # likewise, where context is an axis
     data: str
+    tokenizer: str
     match: str  # what the FFNs were matched in
     seeds: int
     baseline: str
@@ -44,10 +51,24 @@ class StudyFacts:
     across_cells: dict[str, Any] | None  # whether each gap changes between cells (Summary.across_cells)
 
 
-def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell], StudyFacts]:
+@dataclass(frozen=True)
+class CellSettings:
+    """The settings each cell of a study ran with, which a suggested command repeats: the cell's config (its
+    baseline's but the seed and the FFN) and each variant's own settings."""
+
+    configs: dict[str, TrainConfig]  # the cell's axes as JSON -> its config
+    per_variant: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def of(self, cell: Cell) -> TrainConfig | None:
+        """The cell's config; None where the study has no run of its baseline there."""
+        return self.configs.get(json.dumps(cell.axes, sort_keys=True))
+
+
+def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell], StudyFacts, CellSettings]:
     """The cells of the store's latest study to advise on, from the one summary every output shares
     (`ffnlab.study.summary.summarize_study`): with an axis 'depth' and a stated depth, the cells at the nearest
-    measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study."""
+    measured depth; otherwise every cell. Cells are never merged. Also returns facts about the study and the
+    settings of its cells."""
     from ffnlab.study.load import load_study
     from ffnlab.study.store import Store
     from ffnlab.study.summary import summarize_study
@@ -71,7 +92,9 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
         higher_is_better=cells[0].metric_direction == "higher",
         n_layers=cfg.model.n_layers,
         d_model=cfg.model.d_model,
+        context=cfg.model.context,
         data=cfg.data,
+        tokenizer=cfg.tokenizer,
         match=cfg.model.ffn_match,
         seeds=study.seeds,
         baseline=summary.baseline,
@@ -80,7 +103,14 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
         scaling=summary.scaling.to_json() if summary.scaling and summary.scaling.fits else None,
         across_cells=summary.across_cells.to_json() if summary.across_cells else None,
     )
-    return cells, facts
+    configs: dict[str, TrainConfig] = {}
+    for run in runs:  # the baseline's run of each cell, its own settings (if any) put back to the study's
+        if run.model.ffn == study.baseline:
+            for path in study.per_variant.get(study.baseline, {}):
+                run = set_field(run, path, config_value(cfg.to_dict(), path))
+            axes = {axis: config_value(run.to_dict(), AXES[axis]) for axis in study.axes}
+            configs.setdefault(json.dumps(axes, sort_keys=True), run)
+    return cells, facts, CellSettings(configs, study.per_variant)
 
 
 # the statistics of the ranking metric an advice quotes for each measured variant; its metrics are the
@@ -131,8 +161,8 @@ def advise_measured(store_path: str | Path, situation: Situation) -> Advice:
     """Advice from a store's measurements: one cell's advice, or, when several cells remain (another
     axis than depth), each cell's advice and a recommendation only where they agree. Where inference cost
     counts, each cell weighs the measured deployment beside the store (from_deployment.py)."""
-    cells, facts = measured_cells(store_path, situation.depth)
-    advices = [advise_cell(c, facts, situation) for c in cells]
+    cells, facts, settings = measured_cells(store_path, situation.depth)
+    advices = [advise_cell(c, facts, situation, settings) for c in cells]
     if len(advices) == 1:
         return advices[0]
     picks = {a.recommendation for a in advices}
@@ -185,7 +215,8 @@ class CellChoice:
     choice: str  # the best, or a faster variant tied with it when cost counts
     runner_up: str | None  # the best eligible variant but the choice
     unit: str  # of a paired difference: ' nats' or ' accuracy'
-    rule: Rule | None = None  # the flow's rule that moved the choice away from the best, if one did
+    rules: list[Rule] = field(default_factory=list)  # the flow's rules that moved the choice away from the best
+    outranked: dict[str, Rule] = field(default_factory=dict)  # what the store measured -> the rule it outranks
     deployed: bool = False  # the measured deployment picked the choice (from_deployment.py)
 
     @property
@@ -194,8 +225,13 @@ class CellChoice:
 
     @property
     def tied(self) -> list[str]:
-        """The eligible variants not significantly different from the best."""
+        """The eligible variants not significantly different from the best (untested ones included)."""
         return [n for n, gap in self.diffs.items() if not gap.significant]
+
+    @property
+    def untested(self) -> list[str]:
+        """The eligible variants no test could compare with the best: too few paired seeds."""
+        return [n for n, gap in self.diffs.items() if gap.p is None]
 
     def versus(self, name: str, ref: str) -> str:
         """'-0.060 nats vs gelu, 95% CI [-0.080, -0.040], p=0.003, 3 paired seeds'."""
@@ -204,7 +240,7 @@ class CellChoice:
             return f"no seed in common with {ref}"
         ci = f", 95% CI [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if d.ci_low is not None else ""
         p = f", p={d.p:.2g}" if d.p is not None else ""
-        return f"{d.delta:+.3f}{self.unit} vs {ref}{ci}{p}, {d.n} paired seeds"
+        return f"{d.delta:+.3f}{self.unit} vs {ref}{ci}{p}, {d.n} paired seed{'s' if d.n != 1 else ''}"
 
     def costs(self, name: str, ref: str) -> str:
         """'step time -12%, params +0%, training memory +8%': `name` relative to `ref`."""
@@ -223,10 +259,25 @@ def eligible_variants(cell: Cell, situation: Situation) -> list[str]:
     return [r.ffn for r in cell.variants if exclusion(r, situation) is None]
 
 
+def measured_situation(rule: Rule, facts: StudyFacts) -> str | None:
+    """What the store measured of the situation a rule is about, where it measured it, so that the measurement
+    decides rather than the rule: the same depth tier, a long context, each variant's training memory; None
+    where it did not."""
+    if rule.branch == "depth" and rule.covers(facts.n_layers):
+        return f"{facts.n_layers} layer{'s' if facts.n_layers != 1 else ''}, the same depth tier ({rule.tier})"
+    if rule.branch == "seq_len" and ffn_flop_share(facts.d_model, facts.context) < LONG_CONTEXT_SHARE:
+        return f"a long context too ({facts.context} tokens at d_model {facts.d_model})"
+    if rule.branch == "vram":
+        return "each variant's training memory"
+    return None
+
+
 def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed: str | None = None) -> CellChoice:
     """The best eligible variant of a cell; or the eligible variant `deployed`, the measured deployment's pick;
-    or, when cost counts, a tied one that is clearly faster (or of the ReLU family, on mobile). ValueError
-    saying why when no variant is eligible."""
+    or, on mobile, a tied variant of the ReLU family; or, where the situation lies in a depth tier or a long
+    context the store did not measure, the best variant the rule of that situation prefers; or a tied variant
+    the priority prefers; or, when cost counts, a tied one that is clearly faster. Where the store measured the
+    situation, its rule is outranked. ValueError saying why when no variant is eligible."""
     variants = {r.ffn: r for r in cell.variants}
     sign = -1.0 if facts.higher_is_better else 1.0  # sign * value: lower is better
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
@@ -247,20 +298,34 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed
     best = min(eligible, key=better_first)
     diffs = gaps_to_best(variants, best, eligible)
     tied = [n for n, gap in diffs.items() if not gap.significant]
-    choice, rule = best, None
+    # the rules that prefer variants (mobile has its own rule here; model size only informs a measurement)
+    rules = [r for r in preferences(situation) if r.branch not in ("hardware", "model_size")]
+    outranked = {what: r for r in rules if (what := measured_situation(r, facts))}
+    unmeasured = narrow(
+        eligible, [r for r in rules if r.branch in ("depth", "seq_len") and r not in outranked.values()], better_first
+    )
+    by_priority = narrow([best] + tied, [r for r in rules if r.branch == "priority"], better_first)
+    choice, moved = best, []
     friendly = [n for n in [best] + tied if mobile_friendly(n)]
     if deployed in eligible:
         choice = deployed  # measured at inference, which the rules of thumb below only guess at
     elif situation.hardware == "mobile" and friendly and best not in friendly:
         choice = min(friendly, key=better_first)
-        rule = apply_rule("mobile-measured", ffn=choice)
+        moved = [apply_rule("mobile-measured", ffn=choice)]
+    elif unmeasured.moved:
+        choice, moved = min(unmeasured.candidates, key=better_first), unmeasured.moved
+    elif by_priority.moved:
+        choice, moved = min(by_priority.candidates, key=better_first), by_priority.moved
     elif situation.cost_sensitive and tied:
         fastest = min([best] + tied, key=step_time)
         if step_time(fastest) < (1 - SPEED_TOLERANCE) * step_time(best):
             choice = fastest
+    outranked = {what: r for what, r in outranked.items() if not r.prefers(choice)}
     runner_up = min((n for n in eligible if n != choice), key=better_first, default=None)
     unit = " nats" if facts.metric == "final_val_loss" else " accuracy"
-    return CellChoice(variants, excluded, mean, best, diffs, choice, runner_up, unit, rule, deployed in eligible)
+    return CellChoice(
+        variants, excluded, mean, best, diffs, choice, runner_up, unit, moved, outranked, deployed in eligible
+    )
 
 
 def gaps_to_best(variants: dict[str, VariantRow], best: str, eligible: list[str]) -> dict[str, GapToBest]:
@@ -273,18 +338,26 @@ def gaps_to_best(variants: dict[str, VariantRow], best: str, eligible: list[str]
     }
 
 
-def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> Advice:
-    """Advice from one cell of a study: the best eligible variant, or a faster one tied with it."""
-    if "depth" in cell.axes:
-        facts = replace(facts, n_layers=cell.axes["depth"])
-    if "width" in cell.axes:
-        facts = replace(facts, d_model=cell.axes["width"])
+def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation, settings: CellSettings) -> Advice:
+    """Advice from one cell of a study: the best eligible variant, or one a rule prefers (saying so), or a
+    faster one tied with it."""
+    for axis, name in (("depth", "n_layers"), ("width", "d_model"), ("context", "context")):
+        if axis in cell.axes:
+            facts = replace(facts, **{name: cell.axes[axis]})
     shape = (facts.d_model, facts.n_layers)
     deployment = deployment_advice(facts.store, situation, eligible_variants(cell, situation), shape)
     weighed = choose_in_cell(cell, facts, situation, deployment.ffn if deployment else None)
-    reasons = choice_reasons(weighed, cell, facts, situation) + caveat_reasons(weighed, facts, situation)
-    rules = [weighed.rule] if weighed.rule else []
-    reasons += [rule_line(r) for r in rules]
+    reasons = choice_reasons(weighed, cell, facts, situation)
+    if weighed.rules:
+        best = weighed.best
+        reasons.insert(1, decided_line(weighed.rules, f"{best} ({weighed.mean[best]:.4f})", "your measurements"))
+    reasons += caveat_reasons(weighed, facts, situation)
+    rules = weighed.rules + list(weighed.outranked.values())
+    reasons += [rule_line(r) for r in weighed.rules]
+    reasons += [
+        f"{rule_line(r)} The store measured {what}, so its measurement decides here, not this rule."
+        for what, r in weighed.outranked.items()
+    ]
     if deployment:
         rules += deployment.rules
         reasons += deployment.lines
@@ -310,9 +383,12 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation) -> Advice:
         reasons=reasons,
         evidence=evidence,
         alternatives=measured_alternatives_json(weighed),
-        command=compare_command(variants, facts.data, situation.depth or facts.n_layers, seeds=max(5, facts.seeds)),
+        command=compare_command(
+            variants, facts.data, situation.depth, max(5, facts.seeds), settings.of(cell), settings.per_variant
+        ),
         cell=cell.axes,
         rules=rules,
+        decided_by=[r.rule for r in weighed.rules] or None,
     )
 
 
@@ -355,29 +431,41 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
     best, choice, mean, eligible, tied = weighed.best, weighed.choice, weighed.mean, weighed.eligible, weighed.tied
     layers = f"{facts.n_layers} layer{'s' if facts.n_layers != 1 else ''}"
     where = (
-        f"{facts.store}: {layers}, d_model {facts.d_model}, data {facts.data}, {facts.seeds} seeds, "
+        f"{facts.store}: task {facts.task}, {layers}, d_model {facts.d_model}, data {facts.data} "
+        f"({facts.tokenizer} tokens), {facts.seeds} seed{'s' if facts.seeds != 1 else ''}, "
         f"FFNs matched in {facts.match}, FFN init {facts.init} for all, timed on {facts.device}"
     )
     cell_where = key_values(cell.axes)
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
+    leaders = [n for n in eligible if mean[n] == mean[best]]  # an exact tie shares the best mean
+    has = f"{best} has" if len(leaders) == 1 else f"{and_list(leaders)} tie for"
     if choice == best:
         reasons.append(
-            f"{best} has the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
+            f"{has} the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
             f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
         )
     elif weighed.deployed:
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} ({weighed.versus(choice, best)}) is the "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} ({weighed.versus(choice, best)}) is the "
             "variant the measured deployment picks: fastest at inference within the quality budget (below)."
         )
-    elif weighed.rule:
+    elif weighed.rules and weighed.rules[0].branch in ("depth", "seq_len"):
+        planned = {"depth": f"{situation.depth} layers", "seq_len": f"sequences of {situation.seq_len} tokens"}
+        unmeasured = " and ".join(planned[r.branch] for r in weighed.rules)
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
-            f"({weighed.versus(choice, best)}) and suits the hardware (rule below)."
+            f"{has} the best mean ({mean[best]:.4f}) where the store measured, but you plan {unmeasured}, "
+            f"which it did not measure (rule below): there the rule decides, and {choice} is the best measured "
+            f"variant it prefers ({weighed.versus(choice, best)})."
+        )
+    elif weighed.rules:
+        why = "suits the hardware" if weighed.rules[0].branch == "hardware" else "your priority prefers it"
+        reasons.append(
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"({weighed.versus(choice, best)}) and {why} (rule below)."
         )
     else:
         reasons.append(
-            f"{best} has the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
+            f"{has} the best mean ({mean[best]:.4f}), but {choice} is not significantly worse "
             f"({weighed.versus(choice, best)}) and is faster ({weighed.costs(choice, best)}); with "
             f"{'latency in mind' if situation.latency_sensitive else f'a {situation.deploy} deployment'} the "
             "faster one wins."
@@ -391,11 +479,19 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
         reasons.append(
             f"{best} is significantly better than {', '.join(significant_losers)} (paired t-tests, Holm-corrected)."
         )
-    if tied and choice == best:
+    tested = [n for n in tied if n not in weighed.untested]
+    if tested and choice == best:
         reasons.append(
             f"Not significantly different from {best} (paired t-tests, Holm-corrected): "
-            f"{', '.join(tied)}; with these seeds they are tied, and more seeds would separate them "
+            f"{', '.join(tested)}; with these seeds they are tied, and more seeds would separate them "
             "(command below)."
+        )
+    if weighed.untested:
+        pairs = min(weighed.diffs[n].n for n in weighed.untested)
+        reasons.append(
+            f"No test could run between {best} and {', '.join(weighed.untested)}: "
+            f"{pairs} paired seed{'s' if pairs != 1 else ''}, and a paired t-test needs at least {MIN_PAIRS}; "
+            "so nothing says whether they differ, and more seeds would (command below)."
         )
     return reasons
 

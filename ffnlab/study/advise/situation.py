@@ -10,27 +10,23 @@ from typing import Any
 
 from ffnlab._util.text import sci, shorten
 from ffnlab.study.flow import (
-    DEFAULT_SEQ_LEN,
     DEPLOY_HARDWARE,
     HARDWARE,
     HARDWARE_MEMORY,
     LONG_CONTEXT_SHARE,
+    PRIORITIES,
     STAGES,
     Deploy,
     Hardware,
-    Rule,
+    Priority,
     Stage,
-    apply_rule,
     check_choice,
     deploy_of,
     ffn_flop_share,
-    memory_rule,
     model_shape,
     resolve_hardware,
-    size_text,
-    size_tier,
 )
-from ffnlab.study.published import GATED_AT_SCALE, MODEL_FAMILIES
+from ffnlab.study.published import MODEL_FAMILIES
 
 # ---- sizes as people write them ------------------------------------------------------------------
 
@@ -101,7 +97,7 @@ def written_as(parse: Callable[[str], float]) -> Any:
 # the fields `advise --json` prints under "situation", in the order it has always had (the fields, and so the
 # flags, follow the flow); the checkpoint is left out, the evidence names it
 JSON_FIELDS = ("params_budget", "memory_budget", "latency_sensitive", "deploy", "depth", "stage", "hardware",
-               "seq_len", "model_size")  # fmt: skip
+               "seq_len", "model_size", "priority")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,17 +111,22 @@ class Situation:
     # (default: finetune with --pretrained, else pretrain)
     pretrained: str | None = None  # the checkpoint (finetune, peft, inference): path to its config.json, or
     # a name such as bert-base-uncased, gpt2, t5-base, mistral
-    hardware: Hardware | None = None  # where the model trains or runs; a gpu-NNgb tier is also a memory budget
+    hardware: Hardware | None = None  # where the model trains or runs; a gpu-NNgb tier is also a memory budget,
+    # and its VRAM tier (less than 16, 16 to 32, more than 32 GB) a rule while --model-size is not given
     deploy: Deploy | None = None  # older form of --hardware: cpu, gpu, edge (= mobile)
     seq_len: int | None = None  # tokens per sequence (long context: see rules)
     model_size: float | None = written_as(parse_model_size)  # parameters of the planned model, e.g. 125M, 1B, 7B
     params_budget: float | None = written_as(parse_params)  # most parameters the model may have, e.g. 125M
     memory_budget: float | None = written_as(parse_bytes)  # most training memory, e.g. 16GiB or 500MB
     latency_sensitive: bool = False  # prefer the faster of statistically tied variants
-    depth: int | None = None  # number of layers you plan
+    depth: int | None = None  # number of layers you plan (tiers: fewer than 6, 6 to 12, more than 12)
+    priority: Priority | None = None  # what matters most besides quality: research (evidence; cost breaks no
+    # ties), industrial (pre-training at scale: SwiGLU, as PaLM and LLaMA), maintenance (long-term: GELU, the
+    # most widely supported)
 
     def __post_init__(self) -> None:
         check_choice(self.stage, STAGES, "situation")
+        check_choice(self.priority, PRIORITIES, "priority")
         if self.stage not in (None, "pretrain") and not self.pretrained:
             known = ", ".join(sorted({f.example for f in MODEL_FAMILIES})[:4])
             raise ValueError(
@@ -177,26 +178,14 @@ class Situation:
 
     @property
     def cost_sensitive(self) -> bool:
-        """Speed decides between tied variants: latency matters or the model runs on a CPU or at the edge."""
-        return self.latency_sensitive or self.deploy in ("cpu", "edge")
+        """Speed decides between tied variants: latency matters or the model runs on a CPU or at the edge,
+        unless the priority is research (quality and evidence first)."""
+        return (self.latency_sensitive or self.deploy in ("cpu", "edge")) and self.priority != "research"
 
-
-def situation_rules(situation: Situation) -> list[Rule]:
-    """The rules of the model-size, sequence-length and GPU-memory branches that apply."""
-    rules, size = [], situation.model_size
-    if size:
-        large = "; ".join(f"{g.model}: {g.source}" for g in GATED_AT_SCALE)
-        names = ", ".join(f"{g.model} ({g.params}, {g.ffn})" for g in GATED_AT_SCALE)
-        rules.append(
-            apply_rule(f"{size_tier(size)}-model", size=size_text(size), large_models=large, large_names=names)
-        )
-    if situation.seq_len:
-        d, n = situation.d_model, situation.seq_len
-        rule = "long-context" if situation.long_context else "short-context"
-        rules.append(apply_rule(rule, seq_len=n, d_model=d, share=ffn_flop_share(d, n), short=ffn_flop_share(d, 512)))
-    if size and situation.hardware and HARDWARE_MEMORY.get(situation.hardware):
-        rules.append(memory_rule(situation.hardware, size, situation.seq_len or DEFAULT_SEQ_LEN))
-    return rules
+    @property
+    def vram(self) -> float | None:
+        """The GPU's memory in GiB, which the VRAM tiers read: the memory budget on a GPU; None elsewhere."""
+        return self.memory_budget / 2**30 if self.deploy == "gpu" and self.memory_budget else None
 
 
 def unused_inputs(situation: Situation) -> list[str]:
@@ -207,6 +196,7 @@ def unused_inputs(situation: Situation) -> list[str]:
         "the parameter budget": situation.params_budget,
         "the memory budget": situation.memory_budget,
         "the depth": situation.depth,
+        "the priority": situation.priority,
     }
     named = [flag for flag, value in given.items() if value]
     if situation.stage == "pretrain" or not named:

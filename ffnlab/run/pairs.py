@@ -1,0 +1,104 @@
+"""Sentence pairs for classification: two text columns (`--text-field premise,hypothesis`) as one example.
+
+A corpus holds a pair as one document, its two texts joined by PAIR_JOIN (a control character that no
+text keeps: inside either text it becomes a space), so that splitting by hash, deduplication and the
+corpus fingerprint treat a pair as they treat any document. `pair_splits` takes it apart again: each
+text is encoded on its own by the run's tokenizer and the two are joined as
+
+    first [SEP] second [SEP]
+
+where [SEP] is the `SeparatedTokenizer`'s `sep_id`, an id one past the tokenizer's own vocabulary. No
+text encodes to it, whatever the tokenizer (char, byte, bpe or word), so the model always sees where
+the first text ends, and the tokenizer is built from the texts alone, never from the joining character.
+The trailing [SEP] keeps a pair's end marked where a short example is repeated to fill the context
+(ffnlab.run.train.crop_or_repeat). A pair longer than the context is truncated longest first
+(`fit_pair`): tokens come off the end of the longer text until both are equally long, then off both
+alike, so a long premise cannot crowd out the hypothesis. An example is never cropped after that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ffnlab.run.tokenizer import SeparatedTokenizer, build_tokenizer
+
+if TYPE_CHECKING:
+    from ffnlab.run.data import Corpus
+    from ffnlab.run.train import Split
+
+PAIR_JOIN = "\x1f"  # ASCII 'unit separator': joins a pair's two texts in one corpus document
+SEPARATORS = 2  # [SEP] ids in an encoded pair: after each text
+
+
+def text_fields(text_field: str) -> list[str]:
+    """The columns `text_field` names: one, or two separated by a comma (a sentence pair); ValueError otherwise."""
+    names = [name.strip() for name in str(text_field).split(",")]
+    if len(names) > 2 or not all(names):
+        raise ValueError(
+            f"text_field names one text column, or two for a sentence pair (e.g. premise,hypothesis); got "
+            f"{len(names)} name{'s' if len(names) > 1 else ''}: {', '.join(repr(n) for n in names)}"
+        )
+    return names
+
+
+def is_pair(text_field: str) -> bool:
+    """Whether `text_field` names two columns, a sentence pair."""
+    return len(text_fields(text_field)) == 2
+
+
+def join_pair(first: str, second: str) -> str:
+    """The corpus document of a pair: the two texts joined by PAIR_JOIN (which either text loses to a space)."""
+    return first.replace(PAIR_JOIN, " ") + PAIR_JOIN + second.replace(PAIR_JOIN, " ")
+
+
+def split_pair(document: str) -> tuple[str, str]:
+    """The two texts of a pair's document (`join_pair`); ValueError for a document that is no pair."""
+    first, joined, second = document.partition(PAIR_JOIN)
+    if not joined:
+        raise ValueError(f"not a sentence pair (no separator): {document[:40]!r}")
+    return first, second
+
+
+def fit_pair(first: int, second: int, budget: int) -> tuple[int, int]:
+    """How many tokens of each text a pair keeps within `budget` tokens, longest first.
+
+        both fit:            (first, second)
+        otherwise:           keep_first  = min(first, max(budget - second, ceil(budget / 2)))
+                             keep_second = min(second, budget - keep_first)
+
+    The shorter text stays whole when it fits in half the budget and the longer one takes the rest;
+    otherwise each keeps half, the first text the odd token."""
+    budget = max(budget, 0)
+    if first + second <= budget:
+        return first, second
+    keep_first = min(first, max(budget - second, (budget + 1) // 2))
+    return keep_first, min(second, budget - keep_first)
+
+
+def encode_pair(tok: SeparatedTokenizer, document: str, context: int) -> list[int]:
+    """A pair's ids, `first [SEP] second [SEP]`, each text truncated from its end by `fit_pair` so that
+    the whole fits in `context` tokens."""
+    first, second = (tok.encode(text) for text in split_pair(document))
+    keep_first, keep_second = fit_pair(len(first), len(second), context - SEPARATORS)
+    return [*first[:keep_first], tok.sep_id, *second[:keep_second], tok.sep_id]
+
+
+def pair_splits(
+    corpus: Corpus, kind: str, vocab_size: int | None, folder: str | None, context: int
+) -> tuple[SeparatedTokenizer, dict[str, Split]]:
+    """A pair corpus's tokenizer and, per split, each example's ids (`encode_pair`) and the labels.
+
+    The tokenizer is built from the pairs' texts as ffnlab.run.train.load_data builds one (the train split;
+    every split for 'char'), then given its separator id."""
+    import torch  # here: the corpus loader (ffnlab.run.data) imports this module and needs no torch
+
+    texts = {
+        split: [t for doc in corpus.documents(split) for t in split_pair(doc)] for split in ("train", "val", "test")
+    }
+    built_from = texts["train"] + texts["val"] + texts["test"] if kind == "char" else texts["train"]
+    tok = SeparatedTokenizer(build_tokenizer(kind, built_from, vocab_size=vocab_size, folder=folder))
+    splits: dict[str, Split] = {}
+    for split in ("train", "val", "test"):
+        ids = [torch.tensor(encode_pair(tok, doc, context), dtype=torch.long) for doc in corpus.documents(split)]
+        splits[split] = (ids, torch.tensor(corpus.labels(split), dtype=torch.long))
+    return tok, splits

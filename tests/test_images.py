@@ -1,0 +1,158 @@
+"""Task image (ffnlab.run.images and the ViT parts of ffnlab.core.model): patches, loading, training, comparing."""
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+from PIL import Image
+
+from ffnlab.core.model import ModelConfig, PatchEmbed, Transformer, image_tokens
+from ffnlab.run.config import identity
+from ffnlab.run.images import load_images
+from ffnlab.run.train import TrainConfig, train
+from ffnlab.study.plan import run_id
+from tests.conftest import TINY_MODEL
+
+TINY_VIT = ModelConfig(task="image", n_layers=1, n_heads=2, d_model=32, image_size=8, patch_size=2, channels=1)
+# a compare of two variants on digits: a few steps of the smallest model
+TINY_IMAGE = ["--task", "image", "--data", "digits", *TINY_MODEL, "--steps", 4, "--eval-every", 2,
+              "--eval-batches", 1, "--final-eval-batches", 2, "--warmup", 1]  # fmt: skip
+
+
+def write_folder(root, sizes=None, classes=("cat", "dog"), per_class=4, mode="RGB"):
+    """A folder of tiny PNGs, one subfolder per class; `sizes` gives each image's (width, height)."""
+    gen = torch.Generator().manual_seed(0)
+    for c, name in enumerate(classes):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            width, height = sizes[i] if sizes else (4, 4)
+            channels = 3 if mode == "RGB" else 1
+            pixels = torch.randint(0, 128, (height, width, channels), generator=gen) + 127 * c  # classes differ
+            array = pixels.to(torch.uint8).numpy()
+            Image.fromarray(array if mode == "RGB" else array[..., 0], mode).save(root / name / f"{i:03d}.png")
+    return root
+
+
+@pytest.mark.parametrize("pool, tokens", [("mean", 16), ("cls", 17)])
+def test_patch_embed_makes_one_token_per_patch_and_a_class_token_first(pool, tokens):
+    cfg = replace(TINY_VIT, pool=pool, channels=3)
+    embed = PatchEmbed(cfg)
+    images = torch.randn(5, 3, 8, 8)
+    out = embed(images)
+    assert out.shape == (5, tokens, 32) and image_tokens(cfg) == tokens
+    # the second patch of the first row is pixels [0:2, 2:4] of every channel, flattened channel-first
+    patch = images[:, :, 0:2, 2:4].reshape(5, -1)
+    torch.testing.assert_close(out[:, tokens - 16 + 1], embed.proj(patch))
+    if pool == "cls":
+        assert torch.equal(out[:, 0], embed.cls_token.expand(5, -1))
+
+
+def test_the_vit_classifies_images_with_bidirectional_attention():
+    cfg = replace(TINY_VIT, n_classes=3, context=image_tokens(TINY_VIT))
+    model = Transformer(cfg)
+    logits, loss = model(torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 2, 0]))
+    assert logits.shape == (4, 3) and loss is not None and loss.item() > 0
+    assert not model.blocks[0].attn.causal
+    assert model.attention_maps(torch.randn(2, 1, 8, 8)).shape == (2, 2, 16, 16)  # a map over patches
+
+
+def test_image_size_must_be_a_multiple_of_the_patch_and_channels_1_or_3():
+    with pytest.raises(ValueError, match="multiple of patch_size"):
+        replace(TINY_VIT, image_size=9)
+    with pytest.raises(ValueError, match="channels must be 1"):
+        replace(TINY_VIT, channels=2)
+
+
+def test_an_image_folder_loads_with_its_subfolders_as_classes(tmp_path):
+    root = write_folder(tmp_path / "pets", classes=("dog", "cat", "bird"), per_class=10)
+    (root / "cat" / "notes.txt").write_text("not an image, skipped")
+    images = load_images(str(root))
+    assert images.classes == ["bird", "cat", "dog"] and images.channels == 3 and images.image_size == 4
+    counts = {split: len(labels) for split, labels in images.labels.items()}
+    assert counts == {"train": 24, "val": 3, "test": 3}  # per class 10% val, 10% test: one each
+    for labels in images.labels.values():
+        assert set(labels.tolist()) == {0, 1, 2}  # every class in every split
+    assert images.images["train"].min() >= 0 and images.images["train"].max() <= 1
+    normalised = images.normalised("train")
+    torch.testing.assert_close(normalised.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-5, rtol=0)
+    # the split does not depend on anything but the names: loading again gives the same
+    again = load_images.__wrapped__(str(root))
+    assert all(torch.equal(again.images[s], images.images[s]) for s in images.images)
+
+
+def test_mixed_sizes_are_resized_to_image_size_or_refused(tmp_path):
+    root = write_folder(tmp_path / "mixed", sizes=[(4, 4), (8, 8), (6, 3), (4, 4)], mode="L")
+    with pytest.raises(ValueError, match=r"mixed sizes: 4x4 .*, 8x8 .*; give --image-size N"):
+        load_images(str(root))
+    images = load_images(str(root), image_size=4)
+    assert images.images["train"].shape[1:] == (1, 4, 4) and images.channels == 1  # all greyscale: one channel
+    assert load_images(str(root), image_size=4, channels=3).channels == 3
+
+
+@pytest.mark.slow
+def test_a_tiny_run_on_digits_finishes_with_accuracy():
+    cfg = TrainConfig(model=replace(TINY_VIT, image_size=None, channels=None), data="digits", batch_size=32,
+                      max_steps=40, eval_every=20, eval_batches=2, final_eval_batches=4, warmup_steps=3, lr=5e-3)  # fmt: skip
+    r = train(cfg)
+    assert r.status == "finished" and r.task == "image" and r.steps == 40
+    assert 0 <= r.final_val_acc <= 1 and r.final_test_acc is not None and r.noisy_val_acc is not None
+    assert r.final_val_acc > 0.2  # ten classes: chance is 0.1
+    assert r.history["val"][-1]["loss"] < r.history["val"][0]["loss"]
+    assert r.tokens == 40 * 32 * 16  # 16 patches of 2x2 in an 8x8 digit
+    assert r.config["model"]["image_size"] is None  # the stored config says what was asked: the data's size
+    json.dumps(r.to_dict())
+
+
+def test_image_fields_join_the_run_identity_only_off_their_defaults():
+    base = TrainConfig(model=replace(TINY_VIT, image_size=None, channels=None), data="digits")
+    assert run_id(base) != run_id(replace(base, model=replace(base.model, patch_size=4)))
+    assert run_id(base) != run_id(replace(base, model=replace(base.model, image_size=16)))
+    assert not {"image_size", "patch_size", "channels"} & set(identity(TrainConfig())["model"])  # stored ids kept
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: write_folder(root, classes=("cat",)), r"has one class folder with images \('cat'\); task image "
+                                                             "needs at least two classes"),
+        (lambda root: write_folder(root, per_class=2), "class 'cat' has 2 image\\(s\\); each class needs at least 3"),
+        (lambda root: (write_folder(root), (root / "dog" / "001.png").write_bytes(b"not a png")),
+         r"dog/001.png is not a readable image \(cannot identify image file"),
+    ],
+)  # fmt: skip
+def test_bad_image_folders_get_one_line_and_exit_2(tmp_path, run_cli, make, message):
+    root = tmp_path / "images"
+    make(root)
+    code, _, err = run_cli("train", "--task", "image", "--data", root, *TINY_MODEL, "--steps", 1)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--data", "digits"], "'digits' is an image set (.*); give --task image"),
+        (["--task", "image"], "task image reads a folder of class subfolders .* 'shakespeare' is no image folder"),
+        (["--task", "image", "--data", "digits", "--patch-size", 3], "the images of 'digits' are 8x8, not a multiple "
+                                                                     "of --patch-size 3"),
+    ],
+)  # fmt: skip
+def test_image_data_that_does_not_fit_the_task_gets_one_line_and_exit_2(run_cli, argv, message):
+    code, _, err = run_cli("train", *argv, *TINY_MODEL, "--steps", 1)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+
+
+@pytest.mark.slow
+def test_compare_on_digits_ranks_by_accuracy_across_depths(tmp_path, run_cli):
+    code, out, err = run_cli("compare", *TINY_IMAGE, "--variants", "relu,gelu", "--seeds", 2, "--depth-axis", "1,2", "--jobs", 1,
+                             "--store", tmp_path / "s.db", "--json", "--no-report")  # fmt: skip
+    assert code == 0, err
+    cells = json.loads(out)["cells"]
+    assert [c["axes"] for c in cells] == [{"depth": 1}, {"depth": 2}]
+    for cell in cells:
+        assert cell["metric"] == "final_val_acc" and cell["metric_direction"] == "higher"
+        ranked = [row["mean"] for row in cell["variants"]]
+        assert ranked == sorted(ranked, reverse=True)  # best first: the higher accuracy
+        assert {row["ffn"] for row in cell["variants"]} == {"relu", "gelu"}

@@ -1,0 +1,168 @@
+"""Sentence pairs (ffnlab.run.pairs): two text columns as one classification example, joined by a separator id
+that no text encodes to, truncated longest first; and the one-line errors around them."""
+
+import csv
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ffnlab.run.data import load_corpus
+from ffnlab.run.pairs import PAIR_JOIN, encode_pair, fit_pair, join_pair, split_pair, text_fields
+from ffnlab.run.tokenizer import TOKENIZERS, SeparatedTokenizer, build_tokenizer, tokenizer_from_state
+from tests.conftest import TINY_MODEL
+
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "past", "houses", "under", "grey", "skies"]
+
+
+def pair_rows(n: int = 120) -> list[dict]:
+    """(premise, hypothesis, label) rows whose label says whether the hypothesis's word is in the premise."""
+    rows = []
+    for i in range(n):
+        premise = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(4 + i % 5))
+        word = WORDS[(i * 7) % len(WORDS)]
+        rows.append({"premise": premise, "hypothesis": f"{word} {i}", "label": "yes" if word in premise else "no"})
+    return rows
+
+
+def write_csv(path, rows, columns=("premise", "hypothesis", "label")):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_text_field_names_one_column_or_two():
+    assert text_fields("text") == ["text"]
+    assert text_fields("premise, hypothesis") == ["premise", "hypothesis"]
+    for bad, needle in (("a,b,c", "got 3 names: 'a', 'b', 'c'"), ("a,", "got 2 names: 'a', ''")):
+        with pytest.raises(ValueError, match="one text column, or two for a sentence pair") as err:
+            text_fields(bad)
+        assert needle in str(err.value)
+
+
+def test_a_pair_is_one_document_and_splits_back():
+    doc = join_pair(f"a{PAIR_JOIN}b", "c")  # the joining character inside a text becomes a space
+    assert doc == f"a b{PAIR_JOIN}c" and split_pair(doc) == ("a b", "c")
+    with pytest.raises(ValueError, match="not a sentence pair"):
+        split_pair("one text")
+
+
+@pytest.mark.parametrize(
+    "lengths, budget, kept",
+    [
+        ((3, 4), 10, (3, 4)),  # both fit: nothing cut
+        ((3, 20), 10, (3, 7)),  # the short premise stays whole, the long hypothesis takes the rest
+        ((20, 3), 10, (7, 3)),
+        ((20, 20), 10, (5, 5)),  # both long: half each
+        ((20, 20), 9, (5, 4)),  # the premise keeps the odd token
+        ((6, 5), 9, (5, 4)),  # the longer loses one to draw level, then each loses one
+        ((5, 5), 0, (0, 0)),
+    ],
+)
+def test_pairs_are_truncated_longest_first(lengths, budget, kept):
+    assert fit_pair(*lengths, budget) == kept
+
+
+@given(st.integers(0, 60), st.integers(0, 60), st.integers(0, 80))
+def test_truncation_fills_the_budget_and_cuts_the_longer_text_first(first, second, budget):
+    a, b = fit_pair(first, second, budget)
+    assert 0 <= a <= first and 0 <= b <= second and a + b == min(first + second, budget)
+    # a text is cut only down to the other's kept length (the first text may keep one token more)
+    assert a == first or a >= b
+    assert b == second or b >= a - 1
+
+
+@pytest.mark.parametrize("kind", TOKENIZERS)
+def test_the_separator_is_an_id_no_text_encodes_to(tmp_path, kind):
+    texts = [text for row in pair_rows(40) for text in (row["premise"], row["hypothesis"])]
+    base = build_tokenizer(kind, texts, 300 if kind == "bpe" else None, cache_dir=str(tmp_path))
+    tok = SeparatedTokenizer(base)
+    assert tok.sep_id == base.vocab_size and tok.vocab_size == base.vocab_size + 1
+    # the joining character and ASCII separators encode as the base tokenizer encodes them: never to sep_id
+    for text in [*texts, f"a{PAIR_JOIN}b", "\x1c\x1d\x1e [SEP] <sep>"]:
+        assert tok.sep_id not in tok.encode(text)
+    premise, hypothesis = "the cat sat on a mat", "dogs ran"
+    ids = encode_pair(tok, join_pair(premise, hypothesis), context=64)
+    assert ids == [*base.encode(premise), tok.sep_id, *base.encode(hypothesis), tok.sep_id]
+    assert " [SEP] " in tok.decode(ids)
+    again = tokenizer_from_state(json.loads(json.dumps(tok.state())))
+    assert isinstance(again, SeparatedTokenizer) and again.vocab_size == tok.vocab_size
+    assert again.encode(premise) == tok.encode(premise)
+
+
+def test_a_long_premise_is_cut_before_the_hypothesis(tmp_path):
+    from ffnlab.run.train import load_data
+
+    rows = pair_rows()
+    rows[0]["premise"] = "the cat sat " * 40  # far past the context
+    path = write_csv(tmp_path / "pairs.csv", rows)
+    corpus, tok, splits = load_data(str(path), "cls", "char", None, "premise,hypothesis", "label", None, 32)
+    assert corpus.classes == ["no", "yes"] and PAIR_JOIN not in tok.base.state()["chars"]
+    for split in ("train", "val", "test"):
+        for doc, ids in zip(corpus.documents(split), splits[split][0]):
+            premise, hypothesis = split_pair(doc)
+            ids = ids.tolist()
+            assert len(ids) <= 32 and ids.count(tok.sep_id) == 2 and ids[-1] == tok.sep_id
+            if len(premise) + len(hypothesis) > 30:  # cut: the hypothesis (short) stays whole
+                assert ids[-len(hypothesis) - 1 : -1] == tok.encode(hypothesis) and len(ids) == 32
+
+
+def test_a_sentence_pair_csv_trains_and_reports_accuracy_and_macro_f1(run_cli, tmp_path):
+    path = write_csv(tmp_path / "pairs.csv", pair_rows())
+    out = tmp_path / "r.json"
+    code, printed, err = run_cli(
+        "train", *TINY_MODEL, "--steps", 4, "--eval-every", 4, "--quiet", "--precision", "fp32", "--task", "cls", "--data", path,
+        "--text-field", "premise,hypothesis", "--out", out,
+    )  # fmt: skip
+    assert code == 0, err
+    result = json.loads(out.read_text())
+    assert result["task"] == "cls" and result["vocab_size"] == len(set("".join(WORDS) + " 0123456789")) + 2
+    assert 0.0 <= result["final_val_macro_f1"] <= 1.0 and 0.0 <= result["final_test_macro_f1"] <= 1.0
+    assert "macro-F1" in printed
+
+
+def test_pair_mistakes_are_one_line_naming_the_columns(run_cli, tmp_path):
+    path = write_csv(tmp_path / "pairs.csv", pair_rows())
+    tiny = ["train", *TINY_MODEL, "--steps", 2, "--quiet", "--out", tmp_path / "r.json"]
+    for flags, needles in (
+        # one text field where the data has two: the columns there are, and how to name the pair
+        (["--task", "cls", "--data", path], ["no column 'text'", "columns: premise, hypothesis, label",
+                                             "--text-field premise,hypothesis"]),
+        (["--task", "cls", "--data", path, "--text-field", "premise,hypothesis,label"], ["got 3 names"]),
+        (["--data", path, "--text-field", "premise,hypothesis"], ["sentence pair", "is for task cls, not lm"]),
+        (["--task", "cls", "--text-field", "premise,hypothesis"], ["shakespeare corpus has no columns to pair"]),
+        (["--task", "cls", "--data", path, "--text-field", "premise,claim"], ["no column 'claim'", "columns: "]),
+    ):  # fmt: skip
+        code, _, err = run_cli(*tiny, *flags)
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert all(needle in err for needle in needles), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.csv"]  # nothing half-written
+
+
+def test_a_saved_dataset_pairs_its_columns(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = pair_rows()
+    columns = {name: [r[name] for r in rows] for name in ("premise", "hypothesis", "label")}
+    datasets.Dataset.from_dict({**columns, "idx": list(range(len(rows)))}).save_to_disk(str(tmp_path / "nli"))
+    corpus = load_corpus(str(tmp_path / "nli"), task="cls", text_field="premise,hypothesis")
+    truth = {join_pair(r["premise"], r["hypothesis"]): r["label"] for r in rows}
+    for split in ("train", "val", "test"):
+        for doc, label in zip(corpus.documents(split), corpus.labels(split)):
+            assert corpus.classes[label] == truth[doc]
+    with pytest.raises(ValueError, match="columns: premise, hypothesis, label, idx; a sentence pair names two"):
+        load_corpus(str(tmp_path / "nli"), task="cls")
+
+
+def test_a_pair_has_one_spelling_in_the_config():
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.study.plan import run_id
+
+    spaced, tight = (
+        TrainConfig(model=ModelConfig(task="cls"), text_field=f) for f in ("premise, hypothesis", "premise,hypothesis")
+    )
+    assert spaced.text_field == "premise,hypothesis" and run_id(spaced) == run_id(tight)
+    assert TrainConfig(text_field=" text ").text_field == "text"

@@ -82,3 +82,69 @@ def test_relu_quantises_without_a_lookup_table():
     assert relu["measured_values"] == {"table_bytes": 0, "max_step_err": 0.0}
     assert relu["verdict"] == "holds"
     assert cl.measure_int8_activation("gelu_lut")["table_bytes"] == 256
+
+
+# ---- the placement claim: numbers a benchmark recorded --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "untrained, final, diverged, expected",
+    [
+        (4.2, 2.5, False, False),  # learned something
+        (4.2, 4.2, False, True),  # no better than untrained
+        (4.2, 4.5, False, True),
+        (4.2, None, True, True),  # diverged
+        (4.2, 2.5, True, True),  # diverged by blow-up after a good start still counts as diverged
+        (4.2, float("nan"), False, True),
+    ],
+)
+def test_failed_completely(untrained, final, diverged, expected):
+    assert cl.failed_completely(untrained, final, diverged) is expected
+
+
+def placement_runs(before_norm_final, diverged=(False, False, False)):
+    untrained = [4.2, 4.3, 4.25]
+    return {
+        "ffn": {
+            "untrained": untrained,
+            "final": [2.5, 2.6, 2.55],
+            "diverged": [False] * 3,
+            "mean_ci": [2.55, 2.4, 2.7],
+        },
+        "before_norm": {
+            "untrained": untrained,
+            "final": list(before_norm_final),
+            "diverged": list(diverged),
+            "mean_ci": [None, None, None],
+        },  # fmt: skip
+    }
+
+
+def test_placement_fails_only_when_every_seed_fails():
+    runs = placement_runs([4.3, None, 4.3], diverged=(False, True, False))
+    measured = cl.measure_recorded_placement("before_norm", runs)
+    assert measured["fails"] is True and measured["failed_seeds"] == "3/3"
+    assert measured["before_norm_loss"] == "diverged" and measured["ffn_loss"] == "2.550 [2.400, 2.700]"
+    assert measured["untrained_loss"] == pytest.approx(4.25)
+    runs = placement_runs([4.3, 2.9, 4.3])  # one seed learned: training did not fail completely
+    assert cl.measure_recorded_placement("before_norm", runs)["failed_seeds"] == "2/3"
+    assert cl.measure_recorded_placement("before_norm", runs)["fails"] is False
+    with pytest.raises(ValueError, match="no recorded runs at 'after_residual'; recorded: ffn, before_norm"):
+        cl.measure_recorded_placement("after_residual", runs)
+
+
+def test_placement_claim_row_reports_its_recorded_numbers():
+    from ffnlab.study.stats import mean_ci
+
+    (claim,) = [c for c in cl.load_claims() if c["measure"] == "recorded_placement"]
+    assert claim["args"]["position"] == "before_norm"
+    runs = claim["args"]["runs"]
+    assert set(runs) == {"ffn", "before_norm", "after_residual"}
+    for r in runs.values():  # the recorded CIs are the finished seeds' (the benchmark's mean_ci)
+        assert len(r["untrained"]) == len(r["final"]) == len(r["diverged"]) >= 3
+        m = mean_ci([f for f in r["final"] if f is not None])
+        assert r["mean_ci"] == pytest.approx([m.mean, m.ci_low, m.ci_high], abs=1e-4)  # recorded to 4 decimals
+    row = cl.run_claim(claim)
+    assert row["verdict"] in ("holds", "does not hold")
+    assert "before_norm_loss=" in row["measured"] and "after_residual_loss=" in row["measured"]
+    assert (row["verdict"] == "holds") == row["measured_values"]["fails"]

@@ -1,5 +1,8 @@
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ffnlab.core.ffn import (
     DEFAULT_INIT,
@@ -14,8 +17,10 @@ from ffnlab.core.ffn import (
     ffn_param_count,
     ffn_stats,
     get_ffn_spec,
+    glu_norm_param_count,
     init_ffn,
     init_scheme,
+    init_std,
     layer_sizes,
     layer_variants,
 )
@@ -150,6 +155,110 @@ def test_init_schemes():
     assert w.abs().max().item() > 0.99 * bound  # uniform: the bound is reached, a normal would overshoot it
     with pytest.raises(ValueError, match="unknown init 'xavier'.*valid: lecun, he"):
         build_ffn("relu", 64, init="xavier")
+
+
+@pytest.mark.parametrize("name, weight", [("gelu", "w_in"), ("geglu", "w_gate"), ("geglu", "w_down")])
+def test_he_gelu_init_is_he_times_sqrt_2_over_pi(name, weight):
+    torch.manual_seed(0)
+    fan_in = 512 if weight != "w_down" else 4096
+    ffn = build_ffn(name, 512, d_ff=4096, init="he_gelu")
+    w = getattr(ffn, weight).weight  # 2M draws: the sample std is within 0.1% of the scheme's
+    expected = math.sqrt(2 / fan_in) * math.sqrt(2 / math.pi)
+    assert init_std("he_gelu", fan_in) == pytest.approx(expected, rel=1e-15)
+    assert w.std().item() == pytest.approx(expected, rel=0.005)
+    assert abs(w.mean().item()) < 0.01 * expected
+    assert init_std("he_gelu", fan_in) == pytest.approx(0.7979 * init_std("he", fan_in), rel=1e-4)
+
+
+# ---- norms around the gate (glu_norm) --------------------------------------------------------------
+
+
+def gated_parts(ffn, x):
+    """act(W_gate x) * W_up x written out, the product GatedFFN's formula feeds W_down."""
+    return ffn.act(ffn.w_gate(x)) * ffn.w_up(x)
+
+
+def test_default_gated_ffn_is_the_formula_bit_for_bit():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 32)
+    ffn = build_ffn("swiglu", 32, fused=False)
+    explicit = build_ffn("swiglu", 32, fused=False, glu_norm="none", norm="layernorm")
+    explicit.load_state_dict(ffn.state_dict())
+    assert ffn.norm_in is None and ffn.norm_hidden is None
+    assert set(ffn.state_dict()) == {"w_gate.weight", "w_up.weight", "w_down.weight"}
+    assert torch.equal(ffn(x), ffn.w_down(gated_parts(ffn, x)))
+    assert torch.equal(explicit(x), ffn(x))
+    assert repr(ffn) == repr(explicit) and "glu_norm" not in repr(ffn)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("glu_norm", ["pre", "post", "both"])
+def test_glu_norm_computes_its_formula(glu_norm, norm):
+    torch.manual_seed(1)
+    d_model, d_ff = 32, 48
+    x = torch.randn(4, d_model)
+    ffn = build_ffn("geglu", d_model, d_ff=d_ff, glu_norm=glu_norm, norm=norm, fused=False)
+    for module in (ffn.norm_in, ffn.norm_hidden):  # learned scale and shift, so a wrong order shows
+        if module is not None:
+            torch.nn.init.normal_(module.weight, 1.0, 0.3)
+            if getattr(module, "bias", None) is not None:
+                torch.nn.init.normal_(module.bias, 0.0, 0.3)
+
+    def normed(z, module):
+        if norm == "layernorm":
+            return F.layer_norm(z, z.shape[-1:], module.weight, module.bias)
+        return F.rms_norm(z, z.shape[-1:], module.weight, eps=1e-6)
+
+    n = normed(x, ffn.norm_in) if glu_norm in ("pre", "both") else x
+    hidden = F.gelu(n @ ffn.w_gate.weight.T) * (n @ ffn.w_up.weight.T)
+    if glu_norm in ("post", "both"):
+        hidden = normed(hidden, ffn.norm_hidden)
+    assert_close(ffn(x), hidden @ ffn.w_down.weight.T)
+    plain = build_ffn("geglu", d_model, d_ff=d_ff, fused=False)
+    plain.load_state_dict(ffn.state_dict(), strict=False)
+    assert not torch.allclose(plain(x), ffn(x))
+    extra = sum(p.numel() for p in ffn.parameters()) - sum(p.numel() for p in plain.parameters())
+    assert extra == glu_norm_param_count(glu_norm, norm, d_model, d_ff)
+
+
+def test_glu_norm_pre_keeps_the_fused_path_and_post_refuses_it():
+    torch.manual_seed(2)
+    x = torch.randn(6, 32)
+    fused = build_ffn("swiglu", 32, glu_norm="pre", fused=True)
+    eager = build_ffn("swiglu", 32, glu_norm="pre", fused=False)
+    eager.load_state_dict(fused.state_dict())
+    assert fused.use_fused(x) and not eager.use_fused(x)
+    assert_close(fused(x), eager(x))
+    assert build_ffn("swiglu", 32, glu_norm="post").use_fused(x) is False  # auto: eager, the norm sits in between
+    with pytest.raises(ValueError, match="glu_norm 'both' puts a norm between them"):
+        build_ffn("swiglu", 32, glu_norm="both", fused=True)
+
+
+def test_glu_norm_params_and_widths():
+    spec = get_ffn_spec("swiglu")
+    assert glu_norm_param_count("none", "layernorm", 128, 344) == 0
+    assert glu_norm_param_count("pre", "layernorm", 128, 344) == 256
+    assert glu_norm_param_count("post", "rmsnorm", 128, 344) == 344
+    assert glu_norm_param_count("both", "layernorm", 128, 344) == 2 * (128 + 344)
+    # the match leaves the norms out: one width with and without them
+    assert build_ffn("swiglu", 128, glu_norm="both").d_ff == build_ffn("swiglu", 128).d_ff
+    assert ffn_stats(build_ffn("swiglu", 64, glu_norm="pre"), 2).d_model == 64
+    assert ffn_stats(build_ffn("swiglu", 64, glu_norm="pre"), 2).flops_per_token == ffn_flops_per_token(
+        spec, 64, build_ffn("swiglu", 64).d_ff, False
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(name="gelu", glu_norm="pre"), "glu_norm 'pre' is a norm around a gate; 'gelu' has none"),
+        (dict(name="swiglu", glu_norm="mid"), "unknown glu_norm 'mid'; valid: none, pre, post, both"),
+        (dict(name="swiglu", glu_norm="pre", norm="batchnorm"), "unknown norm 'batchnorm'; valid: layernorm, rmsnorm"),
+    ],
+)
+def test_bad_glu_norm(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        build_ffn(d_model=32, **kwargs)
 
 
 @pytest.mark.parametrize(

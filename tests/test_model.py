@@ -1,7 +1,11 @@
+import json
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from ffnlab.core.model import ModelConfig, Transformer, param_count, parse_attn_act
+from tests.conftest import assert_close
 
 SMALL = dict(vocab_size=50, context=16, n_layers=2, n_heads=2, d_model=32)
 
@@ -75,6 +79,12 @@ def test_attention_maps_are_causal_distributions():
         (dict(norm="batchnorm"), "valid: layernorm, rmsnorm"),
         (dict(d_ff=-1), "d_ff must be positive"),
         (dict(dropout=1.5), "dropout"),
+        (dict(glu_norm="mid"), "unknown glu_norm 'mid'; valid: none, pre, post, both"),
+        (dict(act_position="ffn_out"), "unknown act_position 'ffn_out'; valid: ffn, before_norm, after_residual"),
+        (dict(act_position="before_norm", placement="post"), "placement 'post' has no norm before it"),
+        (dict(act_position="after_residual", ffn="swiglu"), "'swiglu' is gated: use a dense variant"),
+        (dict(act_position="before_norm", ffn="gelu*1+swiglu*1"), "'swiglu' is gated"),
+        (dict(init="he_relu"), "unknown init 'he_relu'.*valid: lecun, he, he_gelu"),
     ],
 )
 def test_bad_config(bad, match):
@@ -220,6 +230,108 @@ def test_schedule_is_parameter_matched_and_shares_non_ffn_weights():
     assert torch.equal(scheduled.blocks[3].ffn.w_in.weight, uniform.blocks[3].ffn.w_in.weight)
 
 
+# ---- placements: the norm around the gate and where the activation sits -----------------------------
+
+
+def pre_norm_block(block, h, ffn_sublayer):
+    """A pre-norm block written out, its FFN sub-layer given: ffn_sublayer(h) with h after attention."""
+    return ffn_sublayer(h + block.attn(block.norm1(h)))
+
+
+@pytest.mark.parametrize("ffn", ["gelu", "swiglu", "gelu*1+swiglu*1"])
+def test_default_placements_are_the_model_as_it_was(ffn):
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    implicit = Transformer(ModelConfig(**SMALL, ffn=ffn), seed=2)
+    explicit = Transformer(ModelConfig(**SMALL, ffn=ffn, glu_norm="none", act_position="ffn"), seed=2)
+    assert list(implicit.state_dict()) == list(explicit.state_dict())
+    assert not any(k for k in implicit.state_dict() if "norm_in" in k or "norm_hidden" in k or "moved_act" in k)
+    assert torch.equal(implicit(x, x)[1], explicit(x, x)[1])
+    block = implicit.blocks[0]
+    h = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(1))
+    expected = pre_norm_block(block, h, lambda a: a + block.ffn(block.norm2(a)))  # the block before act_position
+    assert torch.equal(block(h), expected)
+
+
+@pytest.mark.parametrize("position", ["before_norm", "after_residual"])
+def test_act_position_moves_the_activation(position):
+    model = Transformer(ModelConfig(**SMALL, ffn="gelu", act_position=position), seed=3)
+    inside = Transformer(ModelConfig(**SMALL, ffn="gelu"), seed=3)
+    for (name, p), (_, q) in zip(model.named_parameters(), inside.named_parameters(), strict=True):
+        assert torch.equal(p, q), name  # the same weights: a seed's runs are paired across positions
+    block = model.blocks[0]
+    ffn = block.ffn
+    linear = lambda z: ffn.w_out(ffn.w_in(z))  # the FFN without its activation
+    h = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(4))
+    if position == "before_norm":
+        expected = pre_norm_block(block, h, lambda a: a + linear(block.norm2(F.gelu(a))))
+    else:
+        expected = pre_norm_block(block, h, lambda a: F.gelu(a + linear(block.norm2(a))))
+    assert_close(block(h), expected)
+    assert not torch.allclose(block(h), inside.blocks[0](h))
+    x = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(0))
+    model(x, x)[1].backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_glu_norm_reaches_the_gated_layers_only():
+    model = Transformer(ModelConfig(**SMALL, ffn="gelu*1+swiglu*1", glu_norm="both", norm="rmsnorm"))
+    dense, gated = model.blocks[0].ffn, model.blocks[1].ffn
+    assert not hasattr(dense, "norm_in")
+    assert isinstance(gated.norm_in, torch.nn.RMSNorm) and gated.norm_in.normalized_shape == (32,)
+    assert isinstance(gated.norm_hidden, torch.nn.RMSNorm) and gated.norm_hidden.normalized_shape == (gated.d_ff,)
+    plain = Transformer(ModelConfig(**SMALL, ffn="gelu*1+swiglu*1", norm="rmsnorm"))
+    assert param_count(model) - param_count(plain) == 32 + gated.d_ff
+
+
+# ---- the options from the command line: flags, axes, bad values -----------------------------------------
+
+SMOKE_COMPARE = ["compare", "--preset", "smoke", "--seeds", 1, "--no-stats", "--steps", 4, "--eval-every", 4,
+                 "--jobs", 1, "--quiet", "--no-report", "--json"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--variants", "swiglu", "--glu-norm", "mid"], "argument --glu-norm: invalid choice: 'mid'"),
+        (["--variants", "gelu", "--act-position-axis", "ffn,inside"], "unknown act_position 'inside'"),
+        (["--variants", "swiglu", "--act-position", "before_norm"], "'swiglu' is gated: use a dense variant"),
+        (["--variants", "gelu", "--act-position", "after_residual", "--placement", "post"], "placement 'post'"),
+        (["--variants", "swiglu", "--glu-norm-axis", "none,pre,pre"], "axis 'glu_norm' repeats a setting"),
+        (["--variants", "gelu", "--init-axis", "he,he_gelu,he_relu"], "unknown init 'he_relu'"),
+    ],
+)
+def test_bad_placement_values_exit_2_before_any_run(run_cli, tmp_path, args, needle):
+    code, _, err = run_cli(*SMOKE_COMPARE, *args, "--store", tmp_path / "s.db")
+    assert code == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.slow  # five smoke runs and two studies: about 7 s on a loaded 2-core machine
+def test_placement_axes_and_init_reach_the_runs(run_cli, tmp_path):
+    from ffnlab.study.store import Store
+
+    store = tmp_path / "s.db"
+    code, out, err = run_cli(*SMOKE_COMPARE, "--variants", "gelu,swiglu", "--glu-norm-axis", "none,both",
+                             "--init", "he_gelu", "--store", store)  # fmt: skip
+    assert code == 0, err
+    cells = json.loads(out)["cells"]
+    assert [c["axes"]["glu_norm"] for c in cells] == ["none", "both"]
+    mean = {(c["axes"]["glu_norm"], v["ffn"]): v["mean"] for c in cells for v in c["variants"]}
+    assert mean["none", "swiglu"] != mean["both", "swiglu"]
+    assert mean["none", "gelu"] == mean["both", "gelu"]  # no gate: glu_norm leaves a dense FFN as it is
+    code, out, err = run_cli(*SMOKE_COMPARE, "--variants", "gelu", "--act-position-axis",
+                             "ffn,before_norm,after_residual", "--store", store)  # fmt: skip
+    assert code == 0, err
+    means = [c["variants"][0]["mean"] for c in json.loads(out)["cells"]]
+    assert len(set(means)) == 3  # same seed and data: each position trained a different model
+    with Store(store, create=False) as s:
+        models = [r.config["model"] for r in s.runs()]
+    assert sorted((m["ffn"], m["glu_norm"], m["act_position"], m["init"]) for m in models) == sorted(
+        [(v, g, "ffn", "he_gelu") for v in ("gelu", "swiglu") for g in ("none", "both")]
+        + [("gelu", "none", p, "lecun") for p in ("ffn", "before_norm", "after_residual")]
+    )
+
+
 # ---- activation checkpointing --------------------------------------------------------------------
 
 
@@ -238,7 +350,14 @@ def loss_grads_and_saved(cfg: ModelConfig) -> tuple[torch.Tensor, dict[str, torc
 
 # agelu reads its block's attention output inside the FFN: a recomputed FFN must read it too
 @pytest.mark.parametrize(
-    "opts", [dict(ffn="gelu", dropout=0.1), dict(ffn="swiglu", placement="post"), dict(ffn="agelu", pos="rope")]
+    "opts",
+    [
+        dict(ffn="gelu", dropout=0.1),
+        dict(ffn="swiglu", placement="post"),
+        dict(ffn="agelu", pos="rope"),
+        dict(ffn="gelu", act_position="before_norm"),
+        dict(ffn="swiglu", glu_norm="both"),
+    ],
 )
 def test_checkpointing_keeps_the_numbers_and_less_for_backward(opts):
     loss, grads, saved = loss_grads_and_saved(ModelConfig(**SMALL, **opts))

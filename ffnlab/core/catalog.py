@@ -18,6 +18,11 @@ switch_x:ACT1+ACT2+... mixes 2+ parameter-free activations per token by a learne
   hidden pre-activation, e.g. switch_x:gelu+silu+relu; the gate's parameters count in the params match
 a per-layer schedule names each layer's FFN as VARIANT*LAYERS joined by '+', first layer first, the counts \
 adding up to n_layers: gelu*2+swiglu*2 (--ffn, --variants; sizes: ffnlab list --schedule gelu*2+swiglu*2)"""
+# below the FFN table: what its params leave out (ffnlab.core.ffn.glu_norm_param_count)
+GLU_NORM_NOTE = (
+    "params leave out --glu-norm's norms around a gated FFN's gate, as the match does: 2 weights per channel "
+    "for layernorm, 1 for rmsnorm, over d_model (pre), d_ff (post) or both"
+)
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ def format_list(rows: list[ActivationRow | FFNRow], d_model: int) -> str:
     for r in rows:
         if isinstance(r, FFNRow):
             lines.append(f"{r.name:<14} {'yes' if r.gated else 'no':<6} {r.d_ff:>6} {r.params:>10,}  {r.formula}")
-    return "\n".join([*lines, "", NAME_FORMS])
+    return "\n".join([*lines, GLU_NORM_NOTE, "", NAME_FORMS])
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@
 Every registered activation is also a dense FFN of the same name (`gelu`, `silu`, ...). Gated
 variants name their activation in `GATED`. Sizes come from `ffn_hidden_dim` (the conventional
 LLaMA-style rule) or, with `match="params"|"flops"`, from `matched_hidden_dim`, which equalises
-parameters or FLOPs with the dense 4x FFN so comparisons are fair.
+parameters or FLOPs with the dense 4x FFN so comparisons are fair. A gated FFN may put a norm
+around its gate (`glu_norm`, see `GatedFFN`); sizing leaves those few weights out.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, fused_is_faster, r
 from ffnlab.core.memory import saved_bytes
 
 Match = Literal["params", "flops", "none"]
-Init = Literal["lecun", "he", "normal", "lecun_uniform", "family"]
+Init = Literal["lecun", "he", "he_gelu", "normal", "lecun_uniform", "family"]
+GluNorm = Literal["none", "pre", "post", "both"]  # where a gated FFN has a norm (GatedFFN)
+NormKind = Literal["layernorm", "rmsnorm"]
 MATCHES = ("params", "flops", "none")
-INITS = ("lecun", "he", "normal", "lecun_uniform", "family")
+INITS = ("lecun", "he", "he_gelu", "normal", "lecun_uniform", "family")
+GLU_NORMS = ("none", "pre", "post", "both")
+NORMS = ("layernorm", "rmsnorm")
 # NOTE: one scheme for every variant, so a comparison measures activations, not initialisations; LeCun
 # normal gave the lowest loss for every default variant among the candidates measured (README, "Initialisation")
 DEFAULT_INIT: Init = "lecun"
@@ -259,6 +264,19 @@ def spec_param_count(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> int:
     return ffn_param_count(spec.kind, d_model, d_ff, bias, n_acts=len(spec.acts))
 
 
+def glu_norm_param_count(glu_norm: str, norm: str, d_model: int, d_ff: int) -> int:
+    """Weights of a gated FFN's `glu_norm` norms, which parameter matching leaves out: "pre" one norm
+    over d_model, "post" one over d_ff, "both" the two; a LayerNorm has a weight and a bias per
+    channel, an RMSNorm a weight."""
+    if glu_norm not in GLU_NORMS or norm not in NORMS:
+        raise ValueError(
+            f"unknown glu_norm '{glu_norm}' or norm '{norm}'; valid: {', '.join(GLU_NORMS)}; {', '.join(NORMS)}"
+        )
+    per_channel = 2 if norm == "layernorm" else 1
+    widths = {"none": 0, "pre": d_model, "post": d_ff, "both": d_model + d_ff}[glu_norm]
+    return per_channel * widths
+
+
 def ffn_flops_per_token(spec: FFNSpec, d_model: int, d_ff: int, bias: bool) -> int:
     """Forward FLOPs per token: 2 per multiply-add of each matmul, plus the activation's estimate,
     plus the elementwise product of gated variants and the averaging of mixed ones."""
@@ -281,6 +299,10 @@ def matched_hidden_dim(
     """d_ff that makes `spec` match the dense `mult`x FFN in parameters or FLOPs per token
     (`hidden_dim_for_target` with that FFN's count as the target). `match="none"` returns the
     conventional `ffn_hidden_dim` width instead.
+
+    NOTE: a gated FFN's `glu_norm` norms are not counted (`glu_norm_param_count`): at most 2(d_model
+    + d_ff) weights, about 0.92/d_model of the FFN (0.7% at d_model 128, 0.2% at 512), so a variant
+    has one width with and without them and its weights start equal (paired seeds).
     """
     if match == "none":
         return ffn_hidden_dim(d_model, spec.gated, mult)
@@ -397,6 +419,13 @@ class DenseFFN(nn.Module):
         return out
 
 
+def norm_layer(kind: NormKind, width: int) -> nn.Module:
+    """The Transformer's norm over `width` channels: LayerNorm, or RMSNorm (eps 1e-6)."""
+    if kind not in NORMS:
+        raise ValueError(f"unknown norm '{shorten(kind)}'; valid: {', '.join(NORMS)}")
+    return nn.LayerNorm(width) if kind == "layernorm" else nn.RMSNorm(width, eps=1e-6)
+
+
 class GatedFFN(nn.Module):
     """W_down(act(W_gate x) * W_up x): the GLU family. The gate goes through the activation,
     the up projection does not (as in LLaMA's gate_proj/up_proj/down_proj).
@@ -408,24 +437,54 @@ class GatedFFN(nn.Module):
     policy is "never" (FFNLAB_EAGER=1), False keeps the eager ops, None follows the policy. The
     result is the attribute `fused`: True, False, or None for "where `fused_is_faster` says so for
     the input". `spec` defaults to the registry's gated entry for the activation.
+
+    `glu_norm` puts a norm of kind `norm` (the Transformer's, `norm_layer`) around the gate:
+
+        none  W_down(act(W_gate x) * W_up x)                  (the default, and every variant's formula)
+        pre   W_down(act(W_gate n) * W_up n), n = norm_in(x)  one norm over d_model before both projections
+        post  W_down(norm_hidden(act(W_gate x) * W_up x))     one norm over d_ff on the product
+        both  pre and post
+
+    "post" is the sub-LayerNorm before the output projection of NormFormer (Shleifer et al. 2021,
+    arXiv:2110.09456) and of Magneto (Wang et al. 2022, arXiv:2210.06423), here on a gated FFN. A norm
+    on the product sits between it and W_down, which the fused kernel computes together, so "post"
+    and "both" run eager (fused=True is a ValueError). The norms' weights (`glu_norm_param_count`) are
+    not part of the parameter match, nor their FLOPs of `ffn_flops_per_token`. In a pre-norm block x
+    has just been normed by the block, so "pre" re-normalises after the block norm's learned scale and
+    shift; it matters most in post-norm blocks and in FFNs swapped into other models.
     """
 
     def __init__(self, d_model: int, d_ff: int, act: ActLike = "silu", bias: bool = False,
-                 fused: bool | None = None, *, spec: FFNSpec | None = None, **act_kwargs: Any) -> None:  # fmt: skip
+                 fused: bool | None = None, *, spec: FFNSpec | None = None, glu_norm: GluNorm = "none",
+                 norm: NormKind = "layernorm", **act_kwargs: Any) -> None:  # fmt: skip
         super().__init__()
+        if glu_norm not in GLU_NORMS:
+            raise ValueError(f"unknown glu_norm '{shorten(glu_norm)}'; valid: {', '.join(GLU_NORMS)}")
         self.w_gate = nn.Linear(d_model, d_ff, bias=bias)
         self.w_up = nn.Linear(d_model, d_ff, bias=bias)
         self.act = get_activation(act, **act_kwargs)
         self.w_down = nn.Linear(d_ff, d_model, bias=bias)
+        # after the Linears: ffn_stats reads d_model from the first weight; None (no module) keeps the
+        # default's parameters, state dict and repr as they were before glu_norm existed
+        self.norm_in = norm_layer(norm, d_model) if glu_norm in ("pre", "both") else None
+        self.norm_hidden = norm_layer(norm, d_ff) if glu_norm in ("post", "both") else None
+        self.glu_norm = glu_norm
         self.spec = spec or spec_for("gated", (activation_name(self.act),))
         self.d_ff = d_ff
         # kernels exist for plain registered activations, not learnable ones or ones with arguments
         name = getattr(self.act, "name", None)
         self.fused_act = name if name in FUSED_ACTS and not getattr(self.act, "kwargs", None) else None
+        if fused and self.norm_hidden is not None:
+            raise ValueError(
+                f"fused=True computes act(gate) * up and W_down together; glu_norm '{glu_norm}' puts a norm "
+                "between them: use fused=None or False, or glu_norm none or pre"
+            )
         if fused and self.fused_act is None:
             raise ValueError(
                 f"fused=True needs an activation with a fused kernel, got {self.act}; fused: {', '.join(FUSED_ACTS)}"
             )
+        if self.norm_hidden is not None:
+            self.fused_act = None
         self.fused = resolve_fused(fused, self.fused_act)
 
     def use_fused(self, x: torch.Tensor | None = None) -> bool:
@@ -437,14 +496,24 @@ class GatedFFN(nn.Module):
             return x is None or fused_is_faster(x, self.d_ff)
         return self.fused
 
+    def gate_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What W_gate and W_up read: x, normed where glu_norm is "pre" or "both"."""
+        return x if self.norm_in is None else self.norm_in(x)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., d_model) -> (..., d_model)
+        x = self.gate_input(x)
         if self.fused_act is not None and self.use_fused(x):
             return fused_gated_down(self.w_gate(x), self.w_up(x), self.w_down.weight, self.w_down.bias, self.fused_act)
-        out: torch.Tensor = self.w_down(self.act(self.w_gate(x)) * self.w_up(x))
+        hidden = self.act(self.w_gate(x)) * self.w_up(x)  # (..., d_ff)
+        if self.norm_hidden is not None:
+            hidden = self.norm_hidden(hidden)
+        out: torch.Tensor = self.w_down(hidden)
         return out
 
     def extra_repr(self) -> str:
-        return f"fused={'auto' if self.fused is None else self.fused}"
+        return f"fused={'auto' if self.fused is None else self.fused}" + (
+            f", glu_norm={self.glu_norm}" if self.glu_norm != "none" else ""
+        )
 
 
 class MixFFN(nn.Module):
@@ -480,6 +549,8 @@ def build_ffn(
     bias: bool | None = None,
     match: Match = "params",
     init: Init | None = DEFAULT_INIT,
+    glu_norm: GluNorm = "none",
+    norm: NormKind = "layernorm",
     **kwargs: Any,
 ) -> FFN:
     """Build a registered FFN variant.
@@ -487,14 +558,20 @@ def build_ffn(
     d_ff=None picks the width by `match` (see `matched_hidden_dim`). bias=None means the variant's
     convention: on for dense and mixed FFNs, off for gated ones (Shazeer 2020). `init` chooses the
     weight initialisation (see `init_ffn`); None leaves it to the caller (the Transformer's
-    `init_weights` initialises every parameter once). Extra keyword arguments go to the class
-    (`fused` for gated FFNs) and from there to the activation (e.g. negative_slope=0.1 for leaky_relu).
+    `init_weights` initialises every parameter once). `glu_norm` and `norm`: a gated FFN's norms
+    around its gate (`GatedFFN`); ValueError for any other variant. Extra keyword arguments go to the
+    class (`fused` for gated FFNs) and from there to the activation (e.g. negative_slope=0.1 for leaky_relu).
     """
     spec = single_ffn_spec(name)
+    if glu_norm != "none" and not spec.gated:
+        raise ValueError(
+            f"glu_norm '{shorten(glu_norm)}' is a norm around a gate; '{spec.name}' has none "
+            f"(gated: {', '.join(GATED)}), so leave glu_norm at none"
+        )
     d_ff, bias = ffn_width(spec, d_model, d_ff, bias, match)
     ffn: FFN
     if spec.kind == "gated":
-        ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, **kwargs)
+        ffn = GatedFFN(d_model, d_ff, spec.acts[0], bias, spec=spec, glu_norm=glu_norm, norm=norm, **kwargs)
     elif spec.kind == "mix":
         ffn = MixFFN(d_model, d_ff, spec.acts, bias, spec=spec)
     elif spec.kind == "switch":
@@ -516,9 +593,18 @@ INIT_BY_FAMILY = {"relu": "he", "gelu": "normal", "swish": "lecun_uniform", "oth
 def init_std(scheme: str, fan_in: int) -> float:
     """Std of a scheme's weights: he sqrt(2/fan_in) (He et al. 2015), normal 0.02 (BERT, GPT-2),
     lecun and lecun_uniform sqrt(1/fan_in) (LeCun et al. 1998; the uniform one draws from
-    U(-sqrt(3/fan_in), sqrt(3/fan_in)), which has that std)."""
+    U(-sqrt(3/fan_in), sqrt(3/fan_in)), which has that std), he_gelu sqrt(2/fan_in) * sqrt(2/pi)
+    = 2/sqrt(pi fan_in), about 0.80x he.
+
+    NOTE: he_gelu is the rule articles on GELU give for large models, "He initialisation scaled by
+    sqrt(2/pi)" (issue #28), taken literally; it is not derived here. sqrt(2/pi) is GELU's tanh-
+    approximation constant (Hendrycks & Gimpel 2016). The gain that keeps a GELU layer's second moment
+    (He et al.'s argument) would be 1/sqrt(E[gelu(z)^2]) = 1.53 for z ~ N(0, 1): sqrt(2.35/fan_in),
+    above he, not below it."""
     if scheme == "he":
         return math.sqrt(2.0 / fan_in)
+    if scheme == "he_gelu":
+        return math.sqrt(2.0 / fan_in) * math.sqrt(2.0 / math.pi)
     if scheme in ("lecun", "lecun_uniform"):
         return math.sqrt(1.0 / fan_in)
     if scheme == "normal":

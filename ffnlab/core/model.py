@@ -22,9 +22,22 @@ from torch.utils.checkpoint import checkpoint
 
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import attention_context, get_activation, resolve
-from ffnlab.core.ffn import DEFAULT_INIT, MATCHES, build_ffn, check_init, init_ffn, layer_variants
+from ffnlab.core.ffn import (
+    DEFAULT_INIT,
+    GLU_NORMS,
+    MATCHES,
+    NORMS,
+    DenseFFN,
+    build_ffn,
+    check_init,
+    get_ffn_spec,
+    init_ffn,
+    layer_variants,
+    norm_layer,
+)
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
+ACT_POSITIONS = ("ffn", "before_norm", "after_residual")  # ModelConfig.act_position (Block)
 IGNORE_INDEX = -100  # a target that counts in no loss: padding of task "tokens" (F.cross_entropy's default)
 
 
@@ -41,11 +54,18 @@ class ModelConfig:
     d_ff: int | None = None  # None: chosen by ffn_match
     ffn_match: Literal["params", "flops", "none"] = "params"  # equal to the dense 4x FFN
     ffn_bias: bool | None = None  # None: variant's convention (dense on, gated off)
-    init: Literal["lecun", "he", "normal", "lecun_uniform", "family"] = DEFAULT_INIT  # FFN init, one for all
-    # variants (family: the literature's per-activation table, a different experiment)
+    init: Literal["lecun", "he", "he_gelu", "normal", "lecun_uniform", "family"] = DEFAULT_INIT  # FFN init, one
+    # for all variants (family: the literature's per-activation table, a different experiment; he_gelu:
+    # He x sqrt(2/pi), the GELU articles' advice for large models)
     dropout: float = 0.0
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     placement: Literal["pre", "post"] = "pre"
+    glu_norm: Literal["none", "pre", "post", "both"] = "none"  # a norm around gated FFNs' gate, of the kind
+    # --norm sets: on the gate and up projections' input (pre), on act(gate) * up before the down projection
+    # (post), or both; dense layers have no gate and ignore it. Its weights are left out of the parameter match
+    act_position: Literal["ffn", "before_norm", "after_residual"] = "ffn"  # where a dense FFN's activation
+    # runs: inside it, or moved out (the FFN then two linear maps) onto the residual stream's copy entering the
+    # FFN's norm (before_norm) or onto the block's output after the residual add (after_residual); pre-norm only
     pos: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
     task: Literal["lm", "cls", "image", "tokens"] = "lm"  # lm: the next token; cls: a text's label; image: an
@@ -70,8 +90,10 @@ class ModelConfig:
 
 
 CHOICES = {
-    "norm": ("layernorm", "rmsnorm"),
+    "norm": NORMS,
     "placement": ("pre", "post"),
+    "glu_norm": GLU_NORMS,
+    "act_position": ACT_POSITIONS,
     "pos": ("learned", "rope"),
     "task": ("lm", "cls", "image", "tokens"),
     "pool": ("mean", "cls"),
@@ -96,7 +118,7 @@ def check_config(cfg: ModelConfig) -> None:
     for name, valid in CHOICES.items():
         if getattr(cfg, name) not in valid:
             raise ValueError(f"unknown {name} '{shorten(getattr(cfg, name))}'; valid: {', '.join(valid)}")
-    layer_variants(cfg.ffn, cfg.n_layers)
+    check_act_position(cfg, layer_variants(cfg.ffn, cfg.n_layers))
     check_init(cfg.init)
     check_image(cfg)
     if cfg.attn_act is not None and cfg.attn_proj_act is not None:
@@ -104,6 +126,24 @@ def check_config(cfg: ModelConfig) -> None:
             f"set attn_act or its older name attn_proj_act, not both: {cfg.attn_act!r}, {cfg.attn_proj_act!r}"
         )
     parse_attn_act(qkv_act_spec(cfg))
+
+
+def check_act_position(cfg: ModelConfig, variants: list[str]) -> None:
+    """ValueError unless the activation can be moved where act_position says: a pre-norm block (a post-norm
+    block has no norm before its FFN) whose FFN is dense (one activation between two linear maps)."""
+    if cfg.act_position == "ffn":
+        return
+    if cfg.placement != "pre":
+        raise ValueError(
+            f"act_position '{cfg.act_position}' moves the activation around a pre-norm block's FFN; "
+            f"placement '{cfg.placement}' has no norm before it: use placement pre, or act_position ffn"
+        )
+    for variant in dict.fromkeys(variants):
+        if get_ffn_spec(variant).kind != "dense":
+            raise ValueError(
+                f"act_position '{cfg.act_position}' moves a dense FFN's one activation; '{variant}' is "
+                f"{get_ffn_spec(variant).kind}: use a dense variant (gelu, relu, ...), or act_position ffn"
+            )
 
 
 CHANNELS = (1, 3)
@@ -261,26 +301,49 @@ class Attention(nn.Module):
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
-    return nn.LayerNorm(cfg.d_model) if cfg.norm == "layernorm" else nn.RMSNorm(cfg.d_model, eps=1e-6)
+    return norm_layer(cfg.norm, cfg.d_model)
 
 
 class Block(nn.Module):
-    """Attention and FFN sub-layers with residuals; norm before (pre) or after (post) each."""
+    """Attention and FFN sub-layers with residuals; norm before (pre) or after (post) each.
+
+    `cfg.act_position` places a dense FFN's activation (pre-norm blocks only), with h = x + attn(norm1(x)):
+
+        ffn             h + W_out act(W_in norm2(h))   the Transformer's FFN (the default)
+        before_norm     h + W_out W_in norm2(act(h))   the activation on the residual stream's copy that
+                                                       enters the FFN's norm; the stream itself stays linear
+        after_residual  act(h + W_out W_in norm2(h))   the activation on the block's output, the stream
+
+    W_out W_in z is the FFN's two linear maps, biases included, and a moved activation runs on d_model
+    channels instead of d_ff. The two moved forms are the misplaced setups of articles on GELU ("GELU
+    before LayerNorm" and "after the residual", where "training failed completely"; issue #28, measured
+    in ffnlab/tools/claims.json). The FFN keeps its variant's weights, sizes and initialisation, so a
+    seed's runs start from the same weights at every position.
+    """
 
     def __init__(self, cfg: ModelConfig, ffn: str | None = None) -> None:  # ffn: this layer's variant
         super().__init__()
         self.pre = cfg.placement == "pre"
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         self.attn = Attention(cfg)
+        variant = ffn or cfg.ffn
+        # the norm around the gate: gated layers only (a schedule's dense layers have no gate)
+        glu_norm = cfg.glu_norm if get_ffn_spec(variant).gated else "none"
         # init=None: the Transformer's init_weights initialises it, from the model's per-parameter generators
-        self.ffn = build_ffn(ffn or cfg.ffn, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None)
+        self.ffn = build_ffn(variant, cfg.d_model, cfg.d_ff, cfg.ffn_bias, cfg.ffn_match, init=None,
+                             glu_norm=glu_norm, norm=cfg.norm)  # fmt: skip
         self.drop = nn.Dropout(cfg.dropout)
+        # act_position: the FFN's activation moved out of it, to where misplaced_ffn applies it
+        self.act_position = cfg.act_position
+        self.moved_act: nn.Module | None = None if cfg.act_position == "ffn" else take_activation(self.ffn)
         self.checkpointing = cfg.activation_checkpointing
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
         if self.pre:
             attn = self.attn(self.norm1(x), rope)
             x = x + self.drop(attn)
+            if self.moved_act is not None:
+                return self.misplaced_ffn(x, attn)
             out: torch.Tensor = x + self.drop(self.run_ffn(self.norm2(x), attn))
             return out
         attn = self.attn(x, rope)
@@ -301,6 +364,25 @@ class Block(nn.Module):
         with attention_context(self.ffn, attn):
             out: torch.Tensor = self.ffn(h)
         return out
+
+    def misplaced_ffn(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:  # (B, T, C) -> (B, T, C)
+        """The pre-norm FFN sub-layer with its activation moved to `act_position` (see the class)."""
+        assert self.moved_act is not None
+        out: torch.Tensor
+        if self.act_position == "before_norm":
+            out = h + self.drop(self.run_ffn(self.norm2(self.moved_act(h)), attn))
+        else:  # after_residual
+            out = self.moved_act(h + self.drop(self.run_ffn(self.norm2(h), attn)))
+        return out
+
+
+def take_activation(ffn: nn.Module) -> nn.Module:
+    """A dense FFN's activation module, taken out of it: the FFN is left W_out(W_in x + b_in) + b_out,
+    its spec (so its sizes and initialisation) the variant's. TypeError for any other FFN."""
+    if not isinstance(ffn, DenseFFN):
+        raise TypeError(f"only a dense FFN's activation can be moved, got {type(ffn).__name__}")
+    act, ffn.act = ffn.act, get_activation("identity")
+    return act
 
 
 class PatchEmbed(nn.Module):

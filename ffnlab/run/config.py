@@ -185,7 +185,8 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
     ),
     2: ("qat_from",),
     3: ("diverge_factor", "diverge_steps", "word_vocab", "model.image_size", "model.patch_size", "model.channels",
-        "model.activation_checkpointing"),  # checkpointing: the same numbers, other costs (memory, time)
+        "model.activation_checkpointing",  # checkpointing: the same numbers, other costs (memory, time)
+        "model.glu_norm", "model.act_position"),
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

@@ -110,6 +110,8 @@ class ActivationProbe:
     @torch.no_grad()
     def record(self, name: str, ffn: DenseFFN | GatedFFN, inputs: tuple[torch.Tensor, ...]) -> None:
         x = inputs[0].float()
+        if isinstance(ffn, GatedFFN):
+            x = ffn.gate_input(x)  # normed first where its glu_norm is pre or both
         w = ffn.w_gate if isinstance(ffn, GatedFFN) else ffn.w_in
         pre = nn.functional.linear(x, w.weight.float(), None if w.bias is None else w.bias.float())
         post = ffn.act(pre).flatten(0, -2)  # (tokens, d_ff)

@@ -38,6 +38,8 @@ AXES = {
     "depth": "model.n_layers",
     "width": "model.d_model",
     "placement": "model.placement",
+    "glu_norm": "model.glu_norm",
+    "act_position": "model.act_position",
     "norm": "model.norm",
     "task": "model.task",
     "data": "data",

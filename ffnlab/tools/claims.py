@@ -3,6 +3,8 @@
 The claims live in claims.json beside this module: a claim names a measurement `measure_<name>`
 below, called with its `args`; every claimed value is compared with the same key of what it
 returns under the claim's rule (`check`), and the claim holds when every part holds (`verdict`).
+A claim about training reads numbers a benchmark recorded in its `args` (`measure_recorded_placement`,
+benchmarks/placement_claim.py): the check stays seconds long, and the row names what recorded them.
 """
 
 from __future__ import annotations
@@ -120,6 +122,43 @@ def measure_int8_activation(impl: str, lo: float = -10.0, hi: float = 10.0) -> d
     return {"table_bytes": row["table_bytes"], "max_step_err": row["max_ulp"]}
 
 
+def failed_completely(untrained: float, final: float | None, diverged: bool) -> bool:
+    """Whether one training run "failed completely": it diverged (`ffnlab.run.monitors`: a non-finite loss, or
+    one that stayed far above its best), or its final validation loss is no better (not lower) than the
+    same model's before training, on the same validation batches."""
+    return diverged or final is None or not math.isfinite(final) or final >= untrained
+
+
+def _mean_ci_text(mean_ci: list[float | None]) -> str:
+    """[mean, lo, hi] of a loss as 'mean [lo, hi]' to 3 decimals (losses differ in the second); 'diverged' without
+    a mean (no seed finished)."""
+    mean, lo, hi = mean_ci
+    if mean is None:
+        return "diverged"
+    return f"{mean:.3f}" + ("" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]")
+
+
+def measure_recorded_placement(position: str, runs: dict[str, dict]) -> dict:
+    """Whether training fails completely with the activation at `position` (ModelConfig.act_position), from
+    runs a benchmark recorded (benchmarks/placement_claim.py; the claim's note says where and how). `runs`
+    holds, per position, each seed's validation loss before training ("untrained") and at the end ("final",
+    None if it diverged), whether it diverged, and "mean_ci": [mean, lo, hi] of the final loss over the seeds
+    that finished (95% Student t, ffnlab.study.stats.mean_ci).
+
+    `fails`: every seed at `position` failed completely (`failed_completely`). The other keys show the
+    numbers: how many seeds failed, the mean untrained loss, and each position's final loss, mean [95% CI].
+    """
+    if position not in runs:
+        raise ValueError(f"no recorded runs at '{position}'{closest(position, runs)}; recorded: {', '.join(runs)}")
+    at = runs[position]
+    failed = [failed_completely(u, f, d) for u, f, d in zip(at["untrained"], at["final"], at["diverged"])]
+    out: dict[str, float | str | bool] = {"fails": all(failed), "failed_seeds": f"{sum(failed)}/{len(failed)}"}
+    out["untrained_loss"] = statistics.fmean(u for r in runs.values() for u in r["untrained"])
+    for name, r in runs.items():
+        out[f"{name}_loss"] = _mean_ci_text(r["mean_ci"])
+    return out
+
+
 def measure_layer_grad_ratio() -> dict:
     """Not measured here: it needs a trained study. `ffnlab report` measures it from a store (the 'Gradients by
     depth' section, ffnlab.study.report.layer_grads): per run, layer 0's FFN gradient norm over the top layer's,
@@ -140,6 +179,7 @@ MEASURES: dict[str, Callable[..., dict]] = {
         measure_torch_gelu_default,
         measure_int8_activation,
         measure_layer_grad_ratio,
+        measure_recorded_placement,
     )
 }
 VERDICTS = ("holds", "does not hold", "not measurable here")
@@ -201,24 +241,24 @@ def load_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
 
 
 def run_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
-    """Measure every claim in the claims file: claimed and measured values, per-part and overall verdict."""
-    rows = []
-    for c in load_claims(path):
-        measured = MEASURES[c["measure"]](**c.get("args", {}))
-        parts = {k: check(measured.get(k), v, c["rule"][k]) for k, v in c["claimed"].items()}
-        labels = {True: "holds", False: "does not hold", None: "not measurable here"}
-        rows.append(
-            {
-                "id": c["id"],
-                "claim": c["claim"],
-                "source": c["source"],
-                "claimed": _fmt_values(c["claimed"]),
-                "measured": _fmt_values(measured),
-                "verdict": verdict(list(parts.values())),
-                "note": c.get("note", ""),
-                "claimed_values": c["claimed"],
-                "measured_values": measured,
-                "parts": {k: labels[p] for k, p in parts.items()},
-            }
-        )
-    return rows
+    """Measure every claim in the claims file (`run_claim`)."""
+    return [run_claim(c) for c in load_claims(path)]
+
+
+def run_claim(c: dict) -> dict:
+    """Measure one claim of the claims file: claimed and measured values, per-part and overall verdict."""
+    measured = MEASURES[c["measure"]](**c.get("args", {}))
+    parts = {k: check(measured.get(k), v, c["rule"][k]) for k, v in c["claimed"].items()}
+    labels = {True: "holds", False: "does not hold", None: "not measurable here"}
+    return {
+        "id": c["id"],
+        "claim": c["claim"],
+        "source": c["source"],
+        "claimed": _fmt_values(c["claimed"]),
+        "measured": _fmt_values(measured),
+        "verdict": verdict(list(parts.values())),
+        "note": c.get("note", ""),
+        "claimed_values": c["claimed"],
+        "measured_values": measured,
+        "parts": {k: labels[p] for k, p in parts.items()},
+    }

@@ -117,10 +117,9 @@ def test_a_long_user_string_is_echoed_shortened(run_cli, argv):
     assert code == 2 and err.count("\n") == 1 and len(err) < 1000 and "… (100,000 characters)" in err, err[:300]
 
 
-def test_console_script_exit_code():
-    proc = subprocess.run(
-        [sys.executable, "-m", "ffnlab.cli", "list", "--d-model", "-3"], capture_output=True, text=True
-    )
+@pytest.mark.parametrize("module", ["ffnlab.cli", "ffnlab"])  # python -m ffnlab runs the same main
+def test_console_script_exit_code(module):
+    proc = subprocess.run([sys.executable, "-m", module, "list", "--d-model", "-3"], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("ffnlab: error:")
 
 

@@ -132,6 +132,7 @@ def test_pair_mistakes_are_one_line_naming_the_columns(run_cli, tmp_path):
         (["--task", "cls", "--data", path], ["no column 'text'", "columns: premise, hypothesis, label",
                                              "--text-field premise,hypothesis"]),
         (["--task", "cls", "--data", path, "--text-field", "premise,hypothesis,label"], ["got 3 names"]),
+        (["--task", "cls", "--data", path, "--text-field", "premise, premise"], ["names the column 'premise' twice"]),
         (["--data", path, "--text-field", "premise,hypothesis"], ["sentence pair", "is for task cls, not lm"]),
         (["--task", "cls", "--text-field", "premise,hypothesis"], ["shakespeare corpus has no columns to pair"]),
         (["--task", "cls", "--data", path, "--text-field", "premise,claim"], ["no column 'claim'", "columns: "]),

@@ -117,10 +117,9 @@ def test_a_long_user_string_is_echoed_shortened(run_cli, argv):
     assert code == 2 and err.count("\n") == 1 and len(err) < 1000 and "… (100,000 characters)" in err, err[:300]
 
 
-def test_console_script_exit_code():
-    proc = subprocess.run(
-        [sys.executable, "-m", "ffnlab.cli", "list", "--d-model", "-3"], capture_output=True, text=True
-    )
+@pytest.mark.parametrize("module", ["ffnlab.cli", "ffnlab"])  # python -m ffnlab runs the same main
+def test_console_script_exit_code(module):
+    proc = subprocess.run([sys.executable, "-m", module, "list", "--d-model", "-3"], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("ffnlab: error:")
 
 
@@ -384,3 +383,94 @@ def test_compare_help_names_the_default_study():
     helps = {a.dest: a.help for a in compare._actions}
     assert f"(default: {','.join(DEFAULT_VARIANTS)})" in helps["variants"]
     assert f"(default: {DEFAULT_SEEDS})" in helps["seeds"] and "standard (default)" in helps["preset"]
+
+
+NEW_ACTIVATIONS = ["quantile", "energy_gated", "split_gelu_tanh", "exponential"]  # issue #27 item 6
+
+
+def test_the_attention_articles_activations_go_through_list_numerics_and_compare(run_cli, tmp_path):
+    code, out, err = run_cli("list", "--json")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out) if r["kind"] == "activation"}
+    assert all(rows[name]["experimental"] for name in NEW_ACTIVATIONS)  # no paper defines them exactly
+    code, out, err = run_cli("numerics", ",".join(NEW_ACTIVATIONS), "--dtypes", "bf16", "--points", 201, "--no-claims",
+                             "--json")  # fmt: skip
+    assert code == 0, err
+    measured = json.loads(out)["results"]
+    assert {(r["name"], r["pass"]) for r in measured} == {
+        (n, p) for n in NEW_ACTIVATIONS for p in ("forward", "backward")
+    }
+    code, out, err = run_cli("compare", "--variants", ",".join(NEW_ACTIVATIONS), "--seeds", 1, "--no-stats", *TINY_MODEL,
+                             "--steps", 2, "--eval-every", 2, "--eval-batches", 1, "--final-eval-batches", 1, "--jobs", 1,
+                             "--store", tmp_path / "s.db", "--no-report", "--json")  # fmt: skip
+    assert code == 0, err
+    ranked = json.loads(out)["variants"]
+    assert sorted(r["ffn"] for r in ranked) == sorted(NEW_ACTIVATIONS)
+    assert all(r["n_seeds"] == 1 and r["diverged"] == 0 and r["mean"] > 0 for r in ranked)
+    assert [r["rank"] for r in ranked] == [1, 2, 3, 4] and [r["mean"] for r in ranked] == sorted(
+        r["mean"] for r in ranked
+    )
+
+
+def no_tag(root):
+    from tests.test_tagging import write_conll
+
+    write_conll(root, sizes=(20, 4, 4))
+    with open(root / "train.txt", "a", encoding="utf-8") as f:
+        f.write("\nOops\n")  # a word and no tag
+    return ["--task", "tokens", "--data", root]
+
+
+def one_text_field(root):
+    from tests.test_pairs import pair_rows, write_csv
+
+    root.mkdir()
+    rows = [{"premise": r["premise"], "label": r["label"]} for r in pair_rows(40)]
+    return ["--task", "cls", "--data", write_csv(root / "nli.csv", rows, ("premise", "label")), "--text-field",
+            "premise,hypothesis"]  # fmt: skip
+
+
+def one_class(root):
+    from tests.test_images import write_folder
+
+    return ["--task", "image", "--data", write_folder(root, classes=("cat",))]
+
+
+def not_an_image(root):
+    from tests.test_images import write_folder
+
+    write_folder(root)
+    (root / "dog" / "001.png").write_bytes(b"not a png")
+    return ["--task", "image", "--data", root]
+
+
+def truncated_image(root):
+    from tests.test_images import write_folder
+
+    write_folder(root, sizes=[(16, 16)] * 4)
+    png = (root / "cat" / "002.png").read_bytes()
+    (root / "cat" / "002.png").write_bytes(png[: len(png) // 2])  # cut inside its pixel data
+    return ["--task", "image", "--data", root]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (no_tag, r"train.txt line \d+: 'Oops' has a word but no tag"),
+        (one_text_field, r"nli.csv row 1 has no column 'hypothesis'; columns: premise, label"),
+        (one_class, r"has one class folder with images \('cat'\); task image needs at least two classes"),
+        (not_an_image, r"dog/001.png is not a readable image \(cannot identify image file"),
+        (truncated_image, r"cat/002.png is not a readable image \("),
+    ],
+)
+def test_bad_task_data_is_one_line_exit_2_before_compare_writes_anything(run_cli, tmp_path, make, message):
+    import re
+
+    data = make(tmp_path / "data")
+    out = tmp_path / "out"
+    out.mkdir()
+    code, printed, err = run_cli("compare", "--variants", "relu,gelu", "--seeds", 2, *TINY_MODEL, "--steps", 2, *data,
+                                 "--store", out / "s.db", "--csv", out / "t.csv")  # fmt: skip
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err and printed == "", err
+    assert re.search(message, err), err
+    assert list(out.iterdir()) == []  # no store, table, report, checkpoints or weights

@@ -58,9 +58,16 @@ def test_a_tagging_comparison_ranks_by_span_f1_in_the_table_json_csv_and_report(
 
 @pytest.mark.slow
 def test_the_bundled_speaker_name_task_compares_offline(run_cli, tmp_path):
-    code, out, err = run_cli("compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2, "--steps", 4,
-                             "--eval-every", 2, "--jobs", 1, "--task", "tokens", "--word-vocab", 2000, "--no-report",
-                             "--store", tmp_path / "s.db", "--json")  # fmt: skip
+    argv = ["compare", "--preset", "smoke", "--variants", "relu,gelu", "--seeds", 2, "--steps", 4, "--eval-every", 2,
+            "--jobs", 1, "--task", "tokens", "--word-vocab", 2000, "--store", tmp_path / "s.db"]  # fmt: skip
+    code, out, err = run_cli(*argv, "--csv", tmp_path / "t.csv", "--json")
     assert code == 0, err
     cell = json.loads(out)["cells"][0]
     assert cell["metric"] == "final_val_f1" and len(cell["variants"]) == 2
+    with open(tmp_path / "t.csv") as f:
+        assert [r["metric"] for r in csv.DictReader(f)] == ["final_val_f1"] * 2
+    report = default_out_dir(tmp_path / "s.db")
+    assert "val F1 [95% CI]" in (report / "report.html").read_text()
+    assert "| data | shakespeare (tokens, word tokenizer) |" in (report / "summary.md").read_text()
+    code, out, err = run_cli(*argv, "--no-report")  # stored: the table at once
+    assert code == 0 and "val F1 [95% CI]" in out, err

@@ -1,9 +1,11 @@
 """Task image (ffnlab.run.images and the ViT parts of ffnlab.core.model): patches, loading, training, comparing."""
 
+import csv
 import json
 import re
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -156,3 +158,36 @@ def test_compare_on_digits_ranks_by_accuracy_across_depths(tmp_path, run_cli):
         ranked = [row["mean"] for row in cell["variants"]]
         assert ranked == sorted(ranked, reverse=True)  # best first: the higher accuracy
         assert {row["ffn"] for row in cell["variants"]} == {"relu", "gelu"}
+
+
+def test_an_image_study_reports_pixels_macro_f1_and_attention_over_patches(tmp_path, run_cli):
+    """An image compare through the CLI: the report says images and patches, not a tokenizer or a text context;
+    macro-F1 stands beside accuracy as for cls; the attention maps are drawn on the first validation image."""
+    from ffnlab.study.report import fixed_input, report_data
+
+    root = write_folder(tmp_path / "pets", per_class=4)  # 4x4 RGB, two classes
+    store, table = tmp_path / "s.db", tmp_path / "t.csv"
+    code, out, err = run_cli("compare", "--task", "image", "--data", root, *TINY_MODEL, "--steps", 2, "--eval-every", 2,
+                             "--variants", "relu,gelu", "--seeds", 2, "--jobs", 1, "--store", store, "--csv", table,
+                             "--json")  # fmt: skip
+    assert code == 0, err
+    printed = json.loads(out)
+    settings = printed["settings"]
+    assert settings["tokenizer"] is None and settings["tokens_per_run"] is None
+    assert "context" not in settings["model"] and settings["model"]["patch_size"] == 2
+    assert dict(settings["held_equal"])["budget"] == "2 steps of 4 images"
+    assert all(0 <= row["final_val_macro_f1"] <= 1 for row in printed["variants"])
+    assert all(row["final_val_macro_f1"] for row in csv.DictReader(table.open()))
+    md = (tmp_path / "report" / "summary.md").read_text()
+    assert f"| data | {root} (image) |" in md and "tokenizer" not in md and "val macro-F1" in md
+    assert "2x2-pixel patches of the data's images, mean pooling" in md and "tokens per run" not in md
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "on the first validation image (class " in page and "its 4 patches of 2x2 pixels" in page
+    assert (tmp_path / "report" / "figures" / "attention.png").is_file()
+    attention = report_data(store).cells[0].attention
+    assert not isinstance(attention, str), attention
+    assert attention.text is None and set(attention.maps) == {"relu", "gelu"}
+    cfg = TrainConfig(model=ModelConfig(task="image"), data=str(root))
+    torch.testing.assert_close(fixed_input(cfg).ids, load_images(str(root)).normalised("val")[0])  # as trained on
+    for maps in attention.maps.values():  # (heads, patches, patches): every query's weights sum to 1
+        assert maps.shape == (2, 4, 4) and np.allclose(maps.sum(-1), 1, atol=1e-5)

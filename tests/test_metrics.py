@@ -66,6 +66,15 @@ def test_the_ranking_metric_follows_the_task():
         metric("bogus")
 
 
+def test_macro_f1_is_shown_for_every_task_ranked_by_accuracy():
+    classifiers = set(metric("final_val_acc").ranks)  # cls and image: a class per example
+    for name in ("final_val_macro_f1", "final_test_macro_f1"):
+        assert set(metric(name).tasks) == classifiers, name
+    image = run_result(task="image", final_val_loss=None, final_val_acc=0.5, final_val_macro_f1=0.4)
+    assert metric("final_val_macro_f1").of([image], "image") == 0.4
+    assert "final_val_macro_f1" in {m.name for m in metrics.shown_in("ranking", "image")}
+
+
 def test_reducers_over_seeds():
     results = [run_result(seed=s, final_val_loss=x, step_time_s=t) for s, x, t in ((0, 2.0, 0.01), (1, 4.0, 0.03))]
     assert metric("ppl").of(results, "lm") == pytest.approx(math.exp(3.0))  # exp of the mean loss

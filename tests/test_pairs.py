@@ -132,6 +132,7 @@ def test_pair_mistakes_are_one_line_naming_the_columns(run_cli, tmp_path):
         (["--task", "cls", "--data", path], ["no column 'text'", "columns: premise, hypothesis, label",
                                              "--text-field premise,hypothesis"]),
         (["--task", "cls", "--data", path, "--text-field", "premise,hypothesis,label"], ["got 3 names"]),
+        (["--task", "cls", "--data", path, "--text-field", "premise, premise"], ["names the column 'premise' twice"]),
         (["--data", path, "--text-field", "premise,hypothesis"], ["sentence pair", "is for task cls, not lm"]),
         (["--task", "cls", "--text-field", "premise,hypothesis"], ["shakespeare corpus has no columns to pair"]),
         (["--task", "cls", "--data", path, "--text-field", "premise,claim"], ["no column 'claim'", "columns: "]),
@@ -166,3 +167,17 @@ def test_a_pair_has_one_spelling_in_the_config():
     )
     assert spaced.text_field == "premise,hypothesis" and run_id(spaced) == run_id(tight)
     assert TrainConfig(text_field=" text ").text_field == "text"
+
+
+def test_a_sentence_pair_comparison_ranks_by_accuracy_with_macro_f1_beside_it(run_cli, tmp_path):
+    path = write_csv(tmp_path / "pairs.csv", pair_rows())
+    code, out, err = run_cli("compare", "--task", "cls", "--data", path, "--text-field", "premise,hypothesis",
+                             "--variants", "relu,gelu", "--seeds", 2, *TINY_MODEL, "--steps", 2, "--eval-every", 2,
+                             "--jobs", 1, "--store", tmp_path / "s.db", "--csv", tmp_path / "t.csv", "--no-report")  # fmt: skip
+    assert code == 0, err
+    head = next(line for line in out.splitlines() if line.split()[:2] == ["rank", "ffn"])
+    assert "val acc [95% CI]" in head and "val macro-F1" in head
+    with open(tmp_path / "t.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["metric"] for r in rows] == ["final_val_acc"] * 2
+    assert all(0 <= float(r["final_val_macro_f1"]) <= 1 and 0 <= float(r["final_test_macro_f1"]) <= 1 for r in rows)

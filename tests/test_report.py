@@ -157,7 +157,7 @@ def test_every_branch_of_the_page_renders_and_escapes_what_the_store_holds(smoke
     view.cell.verdict = EVIL
     view.cell.noise_floor = SeedNoise(n=3, mean=3.3, std=0.01, range=0.02, min=3.29, max=3.31, diverged=0)
     view.attention = AttentionMaps(
-        layer=0, maps={"relu": np.zeros((1, 8, 8))}, stats={}, seeds={"relu": 0}, text=EVIL, tokens=8
+        layer=0, maps={"relu": np.zeros((1, 8, 8))}, stats={}, seeds={"relu": 0}, input=EVIL, text=EVIL
     )
     page = render_html(data, {"attention.png": PNG_MAGIC})
     assert "<script" not in page and page.count(html.escape(EVIL)) >= 6

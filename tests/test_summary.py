@@ -272,6 +272,29 @@ def test_the_stability_table_counts_non_finite_and_blown_up_runs_apart():
     assert {"nonfinite_runs", "blowup_runs"} <= {m.name for m in shown_in("stability")}
 
 
+@pytest.mark.parametrize(
+    "task, field", [("tokens", "final_val_f1"), ("cls", "final_val_acc"), ("image", "final_val_acc")]
+)
+def test_a_cell_of_a_scored_task_ranks_the_higher_score_first_whatever_the_loss(task, field):
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.study.records import RunRecord, RunStatus
+    from ffnlab.study.summary import summarize_cell
+    from tests.conftest import run_result
+
+    score = {"relu": 0.4, "gelu": 0.7, "silu": 0.55}  # the lowest loss is relu's: a loss ranking would put it first
+    items = []
+    for ffn, value in score.items():
+        for seed in range(3):
+            cfg = TrainConfig(model=replace(TrainConfig().model, task=task, ffn=ffn), seed=seed)
+            result = run_result(ffn=ffn, seed=seed, task=task, final_val_loss=value, **{field: value + seed / 100})
+            items.append((cfg, RunRecord(f"{ffn}{seed}", cfg.to_dict(), RunStatus.FINISHED, result, None, {}, None, 1,
+                                         0.0, 0.0, 1.0)))  # fmt: skip
+    cell = summarize_cell(items, list(score), "relu", 3, {})
+    assert cell.metric == field and cell.metric_direction == "higher"
+    assert [(r.ffn, r.rank) for r in cell.variants] == [("gelu", 1), ("silu", 2), ("relu", 3)]
+    assert cell.variants[0].mean == pytest.approx(0.71)
+
+
 def test_an_exact_tie_is_named_wherever_the_best_mean_is(tmp_path):
     """0.5625 = 0.5625: no variant alone has the best mean, in the sentences across cells, the table and the advice."""
     from ffnlab.study.load import load_study

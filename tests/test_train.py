@@ -1,3 +1,5 @@
+import contextlib
+import io
 import json
 import math
 import os
@@ -656,3 +658,13 @@ def test_the_cli_trains_with_checkpointing_and_fp16(run_cli):
     code, out, err = run_cli("train", *TINY_MODEL, "--steps", 2, "--eval-every", 2, *knobs)
     assert code == 0, err
     assert "in fp16" in out and "with block checkpointing" in out
+
+
+def test_the_progress_bar_writes_to_stderr_as_it_is_when_the_bar_is_made():
+    from ffnlab.run.train import progress_bar
+
+    shown = io.StringIO()
+    with contextlib.redirect_stderr(shown):  # as a notebook or pytest's capsys replaces it, after the import
+        show = progress_bar("relu seed 0: ")
+    show(2, 2, {"loss": 1.5, "lr": 1e-3, "elapsed": 0.5})
+    assert shown.getvalue() == "\rrelu seed 0: 2/2 steps  eta     0s  loss 1.5000  lr 1.00e-03\n"

@@ -38,6 +38,10 @@ def text_fields(text_field: str) -> list[str]:
             f"text_field names one text column, or two for a sentence pair (e.g. premise,hypothesis); got "
             f"{len(names)} name{'s' if len(names) > 1 else ''}: {', '.join(repr(n) for n in names)}"
         )
+    if len(names) == 2 and names[0] == names[1]:  # a text paired with itself: a typo, not a sentence pair
+        raise ValueError(
+            f"text_field names the column '{names[0]}' twice; a sentence pair names two columns (e.g. premise,hypothesis)"
+        )
     return names
 
 

@@ -880,9 +880,11 @@ def measured_costs(setup: Setup, step: int, train_seconds: float) -> Costs:
 # ---- progress bar -------------------------------------------------------------------------------
 
 
-def progress_bar(prefix: str = "", stream: TextIO = sys.stderr) -> Progress:
-    """A one-line progress display: steps, ETA, loss and tokens/s; silent when not a terminal."""
+def progress_bar(prefix: str = "", stream: TextIO | None = None) -> Progress:
+    """A one-line progress display (steps, ETA, loss and lr) rewritten in place on `stream`, by default
+    sys.stderr as it is when the bar is made (not as it was at import: tests and notebooks replace it)."""
     last = [0.0]
+    out = stream or sys.stderr
 
     def show(step: int, total: int, m: dict) -> None:
         now = time.perf_counter()
@@ -892,9 +894,9 @@ def progress_bar(prefix: str = "", stream: TextIO = sys.stderr) -> Progress:
         rate = step / m["elapsed"] if m["elapsed"] else 0.0
         eta = f"{(total - step) / rate:5.0f}s" if total and rate else "    ?"
         frac = f"{step}/{total}" if total else f"{step}"
-        stream.write(f"\r{prefix}{frac} steps  eta {eta}  loss {m['loss']:.4f}  lr {m['lr']:.2e}")
+        out.write(f"\r{prefix}{frac} steps  eta {eta}  loss {m['loss']:.4f}  lr {m['lr']:.2e}")
         if step == total:
-            stream.write("\n")
-        stream.flush()
+            out.write("\n")
+        out.flush()
 
     return show

@@ -323,14 +323,15 @@ class StudySettings:
 
     data: str
     task: str
-    tokenizer: str
-    model: dict[str, Any]  # n_layers, n_heads, d_model, context, norm, placement, pos, dropout
+    tokenizer: str | None  # None for task image: a ViT reads pixels, not text
+    model: dict[str, Any]  # n_layers, n_heads, d_model, context, norm, placement, pos, dropout; task image:
+    # image_size (None: the data's own), patch_size and pool instead of context, which the patches set
     match: str  # what the FFN widths match: params, flops or none
     init: str
     attn_act: str | None  # activations on Q, K, V (ModelConfig.attn_act)
     batch_size: int
     budget: dict[str, float]  # one of max_seconds, max_tokens, max_steps
-    tokens_per_run: int | None  # None under a wall-clock budget
+    tokens_per_run: int | None  # None under a wall-clock budget, and for task image (patches per image follow the data)
     lr: float
     min_lr: float
     warmup_steps: int

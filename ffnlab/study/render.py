@@ -183,6 +183,17 @@ def figure_suffix(index: int, n_cells: int) -> str:
     return f"_{index + 1}" if n_cells > 1 else ""
 
 
+def sequence_text(model: dict[str, Any]) -> str:
+    """What a model reads at once: 'context 64' for text; a ViT's patches ('2x2-pixel patches of 8x8 images, mean
+    pooling'), of the data's own image size where the study did not set one."""
+    if "patch_size" not in model:
+        return f"context {model['context']}"
+    patch, size = model["patch_size"], model.get("image_size")
+    images = f"{size}x{size} images" if size else "the data's images"
+    pool = "a class token" if model.get("pool") == "cls" else "mean pooling"
+    return f"{patch}x{patch}-pixel patches of {images}, {pool}"
+
+
 def settings_rows(
     settings: dict[str, Any], env: dict[str, Any], baseline: str, store: str, architecture: str | None = None
 ) -> list[tuple[str, str]]:
@@ -193,14 +204,15 @@ def settings_rows(
         if axis in axes:
             model[key] = "/".join(map(str, axes[axis]))
     budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
-    rows = [("data", f"{settings['data']} ({settings['task']}, {settings['tokenizer']} tokenizer)")]
+    tokenizer = settings.get("tokenizer")  # None for task image: pixels
+    rows = [("data", f"{settings['data']} ({settings['task']}" + (f", {tokenizer} tokenizer)" if tokenizer else ")"))]
     if architecture:
         rows.append(("architecture", architecture))
     rows += [
         (
             "model",
             f"{model['n_layers']} layer{'s' if model['n_layers'] != 1 else ''}, {model['n_heads']} heads, "
-            f"d_model {model['d_model']}, context {model['context']}, {model['norm']} ({model['placement']}-norm), "
+            f"d_model {model['d_model']}, {sequence_text(model)}, {model['norm']} ({model['placement']}-norm), "
             f"{model['pos']} positions, dropout {model['dropout']}",
         ),
         (
@@ -213,6 +225,8 @@ def settings_rows(
             "budget",
             f"{budget}, batch {settings['batch_size']}, {human(settings['tokens_per_run'])} tokens per run"
             if settings.get("tokens_per_run")
+            else f"{budget}, batch {settings['batch_size']} images"
+            if settings["task"] == "image"
             else budget,
         ),
         ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else settings["init"]),

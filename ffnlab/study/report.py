@@ -107,16 +107,37 @@ def time_band(losses: list[dict[int, float]], times: list[dict[int, float]], lev
     return Band(seconds, band.mean, band.low, band.high, band.n)
 
 
-def fixed_input(cfg: TrainConfig) -> tuple[torch.Tensor, str, ModelConfig]:
-    """The first `context` tokens of the validation split, its text, and the model config the
-    trained weights need (vocabulary and classes from the data)."""
+@dataclass(frozen=True)
+class FixedInput:
+    """The one validation example every variant's attention is drawn on (`fixed_input`)."""
+
+    ids: torch.Tensor  # (T,) token ids, or for task image one normalised image (channels, H, W)
+    what: str  # what it is, as the report's caption says it: 'the first 64 validation tokens'
+    text: str | None  # its text; None for an image
+    model: ModelConfig  # the model config the trained weights need (vocabulary and classes from the data)
+
+
+def fixed_input(cfg: TrainConfig) -> FixedInput:
+    """The first `context` tokens of the validation split (a classifier's or tagger's first example), or its first
+    image, and the model config the trained weights need."""
+    from ffnlab.run.images import ImageSet
     from ffnlab.run.train import crop_or_repeat, data_args, data_model_config, load_data
 
     corpus, tokenizer, splits = load_data(*data_args(cfg))
     context, val = cfg.model.context, splits["val"]
+    model = data_model_config(cfg, corpus, tokenizer)
+    if isinstance(corpus, ImageSet):  # a ViT's positions are its patches, row by row after any class token
+        image, label = val[0][0], int(val[1][0])
+        patch, grid = model.patch_size, corpus.image_size // model.patch_size
+        what = (
+            f"the first validation image (class '{corpus.classes[label]}', {corpus.image_size}x{corpus.image_size} "
+            f"pixels): its {grid * grid} patches of {patch}x{patch} pixels row by row"
+            + (f", after the class token ({grid * grid + 1} positions)" if model.pool == "cls" else "")
+        )
+        return FixedInput(image, what, None, model)
     # a language model's split is one token tensor, a classifier's its documents and labels
     ids = val[:context] if isinstance(val, torch.Tensor) else crop_or_repeat(val[0][0], context)
-    return ids, tokenizer.decode(ids.tolist()), data_model_config(cfg, corpus, tokenizer)
+    return FixedInput(ids, f"the first {len(ids)} validation tokens", tokenizer.decode(ids.tolist()), model)
 
 
 SPARSE_WEIGHT = 0.01  # an attention weight below this counts as sparse: under 1% of a query's attention
@@ -161,8 +182,8 @@ class AttentionMaps:
     maps: dict[str, np.ndarray]  # variant -> (n_heads, T, T) probabilities, rows are queries
     stats: dict[str, AttentionStats]  # variant -> entropy and sparsity of its map
     seeds: dict[str, int]  # variant -> the seed of the run drawn
-    text: str  # the input
-    tokens: int  # its length
+    input: str  # what the input is, in words (FixedInput.what)
+    text: str | None  # its text; None for an image
 
 
 def attention_data(
@@ -209,27 +230,26 @@ def draw_attention(
             f"attention layer {layer} is out of range; the models have {n_layers} layers (0-{n_layers - 1})"
         )
     try:
-        ids, text, _ = fixed_input(cfg)
+        shown = fixed_input(cfg)
     except Exception as e:  # the data may be gone or need a network; the rest of the report stands
         return f"attention maps skipped: cannot load the data '{cfg.data}' ({first_line(e)})"
     maps = {}
     for variant, (c, rec) in picks.items():
-        _, _, model_config = fixed_input(c)  # the data is cached: this only sets the variant's FFN
-        model = Transformer(model_config, c.seed)
+        model = Transformer(fixed_input(c).model, c.seed)  # the data is cached: this only sets the variant's FFN
         try:
             load_model(model, str(weights_path(store_path, rec.id)))
         except Exception as e:  # a damaged or foreign file: the rest of the report stands
             return f"attention maps skipped: cannot read {weights_path(store_path, rec.id)} ({first_line(e)})"
         model.eval()
         with torch.no_grad():
-            maps[variant] = model.attention_maps(ids[None], layer)[0].float().numpy()  # (n_heads, T, T)
+            maps[variant] = model.attention_maps(shown.ids[None], layer)[0].float().numpy()  # (n_heads, T, T)
     return AttentionMaps(
         layer=layer,
         maps=maps,
         stats={variant: attention_stats(m, cfg.model.task == "lm") for variant, m in maps.items()},
         seeds={v: c.seed for v, (c, _) in picks.items()},
-        text=text,
-        tokens=len(ids),
+        input=shown.what,
+        text=shown.text,
     )
 
 

@@ -413,13 +413,15 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
     `chosen_by_protocol`: the per-variant settings are the validation protocol's choice, not the user's."""
     b = study.base
     controls = held_equal(study, chosen_by_protocol)
+    image = b.model.task == "image"  # a ViT: its tokens are patches, as many as the data's image size makes
+    shape = ("image_size", "patch_size", "pool") if image else ("context",)
     return StudySettings(
         data=b.data,
         task=b.model.task,
-        tokenizer=b.tokenizer,
+        tokenizer=None if image else b.tokenizer,
         model={
             k: getattr(b.model, k)
-            for k in ("n_layers", "n_heads", "d_model", "context", "norm", "placement", "pos", "dropout")
+            for k in ("n_layers", "n_heads", "d_model", *shape, "norm", "placement", "pos", "dropout")
         },
         match=b.model.ffn_match,
         init=b.model.init,
@@ -432,7 +434,9 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
             if b.max_tokens
             else {"max_steps": b.max_steps}
         ),
-        tokens_per_run=(b.max_tokens or b.max_steps * b.batch_size * b.model.context) if not b.max_seconds else None,
+        tokens_per_run=(
+            (b.max_tokens or b.max_steps * b.batch_size * b.model.context) if not (b.max_seconds or image) else None
+        ),
         lr=b.lr,
         min_lr=b.lr / 10 if b.min_lr is None else b.min_lr,
         warmup_steps=b.warmup_steps,
@@ -583,7 +587,9 @@ def budget_rows(study: Study) -> Controls:
         why = f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants train on more tokens"
         return Controls(not_equal=[["tokens seen", why]])
     steps = f"{b.max_steps:,} steps of {b.batch_size} x {b.model.context} tokens"
-    if "context" in study.axes:
+    if b.model.task == "image":  # NOTE: not the context: a ViT's tokens are its patches, set by the data's image size
+        steps = f"{b.max_steps:,} steps of {b.batch_size} images"
+    elif "context" in study.axes:
         steps = f"{b.max_steps:,} steps of {b.batch_size} x context tokens, {varied(study, 'context', 'context')}"
     budget = varied(study, "tokens", "tokens") or (f"{b.max_tokens:,} tokens" if b.max_tokens else steps)
     return Controls(held_equal=[["budget", budget]])

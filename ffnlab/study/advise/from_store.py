@@ -432,7 +432,8 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
     layers = f"{facts.n_layers} layer{'s' if facts.n_layers != 1 else ''}"
     where = (
         f"{facts.store}: task {facts.task}, {layers}, d_model {facts.d_model}, data {facts.data} "
-        f"({facts.tokenizer} tokens), {facts.seeds} seed{'s' if facts.seeds != 1 else ''}, "
+        f"({'images' if facts.task == 'image' else facts.tokenizer + ' tokens'}), "
+        f"{facts.seeds} seed{'s' if facts.seeds != 1 else ''}, "
         f"FFNs matched in {facts.match}, FFN init {facts.init} for all, timed on {facts.device}"
     )
     cell_where = key_values(cell.axes)

@@ -35,13 +35,21 @@ def save_weights(model: nn.Module, path: Path) -> None:
         save_model(model, str(tmp))
 
 
-def trainer_state(step: int, elapsed: float, hist: dict, opt: torch.optim.Optimizer, gen: torch.Generator) -> dict:
+def trainer_state(
+    step: int,
+    elapsed: float,
+    hist: dict,
+    opt: torch.optim.Optimizer,
+    gen: torch.Generator,
+    scaler: torch.amp.GradScaler,
+) -> dict:
     """What a run needs besides the weights to go on from `step` exactly as if never stopped."""
     return {
         "step": step,
         "elapsed": elapsed,
         "hist": hist,
         "optimizer": opt.state_dict(),
+        "scaler": scaler.state_dict(),  # fp16's loss scale; empty for a disabled scaler
         "data_rng": gen.get_state(),
         "torch_rng": torch.get_rng_state(),
     }
@@ -60,9 +68,11 @@ def save_checkpoint(directory: Path, model: nn.Module, state: dict) -> None:
             old.unlink(missing_ok=True)
 
 
-def load_checkpoint(directory: Path, model: nn.Module, opt: torch.optim.Optimizer, gen: torch.Generator) -> dict | None:
-    """Resume from the latest checkpoint: weights into `model`, optimizer state, data and torch RNG;
-    returns the trainer state, or None when there is no checkpoint.
+def load_checkpoint(
+    directory: Path, model: nn.Module, opt: torch.optim.Optimizer, gen: torch.Generator, scaler: torch.amp.GradScaler
+) -> dict | None:
+    """Resume from the latest checkpoint: weights into `model`, optimizer and gradient-scaler state, data and
+    torch RNG; returns the trainer state, or None when there is no checkpoint.
 
     A checkpoint that cannot be read or applied whole (truncated, not safetensors, a pickle that
     weights_only refuses, weights of another model) is discarded with a warning naming it, and
@@ -81,6 +91,8 @@ def load_checkpoint(directory: Path, model: nn.Module, opt: torch.optim.Optimize
             raise ValueError(f"state-{step}.pt is not the trainer state of step {step}")
         load_model(model, str(directory / f"model-{step}.safetensors"), strict=True)
         opt.load_state_dict(state["optimizer"])
+        if "scaler" in state:  # checkpoints written before fp16 have none
+            scaler.load_state_dict(state["scaler"])
         gen.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
     except Exception as e:  # any damage: a resumed run must not fail on it forever

@@ -246,24 +246,24 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
 
 
 def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
-    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification and tagging
-    n_batches * batch_size examples evenly spaced over the split (first window of each; whole images)."""
-    if task == "image":
-        return image_eval_set(split_data, n_batches, batch_size)
+    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification, tagging and images
+    n_batches * batch_size examples evenly spaced over the split (all, when fewer; first window of each)."""
     if task == "lm":
         gen = torch.Generator().manual_seed(EVAL_SEED)
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
     docs, labels = split_data
     pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
-    if task == "tokens":
+    if task == "image":
+        assert isinstance(docs, torch.Tensor) and isinstance(labels, torch.Tensor)  # one tensor (load_image_data)
+        x, y = docs[pick], labels[pick]
+    elif task == "tokens":
         from ffnlab.run.tagging import tagged_batch
 
         assert isinstance(docs, list) and isinstance(labels, list)  # a tokens split: a tensor per sentence (load_data)
         x, y = tagged_batch(docs, labels, pick.tolist(), context)
-        return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
-    assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
-    x = torch.stack([crop_or_repeat(docs[i], context) for i in pick])
-    y = labels[pick]
+    else:
+        assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
+        x, y = torch.stack([crop_or_repeat(docs[i], context) for i in pick]), labels[pick]
     return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
 
 
@@ -273,16 +273,6 @@ def image_batch(split_data: Split, batch_size: int, gen: torch.Generator) -> Bat
     assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
     ix = torch.randint(len(images), (batch_size,), generator=gen)
     return images[ix], labels[ix]
-
-
-def image_eval_set(split_data: Split, n_batches: int, batch_size: int) -> list[Batch]:
-    """`eval_set` for images: n_batches * batch_size of them evenly spaced over the split (all, when fewer)."""
-    images, labels = split_data
-    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
-    pick = torch.linspace(0, len(images) - 1, min(len(images), n_batches * batch_size)).long().unique()
-    return [
-        (images[pick[i : i + batch_size]], labels[pick[i : i + batch_size]]) for i in range(0, len(pick), batch_size)
-    ]
 
 
 def on_device(batches: Iterable[Batch], device: str) -> list[Batch]:
@@ -573,7 +563,8 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     autocast = functools.partial(
         torch.autocast, device_type=device, dtype=dtype or torch.bfloat16, enabled=dtype is not None
     )
-    scaler = torch.amp.GradScaler(device, enabled=cfg.precision == "fp16")
+    new_scaler = functools.partial(torch.amp.GradScaler, device, enabled=cfg.precision == "fp16")
+    scaler = new_scaler()
 
     # -- resume
     hist = new_history()
@@ -581,14 +572,12 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if checkpoint_dir is not None:
         try:
-            state = load_checkpoint(checkpoint_dir, model, opt, gen)
+            state = load_checkpoint(checkpoint_dir, model, opt, gen, scaler)
         except DamagedCheckpoint:  # discarded with a warning: a fresh model, as if never started
             model, opt, gen = build_model(cfg, mcfg, model_factory, device)
-            state = None
+            scaler, state = new_scaler(), None
         if state is not None:
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
-            if "scaler" in state:
-                scaler.load_state_dict(state["scaler"])
     # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
     # ran 3x slower than eager here (benchmarks/train_speed.md)
     step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
@@ -684,8 +673,8 @@ def train(
             val = evaluate(model, setup.val_batches, setup.task, setup.autocast)
             hist["val"].append({"step": step, **val, "time": time.perf_counter() - t0})
         if setup.checkpoint_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
-            state = trainer_state(step, time.perf_counter() - t0, hist, opt, setup.gen)
-            save_checkpoint(setup.checkpoint_dir, model, {**state, "scaler": setup.scaler.state_dict()})
+            state = trainer_state(step, time.perf_counter() - t0, hist, opt, setup.gen, setup.scaler)
+            save_checkpoint(setup.checkpoint_dir, model, state)
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)

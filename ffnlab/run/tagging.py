@@ -24,7 +24,7 @@ import torch
 
 from ffnlab._util.text import shorten
 from ffnlab.core.model import IGNORE_INDEX
-from ffnlab.run.tokenizer import WORD_UNK, WordTokenizer, split_words
+from ffnlab.run.tokenizer import WordTokenizer, split_words
 
 TAG = re.compile(r"O|[BIES]-\S+")  # BIO / IOB2 (and IOBES): O, or a position and an entity type
 PAD = "<pad>"  # the padding word: id 1, after <unk>, in every tagging vocabulary
@@ -184,11 +184,7 @@ def cut_words(lines: list[list[str]], limit: int) -> list[list[str]]:
 def word_vocabulary(sentences: Sequence[Sequence[str]], vocab_size: int | None = None) -> WordTokenizer:
     """<unk>, <pad> and the `vocab_size - 2` most frequent words of `sentences` (None: every word), ties in
     code-point order, so the vocabulary is the same on every machine; the word tokenizer's table."""
-    counts = Counter(w for words in sentences for w in words)
-    for special in (WORD_UNK, PAD):
-        counts.pop(special, None)
-    ranked = sorted(counts, key=lambda w: (-counts[w], w))
-    vocab = WordTokenizer([PAD, *(ranked if vocab_size is None else ranked[: max(0, vocab_size - 2)])])
+    vocab = WordTokenizer.from_counts(Counter(w for words in sentences for w in words), vocab_size, reserved=(PAD,))
     assert vocab.stoi[PAD] == PAD_ID
     return vocab
 

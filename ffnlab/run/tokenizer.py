@@ -247,11 +247,21 @@ class WordTokenizer:
         """The `vocab_size - 1` most frequent words of `texts` and <unk> (None: every word); ties go to the
         word first in code-point order, so the vocabulary is the same on every machine."""
         counts = Counter(w for text in texts for w in split_words(text))
-        counts.pop(WORD_UNK, None)  # WikiText's own <unk> is ours, id 0, whatever its count
-        if not counts.keys() - {"\n"}:
+        if not counts.keys() - {"\n", WORD_UNK}:
             raise ValueError("the training text has no words (only whitespace and <unk>) to build a vocabulary from")
+        return cls.from_counts(counts, vocab_size)
+
+    @classmethod
+    def from_counts(
+        cls, counts: Counter[str], vocab_size: int | None = None, reserved: tuple[str, ...] = ()
+    ) -> WordTokenizer:
+        """<unk>, the `reserved` words (ids 1, 2, ...) and the most frequent of `counts` up to `vocab_size` words in
+        all (None: every word); ties go to the word first in code-point order, so the vocabulary is the same on
+        every machine. A counted <unk> (WikiText's own) or reserved word is ours, whatever its count."""
+        counts = Counter({w: n for w, n in counts.items() if w != WORD_UNK and w not in reserved})
         ranked = sorted(counts, key=lambda w: (-counts[w], w))
-        return cls(ranked if vocab_size is None else ranked[: vocab_size - 1])
+        kept = ranked if vocab_size is None else ranked[: max(0, vocab_size - 1 - len(reserved))]
+        return cls([*reserved, *kept])
 
     def encode(self, text: str) -> list[int]:
         return [self.stoi.get(w, self.unk_id) for w in split_words(text)]

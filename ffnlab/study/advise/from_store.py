@@ -3,7 +3,6 @@ differences over seeds, under the situation's parameter, memory and latency cons
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -18,7 +17,7 @@ from ffnlab.study.advise.rules import decided_line, narrow, preferences
 from ffnlab.study.advise.situation import Situation
 from ffnlab.study.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, mobile_friendly, rule_line
 from ffnlab.study.metrics import shown_in
-from ffnlab.study.plan import AXES, config_value, set_field
+from ffnlab.study.plan import CellKey, config_value, group_key, set_field
 from ffnlab.study.records import Cell, VariantRow
 from ffnlab.study.scaling import LOF_ALPHA
 from ffnlab.study.stats import MIN_PAIRS, holm, paired_diff
@@ -56,12 +55,12 @@ class CellSettings:
     """The settings each cell of a study ran with, which a suggested command repeats: the cell's config (its
     baseline's but the seed and the FFN) and each variant's own settings."""
 
-    configs: dict[str, TrainConfig]  # the cell's axes as JSON -> its config
+    configs: dict[CellKey, TrainConfig]  # the cell's axes (`group_key`) -> its config
     per_variant: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def of(self, cell: Cell) -> TrainConfig | None:
         """The cell's config; None where the study has no run of its baseline there."""
-        return self.configs.get(json.dumps(cell.axes, sort_keys=True))
+        return self.configs.get(tuple(cell.axes.items()))
 
 
 def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell], StudyFacts, CellSettings]:
@@ -103,13 +102,13 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
         scaling=summary.scaling.to_json() if summary.scaling and summary.scaling.fits else None,
         across_cells=summary.across_cells.to_json() if summary.across_cells else None,
     )
-    configs: dict[str, TrainConfig] = {}
+    configs: dict[CellKey, TrainConfig] = {}
+    base = cfg.to_dict()
     for run in runs:  # the baseline's run of each cell, its own settings (if any) put back to the study's
         if run.model.ffn == study.baseline:
             for path in study.per_variant.get(study.baseline, {}):
-                run = set_field(run, path, config_value(cfg.to_dict(), path))
-            axes = {axis: config_value(run.to_dict(), AXES[axis]) for axis in study.axes}
-            configs.setdefault(json.dumps(axes, sort_keys=True), run)
+                run = set_field(run, path, config_value(base, path))
+            configs.setdefault(group_key(run, study), run)
     return cells, facts, CellSettings(configs, study.per_variant)
 
 

@@ -59,6 +59,7 @@ PRESETS: dict[str, Callable[[], TrainConfig]] = {
     "paper": paper,
     "scaling": scaling,
 }
+DEFAULT_PRESET = "standard"  # what `compare` starts from without --preset
 
 
 def preset_config(name: str, model: dict | None = None, **overrides) -> TrainConfig:

@@ -22,7 +22,7 @@ from ffnlab.core.ffn import get_ffn_spec, layer_variants
 from ffnlab.run.config import Precision, TrainConfig, identity
 from ffnlab.run.config_file import RUN_TABLES, config_from_sources, field_types, file_fields, read_toml, to_toml
 from ffnlab.run.device import resolve_precision
-from ffnlab.run.presets import preset_config
+from ffnlab.run.presets import DEFAULT_PRESET, preset_config
 from ffnlab.run.train import resolve_init
 
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
@@ -132,7 +132,7 @@ class Study:
         def setting(key: str, default: Any = None) -> Any:
             return in_flags.get(key, in_file.get(key, default))  # a flag over the file
 
-        preset = preset if preset is not None else in_file.get("preset", "standard")
+        preset = preset if preset is not None else in_file.get("preset", DEFAULT_PRESET)
         base = config_from_sources(preset_config(preset), contents, flags)
         scale = scale_of(in_flags.get("scale"), in_file, preset)
         axes = axes_of(in_file.get("axes", {}), scale, in_flags.get("axes", {}))

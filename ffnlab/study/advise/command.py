@@ -11,13 +11,11 @@ from typing import Any
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.config_file import COMPUTED
-from ffnlab.run.presets import PRESETS, preset_config
+from ffnlab.run.presets import DEFAULT_PRESET, PRESETS, preset_config
 
 # fields a suggested command leaves to `compare`: --seeds and --variants set the seed and the FFN, the
 # computed ones are computed again, and checkpoints go where the new store says
 LEFT_TO_COMPARE = ("seed", "ffn", "checkpoint_dir", *COMPUTED)
-# the preset `compare` starts from without --preset
-DEFAULT_PRESET = "standard"
 # each setting's flag, as ffnlab.flags derives it: the field's name, or the flag its metadata names
 FLAGS = {
     f.name: f.metadata.get("flag", "--" + f.name.replace("_", "-"))

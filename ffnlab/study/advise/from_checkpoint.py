@@ -13,9 +13,8 @@ from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.kernels.fused import FUSED_ACTS
-from ffnlab.run.presets import preset_config
+from ffnlab.run.presets import DEFAULT_PRESET, preset_config
 from ffnlab.study.advise.advice import Advice
-from ffnlab.study.advise.command import DEFAULT_PRESET
 from ffnlab.study.advise.situation import Situation
 from ffnlab.study.flow import Rule, apply_rule, rule_line
 from ffnlab.study.published import MODEL_FAMILIES

@@ -67,6 +67,12 @@ def test_image_size_must_be_a_multiple_of_the_patch_and_channels_1_or_3():
         replace(TINY_VIT, channels=2)
 
 
+@pytest.mark.parametrize("text_model", [dict(hf_config={"model_type": "llama"}), dict(init_from="pretrained/llama")])
+def test_task_image_refuses_a_text_model_when_its_config_is_made(text_model):
+    with pytest.raises(ValueError, match="task image trains ffnlab's own ViT; --hf-config and --from take text models"):
+        TrainConfig(model=ModelConfig(task="image"), **text_model)
+
+
 def test_an_image_folder_loads_with_its_subfolders_as_classes(tmp_path):
     root = write_folder(tmp_path / "pets", classes=("dog", "cat", "bird"), per_class=10)
     (root / "cat" / "notes.txt").write_text("not an image, skipped")

@@ -76,6 +76,8 @@ class TrainConfig:
         if self.model.task == "tokens":
             check_tagger(self)
             self.tokenizer = "word"  # so the stored config says what ran
+        if self.model.task == "image" and (self.hf_config or self.init_from):
+            raise ValueError("task image trains ffnlab's own ViT; --hf-config and --from take text models")
         for name in (
             "batch_size",
             "max_steps",

@@ -171,9 +171,7 @@ def load_image_data(
 
 def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
     """`data_model_config` for task image: the data's classes, image size and channels, and as context the
-    patches (and class token) an image makes; ValueError for a model that is not ffnlab's own."""
-    if cfg.hf_config or cfg.init_from:
-        raise ValueError("task image trains ffnlab's own ViT; --hf-config and --from take text models")
+    patches (and class token) an image makes; ValueError for a patch size that does not divide the images."""
     if images.image_size % cfg.model.patch_size:
         raise ValueError(
             f"the images of '{cfg.data}' are {images.image_size}x{images.image_size}, not a multiple of "

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ffnlab.run.tokenizer import SeparatedTokenizer, build_tokenizer
+from ffnlab.run.tokenizer import SeparatedTokenizer, build_tokenizer, texts_to_build_from
 
 if TYPE_CHECKING:
     from ffnlab.run.data import Corpus
@@ -92,14 +92,14 @@ def pair_splits(
 ) -> tuple[SeparatedTokenizer, dict[str, Split]]:
     """A pair corpus's tokenizer and, per split, each example's ids (`encode_pair`) and the labels.
 
-    The tokenizer is built from the pairs' texts as ffnlab.run.train.load_data builds one (the train split;
-    every split for 'char'), then given its separator id."""
+    The tokenizer is built from the pairs' texts as ffnlab.run.train.load_data builds one
+    (`texts_to_build_from`), then given its separator id."""
     import torch  # here: the corpus loader (ffnlab.run.data) imports this module and needs no torch
 
     texts = {
         split: [t for doc in corpus.documents(split) for t in split_pair(doc)] for split in ("train", "val", "test")
     }
-    built_from = texts["train"] + texts["val"] + texts["test"] if kind == "char" else texts["train"]
+    built_from = texts_to_build_from(kind, texts["train"], texts["val"], texts["test"])
     tok = SeparatedTokenizer(build_tokenizer(kind, built_from, vocab_size=vocab_size, folder=folder))
     splits: dict[str, Split] = {}
     for split in ("train", "val", "test"):

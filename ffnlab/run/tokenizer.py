@@ -330,6 +330,12 @@ def folder_tokenizer(folder: str | None) -> BPETokenizer:
         ) from None
 
 
+def texts_to_build_from(kind: str, train: list[str], val: list[str], test: list[str]) -> list[str]:
+    """The texts `build_tokenizer` builds a `kind` tokenizer from: every split's for 'char' (so val and test
+    have no <unk>), the training split's for the others."""
+    return [*train, *val, *test] if kind == "char" else train
+
+
 def build_tokenizer(
     kind: str,
     texts: list[str],

@@ -119,7 +119,7 @@ def load_data(
     each word of a sentence one position (`ffnlab.run.tagging.word_vocabulary`). Task image:
     `load_image_data`."""
     from ffnlab.run.data import load_corpus
-    from ffnlab.run.tokenizer import build_tokenizer
+    from ffnlab.run.tokenizer import build_tokenizer, texts_to_build_from
 
     if task == "image":
         return load_image_data(data, image_size, channels)
@@ -128,13 +128,8 @@ def load_data(
         return (corpus, *tagged_splits(corpus, vocab_size))
     if pair_context is not None:
         return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
-    all_text = corpus.train + corpus.val + corpus.test
-    tok = build_tokenizer(
-        tokenizer,
-        all_text if tokenizer == "char" else corpus.train,
-        vocab_size=vocab_size,
-        folder=folder,
-    )
+    texts = texts_to_build_from(tokenizer, corpus.train, corpus.val, corpus.test)
+    tok = build_tokenizer(tokenizer, texts, vocab_size=vocab_size, folder=folder)
     splits: dict[str, Split] = {}
     for split in ("train", "val", "test"):
         if task == "lm":

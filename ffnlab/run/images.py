@@ -32,9 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ffnlab.run.data import split_names
+from ffnlab.run.data import SPLITS, split_names
 
-SPLITS = ("train", "val", "test")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # Pillow's modes without colour
 MIN_PER_CLASS = 3  # one each for train, val and test

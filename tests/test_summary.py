@@ -334,6 +334,7 @@ def test_an_exact_tie_is_named_wherever_the_best_mean_is(tmp_path):
         ("lr", [1e-3, 3e-3], "learning rate and schedule", ("peak {b.lr:g}",)),
         ("context", [16, 64], "budget", ("x {b.model.context} tokens",)),
         ("tokens", [4096, 8192], "budget", ("{b.max_steps} steps",)),
+        ("precision", ["fp32", "bf16"], "precision", ()),  # it said the base's one precision
     ],
 )
 def test_what_an_axis_varies_is_never_said_to_be_held_equal_at_the_base_value(axis, values, row, fixed):

@@ -475,7 +475,7 @@ def held_equal(study: Study, chosen_by_protocol: bool = False) -> Controls:
                                        f"beta2 {b.beta2}, gradient clip {b.grad_clip}"],
         ["weight-decay groups",
          f"{b.weight_decay} on every matrix; none on biases, norms or learnable activation parameters"],
-        ["precision", plan_precision(b)],
+        ["precision", varied(study, "precision", "precision") or plan_precision(b)],
         attn_act_row(study),
     ]  # fmt: skip
     unequal = []

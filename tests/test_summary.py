@@ -459,3 +459,23 @@ def test_a_two_dataset_study_prints_the_glue_style_average(run_cli, tmp_path):
     report = (tmp_path / "report").glob("*")
     pages = {p.name: p.read_text(encoding="utf-8") for p in report if p.suffix in (".html", ".md")}
     assert all("GLUE-style average over 2 datasets" in page for page in pages.values()) and len(pages) == 2
+
+
+def test_an_lm_whose_activation_reads_the_batch_is_said_not_to_be_causal():
+    """quantile ranks a token among all of the batch's, later positions too: its LM loss is not a causal LM's, and
+    the comparison said nothing of it."""
+    from ffnlab.run.presets import preset_config
+    from ffnlab.study.plan import Study
+    from ffnlab.study.summary import held_equal
+
+    base = preset_config("smoke")
+    rows = lambda study: dict(held_equal(study).not_equal)
+    leaky = rows(Study(["gelu", "quantile", "mix:relu+quantile"], 2, base))["causality"]
+    assert leaky.startswith("quantile and mix:relu+quantile: quantile ranks each token") and "unlike the other" in leaky
+    assert "causality" not in rows(Study(["gelu", "relu"], 2, base))
+    cls = replace(base, model=replace(base.model, task="cls"))
+    assert "causality" not in rows(Study(["gelu", "quantile"], 2, cls))  # no LM: nothing to leak
+    assert "causality" in rows(Study(["gelu", "quantile"], 2, cls, axes={"task": ["cls", "lm"]}))
+    on_qkv = replace(base, model=replace(base.model, attn_act="quantile"))
+    assert rows(Study(["gelu", "relu"], 2, on_qkv))["causality of attention"].startswith("quantile on Q/K/V")
+    assert "causality of attention" in rows(Study(["gelu", "relu"], 2, base, axes={"attn_act": ["none", "k=quantile"]}))

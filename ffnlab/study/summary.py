@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ffnlab._util.text import and_list, key_values
-from ffnlab.core.model import describe_attn_act, qkv_act_spec
+from ffnlab.core.activations import ACTIVATIONS
+from ffnlab.core.ffn import get_ffn_spec
+from ffnlab.core.model import describe_attn_act, parse_attn_act, qkv_act_spec
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.train import train_flops
 from ffnlab.study.metrics import ranking_metric, row_metrics
@@ -487,6 +489,7 @@ def held_equal(study: Study, chosen_by_protocol: bool = False) -> Controls:
         sources = [pretrained_rows(study), budget_rows(study)]
     else:
         sources = [parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study)]
+    sources.append(causality_rows(study))
     more = []
     if study.base.model.dropout:
         more.append(["dropout masks", "the same random stream for every variant with one seed"])
@@ -496,6 +499,30 @@ def held_equal(study: Study, chosen_by_protocol: bool = False) -> Controls:
             ["study axes", f"{axes}: varied on purpose, compared within each cell; each gap tested across cells"]
         )
     return sum(sources, Controls(equal, unequal)) + Controls(held_equal=more)
+
+
+def causality_rows(study: Study) -> Controls:
+    """An LM whose activation reads the whole batch (scope 'batch': quantile ranks each token among all of
+    the batch's) reads later positions of each sequence too: its loss is not strictly causal. Named, in the
+    FFN of some variants or on Q/K/V of all, so that a reader does not take such a loss for a causal LM's."""
+    if study.base.model.task != "lm" and "lm" not in study.axes.get("task", []):
+        return Controls()
+    why = "ranks each token among all of the batch's tokens, later positions of its own sequence included"
+    rows = []
+    if leaky := [v for v in study.variants if reads_batch(get_ffn_spec(v).acts)]:
+        named = and_list(sorted({a for v in leaky for a in reads_batch(get_ffn_spec(v).acts)}))
+        rows.append(["causality", f"{and_list(leaky)}: {named} {why}: not a strictly causal LM loss, "
+                                  "unlike the other variants'"])  # fmt: skip
+    qkv = [parse_attn_act(spec) for spec in study.axes.get("attn_act", [qkv_act_spec(study.base.model)])]
+    if acts := sorted({a for q in qkv for a in reads_batch(q.values())}):
+        rows.append(["causality of attention", f"{and_list(acts)} on Q/K/V {why}: no variant's LM loss is strictly "
+                                               "causal"])  # fmt: skip
+    return Controls(not_equal=rows)
+
+
+def reads_batch(names: Iterable[str | None]) -> list[str]:
+    """The activations among `names` whose output reads the whole batch (scope 'batch'); None is none."""
+    return [a for a in names if a and ACTIVATIONS[a].scope == "batch"]
 
 
 def varied(study: Study, axis: str, what: str) -> str | None:

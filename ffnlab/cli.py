@@ -313,6 +313,10 @@ DISK_ERRORS = {
     errno.EDQUOT: "disk quota exceeded",
     errno.EROFS: "read-only file system",
 }
+PATH_ERRORS = {  # a path the user gave that the file system cannot take: what is wrong, what to do
+    errno.ENAMETOOLONG: ("file name too long", "use a shorter path"),
+    errno.ELOOP: ("too many levels of symbolic links", "a link on the path points back into it"),
+}
 
 
 def main(argv=None) -> int:
@@ -357,6 +361,9 @@ def user_error(e: Exception) -> str | None:
     """The one line a user error ends with; None when `e` is ffnlab's own bug."""
     if isinstance(e, OSError) and e.errno in DISK_ERRORS:
         return DISK_ERRORS[e.errno] + (f" writing {e.filename}" if e.filename else "")
+    if isinstance(e, OSError) and e.errno in PATH_ERRORS:
+        what, hint = PATH_ERRORS[e.errno]
+        return f"{what}{f': {shorten(e.filename, 120)}' if e.filename else ''}; {hint}"
     if not isinstance(e, USER_ERRORS):
         return None
     message = str(e).splitlines()[0] if str(e) else type(e).__name__

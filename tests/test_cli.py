@@ -474,3 +474,18 @@ def test_bad_task_data_is_one_line_exit_2_before_compare_writes_anything(run_cli
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err and printed == "", err
     assert re.search(message, err), err
     assert list(out.iterdir()) == []  # no store, table, report, checkpoints or weights
+
+
+def test_a_path_too_long_for_the_file_system_is_a_user_error(tmp_path, capsys):
+    """--store under a 300-character folder name ended 'internal error: OSError: [Errno 36] File name too long', exit 1."""
+    from ffnlab.cli import main
+
+    store = tmp_path / ("x" * 300) / "s.db"
+    code = main(["compare", "--preset", "smoke", "--variants", "gelu,relu", "--seeds", "2", "--no-stats",
+                 "--store", str(store)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert (
+        code == 2 and err.startswith("ffnlab: error: file name too long: ") and err.endswith("; use a shorter path\n")
+    )
+    assert len(err.splitlines()) == 1 and "characters)" in err  # the path shortened, on one line
+    assert list(tmp_path.iterdir()) == []

@@ -297,3 +297,26 @@ def test_the_folders_own_tokenizer(tmp_path, run_cli):
         tiny("swiglu", tokenizer="pretrained")
     code, out, err = run_cli("finetune", "--from", folder, "--print-config")  # picked when the folder has one
     assert code == 0 and 'tokenizer = "pretrained"' in out
+
+
+def test_a_failed_save_leaves_no_half_written_folder(tmp_path, monkeypatch):
+    """save_pretrained wrote config.json and then the weights straight into the folder: a full disk left a folder
+    whose config says it is a model, without its weights."""
+    import errno
+
+    from transformers import PreTrainedModel
+
+    model = build_hf_model(LLAMA, "swiglu", vocab_size=50, context=16)
+    real = PreTrainedModel.save_pretrained
+
+    def full_disk(self, folder, **kw):
+        real(self, folder, **kw)  # every file written, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        save_unswapped(model.hf, tmp_path / "saved")
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor a temporary one
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", real)
+    save_unswapped(model.hf, tmp_path / "saved")
+    assert pretrained_ffn(tmp_path / "saved") == "swiglu"

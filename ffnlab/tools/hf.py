@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ffnlab._util.files import atomic_folder
 from ffnlab._util.names import closest
 from ffnlab.core.activations import ACTIVATIONS, InputMixture, get_activation
 from ffnlab.core.ffn import (
@@ -597,6 +598,7 @@ def save_unswapped(model: PreTrainedModel, folder: str | os.PathLike) -> None:
 
     Possible where the ffnlab FFN is of the architecture's kind (dense or gated) and width and its
     activation has a Hugging Face name: swiglu or reglu in LLaMA, gelu_new or relu in GPT-2; else ValueError.
+    Written whole or not at all (`atomic_folder`): a failure (a full disk) leaves `folder` as it was.
     """
     family_name, family = model_family(model)
     info = getattr(model.config, "ffnlab_ffn", None)
@@ -627,8 +629,8 @@ def save_unswapped(model: PreTrainedModel, folder: str | os.PathLike) -> None:
                 target.copy_(source[name])  # a view for GPT-2's transposed Conv1D: writes the parameter
         state = {k: v for k, v in model.state_dict().items() if k != DIGEST_KEY}
         plain.load_state_dict({k: v for k, v in state.items() if k in plain.state_dict()}, strict=False)
-    with quiet_transformers():
-        plain.save_pretrained(os.fspath(folder), safe_serialization=True)
+    with quiet_transformers(), atomic_folder(folder) as tmp:  # a failed save leaves no half-written folder
+        plain.save_pretrained(os.fspath(tmp), safe_serialization=True)
 
 
 def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> nn.Module:

@@ -180,7 +180,8 @@ def cmd_report(args):
 def cmd_plot(args):
     from ffnlab.study.plots import activation_labels, activations_figure, figure_format, save
 
-    figure_format(args.out)  # a bad extension fails before any drawing
+    figure_format(args.out)  # a bad extension or place fails before any drawing
+    check_writable(args.out)
     labels = activation_labels(args.names)
     save(activations_figure(list(labels), args.xmin, args.xmax, labels=labels), args.out)
     print(f"wrote {args.out}")

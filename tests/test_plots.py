@@ -152,3 +152,13 @@ def test_a_cells_axis_is_labelled_by_its_ranking_metric():
     assert axis_label("final_val_loss") == "validation loss (nats/token)"
     assert axis_label("final_val_acc") == "validation accuracy"
     assert axis_label("final_val_f1") == "validation F1"  # a tagger's ranking metric is not called accuracy
+
+
+def test_plot_cli_checks_where_it_writes_before_drawing(run_cli, tmp_path, monkeypatch):
+    """--out in a folder that does not exist was found out only when the drawn figure was saved."""
+    from ffnlab.study import plots
+
+    monkeypatch.setattr(plots, "activations_figure", lambda *a, **kw: pytest.fail("drew before checking --out"))
+    code, _, err = run_cli("plot", "activations", "gelu", "--out", tmp_path / "nowhere" / "a.png")
+    assert code == 2 and err.count("\n") == 1 and "the folder" in err and "does not exist" in err
+    assert not list(tmp_path.iterdir())

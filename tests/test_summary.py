@@ -12,7 +12,7 @@ from ffnlab.study.metrics import learned_mean
 from ffnlab.study.records import Cell, Summary, VariantRow
 from ffnlab.study.render import render_html, render_markdown
 from ffnlab.study.report import report_data
-from ffnlab.study.stats import VariantStats, gap_heterogeneity
+from ffnlab.study.stats import VariantStats, gap_heterogeneity, shared_ranks
 from ffnlab.study.summary import across_cells, tuned_cells
 from tests.test_readme import readme_keys
 
@@ -153,7 +153,8 @@ def test_across_cells_words_holm_and_the_best_of_each_cell():
             "swiglu": {s: x + swiglu_shift - noise[s] for s, x in base.items()},
         }
         means = {v: sum(x.values()) / 4 for v, x in values.items()}
-        rows = [row(v, values=values[v], mean=means[v], delta=means[v] - means["relu"]) for v in values]
+        ranks = shared_ranks(means)  # as compare ranks them
+        rows = [row(v, values=values[v], mean=means[v], rank=ranks[v], delta=means[v] - means["relu"]) for v in values]
         return cell({"lr": lr}, sorted(rows, key=lambda r: r.mean))
 
     # gelu's gap does not move (0.01 in both cells); swiglu's goes from -0.05 to +0.05: it wins one cell only
@@ -302,8 +303,9 @@ def test_an_exact_tie_is_named_wherever_the_best_mean_is(tmp_path):
     from ffnlab.study.table import format_table
     from tests.test_advise import fabricated_store
 
-    tie = [row("gelu", mean=0.5625, values={}), row("relu", mean=0.5625, values={}), row("silu", mean=0.6, values={})]
-    alone = [row("gelu", mean=0.5, values={}), row("relu", mean=0.5625, values={}), row("silu", mean=0.6, values={})]
+    ranked = lambda means: [row(v, mean=m, rank=shared_ranks(means)[v], values={}) for v, m in means.items()]
+    tie = ranked({"gelu": 0.5625, "relu": 0.5625, "silu": 0.6})
+    alone = ranked({"gelu": 0.5, "relu": 0.5625, "silu": 0.6})
     both = across_cells([cell({"lr": 1}, tie), cell({"lr": 2}, tie)], "relu")
     assert both is not None and both.best == [["gelu", "relu"], ["gelu", "relu"]]
     assert both.sentences[-1] == "The best mean is tied between gelu and relu in every cell."

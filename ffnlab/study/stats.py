@@ -266,6 +266,12 @@ def _seeds_phrase(ns: list[int]) -> str:
     return f"{lo} seed{'s' if lo != 1 else ''}" if lo == hi else f"{lo}-{hi} paired seeds"
 
 
+def shared_ranks(scores: dict[str, Any]) -> dict[str, int]:
+    """Each name's rank by its score, lowest first: 1 + how many names score strictly lower, so an exact tie
+    shares its rank (1, 1, 3), the ranking of every table of ffnlab's."""
+    return {name: 1 + sum(other < score for other in scores.values()) for name, score in scores.items()}
+
+
 def compare(
     results: dict[str, dict[int, float]],
     baseline: str,
@@ -309,9 +315,10 @@ def compare(
         mean = means[name].mean
         return (mean is None, 0.0 if mean is None else sign * mean)
 
+    ranks = shared_ranks({name: standing(name) for name in results})
     rows = []
     for name in sorted(results, key=lambda name: (standing(name), name)):
-        rank = 1 + sum(standing(other) < standing(name) for other in results)  # an exact tie shares its rank
+        rank = ranks[name]
         m, p_adj = means[name], adjusted.get(name)
         pair = pairs.get(name, PairedDiff(m.n, 0.0, 0.0, 0.0, None))  # the baseline against itself
         # one line per source of the fields (fmt: skip keeps them so): the row, mean_ci, paired_diff, the test

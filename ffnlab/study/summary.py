@@ -215,9 +215,8 @@ def across_cells(cells: list[Cell], baseline: str, alpha: float = 0.05) -> Acros
 
 def best_mean(rows: list[VariantRow]) -> list[str]:
     """The variants of a cell's rows (best first) with its best mean: one, or every one of them on an exact
-    tie (0.5625 = 0.5625); none where no variant has a mean."""
-    top = rows[0].mean if rows else None
-    return [r.ffn for r in rows if top is not None and r.mean == top]
+    tie (0.5625 = 0.5625), which shares rank 1; none where no variant has a mean."""
+    return [r.ffn for r in rows if r.rank == 1 and r.mean is not None]
 
 
 def best_text(names: list[str]) -> str:

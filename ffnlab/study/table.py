@@ -27,7 +27,7 @@ from ffnlab.study.records import (
     csv_fields,
 )
 from ffnlab.study.scaling import ScalingFits
-from ffnlab.study.stats import VariantStats
+from ffnlab.study.stats import VariantStats, shared_ranks
 from ffnlab.study.summary import literature_text, p_label
 
 
@@ -167,11 +167,9 @@ def literature_table(cell: Cell) -> Table | None:
     measured = {v: sign * mean[v] for v in lit.variants}  # lower is better, as in the published table
     ours = sorted(lit.variants, key=measured.__getitem__)
 
-    def rank(v: str, score: dict[str, float]) -> str:  # an exact tie shares its rank
-        return str(1 + sum(score[u] < score[v] for u in lit.variants))
-
+    ranks, published_ranks = shared_ranks(measured), shared_ranks({v: published[v] for v in lit.variants})
     head = ["ffn", "measured mean", "measured rank", "published", "published rank"]
-    rows = [[v, num(mean[v]), rank(v, measured), f"{published[v]:.3f}", rank(v, published)] for v in ours]
+    rows = [[v, num(mean[v]), str(ranks[v]), f"{published[v]:.3f}", str(published_ranks[v])] for v in ours]
     return Table(head, rows)
 
 

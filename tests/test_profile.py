@@ -71,6 +71,13 @@ def test_profile_training_splits_a_real_step():
     assert "ms a step" in format_profile(profile) and profile.to_json()["ffn"] == "swiglu"
 
 
+def test_the_profiled_step_is_the_trained_one_fp16_scaler_included():
+    """The profile stepped with a plain backward and optimizer: under fp16 it left out the gradient scaler."""
+    cfg = replace(preset_config("smoke"), precision="fp16")
+    names = {o.name for o in profile_training(cfg, steps=1, warmup=1, top=1000).operators}
+    assert "aten::_amp_foreach_non_finite_check_and_unscale_" in names and "aten::_amp_update_scale_" in names
+
+
 def test_train_profile_prints_where_a_step_goes_before_training(run_cli):
     from tests.conftest import TINY_MODEL
 

@@ -1,7 +1,7 @@
 """Where a training step's time goes: torch.profiler over a few steps after warm-up (`train --profile`).
 
 A step is three phases, each a profiler range: forward, backward, and the optimizer (gradient clipping,
-AdamW, zeroing). The forward is split by part of the model, labelled by hooks on its modules: attention,
+AdamW, zeroing), the step as `train` takes it (`apply_gradients` names the last two, fp16's scaler included). The forward is split by part of the model, labelled by hooks on its modules: attention,
 the FFN's input matrices (W_in, or W_gate and W_up), its activation (what is left of the FFN: the
 activation and the gate's product, fused or not), its output matrix (W_out or W_down), the norms, and
 the rest (embeddings, head, loss). The top operators over the whole step, backward included, show what
@@ -15,6 +15,7 @@ labelled (hooks would break it into pieces and change what is measured).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
@@ -25,7 +26,7 @@ from torch.autograd.profiler import record_function
 from ffnlab.core.ffn import DenseFFN, GatedFFN, MixFFN
 from ffnlab.core.model import Attention
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import Setup, get_batch, prepare
+from ffnlab.run.train import Setup, apply_gradients, get_batch, prepare
 from ffnlab.tools.bench import c_stderr_silenced
 
 PHASES = ("forward", "backward", "optimizer")
@@ -133,22 +134,17 @@ def profile_training(cfg: TrainConfig, steps: int = 5, warmup: int = 3, top: int
 
 def profiled(setup: Setup, steps: int, warmup: int, top: int) -> StepProfile:
     """`profile_training` of a prepared run."""
-    cfg = setup.cfg
-    model, opt = setup.model, setup.opt
+    cfg, model = setup.cfg, setup.model
     model.train()
 
-    def step() -> None:
+    def step() -> None:  # as `train` steps: its forward, then `apply_gradients` (fp16's gradient scaler included)
         x, y = get_batch(setup.splits["train"], setup.task, cfg.batch_size, setup.model_cfg.context, setup.gen)
         x, y = x.to(setup.device), y.to(setup.device)
         with record_function("forward"), setup.autocast():
             _, loss = setup.step_fn(x, y)
-        with record_function("backward"):
-            loss.backward()
-        with record_function("optimizer"):
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        apply_gradients(setup, loss, next(steps_taken))  # labels the backward and optimizer phases
 
+    steps_taken = itertools.count()
     for _ in range(warmup):
         step()
     hooks = contextlib.nullcontext() if setup.cfg.compile else labelled(model)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from torch import nn
+from torch.autograd.profiler import record_function
 
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
@@ -677,8 +678,15 @@ def apply_gradients(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float,
     """One batch's backward, monitors, clip and update: (gradient norm, loss, outcome). The outcome is 'stepped';
     'skipped' when fp16 overflowed (no update, half the scale for the next batch); or 'nonfinite', stopped before
     the update: a non-finite loss or gradient (under fp16 only a non-finite loss or a scale that collapsed)."""
+    with record_function("backward"):  # the phases `ffnlab.run.profile` reads
+        setup.scaler.scale(loss).backward()
+    with record_function("optimizer"):
+        return step_optimizer(setup, loss, step)
+
+
+def step_optimizer(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, float, str]:
+    """`apply_gradients` after the backward: unscale, monitors, clip and update."""
     cfg, model, opt, scaler, hist = setup.cfg, setup.model, setup.opt, setup.scaler, setup.hist
-    scaler.scale(loss).backward()
     scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
     total_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
     grad_norm, loss_value = total_norm.item(), loss.item()

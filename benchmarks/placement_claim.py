@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
 import torch
+from compare_default import machine
 
 from ffnlab._util.machine import environment
 from ffnlab.core.model import ACT_POSITIONS
@@ -74,10 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the preset's)")
     p.add_argument("--ffn", default="gelu", help="a dense variant: its activation is the one moved")
     args = p.parse_args(argv)
-    env = environment()
     print("command:", " ".join(["python", "benchmarks/placement_claim.py", *(argv or sys.argv[1:])]))
-    machine = {"cpu": env["cpu"], "cores": os.cpu_count(), "threads": torch.get_num_threads()}
-    print(json.dumps({**machine, "torch": torch.__version__, "ffnlab": env.get("git_rev"), "load": os.getloadavg()}))
+    print(json.dumps({**machine(), "threads": torch.get_num_threads(), "ffnlab": environment().get("git_rev")}))
     base = base_config(args.preset, args.ffn, args.steps)
     m = base.model
     print(

@@ -189,6 +189,8 @@ def test_an_image_study_reports_pixels_macro_f1_and_attention_over_patches(tmp_p
     assert "2x2-pixel patches of the data's images, mean pooling" in md and "tokens per run" not in md
     page = (tmp_path / "report" / "report.html").read_text()
     assert "on the first validation image (class " in page and "its 4 patches of 2x2 pixels" in page
+    assert "patches/s" in out + md + page and "FLOPs/patch" in page  # speed per patch, as a ViT's tokens are
+    assert "tokens/s" not in md + page and "FLOPs/token" not in page
     assert (tmp_path / "report" / "figures" / "attention.png").is_file()
     attention = report_data(store).cells[0].attention
     assert not isinstance(attention, str), attention

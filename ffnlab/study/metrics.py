@@ -155,6 +155,12 @@ class Metric:
     tasks: tuple[str, ...] = ("lm", "cls", "image", "tokens")  # the tasks it is measured for; None elsewhere
     csv: bool = True  # a scalar the CSV has a column for
     ended: bool = False  # over every ended run, diverged ones too (a count of what went wrong); else the finished
+    task_labels: tuple[tuple[str, str], ...] = ()  # (task, heading) where `label` would mislead: a ViT's tokens
+    # are its image patches
+
+    def heading(self, task: str | None = None) -> str:
+        """Its column heading in a table of `task`'s results."""
+        return dict(self.task_labels).get(task or "", self.label)
 
     def value(self, result: RunResult) -> Any:
         """This metric of one run."""
@@ -184,9 +190,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("token_acc", "token acc", "", "higher", "final_val_acc", tables=("ranking", "signals"), tasks=("tokens",)),
     Metric("test_token_acc", "test token acc", "", "higher", "final_test_acc", tables=("signals",), tasks=("tokens",)),
     Metric("params", "params", "", None, "params", first_of, human, ("ranking", "cost", "evidence")),
-    Metric("flops_per_token", "FLOPs/token", "FLOPs", None, "flops_per_token", first_of, human, ("cost",)),
+    Metric("flops_per_token", "FLOPs/token", "FLOPs", None, "flops_per_token", first_of, human, ("cost",),
+           task_labels=(("image", "FLOPs/patch"),)),
     Metric("tokens_per_s", "tokens/s", "tokens/s", "higher", "tokens_per_s", format=human,
-           tables=("ranking", "cost", "evidence")),
+           tables=("ranking", "cost", "evidence"), task_labels=(("image", "patches/s"),)),
     Metric("step_time_s", "step time (ms)", "s", "lower", "step_time_s", median_of, ms, ("cost", "evidence")),
     Metric("step_time_range", "seeds' range (ms)", "s", None, "step_time_s", range_of, ms_range, ("cost",), csv=False),
     Metric("train_seconds", "train time (s)", "s", "lower", "train_seconds", format=lambda v: num(v, 1),

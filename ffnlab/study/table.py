@@ -95,7 +95,7 @@ def ranking_table(cell: Cell) -> Table:
     pct = round(cell.level * 100)
     shown = shown_in("ranking", cell.task)
     head = ["rank", "ffn", f"{metric_label(cell)} [{pct}% CI]", f"Δ vs {cell.baseline} [{pct}% CI]", "p (Holm)",
-            "seeds", "diverged", *(m.label for m in shown)]  # fmt: skip
+            "seeds", "diverged", *(m.heading(cell.task) for m in shown)]  # fmt: skip
     rows = [
         [
             str(r.rank),
@@ -131,7 +131,7 @@ def tuned_table(cell: Cell) -> Table:
 def metric_table(cell: Cell, table: str) -> Table:
     """A report table of the cell's metrics ('cost', 'stability', 'signals'): a row per variant."""
     shown = shown_in(table, cell.task)
-    head = ["ffn", *(m.label for m in shown)]
+    head = ["ffn", *(m.heading(cell.task) for m in shown)]
     rows = [[r.ffn, *(m.format(r.metrics.get(m.name)) for m in shown)] for r in cell.variants]
     text = tuple(j + 1 for j, m in enumerate(shown) if m.name == "learned")
     return Table(head, rows, (0, *text))

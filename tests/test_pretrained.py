@@ -320,3 +320,28 @@ def test_a_failed_save_leaves_no_half_written_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", real)
     save_unswapped(model.hf, tmp_path / "saved")
     assert pretrained_ffn(tmp_path / "saved") == "swiglu"
+
+
+def test_contexts_past_the_folders_positions_are_refused_or_left_out(pretrained, run_cli, tmp_path):
+    """compare --from --protocol tried 2x the folder's 16 positions in stage 3: a third of its runs failed after the
+    first two stages had run; --context-axis past them failed the same way, run by run."""
+    from ffnlab.study.protocol import protocol_grid
+
+    folder, _ = pretrained
+    study = Study(variants=["swiglu", "reglu"], seeds=2, base=tiny("swiglu", init_from=str(folder)), baseline="swiglu")
+    assert protocol_grid(study)["context"] == [8, 16]  # 32 left out of the defaults
+    assert protocol_grid(replace(study, base=tiny("swiglu")))["context"] == [8, 16, 32]  # a fresh model has no limit
+    with pytest.raises(ValueError, match="context axis value 32 exceeds the 16 positions of the model in"):
+        protocol_grid(study, contexts=[8, 32])
+    store = tmp_path / "s.db"
+    code, out, err = run_cli("compare", "--from", folder, "--variants", "reglu", "--context-axis", "8,24,32",
+                             "--seeds", 2, "--steps", 2, "--store", store)  # fmt: skip
+    assert (
+        code == 2
+        and out == ""
+        and err
+        == (
+            f"ffnlab: error: context axis values 24, 32 exceed the 16 positions of the model in {folder}; valid: 1 to 16\n"
+        )
+    )
+    assert not store.exists()

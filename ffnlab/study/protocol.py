@@ -41,12 +41,20 @@ def protocol_grid(
     study: Study, lrs: list[float] | None = None, warmups: list[int] | None = None, contexts: list[int] | None = None
 ) -> dict[str, list[Any]]:
     """The values stages 2 and 3 try: by default lr x {1/2, 1, 2}, warm-up x {1, 4} (at least 1 step),
-    context x {1/2, 1, 2} (at least 8 tokens), each including the base value."""
+    context x {1/2, 1, 2} (at least 8 tokens), each including the base value; fine-tuning a folder's model
+    (init_from), no default context longer than its positions, and ValueError for a given one."""
     b_lr, b_warm, b_ctx = study.base.lr, study.base.warmup_steps, study.base.model.context
+    ctx = list(contexts or dict.fromkeys([max(8, b_ctx // 2), b_ctx, 2 * b_ctx]))
+    if study.base.init_from:
+        from ffnlab.tools.pretrained import check_context_axis, folder_positions
+
+        if contexts:
+            check_context_axis(study.base.init_from, ctx)
+        ctx = [c for c in ctx if c <= folder_positions(study.base.init_from)]
     return {
         "lr": list(lrs or [b_lr / 2, b_lr, b_lr * 2]),
         "warmup": list(warmups or dict.fromkeys([b_warm, max(1, 4 * b_warm)])),
-        "context": list(contexts or dict.fromkeys([max(8, b_ctx // 2), b_ctx, 2 * b_ctx])),
+        "context": ctx,
     }
 
 

@@ -140,9 +140,25 @@ def pretrained_context(folder: str | os.PathLike, context: int | None = None) ->
     """The context a fine-tune of the folder's model trains at: `context`, or None for the model's own
     positions (max_position_embeddings; n_positions for GPT-2, read through transformers' config as
     `fitting_config` reads it). ValueError, one line, when `context` exceeds them."""
-    positions = local_config(folder).max_position_embeddings
+    positions = folder_positions(folder)
     check_context(folder, context, positions)
     return positions if context is None else context
+
+
+def folder_positions(folder: str | os.PathLike) -> int:
+    """How many positions the folder's model has: max_position_embeddings (n_positions for GPT-2)."""
+    return int(local_config(folder).max_position_embeddings)
+
+
+def check_context_axis(folder: str | os.PathLike, contexts: list[int]) -> None:
+    """ValueError, one line, for a context axis value longer than the positions of the model in `folder`."""
+    positions = folder_positions(folder)
+    if too_long := [c for c in contexts if c > positions]:
+        raise ValueError(
+            f"context axis value{'s' if len(too_long) > 1 else ''} {', '.join(map(str, too_long))} exceed"
+            f"{'' if len(too_long) > 1 else 's'} the {positions} positions of the model in {folder}; valid: 1 to "
+            f"{positions}"
+        )
 
 
 def check_context(folder: str | os.PathLike, context: int | None, positions: int) -> None:

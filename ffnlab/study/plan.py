@@ -148,11 +148,11 @@ class Study:
         ]
         per_variant = per_variant_of(in_both)
         variants, baseline = setting("variants", list(DEFAULT_VARIANTS)), setting("baseline")
-        if base.init_from:
+        if folder := base.init_from:
             from ffnlab.tools.pretrained import check_context_axis
 
             base = resolve_init(base)  # the folder's digest is part of the study
-            check_context_axis(base.init_from, axes.get("context", []))  # now, not as failed runs
+            check_context_axis(folder, axes.get("context", []))  # now, not as failed runs
             variants, baseline = finetune_variants(base.model.ffn, setting("variants"))
         return cls(
             variants=variants,

@@ -794,3 +794,15 @@ def test_training_config_attn_act_reaches_a_hugging_face_model(tmp_path):
     assert not torch.allclose(model(x)[0], plain(x)[0])
     model.hf.save_pretrained(tmp_path)
     assert torch.equal(load_swapped(tmp_path)(input_ids=x).logits, model.eval()(x)[0])
+
+
+def test_a_hugging_face_run_prints_nothing_of_torchao_s_import(tmp_path):
+    """transformers' model code imports torchao (its quantisers), which logged 'Failed to load .../_C_mxfp8...so'
+    and 'register_constant() on Enum subclasses is deprecated' in every run of a sweep: noise above the table."""
+    config = tmp_path / "gpt2.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2}))
+    flags = ["--hf-config", config, "--ffn", "gelu_new", "--steps", 1, "--eval-batches", 1, "--final-eval-batches", 1]
+    proc = subprocess.run([sys.executable, "-m", "ffnlab", "train", *map(str, flags), "--quiet"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("gelu_new: finished after 1 steps") and proc.stderr == ""

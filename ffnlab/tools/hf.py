@@ -59,6 +59,7 @@ from ffnlab.core.ffn import (
     spec_param_count,
 )
 from ffnlab.core.model import PROJECTIONS, param_generator, parse_attn_act
+from ffnlab.tools.quantize import quiet_libraries
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -553,6 +554,14 @@ def quiet_transformers():
             logging.enable_progress_bar()
 
 
+def import_models() -> None:
+    """Import transformers' model code quietly: transformers.modeling_utils imports torchao where it is installed
+    (its quantisers), which logs that its CUDA extensions do not load on a CPU build and that it registers enums
+    the old way, once per process: in every run of a sweep. Call before a model class is touched."""
+    with quiet_libraries():
+        import transformers.modeling_utils  # noqa: F401
+
+
 # transformers reads a folder only from disk and never runs code the folder brings (an auto_map's
 # Python files): without these it would ask on a terminal whether to run that code, and look a
 # name that is not a folder up on the Hugging Face Hub
@@ -645,6 +654,7 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
     import transformers
     from safetensors.torch import load_file
 
+    import_models()
     folder = os.fspath(folder)
     config = local_config(folder)
     info = getattr(config, "ffnlab_ffn", None)
@@ -950,6 +960,7 @@ def build_hf_model(
     single_ffn_spec(ffn)
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
+    import_models()
     hf_config = _hf_config_for(config, family, task, vocab_size, context, n_classes)
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():

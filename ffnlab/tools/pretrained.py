@@ -42,6 +42,7 @@ from ffnlab.tools.hf import (
     config_activation,
     ffn_modules,
     folder_config,
+    import_models,
     local_config,
     model_family,
     quiet_transformers,
@@ -215,6 +216,8 @@ def load_pretrained(
     does not fit, a weight is missing, of another size or not floating point, the model would not fit
     in memory, or `ffn` is of the other kind than the model's FFN."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    import_models()
 
     hf_config = fitting_config(folder, task, vocab_size, context)
     context = context or hf_config.max_position_embeddings

@@ -181,3 +181,12 @@ def test_a_sentence_pair_comparison_ranks_by_accuracy_with_macro_f1_beside_it(ru
         rows = list(csv.DictReader(f))
     assert [r["metric"] for r in rows] == ["final_val_acc"] * 2
     assert all(0 <= float(r["final_val_macro_f1"]) <= 1 and 0 <= float(r["final_test_macro_f1"]) <= 1 for r in rows)
+    # the report's settings name the two columns (they said only 'pairs.csv (cls, char tokenizer)')
+    from ffnlab.study.load import load_study
+    from ffnlab.study.render import settings_rows
+    from ffnlab.study.summary import settings_of
+
+    settings = settings_of(load_study(tmp_path / "s.db")[0])
+    assert settings.pair == ["premise", "hypothesis"] and type(settings).from_json(settings.to_json()) == settings
+    data = dict(settings_rows(settings.to_json(), {}, "relu", "s.db"))["data"]
+    assert data == f"{path} (cls, sentence pairs: premise [SEP] hypothesis, char tokenizer)"

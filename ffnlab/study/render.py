@@ -205,7 +205,10 @@ def settings_rows(
             model[key] = "/".join(map(str, axes[axis]))
     budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
     tokenizer = settings.get("tokenizer")  # None for task image: pixels
-    rows = [("data", f"{settings['data']} ({settings['task']}" + (f", {tokenizer} tokenizer)" if tokenizer else ")"))]
+    pair = settings.get("pair")  # a sentence pair's two text columns
+    read = [settings["task"]] + ([f"sentence pairs: {pair[0]} [SEP] {pair[1]}"] if pair else [])
+    read += [f"{tokenizer} tokenizer"] if tokenizer else []
+    rows = [("data", f"{settings['data']} ({', '.join(read)})")]
     if architecture:
         rows.append(("architecture", architecture))
     rows += [

@@ -23,6 +23,7 @@ from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import describe_attn_act, parse_attn_act, qkv_act_spec
 from ffnlab.run.config import RunResult, TrainConfig
+from ffnlab.run.pairs import is_pair, text_fields
 from ffnlab.run.train import train_flops
 from ffnlab.study.metrics import ranking_metric, row_metrics
 from ffnlab.study.plan import TUNED_AXES, CellKey, Study, group_key, plan, plan_precision, run_id
@@ -452,6 +453,7 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
         pretrained={"from": b.init_from, "digest": b.init_digest} if b.init_from else None,
         held_equal=controls.held_equal,
         not_equal=controls.not_equal,
+        pair=text_fields(b.text_field) if is_pair(b.text_field) else None,
     )
 
 

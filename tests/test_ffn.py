@@ -433,6 +433,11 @@ def test_schedule_layers_each_match_the_dense_4x_ffn():
         assert r["params"] == n_params(build_ffn(r["variant"], d_model))
     uniform = layer_sizes("gelu", n_layers, d_model)
     assert abs(sum(r["params"] for r in rows) - sum(r["params"] for r in uniform)) <= 0.01 * n_layers * dense
+    (switch,) = layer_sizes("switch_x:gelu+relu+silu", 1, d_model)  # its gate over 3 candidates was left uncounted
+    assert (
+        switch["params"] == n_params(build_ffn(switch["variant"], d_model))
+        and abs(switch["params"] - dense) <= 0.01 * dense
+    )
 
 
 @pytest.mark.parametrize("name", ["quantile", "energy_gated", "split_gelu_tanh", "exponential"])

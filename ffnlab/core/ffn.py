@@ -373,7 +373,7 @@ def layer_sizes(
     for variant in layer_variants(ffn, n_layers):
         spec = get_ffn_spec(variant)
         width, has_bias = ffn_width(spec, d_model, d_ff, bias, match)
-        params = ffn_param_count(spec.kind, d_model, width, has_bias)
+        params = spec_param_count(spec, d_model, width, has_bias)  # switch_x's gate over its candidates included
         flops = ffn_flops_per_token(spec, d_model, width, has_bias)
         rows.append({"variant": spec.name, "d_ff": width, "params": params, "flops_per_token": flops})
     return rows

@@ -691,3 +691,45 @@ def test_checkpointing_and_precision_axes_show_in_the_cost_table(run_cli, tmp_pa
     page = (tmp_path / "report" / "report.html").read_text()
     costs = page[page.index("saved for backward") :]  # the cost tables, one per cell, each under its axis values
     assert all(f"checkpointing={k}, precision={p}" in costs for k, p in cells)
+
+
+def test_the_ray_driver_lets_go_of_each_run_once_it_is_recorded(tmp_path, monkeypatch):
+    """run_on_ray held every run's lock until the whole sweep ended: a second sweep on the store waited on runs the
+    first had long finished. Ray stands in here as a module that runs each task when the driver asks for it."""
+    import functools
+    import types
+
+    from ffnlab.study.execute import SweepProgress, run_on_ray
+
+    store = tmp_path / "s.db"
+    todo = plan(smoke_study())[:3]
+    held_at_get = []
+
+    class Task:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def options(self, **kw):
+            return self
+
+        def remote(self, *args):  # an object reference: the call, made when the driver gets it
+            return functools.partial(self.fn, *args)
+
+    def get(ref):
+        held_at_get.append([not locked_now(cfg) for cfg in todo])  # which runs another sweep could take now
+        return ref()
+
+    def locked_now(cfg):
+        with run_lock(store, run_id(cfg), wait=False) as free:
+            return not free
+
+    ray = types.SimpleNamespace(is_initialized=lambda: True, remote=Task, get=get,
+                                wait=lambda pending, num_returns: (pending[:1], pending[1:]), ObjectRef=dict)  # fmt: skip
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    with Store(store) as s:
+        for cfg in todo:
+            s.claim(run_id(cfg), cfg.to_dict())
+    busy = run_on_ray(todo, store, None, SweepProgress(len(todo), 0, True, store))
+    assert busy == [] and held_at_get == [[False, False, False], [True, False, False], [True, True, False]]
+    with Store(store, create=False) as s:
+        assert [s.get(run_id(cfg)).status for cfg in todo] == ["finished"] * 3

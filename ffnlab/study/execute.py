@@ -290,19 +290,23 @@ def run_on_ray(
         )
     busy: list[TrainConfig] = []
     refs: dict[ray.ObjectRef[WorkerOutcome], TrainConfig] = {}
+    locks: dict[str, contextlib.ExitStack] = {}  # each run's lock, let go once its outcome is recorded
     with contextlib.ExitStack() as held, Store(store_path) as store:
         try:
             remote = ray.remote(train_on_worker)
             root = str(ray_checkpoint_root(store_path, address))
             for cfg in todo:
-                if not held.enter_context(run_lock(store_path, run_id(cfg), wait=False)):
+                rid = run_id(cfg)
+                locks[rid] = held.enter_context(contextlib.ExitStack())  # closed at the latest with `held`
+                if not locks[rid].enter_context(run_lock(store_path, rid, wait=False)):
                     busy.append(cfg)
                     continue
-                status = claimed_status(store, run_id(cfg))
+                status = claimed_status(store, rid)
                 if status.done:  # another sweep finished it meanwhile
                     display.done(cfg, status)
+                    locks[rid].close()
                     continue
-                store.start(run_id(cfg))
+                store.start(rid)
                 gpu = 1 if cfg.device == "cuda" else 0
                 refs[remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), root)] = cfg
             pending = list(refs)
@@ -314,6 +318,7 @@ def run_on_ray(
                 except Exception as e:  # the task itself died (a worker killed, out of memory): one failed run
                     returned = WorkerOutcome(env=None, error=first_line(e))
                 display.done(cfg, record_returned(store, store_path, cfg, returned))
+                locks[run_id(cfg)].close()  # a concurrent sweep waiting on it goes on now, not when this one ends
         finally:
             if started:
                 ray.shutdown()

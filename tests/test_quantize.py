@@ -109,3 +109,21 @@ def test_a_missing_torchao_is_named(monkeypatch):
     monkeypatch.setattr(qz, "torchao_version", lambda: None)
     with pytest.raises(ValueError, match=r"pip install 'ffnlab\[deploy\]'"):
         qz.quantize_model(tiny("relu"), "int8-weight")
+
+
+def test_qat_on_a_model_with_conv1d_layers_is_refused_before_training(tmp_path):
+    """GPT-2's attention (Conv1D, not nn.Linear) stayed in float under qat_from while the run said QAT."""
+    import json
+
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.run.train import prepare
+    from ffnlab.tools.hf import build_hf_model
+
+    gpt2 = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2}
+    with pytest.raises(ValueError, match=r"Conv1D \(hf\.transformer\.h\.0\.attn\.c_attn\) and 3 more would train"):
+        qz.check_qat_model(build_hf_model(gpt2, "gelu_new", vocab_size=50))
+    qz.check_qat_model(Transformer(ModelConfig(vocab_size=50, context=16, n_layers=1, n_heads=2, d_model=32)))
+    (tmp_path / "gpt2.json").write_text(json.dumps(gpt2))
+    with pytest.raises(ValueError, match="qat_from fake-quantises nn.Linear layers"):
+        prepare(TrainConfig(model=ModelConfig(ffn="gelu_new", context=16), hf_config=str(tmp_path / "gpt2.json"),
+                            max_steps=2, batch_size=4, qat_from=0.5))  # fmt: skip

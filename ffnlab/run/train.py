@@ -551,6 +551,10 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         check_fits(cfg, mcfg, device)
     model_factory = model_factory or default_factory(cfg)
     model, opt, gen = build_model(cfg, mcfg, model_factory, device)
+    if cfg.qat_from is not None:
+        from ffnlab.tools.quantize import check_qat_model
+
+        check_qat_model(model)  # before training, not at qat_from of the way through
     val_batches = on_device(eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context), device)
     tokens_per_step = cfg.batch_size * mcfg.context
     dtype = AUTOCAST_DTYPES.get(cfg.precision)

@@ -183,6 +183,20 @@ def prepare_qat(model: nn.Module) -> nn.Module:
     return model
 
 
+def check_qat_model(model: nn.Module) -> None:
+    """ValueError when `prepare_qat` would leave some of the model's matrices in float: it fake-quantises
+    nn.Linear layers, and GPT-2's Conv1D (its attention and, unswapped, its FFN) is none."""
+    other = sorted(
+        {f"{type(m).__name__} ({name})" for name, m in model.named_modules() if type(m).__name__ == "Conv1D"}
+    )
+    if other:
+        raise ValueError(
+            f"qat_from fake-quantises nn.Linear layers; this model's {other[0]}"
+            f"{f' and {len(other) - 1} more' if len(other) > 1 else ''} would train unquantised: "
+            "train without qat_from (int8 after training: ffnlab deploy), or a model built of nn.Linear"
+        )
+
+
 def convert_qat(model: nn.Module) -> nn.Module:
     """A model prepared by `prepare_qat` as the int8 model it was trained for (QATConfig, convert step, onto
     int8-dynamic), in place. Weights saved from a prepared model and loaded into a plain one convert by

@@ -212,3 +212,16 @@ def test_advise_json_carries_the_measured_deployment_as_strict_json(run_cli, tmp
     code, text, _ = run_cli("advise", "--store", store, "--hardware", "mobile")
     assert text.strip() == format_advice(advise(store=store, hardware="mobile"))
     assert text.startswith("recommendation: relu") and "[measured] Measured deployment" in text
+
+
+def test_a_store_of_several_settings_is_not_pointed_at_a_deploy_that_refuses_it(tmp_path, run_cli):
+    """advise on a store of two contexts suggested `ffnlab deploy --store S`, which refuses a store of two settings."""
+    store = fabricated_store(tmp_path / "s.db", TRAINED)
+    fabricated_store(store, TRAINED, context=16)  # a second cell in the same store
+    (pointer,) = [r for r in advise(store=store, hardware="mobile").reasons if r.startswith("No deployment")]
+    assert (
+        f"`ffnlab deploy --store` measures one setting and {store} holds 2 (run the cell to deploy into a " in pointer
+    )
+    assert f"`ffnlab deploy --store {store}`" not in pointer
+    code, _, err = run_cli("deploy", "--store", store, "--ffn", "gelu")
+    assert code == 2 and "settings besides FFN and seed; deploy measures one: run the cell to deploy into" in err

@@ -101,6 +101,9 @@ def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
     return TrainedRun(record, cfg, mcfg, model.eval(), batches, calibration)
 
 
+ONE_CELL = "run the cell to deploy into a store of its own (compare with that cell's settings and --store)"
+
+
 def setting_key(config: dict[str, Any]) -> str:
     """What the runs deployed together share: the config but for FFN, seed, qat_from and checkpoint folder."""
     d = json.loads(json.dumps(config))
@@ -108,6 +111,12 @@ def setting_key(config: dict[str, Any]) -> str:
         d.pop(key, None)
     d["model"].pop("ffn", None)
     return json.dumps(d, sort_keys=True)
+
+
+def store_settings(store_path: str | Path) -> int:
+    """How many settings besides FFN, seed and qat_from the store's finished runs are of (`store_runs` takes one)."""
+    with Store(store_path, create=False) as store:
+        return len({setting_key(r.config) for r in store.runs("finished")})
 
 
 def store_runs(store_path: str | Path, ffns: Iterable[str] | None = None) -> list[RunRecord]:
@@ -124,7 +133,7 @@ def store_runs(store_path: str | Path, ffns: Iterable[str] | None = None) -> lis
     if len(settings) > 1:
         raise ValueError(
             f"run store {store_path} holds runs of {len(settings)} settings besides FFN and seed; "
-            "deploy measures one: give a store of one study cell"
+            f"deploy measures one: {ONE_CELL}"
         )
     return records
 

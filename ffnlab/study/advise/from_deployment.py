@@ -204,10 +204,17 @@ def hardware_caveat(situation: Situation, result: DeployResult, machine: str) ->
 
 
 def missing_deployment(store: str | Path) -> DeploymentAdvice:
-    """No deploy.json beside the store: the advice says what would measure it."""
+    """No deploy.json beside the store: the advice says what would measure it (for a store of several settings,
+    which `ffnlab deploy` refuses, how to get a store it takes)."""
+    from ffnlab.study.deployment import ONE_CELL, store_settings
+
+    settings = store_settings(store)
+    how = f"`{deploy_command(store)}` measures"
+    if settings > 1:
+        how = f"`ffnlab deploy --store` measures one setting and {store} holds {settings} ({ONE_CELL}); it measures"
     why = (
         f"No deployment was measured beside {store} (deploy.json), so inference cost here rests on training step "
-        f"times and rules of thumb; `{deploy_command(store)}` measures each variant's batch-1 latency and quality "
+        f"times and rules of thumb; {how} each variant's batch-1 latency and quality "
         "in fp32, bf16 and int8 on PyTorch, torch.compile and ONNX Runtime, and advise then weighs it."
     )
     return DeploymentAdvice(None, [], [why], None)

@@ -114,7 +114,10 @@ def setting_key(config: dict[str, Any]) -> str:
 
 
 def store_settings(store_path: str | Path) -> int:
-    """How many settings besides FFN, seed and qat_from the store's finished runs are of (`store_runs` takes one)."""
+    """How many settings besides FFN, seed and qat_from the store's finished runs are of (`store_runs` takes one);
+    0 where there is no store yet."""
+    if not Path(store_path).is_file():
+        return 0
     with Store(store_path, create=False) as store:
         return len({setting_key(r.config) for r in store.runs("finished")})
 

@@ -194,6 +194,15 @@ def sequence_text(model: dict[str, Any]) -> str:
     return f"{patch}x{patch}-pixel patches of {images}, {pool}"
 
 
+def data_text(settings: dict[str, Any]) -> str:
+    """The settings' data row: 'pairs.csv (cls, sentence pairs: premise [SEP] hypothesis, char tokenizer)'."""
+    tokenizer = settings.get("tokenizer")  # None for task image: pixels
+    pair = settings.get("pair")  # a sentence pair's two text columns
+    read = [settings["task"]] + ([f"sentence pairs: {pair[0]} [SEP] {pair[1]}"] if pair else [])
+    read += [f"{tokenizer} tokenizer"] if tokenizer else []
+    return f"{settings['data']} ({', '.join(read)})"
+
+
 def settings_rows(
     settings: dict[str, Any], env: dict[str, Any], baseline: str, store: str, architecture: str | None = None
 ) -> list[tuple[str, str]]:
@@ -204,11 +213,7 @@ def settings_rows(
         if axis in axes:
             model[key] = "/".join(map(str, axes[axis]))
     budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
-    tokenizer = settings.get("tokenizer")  # None for task image: pixels
-    pair = settings.get("pair")  # a sentence pair's two text columns
-    read = [settings["task"]] + ([f"sentence pairs: {pair[0]} [SEP] {pair[1]}"] if pair else [])
-    read += [f"{tokenizer} tokenizer"] if tokenizer else []
-    rows = [("data", f"{settings['data']} ({', '.join(read)})")]
+    rows = [("data", data_text(settings))]
     if architecture:
         rows.append(("architecture", architecture))
     rows += [

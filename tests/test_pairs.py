@@ -143,6 +143,21 @@ def test_pair_mistakes_are_one_line_naming_the_columns(run_cli, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.csv"]  # nothing half-written
 
 
+def test_a_pair_for_another_task_is_refused_in_the_same_words_by_the_config_and_the_loader(tmp_path):
+    """TrainConfig and load_corpus each checked it, with messages of their own."""
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.run.data import load_corpus
+
+    path = write_csv(tmp_path / "pairs.csv", pair_rows())
+    said = []
+    for check in (lambda: TrainConfig(data=str(path), text_field="premise,hypothesis"),
+                  lambda: load_corpus(str(path), "lm", text_field="premise,hypothesis")):  # fmt: skip
+        with pytest.raises(ValueError) as e:
+            check()
+        said.append(str(e.value))
+    assert said == ["a sentence pair (text_field 'premise,hypothesis') is for task cls, not lm"] * 2
+
+
 def test_a_saved_dataset_pairs_its_columns(tmp_path):
     datasets = pytest.importorskip("datasets")
     rows = pair_rows()

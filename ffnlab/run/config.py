@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Literal, get_args
 
 from ffnlab.core.model import ModelConfig
-from ffnlab.run.pairs import text_fields
+from ffnlab.run.pairs import check_pair_task, is_pair, text_fields
 from ffnlab.run.tokenizer import check_word_vocab
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -157,11 +157,8 @@ def check_tagger(cfg: TrainConfig) -> None:
 def check_text_field(cfg: TrainConfig) -> None:
     """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.run.pairs) for a classifier
     trained from scratch."""
-    if len(text_fields(cfg.text_field)) == 1:
-        return
-    if cfg.model.task != "cls":
-        raise ValueError(f"a sentence pair (text_field '{cfg.text_field}') is for task cls, not {cfg.model.task}")
-    if cfg.init_from:
+    check_pair_task(cfg.text_field, cfg.model.task)
+    if is_pair(cfg.text_field) and cfg.init_from:
         raise ValueError(
             "a sentence pair adds a separator id, which the vocabulary of a pretrained model (--from) does not have; "
             "fine-tune it on one text field"

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab._util.names import closest
-from ffnlab.run.pairs import is_pair, join_pair, text_fields
+from ffnlab.run.pairs import check_pair_task, is_pair, join_pair, text_fields
 from ffnlab.run.tagging import Sentence, parse_conll, row_sentence, speaker_sentences, tag_index
 
 TASKS = ("lm", "cls", "tokens")
@@ -810,13 +810,8 @@ def looks_like_path(source: str) -> bool:
 
 def check_pair(source: str, task: str, text_field: str) -> None:
     """ValueError unless `text_field` names one column, or two (a sentence pair) of a source with columns, for cls."""
-    if not is_pair(text_field):
-        return
-    if task != "cls":
-        raise ValueError(
-            f"a sentence pair (--text-field {text_field}) is for task cls; task {task} reads one text column"
-        )
-    if source == "shakespeare":
+    check_pair_task(text_field, task)
+    if is_pair(text_field) and source == "shakespeare":
         raise ValueError(
             f"the bundled shakespeare corpus has no columns to pair (--text-field {text_field}); give a dataset "
             f"with two text columns: {LOCAL_FORMATS}"

@@ -50,6 +50,12 @@ def is_pair(text_field: str) -> bool:
     return len(text_fields(text_field)) == 2
 
 
+def check_pair_task(text_field: str, task: str) -> None:
+    """ValueError when `text_field` names a sentence pair for a task other than cls, which reads one text."""
+    if is_pair(text_field) and task != "cls":
+        raise ValueError(f"a sentence pair (text_field '{text_field}') is for task cls, not {task}")
+
+
 def join_pair(first: str, second: str) -> str:
     """The corpus document of a pair: the two texts joined by PAIR_JOIN (which either text loses to a space)."""
     return first.replace(PAIR_JOIN, " ") + PAIR_JOIN + second.replace(PAIR_JOIN, " ")

@@ -199,3 +199,18 @@ def test_an_image_study_reports_pixels_macro_f1_and_attention_over_patches(tmp_p
     torch.testing.assert_close(fixed_input(cfg).ids, load_images(str(root)).normalised("val")[0])  # as trained on
     for maps in attention.maps.values():  # (heads, patches, patches): every query's weights sum to 1
         assert maps.shape == (2, 4, 4) and np.allclose(maps.sum(-1), 1, atol=1e-5)
+
+
+def test_a_token_budget_for_images_is_said_in_patches():
+    """--max-tokens of an image study counts patches (a ViT's tokens); what it held equal said 'tokens'."""
+    from ffnlab.study.plan import Study
+    from ffnlab.study.summary import held_equal
+
+    base = TrainConfig(model=ModelConfig(task="image", n_classes=2), data="images", max_tokens=4096)
+    held = lambda **kw: dict(held_equal(Study(["relu", "gelu"], 2, base, **kw)).held_equal)["budget"]
+    assert held() == "4,096 patches"
+    assert held(axes={"tokens": [4096, 8192]}) == "patches per the tokens axis (4096, 8192)"
+    assert (
+        dict(held_equal(Study(["relu", "gelu"], 2, replace(base, model=ModelConfig()))).held_equal)["budget"]
+        == "4,096 tokens"
+    )

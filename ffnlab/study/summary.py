@@ -619,7 +619,8 @@ def budget_rows(study: Study) -> Controls:
         steps = f"{b.max_steps:,} steps of {b.batch_size} images"
     elif "context" in study.axes:
         steps = f"{b.max_steps:,} steps of {b.batch_size} x context tokens, {varied(study, 'context', 'context')}"
-    budget = varied(study, "tokens", "tokens") or (f"{b.max_tokens:,} tokens" if b.max_tokens else steps)
+    unit = "patches" if b.model.task == "image" else "tokens"  # a ViT's tokens: --max-tokens counts its patches
+    budget = varied(study, "tokens", unit) or (f"{b.max_tokens:,} {unit}" if b.max_tokens else steps)
     return Controls(held_equal=[["budget", budget]])
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from ffnlab._util.names import closest
 from ffnlab.core.model import ModelConfig
-from ffnlab.run.config import TrainConfig
+from ffnlab.run.config import TrainConfig, flag_of
 from ffnlab.run.config_file import COMPUTED, TYPE_NAMES, field_types, flag_type
 from ffnlab.study.plan import AXES, OPT_FIELDS, SCALE_AXES, Study
 
@@ -139,7 +139,7 @@ def add_config_flags(
         parse, choices = flag_parser(hints[f.name])
         if f.name in skip or f.name in NOT_FLAGS or parse is None:
             continue
-        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        flag = flag_of(f)
         names = [flag] + ([ALIASES[f.name]] if f.name in ALIASES else [])
         help = docs.get(f.name, f.name.replace("_", " "))
         if default_text(f) != "None":  # None means unset, which the comment says where it matters

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
-from typing import Literal, get_args
+from dataclasses import Field, asdict, dataclass, field, fields
+from typing import Any, Literal, get_args
 
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.pairs import check_pair_task, is_pair, text_fields
@@ -152,6 +152,13 @@ def check_tagger(cfg: TrainConfig) -> None:
             f"task 'tokens' tags whole words, one position each: its tokenizer is 'word' (what the default "
             f"'char' becomes for it), not '{cfg.tokenizer}'"
         )
+
+
+def flag_of(f: Field[Any]) -> str:
+    """The command-line flag that sets a config field (TrainConfig's or ModelConfig's): the one its metadata
+    names, else --the-field-name; ffnlab.flags builds the flags by it, advise's suggested commands spell them by it."""
+    flag: str = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+    return flag
 
 
 def check_text_field(cfg: TrainConfig) -> None:

@@ -9,18 +9,14 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ffnlab.core.model import ModelConfig
-from ffnlab.run.config import TrainConfig
+from ffnlab.run.config import TrainConfig, flag_of
 from ffnlab.run.config_file import COMPUTED
 from ffnlab.run.presets import DEFAULT_PRESET, PRESETS, preset_config
 
 # fields a suggested command leaves to `compare`: --seeds and --variants set the seed and the FFN, the
 # computed ones are computed again, and checkpoints go where the new store says
 LEFT_TO_COMPARE = ("seed", "ffn", "checkpoint_dir", *COMPUTED)
-# each setting's flag, as ffnlab.flags derives it: the field's name, or the flag its metadata names
-FLAGS = {
-    f.name: f.metadata.get("flag", "--" + f.name.replace("_", "-"))
-    for f in (*fields(TrainConfig), *fields(ModelConfig))
-}
+FLAGS = {f.name: flag_of(f) for f in (*fields(TrainConfig), *fields(ModelConfig))}  # each setting's flag
 
 
 def compare_command(

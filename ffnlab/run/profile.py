@@ -1,7 +1,8 @@
 """Where a training step's time goes: torch.profiler over a few steps after warm-up (`train --profile`).
 
 A step is three phases, each a profiler range: forward, backward, and the optimizer (gradient clipping,
-AdamW, zeroing), the step as `train` takes it (`apply_gradients` names the last two, fp16's scaler included). The forward is split by part of the model, labelled by hooks on its modules: attention,
+AdamW, zeroing), the step as `train` takes it (`apply_gradients` names the last two, fp16's scaler
+included). The forward is split by part of the model, labelled by hooks on its modules: attention,
 the FFN's input matrices (W_in, or W_gate and W_up), its activation (what is left of the FFN: the
 activation and the gate's product, fused or not), its output matrix (W_out or W_down), the norms, and
 the rest (embeddings, head, loss). The top operators over the whole step, backward included, show what

@@ -318,13 +318,12 @@ def compare(
     ranks = shared_ranks({name: standing(name) for name in results})
     rows = []
     for name in sorted(results, key=lambda name: (standing(name), name)):
-        rank = ranks[name]
         m, p_adj = means[name], adjusted.get(name)
         pair = pairs.get(name, PairedDiff(m.n, 0.0, 0.0, 0.0, None))  # the baseline against itself
         # one line per source of the fields (fmt: skip keeps them so): the row, mean_ci, paired_diff, the test
         rows.append(
             VariantStats(
-                ffn=name, rank=rank, diverged=max(len(results[name]) - len(finite[name]), diverged.get(name, 0)),
+                ffn=name, rank=ranks[name], diverged=max(len(results[name]) - len(finite[name]), diverged.get(name, 0)),
                 n_seeds=m.n, mean=m.mean, std=m.std, ci_low=m.ci_low, ci_high=m.ci_high,
                 delta=pair.delta, delta_ci_low=pair.ci_low, delta_ci_high=pair.ci_high, n_pairs=pair.n, p=pair.p,
                 p_adj=p_adj, significant=p_adj is not None and p_adj < alpha,

@@ -186,14 +186,12 @@ def prepare_qat(model: nn.Module) -> nn.Module:
 def check_qat_model(model: nn.Module) -> None:
     """ValueError when `prepare_qat` would leave some of the model's matrices in float: it fake-quantises
     nn.Linear layers, and GPT-2's Conv1D (its attention and, unswapped, its FFN) is none."""
-    other = sorted(
-        {f"{type(m).__name__} ({name})" for name, m in model.named_modules() if type(m).__name__ == "Conv1D"}
-    )
+    other = [name for name, m in model.named_modules() if type(m).__name__ == "Conv1D"]
     if other:
+        more = f" and {len(other) - 1} more" if len(other) > 1 else ""
         raise ValueError(
-            f"qat_from fake-quantises nn.Linear layers; this model's {other[0]}"
-            f"{f' and {len(other) - 1} more' if len(other) > 1 else ''} would train unquantised: "
-            "train without qat_from (int8 after training: ffnlab deploy), or a model built of nn.Linear"
+            f"qat_from fake-quantises nn.Linear layers; this model's Conv1D {other[0]}{more} would train "
+            "unquantised: train without qat_from, or a model whose matrices are nn.Linear (ffnlab's own, LLaMA, BERT)"
         )
 
 

@@ -1,6 +1,8 @@
 """INT8 with torchao and ONNX Runtime (ffnlab.tools.quantize): every scheme on a tiny Transformer, QAT's prepare and
 convert."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -127,3 +129,22 @@ def test_qat_on_a_model_with_conv1d_layers_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match="qat_from fake-quantises nn.Linear layers"):
         prepare(TrainConfig(model=ModelConfig(ffn="gelu_new", context=16), hf_config=str(tmp_path / "gpt2.json"),
                             max_steps=2, batch_size=4, qat_from=0.5))  # fmt: skip
+
+
+@pytest.mark.parametrize("scheme", [s for s, spec in qz.SCHEMES.items() if spec.backend == "torch"])
+def test_gpt2s_conv1d_matrices_are_quantised_too(scheme):
+    """torchao quantises nn.Linear: a GPT-2 model's int8 copy kept its attention (Conv1D) in float, so deploy's
+    int8 rows of it measured a model mostly in fp32."""
+    from ffnlab.tools.hf import build_hf_model
+
+    gpt2 = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2}
+    model, (x, y) = build_hf_model(gpt2, "gelu_new", vocab_size=VOCAB, context=CONTEXT).eval(), batch()
+    quantized = qz.quantize_model(model, scheme)
+    assert not [n for n, m in quantized.named_modules() if type(m).__name__ == "Conv1D"]
+    attn = quantized.hf.transformer.h[0].attn
+    assert type(attn.c_attn.weight).__name__ == type(attn.c_proj.weight).__name__ == "Int8Tensor"
+    assert type(model.hf.transformer.h[0].attn.c_attn).__name__ == "Conv1D"  # the original is untouched
+    with torch.no_grad():
+        plain = qz.conv1d_as_linear(copy.deepcopy(model))  # the same function before quantising
+        torch.testing.assert_close(plain(x, y)[0], model(x, y)[0])
+        assert abs(quantized(x, y)[1].item() - model(x, y)[1].item()) < LOSS_BOUND

@@ -146,9 +146,25 @@ def eager_gated(model: nn.Module) -> nn.Module:
     return model
 
 
+def conv1d_as_linear(model: nn.Module) -> nn.Module:
+    """`model` with every Conv1D (GPT-2's matrices in transformers: y = x W + b, W stored (in, out)) replaced,
+    in place, by the nn.Linear that computes the same (weight W^T), which torchao's quantisers take."""
+    for name, m in list(model.named_modules()):
+        if type(m).__name__ == "Conv1D":
+            linear = nn.Linear(m.weight.shape[0], m.weight.shape[1], bias=m.bias is not None)
+            with torch.no_grad():
+                linear.weight.copy_(m.weight.t())
+                if m.bias is not None:
+                    linear.bias.copy_(m.bias)
+            parent, _, last = name.rpartition(".")
+            setattr(model.get_submodule(parent), last, linear)
+    return model
+
+
 def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
-    """An int8 copy of `model` by a torch scheme of SCHEMES (torchao, every nn.Linear); `model` is left as it is.
-    ValueError for an ONNX scheme, or naming the extra to install when torchao is not installed."""
+    """An int8 copy of `model` by a torch scheme of SCHEMES (torchao, every nn.Linear, GPT-2's Conv1D made one);
+    `model` is left as it is. ValueError for an ONNX scheme, or naming the extra to install when torchao is not
+    installed."""
     spec = get_scheme(scheme)
     if spec.backend != "torch":
         raise ValueError(f"{spec.name} quantises ONNX files (quantize_onnx); torch schemes: int8-dynamic, int8-weight")
@@ -156,7 +172,7 @@ def quantize_model(model: nn.Module, scheme: str) -> nn.Module:
     with quiet_libraries():
         from torchao.quantization import quantize_
 
-        quantized = eager_gated(copy.deepcopy(model)).eval()
+        quantized = conv1d_as_linear(eager_gated(copy.deepcopy(model))).eval()
         quantize_(quantized, _torchao_config(spec.name))
     return quantized
 
@@ -185,7 +201,8 @@ def prepare_qat(model: nn.Module) -> nn.Module:
 
 def check_qat_model(model: nn.Module) -> None:
     """ValueError when `prepare_qat` would leave some of the model's matrices in float: it fake-quantises
-    nn.Linear layers, and GPT-2's Conv1D (its attention and, unswapped, its FFN) is none."""
+    nn.Linear layers in place, and GPT-2's Conv1D (its attention and, unswapped, its FFN) is none (a trained
+    model's copy converts: `quantize_model`)."""
     other = [name for name, m in model.named_modules() if type(m).__name__ == "Conv1D"]
     if other:
         more = f" and {len(other) - 1} more" if len(other) > 1 else ""

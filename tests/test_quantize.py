@@ -146,5 +146,6 @@ def test_gpt2s_conv1d_matrices_are_quantised_too(scheme):
     assert type(model.hf.transformer.h[0].attn.c_attn).__name__ == "Conv1D"  # the original is untouched
     with torch.no_grad():
         plain = qz.conv1d_as_linear(copy.deepcopy(model))  # the same function before quantising
-        torch.testing.assert_close(plain(x, y)[0], model(x, y)[0])
+        # the same product through another GEMM layout (x W^T^T against addmm(x, W)): equal up to fp32 rounding
+        torch.testing.assert_close(plain(x, y)[0], model(x, y)[0], rtol=1e-4, atol=1e-5)
         assert abs(quantized(x, y)[1].item() - model(x, y)[1].item()) < LOSS_BOUND

@@ -805,4 +805,5 @@ def test_a_hugging_face_run_prints_nothing_of_torchao_s_import(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ffnlab", "train", *map(str, flags), "--quiet"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("gelu_new: finished after 1 steps") and proc.stderr == ""
+    assert proc.stdout.startswith("gelu_new: finished after 1 steps")
+    assert "torchao" not in proc.stderr and "register_constant" not in proc.stderr, proc.stderr

@@ -729,7 +729,9 @@ def test_the_ray_driver_lets_go_of_each_run_once_it_is_recorded(tmp_path, monkey
     with Store(store) as s:
         for cfg in todo:
             s.claim(run_id(cfg), cfg.to_dict())
+    threads = torch.get_num_threads()  # each task sets a worker's threads, here this process's
     busy = run_on_ray(todo, store, None, SweepProgress(len(todo), 0, True, store))
+    torch.set_num_threads(threads)
     assert busy == [] and held_at_get == [[False, False, False], [True, False, False], [True, True, False]]
     with Store(store, create=False) as s:
         assert [s.get(run_id(cfg)).status for cfg in todo] == ["finished"] * 3

@@ -45,12 +45,13 @@ def protocol_grid(
     (init_from), no default context longer than its positions, and ValueError for a given one."""
     b_lr, b_warm, b_ctx = study.base.lr, study.base.warmup_steps, study.base.model.context
     ctx = list(contexts or dict.fromkeys([max(8, b_ctx // 2), b_ctx, 2 * b_ctx]))
-    if study.base.init_from:
+    if folder := study.base.init_from:
         from ffnlab.tools.pretrained import check_context_axis, folder_positions
 
         if contexts:
-            check_context_axis(study.base.init_from, ctx)
-        ctx = [c for c in ctx if c <= folder_positions(study.base.init_from)]
+            check_context_axis(folder, ctx)  # the user's: each must fit
+        else:
+            ctx = [c for c in ctx if c <= folder_positions(folder)]
     return {
         "lr": list(lrs or [b_lr / 2, b_lr, b_lr * 2]),
         "warmup": list(warmups or dict.fromkeys([b_warm, max(1, 4 * b_warm)])),

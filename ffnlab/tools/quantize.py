@@ -146,18 +146,23 @@ def eager_gated(model: nn.Module) -> nn.Module:
     return model
 
 
+def conv1d_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's Conv1D modules by path: GPT-2's matrices in transformers (y = x W + b, W stored (in, out))."""
+    return [(name, m) for name, m in model.named_modules() if type(m).__name__ == "Conv1D"]
+
+
 def conv1d_as_linear(model: nn.Module) -> nn.Module:
-    """`model` with every Conv1D (GPT-2's matrices in transformers: y = x W + b, W stored (in, out)) replaced,
-    in place, by the nn.Linear that computes the same (weight W^T), which torchao's quantisers take."""
-    for name, m in list(model.named_modules()):
-        if type(m).__name__ == "Conv1D":
-            linear = nn.Linear(m.weight.shape[0], m.weight.shape[1], bias=m.bias is not None)
-            with torch.no_grad():
-                linear.weight.copy_(m.weight.t())
-                if m.bias is not None:
-                    linear.bias.copy_(m.bias)
-            parent, _, last = name.rpartition(".")
-            setattr(model.get_submodule(parent), last, linear)
+    """`model` with every Conv1D (`conv1d_modules`) replaced, in place, by the nn.Linear that computes the same
+    (weight W^T), which torchao's quantisers take."""
+    for name, m in conv1d_modules(model):  # a list: the loop replaces modules it walked
+        weight, bias = m.get_parameter("weight"), getattr(m, "bias", None)  # (in, out), (out,)
+        linear = nn.Linear(weight.shape[0], weight.shape[1], bias=bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(weight.t())
+            if bias is not None:
+                linear.bias.copy_(bias)
+        parent, _, last = name.rpartition(".")
+        setattr(model.get_submodule(parent), last, linear)
     return model
 
 
@@ -203,7 +208,7 @@ def check_qat_model(model: nn.Module) -> None:
     """ValueError when `prepare_qat` would leave some of the model's matrices in float: it fake-quantises
     nn.Linear layers in place, and GPT-2's Conv1D (its attention and, unswapped, its FFN) is none (a trained
     model's copy converts: `quantize_model`)."""
-    other = [name for name, m in model.named_modules() if type(m).__name__ == "Conv1D"]
+    other = [name for name, _ in conv1d_modules(model)]
     if other:
         more = f" and {len(other) - 1} more" if len(other) > 1 else ""
         raise ValueError(

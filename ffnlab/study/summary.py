@@ -510,9 +510,10 @@ def causality_rows(study: Study) -> Controls:
         return Controls()
     why = "ranks each token among all of the batch's tokens, later positions of its own sequence included"
     rows = []
-    if leaky := [v for v in study.variants if reads_batch(get_ffn_spec(v).acts)]:
-        named = and_list(sorted({a for v in leaky for a in reads_batch(get_ffn_spec(v).acts)}))
-        rows.append(["causality", f"{and_list(leaky)}: {named} {why}: not a strictly causal LM loss, "
+    reading = {v: acts for v in study.variants if (acts := reads_batch(get_ffn_spec(v).acts))}
+    if reading:
+        named = and_list(sorted({a for acts in reading.values() for a in acts}))
+        rows.append(["causality", f"{and_list(list(reading))}: {named} {why}: not a strictly causal LM loss, "
                                   "unlike the other variants'"])  # fmt: skip
     qkv = [parse_attn_act(spec) for spec in study.axes.get("attn_act", [qkv_act_spec(study.base.model)])]
     if acts := sorted({a for q in qkv for a in reads_batch(q.values())}):

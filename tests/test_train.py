@@ -579,6 +579,31 @@ def test_checkpointing_keeps_less_for_backward_and_the_same_losses(kind):
     assert ck.config["model"]["activation_checkpointing"] == kind
 
 
+@pytest.mark.slow  # two compiles: seconds each with a warm cache, ~10 s cold
+@pytest.mark.parametrize("kind", ["none", "block"])
+def test_compiled_runs_train_as_eager_does_checkpointed_or_not(kind):
+    """--compile calls its kernels from C++ on the CPU (cpp_wrapper), which cannot compile the RNG state that
+    activation checkpointing saves: such a run failed at its first step. It compiles with the Python wrapper."""
+    cfg = tiny(precision="fp32", max_steps=4, eval_every=4, model=replace(TINY, activation_checkpointing=kind))
+    eager, compiled = train(cfg), train(replace(cfg, compile=True))
+    assert compiled.status == "finished" and compiled.config["compile"]
+    assert compiled.history["train_loss"] == pytest.approx(eager.history["train_loss"], rel=1e-4, abs=1e-5)
+
+
+def test_compile_uses_the_cpp_wrapper_on_the_cpu_unless_checkpointing(monkeypatch):
+    from ffnlab.run import train as train_module
+
+    seen = []
+    monkeypatch.setattr(train_module.torch, "compile", lambda model, **kw: seen.append(kw) or model)
+    model = torch.nn.Linear(2, 2)
+    assert train_module.step_function(model, tiny(), "cpu") is model and not seen  # no --compile: the model
+    for kind in ("none", "block", "ffn"):
+        train_module.step_function(model, tiny(compile=True, model=replace(TINY, activation_checkpointing=kind)), "cpu")
+    train_module.step_function(model, tiny(compile=True), "cuda")
+    assert [kw["options"] for kw in seen] == [{"cpp_wrapper": True}, None, None, None]
+    assert all(kw["dynamic"] is False for kw in seen)
+
+
 def test_checkpointing_is_a_run_of_its_own_and_ffn_needs_ffnlabs_transformer():
     from ffnlab.study.plan import run_id
 

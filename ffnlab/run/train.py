@@ -520,6 +520,18 @@ class Setup:
         return self.model_cfg.task
 
 
+def step_function(model: nn.Module, cfg: TrainConfig, device: str) -> Callable:
+    """What a training step calls: the model, or with cfg.compile the model under torch.compile."""
+    if not cfg.compile:
+        return model
+    # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
+    # ran 3x slower than eager here (benchmarks/train_speed.md). cpp_wrapper on the CPU: the compiled graph calls
+    # its kernels from C++, not from Python: a bf16 step of nanoGPT's recipe 5% faster at the same start (AMX Xeon,
+    # benchmarks/README.md, issue #26); not under activation checkpointing, whose saved RNG state it cannot compile
+    cpp_wrapper = device == "cpu" and cfg.model.activation_checkpointing == "none"
+    return torch.compile(model, dynamic=False, options={"cpp_wrapper": True} if cpp_wrapper else None)
+
+
 def new_history() -> dict[str, list[Any]]:
     """What a run records as it goes, empty: the curves, the events and the step times."""
     return {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
@@ -576,9 +588,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
             scaler, state = new_scaler(), None
         if state is not None:
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
-    # NOTE: static shapes: else a second shape in one process (a sweep) recompiles for symbolic shapes, which
-    # ran 3x slower than eager here (benchmarks/train_speed.md)
-    step_fn = torch.compile(model, dynamic=False) if cfg.compile else model
+    step_fn = step_function(model, cfg, device)
     return Setup(
         cfg=cfg,
         model_cfg=mcfg,
@@ -720,7 +730,7 @@ def start_qat(setup: Setup) -> None:
     from ffnlab.tools.quantize import prepare_qat
 
     prepare_qat(setup.model)
-    setup.step_fn = torch.compile(setup.model, dynamic=False) if setup.cfg.compile else setup.model
+    setup.step_fn = step_function(setup.model, setup.cfg, setup.device)
     setup.qat = True
 
 

@@ -604,6 +604,45 @@ def test_compile_uses_the_cpp_wrapper_on_the_cpu_unless_checkpointing(monkeypatc
     assert all(kw["dynamic"] is False for kw in seen)
 
 
+def test_vector_isa_probes_are_skipped_once_they_all_passed_on_this_machine(monkeypatch, tmp_path):
+    """Inductor probes each vector ISA in child Pythons in every process (~1 s of a --compile start on AMX)."""
+    from torch._inductor import config, cpu_vec_isa
+
+    from ffnlab.run import device
+
+    class Isa:
+        def __init__(self, name):
+            self.name = name
+
+        def __str__(self):
+            return self.name
+
+    isas = [Isa("amx_tile"), Isa("avx512"), Isa("avx2"), Isa("asimd")]  # the last one not on this CPU
+    monkeypatch.setattr(device.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(cpu_vec_isa, "supported_vec_isa_list", isas)
+    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: ["avx2", "avx512", "amx_tile"])
+
+    def process(cache, probes):  # a new process: Inductor's config unset, its probes as given
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / cache))
+        monkeypatch.setattr(config.cpp, "vec_isa_ok", None)
+        monkeypatch.setattr(cpu_vec_isa, "valid_vec_isa_list", probes)
+        device.skip_known_vec_isa_probes()
+        return config.cpp.vec_isa_ok, len(list((tmp_path / cache).glob("ffnlab-vec-isa-*")))
+
+    def unprobed():
+        raise AssertionError("probed again")
+
+    assert process("a", lambda: isas[:3]) == (True, 1)  # all passed: trusted from now on
+    assert process("a", unprobed) == (True, 1)  # the next process does not probe
+    assert process("b", lambda: isas[1:3]) == (None, 0)  # AMX failed its probe: every process probes
+    assert process("b", lambda: isas[1:3]) == (None, 0)
+    monkeypatch.setattr(device, "cpu_flags", lambda: frozenset({"other"}))
+    assert process("a", lambda: isas[1:3]) == (None, 1)  # another CPU (or torch, or compiler): probed again
+    monkeypatch.setattr(config.cpp, "vec_isa_ok", False)  # TORCHINDUCTOR_VEC_ISA_OK=0: the user's word
+    device.skip_known_vec_isa_probes()
+    assert config.cpp.vec_isa_ok is False
+
+
 def test_checkpointing_is_a_run_of_its_own_and_ffn_needs_ffnlabs_transformer():
     from ffnlab.study.plan import run_id
 

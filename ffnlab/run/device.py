@@ -4,11 +4,15 @@ autocast exists there, and whether the built-in model fits this machine's memory
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import platform
 import warnings
+from pathlib import Path
 
 import torch
 
-from ffnlab._util.machine import bf16_native, check_memory
+from ffnlab._util.machine import bf16_native, check_memory, cpu_flags
 from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
 from ffnlab.run.config import PRECISIONS, Precision, TrainConfig
@@ -83,3 +87,33 @@ def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str) -> None:
         f"{cfg.batch_size} x context {mcfg.context}",
         "use a smaller --d-model, --layers or --batch-size",
     )
+
+
+def skip_known_vec_isa_probes() -> None:
+    """Let torch.compile skip the vector-ISA probes that already passed on this machine.
+
+    In every process, Inductor dry-compiles a kernel for each vector ISA the CPU offers and loads each build
+    in a child Python: ten children, about 1 s of a `--compile` run's start on the AMX Xeon. Once they have
+    all passed here (the same torch, C++ compiler and CPU flags: a marker file in Inductor's cache folder),
+    later processes set Inductor's `cpp.vec_isa_ok`, which skips the base probes (the bf16, VNNI and AMX
+    ones still run). The first process sets it too, after its probes, so that all compile alike and share
+    Inductor's caches. Where a probe failed, or TORCHINDUCTOR_VEC_ISA_OK decides, nothing changes."""
+    try:
+        from torch._inductor import config
+        from torch._inductor import cpu_vec_isa as isa
+        from torch._inductor.cpp_builder import get_compiler_version_info, get_cpp_compiler
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:  # another torch's layout: it probes as before
+        return
+    if config.cpp.vec_isa_ok is not None or platform.machine() not in ("x86_64", "AMD64"):
+        return
+    compiler = get_cpp_compiler()
+    setup = [torch.__version__, torch.__file__, compiler, get_compiler_version_info(compiler), sorted(cpu_flags())]
+    marker = Path(cache_dir()) / f"ffnlab-vec-isa-{hashlib.sha256(json.dumps(setup).encode()).hexdigest()[:16]}"
+    if not marker.exists():
+        offered = isa.x86_isa_checker()  # the ISAs the CPU says it has, and which of them the probes pass:
+        candidates = [str(i) for i in isa.supported_vec_isa_list if all(f in offered for f in str(i).split())]
+        if not candidates or [str(i) for i in isa.valid_vec_isa_list()] != candidates:
+            return
+        marker.touch()
+    config.cpp.vec_isa_ok = True

@@ -46,7 +46,7 @@ from ffnlab.core.model import (
 )
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
-from ffnlab.run.device import check_fits, resolve_device, resolve_precision
+from ffnlab.run.device import check_fits, resolve_device, resolve_precision, skip_known_vec_isa_probes
 from ffnlab.run.monitors import (
     ActivationProbe,
     BlowupWatch,
@@ -528,6 +528,8 @@ def step_function(model: nn.Module, cfg: TrainConfig, device: str) -> Callable:
     # ran 3x slower than eager here (benchmarks/train_speed.md). cpp_wrapper on the CPU: the compiled graph calls
     # its kernels from C++, not from Python: a bf16 step of nanoGPT's recipe 5% faster at the same start (AMX Xeon,
     # benchmarks/README.md, issue #26); not under activation checkpointing, whose saved RNG state it cannot compile
+    if device == "cpu":
+        skip_known_vec_isa_probes()
     cpp_wrapper = device == "cpu" and cfg.model.activation_checkpointing == "none"
     return torch.compile(model, dynamic=False, options={"cpp_wrapper": True} if cpp_wrapper else None)
 

@@ -69,6 +69,13 @@ def nanogpt_rows(stdout: str, label: str) -> list[tuple[str, str]]:
             f"**{q['ffnlab_over_nanogpt_time']:.2f}x the time**, {q['ffnlab_over_nanogpt_steps']:.2f}x the steps "
             f"({len(q['probes'])} runs)"
         )
+        if fresh := q.get("fresh_process"):
+            quality += (
+                f"; with a fresh process's compile ({fresh['first_step_s']:.1f} s first step) "
+                f"**{fresh['ffnlab_over_nanogpt_time']:.2f}x**"
+            )
+        if b := q.get("back_to_back"):
+            quality += f"; from the pair's median steps, timed back to back: {b['ffnlab_over_nanogpt_time']:.2f}x"
     return [
         (f"nanoGPT recipe, {label}: tokens/s at equal work (implementation)", speed),
         (f"time to nanoGPT's quality, {label} (recipe and implementation)", quality),

@@ -38,6 +38,9 @@ run compiles again (torch._dynamo.reset(); the on-disk caches stay warm after th
 where inductor is imported and its kernels loaded, so it starts faster than a fresh `ffnlab train --compile`.
 With `--compile` the time to quality is therefore also given with a fresh process's start: the found run's
 first step replaced by that of the recipe trained for 2 steps in a process of its own (`fresh_first_step`).
+The found run and nanoGPT's ran minutes apart, and this shared machine's load can change between them; so the
+time to quality is also given from each pair's median steps, both timed back to back (`back_to_back`): that
+first step plus N - 1 of ffnlab's median steps, against nanoGPT's iterations at its median step.
 A benchmark, not a test: the numbers depend on the machine.
 """
 
@@ -257,9 +260,22 @@ def shortest_schedule(
     return Search(hi, lo.steps if lo else None, probes)
 
 
-def time_to_quality(nanogpt: Run, search: Search, fresh_first: float | None = None) -> dict:
+def back_to_back(pairs: list[tuple[Run, Run]], steps: int, first_step: float) -> dict:
+    """Time to quality from each pair's median steps instead of the found run's wall time: ffnlab's `steps`
+    (`first_step`, then steps - 1 at its median step) against nanoGPT's iterations at its median, both sides
+    timed back to back in one pair. The probes ran minutes after nanoGPT; on a shared machine the load then
+    can differ (its step moved by 20% between runs here), which the pairs do not see."""
+    ratios = [(first_step + (steps - 1) * f.ms_per_iter / 1e3) / (n.steps * n.ms_per_iter / 1e3) for n, f in pairs]
+    return {"first_step_s": round(first_step, 2), "ratios": [round(r, 3) for r in ratios],
+            "ffnlab_over_nanogpt_time": round(statistics.median(ratios), 3)}  # fmt: skip
+
+
+def time_to_quality(
+    nanogpt: Run, search: Search, fresh_first: float | None = None, pairs: list[tuple[Run, Run]] = ()
+) -> dict:
     """The time-to-quality part of the output: both sides' runs, the ratios and the probes; with `fresh_first`
-    (a fresh process's first step, `fresh_first_step`) also the found run's time with that first step."""
+    (a fresh process's first step, `fresh_first_step`) also the found run's time with that first step; with
+    `pairs` (nanoGPT's and ffnlab's runs at --iters) also the ratio from their steps (`back_to_back`)."""
     found = search.found
     out = {
         "target_loss": nanogpt.loss,
@@ -282,6 +298,9 @@ def time_to_quality(nanogpt: Run, search: Search, fresh_first: float | None = No
             fresh = found.train_s - found.first_step_s + fresh_first
             out["fresh_process"] = {"first_step_s": round(fresh_first, 2), "train_s": round(fresh, 2),
                                     "ffnlab_over_nanogpt_time": round(fresh / nanogpt.train_s, 3)}  # fmt: skip
+        first = fresh_first if fresh_first is not None else found.first_step_s
+        if pairs and first is not None:
+            out["back_to_back"] = back_to_back(list(pairs), found.steps, first)
     return out
 
 
@@ -309,6 +328,16 @@ def describe(args, eval_batches: int, ratio: float, tps: dict, nano: Run, longes
             measures["time_to_quality"] += (
                 f"; with a fresh process's compile ({fresh['first_step_s']:.1f} s first step) {fresh['train_s']:.1f} s, "
                 f"{fresh['ffnlab_over_nanogpt_time']:.2f}x"
+            )
+        if b := quality.get("back_to_back"):
+            measures["time_to_quality"] += (
+                f"; from each pair's median steps, timed back to back (that first step, then {q['steps'] - 1} "
+                f"steps): {b['ffnlab_over_nanogpt_time']:.2f}x"
+                + (
+                    f" ({min(b['ratios']):.2f}-{max(b['ratios']):.2f} over {len(b['ratios'])} pairs)"
+                    if len(b["ratios"]) > 1
+                    else ""
+                )
             )
     elif quality:
         measures["recipe"] = f"ffnlab does not reach nanoGPT's {nano.loss:.4f} within {args.ceiling} steps"
@@ -363,7 +392,7 @@ def main() -> None:
         fresh = None
         if args.compile and search.found is not None:
             fresh = fresh_first_step(ffnlab_config(recipe, data, search.found.steps, args.precision, True))
-        quality = time_to_quality(nano, search, fresh)
+        quality = time_to_quality(nano, search, fresh, list(zip(runs["nanogpt"], runs["ffnlab"])))
     ratio = tps["ffnlab"] / tps["nanogpt"]
     measures = describe(args, recipe.final_eval_batches, ratio, tps, nano, longest, quality)
     for name, text in measures.items():

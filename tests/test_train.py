@@ -606,7 +606,8 @@ def test_compile_uses_the_cpp_wrapper_on_the_cpu_unless_checkpointing(monkeypatc
 
 def test_vector_isa_probes_are_skipped_once_they_all_passed_on_this_machine(monkeypatch, tmp_path):
     """Inductor probes each vector ISA in child Pythons in every process (~1 s of a --compile start on AMX)."""
-    from torch._inductor import config, cpu_vec_isa
+    from torch._inductor import config, cpp_builder, cpu_vec_isa
+    from torch._inductor.exc import InvalidCxxCompiler
 
     from ffnlab.run import device
 
@@ -638,6 +639,8 @@ def test_vector_isa_probes_are_skipped_once_they_all_passed_on_this_machine(monk
     assert process("b", lambda: isas[1:3]) == (None, 0)
     monkeypatch.setattr(device, "cpu_flags", lambda: frozenset({"other"}))
     assert process("a", lambda: isas[1:3]) == (None, 1)  # another CPU (or torch, or compiler): probed again
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", lambda: (_ for _ in ()).throw(InvalidCxxCompiler()))
+    assert process("c", unprobed) == (None, 0)  # no C++ compiler: left to torch.compile to say so
     monkeypatch.setattr(config.cpp, "vec_isa_ok", False)  # TORCHINDUCTOR_VEC_ISA_OK=0: the user's word
     device.skip_known_vec_isa_probes()
     assert config.cpp.vec_isa_ok is False

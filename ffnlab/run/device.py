@@ -3,6 +3,7 @@ autocast exists there, and whether the built-in model fits this machine's memory
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -107,13 +108,18 @@ def skip_known_vec_isa_probes() -> None:
         return
     if config.cpp.vec_isa_ok is not None or platform.machine() not in ("x86_64", "AMD64"):
         return
-    compiler = get_cpp_compiler()
-    setup = [torch.__version__, torch.__file__, compiler, get_compiler_version_info(compiler), sorted(cpu_flags())]
-    marker = Path(cache_dir()) / f"ffnlab-vec-isa-{hashlib.sha256(json.dumps(setup).encode()).hexdigest()[:16]}"
-    if not marker.exists():
+    try:
+        compiler = get_cpp_compiler()
+        setup = [torch.__version__, torch.__file__, compiler, get_compiler_version_info(compiler), sorted(cpu_flags())]
+        marker = Path(cache_dir()) / f"ffnlab-vec-isa-{hashlib.sha256(json.dumps(setup).encode()).hexdigest()[:16]}"
+        known = marker.exists()
+    except (RuntimeError, OSError):  # no C++ compiler (torch.compile says so at the first step), no cache folder
+        return
+    if not known:
         offered = isa.x86_isa_checker()  # the ISAs the CPU says it has, and which of them the probes pass:
         candidates = [str(i) for i in isa.supported_vec_isa_list if all(f in offered for f in str(i).split())]
         if not candidates or [str(i) for i in isa.valid_vec_isa_list()] != candidates:
             return
-        marker.touch()
+        with contextlib.suppress(OSError):  # unwritten, the next process probes again
+            marker.touch()
     config.cpp.vec_isa_ok = True

@@ -3,6 +3,7 @@
     python benchmarks/machine_table.py --nanogpt DIR [--out FILE]    # 30-45 minutes, by machine class
     python benchmarks/machine_table.py --nanogpt DIR --recipe-gap     # and the recipe gap: about 20 more
     python benchmarks/machine_table.py --nanogpt DIR --smoke         # toy sizes: checks the plumbing
+    python benchmarks/machine_table.py --nanogpt DIR --pairs 3       # each side-by-side 3 pairs: ~10 min more
 
 Runs, one after another (so no row shares the CPU with another): nanoGPT beside ffnlab on its CPU recipe
 in fp32, and again with ffnlab at `auto` precision and `--compile` (each gives two rows: tokens/s at equal
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -52,12 +54,16 @@ def nanogpt_rows(stdout: str, label: str) -> list[tuple[str, str]]:
     """The side-by-side's two rows: tokens/s at equal work, and time to nanoGPT's quality."""
     out = last_json(stdout)
     n, f, q = out["runs"]["nanogpt"][0], out["runs"]["ffnlab"][0], out["time_to_quality"]
+    pairs = len(out["runs"]["nanogpt"])
+    med = {side: {k: statistics.median(r[k] for r in runs) for k in ("tokens_per_s", "ms_per_iter")}
+           for side, runs in out["runs"].items()}  # fmt: skip
     speed = (
-        f"nanoGPT {n['tokens_per_s']:,} tokens/s ({n['ms_per_iter']} ms/iter); ffnlab {f['tokens_per_s']:,} "
-        f"({f['ms_per_iter']} ms): **{out['ffnlab_over_nanogpt_tokens_per_s']:.2f}x**"
+        f"nanoGPT {med['nanogpt']['tokens_per_s']:,.0f} tokens/s ({med['nanogpt']['ms_per_iter']} ms/iter); ffnlab "
+        f"{med['ffnlab']['tokens_per_s']:,.0f} ({med['ffnlab']['ms_per_iter']} ms): "
+        f"**{out['ffnlab_over_nanogpt_tokens_per_s']:.2f}x**" + (f" (medians of {pairs} pairs)" if pairs > 1 else "")
     )
     quality = (
-        f"nanoGPT {n['steps']} steps, {n['train_s']:.1f} s, loss {n['loss']:.3f} on ffnlab's fixed batches (its own "
+        f"nanoGPT {n['steps']} steps, {q['nanogpt']['train_s']:.1f} s, loss {n['loss']:.3f} on ffnlab's fixed batches (its own "
         f"estimate {n['own_loss']:.3f}); ffnlab {f['steps']} steps: {f['loss']:.3f}; "
     )
     if q["ffnlab"] is None:
@@ -75,7 +81,9 @@ def nanogpt_rows(stdout: str, label: str) -> list[tuple[str, str]]:
                 f"**{fresh['ffnlab_over_nanogpt_time']:.2f}x**"
             )
         if b := q.get("back_to_back"):
-            quality += f"; from the pair's median steps, timed back to back: {b['ffnlab_over_nanogpt_time']:.2f}x"
+            quality += f"; from each pair's median steps, timed back to back: {b['ffnlab_over_nanogpt_time']:.2f}x"
+            if len(b["ratios"]) > 1:
+                quality += f" (median of {', '.join(f'{r:.2f}' for r in b['ratios'])})"
     return [
         (f"nanoGPT recipe, {label}: tokens/s at equal work (implementation)", speed),
         (f"time to nanoGPT's quality, {label} (recipe and implementation)", quality),
@@ -99,10 +107,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, default=Path("machine_table.jsonl"), help="each script's output")
     parser.add_argument("--recipe-gap", action="store_true", help="also nanogpt_recipe_gap.py (~10 more runs)")
     parser.add_argument("--smoke", action="store_true", help="toy budgets, to check the plumbing")
+    parser.add_argument("--pairs", type=int, default=1, help="nanoGPT/ffnlab pairs per side-by-side (medians)")
     args = parser.parse_args(argv)
     py, date = sys.executable, time.strftime("%Y-%m-%d")
     budget = ["--smoke"] if args.smoke else ["--iters", "2000"]
     nano = [py, str(HERE / "nanogpt_side_by_side.py"), "--nanogpt", str(args.nanogpt), *budget]
+    nano += ["--pairs", str(args.pairs)] if args.pairs > 1 else []
     gap = [py, str(HERE / "nanogpt_recipe_gap.py"), "--nanogpt", str(args.nanogpt), *budget]
     study = [py, str(HERE / "compare_default.py"), *(["--preset", "smoke", "--seeds", "2"] if args.smoke else [])]
     pairs = ["--pairs", "1", "--steps", "20"] if args.smoke else ["--pairs", "9"]

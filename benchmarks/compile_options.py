@@ -31,7 +31,7 @@ import torch
 from compare_default import machine
 from train_speed import RECIPE
 
-from ffnlab.run.train import Setup, apply_gradients, get_batch, prepare
+from ffnlab.run.train import Setup, apply_gradients, batch_loss, prepare
 
 OPTIONS = {  # name -> torch.compile's keyword arguments; None: no compile
     "eager": None,
@@ -55,10 +55,7 @@ def window(s: Setup, steps: int, first: int) -> list[float]:
     times = []
     for step in range(first, first + steps):
         t = time.perf_counter()
-        x, y = get_batch(s.splits["train"], s.task, s.cfg.batch_size, s.model_cfg.context, s.gen)
-        with s.autocast():
-            _, loss = s.step_fn(x, y)
-        apply_gradients(s, loss, step)
+        apply_gradients(s, batch_loss(s), step)
         times.append(time.perf_counter() - t)
     return times
 

@@ -27,7 +27,7 @@ from torch.autograd.profiler import record_function
 from ffnlab.core.ffn import DenseFFN, GatedFFN, MixFFN
 from ffnlab.core.model import Attention
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import Setup, apply_gradients, get_batch, prepare
+from ffnlab.run.train import Setup, apply_gradients, batch_loss, prepare
 from ffnlab.tools.bench import c_stderr_silenced
 
 PHASES = ("forward", "backward", "optimizer")
@@ -135,14 +135,12 @@ def profile_training(cfg: TrainConfig, steps: int = 5, warmup: int = 3, top: int
 
 def profiled(setup: Setup, steps: int, warmup: int, top: int) -> StepProfile:
     """`profile_training` of a prepared run."""
-    cfg, model = setup.cfg, setup.model
+    model = setup.model
     model.train()
 
     def step() -> None:  # as `train` steps: its forward, then `apply_gradients` (fp16's gradient scaler included)
-        x, y = get_batch(setup.splits["train"], setup.task, cfg.batch_size, setup.model_cfg.context, setup.gen)
-        x, y = x.to(setup.device), y.to(setup.device)
-        with record_function("forward"), setup.autocast():
-            _, loss = setup.step_fn(x, y)
+        with record_function("forward"):
+            loss = batch_loss(setup)
         apply_gradients(setup, loss, next(steps_taken))  # labels the backward and optimizer phases
 
     steps_taken = itertools.count()

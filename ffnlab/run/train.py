@@ -660,10 +660,7 @@ def train(
             group["lr"] = lr
         if cfg.qat_from is not None and fraction >= cfg.qat_from and not setup.qat:
             start_qat(setup)
-        x, y = get_batch(setup.splits["train"], setup.task, cfg.batch_size, setup.model_cfg.context, setup.gen)
-        x, y = x.to(setup.device), y.to(setup.device)
-        with setup.autocast():
-            _, loss = setup.step_fn(x, y)
+        loss = batch_loss(setup)
         grad_norm, loss_value, outcome = apply_gradients(setup, loss, step)
         if outcome == "skipped":
             continue  # fp16 overflowed: the same step again, on the next batch
@@ -688,6 +685,15 @@ def train(
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
+
+
+def batch_loss(setup: Setup) -> torch.Tensor:
+    """The next training batch's loss: the batch drawn from the run's generator, the forward under its autocast."""
+    cfg = setup.cfg
+    x, y = get_batch(setup.splits["train"], setup.task, cfg.batch_size, setup.model_cfg.context, setup.gen)
+    with setup.autocast():
+        _, loss = setup.step_fn(x.to(setup.device), y.to(setup.device))
+    return loss
 
 
 def apply_gradients(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, float, str]:

@@ -55,7 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -260,7 +260,7 @@ def shortest_schedule(
     return Search(hi, lo.steps if lo else None, probes)
 
 
-def back_to_back(pairs: list[tuple[Run, Run]], steps: int, first_step: float) -> dict:
+def back_to_back(pairs: Sequence[tuple[Run, Run]], steps: int, first_step: float) -> dict:
     """Time to quality from each pair's median steps instead of the found run's wall time: ffnlab's `steps`
     (`first_step`, then steps - 1 at its median step) against nanoGPT's iterations at its median, both sides
     timed back to back in one pair. The probes ran minutes after nanoGPT; on a shared machine the load then
@@ -271,7 +271,7 @@ def back_to_back(pairs: list[tuple[Run, Run]], steps: int, first_step: float) ->
 
 
 def time_to_quality(
-    nanogpt: Run, search: Search, fresh_first: float | None = None, pairs: list[tuple[Run, Run]] = ()
+    nanogpt: Run, search: Search, fresh_first: float | None = None, pairs: Sequence[tuple[Run, Run]] = ()
 ) -> dict:
     """The time-to-quality part of the output: both sides' runs, the ratios and the probes; with `fresh_first`
     (a fresh process's first step, `fresh_first_step`) also the found run's time with that first step; with
@@ -300,7 +300,7 @@ def time_to_quality(
                                     "ffnlab_over_nanogpt_time": round(fresh / nanogpt.train_s, 3)}  # fmt: skip
         first = fresh_first if fresh_first is not None else found.first_step_s
         if pairs and first is not None:
-            out["back_to_back"] = back_to_back(list(pairs), found.steps, first)
+            out["back_to_back"] = back_to_back(pairs, found.steps, first)
     return out
 
 

@@ -710,7 +710,8 @@ def step_optimizer(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, 
     """`apply_gradients` after the backward: unscale, monitors, clip and update."""
     cfg, model, opt, scaler, hist = setup.cfg, setup.model, setup.opt, setup.scaler, setup.hist
     scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
-    total_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+    params = [p for p in model.parameters() if p.grad is not None]  # one walk of the modules for norm and clip
+    total_norm = nn.utils.get_total_norm([p.grad for p in params])
     grad_norm, loss_value = total_norm.item(), loss.item()
     if scaler.is_enabled() and math.isfinite(loss_value) and not math.isfinite(grad_norm):
         scaler.update()
@@ -724,7 +725,7 @@ def step_optimizer(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, 
         hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(loss_value), "grad_norm": str(grad_norm)})
         opt.zero_grad(set_to_none=True)
         return grad_norm, loss_value, "nonfinite"
-    nn.utils.clip_grads_with_norm_(model.parameters(), cfg.grad_clip, total_norm)  # clip_grad_norm_'s two halves
+    nn.utils.clip_grads_with_norm_(params, cfg.grad_clip, total_norm)  # clip_grad_norm_'s two halves
     scaler.step(opt)  # opt.step() without fp16
     scaler.update()
     opt.zero_grad(set_to_none=True)

@@ -3,6 +3,8 @@ import io
 import json
 import math
 import os
+import platform
+import resource
 import signal
 import subprocess
 import sys
@@ -644,6 +646,55 @@ def test_vector_isa_probes_are_skipped_once_they_all_passed_on_this_machine(monk
     monkeypatch.setattr(config.cpp, "vec_isa_ok", False)  # TORCHINDUCTOR_VEC_ISA_OK=0: the user's word
     device.skip_known_vec_isa_probes()
     assert config.cpp.vec_isa_ok is False
+
+
+HEAP_PROBE = """
+import ctypes, resource, sys
+from ffnlab.run.device import hold_freed_heap
+held = hold_freed_heap() if sys.argv[1] == "hold" else False
+libc, n = ctypes.CDLL(None), 20 << 20
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+faults = []
+for _ in range(3):  # a step's block: allocated, written, freed; the page faults of writing it each time
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    p = libc.malloc(n)
+    ctypes.memset(p, 1, n)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+    libc.free(p)
+print(held, *faults)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's heap thresholds: nothing is set elsewhere")
+def test_freed_heap_is_kept_for_the_next_step_not_faulted_in_again():
+    """A fresh process without hold_freed_heap faults a freed 20 MiB block in again (glibc gave it back); with it not."""
+
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True, check=True)
+        held, *faults = out.stdout.split()
+        return held, [int(f) for f in faults]
+
+    pages = (20 << 20) // resource.getpagesize()
+    held, faults = run("hold")
+    assert held == "True" and faults[0] >= pages // 2 and max(faults[1:]) < pages // 10  # written once, then reused
+    held, faults = run("default")
+    assert held == "False" and faults[1] >= pages // 2  # given back, and faulted in again
+
+
+def test_the_users_heap_settings_win_and_prepare_holds_the_heap_on_the_cpu(monkeypatch):
+    from ffnlab.run import device
+    from ffnlab.run import train as train_module
+
+    monkeypatch.setattr(device.ctypes, "CDLL", lambda _: pytest.fail("mallopt called over the user's setting"))
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
+    assert device.hold_freed_heap() is False
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
+    assert device.hold_freed_heap() is False
+    seen = []
+    monkeypatch.setattr(train_module, "hold_freed_heap", lambda: seen.append(1))
+    train_module.prepare(tiny(max_steps=1))
+    assert seen == [1]
 
 
 def test_checkpointing_is_a_run_of_its_own_and_ffn_needs_ffnlabs_transformer():

@@ -4,10 +4,13 @@ autocast exists there, and whether the built-in model fits this machine's memory
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import json
+import os
 import platform
+import sys
 import warnings
 from pathlib import Path
 
@@ -88,6 +91,39 @@ def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str) -> None:
         f"{cfg.batch_size} x context {mcfg.context}",
         "use a smaller --d-model, --layers or --batch-size",
     )
+
+
+# glibc's mallopt parameters (malloc.h), and the values `hold_freed_heap` gives them
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_KEPT = 1 << 30  # freed bytes at the heap's top that glibc keeps instead of giving back
+MMAP_FROM = 32 << 20  # blocks from this size on are mapped on their own (glibc's largest automatic threshold)
+# the user's own settings of them (and of the two that, set, also stop the thresholds moving), which win
+HEAP_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+HEAP_TUNABLES = ("trim_threshold", "mmap_threshold", "top_pad", "mmap_max")
+
+
+def hold_freed_heap() -> bool:
+    """Keep the memory a training step frees in the process's heap (glibc: at most 1 GiB), for the next step.
+
+    glibc gives the top of its heap back to the OS once more than a threshold is free there, and the threshold
+    moves with the sizes allocated. On the AMX Xeon about one fresh process in six of nanoGPT's recipe with
+    `--compile` gave back and faulted in again ~14 MB every step (3,500 page faults a step), which made its step
+    30% slower (benchmarks/README.md, issue #26). Fixing both thresholds stops it: blocks under 32 MiB come from
+    the heap, as glibc's own moving threshold lets them at most, and up to 1 GiB freed stays there. True when set;
+    False off glibc, or where the user set glibc's thresholds (HEAP_ENV, or HEAP_TUNABLES in GLIBC_TUNABLES),
+    which are left as they are.
+    """
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if any(k in os.environ for k in HEAP_ENV) or any(f"glibc.malloc.{t}" in tunables for t in HEAP_TUNABLES):
+        return False
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    # NOTE: setting one threshold also stops glibc moving the other: both are set, the mmap one first
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_FROM)) and bool(mallopt(M_TRIM_THRESHOLD, HEAP_KEPT))
 
 
 def skip_known_vec_isa_probes() -> None:

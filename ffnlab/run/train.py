@@ -46,7 +46,13 @@ from ffnlab.core.model import (
 )
 from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
-from ffnlab.run.device import check_fits, resolve_device, resolve_precision, skip_known_vec_isa_probes
+from ffnlab.run.device import (
+    check_fits,
+    hold_freed_heap,
+    resolve_device,
+    resolve_precision,
+    skip_known_vec_isa_probes,
+)
 from ffnlab.run.monitors import (
     ActivationProbe,
     BlowupWatch,
@@ -556,6 +562,8 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         torch.set_num_threads(cfg.threads)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    else:
+        hold_freed_heap()  # the steps reuse the heap rather than fault it in again (30% of a step on the AMX Xeon)
 
     # -- data and model
     corpus, tok, splits = load_data(*data_args(cfg))

@@ -718,8 +718,8 @@ def step_optimizer(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, 
     """`apply_gradients` after the backward: unscale, monitors, clip and update."""
     cfg, model, opt, scaler, hist = setup.cfg, setup.model, setup.opt, setup.scaler, setup.hist
     scaler.unscale_(opt)  # the true gradients, for the monitors and the clip (nothing to undo without fp16)
-    params = [p for p in model.parameters() if p.grad is not None]  # one walk of the modules for norm and clip
-    total_norm = nn.utils.get_total_norm([p.grad for p in params])
+    params = list(model.parameters())  # one walk of the modules for the norm and the clip
+    total_norm = nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
     grad_norm, loss_value = total_norm.item(), loss.item()
     if scaler.is_enabled() and math.isfinite(loss_value) and not math.isfinite(grad_norm):
         scaler.update()

@@ -106,7 +106,7 @@ def hold_freed_heap() -> bool:
     """Keep the memory a training step frees in the process's heap (glibc: at most 1 GiB), for the next step.
 
     glibc gives the top of its heap back to the OS once more than a threshold is free there, and the threshold
-    moves with the sizes allocated. On the AMX Xeon about one fresh process in six of nanoGPT's recipe with
+    moves with the sizes allocated. On the AMX Xeon about one fresh process in five of nanoGPT's recipe with
     `--compile` gave back and faulted in again ~14 MB every step (3,500 page faults a step), which made its step
     30% slower (benchmarks/README.md, issue #26). Fixing both thresholds stops it: blocks under 32 MiB come from
     the heap, as glibc's own moving threshold lets them at most, and up to 1 GiB freed stays there. True when set;

@@ -668,9 +668,14 @@ print(held, *faults)
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's heap thresholds: nothing is set elsewhere")
 def test_freed_heap_is_kept_for_the_next_step_not_faulted_in_again():
     """A fresh process without hold_freed_heap faults a freed 20 MiB block in again (glibc gave it back); with it not."""
+    from ffnlab.run.device import HEAP_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in (*HEAP_ENV, "GLIBC_TUNABLES")}  # glibc's own defaults
 
     def run(mode):
-        out = subprocess.run([sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", HEAP_PROBE, mode], capture_output=True, text=True, check=True, env=env
+        )
         held, *faults = out.stdout.split()
         return held, [int(f) for f in faults]
 
@@ -685,16 +690,17 @@ def test_the_users_heap_settings_win_and_prepare_holds_the_heap_on_the_cpu(monke
     from ffnlab.run import device
     from ffnlab.run import train as train_module
 
+    seen = []
+    with monkeypatch.context() as m:
+        m.setattr(train_module, "hold_freed_heap", lambda: seen.append(1))
+        train_module.prepare(tiny(max_steps=1))
+    assert seen == [1]
     monkeypatch.setattr(device.ctypes, "CDLL", lambda _: pytest.fail("mallopt called over the user's setting"))
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")
     assert device.hold_freed_heap() is False
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
     assert device.hold_freed_heap() is False
-    seen = []
-    monkeypatch.setattr(train_module, "hold_freed_heap", lambda: seen.append(1))
-    train_module.prepare(tiny(max_steps=1))
-    assert seen == [1]
 
 
 def test_checkpointing_is_a_run_of_its_own_and_ffn_needs_ffnlabs_transformer():

@@ -1,0 +1,86 @@
+"""Reading the user's files so that no read blocks or grows without bound: one helper for every input.
+
+The rule for an input path: it must be a regular file, or a symlink to one. A FIFO may block for ever,
+a device (/dev/zero, /dev/urandom) never ends, a socket is no file: each is refused by its kind before
+it is opened, in one line that names the path and what ffnlab read it as. A file is read in chunks
+(a signal handler runs between them, so Ctrl-C and SIGTERM stop a long read) up to a size limit that
+fits its kind; a larger one is refused, not read. Data files, which may be gigabytes, take no limit
+but the kind rule.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+MiB = 1 << 20
+# size limits by kind: far above any real file of the kind, far below what exhausts memory
+JSON_LIMIT = 64 * MiB  # config.json, latest.json, deploy.json, protocol.json, a TOML config
+TOKENIZER_LIMIT = 512 * MiB  # tokenizer.json: the largest public vocabularies are ~20 MB
+CHUNK = 4 * MiB
+
+KINDS = {
+    stat.S_IFDIR: "a folder",
+    stat.S_IFIFO: "a FIFO (a named pipe), which may block for ever",
+    stat.S_IFCHR: "a character device, which may never end",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def kind_problem(path: str | os.PathLike) -> str | None:
+    """What keeps `path` from being read as a file ("is a FIFO ..."), judged from its kind without opening
+    it (opening a device can act); None for a regular file or a symlink to one. FileNotFoundError where
+    nothing is there; a dangling symlink is a problem of its own, not a missing file."""
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        raise FileNotFoundError(f"{path} does not exist") from None
+    except OSError as e:  # a link loop, a name too long, a component that is a file
+        return f"cannot be read ({e.strerror})"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+    return f"is {KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}{link}"
+
+
+def check_readable(path: str | os.PathLike, what: str) -> Path:
+    """`path` as a Path; ValueError in one line ("the config file x.json is a FIFO ...; give a regular
+    file") unless it is a regular file or a link to one. `what` names what it was read as."""
+    path = Path(path)
+    problem = kind_problem(path)
+    if problem is not None:
+        raise ValueError(f"{what} {path} {problem}; give a regular file")
+    return path
+
+
+def read_bytes(path: str | os.PathLike, what: str, limit: int) -> bytes:
+    """The content of the regular file `path` (`check_readable`), read in chunks; ValueError naming it
+    when it holds more than `limit` bytes (it is not read past the limit)."""
+    path = check_readable(path, what)
+    # NOTE: O_NONBLOCK so that a path swapped for a FIFO after the check cannot block the open; fstat
+    # then judges the file actually opened
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{what} {path} is not a regular file; give a regular file")
+        parts, size = [], 0
+        while chunk := f.read(min(CHUNK, limit + 1 - size)):
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise ValueError(f"{what} {path} is larger than {limit // MiB} MiB, more than such a file holds")
+    return b"".join(parts)
+
+
+def read_text(path: str | os.PathLike, what: str, limit: int = JSON_LIMIT) -> str:
+    """`read_bytes` decoded as UTF-8; ValueError naming the file where it is not UTF-8."""
+    data = read_bytes(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} {path} is not UTF-8 text (byte {data[e.start]:#04x} at {e.start})") from None

@@ -45,3 +45,78 @@ def test_old_flat_module_names_import_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning, match="ffnlab.train moved to ffnlab.run.train"):
         old = importlib.import_module("ffnlab.train")
     assert old is ffnlab.run.train  # one module, so one TrainConfig class
+
+
+def locked_versions() -> dict[str, str]:
+    """test.lock's pins that apply to this interpreter and platform, by canonical name."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "test.lock").read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        req = Requirement(line)
+        (spec,) = req.specifier
+        assert spec.operator == "==", f"test.lock pins exact versions: {line}"
+        if req.marker is None or req.marker.evaluate():
+            pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
+def ranged_requirements():
+    """pyproject.toml's requirements: the core ones and every extra's."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    return [Requirement(r) for r in [*project["dependencies"], *(r for rs in extras.values() for r in rs)]]
+
+
+def test_pyprojects_ranges_admit_every_locked_version():
+    """Users install from the ranges, CI from the lock: a lock outside the ranges would test versions no
+    user can get."""
+    from packaging.utils import canonicalize_name
+
+    pins = locked_versions()
+    outside = [
+        f"{req} (locked {pins[name]})"
+        for req in ranged_requirements()
+        if (name := canonicalize_name(req.name)) in pins and not req.specifier.contains(pins[name], prereleases=True)
+    ]
+    assert outside == []
+
+
+def test_the_lock_pins_every_test_requirement_but_torch():
+    """torch is left out on purpose: scripts/setup.sh installs it (or keeps the user's own)."""
+    from packaging.utils import canonicalize_name
+
+    pins = locked_versions()
+    missing = [
+        str(req)
+        for req in ranged_requirements()
+        if (req.marker is None or req.marker.evaluate({"extra": "test"}))
+        and (name := canonicalize_name(req.name)) != "torch"
+        and name not in pins
+    ]
+    assert missing == []
+    assert "torch" not in pins
+
+
+def test_the_installed_packages_are_the_locked_ones():
+    """scripts/setup.sh installs at the lock's versions, so this suite runs on the versions CI checked."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    pins = locked_versions()
+    differ = [
+        f"{name} {installed[name]} (locked {pin})"
+        for name, pin in pins.items()
+        if Version(installed.get(name, pin)) != Version(pin)
+    ]
+    assert differ == []

@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -565,7 +565,14 @@ def import_models() -> None:
 # transformers reads a folder only from disk and never runs code the folder brings (an auto_map's
 # Python files): without these it would ask on a terminal whether to run that code, and look a
 # name that is not a folder up on the Hugging Face Hub
-LOCAL_ONLY = {"local_files_only": True, "trust_remote_code": False}
+class LocalOnly(TypedDict):
+    """from_pretrained's keywords for a folder on disk (a TypedDict, so a type checker matches each to its parameter)."""
+
+    local_files_only: bool
+    trust_remote_code: bool
+
+
+LOCAL_ONLY = LocalOnly(local_files_only=True, trust_remote_code=False)
 
 
 def folder_config(folder: str | os.PathLike) -> dict:

@@ -57,3 +57,20 @@ def test_text_that_is_not_utf8_is_named_with_its_first_bad_byte(tmp_path):
     (tmp_path / "latin1.json").write_bytes(b'{"x": "\xe9"}')
     with pytest.raises(ValueError, match=r"latin1.json is not UTF-8 text \(byte 0xe9 at 7\)"):
         read_text(tmp_path / "latin1.json", "the config file")
+
+
+def test_data_reads_take_no_limit_and_a_size_limit_can_be_checked_unread(tmp_path):
+    data = tmp_path / "train.txt"
+    data.write_bytes(b"x" * (3 * MiB))
+    assert len(read_text(data, "the data file", limit=None)) == 3 * MiB  # data files may be gigabytes
+    assert check_readable(data, "the weights file", limit=3 * MiB) == data
+    with pytest.raises(ValueError, match=r"^the generation config .*train.txt is larger than 2 MiB"):
+        check_readable(data, "the generation config", limit=2 * MiB)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs /proc/self/mem")
+def test_a_read_that_fails_is_one_line_naming_the_file(tmp_path):
+    link = tmp_path / "tokenizer.json"
+    link.symlink_to("/proc/self/mem")  # a regular file whose every read fails (EIO), even for root
+    with pytest.raises(ValueError, match=r"^the tokenizer .*tokenizer.json cannot be read \(Input/output error\)$"):
+        read_text(link, "the tokenizer")

@@ -48,36 +48,48 @@ def kind_problem(path: str | os.PathLike) -> str | None:
     return f"is {KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}{link}"
 
 
-def check_readable(path: str | os.PathLike, what: str) -> Path:
+def check_readable(path: str | os.PathLike, what: str, limit: int | None = None) -> Path:
     """`path` as a Path; ValueError in one line ("the config file x.json is a FIFO ...; give a regular
-    file") unless it is a regular file or a link to one. `what` names what it was read as."""
+    file") unless it is a regular file or a link to one, of at most `limit` bytes where one is given (for a
+    file that a library opens itself). `what` names what it was read as."""
     path = Path(path)
     problem = kind_problem(path)
     if problem is not None:
         raise ValueError(f"{what} {path} {problem}; give a regular file")
+    if limit is not None and path.stat().st_size > limit:
+        raise too_large(path, what, limit)
     return path
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int) -> bytes:
+def too_large(path: Path, what: str, limit: int) -> ValueError:
+    """The error for a file of more than `limit` bytes."""
+    return ValueError(f"{what} {path} is larger than {limit // MiB} MiB, more than such a file holds")
+
+
+def read_bytes(path: str | os.PathLike, what: str, limit: int | None) -> bytes:
     """The content of the regular file `path` (`check_readable`), read in chunks; ValueError naming it
-    when it holds more than `limit` bytes (it is not read past the limit)."""
+    when it holds more than `limit` bytes (it is not read past the limit; None: no limit, for data) or a
+    read fails (an I/O error, a permission)."""
     path = check_readable(path, what)
-    # NOTE: O_NONBLOCK so that a path swapped for a FIFO after the check cannot block the open; fstat
-    # then judges the file actually opened
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{what} {path} is not a regular file; give a regular file")
-        parts, size = [], 0
-        while chunk := f.read(min(CHUNK, limit + 1 - size)):
-            parts.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise ValueError(f"{what} {path} is larger than {limit // MiB} MiB, more than such a file holds")
+    try:
+        # NOTE: O_NONBLOCK so that a path swapped for a FIFO after the check cannot block the open; fstat
+        # then judges the file actually opened
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb", buffering=0) as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{what} {path} is not a regular file; give a regular file")
+            parts, size = [], 0
+            while chunk := f.read(CHUNK if limit is None else min(CHUNK, limit + 1 - size)):
+                parts.append(chunk)
+                size += len(chunk)
+                if limit is not None and size > limit:
+                    raise too_large(path, what, limit)
+    except OSError as e:
+        raise ValueError(f"{what} {path} cannot be read ({e.strerror or e})") from None
     return b"".join(parts)
 
 
-def read_text(path: str | os.PathLike, what: str, limit: int = JSON_LIMIT) -> str:
+def read_text(path: str | os.PathLike, what: str, limit: int | None = JSON_LIMIT) -> str:
     """`read_bytes` decoded as UTF-8; ValueError naming the file where it is not UTF-8."""
     data = read_bytes(path, what, limit)
     try:

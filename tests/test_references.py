@@ -87,3 +87,10 @@ def test_mp_gelu_matches_float64_reference_in_tail():
     x = np.array([-10.0, -8.0, -6.0, -5.5, -4.0, 0.5, 3.0])
     np.testing.assert_allclose([refs.mp_gelu(v) for v in x], refs.GELU.f(x), rtol=1e-14)
     np.testing.assert_allclose([refs.mp_gelu_grad(v) for v in x], refs.GELU.df(x), rtol=1e-12)
+
+
+def test_mp_gelu_tanh_matches_the_tanh_formula():
+    with mpmath.workdps(60):
+        want = [float(MP["gelu_tanh"](mpmath.mpf(v))) for v in POINTS]
+    np.testing.assert_allclose([refs.mp_gelu_tanh(v) for v in POINTS], want, rtol=1e-14)
+    np.testing.assert_allclose([refs.mp_gelu_tanh(v) for v in POINTS], refs.GELU_TANH.f(np.array(POINTS)), rtol=1e-13)

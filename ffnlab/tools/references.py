@@ -4,7 +4,7 @@ Each reference is written here from the activation's formula, never by calling t
 checks. float64 suffices on the measurement grid: scipy's ndtr (from erfc) and expit keep full
 relative accuracy in the tails, and tanh-formula terms are rewritten so nothing cancels (tests
 check each reference against mpmath). Where float64 is not enough, GELU's negative tail, `mp_gelu`
-and `mp_gelu_grad` evaluate it in mpmath.
+and `mp_gelu_grad` evaluate it in mpmath, and `mp_gelu_tanh` its tanh approximation.
 """
 
 from __future__ import annotations
@@ -196,3 +196,12 @@ def mp_gelu_grad(x: float, dps: int = 40) -> float:
     with mpmath.workdps(dps):
         x = mpmath.mpf(x)
         return float(mpmath.erfc(-x / mpmath.sqrt(2)) / 2 + x * mpmath.npdf(x))
+
+
+def mp_gelu_tanh(x: float, dps: int = 40) -> float:
+    """The tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) at one point in mpmath, as
+    x*sigmoid(2u), which does not cancel where tanh(u) is -1 to working precision."""
+    with mpmath.workdps(dps):
+        x = mpmath.mpf(x)
+        u = mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf("0.044715") * x**3)
+        return float(x / (1 + mpmath.exp(-2 * u)))

@@ -1,7 +1,11 @@
+import inspect
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy import optimize
 
 from ffnlab.tools import claims as cl
@@ -52,11 +56,17 @@ def test_verdict_combines_parts():
     assert cl.verdict([False, None]) == "does not hold"
 
 
-def test_claims_table_and_certain_verdicts():
-    rows = {r["id"]: r for r in cl.run_claims()}
+@pytest.fixture(scope="module")
+def rows():
+    """Every claim measured once for the tests that read the table (two of them time kernels)."""
+    return {r["id"]: r for r in cl.run_claims()}
+
+
+def test_claims_table_and_certain_verdicts(rows):
     for r in rows.values():
         assert {"id", "claim", "source", "claimed", "measured", "verdict"} <= set(r)
-        assert r["verdict"] in cl.VERDICTS
+        assert set(r["parts"].values()) <= set(cl.VERDICTS)
+        assert r["verdict"] in cl.VERDICTS or r["readings"]
     six = rows[6]
     assert six["measured_values"]["ratio_same_d_ff"] == (3 * 768 * 3072) / (2 * 768 * 3072) == 1.5
     assert six["measured_values"]["ratio_d_ff_8_3"] == 1.0
@@ -67,8 +77,6 @@ def test_claims_table_and_certain_verdicts():
         rel=1e-6,
     )
     assert one["verdict"] == "does not hold"
-    assert rows[9]["verdict"] == "not measurable here"
-    assert rows[9]["measured_values"]["installed_default"] == "none"
     # 7: std of GELU(Z), sampled here, against the quadrature in the library
     z = torch.randn(1 << 20, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     assert rows[7]["measured_values"]["std_reduction"] == pytest.approx(
@@ -76,12 +84,108 @@ def test_claims_table_and_certain_verdicts():
     )
 
 
-def test_relu_quantises_without_a_lookup_table():
-    rows = {r["id"]: r for r in cl.run_claims()}
+def test_relu_quantises_without_a_lookup_table(rows):
     relu = rows[10]
     assert relu["measured_values"] == {"table_bytes": 0, "max_step_err": 0.0}
     assert relu["verdict"] == "holds"
     assert cl.measure_int8_activation("gelu_lut")["table_bytes"] == 256
+
+
+# ---- claims whose words read two ways, PyTorch's history, the approximation in fp16/bf16 ---------------
+
+
+def _torch_rel_tanh(x):
+    """|tanh GELU - GELU| / |GELU| from torch's own float64 kernels: independent of ffnlab's mpmath."""
+    x = torch.as_tensor(x, dtype=torch.float64)
+    return ((F.gelu(x, approximate="tanh") - F.gelu(x)).abs() / F.gelu(x).abs()).numpy()
+
+
+def test_tanh_relative_error_is_measured_on_both_sides_of_2_5(rows):
+    two = rows[2]
+    measured = two["measured_values"]
+    assert measured["min_rel_err_below"] == pytest.approx(_torch_rel_tanh(-2.5), rel=1e-6)  # 2.8%
+    assert measured["at_x_below"] == -2.5 and 0.028 < measured["min_rel_err_below"] < 0.029
+    assert measured["rel_err_at_-6"] == pytest.approx(_torch_rel_tanh(-6.0), rel=1e-4)  # 98.6%
+    # the least below -2.5 is at -2.5 (float64 1 + erf keeps digits to x = -6), the largest above is far under 1%
+    below = np.linspace(-6.0, -2.5, 351)
+    assert _torch_rel_tanh(below).min() == pytest.approx(measured["min_rel_err_below"], rel=1e-6)
+    above = np.linspace(2.5, 10.0, 751)
+    assert _torch_rel_tanh(above).max() == pytest.approx(measured["max_rel_err_above"], rel=1e-3)
+    assert two["readings"] == {"x < -2.5": "holds", "x > 2.5": "does not hold"}
+    assert two["verdict"] == "holds for x < -2.5; does not hold for x > 2.5"
+
+
+def test_a_verdict_per_reading_only_where_the_readings_differ():
+    readings = {"below": "x < -2.5", "above": "x > 2.5"}
+    assert cl.verdict_by_reading({"below": True, "above": False}, readings) == (
+        "holds for x < -2.5; does not hold for x > 2.5"
+    )
+    assert cl.verdict_by_reading({"below": False, "above": False}, readings) == "does not hold"
+    assert cl.verdict_by_reading({"below": True, "above": None}, readings) == (
+        "holds for x < -2.5; not measurable here for x > 2.5"
+    )
+
+
+def test_readings_must_name_the_claimed_parts(tmp_path):
+    (two,) = [c for c in cl.load_claims() if c["id"] == 2]
+    bad = tmp_path / "claims.json"
+    bad.write_text(json.dumps({"claims": [{**two, "readings": {"min_rel_err_below": "x < -2.5"}}]}))
+    with pytest.raises(ValueError, match="claim 2: its readings must name each claimed part"):
+        cl.load_claims(bad)
+
+
+def test_torch_gelu_default_was_never_changed_in_2_0(rows):
+    # the installed torch, checked here without ffnlab: F.gelu's default is x * Phi(x) from erf; 'tanh' is an option
+    assert inspect.signature(torch.nn.GELU).parameters["approximate"].default == "none"
+    x = torch.linspace(-3, 3, 61, dtype=torch.float64)
+    erf_form = torch.tensor([v * 0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x.tolist()], dtype=torch.float64)
+    torch.testing.assert_close(F.gelu(x), erf_form, rtol=1e-13, atol=1e-15)
+    assert not torch.allclose(F.gelu(x, approximate="tanh"), erf_form, rtol=1e-6, atol=0)
+    nine = rows[9]
+    assert nine["measured_values"] == {
+        "installed_default": "none",
+        "tanh_option": True,
+        "tanh_option_since": "1.12",  # published: the 1.12 release notes, cited in the note
+        "default_before_2_0": "none",
+        "changed_in_2_0": False,
+    }
+    assert nine["parts"] == {"installed_default": "holds", "changed_in_2_0": "does not hold"}
+    assert nine["verdict"] == "does not hold"
+    assert "releases/tag/v1.12.0" in nine["note"]
+
+
+def _every_value(dtype_name):
+    """Every finite value of fp16 or bf16 in [-10, 10], from its bit patterns, as float64."""
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    if dtype_name == "fp16":
+        v = bits.astype(np.uint16).view(np.float16).astype(np.float64)
+    else:  # bf16 is the top half of an fp32
+        with np.errstate(invalid="ignore"):  # signalling NaN patterns
+            v = (bits << 16).view(np.float32).astype(np.float64)
+    return np.unique(v[np.isfinite(v) & (np.abs(v) <= 10)])
+
+
+def _ulp(v, precision, min_exponent):
+    """The spacing of a binary format with `precision` bits at the exact value v (subnormal spacing below)."""
+    exponent = np.array([math.frexp(abs(a))[1] - 1 if a else min_exponent for a in v])
+    return np.ldexp(1.0, np.maximum(exponent, min_exponent) - (precision - 1))
+
+
+@pytest.mark.parametrize("dtype_name, precision, min_exponent", [("fp16", 11, -14), ("bf16", 8, -126)])
+def test_tanh_approximation_in_fp16_and_bf16_against_every_value_of_the_format(
+    rows, dtype_name, precision, min_exponent
+):
+    x = _every_value(dtype_name)
+    exact = np.array([0.5 * a * math.erfc(-a / math.sqrt(2)) for a in x])
+    approx = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    ulps = np.abs(approx - exact) / _ulp(exact, precision, min_exponent)
+    measured = rows[13]["measured_values"]
+    assert measured[f"{dtype_name}_max_ulp"] == pytest.approx(ulps.max(), rel=1e-6)
+    assert measured[f"{dtype_name}_at_x"] == x[np.argmax(ulps)]
+    assert measured[f"{dtype_name}_max_ulp_x>0"] == pytest.approx(ulps[x > 0].max(), rel=1e-6)
+    assert ulps.max() > 100 and ulps[x > 0].max() < 0.5  # hundreds of ulps off for x < 0; hidden for x > 0
+    assert rows[13]["parts"][f"{dtype_name}_max_ulp"] == "does not hold"
+    assert rows[13]["verdict"] == "does not hold"
 
 
 # ---- the placement claim: numbers a benchmark recorded --------------------------------------------------

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from ffnlab.tools import claims as cl
 from ffnlab.tools import numerics as nm
 from ffnlab.tools.int8 import measure_int8
 
@@ -81,6 +82,14 @@ def test_cli_text(run_cli):
     assert "Claims" not in out
     isa = torch.backends.cpu.get_cpu_capability()
     assert f"(torch kernels: {isa})" in out  # the ULPs above are this machine's: say which kernels made them
+
+
+def test_text_gives_a_claim_read_two_ways_a_verdict_per_reading():
+    report = nm.run_numerics("relu", "fp32", -1, 1, points=11, claims=False)
+    report["claims"] = [cl.run_claim(c) for c in cl.load_claims() if c["id"] in (2, 9)]
+    text = nm.format_numerics(report)
+    verdicts = [line.split("  (")[0] for line in text.splitlines() if line.startswith("   -> ")]
+    assert verdicts == ["   -> HOLDS for x < -2.5; DOES NOT HOLD for x > 2.5", "   -> DOES NOT HOLD"]
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,10 @@
 
 The claims live in claims.json beside this module: a claim names a measurement `measure_<name>`
 below, called with its `args`; every claimed value is compared with the same key of what it
-returns under the claim's rule (`check`), and the claim holds when every part holds (`verdict`).
+returns under the claim's rule (`check`), and the claim holds when every part holds (`verdict`). Words
+that read more than one way (a sign left out) name each reading's part, and get a verdict per reading
+(`verdict_by_reading`). A claim about PyTorch's history reads the published facts from its `args`, and
+its note cites them.
 A claim about training reads numbers a benchmark recorded in its `args` (`measure_recorded_placement`,
 benchmarks/placement_claim.py): the check stays seconds long, and the row names what recorded them.
 """
@@ -14,7 +17,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +28,10 @@ from scipy import integrate
 from ffnlab._util.names import closest
 from ffnlab.core.activations import ACTIVATIONS, resolve
 from ffnlab.core.ffn import ffn_param_count
-from ffnlab.tools.accuracy import gelu_distance
+from ffnlab.tools.accuracy import DEFAULT_POINTS, DTYPES, gelu_distance, grid, round_to, ulp
 from ffnlab.tools.int8 import measure_int8
 from ffnlab.tools.numerics_text import fmt_value
-from ffnlab.tools.references import GELU, REFERENCES, mp_gelu, normal_pdf
+from ffnlab.tools.references import GELU, REFERENCES, mp_gelu, mp_gelu_tanh, normal_pdf
 
 CLAIMS_PATH = Path(__file__).with_name("claims.json")
 
@@ -47,11 +50,47 @@ def measure_gelu_approx_max_error(approx: str, lo: float = -10.0, hi: float = 10
     return {"max_abs_err": d["max_abs_err"], "at_abs_x": abs(d["argmax_x"])}
 
 
-def measure_gelu_approx_rel_error_above(approx: str, x_min: float, hi: float = 10.0) -> dict:
-    """Max relative distance |approx - GELU| / |GELU| over x in (x_min, hi]."""
-    x = np.linspace(x_min, hi, 100_001)[1:]
-    g = GELU.f(x)
-    return {"max_rel_err": float(np.max(np.abs(REFERENCES[approx].f(x) - g) / np.abs(g)))}
+def _mp_rel_tanh(x: float) -> float:
+    """|tanh approximation - GELU| / |GELU| at x, both in mpmath."""
+    return abs(mp_gelu_tanh(x) - mp_gelu(x)) / abs(mp_gelu(x))
+
+
+def measure_gelu_tanh_rel_error_beyond(
+    x_abs: float, hi: float = 10.0, step: float = 0.01, at: Sequence[float] = ()
+) -> dict:
+    """The tanh approximation's relative distance from GELU beyond |x| = x_abs, each side on its own, in mpmath on
+    a grid of `step`: the least on [-hi, -x_abs] (where even that exceeds a bound, every x there does), the largest
+    on [x_abs, hi] (where even that stays under it, no x there exceeds it), and the distance at each x of `at`."""
+    side = np.linspace(x_abs, hi, round((hi - x_abs) / step) + 1).tolist()
+    below = {-x: _mp_rel_tanh(-x) for x in side}
+    above = {x: _mp_rel_tanh(x) for x in side}
+    x_below, x_above = min(below, key=below.__getitem__), max(above, key=above.__getitem__)
+    return {
+        "min_rel_err_below": below[x_below],
+        "at_x_below": x_below,
+        **{f"rel_err_at_{x:g}": _mp_rel_tanh(x) for x in at},
+        "max_rel_err_above": above[x_above],
+        "at_x_above": x_above,
+    }
+
+
+def measure_gelu_approx_ulp_in_dtypes(approx: str, dtypes: Sequence[str], lo: float = -10.0, hi: float = 10.0) -> dict:
+    """Per dtype, how far a GELU approximation is from exact GELU in units in the last place of the dtype
+    (`ffnlab.tools.accuracy.ulp`), on the grid `ffnlab numerics` measures that dtype on: the largest distance
+    and its x, the largest for x > 0, and the fraction of the grid where the two, each correctly rounded to the
+    dtype, differ. Float64 formulas (`ffnlab.tools.references`), so the distance is the approximation's own, not
+    that of a kernel: torch's exact GELU in a dtype has errors of its own in the tail (the numerics tables)."""
+    out = {}
+    for name in dtypes:
+        dtype = DTYPES[name]
+        x, _ = grid(lo, hi, DEFAULT_POINTS, dtype)
+        exact, approximated = GELU.f(x), REFERENCES[approx].f(x)
+        ulps = np.abs(approximated - exact) / ulp(exact, dtype)
+        i = int(np.argmax(ulps))
+        out[f"{name}_max_ulp"], out[f"{name}_at_x"] = float(ulps[i]), float(x[i])
+        out[f"{name}_max_ulp_x>0"] = float(ulps[x > 0].max())
+        out[f"{name}_rounds_apart"] = float(np.mean(round_to(approximated, dtype) != round_to(exact, dtype)))
+    return out
 
 
 def measure_time_ratio(numerator: str, denominator: str, n: int = 1 << 22, repeats: int = 9) -> dict:
@@ -103,15 +142,26 @@ def measure_relu_inactive_fraction(n: int = 1 << 20, seed: int = 0) -> dict:
     }
 
 
-def measure_torch_gelu_default() -> dict:
-    """The installed torch's default GELU (signature of nn.GELU and the value of F.gelu(1)); history unknowable here."""
+GELU_CHECK_POINTS = (-3.0, -1.0, -0.5, 0.5, 1.0, 3.0)
+
+
+def measure_torch_gelu_default(published: dict[str, str]) -> dict:
+    """The installed torch's GELU beside PyTorch's published history. Measured: nn.GELU's default `approximate`,
+    whether F.gelu with it computes x*Phi(x) (mpmath) and whether approximate='tanh' computes the tanh formula,
+    in float64. Published (`published`, the claim's note cites where): the release that added
+    approximate='tanh' and the default before 2.0. changed_in_2_0: the installed 2.x default is not that one."""
     default = inspect.signature(torch.nn.GELU.__init__).parameters["approximate"].default
-    one = torch.tensor(1.0, dtype=torch.float64)
-    exact = abs(F.gelu(one).item() - mp_gelu(1.0)) < 1e-12
-    behaves = "none" if exact else "tanh"
+    x = torch.tensor(GELU_CHECK_POINTS, dtype=torch.float64)
+    exact = torch.tensor([mp_gelu(v) for v in GELU_CHECK_POINTS], dtype=torch.float64)
+    behaves = "none" if torch.allclose(F.gelu(x), exact, rtol=1e-12, atol=0) else "tanh"
+    tanh = torch.from_numpy(REFERENCES["gelu_tanh"].f(x.numpy()))
+    installed = default if default == behaves else f"{default} (signature) / {behaves} (values)"
     return {
-        "installed_default": default if default == behaves else f"{default} (signature) / {behaves} (values)",
-        "changed_in_2_0": None,
+        "installed_default": installed,
+        "tanh_option": torch.allclose(F.gelu(x, approximate="tanh"), tanh, rtol=1e-12, atol=0),
+        "tanh_option_since": published["tanh_option_since"],
+        "default_before_2_0": published["default_before_2_0"],
+        "changed_in_2_0": installed != published["default_before_2_0"],
     }
 
 
@@ -171,7 +221,8 @@ MEASURES: dict[str, Callable[..., dict]] = {
     f.__name__.removeprefix("measure_"): f
     for f in (
         measure_gelu_approx_max_error,
-        measure_gelu_approx_rel_error_above,
+        measure_gelu_tanh_rel_error_beyond,
+        measure_gelu_approx_ulp_in_dtypes,
         measure_time_ratio,
         measure_gated_param_ratio,
         measure_gelu_std_reduction,
@@ -215,6 +266,19 @@ def verdict(parts: list[bool | None]) -> str:
     return "not measurable here" if any(p is None for p in parts) else "holds"
 
 
+PART_VERDICTS = {True: "holds", False: "does not hold", None: "not measurable here"}
+
+
+def verdict_by_reading(parts: dict[str, bool | None], readings: dict[str, str]) -> str:
+    """The verdict of a claim whose words can be read more than one way (claims.json `readings`: each part is
+    one reading, named by what it reads the words as): one verdict when every reading gets the same, else each
+    reading's, e.g. 'holds for x < -2.5; does not hold for x > 2.5'."""
+    said = {PART_VERDICTS[parts[k]] for k in readings}
+    if len(said) == 1:
+        return said.pop()
+    return "; ".join(f"{PART_VERDICTS[parts[k]]} for {reading}" for k, reading in readings.items())
+
+
 def claim_of(measure: str, path: str | Path = CLAIMS_PATH) -> dict:
     """The claim that names `measure`; ValueError if none does. A study's report shows a claim that only a
     trained study can measure (`measure_layer_grad_ratio`) from its row here, so its words live in one place."""
@@ -237,6 +301,8 @@ def load_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
                 f"claim {c['id']}: unknown measure '{c['measure']}'{closest(c['measure'], MEASURES)}; "
                 f"valid: {', '.join(MEASURES)}"
             )
+        if "readings" in c and set(c["readings"]) != set(c["claimed"]):
+            raise ValueError(f"claim {c['id']}: its readings must name each claimed part: {', '.join(c['claimed'])}")
     return claims
 
 
@@ -249,16 +315,17 @@ def run_claim(c: dict) -> dict:
     """Measure one claim of the claims file: claimed and measured values, per-part and overall verdict."""
     measured = MEASURES[c["measure"]](**c.get("args", {}))
     parts = {k: check(measured.get(k), v, c["rule"][k]) for k, v in c["claimed"].items()}
-    labels = {True: "holds", False: "does not hold", None: "not measurable here"}
+    readings = c.get("readings", {})
     return {
         "id": c["id"],
         "claim": c["claim"],
         "source": c["source"],
         "claimed": _fmt_values(c["claimed"]),
         "measured": _fmt_values(measured),
-        "verdict": verdict(list(parts.values())),
+        "verdict": verdict_by_reading(parts, readings) if readings else verdict(list(parts.values())),
         "note": c.get("note", ""),
         "claimed_values": c["claimed"],
         "measured_values": measured,
-        "parts": {k: labels[p] for k, p in parts.items()},
+        "parts": {k: PART_VERDICTS[p] for k, p in parts.items()},
+        "readings": {reading: PART_VERDICTS[parts[k]] for k, reading in readings.items()},
     }

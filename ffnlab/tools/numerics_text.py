@@ -145,7 +145,9 @@ def _claims_list(claims: list[dict]) -> list[str]:
         out.append(f"{c['id']}. {c['claim']}  [{c['source']}]")
         out.append(f"   claimed: {c['claimed']}")
         out.append(f"   measured: {c['measured']}")
-        out.append(f"   -> {c['verdict'].upper()}" + (f"  ({c['note']})" if c["note"] else ""))
+        # a claim whose words read more than one way gets a verdict per reading
+        readings = "; ".join(f"{v.upper()} for {reading}" for reading, v in c.get("readings", {}).items())
+        out.append(f"   -> {readings or c['verdict'].upper()}" + (f"  ({c['note']})" if c["note"] else ""))
     return out
 
 

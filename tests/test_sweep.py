@@ -233,9 +233,16 @@ def test_three_concurrent_sweeps_on_one_store_train_each_run_once_and_leave_no_l
 
 
 @pytest.mark.slow
-def test_ray_backend_runs_the_smoke_preset(tmp_path):
+def test_ray_backend_runs_the_smoke_preset(tmp_path, monkeypatch):
+    """...and its workers import nothing from the working directory, which Ray puts first on their sys.path."""
+    from tests.test_execute import plant_modules
+
     pytest.importorskip("ray")
+    (tmp_path / "cwd").mkdir()
+    plant_modules(tmp_path / "cwd", tmp_path / "imported.txt")
+    monkeypatch.chdir(tmp_path / "cwd")
     summary = run_study(smoke_study(), tmp_path / "ray.db", backend="ray", quiet=True)
+    assert not (tmp_path / "imported.txt").exists()
     assert {r.n_seeds for r in summary.cells[0].variants} == {2}
     local = run_study(smoke_study(), tmp_path / "local.db", quiet=True)  # every sweep run trains on one thread
     assert [r.mean for r in summary.cells[0].variants] == [r.mean for r in local.cells[0].variants]

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -241,17 +242,42 @@ def run_in_processes(todo: list[TrainConfig], store_path: Path, jobs: int, displ
     from concurrent.futures import as_completed
 
     busy = []
-    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=die_with_parent)
-    try:
-        futures = {pool.submit(execute, cfg.to_dict(), str(store_path)): cfg for cfg in todo}
-        for fut in as_completed(futures):
-            status = fut.result()
-            busy.append(futures[fut]) if status == "busy" else display.done(futures[fut], status)
-    except BaseException:  # Ctrl-C, SIGTERM (the CLI raises SystemExit), a bug: stop now, not after the queue
-        stop_workers(pool)
-        raise
-    pool.shutdown()
+    with safe_child_pythons():
+        context = mp.get_context("spawn")
+        pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),))
+        try:
+            futures = {pool.submit(execute, cfg.to_dict(), str(store_path)): cfg for cfg in todo}
+            for fut in as_completed(futures):
+                status = fut.result()
+                busy.append(futures[fut]) if status == "busy" else display.done(futures[fut], status)
+        except BaseException:  # Ctrl-C, SIGTERM (the CLI raises SystemExit), a bug: stop now, not after the queue
+            stop_workers(pool)
+            raise
+        pool.shutdown()
     return busy
+
+
+@contextlib.contextmanager
+def safe_child_pythons() -> Iterator[None]:
+    """Child Pythons started in the block (spawned workers, multiprocessing's resource tracker, a local Ray's
+    workers) import nothing from the working directory. NOTE: a child started as `python -c` has the working
+    directory first on sys.path, so a `random.py` or `multiprocessing/` lying there would run in every worker;
+    PYTHONSAFEPATH (Python 3.11's -P) leaves it out. The resource tracker's warning of the semaphores a killed
+    sweep leaves (it removes them itself) is kept off the user's terminal too."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONWARNINGS")}
+    os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved["PYTHONWARNINGS"], TRACKER_WARNING]))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+TRACKER_WARNING = "ignore:resource_tracker:UserWarning"  # "resource_tracker: There appear to be 2 leaked ..."
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -264,14 +290,18 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when its parent dies (prctl PR_SET_PDEATHSIG); elsewhere a
-    no-op. A killed run loses nothing: it resumes from its checkpoint."""
+def die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGKILL this worker when its parent (pid `parent`) dies (prctl PR_SET_PDEATHSIG);
+    elsewhere a no-op. A killed run loses nothing: it resumes from its checkpoint. NOTE: a parent killed
+    while this worker was starting (importing torch takes a second) is gone before the request: the
+    worker would wait on the pool's queue for ever, so it exits now."""
     import ctypes
     import signal
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def run_on_ray(
@@ -284,10 +314,19 @@ def run_on_ray(
     import ray
 
     started = not ray.is_initialized()
-    if started:
-        ray.init(
-            address=address, include_dashboard=False, log_to_driver=False, num_cpus=None if address else os.cpu_count()
-        )
+    # NOTE: Ray puts the driver's working directory first on its workers' sys.path (and starts a local
+    # cluster's workers in it): started from an empty folder, they import nothing the user's folder holds
+    # (a `torch.py` there), and each local task works in the user's folder again (relative data paths)
+    empty = Path(tempfile.mkdtemp(prefix="ffnlab-ray-")) if started else None
+    if empty is not None:
+        with safe_child_pythons(), contextlib.chdir(empty):
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                num_cpus=None if address else os.cpu_count(),
+            )
+    home = str(Path.cwd()) if address is None else None
     busy: list[TrainConfig] = []
     refs: dict[ray.ObjectRef[WorkerOutcome], TrainConfig] = {}
     locks: dict[str, contextlib.ExitStack] = {}  # each run's lock, let go once its outcome is recorded
@@ -308,7 +347,7 @@ def run_on_ray(
                     continue
                 store.start(rid)
                 gpu = 1 if cfg.device == "cuda" else 0
-                refs[remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), root)] = cfg
+                refs[remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), root, home)] = cfg
             pending = list(refs)
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
@@ -322,6 +361,8 @@ def run_on_ray(
         finally:
             if started:
                 ray.shutdown()
+            if empty is not None:
+                shutil.rmtree(empty, ignore_errors=True)
     return busy
 
 
@@ -343,15 +384,16 @@ class WorkerOutcome:
     error: str | None = None  # why the run failed
 
 
-def train_on_worker(cfg_dict: dict[str, Any], checkpoint_root: str) -> WorkerOutcome:
+def train_on_worker(cfg_dict: dict[str, Any], checkpoint_root: str, home: str | None = None) -> WorkerOutcome:
     """A Ray task: train one run on SWEEP_THREADS threads (or its own), checkpointing under
-    `checkpoint_root` on this worker, and return what the driver records."""
-    import tempfile
-
+    `checkpoint_root` on this worker, and return what the driver records. `home`: the folder a local
+    cluster's driver runs in, which relative paths in the config are relative to."""
     import torch
 
     from ffnlab._util.machine import environment
 
+    if home is not None:
+        os.chdir(home)
     cfg = TrainConfig.from_dict(cfg_dict)
     torch.set_num_threads(cfg.threads or SWEEP_THREADS)
     ckpt = Path(checkpoint_root).expanduser() / run_id(cfg)

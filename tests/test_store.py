@@ -72,7 +72,7 @@ def store(tmp_path):
 
 
 def test_schema_created_lazily_in_a_new_directory(tmp_path):
-    path = tmp_path / "deep" / "dir" / "ffnlab.db"
+    path = tmp_path / "dir" / "ffnlab.db"
     s = Store(path)
     assert s.path == path and not path.parent.exists()  # nothing written before the first use
     s.claim("a", {})
@@ -81,6 +81,19 @@ def test_schema_created_lazily_in_a_new_directory(tmp_path):
     assert {"meta", "runs", "metrics", "events"} <= tables
     assert raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert raw(path, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_a_store_whose_folder_has_no_parent_is_refused(tmp_path):
+    """The store's own folder is made (ffnlab-runs/ of the default path), as mkdir makes one; a path whose folder's
+    parent is missing is a typo, refused in one line before anything is made (folders were made from / down)."""
+    path = tmp_path / "missing" / "dir" / "s.db"
+    with pytest.raises(ValueError, match=f"there is no folder {tmp_path / 'missing'}; create it first"):
+        Store(path)
+    assert os.listdir(tmp_path) == []
+    file = tmp_path / "file"
+    file.touch()
+    with pytest.raises(ValueError, match="there is no folder"):
+        Store(file / "dir" / "s.db")
 
 
 def test_open_missing_or_foreign_file(tmp_path):
@@ -364,21 +377,131 @@ def test_a_store_path_that_is_not_a_regular_file_is_refused(tmp_path):
         ("studies.study", '{"seeds": "3"}', "study s1's record: 'seeds' is a string, not a number"),
         ("events.detail", "{not json", "run r1's event detail is not JSON"),
         ("events.detail", "null", "run r1's event detail is null, not an object"),
+        # SQLite keeps text or bytes in a numeric column: a TypeError inside the report's curves
+        ("metrics.value", "fast", "run r1's metric val_loss at step 5 is text 'fast', not a number"),
+        ("metrics.value", b"\x00", "run r1's metric val_loss at step 5 is bytes b'\\x00', not a number"),
+        ("metrics.step", "five", "run r1's metric val_loss (its step) is text 'five', not an integer"),
+        ("events.step", "1.5x", "run r1's event spike (its step) is text '1.5x', not an integer"),
+        ("runs.attempts", "many", "run r1's attempts is text 'many', not an integer"),
+        ("runs.finished_at", "soon", "run r1's finished_at is text 'soon', not a number"),
     ],
 )
 def test_records_edited_into_another_shape_name_the_store(store, column, text, problem):
-    """A JSON column of the wrong shape is refused where it is read, naming the store, instead of
-    failing later inside a summary (a string where a dict is iterated was an internal error)."""
+    """A JSON column of the wrong shape, or a numeric column holding text, is refused where it is read, naming
+    the store, instead of failing later inside a summary (a string where a dict is iterated was an internal
+    error, and so was text in metrics.value)."""
     store.claim("r1", {"x": 1})
     store.finish("r1", run_result(final_val_loss=1.0))
+    store.add_metrics("r1", [(5, "val_loss", 2.0)])
     store.add_events("r1", [{"step": 1, "kind": "spike", "ratio": 5.0}])
     store.add_study("s1", {"seeds": 3})
     table, name = column.split(".")
     with sqlite3.connect(store.path) as db:
         db.execute(f"UPDATE {table} SET {name} = ?", (text,))
-    read = {"runs": store.runs, "studies": store.studies, "events": lambda: store.events("r1")}[table]
+    read = {
+        "runs": store.runs,
+        "studies": store.studies,
+        "events": lambda: store.events("r1"),
+        "metrics": lambda: store.metrics("r1"),
+    }[table]
     with pytest.raises(ValueError) as error:
         read()
     message = str(error.value)
     assert message.startswith(f"run store {store.path}: {problem}")
     assert message.endswith("; the store was edited or damaged")
+
+
+# ---- read-only stores: the report and advise read a store they cannot write ------------------------
+
+
+def cannot_open_read_only(monkeypatch):
+    """mode=ro fails as on a read-only file system or folder, where SQLite cannot create the WAL's -shm file
+    beside the store (SQLITE_CANTOPEN): a real error of SQLite's, from a path that cannot be opened. NOTE: tests
+    may run as root, whom chmod does not stop."""
+    from ffnlab.study import store as store_module
+
+    real = store_module._opened
+    tried = []
+
+    def opened(uri):
+        mode = uri.rpartition("?")[2]
+        tried.append(mode)
+        return real(f"file:/nonexistent/s.db?{mode}" if mode in ("mode=rw", "mode=ro") else uri)
+
+    monkeypatch.setattr(store_module, "_opened", opened)
+    return tried
+
+
+def test_a_store_read_only_never_writes_and_leaves_no_files(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        s.claim("a", {"x": 1})
+        s.add_metrics("a", [(1, "loss", 2.0)])
+    before = path.read_bytes()
+    with Store(path, read_only=True) as s:
+        assert [r.id for r in s.runs()] == ["a"] and s.metrics("a") == [(1, "loss", 2.0)] and s.studies() == []
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):  # the connection itself cannot write
+            s._connect().execute("INSERT INTO meta (key, value) VALUES ('x', 'y')")
+        with pytest.raises(RuntimeError, match="opened read-only"):
+            s.claim("b", {})
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["s.db"]  # no -wal or -shm file left
+    with pytest.raises(ValueError, match="no run store at"):
+        Store(tmp_path / "missing.db", read_only=True)
+
+
+def test_a_store_that_sqlite_cannot_open_beside_is_read_as_immutable(tmp_path, monkeypatch):
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        s.claim("a", {"x": 1})
+    tried = cannot_open_read_only(monkeypatch)
+    with Store(path, read_only=True) as s:
+        assert [r.id for r in s.runs()] == ["a"]
+    assert tried == ["mode=rw", "mode=ro", "immutable=1"]
+    # immutable reads the file alone: a -wal file holding changes would be missed, so it is refused
+    (tmp_path / "s.db-wal").write_bytes(b"changes")
+    with pytest.raises(ValueError, match="its write-ahead log s.db-wal holds changes.*copy the store's folder"):
+        Store(path, read_only=True).runs()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only files and folders")
+def test_a_store_in_a_read_only_file_and_folder_can_be_read(tmp_path):
+    folder = tmp_path / "runs"
+    with Store(folder / "s.db") as s:
+        s.claim("a", {"x": 1})
+    (folder / "s.db").chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        with Store(folder / "s.db", read_only=True) as s:
+            assert [r.id for r in s.runs()] == ["a"]
+    finally:
+        folder.chmod(0o755)
+
+
+def test_an_older_store_without_the_studies_table_reads_it_as_empty(tmp_path):
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        s.claim("a", {"x": 1})
+    raw(path, "DROP TABLE studies")
+    with Store(path, read_only=True) as s:
+        assert s.studies() == [] and [r.id for r in s.runs()] == ["a"]
+
+
+def test_a_full_disk_is_no_space_left_naming_the_store(tmp_path):
+    """SQLite says "database or disk is full" (SQLITE_FULL), or "disk I/O error" where growing its -shm file
+    fails on a full file system: the user reads "no space left on device writing <store>"."""
+    from ffnlab.cli import user_error
+
+    path = tmp_path / "s.db"
+    with Store(path) as s:
+        s.claim("a", {})
+        pages = s._connect().execute("PRAGMA page_count").fetchone()[0]
+        s._connect().execute(f"PRAGMA max_page_count = {pages}")  # SQLite's SQLITE_FULL, without filling a disk
+        with pytest.raises(OSError) as error:
+            s.claim("b", {"text": "x" * 100_000})
+    assert user_error(error.value) == f"no space left on device writing {path}"
+    io_error = sqlite3.OperationalError("disk I/O error")
+    io_error.sqlite_errorcode = sqlite3.SQLITE_IOERR_SHMSIZE
+    store = Store(path)
+    assert store._disk_full(io_error) is None  # this disk has room: another I/O error stays SQLite's
+    store.path = Path("/proc/s.db")  # a file system with no block free
+    assert user_error(store._disk_full(io_error)) == "no space left on device writing /proc/s.db"

@@ -118,7 +118,7 @@ def store_settings(store_path: str | Path) -> int:
     0 where there is no store yet."""
     if not Path(store_path).is_file():
         return 0
-    with Store(store_path, create=False) as store:
+    with Store(store_path, read_only=True) as store:
         return len({setting_key(r.config) for r in store.runs("finished")})
 
 

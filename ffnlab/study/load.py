@@ -41,7 +41,7 @@ def load_study(store_path: str | Path, baseline: str | None = None) -> tuple[Stu
 
     Studies are recorded by `run_study`; for stores written before that, `rebuild_study` infers one.
     """
-    with Store(store_path, create=False) as store:
+    with Store(store_path, read_only=True) as store:
         recorded = store.studies()
         for rec in recorded:
             study = Study.from_dict(rec.study)
@@ -65,7 +65,7 @@ def rebuild_study(store_path: str | Path, baseline: str | None = None) -> tuple[
     baseline = `baseline`, else relu if present, else the first variant. Seeds of the baseline
     beyond the others' count are its noise-floor runs.
     """
-    with Store(store_path, create=False) as store:
+    with Store(store_path, read_only=True) as store:
         records = [r for r in store.runs() if r.done]
     if not records:
         raise ValueError(f"run store {store_path} holds no finished runs; run `ffnlab compare` first")

@@ -642,7 +642,7 @@ def report_data(
         raise ValueError(f"run store {store_path} holds no finished runs of this study; run `ffnlab compare` first")
     env = max(done, key=lambda r: r.finished_at or 0.0).env
     cells = {tuple(c.axes.items()): c for c in summary.cells}  # a cell's axes are its group key
-    with Store(store_path, create=False) as store:
+    with Store(store_path, read_only=True) as store:
         out_cells = [
             cell_report(store, study, items, cells[key], store_path, layer, attention) for key, items in records.items()
         ]

@@ -16,7 +16,8 @@ transaction is never seen). FULL also fsyncs the WAL at each commit, so a commit
 survives a power cut or OS crash as well; at about a millisecond per commit and a handful of commits
 per training run, that cost is invisible next to the minutes of compute a lost result would waste.
 Several processes may write at once: SQLite serialises writers, and busy_timeout makes them wait
-instead of failing.
+instead of failing. Readers (the report, advise) open the file read-only (`Store(read_only=True)`), so a
+store on a read-only file system, or a read-only or immutable file, can be read.
 
 JSON columns are json.dumps(sort_keys=True) text. NOTE: NaN and +-inf are written as the bare tokens
 NaN/Infinity/-Infinity (allow_nan), which Python's json reads back as floats but SQLite's json1
@@ -26,10 +27,12 @@ functions reject. Metric values are REAL, and SQLite stores NaN as NULL; we read
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import pathlib
+import re
 import sqlite3
 import threading
 import time
@@ -39,6 +42,7 @@ from typing import Any, Self
 
 from ffnlab._util.jsonio import field_problem, json_kind, json_safe
 from ffnlab._util.machine import environment
+from ffnlab._util.text import shorten
 from ffnlab.run.config import RunResult
 from ffnlab.study.plan import Study
 from ffnlab.study.records import RunRecord, RunStatus, result_from_dict
@@ -120,13 +124,22 @@ class StudyRecord:
 class Store:
     """The run store: one SQLite file, one connection per Store object (opened on first use)."""
 
-    def __init__(self, path: str | os.PathLike[str] = DEFAULT_PATH, create: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] = DEFAULT_PATH, create: bool = True, read_only: bool = False
+    ) -> None:
         self.path = pathlib.Path(path)
-        self.create = create
-        if not create and not self.path.is_file():
+        self.create = create and not read_only
+        self.read_only = read_only  # reads only, from a store that may not be writable (`_open_read_only`)
+        if not self.create and not self.path.is_file():
             raise ValueError(f"no run store at {self.path}")
         if self.path.exists() and not self.path.is_file():  # a folder, /dev/null, a pipe: SQLite would write beside it
             raise ValueError(f"run store {self.path} is not a regular file; give a path ending in .db")
+        folder = self.path.absolute().parent
+        if self.create and not folder.is_dir() and not folder.parent.is_dir():
+            # the store's own folder is made on first use (ffnlab-runs/), as mkdir makes one; not a path from /
+            raise ValueError(
+                f"cannot create run store {self.path}: there is no folder {folder.parent}; create it first"
+            )
         self._conn: sqlite3.Connection | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()  # one transaction at a time on the shared connection
@@ -138,8 +151,7 @@ class Store:
             return self._conn
         # NOTE: a connection must not cross a fork; a child process opens its own and leaves the
         # parent's alone (closing it here could disturb the parent's locks).
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        conn = self._open_read_only() if self.read_only else self._open()
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             # checked before anything is written, so a foreign file is left untouched: a new store
@@ -151,20 +163,28 @@ class Store:
                     + (f"; its tables: {', '.join(sorted(tables)[:5])}" if tables else "")
                     + "); give a new path or an ffnlab store"
                 )
-            _set_wal(conn)
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            with _transaction(conn):  # several processes may open a new store at once: create inside the lock
-                for statement in SCHEMA.split(";"):  # not executescript, which would COMMIT first
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-                stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+            if self.read_only:
+                for statement in SCHEMA_TABLES:  # a table added since an older store was written reads as empty
+                    if _table_name(statement) not in tables:
+                        conn.execute(statement.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+                conn.execute("PRAGMA query_only = ON")  # no statement writes, on a connection that may be read-write
+                row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                stored: Any = None if row is None else row[0]
+            else:
+                _set_wal(conn)
+                conn.execute("PRAGMA synchronous = FULL")
+                conn.execute("PRAGMA foreign_keys = ON")
+                with _transaction(conn):  # several processes may open a new store at once: create inside the lock
+                    for statement in SCHEMA.split(";"):  # not executescript, which would COMMIT first
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute(
+                        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                    )
+                    stored = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
             try:
                 version = int(stored)
-            except ValueError:
+            except (TypeError, ValueError):
                 raise ValueError(
                     f"run store {self.path} has a damaged schema version ({stored!r}); it is not a store "
                     "this ffnlab wrote, or it was edited"
@@ -176,24 +196,75 @@ class Store:
                 )
         except sqlite3.DatabaseError as e:
             conn.close()
-            raise ValueError(f"cannot open run store {self.path}: {e}") from None
+            raise self._disk_full(e) or ValueError(f"cannot open run store {self.path}: {e}") from None
         except BaseException:
             conn.close()
             raise
         self._conn, self._pid = conn, os.getpid()
         return conn
 
+    def _open(self) -> sqlite3.Connection:
+        """A read-write connection; the store's folder made if it is missing (its parent exists: `__init__`)."""
+        self.path.parent.mkdir(exist_ok=True)
+        return sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A connection for reading (`_connect` makes it query_only), opened as the file allows: read-write where
+        it can be (its close then checkpoints and removes the WAL's -wal and -shm files, as a writer's does; a
+        mode=ro connection leaves them beside the store); mode=ro where SQLite cannot open it so; immutable=1
+        where even that fails (a read-only folder or file system, where SQLite cannot create the -shm file).
+        Immutable reads the file alone, so a -wal file that holds changes is refused rather than missed."""
+        uri = self.path.absolute().as_uri()
+        try:
+            for mode in ("mode=rw", "mode=ro"):
+                try:
+                    return _opened(f"{uri}?{mode}")
+                except sqlite3.OperationalError as e:  # CANTOPEN on a read-only file system, READONLY_DIRECTORY
+                    if e.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+                        raise
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.is_file() and wal.stat().st_size > 0:
+                raise ValueError(
+                    f"cannot read run store {self.path}: its write-ahead log {wal.name} holds changes, which SQLite "
+                    "reads only where it can create files beside it; copy the store's folder somewhere writable"
+                )
+            return _opened(f"{uri}?immutable=1")
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"cannot open run store {self.path}: {e}") from None
+
+    def _disk_full(self, e: sqlite3.Error) -> OSError | None:
+        """ENOSPC naming the store where SQLite's error is a full disk (`ffnlab: error: no space left on device
+        writing ...`), not SQLite's "disk I/O error": SQLITE_FULL, or an I/O error (growing the WAL's -shm
+        file) on a file system with no space left."""
+        code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+        if code == sqlite3.SQLITE_FULL or (code == sqlite3.SQLITE_IOERR and _no_space(self.path.absolute().parent)):
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        return None
+
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One BEGIN IMMEDIATE transaction: takes the write lock up front so it never deadlocks midway."""
-        with self._lock:
+        if self.read_only:
+            raise RuntimeError(f"run store {self.path} was opened read-only")
+        with self._lock, self._errors():
             conn = self._connect()
             with _transaction(conn):
                 yield conn
 
     def _read(self, sql: str, args: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self._lock, self._errors():
             return self._connect().execute(sql, args).fetchall()
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """SQLite's error for a full disk as `_disk_full`'s OSError; others as they are."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            full = self._disk_full(e)
+            if full is None:
+                raise
+            raise full from None
 
     def close(self) -> None:
         with self._lock:
@@ -207,9 +278,9 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __reduce__(self) -> tuple[type[Self], tuple[pathlib.Path, bool]]:
+    def __reduce__(self) -> tuple[type[Self], tuple[pathlib.Path, bool, bool]]:
         """Picklable for multiprocessing and Ray: the copy is a new Store that opens its own connection."""
-        return type(self), (self.path, self.create)
+        return type(self), (self.path, self.create, self.read_only)
 
     def __repr__(self) -> str:
         return f"Store('{self.path}')"
@@ -335,6 +406,15 @@ class Store:
     def _damaged(self, problem: str) -> ValueError:
         return ValueError(f"run store {self.path}: {problem}; the store was edited or damaged")
 
+    def _number(self, value: Any, what: str, kind: type = float) -> Any:
+        """A numeric column's value, checked: SQLite keeps text or bytes in any column (`what` names it, "run
+        r1's attempts"); `kind` int for an INTEGER column. None (NaN in a metric, a time not yet reached) passes."""
+        allowed = (int,) if kind is int else (int, float)
+        if value is None or (isinstance(value, allowed) and not isinstance(value, bool)):
+            return value
+        found = f"text {shorten(repr(value))}" if isinstance(value, str) else f"{type(value).__name__} {shorten(value)}"
+        raise self._damaged(f"{what} is {found}, not {'an integer' if kind is int else 'a number'}")
+
     def runs(self, status: RunStatus | str | None = None, sweep: str | None = None) -> list[RunRecord]:
         """Runs oldest first (created_at, then id), optionally only one status and/or one sweep."""
         if status is not None and status not in STATUSES:
@@ -358,6 +438,11 @@ class Store:
             result = result_from_dict(stored) if status.done and stored is not None else None
         except ValueError as e:
             raise self._damaged(f"run {rid}: {e}") from None
+        attempts = self._number(attempts, f"run {rid}'s attempts", int)
+        created_at, started_at, finished_at = (
+            self._number(value, f"run {rid}'s {name}")
+            for name, value in (("created_at", created_at), ("started_at", started_at), ("finished_at", finished_at))
+        )
         return RunRecord(
             rid, config, status, result, error, env or {}, sweep, attempts, created_at, started_at, finished_at
         )
@@ -370,13 +455,24 @@ class Store:
             rows = self._read(
                 "SELECT step, name, value FROM metrics WHERE run_id = ? AND name = ? ORDER BY step", (run_id, name)
             )
-        return [(step, metric, math.nan if value is None else value) for step, metric, value in rows]
+        return [
+            (
+                self._number(step, f"run {run_id}'s metric {metric} (its step)", int),
+                metric,
+                math.nan if value is None else self._number(value, f"run {run_id}'s metric {metric} at step {step}"),
+            )
+            for step, metric, value in rows
+        ]
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's events as {"step", "kind", ...detail}, ordered by step then kind."""
         rows = self._read("SELECT step, kind, detail FROM events WHERE run_id = ? ORDER BY step, kind", (run_id,))
         return [
-            {"step": step, "kind": kind, **self._object(detail, f"run {run_id}'s event detail")}
+            {
+                "step": self._number(step, f"run {run_id}'s event {kind} (its step)", int),
+                "kind": kind,
+                **self._object(detail, f"run {run_id}'s event detail"),
+            }
             for step, kind, detail in rows
         ]
 
@@ -413,6 +509,33 @@ class Store:
 
 
 RUN_COLUMNS = "id, config, status, result, env, sweep, attempts, created_at, started_at, finished_at"
+SCHEMA_TABLES = [s.strip() for s in SCHEMA.split(";") if s.strip().startswith("CREATE TABLE")]
+
+
+def _table_name(statement: str) -> str:
+    """The table a `CREATE TABLE IF NOT EXISTS name (...)` statement of SCHEMA creates."""
+    match = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)", statement)
+    assert match, statement
+    return match.group(1)
+
+
+def _opened(uri: str) -> sqlite3.Connection:
+    """A connection to a SQLite URI, its file opened (SQLite opens it, and a WAL's -shm, on first use)."""
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _no_space(folder: pathlib.Path) -> bool:
+    """Whether the file system holding `folder` has no block left that this process may use."""
+    try:
+        return os.statvfs(folder).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _require(conn: sqlite3.Connection, run_id: str) -> None:
@@ -429,7 +552,8 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # SQLite rolled back itself on some errors (a full disk): ROLLBACK would fail
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
 

@@ -332,7 +332,7 @@ def study_records(
     (`ffnlab.study.plan.group_key`: the cell's axis values as (axis, value) pairs)."""
     runs = plan(study) if runs is None else runs
     cells: dict[CellKey, CellRuns] = {}
-    with Store(Path(store_path), create=False) as store:
+    with Store(Path(store_path), read_only=True) as store:
         for cfg in runs:
             cells.setdefault(group_key(cfg, study), []).append((cfg, store.get(run_id(cfg))))
     return cells

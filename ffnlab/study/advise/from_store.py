@@ -81,7 +81,7 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
     elif "depth" in study.axes and depth is not None:
         nearest = min(study.axes["depth"], key=lambda d: (abs(d - depth), d))
         cells = [c for c in cells if c.axes["depth"] == nearest]
-    with Store(store_path, create=False) as store:
+    with Store(store_path, read_only=True) as store:
         env: dict[str, Any] = next((r.env for r in reversed(store.runs(status="finished"))), {})
     cfg = study.base
     facts = StudyFacts(

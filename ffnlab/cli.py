@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import warnings
 
 from ffnlab._util.text import shorten
 from ffnlab.commands import (
@@ -328,11 +329,24 @@ def main(argv=None) -> int:
         if threading.current_thread() is threading.main_thread()
         else None
     )
+    previous_format, warnings.formatwarning = warnings.formatwarning, one_line_warning
     try:
         return run_command(argv)
     finally:
+        warnings.formatwarning = previous_format
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+PYTHON_FORMAT = warnings.formatwarning
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """ffnlab's own warnings as one line, as its errors are ("ffnlab: warning: ..."): the file and line of the
+    code that warned mean nothing to a user. Other libraries' warnings keep Python's format."""
+    if category.__module__.startswith("ffnlab."):
+        return f"ffnlab: warning: {message}\n"
+    return PYTHON_FORMAT(message, category, filename, lineno, line)
 
 
 def run_command(argv) -> int:

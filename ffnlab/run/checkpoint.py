@@ -2,13 +2,23 @@
 the step to resume from. Every file is written through `atomic_path`, so a kill at any moment leaves
 the previous checkpoint usable, and a checkpoint that cannot be read is discarded, never trusted.
 
-A checkpoint directory holds one pair, `model-<step>.safetensors` and `state-<step>.pt` (the
-dict `trainer_state` builds: step, elapsed seconds, history, optimizer state, data and torch RNG).
+A checkpoint folder holds one pair, `model-<step>.safetensors` and `state-<step>.pt` (the
+dict `trainer_state` builds: step, elapsed seconds, history, optimizer state, data and torch RNG),
+`latest.json`, and the marker `.ffnlab-checkpoints`, written with the first checkpoint.
+
+The folder rule: ffnlab deletes only the files it names (`is_own`), never by a wildcard, and only in a
+folder it marked. A folder is used when it is new or empty, marked, or written by ffnlab before the
+marker existed (only ffnlab's names, and a latest.json whose checkpoint loads). Any other folder, and one
+holding a link, FIFO or device under ffnlab's names, is refused before training (`check_checkpoint_folder`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import re
+import stat
 import warnings
 from pathlib import Path
 
@@ -16,6 +26,11 @@ import torch
 from torch import nn
 
 from ffnlab._util.files import atomic_path, write_atomic
+from ffnlab._util.reading import read_text
+
+MARKER = ".ffnlab-checkpoints"
+LATEST = "latest.json"
+MARKER_TEXT = "ffnlab's checkpoints of one training run; ffnlab deletes only the files it wrote here.\n"
 
 
 class CheckpointWarning(UserWarning):
@@ -24,6 +39,79 @@ class CheckpointWarning(UserWarning):
 
 class DamagedCheckpoint(Exception):
     """Raised by load_checkpoint after discarding a checkpoint it could not read."""
+
+
+def pair_step(name: str) -> int | None:
+    """The step of a checkpoint pair's file name (`model-<step>.safetensors`, `state-<step>.pt`, the step
+    written as ffnlab writes it); None for any other name."""
+    found = re.fullmatch(r"model-(0|[1-9][0-9]*)\.safetensors|state-(0|[1-9][0-9]*)\.pt", name)
+    return None if found is None else int(found[1] or found[2])
+
+
+def is_own(name: str) -> bool:
+    """Whether ffnlab writes a file of this name into a checkpoint folder: the marker, latest.json, a pair's
+    file, or the temporary file `atomic_path` writes one of them through (left there by a kill -9)."""
+    temporary = re.fullmatch(r"\.(.+)\.[0-9]+\.tmp", name)
+    name = temporary[1] if temporary else name
+    return name in (MARKER, LATEST) or pair_step(name) is not None
+
+
+def entry_kind(path: Path) -> str | None:
+    """What `path` is when it is not a regular file ("a symbolic link to /dev/zero"), judged without
+    following links: ffnlab never writes one, and `atomic_path` would write through a link to its target."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link to {os.readlink(path)}"
+    return {stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO"}.get(stat.S_IFMT(mode), "a device or socket")
+
+
+def own_files(directory: Path) -> list[Path]:
+    """The regular files of `directory` that ffnlab wrote (`is_own`), the marker aside."""
+    return [p for p in directory.iterdir() if is_own(p.name) and p.name != MARKER and entry_kind(p) is None]
+
+
+def check_checkpoint_folder(directory: Path) -> Path:
+    """`directory` if ffnlab may checkpoint there (the module's folder rule); else ValueError in one line
+    naming it and what is in the way. A folder it may use but not write to is refused too, before training."""
+    if not directory.exists():
+        if directory.is_symlink():
+            raise ValueError(
+                f"the checkpoint folder {directory} is a link to {os.readlink(directory)}, which does not exist"
+            )
+        home = directory.parent
+        while not home.exists():
+            home = home.parent
+        if not home.is_dir() or not os.access(home, os.W_OK | os.X_OK):
+            raise ValueError(f"cannot create the checkpoint folder {directory}: {home} is not a writable folder")
+        return directory
+    if not directory.is_dir():
+        raise ValueError(f"the checkpoint folder {directory} is a file; give a folder")
+    names = sorted(os.listdir(directory))
+    for name in filter(is_own, names):
+        kind = entry_kind(directory / name)
+        if kind is not None:
+            raise ValueError(
+                f"the checkpoint folder {directory} holds {name}, which is {kind}; "
+                "ffnlab writes only regular files there: remove it or give another folder"
+            )
+    if names and MARKER not in names:
+        foreign = [name for name in names if not is_own(name)]
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise ValueError(
+                f"the checkpoint folder {directory} holds files ffnlab did not write ({shown}); "
+                "give a new or empty folder, or one that holds only ffnlab's checkpoints"
+            )
+        if LATEST not in names:
+            raise ValueError(
+                f"the checkpoint folder {directory} holds {', '.join(names[:3])} but no {LATEST} and no {MARKER} "
+                "marker, so ffnlab cannot tell they are its own; give a new or empty folder"
+            )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"the checkpoint folder {directory} is not writable")
+    return directory
 
 
 def save_weights(model: nn.Module, path: Path) -> None:
@@ -57,14 +145,18 @@ def trainer_state(
 
 def save_checkpoint(directory: Path, model: nn.Module, state: dict) -> None:
     """Weights to safetensors and the trainer state (`trainer_state`) to a torch file, each written
-    atomically; `latest.json` is switched last, so a kill leaves the previous pair usable."""
+    atomically; `latest.json` is switched last, so a kill leaves the previous pair usable. The marker
+    comes first: from then on the folder is ffnlab's, which deletes the older pairs, by name."""
     step = state["step"]
+    check_checkpoint_folder(directory).mkdir(parents=True, exist_ok=True)
+    if not (directory / MARKER).exists():
+        write_atomic(directory / MARKER, MARKER_TEXT)
     save_weights(model, directory / f"model-{step}.safetensors")
     with atomic_path(directory / f"state-{step}.pt") as tmp:
         torch.save(state, tmp)
-    write_atomic(directory / "latest.json", json.dumps({"step": step}))
-    for old in directory.glob("*-*.*"):  # older pairs are no longer needed
-        if old.stem.split("-")[-1] != str(step) and not old.name.endswith(".tmp"):
+    write_atomic(directory / LATEST, json.dumps({"step": step}))
+    for old in own_files(directory):
+        if pair_step(old.name) not in (None, step):
             old.unlink(missing_ok=True)
 
 
@@ -72,21 +164,25 @@ def load_checkpoint(
     directory: Path, model: nn.Module, opt: torch.optim.Optimizer, gen: torch.Generator, scaler: torch.amp.GradScaler
 ) -> dict | None:
     """Resume from the latest checkpoint: weights into `model`, optimizer and gradient-scaler state, data and
-    torch RNG; returns the trainer state, or None when there is no checkpoint.
+    torch RNG; returns the trainer state, or None when there is no checkpoint. ValueError for a folder
+    `check_checkpoint_folder` refuses.
 
     A checkpoint that cannot be read or applied whole (truncated, not safetensors, a pickle that
     weights_only refuses, weights of another model) is discarded with a warning naming it, and
     DamagedCheckpoint is raised: `model` and `opt` may be half-set, so the caller starts from a
-    fresh model at step 0, which ends with the same result as an uninterrupted run.
+    fresh model at step 0, which ends with the same result as an uninterrupted run. Only in a folder
+    ffnlab marked: in an unmarked one the files may be the user's, so ValueError says so and nothing is deleted.
     """
     from safetensors.torch import load_model
 
-    latest = directory / "latest.json"
+    latest = check_checkpoint_folder(directory) / LATEST
     if not latest.exists():
         return None
     try:
-        step = int(json.loads(latest.read_text())["step"])
-        state = torch.load(directory / f"state-{step}.pt", weights_only=True)
+        step = json.loads(read_text(latest, "the checkpoint index"))["step"]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"{LATEST} names no step ({step!r})")
+        state = load_state(directory / f"state-{step}.pt")
         if not isinstance(state, dict) or state.get("step") != step:
             raise ValueError(f"state-{step}.pt is not the trainer state of step {step}")
         load_model(model, str(directory / f"model-{step}.safetensors"), strict=True)
@@ -96,14 +192,31 @@ def load_checkpoint(
         gen.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
     except Exception as e:  # any damage: a resumed run must not fail on it forever
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else '-'}"
+        if not (directory / MARKER).exists():
+            raise ValueError(
+                f"the checkpoint folder {directory} holds a checkpoint ffnlab cannot read ({reason}) and no "
+                f"{MARKER} marker, so its files may not be ffnlab's and are kept; remove them or give another folder"
+            ) from None
         warnings.warn(
-            f"discarding the unreadable checkpoint in {directory} ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:200] if str(e) else '-'}); the run starts again from step 0",
+            f"discarding the unreadable checkpoint in {directory} ({reason}); the run starts again from step 0",
             CheckpointWarning,
             stacklevel=2,
         )
-        for stale in directory.glob("*"):
-            if stale.is_file():
-                stale.unlink(missing_ok=True)
+        for stale in own_files(directory):
+            stale.unlink(missing_ok=True)
         raise DamagedCheckpoint(str(directory)) from None
     return state
+
+
+def load_state(path: Path) -> dict:
+    """A trainer state, loaded with weights_only (tensors and plain data: a pickle cannot run code); ValueError
+    in ffnlab's words where torch refuses the file, whose own message advises the unsafe way round it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on the pickle protocol of a file it then refuses
+            return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        raise ValueError(
+            f"{path.name} holds objects other than tensors and plain data, which ffnlab never loads"
+        ) from None

@@ -44,7 +44,14 @@ from ffnlab.core.model import (
     param_count,
     qkv_act_spec,
 )
-from ffnlab.run.checkpoint import DamagedCheckpoint, load_checkpoint, save_checkpoint, save_weights, trainer_state
+from ffnlab.run.checkpoint import (
+    DamagedCheckpoint,
+    check_checkpoint_folder,
+    load_checkpoint,
+    save_checkpoint,
+    save_weights,
+    trainer_state,
+)
 from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
 from ffnlab.run.device import (
     check_fits,
@@ -553,6 +560,8 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     device = resolve_device(cfg.device)
     cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))  # the stored config says what ran
     cfg = resolve_init(cfg)
+    if cfg.checkpoint_dir:  # a folder ffnlab may not use is refused before the data is read
+        check_checkpoint_folder(Path(cfg.checkpoint_dir))
     task = cfg.model.task
     if cfg.qat_from is not None:  # known now, not at qat_from of the way through
         from ffnlab.tools.quantize import require_torchao

@@ -15,9 +15,9 @@ import re
 import signal
 import sqlite3
 import sys
-import threading
 import warnings
 
+from ffnlab._util.signals import stop_within
 from ffnlab._util.text import shorten
 from ffnlab.commands import (
     cmd_advise,
@@ -323,19 +323,14 @@ PATH_ERRORS = {  # a path the user gave that the file system cannot take: what i
 def main(argv=None) -> int:
     """Run the CLI. Exit 0 on success, 1 when runs did not finish or on an internal error (one line,
     the full trace written to a file it names), 2 on a user error (one line naming the problem)."""
-    # SIGTERM (a scheduler's stop, `kill`) unwinds like Ctrl-C, so `finally` blocks remove temporary files
-    previous = (
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-        if threading.current_thread() is threading.main_thread()
-        else None
-    )
     previous_format, warnings.formatwarning = warnings.formatwarning, one_line_warning
     try:
-        return run_command(argv)
+        # SIGTERM unwinds like Ctrl-C, so `finally` blocks remove temporary files; either ends the process
+        # within seconds even while library code holds the main thread
+        with stop_within():
+            return run_command(argv)
     finally:
         warnings.formatwarning = previous_format
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 PYTHON_FORMAT = warnings.formatwarning

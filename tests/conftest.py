@@ -37,6 +37,49 @@ def run_cli(capsys):
     return run
 
 
+# the CLI in a child with at most 3 GiB of address space: a read without bound fails there instead of exhausting
+# the machine
+BOUNDED_CLI = (
+    "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+    "from ffnlab.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def run_cli_bounded(*argv, timeout: float = 60) -> tuple[int, str, str]:
+    """Run the CLI in a child process, bounded in memory (BOUNDED_CLI) and time: a read that blocks (a FIFO) or
+    never ends (/dev/zero) fails the test instead of hanging the suite. (exit code, stdout, stderr)."""
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-c", BOUNDED_CLI, *map(str, argv)]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def within(seconds: float, call):
+    """call()'s result, run in a daemon thread: a test of a FIFO fails if it has not returned after `seconds`
+    (blocked opening the FIFO) instead of hanging the suite. Only for code that releases the GIL while it
+    waits (Python's open); a library that blocks holding it (safetensors) needs `run_cli_bounded`."""
+    import threading
+
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:  # raised again in the test's thread
+            outcome.append((False, e))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still running after {seconds} s: blocked on a FIFO?"
+    returned, value = outcome[0]
+    if not returned:
+        raise value
+    return value
+
+
 def run_result(**fields):
     """A `RunResult` with plausible values in every field, `fields` replacing some: test fixtures are built
     from the real type, so a misspelt or stale field fails instead of passing unread."""

@@ -1,11 +1,13 @@
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from ffnlab.run import data
 from ffnlab.run.data import SPLITS, load_corpus
+from tests.conftest import within
 
 
 def play_folders() -> dict[str, str]:
@@ -329,6 +331,69 @@ def test_non_utf8_file(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1") * 50)
     message = one_line_error(str(tmp_path / "latin1.txt"))
     assert "latin1.txt" in message and "UTF-8" in message
+
+
+ZERO = "is a character device, which may never end (a link to /dev/zero); give a regular file"
+
+
+@pytest.mark.parametrize(
+    "task, name", [("lm", "book.txt"), ("cls", "rows.jsonl"), ("cls", "rows.csv"), ("tokens", "ner.conll")]
+)
+def test_a_data_file_linked_to_a_device_is_refused_by_its_kind(tmp_path, task, name):
+    link = tmp_path / name
+    link.symlink_to("/dev/zero")  # was read without end: 3 GB in 9 s
+    assert one_line_error(str(link), task=task) == f"the data file {link} {ZERO}"
+
+
+@pytest.mark.parametrize("task", ["lm", "tokens"])
+def test_a_device_named_as_data_is_refused_by_its_kind(task):
+    message = one_line_error("/dev/zero", task=task)  # task tokens read it without end
+    assert message == "the data file /dev/zero is a character device, which may never end; give a regular file"
+
+
+@pytest.mark.parametrize("task", ["lm", "tokens"])
+def test_files_inside_a_data_folder_follow_the_same_rule(tmp_path, task):
+    write_lines(tmp_path / "valid.txt", 50)
+    write_lines(tmp_path / "test.txt", 50)
+    (tmp_path / "train.txt").symlink_to("/dev/zero")  # was passed over (lm) or read without end (tokens)
+    (tmp_path / "notes.md").symlink_to("/dev/zero")  # not data: never read, so not refused
+    assert one_line_error(str(tmp_path), task=task) == f"the data file {tmp_path / 'train.txt'} {ZERO}"
+    (tmp_path / "train.txt").unlink()
+    (tmp_path / "train.txt").symlink_to(tmp_path / "gone.txt")
+    message = one_line_error(str(tmp_path), task=task)
+    assert (
+        message
+        == f"the data file {tmp_path / 'train.txt'} is a symbolic link to {tmp_path / 'gone.txt'}, which does not exist; give a regular file"
+    )
+
+
+def test_a_dangling_link_named_as_data_is_refused_as_such(tmp_path):
+    (tmp_path / "book.txt").symlink_to("gone.txt")
+    message = one_line_error(str(tmp_path / "book.txt"))  # was "no such file or folder"
+    assert message.endswith("book.txt is a symbolic link to gone.txt, which does not exist; give a regular file")
+
+
+def test_a_saved_dataset_with_a_file_linked_to_a_device_is_refused(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": ["a b c"] * 30}).save_to_disk(str(tmp_path / "ds"))
+    arrow = next((tmp_path / "ds").glob("*.arrow"))
+    arrow.unlink()
+    arrow.symlink_to("/dev/zero")
+    assert one_line_error(str(tmp_path / "ds")) == f"the data file {arrow} {ZERO}"
+
+
+@pytest.mark.parametrize("name", ["ner.conll", "folder/train.txt"])
+def test_a_fifo_as_data_exits_2_in_one_line_without_blocking(run_cli, tmp_path, name):
+    fifo = tmp_path / name
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)  # blocked for ever (tokens), or passed over inside a folder
+    data = fifo if name == "ner.conll" else fifo.parent
+    code, _, err = within(30, lambda: run_cli("train", "--task", "tokens", "--data", data, "--steps", 1))
+    assert (
+        code == 2
+        and err
+        == f"ffnlab: error: the data file {fifo} is a FIFO (a named pipe), which may block for ever; give a regular file\n"
+    )
 
 
 def test_unknown_name_lists_choices():

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab._util.names import closest
+from ffnlab._util.reading import check_readable, read_text
 from ffnlab.run.pairs import check_pair_task, is_pair, join_pair, text_fields
 from ffnlab.run.tagging import Sentence, parse_conll, row_sentence, speaker_sentences, tag_index
 
@@ -519,12 +520,13 @@ def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: st
     return parts
 
 
-def read_text(path: Path) -> str:
-    """A file's text as UTF-8; ValueError naming the file if it is not UTF-8 or is empty."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8") from None
+DATA_FILE = "the data file"  # what a data file is called in errors (ffnlab._util.reading)
+
+
+def data_text(path: Path) -> str:
+    """A data file's text: a regular file of UTF-8 text of any size (`ffnlab._util.reading.read_text`);
+    ValueError naming the file otherwise, or if it is empty."""
+    text = read_text(path, DATA_FILE, limit=None)  # data files may be gigabytes: no limit but the file's kind
     if not text.strip():
         raise ValueError(f"{path} is empty")
     return text
@@ -533,7 +535,7 @@ def read_text(path: Path) -> str:
 def read_jsonl(path: Path) -> list[dict]:
     """Rows of a JSON-lines file (blank lines skipped)."""
     rows = []
-    for i, line in enumerate(read_text(path).splitlines()):
+    for i, line in enumerate(data_text(path).splitlines()):
         if not line.strip():
             continue
         try:
@@ -549,7 +551,7 @@ def read_jsonl(path: Path) -> list[dict]:
 def read_csv(path: Path) -> list[dict]:
     """Rows of a CSV file whose first line names the columns (quoted fields may span lines)."""
     try:
-        rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+        rows = list(csv.DictReader(io.StringIO(data_text(path), newline="")))
     except csv.Error as e:
         raise ValueError(f"{path} is not valid CSV ({e})") from None
     if not rows:
@@ -573,6 +575,7 @@ def read_parquet(path: Path) -> list[dict]:
 
 
 ROW_READERS = {".jsonl": read_jsonl, ".csv": read_csv, ".parquet": read_parquet}
+DATA_SUFFIXES = {".txt", *ROW_READERS}
 
 
 def file_split(path: Path) -> str:
@@ -686,12 +689,26 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
 
 def is_saved_dataset(path: Path) -> bool:
     """True for a folder written by Dataset.save_to_disk or DatasetDict.save_to_disk."""
-    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+    return os.path.lexists(path / "dataset_dict.json") or os.path.lexists(path / "state.json")
+
+
+def folder_files(path: Path) -> list[Path]:
+    """Everything under the folder `path` but folders, sorted: a FIFO, a device or a dangling link among
+    them is refused where it would be read (`readable`), not passed over."""
+    return sorted(f for f in path.rglob("*") if not f.is_dir())
+
+
+def readable(files: list[Path]) -> list[Path]:
+    """`files`, each checked to be a regular file before any is read (`ffnlab._util.reading.check_readable`):
+    a FIFO would block, a device (/dev/zero) never end."""
+    for file in files:
+        check_readable(file, DATA_FILE)
+    return files
 
 
 def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
     """LM corpus from text files: by file name, by file, or by position (module doc)."""
-    texts = {f.relative_to(root).as_posix() if root.is_dir() else f.name: read_text(f) for f in files}
+    texts = {f.relative_to(root).as_posix() if root.is_dir() else f.name: data_text(f) for f in files}
     named = {rel: SPLIT_NAMES.get(file_split(Path(rel)), "all") for rel in texts}
     source = f"{len(files)} text file(s) under {root}"
     if set(named.values()) >= {"train", "test"} or set(named.values()) >= {"train", "val"}:
@@ -737,7 +754,7 @@ def conll_split(path: Path) -> str:
 def load_conll(name: str, path: Path) -> Corpus:
     """Corpus of task 'tokens' from a CoNLL file, or a folder of CoNLL files named for their splits (module doc)."""
     if path.is_dir():
-        files = sorted(f for f in path.rglob("*") if f.is_file() and conll_split(f) != "all")
+        files = readable([f for f in folder_files(path) if conll_split(f) != "all"])
         if not files:
             raise ValueError(
                 f"{path} has no CoNLL files named for their split (train, valid or dev, test; CoNLL-2003's "
@@ -747,7 +764,7 @@ def load_conll(name: str, path: Path) -> Corpus:
         files = [path]
     parts: dict[str, tuple[list, list]] = {}
     for f in files:
-        sentences = parse_conll(read_text(f), str(f))
+        sentences = parse_conll(data_text(f), str(f))
         texts, labels = parts.setdefault(conll_split(f) if path.is_dir() else "all", ([], []))
         texts += [s.text for s in sentences]
         labels += sentences
@@ -759,6 +776,7 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
     name = str(path)
     label = label_field if task == "cls" else None
     if path.is_dir() and is_saved_dataset(path):
+        readable(folder_files(path))  # arrow files and JSON, which datasets opens itself
         try:
             import datasets
 
@@ -769,8 +787,8 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
         return from_hf(name, loaded, task, text_field, label_field, f"saved dataset {path}")
     if task == "tokens":
         return load_conll(name, path)
-    files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
-    suffixes = {f.suffix.lower() for f in files} & {".txt", *ROW_READERS}
+    files = readable([f for f in folder_files(path) if f.suffix.lower() in DATA_SUFFIXES] if path.is_dir() else [path])
+    suffixes = {f.suffix.lower() for f in files} & DATA_SUFFIXES
     if not suffixes:
         raise ValueError(f"{path} is not a supported local source; give {LOCAL_FORMATS}")
     if len(suffixes) > 1:
@@ -802,9 +820,7 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
 def looks_like_path(source: str) -> bool:
     """True when `source` reads as a file path rather than a dataset name."""
     return (
-        any(c in source for c in "/\\")
-        or source.startswith(("~", "."))
-        or Path(source).suffix.lower() in {".txt", *ROW_READERS}
+        any(c in source for c in "/\\") or source.startswith(("~", ".")) or Path(source).suffix.lower() in DATA_SUFFIXES
     )
 
 
@@ -848,7 +864,7 @@ def load_corpus(
         loaded = load_hf(source, repo, config or None)
         return from_hf(source, loaded, task, text_field, label_field, f"Hugging Face {repo} {config}".strip())
     path = Path(os.path.expanduser(source))
-    if source and path.exists():  # NOTE: Path('') is '.', the current folder
+    if source and os.path.lexists(path):  # NOTE: Path('') is '.', the current folder; a dangling link is refused
         return load_path(path, task, text_field, label_field)
     if looks_like_path(source):
         raise ValueError(f"no such file or folder: {source}")

@@ -1,6 +1,8 @@
+import functools
 import json
 import os
 import random
+import time
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from ffnlab.run import tokenizer as tk
 from ffnlab.run.config import TrainConfig, identity
 from ffnlab.run.tokenizer import TOKENIZERS, build_tokenizer, tokenizer_from_state
-from tests.conftest import TINY_MODEL
+from tests.conftest import TINY_MODEL, within
 
 CORPUS = [
     "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n",
@@ -129,19 +131,45 @@ def test_bad_input(build):
 
 
 def test_a_folder_tokenizer_that_cannot_be_read_is_one_line(tmp_path):
-    damaged = {
-        "garbage": lambda path: path.write_text("garbage{"),  # was tokenizers' plain Exception: an internal error
-        "not_utf8": lambda path: path.write_bytes(b"\xff\xfe{"),
+    damaged = {  # (damage, message after the path)
+        "garbage": (lambda path: path.write_text("garbage{"), "cannot read the tokenizer"),  # was an internal error
+        "not_utf8": (lambda path: path.write_bytes(b"\xff\xfe{"), "is not UTF-8 text (byte 0xff at 0)"),
+        # these were passed over: --from took the char tokenizer
+        "dangling": (
+            lambda path: path.symlink_to("gone.json"),
+            "is a symbolic link to gone.json, which does not exist",
+        ),
+        "folder": (lambda path: path.mkdir(), "is a folder; give a regular file"),
+        "fifo": (os.mkfifo, "is a FIFO (a named pipe), which may block for ever; give a regular file"),
+        "zero": (lambda path: path.symlink_to("/dev/zero"), "is a character device, which may never end"),
     }
     if os.path.exists("/proc/self/mem"):  # a link to a file whose every read fails (EIO), even for root
-        damaged["link"] = lambda path: path.symlink_to("/proc/self/mem")
-    for name, damage in damaged.items():
+        damaged["link"] = (lambda path: path.symlink_to("/proc/self/mem"), "cannot be read (Input/output error)")
+    for name, (damage, message) in damaged.items():
         folder = tmp_path / name
         folder.mkdir()
         damage(folder / "tokenizer.json")
-        with pytest.raises(ValueError, match=f"cannot read the tokenizer {folder}/tokenizer.json") as e:
-            build_tokenizer("pretrained", [], folder=str(folder))
-        assert "\n" not in str(e.value)
+        with pytest.raises(ValueError) as e:
+            within(30, functools.partial(build_tokenizer, "pretrained", [], folder=str(folder)))
+        assert "\n" not in str(e.value) and f"tokenizer {folder}/tokenizer.json" in str(e.value), name
+        assert message in str(e.value), name
+
+
+def test_bpe_training_cuts_runs_longer_than_any_word(build):
+    word = "a" * 120_000  # as one word the trainer took the square of its length: 18 s, 500,000 characters minutes
+    started = time.perf_counter()
+    tok = build("bpe", [word + " and more words\n" * 3], vocab_size=300)
+    assert time.perf_counter() - started < 5
+    assert tok.decode(tok.encode(word)) == word and len(tok.encode(word)) < len(word) // 100
+    pieces = list(tk.short_runs(word + "\n" + " \n" * 3000 + "b"))
+    assert "".join(pieces) == word + "\n" + " \n" * 3000 + "b" and max(map(len, pieces)) == tk.MAX_TRAIN_WORD
+
+
+def test_bpe_training_counts_ordinary_text_as_encoding_splits_it():
+    text = "".join(CORPUS) * 50
+    line = " ".join(CORPUS).replace("\n", " ") * 50  # one line, one chunk: searched for long runs, and none found
+    for chunk in [*tk.safe_chunks(text, tk.TRAIN_CHUNK_CHARS), line]:
+        assert list(tk.short_runs(chunk)) == [chunk]
 
 
 # ---- the word tokenizer -----------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tomllib
 import typing
 from dataclasses import fields, is_dataclass, replace
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab._util.names import closest
+from ffnlab._util.reading import TOKENIZER_LIMIT, check_readable, read_text
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.config import TrainConfig
 
@@ -48,7 +48,7 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
     if hf_config:  # a path (--hf-config) or the file's [hf_config] table
         from ffnlab.tools.hf import load_hf_config, model_family
 
-        run["hf_config"] = load_hf_config(hf_config) if isinstance(hf_config, str) else hf_config
+        run["hf_config"] = load_hf_config(hf_config)
         model_family(run["hf_config"])  # an unsupported architecture fails here, before any run
     init_from = run.get("init_from", base.init_from)
     if init_from and "ffn" not in model:  # fine-tuning keeps the folder's activation unless --ffn swaps it
@@ -59,8 +59,12 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
         from ffnlab.tools.pretrained import pretrained_context
 
         model["context"] = pretrained_context(init_from, model.get("context"))
-    if init_from and "tokenizer" not in run and os.path.isfile(os.path.join(init_from, "tokenizer.json")):
-        run["tokenizer"] = "pretrained"  # the folder's own tokenizer, unless --tokenizer says otherwise
+    tokenizer = os.path.join(init_from or "", "tokenizer.json")
+    if init_from and "tokenizer" not in run and os.path.lexists(tokenizer):
+        # the folder's own tokenizer, unless --tokenizer says otherwise; a FIFO or a dangling link there is
+        # refused, not passed over for the char tokenizer
+        check_readable(tokenizer, "the tokenizer", TOKENIZER_LIMIT)
+        run["tokenizer"] = "pretrained"
     return replace(base, model=replace(base.model, **model), **run)
 
 
@@ -91,24 +95,12 @@ def read_toml(path: str | Path, tables: dict[str, type | dict]) -> dict:
 
 
 def config_text(path: Path) -> str:
-    """The text of a config file: a regular file of UTF-8 text, at most MAX_CONFIG_BYTES; FileNotFoundError or
-    ValueError naming the file otherwise."""
+    """The text of a config file: a regular file of UTF-8 text, at most MAX_CONFIG_BYTES
+    (`ffnlab._util.reading.read_text`); FileNotFoundError or ValueError naming the file otherwise."""
     try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):  # a device (/dev/zero) may never end, a pipe may block
-            raise ValueError(f"config file {path} is {'a directory' if stat.S_ISDIR(mode) else 'not a regular file'}")
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+        return read_text(path, "config file", MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise FileNotFoundError(f"config file {path} does not exist") from None
-    except OSError as e:  # a symlink loop, a permission
-        raise ValueError(f"config file {path} cannot be read: {e.strerror or e}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ValueError(f"config file {path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB; is it a config file?")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
 
 
 def table_types(hint: Any) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ import sqlite3
 import sys
 import warnings
 
+from ffnlab._util.names import closest
 from ffnlab._util.signals import stop_within
 from ffnlab._util.text import shorten
 from ffnlab.commands import (
@@ -39,7 +40,8 @@ from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 
 class Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        # only whole flag names: argparse would read `--seed -1` as `--seeds -1`, a prefix of another flag
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
         # NOTE: argparse takes '-1e-3', '-inf' for flags ('expected one argument'); no flag starts with
         # '-' and a digit, '.', 'inf' or 'nan', so such a word is a (negative) value
         self._negative_number_matcher = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
@@ -54,6 +56,10 @@ class Parser(argparse.ArgumentParser):
         for action in self._actions:  # NOTE: argparse turns '--flag=--' into [] and skips the type check
             if action.option_strings and action.nargs is None and getattr(namespace, action.dest, None) == []:
                 self.error(f"argument {action.option_strings[-1]}: expected a value, got '--'")
+        for word in extras:  # a flag this command does not have: name the nearest one it has
+            if word.startswith("--"):
+                flag = word.split("=", 1)[0]
+                self.error(f"{self.prog} has no flag {flag}{closest(flag, self._option_string_actions)}; see --help")
         return namespace, extras
 
 

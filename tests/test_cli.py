@@ -489,3 +489,17 @@ def test_a_path_too_long_for_the_file_system_is_a_user_error(tmp_path, capsys):
     )
     assert len(err.splitlines()) == 1 and "characters)" in err  # the path shortened, on one line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["compare", "--seed", "-1"], "ffnlab compare has no flag --seed (did you mean '--seeds'?)"),
+        (["train", "--step=5"], "ffnlab train has no flag --step (did you mean '--steps'?)"),
+        (["list", "--variant", "gelu"], "ffnlab list has no flag --variant"),
+    ],
+)
+def test_only_whole_flag_names_are_read(run_cli, argv, needle):
+    """argparse's prefix matching read `--seed -1` as `--seeds -1`, a study of -1 seeds."""
+    code, out, err = run_cli(*argv)
+    assert one_line(code, err) and needle in err and out == ""

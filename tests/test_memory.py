@@ -1,6 +1,16 @@
+import time
+
+import pytest
 import torch
 
-from ffnlab.core.memory import optimizer_bytes, saved_bytes, tensor_bytes, training_memory
+from ffnlab.core.memory import (
+    MAX_LAYERS,
+    check_layer_count,
+    optimizer_bytes,
+    saved_bytes,
+    tensor_bytes,
+    training_memory,
+)
 
 
 def test_saved_bytes_counts_each_tensor_once_without_weights():
@@ -27,3 +37,46 @@ def test_tied_weights_and_optimizer_state_are_counted_once():
     mem = training_memory(model, opt, saved=100)
     assert mem["param_bytes"] == mem["grad_bytes"] == 160
     assert mem["train_mem_bytes"] == 160 + 160 + optimizer_bytes(opt) + 100
+
+
+# ---- absurd depths: refused by arithmetic, before a layer is built ---------------------------------
+
+DEEP = "100000000"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--n-layers", DEEP],
+        ["compare", "--preset", "smoke", "--n-layers", DEEP],
+        ["compare", "--preset", "smoke", "--depth-axis", f"2,{DEEP}"],
+        ["export", "--ffn", "gelu", "--model", "small", "--n-layers", DEEP, "--out", "{tmp}/x.onnx"],
+        ["deploy", "--ffn", "gelu", "--n-layers", DEEP],
+        ["list", "--schedule", "gelu", "--layers", DEEP],
+        ["list", "--schedule", f"gelu*{DEEP}"],
+    ],
+)
+def test_an_absurd_depth_is_refused_at_once_in_one_line(run_cli, tmp_path, argv):
+    start = time.perf_counter()
+    code, out, err = run_cli(*[a.format(tmp=tmp_path) for a in argv])
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "100,000,000, more than the 10,000 layers" in err and "use 1 to 10,000 layers" in err, err
+    assert time.perf_counter() - start < 20  # it was minutes: every layer built on the meta device
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_deep_model_under_the_cap_is_sized_by_arithmetic_before_it_is_built(run_cli):
+    start = time.perf_counter()  # 9,000 layers of d_model 1024: about 10^11 parameters, 1.6 PB to train
+    code, _, err = run_cli("train", "--n-layers", 9000, "--d-model", 1024, "--heads", 8, "--steps", 1)
+    assert code == 2 and err.count("\n") == 1 and "9000 layers of d_model 1024" in err and "need at least" in err, err
+    assert time.perf_counter() - start < 20  # it was a minute: check_fits built the model on the meta device
+
+
+def test_check_layer_count_names_the_range():
+    check_layer_count(MAX_LAYERS)
+    with pytest.raises(
+        ValueError, match=r"^--layers is 10,001, more than the 10,000 layers .*; use 1 to 10,000 layers$"
+    ):
+        check_layer_count(MAX_LAYERS + 1, "--layers")
+    with pytest.raises(ValueError, match="n_layers must be positive, got 0"):
+        check_layer_count(0)

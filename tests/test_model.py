@@ -3,8 +3,16 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ffnlab.core.model import ModelConfig, Transformer, param_count, parse_attn_act
+from ffnlab.core.model import (
+    ModelConfig,
+    Transformer,
+    layered_param_count,
+    model_param_count,
+    param_count,
+    parse_attn_act,
+)
 from tests.conftest import assert_close
 
 SMALL = dict(vocab_size=50, context=16, n_layers=2, n_heads=2, d_model=32)
@@ -375,3 +383,24 @@ def test_checkpointing_keeps_the_numbers_and_less_for_backward(opts):
 def test_checkpointing_is_a_choice():
     with pytest.raises(ValueError, match="unknown activation_checkpointing 'layer'; valid: none, block, ffn"):
         ModelConfig(activation_checkpointing="layer")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(ffn="gelu*2+swiglu*1+mix:relu+gelu*2", n_layers=5, tie_embeddings=False),
+        dict(ffn="switch_x:relu+gelu+silu", pos="rope", attn_act="q=swish_beta,k=gelu"),
+        dict(task="image", image_size=8, channels=3, pool="cls"),
+        dict(ffn="gelu", act_position="before_norm", norm="rmsnorm"),
+        dict(ffn="swiglu", glu_norm="both", task="cls", n_classes=5, placement="post"),
+    ],
+)
+def test_model_param_count_is_the_built_models_count(kw):
+    cfg = ModelConfig(**kw)
+    assert model_param_count(cfg) == param_count(Transformer(cfg))
+
+
+def test_layered_param_count_is_exact_for_alike_layers():
+    build = lambda n: nn.Sequential(nn.Embedding(10, 4), *(nn.Linear(4, 4) for _ in range(n)), nn.Linear(4, 3))
+    assert layered_param_count(build, 7, "fewer layers") == param_count(build(7))

@@ -5,6 +5,7 @@ import logging
 import os
 import re
 import shutil
+import time
 from dataclasses import replace
 
 import pytest
@@ -162,6 +163,31 @@ def test_a_damaged_tokenizer_or_oversized_config_is_one_line_not_an_internal_err
         damage(copy)
         code, _, err = run_cli("finetune", "--from", copy, "--steps", 1, "--context", 16, "--quiet")
         assert code == 2 and err.count("\n") == 1 and re.search(message, err), (name, err)
+
+
+@pytest.mark.parametrize(
+    "layers,message",
+    [
+        (
+            100_000,
+            r"num_hidden_layers in .*config.json is 100,000, more than the 10,000 layers .*; use 1 to 10,000 layers",
+        ),
+        (9_000, r"the fp32 weights of the model in .* \(\d[\d,]* parameters\) need at least .* GiB"),
+    ],
+)
+def test_an_absurd_depth_in_config_json_is_refused_before_its_layers_are_built(
+    pretrained, tmp_path, run_cli, layers, message
+):
+    folder, _ = pretrained
+    config = json.loads((folder / "config.json").read_text())
+    deep = tmp_path / "deep"
+    shutil.copytree(folder, deep)
+    wide = {"hidden_size": 8192, "intermediate_size": 32768, "num_attention_heads": 64, "num_key_value_heads": 64}
+    (deep / "config.json").write_text(json.dumps({**config, **wide, "num_hidden_layers": layers}))
+    start = time.perf_counter()
+    code, _, err = run_cli("finetune", "--from", deep, "--steps", 1, "--context", 16, "--quiet")
+    assert code == 2 and err.count("\n") == 1 and re.search(message, err), err
+    assert time.perf_counter() - start < 20  # it was minutes: every layer built on the meta device first
 
 
 @pytest.fixture

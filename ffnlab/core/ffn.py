@@ -28,7 +28,7 @@ from ffnlab._util.names import by_name, closest, normalize
 from ffnlab._util.text import shorten
 from ffnlab.core.activations import ACTIVATIONS, ActLike, InputMixture, activation_name, get_activation
 from ffnlab.core.kernels import FUSED_ACTS, fused_gated_down, fused_is_faster, resolve_fused
-from ffnlab.core.memory import saved_bytes
+from ffnlab.core.memory import check_layer_count, saved_bytes
 
 Match = Literal["params", "flops", "none"]
 Init = Literal["lecun", "he", "he_gelu", "normal", "lecun_uniform", "family"]
@@ -208,9 +208,8 @@ def schedule_spec(name: str) -> FFNSpec:
 def layer_variants(ffn: str, n_layers: int) -> list[str]:
     """The canonical variant of each of `n_layers` layers, first layer first: a schedule's runs in
     order (`gelu*2+swiglu*1`, 3 -> gelu, gelu, swiglu), or one variant everywhere. ValueError if a
-    schedule's counts do not add up to n_layers."""
-    if n_layers <= 0:
-        raise ValueError(f"n_layers must be positive, got {n_layers}")
+    schedule's counts do not add up to n_layers, or n_layers is not 1 to MAX_LAYERS."""
+    check_layer_count(n_layers)
     spec = get_ffn_spec(ffn)
     if spec.kind != "schedule":
         return [spec.name] * n_layers

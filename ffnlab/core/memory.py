@@ -11,7 +11,9 @@ not depend on what ran before in the same process (the process's peak RSS did):
 On CUDA the allocator's peak, reset at the run's start, is recorded beside it.
 
 Before anything is allocated, `build_on_meta` counts what sizes the user asked for would take, and
-`ffnlab._util.machine.check_memory` refuses what this machine cannot hold.
+`ffnlab._util.machine.check_memory` refuses what this machine cannot hold. A depth past MAX_LAYERS is
+refused before even that: meta-device layers are still built one by one (~2 ms each), so 10^8 of them
+ran for minutes before any check saw them.
 """
 
 from __future__ import annotations
@@ -77,6 +79,21 @@ def training_memory(model: nn.Module, opt: torch.optim.Optimizer, saved: int) ->
         saved_bytes=saved,
         train_mem_bytes=total,
     )
+
+
+# NOTE: ten times the deepest Transformer trained (DeepNet, 1,000 layers: Wang et al. 2022, arXiv:2203.00555)
+MAX_LAYERS = 10_000
+
+
+def check_layer_count(n_layers: int, what: str = "n_layers") -> None:
+    """ValueError naming `what` (the flag or config key) unless 1 <= n_layers <= MAX_LAYERS."""
+    if n_layers <= 0:
+        raise ValueError(f"{what} must be positive, got {n_layers}")
+    if n_layers > MAX_LAYERS:
+        raise ValueError(
+            f"{what} is {n_layers:,}, more than the {MAX_LAYERS:,} layers ffnlab builds (ten times the deepest "
+            f"Transformer trained); use 1 to {MAX_LAYERS:,} layers"
+        )
 
 
 M = TypeVar("M", bound=nn.Module)

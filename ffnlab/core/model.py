@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -35,6 +35,7 @@ from ffnlab.core.ffn import (
     layer_variants,
     norm_layer,
 )
+from ffnlab.core.memory import build_on_meta
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos and sin tables, (context, head_dim / 2) each
 ACT_POSITIONS = ("ffn", "before_norm", "after_residual")  # ModelConfig.act_position (Block)
@@ -541,3 +542,25 @@ def init_weights(model: Transformer, seed: int = 0) -> None:
 def param_count(model: nn.Module) -> int:
     """Distinct parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def model_param_count(cfg: ModelConfig, advice: str = "use a smaller --d-model, --layers or --context") -> int:
+    """`param_count(Transformer(cfg))` without building its layers: a one-layer model and one block of each
+    variant, on the meta device, and each block's count times its layers. So the size of a model of any depth
+    is known at once (building 10^8 layers on the meta device took minutes). ValueError ending in `advice` for
+    sizes that overflow (`build_on_meta`)."""
+    spec = get_ffn_spec(cfg.ffn)
+    runs = spec.runs if spec.kind == "schedule" else ((spec.name, cfg.n_layers),)
+    one_layer = build_on_meta(lambda: Transformer(replace(cfg, n_layers=1, ffn=runs[0][0])), advice)
+    outside = param_count(one_layer) - param_count(one_layer.blocks[0])
+    per_block = {v: param_count(build_on_meta(functools.partial(Block, cfg, v), advice)) for v, _ in runs}
+    return outside + sum(n * per_block[v] for v, n in runs)
+
+
+def layered_param_count(build: Callable[[int], nn.Module], n_layers: int, advice: str) -> int:
+    """The parameters of `build(n_layers)`, a model of n_layers alike layers (a Hugging Face decoder), from
+    build(1) and build(2) on the meta device: all but the layers, plus n_layers times one layer. Exact where
+    every layer is like the second; for layers that differ (MoE every other layer) an estimate, to refuse an
+    absurd depth before it is built."""
+    one, two = (param_count(build_on_meta(functools.partial(build, n), advice)) for n in (1, 2))
+    return one + (n_layers - 1) * (two - one)

@@ -17,8 +17,7 @@ from pathlib import Path
 import torch
 
 from ffnlab._util.machine import bf16_native, check_memory, cpu_flags
-from ffnlab.core.memory import build_on_meta
-from ffnlab.core.model import ModelConfig, Transformer, param_count
+from ffnlab.core.model import ModelConfig, model_param_count
 from ffnlab.run.config import PRECISIONS, Precision, TrainConfig
 
 
@@ -78,9 +77,7 @@ def check_fits(cfg: TrainConfig, mcfg: ModelConfig, device: str) -> None:
     moments (16 bytes a parameter) plus a floor on the activations backward keeps (ten fp32
     (batch, context, d_model) tensors a layer; with 'block' checkpointing one a layer, and ten of the
     layer that runs again)."""
-    n_params = param_count(
-        build_on_meta(lambda: Transformer(mcfg, cfg.seed), "use a smaller --d-model, --layers or --context")
-    )
+    n_params = model_param_count(mcfg)  # by arithmetic: a deep model is not built layer by layer to be refused
     activation = 4 * cfg.batch_size * mcfg.context * mcfg.d_model  # one fp32 (batch, context, d_model) tensor
     kept = mcfg.n_layers + 10 if mcfg.activation_checkpointing == "block" else 10 * mcfg.n_layers
     need = 16 * n_params + kept * activation

@@ -19,6 +19,7 @@ pretrained with `--save-pretrained` on the same data and tokenizer fits).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import warnings
@@ -31,8 +32,8 @@ from torch import nn
 from ffnlab._util.machine import check_memory
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import spec_of
-from ffnlab.core.memory import build_on_meta
-from ffnlab.core.model import param_count
+from ffnlab.core.memory import build_on_meta, check_layer_count
+from ffnlab.core.model import layered_param_count, param_count
 from ffnlab.tools.hf import (
     FAMILIES,
     LOCAL_ONLY,
@@ -203,6 +204,25 @@ def check_loaded(folder: str | os.PathLike, task: str, base_prefix: str, info: d
         )
 
 
+def check_depth(folder: str | os.PathLike, hf_config: Any, build: Any) -> None:
+    """ValueError, before the model's layers are built one by one (minutes for 100,000 of them, even on the
+    meta device), for a num_hidden_layers past MAX_LAYERS or fp32 weights more than this machine holds, the
+    weights counted by arithmetic (`layered_param_count`)."""
+    depth, where = getattr(hf_config, "num_hidden_layers", None), f"{folder}/config.json"
+    if not isinstance(depth, int):
+        return
+    check_layer_count(depth, f"num_hidden_layers in {where}")
+
+    def shallow(n_layers: int) -> nn.Module:
+        config = copy.deepcopy(hf_config)
+        config.num_hidden_layers = n_layers
+        return build(config)
+
+    n_params = layered_param_count(shallow, depth, f"check the sizes in {where}")
+    what = f"the fp32 weights of the model in {folder} ({n_params:,} parameters)"
+    check_memory(4 * n_params, "cpu", what, "check the sizes in its config.json")
+
+
 def load_pretrained(
     folder: str | os.PathLike,
     ffn: str,
@@ -224,6 +244,7 @@ def load_pretrained(
     if task == "cls":
         hf_config.num_labels = n_classes
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
+    check_depth(folder, hf_config, auto.from_config)
     skeleton = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
     n_params = param_count(skeleton)  # from_pretrained loads the fp32 weights on the CPU first
     what = f"the fp32 weights of the model in {folder} ({n_params:,} parameters)"

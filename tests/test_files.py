@@ -144,3 +144,24 @@ def test_atomic_folder_replaces_files_of_an_existing_folder_and_keeps_the_rest(t
         (tmp / "page.html").write_text("new")
     assert (tmp_path / "page.html").read_text() == "new" and (tmp_path / "notes.txt").read_text() == "mine"
     assert sorted(os.listdir(tmp_path)) == ["figures", "notes.txt", "page.html"]
+
+
+def test_atomic_folder_removes_the_temporary_folders_of_processes_that_are_gone(tmp_path):
+    """A kill -9 mid-report left .report.<pid>.tmp/ beside the store, and later reports never removed it; now the
+    next one removes those whose process is gone, and leaves a running process's, and anything else, alone."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = int(gone.stdout), os.getppid()
+    for place in (tmp_path, tmp_path / "report"):  # beside the new folder, and inside the existing one
+        for pid in (dead, alive):
+            (place / f".report.{pid}.tmp" / "figures").mkdir(parents=True)
+        (place / f".report.{dead}.tmp" / "figures" / "loss.png").write_bytes(b"half")
+        (place / f".other.{dead}.tmp").mkdir()  # another folder's
+        (place / f".report.{dead + 1}x.tmp").mkdir()  # no pid
+        with atomic_folder(tmp_path / "report") as tmp:
+            (tmp / "page.html").write_text("page")
+        left = sorted(os.listdir(place))
+        assert f".report.{dead}.tmp" not in left and f".report.{alive}.tmp" in left
+        assert f".other.{dead}.tmp" in left and f".report.{dead + 1}x.tmp" in left

@@ -143,9 +143,11 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
     renamed onto its place, files of subfolders before those beside them (a page after its figures), and
     other files there stay. An OSError names the file in `folder`, not in the temporary folder."""
     folder = Path(folder).absolute()
-    home = folder  # the nearest existing folder: writable (check it first) and on `folder`'s file system
-    while not home.is_dir():
-        home = home.parent
+    # the nearest existing folder (`folder` or the one its parent would be made in): writable (check it first) and
+    # on `folder`'s file system; a temporary folder that a kill -9 left is in one of the two
+    home, *beside = [place for place in (folder, *folder.parents) if place.is_dir()][:2]
+    for place in (home, *beside):
+        _remove_stale(place, folder.name)
     tmp = home / f".{folder.name}.{os.getpid()}.tmp"
     try:
         tmp.mkdir()
@@ -165,3 +167,29 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _remove_stale(place: Path, name: str) -> None:
+    """The temporary folders `atomic_folder` made in `place` for a folder `name` whose process is gone (a kill -9
+    ended it before it could remove them): never one whose process still runs, which may be writing it."""
+    prefix = f".{name}."
+    try:
+        entries = list(place.iterdir())
+    except OSError:  # a folder that can be written but not listed: nothing is tidied
+        return
+    for entry in entries:
+        pid = entry.name.removeprefix(prefix).removesuffix(".tmp")
+        ours = entry.name == f"{prefix}{pid}.tmp" and pid.isdigit()
+        if ours and _gone(int(pid)) and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _gone(pid: int) -> bool:
+    """Whether no process `pid` runs: a signal 0 finds none."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):  # another user's process (PermissionError), or no pid a system has
+        return False
+    return False

@@ -439,7 +439,8 @@ def test_log_to_mlflow_mirrors_curves(tmp_path, monkeypatch):
     assert run.data.params["precision"] in ("fp32", "bf16")
 
 
-def test_log_to_mlflow_defaults_to_a_file_beside_the_store(tmp_path, monkeypatch):
+def test_log_to_mlflow_defaults_to_a_file_beside_the_store(tmp_path, monkeypatch, capfd):
+    """...and says nothing: MLflow's INFO lines about making its database reached the user's terminal."""
     mlflow = pytest.importorskip("mlflow")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)  # nothing may land in the working directory either
@@ -447,6 +448,7 @@ def test_log_to_mlflow_defaults_to_a_file_beside_the_store(tmp_path, monkeypatch
     study = smoke_study(variants=["relu", "gelu"], seeds=2, base=replace(preset_config("smoke"), max_steps=10))
     run_study(study, tmp_path / "runs" / "s.db", quiet=True, log_to="mlflow")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    assert "INFO" not in capfd.readouterr().err
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("ffnlab")
     assert len(client.search_runs([exp.experiment_id])) == 4

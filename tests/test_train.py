@@ -153,6 +153,20 @@ def test_classification_task_reports_accuracy():
     assert r.config["model"]["task"] == "cls"
 
 
+def test_a_number_of_classes_the_data_does_not_have_is_refused_not_ignored():
+    """n_classes was ignored (the head takes the data's classes), yet it changed the run's identity."""
+    with pytest.raises(ValueError, match=r"n_classes 7 does not match the \d+ classes of .*; leave it out"):
+        train(tiny(model=replace(TINY, task="cls", n_classes=7), max_steps=2))
+    with pytest.raises(ValueError, match="n_classes is for tasks cls, tokens and image; task lm predicts tokens"):
+        train(tiny(model=replace(TINY, n_classes=3), max_steps=2))
+
+
+def test_a_floor_above_the_learning_rate_is_refused():
+    with pytest.raises(ValueError, match="min_lr 0.01 is above lr 0.001: the schedule decays from lr down to min_lr"):
+        tiny(lr=1e-3, min_lr=1e-2)
+    assert tiny(lr=1e-3, min_lr=1e-3).min_lr == 1e-3
+
+
 def test_validation_loss_falls_on_bundled_corpus():
     r = train(tiny(max_steps=60, lr=3e-3, eval_every=20))
     losses = [v["loss"] for v in r.history["val"]]

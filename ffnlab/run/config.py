@@ -102,6 +102,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number, got {value}")
         if not self.lr > 0 or (self.min_lr or 0) < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
             raise ValueError("lr and grad_clip must be positive, min_lr and warmup_steps non-negative")
+        if self.min_lr is not None and self.min_lr > self.lr:
+            raise ValueError(
+                f"min_lr {self.min_lr:g} is above lr {self.lr:g}: the schedule decays from lr down to min_lr"
+            )
         if self.weight_decay < 0 or self.noise_std < 0 or not 0 <= self.beta2 < 1 or not self.spike_factor > 1:
             raise ValueError(
                 f"need weight_decay >= 0, noise_std >= 0, 0 <= beta2 < 1 and spike_factor > 1, got "

@@ -186,7 +186,8 @@ def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
             f"the images of '{cfg.data}' are {images.image_size}x{images.image_size}, not a multiple of "
             f"--patch-size {cfg.model.patch_size}; give another patch size or --image-size"
         )
-    mcfg = replace(cfg.model, n_classes=len(images.classes), image_size=images.image_size, channels=images.channels)
+    n_classes = data_classes(cfg, len(images.classes))
+    mcfg = replace(cfg.model, n_classes=n_classes, image_size=images.image_size, channels=images.channels)
     return replace(mcfg, context=image_tokens(mcfg))
 
 
@@ -198,8 +199,24 @@ def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet, tokenizer: To
 
         assert isinstance(corpus, ImageSet)  # load_data's for task image
         return image_model_config(cfg, corpus)
-    n_classes = len(corpus.classes) if cfg.model.task in ("cls", "tokens") and corpus.classes else cfg.model.n_classes
-    return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=n_classes)
+    found = len(corpus.classes) if cfg.model.task in ("cls", "tokens") and corpus.classes else None
+    return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=data_classes(cfg, found))
+
+
+def data_classes(cfg: TrainConfig, found: int | None) -> int:
+    """The classes (or tags) a run's head predicts: those `found` in its data. ValueError where the config
+    names another number: n_classes would change the run's identity without changing what it computes."""
+    default = ModelConfig.__dataclass_fields__["n_classes"].default
+    if found is None:
+        if cfg.model.task == "lm" and cfg.model.n_classes != default:
+            raise ValueError(f"n_classes is for tasks cls, tokens and image; task {cfg.model.task} predicts tokens")
+        return cfg.model.n_classes
+    if cfg.model.n_classes not in (default, found):
+        raise ValueError(
+            f"n_classes {cfg.model.n_classes} does not match the {found} classes of '{cfg.data}'; leave it out: "
+            "it is read from the data"
+        )
+    return found
 
 
 def has_window(split_data: Split, task: str, context: int) -> bool:

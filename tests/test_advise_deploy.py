@@ -225,3 +225,21 @@ def test_a_store_of_several_settings_is_not_pointed_at_a_deploy_that_refuses_it(
     assert f"`ffnlab deploy --store {store}`" not in pointer
     code, _, err = run_cli("deploy", "--store", store, "--ffn", "gelu")
     assert code == 2 and "settings besides FFN and seed; deploy measures one: run the cell to deploy into" in err
+
+
+@pytest.mark.parametrize("form", ["garbage", "a folder", "a latency that is text", "a null environment",
+                                  "precision fp64", "an unknown variant", "100k nested arrays"])  # fmt: skip
+def test_a_damaged_deploy_json_is_said_to_be_damaged_and_the_advice_stands_without_it(tmp_path, run_cli, form):
+    """advise read a damaged deploy.json as none ("No deployment was measured"), or failed with exit 1 (a latency
+    that is text, a null environment, 100k nested arrays), or picked among rows of a precision it never deploys."""
+    from tests.test_report import DAMAGED, damaged_deploy_json
+
+    store = fabricated_store(tmp_path / "s.db", TRAINED)
+    damaged_deploy_json(tmp_path, form)
+    advice = advise(store=store, hardware="mobile")
+    (line,) = [r for r in advice.reasons if "deploy.json" in r]
+    assert line.startswith(f"The deployment beside {store} was not used: the deployment file {tmp_path}/deploy.json")
+    assert DAMAGED[form] in line and "the file is damaged: measure it again" in line
+    assert advice.recommendation == "gelu" and "deployment" not in advice.evidence  # as without deploy.json
+    code, out, err = run_cli("advise", "--store", store, "--hardware", "mobile")
+    assert code == 0 and err == "" and "the file is damaged" in out

@@ -166,4 +166,5 @@ def test_a_result_reads_back_from_its_json(tmp_path):
     assert math.isnan(back.rows[1].quality.val_loss) and back.rows[1].latency == rows[1].latency
     assert back.to_json() == result.to_json()
     (tmp_path / "deploy.json").write_text('{"rows": 3}')
-    assert load_deployment(store) is None  # damaged: as if none
+    with pytest.raises(ValueError, match="deploy.json: it has no .source.; the file is damaged"):
+        load_deployment(store)  # damaged: said so, not read as none

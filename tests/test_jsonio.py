@@ -55,3 +55,36 @@ def test_strict_dumps_writes_no_literal_that_other_parsers_reject():
     from ffnlab._util.jsonio import strict_dumps
 
     assert strict_dumps({"x": math.inf, "y": [math.nan, 1.0]}, indent=None) == '{"x": "inf", "y": ["nan", 1.0]}'
+
+
+def test_json_problem_descends_into_records_lists_and_dicts():
+    from dataclasses import dataclass, field
+
+    from ffnlab._util.jsonio import json_problem
+
+    @dataclass
+    class Inner:
+        seconds: float
+        count: int
+        note: str | None = None
+
+    @dataclass
+    class Outer:
+        inner: Inner | None
+        items: list[Inner]
+        by_seed: dict[int, float] = field(default_factory=dict)
+
+    good = {"inner": None, "items": [{"seconds": "nan", "count": 2}], "by_seed": {"0": 1.5}, "extra": [1]}
+    assert json_problem(good, Outer) is None  # null where allowed, json_safe's 'nan', a key it does not declare
+    for value, problem in [
+        ([], "it is an array, not an object"),
+        ({"items": []}, "it has no 'inner'"),
+        ({"inner": {"seconds": "fast", "count": 1}, "items": []}, "inner.seconds is a string, not a number"),
+        ({"inner": None, "items": [{"seconds": 1, "count": 1.5}]}, "items[0].count is a number, not an integer"),
+        ({"inner": None, "items": [{"seconds": 1, "count": True}]}, "items[0].count is a boolean, not an integer"),
+        ({"inner": None, "items": ["x"]}, "items[0] is a string, not an object"),
+        ({"inner": None, "items": [{"seconds": None, "count": 1}]}, "items[0].seconds is null, not a number"),
+        ({"inner": None, "items": [], "by_seed": {"a": 1.0}}, "by_seed has the key 'a', not an integer"),
+        ({"inner": None, "items": [], "by_seed": {"1": []}}, "by_seed['1'] is an array, not a number"),
+    ]:
+        assert json_problem(value, Outer) == problem, value

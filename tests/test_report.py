@@ -436,13 +436,13 @@ def deployed(ffn, target, median_ms, val_loss, delta, qat_from=None):
 
 
 def deployment_result():
-    """Five measured rows (three on the front, one a QAT model, one of a variant named as markup) and one with its
-    reason, the QAT summary, the settings and the machine."""
+    """Five measured rows (three on the front, one a QAT model, one of a variant the study did not run) and one with
+    its reason (named as markup), the QAT summary, the settings and the machine."""
     rows = [
         deployed("relu", dp.Target("fp32", "eager"), 2.15, 3.2, 0.0),
         deployed("relu", dp.Target("int8", "eager", "int8-dynamic"), 1.25, 3.205, 0.005),
         deployed("relu", dp.Target("int8", "onnxruntime", "ort-int8-static"), 3.05, 3.21, 0.01),
-        deployed(EVIL, dp.Target("fp32", "eager"), 4.55, 3.1, 0.0),
+        deployed("swiglu", dp.Target("fp32", "eager"), 4.55, 3.1, 0.0),  # a variant the study does not hold
         deployed("gelu", dp.Target("int8", "eager", "int8-dynamic"), 1.35, 3.15, 0.003, qat_from=0.5),
         dp.unmeasured("relu", dp.Target("bf16", "eager"), f"no native bf16 on {EVIL}"),
     ]
@@ -456,7 +456,7 @@ def deployment_result():
              "seeds": [0, 1], "quality_batches": 2, "quality_batch_size": 8}  # fmt: skip
     env = {"cpu": "Test CPU 9000", "cpu_flags": ["avx512_vnni"], "torch": "2.9", "torchao": "0.18",
            "onnxruntime": "1.32", "onnx": "1.19", "python": "3.11"}  # fmt: skip
-    model = {"d_model": 32, "n_layers": 1, "context": 8, "ffn": ["relu", "gelu", EVIL]}
+    model = {"d_model": 32, "n_layers": 1, "context": 8, "ffn": ["relu", "gelu", "swiglu"]}
     return dp.DeployResult("store s.db", model, setup, env, rows, [qat])
 
 
@@ -495,18 +495,92 @@ def test_the_deployment_section_shows_every_row_the_front_the_reasons_and_the_fi
     assert page.count('src="data:image/png;base64,') == len(paths.figures) and "figures/deployment.png" in md
 
 
-def test_no_or_a_damaged_deploy_json_leaves_the_section_out(tmp_path):
+def damaged_deploy_json(folder, form):
+    """deploy.json in `folder` written damaged in one of DAMAGED's forms."""
+    path = folder / "deploy.json"
+    if form == "a folder":
+        path.mkdir()
+        return
+    edits = {
+        "a latency that is text": lambda d: d["rows"][0]["latency"].update(median_s="fast"),
+        "a negative latency": lambda d: d["rows"][0]["latency"].update(median_s=-1),
+        "a null environment": lambda d: d.update(environment=None),
+        "a row that is a string": lambda d: d["rows"].__setitem__(0, "x"),
+        "precision fp64": lambda d: d["rows"][0].update(precision="fp64"),
+        "an unknown variant": lambda d: d["rows"][0].update(ffn="nosuch"),
+        "an unknown int8 scheme": lambda d: d["rows"][1].update(scheme="int4-magic"),
+        "cpu flags that are a number": lambda d: d["environment"].update(cpu_flags=7),
+    }
+    texts = {"garbage": b"garbage", "an array": b"[]", "not UTF-8": b'{"a": "\xff"}', "empty": b"",
+             "100k nested arrays": b"[" * 100_000}  # fmt: skip
+    if form in texts:
+        path.write_bytes(texts[form])
+        return
+    d = deployment_result().to_json()
+    edits[form](d)
+    path.write_text(json.dumps(d))
+
+
+# each damaged form, and what the one line says of it
+DAMAGED = {
+    "garbage": "is not JSON",
+    "an array": "it is an array, not an object",
+    "not UTF-8": "is not UTF-8 text",
+    "empty": "is empty",
+    "a folder": "is a folder",
+    "100k nested arrays": "nests deeper than JSON's parser goes",
+    "a row that is a string": "rows[0] is a string, not an object",
+    "a latency that is text": "rows[0].latency.median_s is a string, not a number",
+    "a negative latency": "rows[0].latency.median_s is -1, not above 0",
+    "a null environment": "environment is null, not an object",
+    "precision fp64": "rows[0].precision is 'fp64', which ffnlab does not deploy; valid: fp32, bf16, fp16, int8",
+    "an unknown variant": "rows[0].ffn: unknown FFN variant 'nosuch'",
+    "an unknown int8 scheme": 'rows[1].scheme is "int4-magic", not a scheme of int8 on eager; valid: int8-dynamic',
+    "cpu flags that are a number": "environment.cpu_flags is a number, not an array",
+}
+
+
+def test_no_deploy_json_leaves_the_section_out(tmp_path):
     store = fabricated_study(tmp_path / "s.db", depths=(1,))
-    assert report_data(store, attention=False).deployment is None  # none measured
-    readable = deployment_result().to_json()
-    readable["rows"][0]["latency"]["median_s"] = "fast"  # the right shape, but no number where one is needed
-    for damaged in ('{"rows": [', '{"rows": 3}', "[]", json.dumps(readable)):
-        (tmp_path / "deploy.json").write_text(damaged)
-        assert report_data(store, attention=False).deployment is None, damaged
-    paths = write_report(store, tmp_path / "out")  # the rest of the report stands
-    page = paths.html.read_text()
-    assert 'id="deployment"' not in page and "Deployment" not in paths.markdown.read_text()
+    data = report_data(store, attention=False)
+    assert data.deployment is None and data.deployment_error is None  # none measured
+    paths = write_report(store, tmp_path / "out")
+    assert 'id="deployment"' not in paths.html.read_text() and "Deployment" not in paths.markdown.read_text()
+
+
+@pytest.mark.parametrize("form", DAMAGED)
+def test_a_damaged_deploy_json_is_said_to_be_damaged_where_its_section_was(tmp_path, form):
+    """A damaged deploy.json read as none left the section out silently, or failed the report (100k nested
+    arrays); now the section says what is wrong with the file, and the rest stands."""
+    import markupsafe
+
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    damaged_deploy_json(tmp_path, form)
+    data = report_data(store, attention=False)
+    assert data.deployment is None
+    assert data.deployment_error.startswith(f"the deployment file {tmp_path / 'deploy.json'}")
+    assert DAMAGED[form] in data.deployment_error and "damaged" in data.deployment_error
+    assert "\n" not in data.deployment_error
+    paths = write_report(store, tmp_path / "out")
+    page, md = paths.html.read_text(), paths.markdown.read_text()
+    assert 'id="deployment"' in page and 'href="#deployment"' in page and "### Deployment" in md
+    assert str(markupsafe.escape(data.deployment_error)) in page and "the file is damaged" in md
+    assert "Ranking" in md or "ranking" in page  # the rest of the report stands
     assert not any(p.name == "deployment.png" for p in paths.figures)
+
+
+def test_a_deploy_json_that_the_section_cannot_show_is_said_to_be_damaged(tmp_path, monkeypatch):
+    """What the checks let through but the section cannot build is the same one line, not a failed report."""
+    from ffnlab.study import report as report_module
+
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    save_deployment(store, deployment_result())
+    monkeypatch.setattr(report_module, "deploy_machine", lambda result: 1 / 0)
+    _, error = report_module.shown_deployment(store)
+    assert error == (
+        f"the deployment file {tmp_path / 'deploy.json'} cannot be shown (ZeroDivisionError: division by zero); "
+        f"the file is damaged: measure it again with `ffnlab deploy --store {store}`, or remove it"
+    )
 
 
 def test_a_classifiers_deployment_shows_its_accuracy_and_the_summary_a_short_table():

@@ -84,3 +84,61 @@ def field_problem(record: dict, cls: type) -> str | None:
         if value is not None and allowed and not isinstance(value, allowed):
             return f"'{name}' is {json_kind(value)}, not {JSON_KINDS[allowed[0]]}"
     return None
+
+
+_hints = functools.cache(typing.get_type_hints)
+
+
+def json_problem(value: Any, hint: Any, where: str = "") -> str | None:
+    """Where the JSON `value` is not what the type `hint` describes, in words ("rows[0].latency.median_s is a
+    string, not a number"; `where` names `value`, "" the whole document); None where it is what it describes.
+
+    Unlike `field_problem` it descends: a dataclass is an object holding its fields (those without a default
+    present; keys it does not declare are left to its reader), a list or a dict element by element (an int key
+    as JSON writes one, a string of digits). A null is allowed where the hint allows None, a float may be
+    `json_safe`'s 'nan', 'inf' or '-inf', and Any, or a hint JSON has no kind for, allows anything."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    here = where or "it"
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        problems = [json_problem(value, a, where) for a in args if a is not type(None)]
+        return None if None in problems else problems[0]
+    if hint is Any or (value is None and hint is type(None)):
+        return None
+    wanted = {**JSON_KINDS, int: "an integer"}.get(origin or hint)
+    if value is None:
+        return f"{here} is null, not {'an object' if dataclasses.is_dataclass(hint) else wanted or 'a value'}"
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            return f"{here} is {json_kind(value)}, not an object"
+        hints = _hints(hint)
+        for f in dataclasses.fields(hint):
+            if f.name in value:
+                problem = json_problem(value[f.name], hints[f.name], f"{where}.{f.name}" if where else f.name)
+                if problem:
+                    return problem
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                return f"{here} has no '{f.name}'"
+        return None
+    if origin is typing.Literal:
+        return None if value in args else f"{here} is {value!r}, not one of {', '.join(map(repr, args))}"
+    if hint is float and value in ("nan", "inf", "-inf"):
+        return None
+    kinds = {float: (int, float), int: (int,), bool: (bool,), str: (str,), list: (list,), dict: (dict,)}
+    allowed = kinds.get(origin or hint)
+    if allowed is None:  # a hint JSON has no kind for
+        return None
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+        return f"{here} is {json_kind(value)}, not {wanted}"
+    if isinstance(value, list) and args:
+        for i, item in enumerate(value):
+            if problem := json_problem(item, args[0], f"{where}[{i}]"):
+                return problem
+    if isinstance(value, dict) and args:
+        for key, item in value.items():
+            if args[0] is int and not (isinstance(key, str) and key.lstrip("-").isdigit()):
+                return f"{here} has the key {key!r}, not an integer"
+            if problem := json_problem(item, args[1], f"{where}[{key!r}]"):
+                return problem
+    return None

@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from ffnlab._util.files import write_atomic
-from ffnlab._util.jsonio import strict_dumps
-from ffnlab._util.text import first_line
+from ffnlab._util.jsonio import json_number, json_problem, strict_dumps
+from ffnlab._util.reading import kind_problem, read_text
+from ffnlab._util.text import first_line, shorten
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, param_count
 from ffnlab.run.config import TrainConfig
@@ -396,8 +397,93 @@ def save_deployment(store_path: str | Path, result: dp.DeployResult) -> Path:
 
 
 def load_deployment(store_path: str | Path) -> dp.DeployResult | None:
-    """deploy.json beside the store (`ffnlab deploy --store`), or None when there is none or it cannot be read."""
+    """deploy.json beside the store (`ffnlab deploy --store`), or None when there is none. ValueError in one line
+    naming the file, what is wrong and what to do where it is there but is no deployment ffnlab can show (a
+    folder, not JSON, a row of an unknown precision): a damaged file is said to be damaged, never read as none."""
+    path = deployment_path(store_path)
     try:
-        return dp.DeployResult.from_json(json.loads(deployment_path(store_path).read_text()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        problem = kind_problem(path)
+    except FileNotFoundError:
         return None
+    try:
+        if problem is not None:
+            raise ValueError(f"the deployment file {path} {problem}")
+        return deployment_from_text(read_text(path, "the deployment file"), path)
+    except ValueError as e:
+        raise damaged(store_path, str(e)) from None
+
+
+def damaged(store_path: str | Path, problem: str) -> ValueError:
+    """The one line for a deploy.json that is damaged: `problem` (naming the file), and what to do."""
+    return ValueError(
+        f"{problem}; the file is damaged: measure it again with `ffnlab deploy --store {store_path}`, or remove it"
+    )
+
+
+# what the report and advise read of the free-form parts, and must find of its kind
+SETUP_KINDS = {"batch": int, "seq": int, "repeats": int, "warmup": int, "threads": int, "device": str,
+               "copy_gbs": float | None, "seeds": list[int] | None, "targets": list[str], "quality_batches": int,
+               "quality_batch_size": int}  # fmt: skip
+ENVIRONMENT_KINDS = {"cpu_flags": list[str] | None}
+TIMES = ("median_s", "q1_s", "q3_s", "min_s", "max_s")  # a Latency's seconds: a timed call takes some time
+COUNTS = ("batch", "seq", "repeats", "threads")  # and at least one of each
+
+
+def deployment_from_text(text: str, path: Path) -> dp.DeployResult:
+    """deploy.json's text as a DeployResult, checked first (`deployment_problem`); ValueError naming `path`."""
+    if not text.strip():
+        raise ValueError(f"the deployment file {path} is empty")
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the deployment file {path} is not JSON ({e})") from None
+    except RecursionError:  # json's parser recurses per nested array or object
+        raise ValueError(f"the deployment file {path} nests deeper than JSON's parser goes") from None
+    problem = deployment_problem(d)
+    if problem is not None:
+        raise ValueError(f"the deployment file {path}: {problem}")
+    try:
+        return dp.DeployResult.from_json(d)
+    except (TypeError, KeyError, AttributeError, ValueError) as e:  # a key the records do not have
+        raise ValueError(
+            f"the deployment file {path} does not read back as a deployment ({first_line(e, 120)})"
+        ) from None
+
+
+def deployment_problem(d: Any) -> str | None:
+    """What in deploy.json's JSON is not what `ffnlab deploy --store` writes ("rows[0].precision is 'fp64', ...");
+    None where nothing is: the records' field kinds, the setup and machine fields that are read, positive times
+    and counts, and every row's variant, precision, runtime and int8 scheme among those ffnlab deploys."""
+    problem = json_problem(d, dp.DeployResult)
+    for part, kinds in (("setup", SETUP_KINDS), ("environment", ENVIRONMENT_KINDS)):
+        for key, kind in kinds.items():
+            if problem is None and key in d[part]:
+                problem = json_problem(d[part][key], kind, f"{part}.{key}")
+    for i, row in enumerate(d["rows"] if problem is None else []):
+        problem = problem or row_problem(row, f"rows[{i}]")
+    return problem
+
+
+def row_problem(row: dict[str, Any], where: str) -> str | None:
+    """What in a row (of the kinds DeployRow declares) names no deployment ffnlab measures, or times nothing."""
+    for key, valid in (("precision", dp.PRECISIONS), ("runtime", dp.RUNTIMES)):
+        if row[key] not in valid:
+            return f"{where}.{key} is '{shorten(row[key])}', which ffnlab does not deploy; valid: {', '.join(valid)}"
+    valid_targets = dp.targets([row["precision"]], [row["runtime"]])
+    if dp.Target(row["precision"], row["runtime"], row["scheme"]) not in valid_targets:
+        schemes = ", ".join(str(t.scheme) for t in valid_targets)
+        return (
+            f"{where}.scheme is {json.dumps(row['scheme'])[:60]}, not a scheme of {row['precision']} on "
+            f"{row['runtime']}; valid: {'null' if schemes == 'None' else schemes}"
+        )
+    try:
+        get_ffn_spec(row["ffn"])
+    except ValueError as e:
+        return f"{where}.ffn: {e}"
+    for timing in ("latency", "throughput"):
+        latency = row[timing] or {}
+        for key in (*TIMES, *COUNTS):
+            value = json_number(latency.get(key, 1))
+            if not (math.isfinite(value) and value > 0):
+                return f"{where}.{timing}.{key} is {value}, not above 0"
+    return None

@@ -33,7 +33,7 @@ from ffnlab.core.model import ModelConfig, Transformer
 from ffnlab.run.profile import StepProfile
 from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
-from ffnlab.study.deployment import load_deployment
+from ffnlab.study.deployment import damaged, deployment_path, load_deployment
 from ffnlab.study.execute import weights_path
 from ffnlab.study.load import load_study
 from ffnlab.study.metrics import mean_of
@@ -569,23 +569,28 @@ def load_numerics(store_path: str | Path, variants: Iterable[str], run: bool) ->
     return NumericsFile(contents)
 
 
-def shown_deployment(store_path: str | Path) -> DeployResult | None:
-    """deploy.json beside the store (`ffnlab deploy --store`) as the report shows it, or None when there is none,
-    it cannot be read (`load_deployment`), or it holds what the section cannot show (a latency that is no
-    number): a damaged file costs the report its deployment section, never the report."""
-    result = load_deployment(store_path)
-    if result is None:
-        return None
-    try:  # what the section shows, built here first so that a damaged file fails here and not in the page
+def shown_deployment(store_path: str | Path) -> tuple[DeployResult | None, str | None]:
+    """deploy.json beside the store (`ffnlab deploy --store`) as the report shows it, or why it cannot be shown:
+    (None, None) where there is none; (None, the one line) where it is damaged (`load_deployment`), which the
+    deployment section then says in place of its table: a damaged file costs the report that section, never the
+    report, and is never passed over as if none were measured."""
+    try:
+        result = load_deployment(store_path)
+        if result is None:
+            return None, None
+        # what the section shows, built here first so that what the checks let through fails here, not in the page
         deploy_table(result)
         deploy_notes(result)
         deploy_fastest(result)
         deploy_held_equal(result)
         deploy_machine(result)
         pareto_points(result.rows)
-    except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError):
-        return None
-    return result
+    except ValueError as e:
+        return None, str(e)
+    except (TypeError, AttributeError, KeyError, ZeroDivisionError) as e:
+        problem = f"the deployment file {deployment_path(store_path)} cannot be shown ({first_line(e, 120)})"
+        return None, str(damaged(store_path, problem))
+    return result, None
 
 
 @dataclass
@@ -607,6 +612,7 @@ class ReportData:
     numerics: NumericsFile | None  # numerics.json beside the store
     profiles: dict[str, StepProfile] | None  # profiles.json beside the store: where each variant's step goes
     deployment: DeployResult | None  # deploy.json beside the store: inference cost against quality
+    deployment_error: str | None  # why deploy.json, which is there, cannot be shown (it is damaged)
     protocol: Protocol | None  # protocol.json beside the store
     generated: str  # when, ISO 8601
     aggregate: list[Aggregate] = field(default_factory=list)  # with a data axis: the GLUE-style average
@@ -647,6 +653,7 @@ def report_data(
             cell_report(store, study, items, cells[key], store_path, layer, attention) for key, items in records.items()
         ]
     hf = study.base.hf_config
+    deployment, deployment_error = shown_deployment(store_path)
     return ReportData(
         store=str(store_path),
         baseline=summary.baseline,
@@ -662,7 +669,8 @@ def report_data(
         activations=plots.activation_labels(study.variants),
         numerics=load_numerics(store_path, study.variants, numerics),
         profiles=load_profiles(store_path),
-        deployment=shown_deployment(store_path),
+        deployment=deployment,
+        deployment_error=deployment_error,
         protocol=load_protocol(store_path),
         generated=datetime.datetime.now().isoformat(timespec="seconds"),
         aggregate=summary.aggregate,

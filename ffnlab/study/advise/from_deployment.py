@@ -238,7 +238,11 @@ def deployment_advice(
 
     if not wants_deployment(situation):
         return None
-    path, result = deployment_path(store), load_deployment(store)
+    path = deployment_path(store)
+    try:
+        result = load_deployment(store)
+    except ValueError as e:  # damaged: said so, and the advice rests on what it would without it
+        return DeploymentAdvice(None, [], [f"The deployment beside {store} was not used: {e}."], None)
     if result is None:
         return missing_deployment(store)
     machine = measured_on(result)

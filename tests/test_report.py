@@ -575,6 +575,9 @@ def test_a_deploy_json_that_the_section_cannot_show_is_said_to_be_damaged(tmp_pa
 
     store = fabricated_study(tmp_path / "s.db", depths=(1,))
     save_deployment(store, deployment_result())
+    monkeypatch.setattr(report_module, "deploy_machine", lambda result: f"{'copy_gbs':.3g}")  # a ValueError
+    _, error = report_module.shown_deployment(store)
+    assert error.startswith(f"the deployment file {tmp_path / 'deploy.json'} cannot be shown (ValueError: ")
     monkeypatch.setattr(report_module, "deploy_machine", lambda result: 1 / 0)
     _, error = report_module.shown_deployment(store)
     assert error == (

@@ -576,18 +576,18 @@ def shown_deployment(store_path: str | Path) -> tuple[DeployResult | None, str |
     report, and is never passed over as if none were measured."""
     try:
         result = load_deployment(store_path)
-        if result is None:
-            return None, None
-        # what the section shows, built here first so that what the checks let through fails here, not in the page
+    except ValueError as e:
+        return None, str(e)
+    if result is None:
+        return None, None
+    try:  # what the section shows, built here first so that what the checks let through fails here, not in the page
         deploy_table(result)
         deploy_notes(result)
         deploy_fastest(result)
         deploy_held_equal(result)
         deploy_machine(result)
         pareto_points(result.rows)
-    except ValueError as e:
-        return None, str(e)
-    except (TypeError, AttributeError, KeyError, ZeroDivisionError) as e:
+    except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError) as e:
         problem = f"the deployment file {deployment_path(store_path)} cannot be shown ({first_line(e, 120)})"
         return None, str(damaged(store_path, problem))
     return result, None

@@ -586,6 +586,21 @@ def test_a_deploy_json_that_the_section_cannot_show_is_said_to_be_damaged(tmp_pa
     )
 
 
+def test_the_report_and_advise_read_a_store_they_cannot_write(tmp_path, monkeypatch):
+    """On a read-only file system, or in a read-only or immutable file, they failed: "unable to open database file",
+    "attempt to write a readonly database". Now every store they read is opened to read only (Store(read_only=True)):
+    here SQLite can open it only as immutable, as on a read-only file system, and no reader opens it to write."""
+    from ffnlab.study.advise import advise
+    from tests.test_store import cannot_open_read_only
+
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    tried = cannot_open_read_only(monkeypatch)
+    monkeypatch.setattr(Store, "_open", lambda self: pytest.fail(f"{self.path} was opened to be written"))
+    paths = write_report(store, tmp_path / "out")
+    assert "gelu" in paths.markdown.read_text() and "immutable=1" in tried
+    assert advise(store=store, hardware="cpu").recommendation == "gelu"
+
+
 def test_a_classifiers_deployment_shows_its_accuracy_and_the_summary_a_short_table():
     result = deployment_result()
     quality = result.rows[0].quality

@@ -1,5 +1,6 @@
 import math
 import os
+import pathlib
 
 import pytest
 import torch
@@ -78,6 +79,19 @@ def within(seconds: float, call):
     if not returned:
         raise value
     return value
+
+
+def not_a_file(folder, kind: str, name: str = "config.json"):
+    """A path that is no regular file, and what check_readable says of it: `name` in `folder` made a FIFO (kind
+    'fifo') or a link to /dev/zero ('link'), or /dev/zero itself ('device')."""
+    path = folder / name
+    if kind == "fifo":
+        os.mkfifo(path)  # blocked for ever
+        return path, "is a FIFO (a named pipe), which may block for ever; give a regular file"
+    if kind == "link":
+        path.symlink_to("/dev/zero")  # read without end, 0.8 GB/s
+        return path, "is a character device, which may never end (a link to /dev/zero); give a regular file"
+    return pathlib.Path("/dev/zero"), "is a character device, which may never end; give a regular file"
 
 
 def run_result(**fields):

@@ -1,3 +1,4 @@
+import functools
 import json
 import warnings
 from dataclasses import fields, replace
@@ -23,7 +24,7 @@ from ffnlab.study.plan import run_id
 from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
 from ffnlab.study.store import Store
 from ffnlab.tools.hf import ActivationConfigWarning, model_activation
-from tests.conftest import run_result
+from tests.conftest import not_a_file, run_result, within
 
 # per-seed noise shared by every variant, so paired differences are clean but means still vary
 SEED_NOISE = (0.0, 0.03, -0.02)
@@ -151,6 +152,22 @@ def test_pretrained_config_keeps_its_activation(tmp_path, config, ffn, act):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ActivationConfigWarning)  # Gemma's two names: tests/test_hf.py
         assert model_activation(config) == act  # swap_ffn reads the config as advise does (one reader)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "device"])
+def test_a_pretrained_config_that_is_no_regular_file_is_refused_by_its_kind(run_cli, tmp_path, kind):
+    path, message = not_a_file(tmp_path, kind)  # a FIFO blocked, /dev/zero was read without end
+    for given in [path, path.parent] if kind != "device" else [path]:  # the file, or the folder holding it
+        code, _, err = within(30, functools.partial(run_cli, "advise", "--pretrained", given))
+        assert code == 2 and err == f"ffnlab: error: the model config {path} {message}\n"
+
+
+def test_a_dangling_pretrained_config_is_refused_as_such(run_cli, tmp_path):
+    (tmp_path / "config.json").symlink_to(tmp_path / "gone.json")
+    code, _, err = run_cli("advise", "--pretrained", tmp_path / "config.json")  # was "no model config at"
+    assert code == 2 and err.endswith(
+        f"is a symbolic link to {tmp_path / 'gone.json'}, which does not exist; give a regular file\n"
+    )
 
 
 def test_pretrained_bert_says_why(tmp_path):

@@ -11,6 +11,7 @@ pytest.importorskip("onnxscript")
 from ffnlab.core.ffn import FFNS, build_ffn  # noqa: E402
 from ffnlab.core.model import ModelConfig, Transformer  # noqa: E402
 from ffnlab.tools.export import ATOL, RTOL, describe_activations, export_onnx  # noqa: E402
+from tests.conftest import not_a_file, within  # noqa: E402
 
 VARIANTS = list(FFNS) + ["mix:gelu+silu"]
 D_MODEL = 16
@@ -181,6 +182,14 @@ def test_cli_export_bad_input_is_one_line_exit_2(run_cli, tmp_path, args, messag
     assert code == 2 and stdout == ""
     assert stderr.startswith("ffnlab: error: ") and message in stderr and stderr.count("\n") == 1
     assert sorted(os.listdir(tmp_path)) == ["bad.json"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "device"])
+def test_export_model_that_is_no_regular_file_is_refused_by_its_kind(run_cli, tmp_path, kind):
+    path, message = not_a_file(tmp_path, kind)  # a FIFO blocked, /dev/zero was read without end
+    argv = ["export", "--ffn", "gelu", "--model", path, "--out", tmp_path / "x.onnx"]
+    code, _, err = within(30, lambda: run_cli(*argv))
+    assert code == 2 and err == f"ffnlab: error: the Hugging Face config {path} {message}\n"
 
 
 def test_cli_export_on_a_full_disk_is_one_line_exit_2_and_leaves_the_old_file(run_cli, tmp_path, monkeypatch):

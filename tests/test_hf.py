@@ -40,6 +40,7 @@ from ffnlab.tools.hf import (  # noqa: E402
     GATED_MODEL_TYPES,
     HF_ACTS,
     QKV_NAMES,
+    SUB_CONFIGS,
     ActivationConfigWarning,
     PretrainedWeightsWarning,
     UnsupportedModelError,
@@ -59,6 +60,7 @@ from ffnlab.tools.hf import (  # noqa: E402
     swap_ffn,
     swap_width,
 )
+from tests.conftest import not_a_file, within  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 V = 100
@@ -514,6 +516,24 @@ def test_build_hf_model_bert_lm_is_causal_and_cls_heads_work():
         logits, loss = model(torch.randint(0, V, (3, 8)), torch.tensor([0, 1, 2]))
         assert logits.shape == (3, 3) and loss.ndim == 0
         assert model.cfg.task == "cls" and len(model.ffn_modules()) == 2
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "device"])
+def test_an_hf_config_that_is_no_regular_file_is_refused_by_its_kind(run_cli, tmp_path, kind):
+    path, message = not_a_file(tmp_path, kind)
+    code, _, err = within(30, lambda: run_cli("train", "--hf-config", path, "--print-config"))
+    assert code == 2 and err == f"ffnlab: error: the Hugging Face config {path} {message}\n"
+
+
+@pytest.mark.parametrize("key", SUB_CONFIGS)
+def test_a_composite_models_text_part_in_a_single_models_config_is_refused(tmp_path, key):
+    text_part = {"model_type": "llama", **DECODER}
+    with pytest.raises(ValueError, match=f"config.json holds '{key}', the text part of a composite model's config, but "
+                       "model_type 'llama' is a single model; remove") as e:  # fmt: skip
+        build_hf_model(llama_json(tmp_path, **{key: text_part}), "swiglu")  # was AttributeError: 'dict' ... 'to_dict'
+    assert "\n" not in str(e.value)
+    with pytest.raises(UnsupportedModelError, match="unsupported architecture 'llava'"):  # a composite: not ours
+        build_hf_model({"model_type": "llava", "text_config": text_part}, "swiglu")
 
 
 def test_build_hf_model_bad_input(tmp_path):

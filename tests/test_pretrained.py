@@ -19,7 +19,7 @@ from ffnlab.study.advise import advise
 from ffnlab.study.plan import Study, plan, run_id
 from ffnlab.tools.hf import build_hf_model, ffn_modules, save_unswapped
 from ffnlab.tools.pretrained import check_folder, folder_digest, load_pretrained, pretrained_ffn
-from tests.conftest import assert_close
+from tests.conftest import assert_close, not_a_file, run_cli_bounded, within
 
 LLAMA = dict(
     model_type="llama",
@@ -371,3 +371,57 @@ def test_contexts_past_the_folders_positions_are_refused_or_left_out(pretrained,
         )
     )
     assert not store.exists()
+
+
+# ---- files of the folder that are no regular files -------------------------------------------------
+
+
+def test_a_weights_file_that_is_a_fifo_is_refused_within_seconds(pretrained, tmp_path):
+    copy = tmp_path / "fifo"
+    shutil.copytree(pretrained[0], copy)
+    os.mkfifo(copy / "extra.safetensors")  # safe_open blocked for ever, holding the GIL: a child process
+    code, _, err = run_cli_bounded("finetune", "--from", copy, "--steps", 1, "--quiet")
+    assert code == 2 and err == (
+        f"ffnlab: error: the weights file {copy}/extra.safetensors is a FIFO (a named pipe), which may block for "
+        "ever; give a regular file\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, kind", [("config.json", "fifo"), ("generation_config.json", "link"), ("model.safetensors", "link")]
+)
+def test_a_folders_file_that_is_no_regular_file_is_refused_before_it_is_opened(pretrained, tmp_path, name, kind):
+    copy = tmp_path / "copy"
+    shutil.copytree(pretrained[0], copy)
+    (copy / name).unlink()
+    path, message = not_a_file(copy, kind, name)
+    with pytest.raises(ValueError, match=re.escape(f"{path} {message}")) as e:
+        within(30, lambda: check_folder(copy))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["dangling", "folder", "fifo", "link"])
+def test_a_folders_tokenizer_that_is_no_regular_file_is_refused_not_passed_over(pretrained, tmp_path, run_cli, kind):
+    copy = tmp_path / "copy"
+    shutil.copytree(pretrained[0], copy)
+    tokenizer = copy / "tokenizer.json"
+    if kind == "dangling":
+        tokenizer.symlink_to("gone.json")
+        message = "is a symbolic link to gone.json, which does not exist; give a regular file"
+    elif kind == "folder":
+        tokenizer.mkdir()
+        message = "is a folder; give a regular file"
+    else:
+        _, message = not_a_file(copy, kind, "tokenizer.json")
+    code, out, err = within(30, lambda: run_cli("finetune", "--from", copy, "--print-config"))  # was: tokenizer "char"
+    assert code == 2 and out == "" and err == f"ffnlab: error: the tokenizer {tokenizer} {message}\n"
+
+
+def test_a_config_with_a_composite_models_text_part_is_refused(pretrained, tmp_path, run_cli):
+    copy = tmp_path / "text_config"
+    shutil.copytree(pretrained[0], copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "text_config": {"model_type": "llama", "hidden_size": 32}}))
+    code, _, err = run_cli("finetune", "--from", copy, "--steps", 1, "--quiet")  # was AttributeError, exit 1
+    assert code == 2 and err.count("\n") == 1
+    assert f"config {copy}/config.json holds 'text_config', the text part of a composite model's config" in err

@@ -37,6 +37,7 @@ from torch import nn
 
 from ffnlab._util.files import atomic_folder
 from ffnlab._util.names import closest
+from ffnlab._util.reading import JSON_LIMIT, TOKENIZER_LIMIT, check_readable, read_text
 from ffnlab.core.activations import ACTIVATIONS, InputMixture, get_activation
 from ffnlab.core.ffn import (
     DEFAULT_INIT,
@@ -578,22 +579,38 @@ LOCAL_ONLY = LocalOnly(local_files_only=True, trust_remote_code=False)
 def folder_config(folder: str | os.PathLike) -> dict:
     """The config.json of a local save_pretrained folder as a dict, checked before transformers reads
     the folder. ValueError, one line, when `folder` is not a folder (a Hub name such as 'gpt2' is
-    never downloaded), has no config.json that parses, or asks to run code of its own (auto_map)."""
+    never downloaded), has no config.json that parses, has a file transformers would open that is no
+    regular file (`check_folder_files`), or asks to run code of its own (auto_map)."""
     path = Path(folder)
     if not path.is_dir():
         raise ValueError(
             f"{folder} does not exist or is not a folder; give a local save_pretrained folder "
             "(nothing is downloaded from the Hugging Face Hub)"
         )
-    if not (path / "config.json").is_file():
+    if not os.path.lexists(path / "config.json"):
         raise ValueError(f"{folder} has no config.json: not a save_pretrained folder")
     config = load_hf_config(path / "config.json")
+    check_folder_files(path)
     if "auto_map" in config:
         raise ValueError(
             f"{folder}/config.json asks to run Python code that comes with the model (auto_map); remote "
             "code is refused: ffnlab loads only the architectures transformers ships"
         )
     return config
+
+
+def check_folder_files(path: Path) -> None:
+    """ValueError, one line, for a JSON or safetensors file of a save_pretrained folder (config.json,
+    generation_config.json, tokenizer.json, the weights), which ffnlab or transformers opens, that is no
+    regular file (a FIFO would block, a device never end) or larger than such a file is (the weights, mapped
+    into memory, have no limit)."""
+    for file in sorted(path.glob("*.json")):
+        tokenizer = file.name == "tokenizer.json"
+        check_readable(
+            file, "the tokenizer" if tokenizer else "the JSON file", TOKENIZER_LIMIT if tokenizer else JSON_LIMIT
+        )
+    for file in sorted(path.glob("*.safetensors")):
+        check_readable(file, "the weights file")
 
 
 def local_config(folder: str | os.PathLike, **overrides) -> PretrainedConfig:
@@ -866,17 +883,24 @@ class HFModel(nn.Module):
         return ffn_modules(self.hf)
 
 
+# the keys transformers' get_text_config reads as the text part of a composite (multimodal, encoder-decoder) config
+SUB_CONFIGS = ("text_config", "decoder", "generator", "text_encoder")
+
+
 def load_hf_config(config_path_or_dict: str | os.PathLike | dict | PretrainedConfig) -> dict:
-    """A Hugging Face config as a dict: from a JSON file, a dict or a PretrainedConfig.
-    ValueError naming the file if it does not parse or has no model_type."""
-    source = "config"
+    """A Hugging Face config as a dict: from a JSON file (a regular file, `ffnlab._util.reading`), a dict or a
+    PretrainedConfig. ValueError naming the file if it cannot be read or parsed, has no model_type, or holds a
+    composite model's text part where a supported family's model_type is a single model."""
+    source = "Hugging Face config"
     if isinstance(config_path_or_dict, (str, os.PathLike)):
-        source = str(config_path_or_dict)
+        source = f"Hugging Face config {config_path_or_dict}"
+        text = read_text(config_path_or_dict, "the Hugging Face config", JSON_LIMIT)
         try:
-            with open(source) as f:
-                config = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"cannot parse Hugging Face config {source}: {e}") from None
+            config = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"cannot parse {source}: {e}") from None
+        except RecursionError:  # arrays nested thousands deep
+            raise ValueError(f"cannot parse {source}: arrays or objects nested too deeply") from None
     elif isinstance(config_path_or_dict, dict):
         config = copy.deepcopy(config_path_or_dict)
     elif hasattr(config_path_or_dict, "to_dict"):
@@ -884,7 +908,14 @@ def load_hf_config(config_path_or_dict: str | os.PathLike | dict | PretrainedCon
     else:
         raise ValueError(f"expected a config path, dict or PretrainedConfig, got {type(config_path_or_dict).__name__}")
     if not isinstance(config, dict) or not config.get("model_type"):
-        raise ValueError(f"Hugging Face config {source} has no model_type")
+        raise ValueError(f"{source} has no model_type")
+    single = any(config["model_type"] in family.model_types for family in FAMILIES.values())
+    if single and (parts := [key for key in SUB_CONFIGS if config.get(key) is not None]):
+        # transformers keeps it as a plain dict and fails deep inside (AttributeError: 'dict' ... 'to_dict')
+        raise ValueError(
+            f"{source} holds '{parts[0]}', the text part of a composite model's config, but model_type "
+            f"'{config['model_type']}' is a single model; remove '{parts[0]}', or give the text model's own config"
+        )
     return config
 
 

@@ -5,12 +5,14 @@ table of model families (study/model_families.csv), by the one reader of `ffnlab
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
-from ffnlab._util.text import shorten
+from ffnlab._util.reading import JSON_LIMIT, read_text
+from ffnlab._util.text import first_line, shorten
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.kernels.fused import FUSED_ACTS
 from ffnlab.run.presets import DEFAULT_PRESET, preset_config
@@ -45,12 +47,14 @@ class Checkpoint:
 
 
 def read_config(path: Path) -> Checkpoint:
-    """The checkpoint a Hugging Face config.json (or the folder holding it) describes."""
+    """The checkpoint a Hugging Face config.json (or the folder holding it) describes; ValueError naming the
+    file where it is no regular file (a FIFO, /dev/zero: `ffnlab._util.reading`) or not a JSON object."""
     file = path / "config.json" if path.is_dir() else path
+    text = read_text(file, "the model config", JSON_LIMIT)
     try:
-        config = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read the model config {file}: {e}") from None
+        config = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"cannot read the model config {file}: {first_line(e)}") from None
     if not isinstance(config, dict):
         raise ValueError(f"{file} is not a Hugging Face config (expected a JSON object)")
     found = config_activation(config, where=str(file))
@@ -84,8 +88,8 @@ def lookup_family(name: str) -> Checkpoint:
 def resolve_pretrained(name_or_config: str) -> Checkpoint:
     """A pretrained model from a config.json path (or its folder) or a known name."""
     path = Path(name_or_config)
-    if path.suffix == ".json" or path.exists():
-        if not path.exists():
+    if path.suffix == ".json" or os.path.lexists(path):  # a dangling link is refused by read_config, as such
+        if not os.path.lexists(path):
             raise FileNotFoundError(f"no model config at {path}")
         return read_config(path)
     return lookup_family(name_or_config)

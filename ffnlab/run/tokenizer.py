@@ -217,8 +217,8 @@ def build_bpe(texts: list[str], vocab_size: int, cache_dir: str | None) -> BPETo
     path = folder / f"bpe-{vocab_size}-{texts_hash(texts)[:24]}.json"
     if path.is_file():
         try:
-            return BPETokenizer(path.read_text(encoding="utf-8"))
-        except Exception:  # a damaged cache file is retrained and replaced, never trusted
+            return BPETokenizer(read_text(path, "the cached tokenizer", TOKENIZER_LIMIT))
+        except Exception:  # a damaged (or huge) cache file is retrained and replaced, never trusted
             pass
     tokenizer_json = train_bpe(texts, vocab_size)
     folder.mkdir(parents=True, exist_ok=True)

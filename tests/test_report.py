@@ -586,6 +586,18 @@ def test_a_deploy_json_that_the_section_cannot_show_is_said_to_be_damaged(tmp_pa
     )
 
 
+def test_text_in_a_stores_metric_is_one_error_naming_the_store_and_the_run(tmp_path):
+    """SQLite keeps text in a REAL column: the report failed with a TypeError inside its curves."""
+    import sqlite3
+
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    with sqlite3.connect(store) as db:
+        (rid,) = db.execute("SELECT run_id FROM metrics WHERE name = 'val_loss' LIMIT 1").fetchone()
+        db.execute("UPDATE metrics SET value = 'fast' WHERE run_id = ? AND name = 'val_loss' AND step = 10", (rid,))
+    with pytest.raises(ValueError, match=f"run store {store}: run {rid}'s metric val_loss at step 10 is text 'fast'"):
+        write_report(store, tmp_path / "out")
+
+
 def test_the_report_and_advise_read_a_store_they_cannot_write(tmp_path, monkeypatch):
     """On a read-only file system, or in a read-only or immutable file, they failed: "unable to open database file",
     "attempt to write a readonly database". Now every store they read is opened to read only (Store(read_only=True)):

@@ -205,6 +205,7 @@ def cmd_deploy(args):
     check_deploy_flags(args)
     settings = {k: v for k in TIMING if (v := getattr(args, k)) is not None}
     settings |= {"workdir": args.onnx_dir, "roofline": not args.no_roofline}
+    settings["log"] = None if args.json else (lambda line: print(f"deploy: {line}", file=sys.stderr, flush=True))
     saved = None
     if args.store is None:
         sizes = {k: v for k in MODEL_SIZES if (v := getattr(args, k)) is not None}

@@ -3,6 +3,7 @@ Nothing here asserts a time: the harness must return medians and the thread coun
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -14,13 +15,88 @@ pytest.importorskip("torchao")
 TINY = dict(d_model=32, n_layers=1, n_heads=2, context=16, vocab_size=64)
 
 
-def test_latency_is_the_median_of_the_timed_calls_after_warm_up():
+def stand_in_clock(monkeypatch, seconds=lambda fn: 1.0):
+    """`dp.timed` replaced: each call runs the function and takes `seconds(fn)`; nothing here is timed for real."""
+
+    def timed(fn, device="cpu"):
+        fn()
+        return seconds(fn)
+
+    monkeypatch.setattr(dp, "timed", timed)
+
+
+def test_functions_are_timed_in_turns_after_a_warm_up_until_their_times_settle(monkeypatch):
+    stand_in_clock(monkeypatch)
     calls = []
-    lat = dp.measure_latency(lambda: calls.append(1), batch=4, seq=8, repeats=5, warmup=2)
-    assert len(calls) == 7 and lat.repeats == 5 and lat.warmup == 2
-    assert lat.min_s <= lat.q1_s <= lat.median_s <= lat.q3_s <= lat.max_s
-    assert lat.threads == torch.get_num_threads()
-    assert lat.tokens_per_s == 4 * 8 / lat.median_s == lat.to_json()["tokens_per_s"]
+    fns = [lambda name=name: calls.append(name) for name in "abc"]
+    turns = dp.time_in_turns(fns, repeats=2, warmup=1)
+    # six rounds until the median of the last 3 times is that of the 3 before, then two timed; every other round
+    # the other way round
+    assert "".join(calls) == "abccba" * 4
+    assert turns.warmup == 6 and turns.times == [[1.0, 1.0]] * 3 and turns.settled == [True] * 3
+    lat = dp.spread([3.0, 1.0, 2.0, 4.0, 5.0], batch=4, seq=8, warmup=turns.warmup, threads=2)
+    assert (lat.min_s, lat.q1_s, lat.median_s, lat.q3_s, lat.max_s) == (1.0, 2.0, 3.0, 4.0, 5.0)
+    assert lat.repeats == 5 and lat.warmup == 6 and lat.tokens_per_s == 4 * 8 / 3.0 == lat.to_json()["tokens_per_s"]
+
+
+def test_settled_is_a_trend_that_stopped_not_noise_that_did():
+    assert dp.settled([5.0, 4.0, 3.0, 1.0, 1.5, 1.2]) is False  # 3 -> 1.2: still falling
+    assert dp.settled([9.0, 1.0, 1.6, 1.0, 1.0, 1.7, 1.05]) is True  # noisy, but the median stays at 1.0-1.05
+    assert dp.settled([1.0] * 5) is False  # too few to tell
+
+
+def test_a_warm_up_that_never_settles_stops_and_says_so(monkeypatch):
+    ticks = iter(range(1, 1000))
+    stand_in_clock(monkeypatch, lambda fn: float(next(ticks)) ** 2)  # every call slower than the last: no settling
+    calls = []
+    turns = dp.time_in_turns([lambda: calls.append(1)], repeats=1, warmup=2)
+    assert turns.warmup == dp.WARMUP_ROUNDS and turns.settled == [False] and len(calls) == dp.WARMUP_ROUNDS + 1
+    calls.clear()
+    assert dp.time_in_turns([lambda: calls.append(1)], repeats=3, warmup=0).warmup == 0 and len(calls) == 3
+
+
+def test_a_function_that_fails_is_left_out_of_the_later_rounds(monkeypatch):
+    stand_in_clock(monkeypatch)
+    calls = []
+
+    def fails():
+        calls.append("x")
+        raise RuntimeError("recompiled past the cache")
+
+    turns = dp.time_in_turns([lambda: calls.append("a"), fails], repeats=2, warmup=0)
+    assert "".join(calls) == "ax" + "a" and turns.errors == [None, "RuntimeError: recompiled past the cache"]
+    assert turns.times == [[1.0, 1.0], []]
+
+
+def test_the_rows_of_a_deployment_are_timed_in_turns_not_one_after_another(monkeypatch):
+    """Two variants x two targets: after each row's set-up calls, every round calls every row's batch-1 and
+    throughput forward once, in turns, so drift on a shared machine falls on all rows alike."""
+    order = []
+
+    def timed(fn, device="cpu"):
+        fn()
+        order.append((id(fn.func), fn.args[0].shape[0]))  # which model, which batch
+        return 1.0
+
+    monkeypatch.setattr(dp, "timed", timed)
+    result = dp.run_deploy("relu,gelu", "fp32,int8", "eager", **TINY, batch=2, repeats=3, warmup=1, roofline=False)
+    assert [r.reason for r in result.rows] == [None] * 6
+    timed_calls = order[2 * 6 :]  # each row's first two calls are its set-up
+    keys = list(dict.fromkeys(timed_calls))
+    assert len(keys) == 12 and len(timed_calls) == 12 * (6 + 3)  # warm-up: 6 rounds, to settle
+    rounds = [timed_calls[i : i + 12] for i in range(0, len(timed_calls), 12)]
+    assert all(r == (keys if i % 2 == 0 else keys[::-1]) for i, r in enumerate(rounds))
+    assert all(r.latency.warmup == 6 and r.latency.repeats == 3 for r in result.rows)
+    assert result.setup["timing"] == dp.TIMING
+
+
+def test_progress_is_told_per_row_and_per_timed_round():
+    lines = []
+    dp.run_deploy("relu", "fp32,fp16", "eager", **TINY, batch=2, repeats=2, warmup=1, roofline=False, log=lines.append)
+    assert lines[0].startswith("relu fp32/eager: set up in ") and lines[0].endswith("(1/2)")
+    assert lines[1] == "relu fp16/eager: not measured (fp16 is measured on a GPU; a CPU computes it through fp32) (2/2)"
+    assert lines[2].startswith("timing 1 rows in turns") and lines[3].startswith("warm-up: ")
+    assert lines[-1].startswith("timed round 2/2 (")
 
 
 def test_targets_expand_int8_into_each_runtimes_schemes():
@@ -47,9 +123,16 @@ def test_targets_expand_int8_into_each_runtimes_schemes():
         ({"d_model": 2**20, "n_layers": 64}, "need at least"),
         ({"d_modle": 64}, "unknown model setting d_modle .did you mean 'd_model'"),
         ({"ffns": ","}, "no FFN variant given"),
+        ({"precisions": "fp32,int8,FP32"}, "precision fp32 is given twice; name each precision once"),
+        ({"runtimes": "eager,eager"}, "runtime eager is given twice"),
+        ({"ffns": "gelu,relu,gelu"}, "FFN variant gelu is given twice"),
+        ({"threads": 3}, "threads must be between 1 and 2, the logical CPUs of this machine, got 3"),
+        ({"threads": 0}, "threads must be between 1 and 2"),
     ],
 )
-def test_bad_input_is_one_line_value_error_before_any_work(kwargs, needle):
+def test_bad_input_is_one_line_value_error_before_any_work(kwargs, needle, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: pytest.fail(f"{n} threads set"))
     with pytest.raises(ValueError, match=needle) as e:
         dp.run_deploy(**{"ffns": "gelu", **TINY, **kwargs})
     assert "\n" not in str(e.value)

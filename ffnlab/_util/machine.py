@@ -66,6 +66,16 @@ def check_memory(need: int, device: str, what: str, advice: str) -> None:
         )
 
 
+def check_threads(threads: int) -> int:
+    """`threads`; ValueError in one line unless it is between 1 and this machine's logical CPUs (os.cpu_count()).
+    More OpenMP threads than CPUs only take turns on them, spinning while they wait for each other, and far more
+    (100,000) cannot be started at all: the OpenMP runtime ends the process ("Out of memory")."""
+    cpus = os.cpu_count() or 1
+    if not 1 <= threads <= cpus:
+        raise ValueError(f"threads must be between 1 and {cpus}, the logical CPUs of this machine, got {threads}")
+    return threads
+
+
 def cpu_model() -> str | None:
     """The CPU's model name ('AMD EPYC', 'Intel(R) Xeon(R) ...'), None where it cannot tell."""
     try:

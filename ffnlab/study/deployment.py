@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +30,8 @@ from torch import nn
 
 from ffnlab._util.files import write_atomic
 from ffnlab._util.jsonio import json_number, json_problem, strict_dumps
-from ffnlab._util.reading import kind_problem, read_text
+from ffnlab._util.machine import check_threads
+from ffnlab._util.reading import check_readable, kind_problem, read_text
 from ffnlab._util.text import first_line, shorten
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, param_count
@@ -64,6 +66,7 @@ class TrainedRun:
     model: nn.Module  # fp32, eval mode, CPU
     batches: dict[str, list[Batch]]  # "val" and, where the split has a window, "test": the final evaluation batches
     calibration: list[torch.Tensor]  # inputs from the training split
+    tags: list[str] = field(default_factory=list)  # task tokens: the tag names, for span F1
 
     @property
     def ffn(self) -> str:
@@ -74,14 +77,28 @@ class TrainedRun:
         return self.cfg.seed
 
 
-def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
-    """A finished run of a store as a model with its saved weights, and its data's final batches; ValueError
-    naming the store and the run when its weights were not saved."""
+def load_weights(model: nn.Module, path: Path, what: str) -> None:
+    """The safetensors file `path` loaded into `model`, every tensor and no other; ValueError in one line naming
+    the file (`what` says whose it is) where it is no such file: damaged (a lying header, random bytes, empty), or
+    holding a tensor too many, too few or of another shape."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
+    check_readable(path, what)  # a FIFO or a device is refused unopened
+    try:
+        load_model(model, str(path))  # strict: missing and unexpected tensors fail too
+    except (SafetensorError, OSError, RuntimeError) as e:
+        reason = " ".join(str(e).split())  # load_state_dict's message lists the tensors on lines of their own
+        raise ValueError(f"{what} {path} cannot be loaded: {shorten(reason, 200)}; it is damaged or another "
+                         "model's: train the run again into a new store") from None  # fmt: skip
+
+
+def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
+    """A finished run of a store as a model with its saved weights, and its data's final batches; ValueError
+    naming the store and the run when its weights were not saved, and the file where they cannot be loaded."""
     cfg = TrainConfig.from_dict(record.config)
     path = weights_path(Path(store_path), record.id)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ValueError(
             f"run store {store_path} has no saved weights for run {record.id} ({cfg.model.ffn}, seed {cfg.seed}); "
             "deploy needs a store whose runs saved their weights (ffnlab compare)"
@@ -90,7 +107,7 @@ def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
     task = cfg.model.task
     mcfg = data_model_config(cfg, corpus, tok)
     model = default_factory(cfg)(mcfg, cfg.seed)
-    load_model(model, str(path))
+    load_weights(model, path, f"the weights of run {record.id} ({cfg.model.ffn}, seed {cfg.seed})")
     context, size = mcfg.context, cfg.batch_size
     batches = {
         split: eval_set(splits[split], task, cfg.final_eval_batches, size, context)
@@ -99,7 +116,8 @@ def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
     }
     gen = torch.Generator().manual_seed(CALIBRATION_SEED)
     calibration = [get_batch(splits["train"], task, size, context, gen)[0] for _ in range(dp.CALIBRATION_BATCHES)]
-    return TrainedRun(record, cfg, mcfg, model.eval(), batches, calibration)
+    tags = list(corpus.classes or []) if task == "tokens" else []
+    return TrainedRun(record, cfg, mcfg, model.eval(), batches, calibration, tags)
 
 
 ONE_CELL = "run the cell to deploy into a store of its own (compare with that cell's settings and --store)"
@@ -153,20 +171,24 @@ class Scores:
     test_loss: float | None = None  # where the test split has a window
     val_acc: float | None = None  # a classifier's
     test_acc: float | None = None
+    val_f1: float | None = None  # a tagger's span F1
+    test_f1: float | None = None
 
 
-Score = Literal["val_loss", "test_loss", "val_acc", "test_acc"]  # a field of Scores
+Score = Literal["val_loss", "test_loss", "val_acc", "test_acc", "val_f1", "test_f1"]  # a field of Scores
 PerSeed = dict[int, Scores]  # seed -> one target's scores of that seed's run
 
 
 def judge(module: nn.Module, run: TrainedRun) -> Scores:
-    """Loss (and accuracy for cls) of a deployed module on a run's final batches."""
+    """Loss (and accuracy for cls and image, span F1 for tokens) of a deployed module on a run's final batches."""
     task = run.cfg.model.task
     with dp.quiet_libraries():  # a compiled int8 model compiles again here, with targets
-        val = evaluate(module, run.batches["val"], task, contextlib.nullcontext)
-        test = evaluate(module, run.batches["test"], task, contextlib.nullcontext) if "test" in run.batches else {}
+        val = evaluate(module, run.batches["val"], task, contextlib.nullcontext, tags=run.tags)
+        test = {}
+        if "test" in run.batches:
+            test = evaluate(module, run.batches["test"], task, contextlib.nullcontext, tags=run.tags)
     module.eval()  # evaluate leaves it in training mode
-    return Scores(val["loss"], test.get("loss"), val.get("acc"), test.get("acc"))
+    return Scores(val["loss"], test.get("loss"), val.get("acc"), test.get("acc"), val.get("f1"), test.get("f1"))
 
 
 def delta(values: PerSeed, reference: PerSeed, score: Score) -> dp.Delta | None:
@@ -197,6 +219,9 @@ def quality(per_seed: PerSeed, reference: PerSeed, against: str, runtime: str) -
         reference=against,
         measured_in=runtime,
         val_losses={seed: v.val_loss for seed, v in sorted(per_seed.items())},
+        val_f1=mean("val_f1"),
+        test_f1=mean("test_f1"),
+        val_f1_delta=delta(per_seed, reference, "val_f1"),
     )
 
 
@@ -205,41 +230,53 @@ def quality(per_seed: PerSeed, reference: PerSeed, against: str, runtime: str) -
 
 @dataclass
 class Settings:
-    """How deploy_store measures: the targets, the timing inputs and counts, and the folder for ONNX files."""
+    """How deploy_store measures: the targets, the timing inputs and counts, the folder for ONNX files, and who
+    hears about the progress."""
 
     targets: list[dp.Target]
-    inputs: tuple[torch.Tensor, torch.Tensor]
+    inputs: dp.Inputs
     repeats: int
     warmup: int
-    workdir: Path
+    workdir: dp.Workdir
+    log: Callable[[str], None] | None = None
+
+    def say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
 
 
 def deploy_target(
     runs: Sequence[TrainedRun], target: dp.Target, settings: Settings, label: str, judged: bool = True
-) -> tuple[dp.DeployRow, PerSeed]:
-    """A target's row, its cost measured on the first run, and (if `judged`) every run's quality under it."""
-    row: dp.DeployRow | None = None
+) -> tuple[dp.Pending, PerSeed]:
+    """A target's row set up on the first run (its cost: timed later, with every other row's, by `dp.time_rows`),
+    and (if `judged`) every run's quality under it."""
+    pending: dp.Pending | None = None
     per_seed: PerSeed = {}
     for run in runs if judged else runs[:1]:
         deployed = dp.deploy(
-            run.model, f"{label}-seed{run.seed}", target, settings.inputs[1], settings.workdir, run.calibration
+            run.model, onnx_name(label, run.seed), target, settings.inputs.many, settings.workdir, run.calibration
         )
-        if row is None:
-            row = dp.measure_target(run.ffn, deployed, target, settings.inputs, settings.repeats, settings.warmup)
+        if pending is None:
+            pending = dp.prepare(run.ffn, deployed, target, settings.inputs), deployed.module
         if judged:
             per_seed[run.seed] = judge(deployed.module, run)
-    if row is None:
+    if pending is None:
         raise ValueError(f"no runs to deploy as {target.label()}")
-    return row, per_seed
+    return pending, per_seed
+
+
+def onnx_name(label: str, seed: int) -> str:
+    """What a run's ONNX files are named after: its variant (`label`: 'gelu', or 'gelu-qat') and seed."""
+    return f"{label}-seed{seed}"
 
 
 def deploy_targets(
     runs: Sequence[TrainedRun], settings: Settings, label: str, known: dict[str, PerSeed]
-) -> list[tuple[dp.DeployRow, PerSeed, str]]:
-    """(row, per-seed values, runtime they were measured in) per target: a target already measured (fp32 eager)
-    or computing what another does (compile, as eager, when eager was measured) is not evaluated again. A target
-    that is unavailable or fails gives its row's reason and no values."""
-    out: list[tuple[dp.DeployRow, PerSeed, str]] = []
+) -> list[tuple[dp.Pending, PerSeed, str]]:
+    """(row set up, per-seed values, runtime they were measured in) per target: a target already measured (fp32
+    eager) or computing what another does (compile, as eager, when eager was measured) is not evaluated again. A
+    target that is unavailable or fails gives its row's reason and no values."""
+    out: list[tuple[dp.Pending, PerSeed, str]] = []
     for target in settings.targets:
         eager = replace(target, runtime="eager").label()
         reuse = (
@@ -250,50 +287,52 @@ def deploy_targets(
             else None
         )
         try:
-            row, per_seed = deploy_target(runs, target, settings, label, judged=reuse is None)
+            pending, per_seed = deploy_target(runs, target, settings, label, judged=reuse is None)
         except dp.Unavailable as e:
-            out.append((dp.unmeasured(runs[0].ffn, target, str(e)), {}, target.runtime))
-            continue
+            pending, per_seed = (dp.unmeasured(runs[0].ffn, target, str(e)), None), {}
         except Exception as e:  # a quantiser, compiler or exporter failing for this variant is a result
-            out.append((dp.unmeasured(runs[0].ffn, target, first_line(e)), {}, target.runtime))
-            continue
-        if reuse is not None:
-            per_seed = known[reuse]
-        known[target.label()] = per_seed
-        out.append((row, per_seed, "eager" if reuse == eager and reuse != target.label() else target.runtime))
+            pending, per_seed = (dp.unmeasured(runs[0].ffn, target, first_line(e)), None), {}
+        else:
+            if reuse is not None:
+                per_seed = known[reuse]
+            known[target.label()] = per_seed
+        runtime = "eager" if reuse == eager and reuse != target.label() else target.runtime
+        pending[0].qat_from = runs[0].cfg.qat_from
+        settings.say(dp.progress_line(pending[0]) + (f", {len(runs)} seeds judged" if per_seed else ""))
+        out.append((pending, per_seed, runtime))
     return out
 
 
-def deploy_variant(runs: Sequence[TrainedRun], settings: Settings) -> tuple[list[dp.DeployRow], dict[str, PerSeed]]:
-    """Every target for one variant's runs (its seeds): rows with quality against fp32 eager of the same runs.
-    Returns the rows and the per-seed values by target label (QAT pairs with them)."""
+def deploy_variant(runs: Sequence[TrainedRun], settings: Settings) -> tuple[list[dp.Pending], dict[str, PerSeed]]:
+    """Every target for one variant's runs (its seeds): rows with quality against fp32 eager of the same runs, set
+    up for their timings. Returns them and the per-seed values by target label (QAT pairs with them)."""
     reference = {run.seed: judge(run.model, run) for run in runs}
     known = {"fp32/eager": reference}
     rows = []
-    for row, per_seed, runtime in deploy_targets(runs, settings, runs[0].ffn, known):
+    for (row, module), per_seed, runtime in deploy_targets(runs, settings, runs[0].ffn, known):
         if per_seed:
             row.quality = quality(per_seed, reference, "fp32 eager of the same runs", runtime)
-        rows.append(row)
+        rows.append((row, module))
     return rows, known
 
 
 def deploy_qat(
     qat_runs: Sequence[TrainedRun], plain: dict[str, PerSeed], settings: Settings
-) -> tuple[list[dp.DeployRow], dp.QatSummary]:
-    """The converted models of one variant's QAT runs (int8-dynamic, on the torch runtimes asked for): quality
-    paired by seed with the plain runs in fp32 and under int8-dynamic PTQ (vs_ptq); and the QAT-against-PTQ summary."""
+) -> tuple[list[dp.Pending], dp.QatSummary]:
+    """The converted models of one variant's QAT runs (int8-dynamic, on the torch runtimes asked for), set up for
+    their timings: quality paired by seed with the plain runs in fp32 and under int8-dynamic PTQ (vs_ptq); and the
+    QAT-against-PTQ summary."""
     first = qat_runs[0]
     if first.cfg.qat_from is None:
         raise ValueError(f"run {first.record.id} was not trained with qat_from")
     wanted = replace(settings, targets=[t for t in settings.targets if t.scheme == "int8-dynamic"])
     known: dict[str, PerSeed] = {}
     rows = []
-    for row, per_seed, runtime in deploy_targets(qat_runs, wanted, f"{first.ffn}-qat", known):
-        row.qat_from = first.cfg.qat_from
+    for (row, module), per_seed, runtime in deploy_targets(qat_runs, wanted, f"{first.ffn}-qat", known):
         if per_seed:
             row.quality = quality(per_seed, plain["fp32/eager"], "fp32 eager of the plain runs", runtime)
             row.quality.vs_ptq = delta(per_seed, plain.get(PTQ, {}), "val_loss")
-        rows.append(row)
+        rows.append((row, module))
     return rows, qat_summary(first.ffn, first.cfg.qat_from, known.get(PTQ, {}), plain)
 
 
@@ -320,6 +359,17 @@ def qat_summary(ffn: str, qat_from: float, qat: PerSeed, plain: dict[str, PerSee
 # ---- the store ----------------------------------------------------------------------------------------
 
 
+def check_plain_runs(store_path: str | Path, records: Sequence[RunRecord]) -> None:
+    """ValueError in one line naming a variant whose runs all trained with qat_from: a QAT run is judged against
+    plain runs of its variant, so without them it would give no row."""
+    plain = {r.config["model"]["ffn"] for r in records if r.config.get("qat_from") is None}
+    alone = list(dict.fromkeys(r.config["model"]["ffn"] for r in records if r.config["model"]["ffn"] not in plain))
+    if alone:
+        other = f", or leave {alone[0]} out (--ffn {','.join(sorted(plain))})" if plain else ""
+        raise ValueError(f"run store {store_path} holds QAT runs (qat_from) of {alone[0]} but no plain runs of it, "
+                         f"which deploy pairs them with: train plain runs of {alone[0]} into it too{other}")  # fmt: skip
+
+
 def deploy_store(
     store_path: str | Path,
     ffns: Iterable[str] | None = None,
@@ -333,42 +383,55 @@ def deploy_store(
     threads: int | None = None,
     workdir: str | Path | None = None,
     roofline: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> dp.DeployResult:
     """The trained models of a store's study, one row per variant x target with its cost and quality (module
-    docstring), QAT runs beside the plain runs they pair with, the Pareto front marked. On the CPU. ValueError in
-    one line for an unknown precision or runtime, a store without finished runs or saved weights, or runs of
-    several settings."""
+    docstring), QAT runs beside the plain runs they pair with, the Pareto front marked. On the CPU. Every row is set
+    up and judged first, then all are timed in turns (`dp.time_rows`); `log` hears about the progress. ValueError in
+    one line for an unknown or repeated precision or runtime, a thread count beyond the machine's CPUs, a store
+    without finished runs, saved weights or plain runs beside its QAT runs, damaged weights, runs of several
+    settings, or an ONNX file that cannot be written."""
     wanted = dp.targets(dp.default_precisions() if precisions is None else precisions, runtimes)
     wanted.sort(key=lambda t: dp.RUNTIMES.index(t.runtime))  # eager first: compile rows take its numbers
+    if threads is not None:
+        check_threads(threads)
+    if ffns is not None:
+        dp.once([get_ffn_spec(f).name for f in ffns], "FFN variant")
     records = store_runs(store_path, ffns)
-    context = TrainConfig.from_dict(records[0].config).model.context
-    seq = seq or context
-    dp.check_settings(batch, seq, context, repeats, warmup)  # before the runs load
+    check_plain_runs(store_path, records)
+    asked = TrainConfig.from_dict(records[0].config).model
+    dp.check_settings(batch, dp.model_seq(asked, seq), asked.context, repeats, warmup)  # before the runs load
+    plain_names = {
+        onnx_name(r.config["model"]["ffn"], r.config["seed"]) for r in records if not r.config.get("qat_from")
+    }
+    dp.check_workdir(workdir, sorted(plain_names), wanted)
     runs = [load_trained(store_path, r) for r in records]
     mcfg = runs[0].model_cfg
-    inputs = dp.token_inputs(mcfg.vocab_size, batch, seq)
-    rows: list[dp.DeployRow] = []
+    seq = dp.model_seq(mcfg, seq)  # a ViT's: its patches, known once its data is
+    inputs = dp.model_inputs(mcfg, batch, seq)
+    pending: list[dp.Pending] = []
     qat: list[dp.QatSummary] = []
-    with dp.threads_set(threads) as used, dp.work_folder(workdir) as folder:
-        settings = Settings(wanted, inputs, repeats, warmup, folder)
+    with dp.threads_set(threads) as used, dp.work_folder(workdir) as folder, dp.compiled_together():
+        settings = Settings(wanted, inputs, repeats, warmup, folder, log)
         for ffn in dict.fromkeys(r.ffn for r in runs):
             plain = [r for r in runs if r.ffn == ffn and r.cfg.qat_from is None]
             trained_qat: dict[float, list[TrainedRun]] = {}  # by qat_from
             for r in runs:
                 if r.ffn == ffn and r.cfg.qat_from is not None:
                     trained_qat.setdefault(r.cfg.qat_from, []).append(r)
-            if not plain:
-                continue  # QAT runs are judged against plain runs of their variant
             variant_rows, by_label = deploy_variant(plain, settings)
-            rows += variant_rows
+            pending += variant_rows
             for qat_from in sorted(trained_qat):
                 qat_rows, summary = deploy_qat(trained_qat[qat_from], by_label, settings)
-                rows += qat_rows
+                pending += qat_rows
                 qat.append(summary)
+        dp.time_rows(pending, inputs, repeats, warmup, log=log)
+        rows = [row for row, _ in pending]
+        del pending  # the deployed models: before the roofline's copy takes its memory
         copy_gbs = dp.add_roofline(rows) if roofline else None
     dp.mark_front(rows)
     setup = {"batch": batch, "seq": seq, "repeats": repeats, "warmup": warmup, "threads": used, "device": "cpu",
-             "targets": [t.label() for t in wanted], "copy_gbs": copy_gbs,
+             "targets": [t.label() for t in wanted], "copy_gbs": copy_gbs, "timing": dp.TIMING,
              "seeds": sorted({r.seed for r in runs}), "quality_batches": runs[0].cfg.final_eval_batches,
              "quality_batch_size": runs[0].cfg.batch_size}  # fmt: skip
     params = {r.ffn: param_count(r.model) for r in runs}

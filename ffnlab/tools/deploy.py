@@ -42,9 +42,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ffnlab._util import machine
+from ffnlab._util.files import check_writable, writes_through
 from ffnlab._util.jsonio import json_number, json_safe
 from ffnlab._util.names import chosen, closest
-from ffnlab._util.text import first_line, num
+from ffnlab._util.text import first_line, num, shorten
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
@@ -83,11 +84,21 @@ class Target:
         return self.scheme
 
 
+def once(values: str | Iterable[str], what: str) -> list[str]:
+    """The names of a comma-separated string or a list; ValueError naming one given twice (`fp32,fp32` would
+    measure a row twice, or hide a typo for another name)."""
+    items = [v.strip().lower() for v in (values.split(",") if isinstance(values, str) else values)]
+    twice = next((v for i, v in enumerate(items) if v and v in items[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{what} {shorten(twice)} is given twice; name each {what} once")
+    return items
+
+
 def targets(precisions: str | Iterable[str] = PRECISIONS, runtimes: str | Iterable[str] = RUNTIMES) -> list[Target]:
     """Every precision on every runtime asked for, int8 once per scheme of the runtime's backend; ValueError
     naming the valid precisions or runtimes for an unknown one."""
-    precisions = chosen(precisions, PRECISIONS, "precision")
-    runtimes = chosen(runtimes, RUNTIMES, "runtime")
+    precisions = chosen(once(precisions, "precision"), PRECISIONS, "precision")
+    runtimes = chosen(once(runtimes, "runtime"), RUNTIMES, "runtime")
     out = []
     for runtime in runtimes:
         for precision in precisions:
@@ -162,14 +173,19 @@ class Quality:
     measured_in: str  # the runtime the batches ran in (compile rows share eager's numbers)
     vs_ptq: Delta | None = None
     val_losses: dict[int, float] = field(default_factory=dict)  # per seed: to pair this row with another
+    val_f1: float | None = None  # a tagger's span F1 (task tokens)
+    test_f1: float | None = None
+    val_f1_delta: Delta | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Quality:
         deltas = {
-            k: Delta.from_json(d.get(k)) for k in ("val_loss_delta", "test_loss_delta", "val_acc_delta", "vs_ptq")
+            k: Delta.from_json(d.get(k))
+            for k in ("val_loss_delta", "test_loss_delta", "val_acc_delta", "vs_ptq", "val_f1_delta")
         }
         losses = {int(seed): json_number(v) for seed, v in d.get("val_losses", {}).items()}  # JSON keys are strings
         scores = {k: json_number(d[k]) for k in ("val_loss", "test_loss", "val_acc", "test_acc")}
+        scores |= {k: json_number(d.get(k)) for k in ("val_f1", "test_f1")}  # deploy.json before F1 has none
         return cls(**{**d, **deltas, **scores, "val_losses": losses})
 
 
@@ -273,22 +289,90 @@ def environment() -> dict[str, Any]:
     }
 
 
-# ---- timing and sizes -----------------------------------------------------------------------------
+# ---- timing: every row's calls in turns ------------------------------------------------------------
+
+SETTLED_CALLS, SETTLED_DRIFT = 3, 0.10  # warmed up: the median of the last 3 calls within 10% of the 3 before's
+WARMUP_ROUNDS = 10  # the longest warm-up (unless --warmup asks more), where the machine's load never lets them settle
+PROGRESS_EVERY_S = 5.0  # a progress line per timed round, at most this often
+TIMING = "rows in turns, reversed every other round; warm-up until each call's time settles"  # what setup records
 
 
-def measure_latency(
-    fn: Callable[[], object], batch: int, seq: int, repeats: int, warmup: int, device: str = "cpu"
-) -> Latency:
-    """`fn()` called `warmup` times untimed, then `repeats` times timed (waiting for the GPU on CUDA)."""
+@dataclass
+class Turns:
+    """What `time_in_turns` measured, per function: its timed seconds, or the error it raised instead."""
+
+    times: list[list[float]]
+    errors: list[str | None]
+    warmup: int  # untimed rounds before the timed ones
+    settled: list[bool]  # whether the warm-up saw the function's time per call settle (True without a warm-up)
+
+
+def settled(times: Sequence[float]) -> bool:
+    """Whether the time per call has stopped moving: the median of the last SETTLED_CALLS times is within
+    SETTLED_DRIFT of the median of the SETTLED_CALLS before them. Medians of a few, not every time, so that the
+    noise of a busy machine, which timing in turns evens out, does not hold the warm-up back as a trend would."""
+    if len(times) < 2 * SETTLED_CALLS:
+        return False
+    last = statistics.median(times[-SETTLED_CALLS:])
+    before = statistics.median(times[-2 * SETTLED_CALLS : -SETTLED_CALLS])
+    return abs(last - before) <= SETTLED_DRIFT * before
+
+
+def time_in_turns(
+    fns: Sequence[Callable[[], object]],
+    repeats: int,
+    warmup: int,
+    device: str = "cpu",
+    log: Callable[[str], None] | None = None,
+) -> Turns:
+    """Each of `fns` timed `repeats` times (waiting for the GPU on CUDA), in rounds that call every function once, the
+    order reversed every other round (a, b, c, c, b, a, ...): a machine's drift, other work on a shared core or a
+    clock that changes, then falls on every function alike instead of on whichever was timed first, and none always
+    follows the same one. Before them, untimed rounds of the same kind: at least `warmup`, and on until every
+    function's time per call settles (`settled`), at most max(warmup, WARMUP_ROUNDS); none for `warmup` 0. A function
+    that raises is left out of the later rounds, with its error. `log` hears about the rounds."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
-    for _ in range(warmup):
-        fn()
-    times = sorted(timed(fn, device) for _ in range(repeats))
+    say = log or (lambda _: None)
+    warm: list[list[float]] = [[] for _ in fns]
+    times: list[list[float]] = [[] for _ in fns]
+    errors: list[str | None] = [None] * len(fns)
+    start = last_said = time.perf_counter()
+
+    def call_all(round_: int, into: list[list[float]]) -> None:
+        for i in range(len(fns)) if round_ % 2 == 0 else reversed(range(len(fns))):
+            if errors[i] is None:
+                try:
+                    into[i].append(timed(fns[i], device))
+                except Exception as e:  # a model failing at a later call (a compiler's cache) is its row's result
+                    errors[i] = first_line(e)
+
+    def unsettled() -> bool:
+        return not all(settled(t) for t, e in zip(warm, errors) if e is None)
+
+    rounds = 0
+    while warmup and rounds < max(warmup, WARMUP_ROUNDS) and (rounds < warmup or unsettled()):
+        call_all(rounds, warm)
+        rounds += 1
+    if warmup:
+        say(f"warm-up: {rounds} rounds" + (", the times still moving" if unsettled() else ", settled"))
+    for r in range(repeats):
+        call_all(rounds + r, times)
+        now = time.perf_counter()
+        if now - last_said >= PROGRESS_EVERY_S or r == repeats - 1:
+            say(f"timed round {r + 1}/{repeats} ({now - start:.0f} s)")
+            last_said = now
+    return Turns(times, errors, rounds, [settled(t) or not warmup for t in warm])
+
+
+def spread(times: Sequence[float], batch: int, seq: int, warmup: int, threads: int) -> Latency:
+    """The median, quartiles and extremes of one function's timed calls."""
+    times = sorted(times)
     q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else times * 3
-    return Latency(
-        batch, seq, statistics.median(times), q1, q3, times[0], times[-1], repeats, warmup, torch.get_num_threads()
-    )
+    return Latency(batch, seq, statistics.median(times), q1, q3, times[0], times[-1], len(times), warmup, threads)
+
+
+# ---- sizes ----------------------------------------------------------------------------------------
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
@@ -338,6 +422,24 @@ class OrtModule(nn.Module):
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What every row is timed on: one example and a throughput batch of them (token ids, or images for a ViT)."""
+
+    one: torch.Tensor  # (1, seq) token ids, or (1, channels, size, size) images
+    many: torch.Tensor  # (batch, ...)
+    seq: int  # positions an example makes: its tokens, or a ViT's patches (and class token)
+
+
+@dataclass
+class Workdir:
+    """The folder a measurement writes its ONNX files to, and the files it wrote there: a file of the same name
+    that was there before is another measurement's model, never reused."""
+
+    path: Path
+    written: set[Path] = field(default_factory=set)
+
+
 @dataclass
 class Deployed:
     """A model as one target runs it: `module(idx, targets=None) -> (logits, loss)`."""
@@ -362,25 +464,47 @@ def torch_module(model: nn.Module, target: Target, device: str) -> nn.Module:
     return model if target.precision == "fp32" else copy.deepcopy(model).to(DTYPES[target.precision])
 
 
+def onnx_paths(folder: Path, name: str, target: Target) -> list[Path]:
+    """The ONNX files an onnxruntime target of the model `name` writes in `folder`: the fp32 export, and its
+    quantised copy for an int8 target."""
+    fp32 = folder / f"{name}.onnx"
+    return [fp32] if target.scheme is None else [fp32, folder / f"{name}.{target.scheme}.onnx"]
+
+
+def check_onnx_files(folder: str | os.PathLike, names: Iterable[str], wanted: Iterable[Target]) -> None:
+    """ValueError in one line, before any work, for an ONNX file of `names` x `wanted` that cannot be written in
+    `folder` as a regular file (`check_writable`): a device or a folder there, and also a FIFO or a terminal, which
+    an output is written through but an ONNX file, read back to be run, cannot be."""
+    onnx = [t for t in wanted if t.runtime == "onnxruntime" and t.precision in ("fp32", "int8")]
+    for name in names:
+        for path in (p for t in onnx for p in onnx_paths(Path(folder), name, t)):
+            if writes_through(check_writable(path)):
+                raise ValueError(
+                    f"cannot write {path}: it is a FIFO or a terminal; an ONNX file is read back to run it"
+                )
+
+
 def onnx_file(
     model: nn.Module,
     name: str,
     target: Target,
     example: torch.Tensor,
-    workdir: Path,
+    workdir: Workdir,
     calibration: Sequence[torch.Tensor],
 ) -> str:
-    """The ONNX file a target runs: `name`.onnx, the model's fp32 export (once per folder), quantised by its scheme."""
+    """The ONNX file a target runs: `name`.onnx, the model's fp32 export (once per measurement), quantised by its
+    scheme."""
     from ffnlab.tools.export import export_onnx
 
     if target.precision not in ("fp32", "int8"):
         raise Unavailable(f"ONNX files are exported in fp32 (int8 by ONNX Runtime's quantiser), not {target.precision}")
-    fp32 = workdir / f"{name}.onnx"
-    if not fp32.exists():
-        export_onnx(model, example.cpu(), fp32, atol=ONNX_ATOL, rtol=ONNX_RTOL)
+    paths = onnx_paths(workdir.path, name, target)
+    if paths[0] not in workdir.written:
+        export_onnx(model, example.cpu(), paths[0], atol=ONNX_ATOL, rtol=ONNX_RTOL)
+        workdir.written.add(paths[0])
     if target.precision == "fp32":
-        return str(fp32)
-    return quantize_onnx(fp32, workdir / f"{name}.{target.scheme}.onnx", target.int8_scheme(), calibration)
+        return str(paths[0])
+    return quantize_onnx(paths[0], paths[1], target.int8_scheme(), calibration)
 
 
 def deploy(
@@ -388,13 +512,13 @@ def deploy(
     name: str,
     target: Target,
     example: torch.Tensor,
-    workdir: Path,
+    workdir: Workdir,
     calibration: Sequence[torch.Tensor] = (),
     device: str = "cpu",
 ) -> Deployed:
     """`model` (fp32, eval mode; `name` names its files in `workdir`) ready to run as `target`; raises Unavailable,
     or whatever the library raised. For compile, setup_s does not yet hold the compilation: that happens at the
-    first calls (`measure_target`)."""
+    first calls (`prepare`), within `compiled_together`."""
     start = time.perf_counter()
     if target.runtime == "onnxruntime":
         if device != "cpu":
@@ -407,13 +531,25 @@ def deploy(
     module = prepared
     if target.runtime == "compile":
         with quiet_libraries():
-            # NOTE: dynamo caches compiled code per function (Transformer.forward), 8 entries deep: past that, later
-            # models of a sweep would silently run eager; each compiled target starts from an empty cache
-            torch._dynamo.reset()
             compiled = torch.compile(prepared, dynamic=False)
         assert isinstance(compiled, nn.Module)  # a compiled module is an OptimizedModule; torch annotates a callable
         module = compiled
     return Deployed(module, weight_bytes(prepared), saved_size(prepared), time.perf_counter() - start, [])
+
+
+@contextlib.contextmanager
+def compiled_together() -> Iterator[None]:
+    """torch.compile's caches emptied, and made deep enough for every compiled target of one measurement to stay
+    compiled while their calls take turns (`time_rows`).
+
+    NOTE: dynamo caches compiled code per function (Transformer.forward, shared by every model), 8 entries deep:
+    past that, the later models would silently run eager. Each model takes an entry per input shape."""
+    from torch._dynamo import config
+
+    torch._dynamo.reset()
+    deep = {"cache_size_limit": 1024, "accumulated_cache_size_limit": 8192}
+    with config.patch({k: v for k, v in deep.items() if hasattr(config, k)}):
+        yield
 
 
 def unmeasured(ffn: str, target: Target, reason: str) -> DeployRow:
@@ -422,58 +558,80 @@ def unmeasured(ffn: str, target: Target, reason: str) -> DeployRow:
     )
 
 
-def measure_target(
-    ffn: str,
-    deployed: Deployed,
-    target: Target,
-    inputs: tuple[torch.Tensor, torch.Tensor],
-    repeats: int,
-    warmup: int,
-    device: str = "cpu",
-) -> DeployRow:
-    """One row: batch-1 latency and throughput of a deployed model on `inputs` ((1, seq) and (batch, seq) token
-    ids), after a first call of each (compilation; counted in setup_s) and `warmup` more."""
-    one, many = inputs
+def prepare(ffn: str, deployed: Deployed, target: Target, inputs: Inputs, device: str = "cpu") -> DeployRow:
+    """A deployed model's row before its timings (`time_rows`): the first call of each input (compilation; counted
+    in setup_s) and the peak memory of a throughput call."""
     module = deployed.module
     setup = deployed.setup_s
     with torch.inference_mode(), quiet_libraries():
-        for x in (one, many):
+        for x in (inputs.one, inputs.many):
             setup += timed(partial(module, x), device)
-        latency = measure_latency(lambda: module(one), 1, one.shape[1], repeats, warmup, device)
-        throughput = measure_latency(lambda: module(many), many.shape[0], many.shape[1], repeats, warmup, device)
         peak = None
         if target.runtime != "onnxruntime":
-            peak = deployed.weight_bytes + peak_bytes_during(lambda: module(many), device)
-    if isinstance(module, OrtModule):
-        latency.threads = throughput.threads = module.session.get_session_options().intra_op_num_threads
-    return DeployRow(ffn, target.precision, target.runtime, target.scheme, latency, throughput, deployed.weight_bytes,
+            peak = deployed.weight_bytes + peak_bytes_during(partial(module, inputs.many), device)
+    return DeployRow(ffn, target.precision, target.runtime, target.scheme, None, None, deployed.weight_bytes,
                      peak, deployed.disk_bytes, setup, None, None, list(deployed.notes))  # fmt: skip
 
 
-def measure_model(
+Pending = tuple[DeployRow, nn.Module | None]  # a row set up, and the module its timings call (None: unmeasured)
+
+
+def set_up(
     ffn: str,
     model: nn.Module,
-    wanted: Sequence[Target],
-    inputs: tuple[torch.Tensor, torch.Tensor],
-    workdir: Path,
-    repeats: int,
-    warmup: int,
+    target: Target,
+    inputs: Inputs,
+    workdir: Workdir,
     calibration: Sequence[torch.Tensor] = (),
     device: str = "cpu",
-) -> list[DeployRow]:
-    """One row per target for one model (named `ffn`, also in its files); a target that is unavailable or fails
-    gives its row's reason."""
-    model.eval()
-    rows = []
-    for target in wanted:
-        try:
-            deployed = deploy(model, ffn, target, inputs[1], workdir, calibration, device)
-            rows.append(measure_target(ffn, deployed, target, inputs, repeats, warmup, device))
-        except Unavailable as e:
-            rows.append(unmeasured(ffn, target, str(e)))
-        except Exception as e:  # a quantiser, compiler or exporter failing for this variant is a result
-            rows.append(unmeasured(ffn, target, first_line(e)))
-    return rows
+) -> Pending:
+    """One target of one model (named `ffn`, also in its files) deployed and `prepare`d; a target that is
+    unavailable or fails gives its row's reason and no module."""
+    try:
+        deployed = deploy(model, ffn, target, inputs.many, workdir, calibration, device)
+        return prepare(ffn, deployed, target, inputs, device), deployed.module
+    except Unavailable as e:
+        return unmeasured(ffn, target, str(e)), None
+    except Exception as e:  # a quantiser, compiler or exporter failing for this variant is a result
+        return unmeasured(ffn, target, first_line(e)), None
+
+
+def progress_line(row: DeployRow) -> str:
+    """What the progress lines say of a row once it is set up."""
+    name = f"{row.ffn}{' QAT' if row.qat_from is not None else ''} {row.target.label()}"
+    return f"{name}: not measured ({row.reason})" if row.reason else f"{name}: set up in {row.setup_s:.1f} s"
+
+
+def time_rows(
+    pending: Sequence[Pending],
+    inputs: Inputs,
+    repeats: int,
+    warmup: int,
+    device: str = "cpu",
+    log: Callable[[str], None] | None = None,
+) -> None:
+    """Every row set up (`set_up`) timed, its batch-1 latency and its throughput: all rows' calls in turns
+    (`time_in_turns`), so that a row's times do not depend on what ran before it or beside it. A row whose calls
+    fail gets the error as its reason."""
+    live = [(row, module) for row, module in pending if module is not None]
+    say = log or (lambda _: None)
+    say(f"timing {len(live)} rows in turns: {repeats} rounds of a batch-1 and a batch-{inputs.many.shape[0]} call each")
+    fns = [partial(module, x) for _, module in live for x in (inputs.one, inputs.many)]
+    with torch.inference_mode(), quiet_libraries():
+        turns = time_in_turns(fns, repeats, warmup, device, log)
+    for k, (row, module) in enumerate(live):
+        one, many = 2 * k, 2 * k + 1
+        error = turns.errors[one] or turns.errors[many]
+        if error is not None:
+            row.reason = error
+            continue
+        threads = torch.get_num_threads()
+        if isinstance(module, OrtModule):
+            threads = module.session.get_session_options().intra_op_num_threads
+        row.latency = spread(turns.times[one], 1, inputs.seq, turns.warmup, threads)
+        row.throughput = spread(turns.times[many], inputs.many.shape[0], inputs.seq, turns.warmup, threads)
+        if not (turns.settled[one] and turns.settled[many]):
+            row.notes.append(f"warm-up: the time per call had not settled after {turns.warmup} calls")
 
 
 # ---- the trade-off ------------------------------------------------------------------------------------
@@ -517,12 +675,11 @@ def add_roofline(rows: Sequence[DeployRow], device: str = "cpu") -> float | None
 
 @contextlib.contextmanager
 def threads_set(threads: int | None) -> Iterator[int]:
-    """torch's thread count set to `threads` (unless None) for the block, then restored; yields the count used."""
+    """torch's thread count set to `threads` (unless None; `machine.check_threads`) for the block, then restored;
+    yields the count used."""
     before = torch.get_num_threads()
     if threads is not None:
-        if threads < 1:
-            raise ValueError(f"threads must be positive, got {threads}")
-        torch.set_num_threads(threads)
+        torch.set_num_threads(machine.check_threads(threads))
     try:
         yield torch.get_num_threads()
     finally:
@@ -530,37 +687,56 @@ def threads_set(threads: int | None) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def work_folder(workdir: str | os.PathLike | None) -> Iterator[Path]:
+def work_folder(workdir: str | os.PathLike | None) -> Iterator[Workdir]:
     """`workdir` (made if missing; the ONNX files stay there), or a temporary folder deleted afterwards."""
     if workdir is not None:
         Path(workdir).mkdir(parents=True, exist_ok=True)
-        yield Path(workdir)
+        yield Workdir(Path(workdir))
         return
     with tempfile.TemporaryDirectory(prefix="ffnlab-deploy-") as tmp:
-        yield Path(tmp)
+        yield Workdir(Path(tmp))
 
 
-def token_inputs(
-    vocab_size: int, batch: int, seq: int, device: str = "cpu", seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(1, seq) and (batch, seq) token ids from a fixed generator: the same inputs for every variant."""
+def check_workdir(workdir: str | os.PathLike | None, names: Iterable[str], wanted: Iterable[Target]) -> None:
+    """ValueError in one line, before any work, where the ONNX folder is a file, or one of the ONNX files the models
+    `names` will write in it cannot be written (`check_onnx_files`). A folder still to be made holds none."""
+    if workdir is None or not os.path.lexists(workdir):
+        return
+    if not os.path.isdir(workdir):
+        raise ValueError(f"the ONNX folder {workdir} is a file; give a folder")
+    check_onnx_files(workdir, names, wanted)
+
+
+def model_inputs(mcfg: ModelConfig, batch: int, seq: int, device: str = "cpu", seed: int = 0) -> Inputs:
+    """One example and a batch of `batch` from a fixed generator, the same for every variant: (batch, seq) token ids,
+    or for a ViT (task image) standard-normal images of its size (as normalised pixels are), `seq` its patches."""
     gen = torch.Generator().manual_seed(seed)
-    many = torch.randint(0, vocab_size, (batch, seq), generator=gen)
-    return many[:1].clone().to(device), many.to(device)
+    if mcfg.task == "image":
+        assert mcfg.image_size is not None and mcfg.channels is not None  # a ViT's config (data_model_config) sets both
+        many = torch.randn(batch, mcfg.channels, mcfg.image_size, mcfg.image_size, generator=gen)
+    else:
+        many = torch.randint(0, mcfg.vocab_size, (batch, seq), generator=gen)
+    return Inputs(many[:1].clone().to(device), many.to(device), seq)
 
 
 CALIBRATION_BATCHES = 8  # batches that calibrate ort-int8-static's activation scales
 
 
-def check_deploy_fits(mcfg: ModelConfig, batch: int, seq: int, device: str) -> int:
-    """Parameters of the model `mcfg` (counted on the meta device); ValueError naming the sizes when it cannot run
-    here: fp32 weights twice (the model and one converted copy) plus the throughput batch's activations
-    (ten fp32 (batch, seq, d_model) tensors and the attention scores of one layer)."""
-    n_params = param_count(build_on_meta(lambda: Transformer(mcfg), "use a smaller --d-model, --layers or --context"))
-    need = 8 * n_params + 40 * batch * seq * mcfg.d_model + 4 * batch * mcfg.n_heads * seq * seq
-    machine.check_memory(need, device, f"{mcfg.n_layers} layers of d_model {mcfg.d_model} ({n_params:,} parameters) at "
-                         f"batch {batch} x {seq} tokens", "use a smaller --d-model, --layers or --batch")  # fmt: skip
-    return n_params
+def check_deploy_fits(cfgs: Sequence[ModelConfig], batch: int, seq: int, device: str, copies: int) -> list[int]:
+    """Parameters of each model of `cfgs` (counted on the meta device); ValueError naming the sizes when they cannot
+    run here side by side, as their rows are timed (`time_rows`): fp32 weights of each model and of `copies`
+    converted copies (none larger), plus the throughput batch's activations (ten fp32 (batch, seq, d_model) tensors
+    and the attention scores of one layer)."""
+    counts = [
+        param_count(build_on_meta(partial(Transformer, c), "use a smaller --d-model, --layers or --context"))
+        for c in cfgs
+    ]
+    widest = max(cfgs, key=lambda c: c.d_model * c.n_heads)
+    need = 4 * (1 + copies) * sum(counts) + 40 * batch * seq * widest.d_model + 4 * batch * widest.n_heads * seq * seq
+    machine.check_memory(need, device, f"{len(cfgs)} models of {widest.n_layers} layers of d_model {widest.d_model} "
+                         f"({max(counts):,} parameters each), {copies} ways each, at batch {batch} x {seq} tokens",
+                         "use a smaller --d-model, --layers or --batch, or fewer variants or --precisions")  # fmt: skip
+    return counts
 
 
 def check_settings(batch: int, seq: int, context: int, repeats: int, warmup: int) -> None:
@@ -569,6 +745,16 @@ def check_settings(batch: int, seq: int, context: int, repeats: int, warmup: int
         raise ValueError(f"need batch >= 1, repeats >= 1 and warmup >= 0, got {batch}, {repeats} and {warmup}")
     if not 1 <= seq <= context:
         raise ValueError(f"seq must be between 1 and the model's context {context}, got {seq}")
+
+
+def model_seq(mcfg: ModelConfig, seq: int | None) -> int:
+    """The positions an example makes: `seq` (default the context); ValueError where a ViT is given one, whose
+    sequence is its patches (and class token), set by its images."""
+    if mcfg.task == "image" and seq is not None:
+        raise ValueError(
+            "an image model's sequence is its patches, set by its images; seq does not apply: leave it out"
+        )
+    return seq or mcfg.context
 
 
 def default_precisions(device: str = "cpu") -> tuple[str, ...]:
@@ -589,17 +775,21 @@ def run_deploy(
     device: str = "cpu",
     workdir: str | os.PathLike | None = None,
     roofline: bool = True,
+    log: Callable[[str], None] | None = None,
     **model: Any,  # ModelConfig's fields, checked against them below
 ) -> DeployResult:
     """Inference cost of fresh (untrained) models, one per FFN variant, the other `model` settings (ModelConfig's
-    fields: d_model, n_layers, context, vocab_size, ...) shared: one row per variant x target (`targets`).
+    fields: d_model, n_layers, context, vocab_size, ...) shared: one row per variant x target (`targets`), every
+    row set up first, then all timed in turns (`time_rows`).
 
-    precisions default to `default_precisions(device)`, seq to the model's context, threads to torch's count. ONNX files are written to
-    `workdir` (kept) or a temporary folder. ValueError in one line for an unknown variant, precision or
-    runtime, bad settings, or a model too big for this machine, before anything is built."""
+    precisions default to `default_precisions(device)`, seq to the model's context, threads to torch's count. ONNX
+    files are written to `workdir` (kept) or a temporary folder. `log` hears about the progress. ValueError in one
+    line for an unknown or repeated variant, precision or runtime, bad settings, a thread count beyond the machine's
+    CPUs, an ONNX file that cannot be written, or models too big for this machine, before anything is built."""
     names = [get_ffn_spec(f).name for f in (ffns.split(",") if isinstance(ffns, str) else ffns) if f.strip()]
     if not names:
         raise ValueError("no FFN variant given; name one or more, e.g. gelu,relu")
+    once(names, "FFN variant")
     fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"ffn"}
     unknown = sorted(set(model) - fields)
     if unknown:
@@ -607,22 +797,31 @@ def run_deploy(
             f"unknown model setting {unknown[0]}{closest(unknown[0], fields)}; valid: {', '.join(sorted(fields))}"
         )
     wanted = targets(default_precisions(device) if precisions is None else precisions, runtimes)
+    if threads is not None:
+        machine.check_threads(threads)
     cfgs = {name: ModelConfig(**{**model, "ffn": name}) for name in names}
     first = cfgs[names[0]]
-    seq = seq or first.context
+    seq = model_seq(first, seq)
     check_settings(batch, seq, first.context, repeats, warmup)
-    params = {name: check_deploy_fits(c, batch, seq, device) for name, c in cfgs.items()}
-    inputs = token_inputs(first.vocab_size, batch, seq, device)
-    # NOTE: a fresh model has no training split: static int8 calibrates on random tokens, as its timing inputs are
-    calibration = [token_inputs(first.vocab_size, batch, seq, seed=1 + i)[1] for i in range(CALIBRATION_BATCHES)]
-    rows: list[DeployRow] = []
-    with threads_set(threads) as used, work_folder(workdir) as folder:
+    check_workdir(workdir, names, wanted)
+    params = dict(zip(names, check_deploy_fits(list(cfgs.values()), batch, seq, device, len(wanted))))
+    inputs = model_inputs(first, batch, seq, device)
+    # NOTE: a fresh model has no training split: static int8 calibrates on random inputs, as its timing inputs are
+    calibration = [model_inputs(first, batch, seq, seed=1 + i).many for i in range(CALIBRATION_BATCHES)]
+    say = log or (lambda _: None)
+    pending: list[Pending] = []
+    with threads_set(threads) as used, work_folder(workdir) as folder, compiled_together():
         for name, mcfg in cfgs.items():
-            transformer = Transformer(mcfg).to(device)
-            rows += measure_model(name, transformer, wanted, inputs, folder, repeats, warmup, calibration, device)
+            transformer = Transformer(mcfg).to(device).eval()
+            for target in wanted:
+                pending.append(set_up(name, transformer, target, inputs, folder, calibration, device))
+                say(f"{progress_line(pending[-1][0])} ({len(pending)}/{len(cfgs) * len(wanted)})")
+        time_rows(pending, inputs, repeats, warmup, device, log)
+        rows = [row for row, _ in pending]
+        del pending  # the deployed models: before the roofline's copy takes its memory
         copy_gbs = add_roofline(rows, device) if roofline else None
     setup = {"batch": batch, "seq": seq, "repeats": repeats, "warmup": warmup, "threads": used, "device": device,
-             "targets": [t.label() for t in wanted], "copy_gbs": copy_gbs}  # fmt: skip
+             "targets": [t.label() for t in wanted], "copy_gbs": copy_gbs, "timing": TIMING}  # fmt: skip
     return DeployResult("fresh model", {**asdict(first), "ffn": names, "params": params}, setup, environment(), rows)
 
 
@@ -633,6 +832,13 @@ def _ms(latency: Latency | None) -> str:
     if latency is None:
         return "-"
     return f"{latency.median_s * 1e3:.3g} [{latency.q1_s * 1e3:.3g}-{latency.q3_s * 1e3:.3g}]"
+
+
+def _rate(latency: Latency) -> str:
+    """Tokens (or patches) a second: the median call's, and the quartiles' [slow-fast]."""
+    tokens = latency.batch * latency.seq
+    count = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+    return f"{count(tokens / latency.median_s)} [{count(tokens / latency.q3_s)}-{count(tokens / latency.q1_s)}]"
 
 
 def _delta(d: Delta | None) -> str:
@@ -653,31 +859,41 @@ def _row_line(r: DeployRow) -> str:
     quality = "" if r.quality is None else f" {num(r.quality.val_loss, 4):>8} {_delta(r.quality.val_loss_delta):>26}"
     if r.quality is not None and r.quality.val_acc_delta is not None:  # a classifier: accuracy too
         quality += f"  acc {num(r.quality.val_acc, 3)} {_delta(r.quality.val_acc_delta)}"
+    if r.quality is not None and r.quality.val_f1_delta is not None:  # a tagger: span F1 too
+        quality += f"  F1 {num(r.quality.val_f1, 4)} {_delta(r.quality.val_f1_delta)}"
     front = {True: " *", False: "", None: ""}[r.on_front]
-    return (f"{head} {_ms(r.latency):>22} {roof:>7} {r.throughput.tokens_per_s:>10.4g} {mb(r.peak_mem_bytes):>8} "
+    return (f"{head} {_ms(r.latency):>22} {roof:>7} {_rate(r.throughput):>26} {mb(r.peak_mem_bytes):>8} "
             f"{mb(r.disk_bytes):>8}{quality}{front}")  # fmt: skip
 
 
 def format_deploy(result: DeployResult) -> str:
     """The deployment table: one line per row, the model, settings and machine above it."""
     env, s, m = result.environment, result.setup, result.model
+    image = m.get("task") == "image"
+    shape = (f"{m['image_size']}x{m['image_size']} images of {m['patch_size']}x{m['patch_size']}-pixel patches"
+             if image else f"context {m['context']}, vocab {m['vocab_size']}")  # fmt: skip
     lines = [
-        f"ffnlab deploy: {result.source}; d_model {m['d_model']}, {m['n_layers']} layers, context {m['context']}, "
-        f"vocab {m['vocab_size']}; batch 1 and {s['batch']} x {s['seq']} tokens, median [quartiles] of {s['repeats']} "
-        f"calls after {s['warmup']} warm-up, {s['threads']} threads, {s['device']}",
+        f"ffnlab deploy: {result.source}; d_model {m['d_model']}, {m['n_layers']} layers, {shape}; batch 1 and "
+        f"{s['batch']} x {s['seq']} {'patches' if image else 'tokens'}, median [quartiles] of {s['repeats']} calls a "
+        f"row, the rows in turns after at least {s['warmup']} warm-up rounds, {s['threads']} threads, {s['device']}",
         f"{env.get('cpu') or '?'} (flags: {', '.join(env['cpu_flags']) or 'none of ' + ', '.join(CPU_FLAGS)}); torch "
         f"{env['torch']}, torchao {env['torchao'] or '-'}, onnxruntime {env['onnxruntime'] or '-'}"
         + (f"; copy bandwidth {s['copy_gbs']:.3g} GB/s (roofline)" if s.get("copy_gbs") else ""),
         "",
     ]
     quality = any(r.quality for r in result.rows)
+    rate = "patches/s" if m.get("task") == "image" else "tokens/s"  # a ViT's tokens are its patches
     head = (f"{'ffn':<10} {'prec':<5} {'runtime':<11} {'int8 scheme':<16} {'batch-1 ms':>22} {'/roof':>7} "
-            f"{'tokens/s':>10} {'peak MB':>8} {'disk MB':>8}")  # fmt: skip
+            f"{rate + ' [quartiles]':>26} {'peak MB':>8} {'disk MB':>8}")  # fmt: skip
     if quality:
         head += f" {'val loss':>8} {'delta vs fp32 eager [CI]':>26}"
     lines += [head, "-" * len(head), *(_row_line(r) for r in result.rows)]
     if quality:
         lines.append("(* on the Pareto front of batch-1 latency against validation loss)")
+    moving = [r for r in result.rows if any(n.startswith("warm-up") for n in r.notes)]
+    if moving:
+        lines.append(f"{len(moving)} rows' time per call had not settled when their timing began (the machine's load "
+                     "changed): read their quartiles")  # fmt: skip
     for q in result.qat:
         lines.append(f"QAT {q.ffn}: {q.summary}")
     return "\n".join(lines)

@@ -47,8 +47,7 @@ from ffnlab._util.jsonio import json_number, json_safe
 from ffnlab._util.names import chosen, closest
 from ffnlab._util.text import first_line, num, shorten
 from ffnlab.core.ffn import get_ffn_spec
-from ffnlab.core.memory import build_on_meta
-from ffnlab.core.model import ModelConfig, Transformer, param_count
+from ffnlab.core.model import ModelConfig, Transformer, model_param_count
 from ffnlab.tools.bench import measure_machine, peak_bytes_during, timed
 from ffnlab.tools.quantize import SCHEMES, quantize_model, quantize_onnx, quiet_libraries, torchao_version
 
@@ -723,19 +722,18 @@ CALIBRATION_BATCHES = 8  # batches that calibrate ort-int8-static's activation s
 
 
 def check_deploy_fits(cfgs: Sequence[ModelConfig], batch: int, seq: int, device: str, copies: int) -> list[int]:
-    """Parameters of each model of `cfgs` (counted on the meta device); ValueError naming the sizes when they cannot
-    run here side by side, as their rows are timed (`time_rows`): fp32 weights of each model and of `copies`
-    converted copies (none larger), plus the throughput batch's activations (ten fp32 (batch, seq, d_model) tensors
-    and the attention scores of one layer)."""
-    counts = [
-        param_count(build_on_meta(partial(Transformer, c), "use a smaller --d-model, --layers or --context"))
-        for c in cfgs
-    ]
+    """Parameters of each model of `cfgs` (counted by arithmetic, `model_param_count`); ValueError naming the sizes
+    when they cannot run here side by side, as their rows are timed (`time_rows`): fp32 weights of each model and
+    of `copies` deployed copies (none larger), plus the throughput batch's activations (ten fp32 (batch, seq,
+    d_model) tensors and the attention scores of one layer)."""
+    counts = [model_param_count(c) for c in cfgs]
     widest = max(cfgs, key=lambda c: c.d_model * c.n_heads)
     need = 4 * (1 + copies) * sum(counts) + 40 * batch * seq * widest.d_model + 4 * batch * widest.n_heads * seq * seq
-    machine.check_memory(need, device, f"{len(cfgs)} models of {widest.n_layers} layers of d_model {widest.d_model} "
-                         f"({max(counts):,} parameters each), {copies} ways each, at batch {batch} x {seq} tokens",
-                         "use a smaller --d-model, --layers or --batch, or fewer variants or --precisions")  # fmt: skip
+    names = ", ".join(c.ffn for c in cfgs)
+    machine.check_memory(need, device, f"{names} at {widest.n_layers} layers of d_model {widest.d_model} "
+                         f"({max(counts):,} parameters each), each deployed {copies} ways at once, at batch {batch} x "
+                         f"{seq} tokens", "use a smaller --d-model, --layers or --batch, or fewer variants or "
+                         "--precisions")  # fmt: skip
     return counts
 
 

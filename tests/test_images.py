@@ -2,7 +2,10 @@
 
 import csv
 import json
+import os
 import re
+import struct
+import zlib
 from dataclasses import replace
 
 import numpy as np
@@ -11,6 +14,7 @@ import torch
 from PIL import Image
 
 from ffnlab.core.model import ModelConfig, PatchEmbed, Transformer, image_tokens
+from ffnlab.run import images as images_module
 from ffnlab.run.config import identity
 from ffnlab.run.images import load_images
 from ffnlab.run.train import TrainConfig, train
@@ -214,3 +218,90 @@ def test_a_token_budget_for_images_is_said_in_patches():
         dict(held_equal(Study(["relu", "gelu"], 2, replace(base, model=ModelConfig()))).held_equal)["budget"]
         == "4,096 tokens"
     )
+
+
+# ---- bounds: sizes and kinds read from the headers, before any image is decoded ----------------------
+
+
+def huge_png(path, side):
+    """A valid side x side greyscale PNG of zeros, written a row at a time: a few hundred KB on disk and in memory
+    however many pixels it has (a 12000x12000 one decoded whole took 4.3 GB)."""
+    chunk = lambda kind, data: (
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    )
+    packer, row = zlib.compressobj(9), bytes(side + 1)  # each row: filter byte 0, then its pixels
+    data = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)  # 8-bit greyscale, no interlace
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b""))
+    return path
+
+
+def test_an_oversized_image_is_refused_from_its_header_before_any_image_is_decoded(tmp_path, run_cli, monkeypatch):
+    root = write_folder(tmp_path / "images", mode="L")
+    huge = huge_png(root / "dog" / "000.png", 12000)
+    assert huge.stat().st_size < 1 << 20
+    monkeypatch.setattr(images_module, "read_image", lambda *a: pytest.fail("an image was decoded"))
+    code, _, err = run_cli("train", "--task", "image", "--data", root, *TINY_MODEL, "--steps", 1)
+    assert code == 2 and err.count("\n") == 1 and "DecompressionBomb" not in err, err  # Pillow's warning: gone
+    assert f"{huge} is 12000x12000, 144,000,000 pixels, more than the 16,777,216 pixels" in err, err
+
+
+def test_mixed_sizes_and_non_square_images_are_refused_before_any_image_is_decoded(tmp_path, monkeypatch):
+    monkeypatch.setattr(images_module, "read_image", lambda *a: pytest.fail("an image was decoded"))
+    root = write_folder(tmp_path / "mixed", sizes=[(4, 4), (8, 8), (4, 4), (4, 4)], mode="L")
+    with pytest.raises(ValueError, match=r"^images of mixed sizes: 4x4 \(dog/003.png\), 8x8 \(dog/001.png\); give"):
+        load_images.__wrapped__(str(root))
+    root = write_folder(tmp_path / "wide", sizes=[(6, 3)] * 4, mode="L")
+    with pytest.raises(ValueError, match=r"^cat/000.png in .* is 6x3, not square; give --image-size N"):
+        load_images.__wrapped__(str(root))
+
+
+@pytest.mark.parametrize(
+    "size, message",
+    [
+        (100000, "makes 2,500,000,000 patches an image"),  # was RuntimeError "can't allocate", exit 1
+        (4096, "makes 4,194,304 patches an image"),  # was 6-10 GB of memory
+        (1024, "makes 262,144 patches an image"),  # ran for minutes and ignored SIGTERM
+    ],
+)
+def test_an_image_size_past_the_patch_limit_is_refused_in_one_line(run_cli, size, message):
+    code, _, err = run_cli("train", *TINY_IMAGE, "--image-size", size)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert "more than 4,096 (64x64); use image_size 2 to 128 in steps of 2, or a larger patch_size" in err, err
+
+
+def test_image_size_may_reach_the_patch_limit_in_larger_patches():
+    assert image_tokens(replace(TINY_VIT, image_size=128, patch_size=2)) == 4096
+    assert replace(TINY_VIT, image_size=1024, patch_size=16).image_size == 1024  # SAM's ViT
+    with pytest.raises(ValueError, match="use image_size 16 to 1024 in steps of 16"):
+        replace(TINY_VIT, image_size=1040, patch_size=16)
+
+
+def test_an_image_set_that_would_not_fit_in_memory_is_refused_before_it_is_resized(run_cli, monkeypatch):
+    monkeypatch.setattr("ffnlab._util.machine.machine_memory", lambda device: 1 << 30)  # a 1 GiB machine
+    code, _, err = run_cli("train", *TINY_IMAGE, "--image-size", 256, "--patch-size", 4)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "1,797 images of 1 x 256x256 pixels (digits) need at least 1.3 GiB, more than the 1.0 GiB here" in err
+
+
+@pytest.mark.parametrize(
+    "make, kind",
+    [
+        (
+            lambda path: path.symlink_to(path.parent / "gone.png"),
+            "is a symbolic link to .*gone.png, which does not exist",
+        ),
+        (lambda path: path.mkdir(), "is a folder"),
+        (lambda path: os.mkfifo(path), r"is a FIFO \(a named pipe\), which may block for ever"),
+        (
+            lambda path: path.symlink_to("/dev/zero"),
+            r"is a character device, which may never end \(a link to /dev/zero\)",
+        ),
+    ],
+)
+def test_an_image_entry_that_is_no_regular_file_is_refused_not_skipped(tmp_path, run_cli, make, kind):
+    root = write_folder(tmp_path / "images")
+    make(root / "dog" / "004.png")
+    code, _, err = run_cli("train", "--task", "image", "--data", root, *TINY_MODEL, "--steps", 1)
+    assert code == 2 and err.count("\n") == 1, err
+    assert re.search(f"the image {root}/dog/004.png {kind}; give a regular file", err), err

@@ -148,6 +148,9 @@ def check_act_position(cfg: ModelConfig, variants: list[str]) -> None:
 
 
 CHANNELS = (1, 3)
+# NOTE: the 64x64 grid of SAM's ViT (1024-pixel images, 16-pixel patches); attention's cost grows with its square,
+# and --image-size 1024 in 2-pixel patches (262,144 of them) ran for minutes where nothing could stop it
+MAX_PATCHES = 64 * 64
 
 
 def check_image(cfg: ModelConfig) -> None:
@@ -158,6 +161,13 @@ def check_image(cfg: ModelConfig) -> None:
     if cfg.image_size is not None and (cfg.image_size <= 0 or cfg.image_size % cfg.patch_size):
         raise ValueError(
             f"image_size must be a positive multiple of patch_size ({cfg.patch_size}), got {cfg.image_size}"
+        )
+    if cfg.image_size is not None and (cfg.image_size // cfg.patch_size) ** 2 > MAX_PATCHES:
+        side = math.isqrt(MAX_PATCHES)
+        raise ValueError(
+            f"image_size {cfg.image_size} in patches of {cfg.patch_size} makes {(cfg.image_size // cfg.patch_size) ** 2:,} "
+            f"patches an image, more than {MAX_PATCHES:,} ({side}x{side}); use image_size {cfg.patch_size} to "
+            f"{side * cfg.patch_size} in steps of {cfg.patch_size}, or a larger patch_size"
         )
     if cfg.channels is not None and cfg.channels not in CHANNELS:
         raise ValueError(f"channels must be 1 (grey) or 3 (RGB), got {cfg.channels}")

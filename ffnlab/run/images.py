@@ -19,11 +19,17 @@ Sizes and channels: images are square, `image_size` pixels a side. With image_si
 size is resized to it (bilinear, antialiased; a non-square image is stretched); with None all images must share
 one square size. A folder's images become greyscale (channels 1) when all are, else RGB (3, alpha dropped),
 unless `channels` says which; digits are greyscale, repeated for channels 3.
+
+Bounds: a folder's sizes, modes and file kinds are read from the headers (Pillow decodes nothing on open) and
+checked before any image is decoded: every entry with an image suffix must be a regular file (a FIFO, a device
+or a dangling link is refused, not skipped), have at most MAX_IMAGE_PIXELS pixels, and, with image_size None,
+share one square size; and the set as the run holds it must fit this machine's memory (`check_set_memory`).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +38,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ffnlab._util.machine import check_memory
+from ffnlab._util.reading import check_readable
 from ffnlab.run.data import SPLITS, split_names
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # Pillow's modes without colour
 MIN_PER_CLASS = 3  # one each for train, val and test
+# NOTE: decoded to float32 RGB such an image is 200 MB; a 12-megapixel phone photo (4000x3000) fits, a larger
+# one is refused from its header, before Pillow decodes it (a 12000x12000 PNG of 140 KB took 4.3 GB)
+MAX_IMAGE_SIDE = 4096
+MAX_IMAGE_PIXELS = MAX_IMAGE_SIDE**2
+SET_COPIES = 3  # float32 copies of the sized set alive at once while it is stacked and split (`image_set`)
 IMAGE_SOURCES = {
     "digits": "1,797 8x8 greyscale digits bundled with scikit-learn, 10 classes (image)",
 }
@@ -111,12 +124,23 @@ def fit_size(image: torch.Tensor, size: int | None, where: str) -> torch.Tensor:
     return F.interpolate(image[None], size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
 
 
-def one_size(images: list[torch.Tensor], names: list[str]) -> None:
-    """ValueError naming two images of different sizes, unless all share one."""
-    sizes = {tuple(image.shape[-2:]): name for image, name in zip(images, names)}
+def one_size(shapes: list[tuple[int, int]], names: list[str]) -> None:
+    """ValueError naming two images of different (height, width) `shapes`, unless all share one."""
+    sizes = dict(zip(shapes, names))
     if len(sizes) > 1:
         shown = ", ".join(f"{w}x{h} ({name})" for (h, w), name in list(sizes.items())[:2])
         raise ValueError(f"images of mixed sizes: {shown}; give --image-size N to resize every image to NxN")
+
+
+def check_set_memory(n_images: int, channels: int, size: int, where: str) -> None:
+    """ValueError, before any image is decoded or resized, when `n_images` images of channels x size x size
+    float32 pixels, SET_COPIES times over, need more memory than this machine has."""
+    check_memory(
+        SET_COPIES * n_images * channels * size * size * 4,
+        "cpu",
+        f"{n_images:,} images of {channels} x {size}x{size} pixels ({where})",
+        "give a smaller --image-size",
+    )
 
 
 def ranked_splits(names: list[str], labels: list[int], classes: list[str], where: str) -> dict[str, list[int]]:
@@ -151,7 +175,7 @@ def image_set(
     """An ImageSet from (channels, H, W) images with their names and class ids: sized, split by
     `ranked_splits`, stacked."""
     if image_size is None:
-        one_size(images, names)
+        one_size([(image.shape[-2], image.shape[-1]) for image in images], names)
     sized = [fit_size(image, image_size, f"{name} in {meta['source']}") for image, name in zip(images, names)]
     splits = ranked_splits(names, labels, classes, name)
     stacked = torch.stack(sized)
@@ -184,6 +208,7 @@ def load_digits(image_size: int | None, channels: int | None) -> ImageSet:
     import sklearn
 
     bunch = sklearn_digits()
+    check_set_memory(len(bunch.images), channels or 1, image_size or 8, "digits")
     pixels = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None]  # (N, 1, 8, 8)
     if channels == 3:
         pixels = pixels.expand(-1, 3, -1, -1)
@@ -191,6 +216,12 @@ def load_digits(image_size: int | None, channels: int | None) -> ImageSet:
     classes = [str(c) for c in bunch.target_names]
     meta = {"source": f"scikit-learn {sklearn.__version__} load_digits"}
     return image_set("digits", list(pixels), names, [int(t) for t in bunch.target], classes, image_size, meta)
+
+
+def unreadable(path: Path, error: Exception) -> ValueError:
+    """The one-line error for an image file Pillow could not read, with the first line of its reason."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ValueError(f"{path} is not a readable image ({reason})")
 
 
 def read_image(path: Path, channels: int) -> torch.Tensor:
@@ -202,35 +233,67 @@ def read_image(path: Path, channels: int) -> torch.Tensor:
             image.load()  # decode now: a truncated file fails here, not later
             converted = image.convert("L" if channels == 1 else "RGB")
     except Exception as e:  # Pillow raises several kinds (UnidentifiedImageError, OSError, SyntaxError)
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} is not a readable image ({reason})") from None
+        raise unreadable(path, e) from None
     pixels = torch.from_numpy(np.asarray(converted, dtype=np.float32) / 255.0)
     return pixels[None] if channels == 1 else pixels.permute(2, 0, 1)  # (H, W[, 3]) -> (channels, H, W)
 
 
 def image_files(folder: Path) -> list[Path]:
-    """Image files below a class folder, sorted; hidden files and folders skipped."""
+    """Entries with an image suffix below a class folder, sorted, whatever their kind (`load_folder` refuses a
+    FIFO, a device or a dangling link among them instead of skipping it); hidden ones skipped."""
     return sorted(
         f
         for f in folder.rglob("*")
-        if f.is_file()
-        and f.suffix.lower() in IMAGE_SUFFIXES
-        and not any(part.startswith(".") for part in f.relative_to(folder).parts)
+        if f.suffix.lower() in IMAGE_SUFFIXES and not any(part.startswith(".") for part in f.relative_to(folder).parts)
     )
 
 
-def folder_mode(paths: list[Path]) -> int:
-    """The channels of a folder's images: 1 when every one is greyscale, else 3 (read from headers only)."""
+@dataclass(frozen=True)
+class ImageHeader:
+    """What an image file's header says: its size and Pillow's mode, read without decoding its pixels."""
+
+    width: int
+    height: int
+    mode: str
+
+
+def read_header(path: Path) -> ImageHeader:
+    """The header of one image file (`check_readable` first: a regular file); ValueError naming the file where
+    Pillow cannot read it or it has more than MAX_IMAGE_PIXELS pixels."""
     from PIL import Image
 
-    for path in paths:
-        try:
+    check_readable(path, "the image")
+    too_large = (
+        f"more than the {MAX_IMAGE_PIXELS:,} pixels ({MAX_IMAGE_SIDE}x{MAX_IMAGE_SIDE}) ffnlab decodes; shrink it first"
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, in one line
             with Image.open(path) as image:
-                if image.mode not in GREY_MODES:
-                    return 3
-        except Exception:  # read_image names the file that cannot be read
-            continue
-    return 1
+                header = ImageHeader(image.width, image.height, image.mode)
+    except Image.DecompressionBombError:  # Pillow's own limit, above ours
+        raise ValueError(f"{path} has {too_large}") from None
+    except Exception as e:  # as in read_image
+        raise unreadable(path, e) from None
+    if header.width * header.height > MAX_IMAGE_PIXELS:
+        raise ValueError(
+            f"{path} is {header.width}x{header.height}, {header.width * header.height:,} pixels, {too_large}"
+        )
+    return header
+
+
+def check_headers(headers: list[ImageHeader], names: list[str], image_size: int | None, where: str) -> int:
+    """The side every image will have: `image_size`, or with None the one square size all headers share
+    (ValueError naming two sizes that differ, or a non-square image); nothing decoded."""
+    if image_size is not None:
+        return image_size
+    one_size([(h.height, h.width) for h in headers], names)
+    if headers[0].height != headers[0].width:
+        raise ValueError(
+            f"{names[0]} in {where} is {headers[0].width}x{headers[0].height}, not square; give --image-size N to "
+            "resize every image to NxN"
+        )
+    return headers[0].height
 
 
 def load_folder(root: Path, image_size: int | None, channels: int | None) -> ImageSet:
@@ -246,11 +309,15 @@ def load_folder(root: Path, image_size: int | None, channels: int | None) -> Ima
         )
     classes = sorted(files)
     paths = [path for name in classes for path in files[name]]
-    channels = channels or folder_mode(paths)
-    images = [read_image(path, channels) for path in paths]
     names = [path.relative_to(root).as_posix() for path in paths]
-    labels = [i for i, name in enumerate(classes) for _ in files[name]]
     meta = {"source": f"{len(paths)} images in {len(classes)} class folders under {root}"}
+    headers = [read_header(path) for path in paths]  # every size and kind checked before any image is decoded
+    size = check_headers(headers, names, image_size, meta["source"])
+    channels = channels or (1 if all(h.mode in GREY_MODES for h in headers) else 3)
+    check_set_memory(len(paths), channels, size, str(root))
+    # each image sized as it is decoded: one full-size image in memory at a time
+    images = [fit_size(read_image(path, channels), image_size, str(path)) for path in paths]
+    labels = [i for i, name in enumerate(classes) for _ in files[name]]
     return image_set(str(root), images, names, labels, classes, image_size, meta)
 
 

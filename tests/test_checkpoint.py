@@ -232,3 +232,21 @@ def test_a_latest_json_that_is_no_regular_file_is_refused_within_seconds_and_a_d
         f"ffnlab: warning: discarding the unreadable checkpoint in {folders['damaged']} ("
     )
     assert said["damaged"].count("\n") == 1, said["damaged"]  # one line, not Python's file:line and source line
+
+
+def test_a_finished_runs_checkpoints_go_and_a_users_file_beside_them_stays(tmp_path):
+    """A sweep removed a finished run's whole checkpoint folder (shutil.rmtree), a file the user put there too."""
+    from ffnlab.run.checkpoint import remove_checkpoints
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in (".ffnlab-checkpoints", "latest.json", "model-3.safetensors", "state-3.pt", ".latest.json.99.tmp"):
+        (folder / name).write_text("x")
+    (folder / "notes.txt").write_text("mine")
+    remove_checkpoints(folder)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"]
+    (folder / "notes.txt").unlink()
+    (folder / "latest.json").write_text("x")
+    remove_checkpoints(folder)
+    assert not folder.exists()
+    remove_checkpoints(folder)  # nothing there: nothing to do

@@ -14,6 +14,7 @@ holding a link, FIFO or device under ffnlab's names, is refused before training 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -158,6 +159,17 @@ def save_checkpoint(directory: Path, model: nn.Module, state: dict) -> None:
     for old in own_files(directory):
         if pair_step(old.name) not in (None, step):
             old.unlink(missing_ok=True)
+
+
+def remove_checkpoints(directory: Path) -> None:
+    """Delete a finished run's checkpoints: ffnlab's own files (`is_own`) and the marker, then the folder
+    if that left it empty. Anything else a user put there stays, and so does the folder."""
+    if not directory.is_dir():
+        return
+    for path in [*own_files(directory), directory / MARKER]:
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: the user's files stay, and the folder with them
+        directory.rmdir()
 
 
 def load_checkpoint(

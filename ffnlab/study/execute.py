@@ -23,6 +23,7 @@ from typing import Any
 from ffnlab._util.files import write_atomic
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import single_ffn_spec
+from ffnlab.run.checkpoint import remove_checkpoints
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
 from ffnlab.run.train import Progress, check_data, data_args, data_model_config, load_data, train
@@ -134,7 +135,7 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress: Progress | None) -
                 store.fail(rid, f"{type(e).__name__}: {e}")
                 return "failed"
             record(store, rid, result)
-            shutil.rmtree(ckpt, ignore_errors=True)
+            remove_checkpoints(ckpt)
             return claimed_status(store, rid)
 
 
@@ -404,7 +405,7 @@ def train_on_worker(cfg_dict: dict[str, Any], checkpoint_root: str, home: str | 
         except Exception as e:  # a bug or a bad input in one run must not stop the sweep
             return WorkerOutcome(environment(), error=f"{type(e).__name__}: {e}")
         out = WorkerOutcome(environment(), result, weights.read_bytes() if weights.exists() else None)
-    shutil.rmtree(ckpt, ignore_errors=True)
+    remove_checkpoints(ckpt)
     return out
 
 

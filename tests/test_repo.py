@@ -105,6 +105,13 @@ def test_the_lock_pins_every_test_requirement_but_torch():
     assert "torch" not in pins
 
 
+def site_packages() -> list[str]:
+    import site
+    import sysconfig
+
+    return list(dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *site.getsitepackages()]))
+
+
 def test_the_installed_packages_are_the_locked_ones():
     """scripts/setup.sh installs at the lock's versions, so this suite runs on the versions CI checked."""
     from importlib import metadata
@@ -112,7 +119,9 @@ def test_the_installed_packages_are_the_locked_ones():
     from packaging.utils import canonicalize_name
     from packaging.version import Version
 
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    # the environment's own packages: not a library's vendored copies (setuptools/_vendor), which some
+    # imports put on sys.path
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=site_packages())}
     pins = locked_versions()
     differ = [
         f"{name} {installed[name]} (locked {pin})"

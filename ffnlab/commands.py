@@ -175,6 +175,8 @@ def cmd_report(args):
         f"report: {files.html}\nsummary: {files.markdown}\n"
         f"figures: {len(files.figures)} PNG in {files.html.parent / 'figures'}"
     )
+    for problem in files.unshown:  # the page says it where the section would be; the terminal says it too
+        print(f"ffnlab: warning: {problem}", file=sys.stderr)
 
 
 def cmd_plot(args):

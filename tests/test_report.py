@@ -569,6 +569,15 @@ def test_a_damaged_deploy_json_is_said_to_be_damaged_where_its_section_was(tmp_p
     assert not any(p.name == "deployment.png" for p in paths.figures)
 
 
+def test_the_report_command_says_on_the_terminal_which_file_it_could_not_show(tmp_path, run_cli):
+    store = fabricated_study(tmp_path / "s.db", depths=(1,))
+    damaged_deploy_json(tmp_path, next(iter(DAMAGED)))
+    code, out, err = run_cli("report", "--store", store)
+    assert code == 0 and "report:" in out
+    (line,) = err.splitlines()
+    assert line.startswith(f"ffnlab: warning: the deployment file {tmp_path / 'deploy.json'}") and "damaged" in line
+
+
 def test_a_deploy_json_that_the_section_cannot_show_is_said_to_be_damaged(tmp_path, monkeypatch):
     """What the checks let through but the section cannot build is the same one line, not a failed report."""
     from ffnlab.study import report as report_module

@@ -715,6 +715,7 @@ class ReportFiles:
     html: Path  # report.html, the page
     markdown: Path  # summary.md
     figures: list[Path]  # figures/*.png
+    unshown: list[str] = field(default_factory=list)  # files beside the store a section could not show, and why
 
 
 def write_report(
@@ -746,4 +747,7 @@ def write_report(
             (tmp / FIGURES_DIR / name).write_bytes(png)
         (tmp / SUMMARY_MD).write_text(summary, encoding="utf-8")
         (tmp / REPORT_HTML).write_text(page, encoding="utf-8")
-    return ReportFiles(out_dir / REPORT_HTML, out_dir / SUMMARY_MD, [out_dir / FIGURES_DIR / n for n in figures])
+    unshown = [e for e in (data.deployment_error, data.numerics and data.numerics.error) if e]
+    return ReportFiles(
+        out_dir / REPORT_HTML, out_dir / SUMMARY_MD, [out_dir / FIGURES_DIR / n for n in figures], unshown
+    )

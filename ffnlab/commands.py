@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ffnlab._util.files import check_writable, write_atomic
+from ffnlab._util.files import check_output_folder, check_writable, write_atomic
 from ffnlab._util.jsonio import strict_dumps
 from ffnlab.flags import UsageError, given, run_flags, study_flags
 from ffnlab.run.config import TrainConfig
@@ -50,8 +50,8 @@ def cmd_train(args):
         return
     if args.command == "finetune" and not cfg.init_from:
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
-    if args.save_pretrained and os.path.isfile(args.save_pretrained):  # a folder, created when saved
-        raise UsageError(f"--save-pretrained {args.save_pretrained} is a file; give a folder")
+    if args.save_pretrained:  # a folder, written when the run has finished: checked now, not then
+        check_output_folder(args.save_pretrained, "--save-pretrained")
     profile = None
     if args.profile:  # a few steps of a run of its own, before the one that counts
         from ffnlab.run.profile import format_profile, profile_training

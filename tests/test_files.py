@@ -165,3 +165,48 @@ def test_atomic_folder_removes_the_temporary_folders_of_processes_that_are_gone(
         left = sorted(os.listdir(place))
         assert f".report.{dead}.tmp" not in left and f".report.{alive}.tmp" in left
         assert f".other.{dead}.tmp" in left and f".report.{dead + 1}x.tmp" in left
+
+
+def test_an_output_folder_with_a_device_or_fifo_inside_is_refused_before_any_work(tmp_path):
+    """The rule for output paths was checked on the folder only: a report renamed its pages and figures over a
+    device or a FIFO found inside it."""
+    from ffnlab._util.files import check_output_folder
+
+    out = tmp_path / "report"
+    (out / "figures").mkdir(parents=True)
+    assert check_output_folder(out, "the report") == out and check_output_folder(tmp_path / "new" / "r", "it")
+    os.mkfifo(out / "figures" / "val_loss.png")
+    with pytest.raises(ValueError, match=r"^cannot write the report to .*report: .*val_loss.png is a FIFO; an output"):
+        check_output_folder(out, "the report")
+    os.unlink(out / "figures" / "val_loss.png")
+    (out / "report.html").symlink_to("/dev/null")
+    with pytest.raises(ValueError, match=r"report.html is a character device"):
+        check_output_folder(out, "the report")
+    with pytest.raises(ValueError, match=r"it is a character device; give a folder"):
+        check_output_folder("/dev/null", "the report")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"file is not a writable folder"):
+        check_output_folder(tmp_path / "file" / "report", "the report")
+
+
+def test_atomic_folder_never_renames_over_what_is_not_a_regular_file(tmp_path):
+    """A device or FIFO that appeared after the check is refused, not replaced, and the rest stays as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "page.html")
+    refused = pytest.raises(ValueError, match="page.html: it is a FIFO; an output folder holds regular files only")
+    with refused, atomic_folder(out) as tmp:
+        (tmp / "page.html").write_text("new")
+    assert stat.S_ISFIFO(os.lstat(out / "page.html").st_mode) and os.listdir(tmp_path) == ["out"]
+
+
+def test_free_space_is_checked_before_the_work(tmp_path, monkeypatch):
+    import shutil
+
+    from ffnlab._util.files import check_free_space
+
+    check_free_space(tmp_path / "new" / "folder", 1, "the weights")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=10 << 20))
+    with pytest.raises(ValueError, match=r"the weights to .*folder: it needs about 20 MiB and .* has 10 MiB free"):
+        check_free_space(tmp_path / "new" / "folder", 20 << 20, "the weights")

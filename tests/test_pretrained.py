@@ -425,3 +425,29 @@ def test_a_config_with_a_composite_models_text_part_is_refused(pretrained, tmp_p
     code, _, err = run_cli("finetune", "--from", copy, "--steps", 1, "--quiet")  # was AttributeError, exit 1
     assert code == 2 and err.count("\n") == 1
     assert f"config {copy}/config.json holds 'text_config', the text part of a composite model's config" in err
+
+
+def test_a_save_pretrained_folder_that_cannot_take_the_weights_is_refused_before_training(
+    pretrained, tmp_path, run_cli, monkeypatch
+):
+    """--save-pretrained failed only after training: a device inside the folder (FileExistsError, or written
+    over), or a disk too full for the weights (SafetensorError), exit 1 with the run's result lost."""
+    import shutil
+
+    import ffnlab.run.train as train_module
+
+    folder, _ = pretrained
+    trained = []
+    monkeypatch.setattr(train_module, "apply_gradients", lambda *a: trained.append(1) or pytest.fail("trained"))
+    flags = ["finetune", "--from", folder, "--steps", 2, "--context", 16, "--batch-size", 4, "--quiet"]
+    (tmp_path / "sp").mkdir()
+    (tmp_path / "sp" / "config.json").symlink_to("/dev/null")
+    code, _, err = run_cli(*flags, "--save-pretrained", tmp_path / "sp")
+    assert code == 2 and "config.json is a character device; an output folder holds regular files only" in err
+    assert os.path.islink(tmp_path / "sp" / "config.json")
+    code, _, err = run_cli(*flags, "--save-pretrained", "/dev/null")
+    assert code == 2 and "it is a character device; give a folder" in err
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
+    code, _, err = run_cli(*flags, "--save-pretrained", tmp_path / "new")
+    assert code == 2 and "needs about" in err and "MiB free" in err and not trained

@@ -290,6 +290,24 @@ def test_report_cli_and_bad_input(run_cli, smoke_store, tmp_path):
     assert not (tmp_path / "x" / "report.html").exists()
 
 
+def test_devices_and_fifos_inside_the_report_folder_are_refused_not_replaced(smoke_store, tmp_path, run_cli):
+    """The output-path rule was checked on the folder only: the report replaced a device at report.html, a FIFO
+    at summary.md and a device at figures/val_loss.png, and exited 0."""
+    import stat
+
+    out = tmp_path / "r"
+    (out / "figures").mkdir(parents=True)
+    for planted in (out / "report.html", out / "figures" / "val_loss.png"):
+        planted.symlink_to("/dev/null")
+        code, _, err = run_cli("report", "--store", smoke_store, "--out", out)
+        assert code == 2 and f"{planted} is a character device" in err and len(err.splitlines()) == 1
+        planted.unlink()
+    os.mkfifo(out / "summary.md")
+    code, _, err = run_cli("report", "--store", smoke_store, "--out", out)
+    assert code == 2 and "summary.md is a FIFO" in err
+    assert stat.S_ISFIFO(os.lstat(out / "summary.md").st_mode) and sorted(os.listdir(out)) == ["figures", "summary.md"]
+
+
 @pytest.mark.slow
 def test_compare_writes_the_report_unless_no_report(run_cli, tmp_path):
     argv = [

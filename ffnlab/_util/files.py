@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+MiB = 1 << 20
 KINDS = {
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
@@ -33,6 +34,11 @@ def _stat(path: Path) -> os.stat_result | None:
         return None
     except OSError as e:  # a symlink loop, a name too long
         raise ValueError(f"cannot write {path}: {e.strerror}") from None
+
+
+def _kind(st: os.stat_result) -> str:
+    """What a file that is not a regular one is, in words ("a FIFO", "a character device")."""
+    return "a FIFO" if stat.S_ISFIFO(st.st_mode) else KINDS.get(stat.S_IFMT(st.st_mode), "a special file")
 
 
 def _is_own_terminal(st: os.stat_result) -> bool:
@@ -66,9 +72,8 @@ def check_writable(path: str | os.PathLike) -> Path:
             raise ValueError(f"cannot write {path}: it is not writable")
         return path
     if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = KINDS.get(stat.S_IFMT(st.st_mode), "a special file")
         raise ValueError(
-            f"cannot write {path}: it is {kind}; an output goes to a regular file, a FIFO or this terminal"
+            f"cannot write {path}: it is {_kind(st)}; an output goes to a regular file, a FIFO or this terminal"
         )
     folder = Path(os.path.realpath(path)).parent
     if not folder.is_dir():
@@ -135,6 +140,49 @@ def write_atomic(path: str | os.PathLike, content: bytes | str) -> Path:
     return Path(path)
 
 
+def check_output_folder(folder: str | os.PathLike, what: str) -> Path:
+    """`folder` as a Path; ValueError in one line naming it unless a folder of outputs (`what`: "the report")
+    can be written there by `atomic_folder`, checked before the work whose results it will hold: a new folder
+    whose nearest existing parent is a writable folder, or an existing writable folder in which nothing (at
+    any depth) is a device, FIFO or socket, which a file written there would replace or block on."""
+    folder = Path(folder)
+    existing = folder.absolute()
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    if existing != folder.absolute() and (not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK)):
+        raise ValueError(f"cannot write {what} to {folder}: {existing} is not a writable folder")
+    if existing == folder.absolute():
+        st = _stat(folder)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            kind = "a link to nothing" if st is None else "a file" if stat.S_ISREG(st.st_mode) else _kind(st)
+            raise ValueError(f"cannot write {what} to {folder}: it is {kind}; give a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"cannot write {what} to {folder}: the folder is not writable")
+        for root, dirs, names in os.walk(folder):
+            for name in [*dirs, *names]:
+                st = _stat(Path(root, name))
+                if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                    raise ValueError(
+                        f"cannot write {what} to {folder}: {Path(root, name)} is {_kind(st)}; "
+                        "an output folder holds regular files only"
+                    )
+    return folder
+
+
+def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
+    """ValueError in one line unless the file system `path` will be written on (that of its nearest existing
+    folder) has `needed` bytes free: checked before the work whose result needs them, not after."""
+    home = Path(path).absolute()
+    while not home.is_dir():
+        home = home.parent
+    free = shutil.disk_usage(home).free
+    if free < needed:
+        raise ValueError(
+            f"cannot write {what} to {path}: it needs about {needed / MiB:,.0f} MiB and {home} has "
+            f"{free / MiB:,.0f} MiB free"
+        )
+
+
 @contextlib.contextmanager
 def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
     """A temporary folder of this process to write `folder`'s files into, moved into place when the block
@@ -161,6 +209,11 @@ def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
                     source = Path(root, name)
                     dest = folder / source.relative_to(tmp)
                     dest.parent.mkdir(parents=True, exist_ok=True)
+                    st = _stat(dest)
+                    if st is not None and not stat.S_ISREG(st.st_mode):  # a rename would replace a device
+                        raise ValueError(
+                            f"cannot write {dest}: it is {_kind(st)}; an output folder holds regular files only"
+                        )
                     os.replace(source, dest)
     except OSError as e:
         _name_target(e, tmp, folder)

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
+from ffnlab._util.files import check_free_space, check_output_folder
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
 from ffnlab.core.model import (
@@ -673,7 +674,12 @@ def train(
     """
     if pretrained_path is not None and not (cfg.hf_config or cfg.init_from):
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
+    if pretrained_path is not None:
+        check_output_folder(pretrained_path, "the save_pretrained folder")
     setup = prepare(cfg, model_factory)
+    if pretrained_path is not None:  # the fp32 weights, saved after training: now, not then
+        n_params = sum(p.numel() for p in setup.model.parameters())
+        check_free_space(pretrained_path, 4 * n_params, f"the save_pretrained folder ({n_params:,} parameters)")
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
     status: Outcome = "finished"
     blowup = BlowupWatch(cfg.diverge_factor, cfg.diverge_steps)

@@ -9,14 +9,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ffnlab._util.files import check_writable, write_atomic
+from ffnlab._util.files import check_output_folder, check_writable, write_atomic
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.profile import StepProfile, profile_training
 from ffnlab.study.execute import SWEEP_THREADS, run_study
 from ffnlab.study.plan import Study, plan
 from ffnlab.study.protocol import Protocol, check_protocol_study, protocol_grid, run_protocol
 from ffnlab.study.records import Summary
-from ffnlab.study.report import ReportFiles, check_out_dir, default_out_dir, profiles_path, write_report
+from ffnlab.study.report import ReportFiles, default_out_dir, profiles_path, write_report
 from ffnlab.study.summary import summarize_study
 from ffnlab.study.table import write_csv
 
@@ -65,7 +65,7 @@ def compare(
     if csv:
         check_writable(csv)
     if report:
-        check_out_dir(default_out_dir(store))
+        check_output_folder(default_out_dir(store), "the report")
     profiles = profile_variants(study, store) if profile else None
     if grid is not None:
         stages = run_protocol(study, store, grid, **run)

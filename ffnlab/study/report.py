@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import re
 import statistics
 from collections.abc import Iterable
@@ -25,7 +24,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from ffnlab._util.files import atomic_folder, write_atomic
+from ffnlab._util.files import atomic_folder, check_output_folder, write_atomic
 from ffnlab._util.jsonio import json_kind
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
@@ -697,17 +696,6 @@ def default_out_dir(store_path: str | Path) -> Path:
     return Path(store_path).parent / "report"
 
 
-def check_out_dir(out_dir: str | Path) -> Path:
-    """ValueError in one line unless `out_dir` can be created or written, without creating anything:
-    the nearest existing folder on its path must be a writable folder."""
-    existing = Path(out_dir).absolute()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write the report to {out_dir}: {existing} is not a writable folder")
-    return Path(out_dir)
-
-
 @dataclass(frozen=True)
 class ReportFiles:
     """What `write_report` wrote."""
@@ -736,7 +724,7 @@ def write_report(
     store_path = Path(store_path)
     if not store_path.is_file():
         raise ValueError(f"no run store at {store_path}; run `ffnlab compare` first or pass --store")
-    out_dir = check_out_dir(Path(out_dir) if out_dir else default_out_dir(store_path))
+    out_dir = check_output_folder(out_dir or default_out_dir(store_path), "the report")
     data = report_data(store_path, study, runs, baseline, layer, numerics)
     figures = render_figures(data)
     page = render_html(data, figures)

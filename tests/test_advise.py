@@ -600,8 +600,12 @@ def test_the_flags_give_the_situation_the_library_takes():
 def test_a_situation_is_checked_when_made_and_resolved_once():
     with pytest.raises(ValueError, match="unknown hardware 'tpu'"):
         Situation(hardware="tpu")
-    with pytest.raises(ValueError, match="--depth must be positive, got 0"):
+    with pytest.raises(ValueError, match="--depth must be between 1 and 10,000, got 0"):
         Situation(depth=0)
+    with pytest.raises(ValueError, match="--depth must be between 1 and 10,000, got 1,000,000,000,000"):
+        Situation(depth=10**12)  # was 'You plan 1000000000000 layers'
+    with pytest.raises(ValueError, match="--seq-len must be between 1 and 1,000,000,000, got 100,000,000,000"):
+        Situation(seq_len=10**11)
     with pytest.raises(ValueError, match="give --pretrained"):
         Situation(stage="inference")
     stated = Situation(deploy="edge", memory_budget=64 * 2**30)

@@ -443,8 +443,11 @@ def test_the_reader_says_where_the_activation_is_named_and_whether_it_gates():
         unknown.variant()
     with pytest.raises(ValueError, match="no gated ffnlab variant uses 'mish'"):
         config_activation({"model_type": "mistral", "hidden_act": "mish"}).variant()
+    # a field the file leaves out runs with transformers' default for the family: silu for Llama, gelu_new for GPT-2
+    assert config_activation({"model_type": "llama"}).variant() == "swiglu"
+    assert config_activation({"model_type": "gpt2"}).hf_act == "gelu_new"
     with pytest.raises(ValueError, match="x.json names no activation; looked for feed_forward_proj, hidden_activation"):
-        config_activation({"model_type": "llama"}, where="x.json")
+        config_activation({"model_type": "no_such_family"}, where="x.json")
     with pytest.raises(ValueError, match="config's activation is 3, not a name"):
         config_activation({"hidden_act": 3})
     for family, spec in FAMILIES.items():  # the families swap_ffn supports are gated exactly where their MLP is
@@ -459,7 +462,7 @@ def test_gemma_disagreement_warns_and_hidden_activation_wins():
         warnings.simplefilter("error", ActivationConfigWarning)
         assert model_activation({**config, "hidden_act": "gelu_pytorch_tanh"}) == "gelu_pytorch_tanh"
     with pytest.raises(ValueError, match="names no activation"):
-        model_activation({"model_type": "llama"})
+        model_activation({"model_type": "llama", "hidden_act": None})
 
 
 # ---- build_hf_model ---------------------------------------------------------------------------

@@ -219,6 +219,9 @@ def config_activation(config: dict | PretrainedConfig, where: str = "config") ->
     to override the legacy one. ValueError naming `where` when the config names no activation by name.
     """
     key = next((key for key in HF_KEYS if _get(config, key)), None)
+    if key is None and isinstance(config, dict) and (family := family_defaults(config)) is not None:
+        config = {**family.to_dict(), **config}  # what transformers runs: its default where the file names none
+        key = next((key for key in HF_KEYS if _get(config, key)), None)
     if key is None:
         raise ValueError(f"{where} names no activation; looked for {', '.join(HF_KEYS)}")
     value = _get(config, key)
@@ -230,6 +233,19 @@ def config_activation(config: dict | PretrainedConfig, where: str = "config") ->
     hidden_act = _get(config, "hidden_act")
     overridden = hidden_act if key == "hidden_activation" and hidden_act and hidden_act != value else None
     return ConfigActivation(key, value, name, _get(config, "model_type") in GATED_MODEL_TYPES, overridden)
+
+
+def family_defaults(config: dict) -> PretrainedConfig | None:
+    """The config transformers builds for `config`'s model_type with nothing given: its defaults, which a
+    config.json that leaves a field out runs with (a Llama config without hidden_act runs silu); None for a
+    model_type transformers does not know."""
+    from transformers import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return None
+    with quiet_transformers():
+        return CONFIG_MAPPING[model_type]()
 
 
 def model_activation(config: dict | PretrainedConfig) -> str:

@@ -50,6 +50,9 @@ BYTE_SUFFIX = {
 # and a million TB. Beyond them a size is a typo, and '1e400' reads as inf ('A infB model')
 MOST_PARAMS = 1e15
 MOST_BYTES = 1e18
+# likewise a hundred times the deepest published models (~100 layers) and the longest contexts (~10M tokens)
+MOST_LAYERS = 10_000
+MOST_TOKENS = 1_000_000_000
 
 
 def parse_quantity(text: str, units: dict[str, float], what: str, example: str, most: float) -> float:
@@ -139,9 +142,9 @@ class Situation:
                 "of them"
             )
         resolve_hardware(self.hardware, self.deploy)  # both names known, and not contradicting each other
-        for flag, value in (("--seq-len", self.seq_len), ("--depth", self.depth)):
-            if value is not None and value <= 0:
-                raise ValueError(f"{flag} must be positive, got {value}")
+        for flag, value, most in (("--seq-len", self.seq_len, MOST_TOKENS), ("--depth", self.depth, MOST_LAYERS)):
+            if value is not None and not 0 < value <= most:
+                raise ValueError(f"{flag} must be between 1 and {most:,}, got {value:,}")
 
     def resolved(self) -> Situation:
         """The situation with what follows from it filled in: the stage (finetune from a checkpoint, else

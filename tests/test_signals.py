@@ -1,11 +1,15 @@
 """SIGTERM and Ctrl-C end a command within seconds, even while library code holds the main thread."""
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from ffnlab._util.signals import stop_within
 
@@ -64,3 +68,48 @@ def test_the_block_leaves_no_thread_and_restores_the_handlers():
         assert signal.getsignal(signal.SIGTERM) is not before[0] and threading.active_count() == before[1] + 1
     assert (signal.getsignal(signal.SIGTERM), threading.active_count()) == before
     assert signal.set_wakeup_fd(-1) == -1  # no wakeup fd left set (set_wakeup_fd returns the old one)
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has a handler for SIGTERM (Linux /proc: the SigCgt mask)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(status.split("SigCgt:")[1].split()[0], 16)
+    return bool(mask >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads process state from Linux's /proc")
+def test_the_commands_that_read_fifos_and_dev_zero_end_within_10_s_of_sigterm(tmp_path):
+    """The findings' FIFO and /dev/zero cases blocked for ever or grew without end, ignoring SIGTERM: each now
+    ends (refused, or stopped) within 10 s of a SIGTERM sent once it is running."""
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.txt"
+    zero.symlink_to("/dev/zero")
+    ffnlab = [sys.executable, "-c", "import sys; from ffnlab.cli import main; sys.exit(main())"]
+    commands = [
+        ["train", "--hf-config", fifo],
+        ["advise", "--pretrained", fifo],
+        ["export", "--model", zero],
+        ["train", "--task", "tokens", "--data", fifo],
+        ["train", "--data", zero, "--steps", 2],
+    ]
+    procs = [subprocess.Popen([*ffnlab, *map(str, argv)], stderr=subprocess.PIPE, text=True) for argv in commands]
+    for proc in procs:  # once each runs the command (its SIGTERM handler set), or has already refused its input
+        while proc.poll() is None and not catches_sigterm(proc.pid):
+            time.sleep(0.05)
+    time.sleep(1)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for argv, proc in zip(commands, procs):
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"ffnlab {' '.join(map(str, argv))} still ran 10 s after SIGTERM")
+        # refused (2), stopped (143), or ended by the signal itself after the command had returned
+        assert code in (2, 128 + signal.SIGTERM, -signal.SIGTERM), (argv, proc.stderr.read())

@@ -739,8 +739,74 @@ def test_the_ray_driver_lets_go_of_each_run_once_it_is_recorded(tmp_path, monkey
         for cfg in todo:
             s.claim(run_id(cfg), cfg.to_dict())
     threads = torch.get_num_threads()  # each task sets a worker's threads, here this process's
-    busy = run_on_ray(todo, store, None, SweepProgress(len(todo), 0, True, store))
+    busy = run_on_ray(todo, store, None, SweepProgress(len(todo), True, store))
     torch.set_num_threads(threads)
     assert busy == [] and held_at_get == [[False, False, False], [True, False, False], [True, True, False]]
     with Store(store, create=False) as s:
         assert [s.get(run_id(cfg)).status for cfg in todo] == ["finished"] * 3
+
+
+# ---- a large sweep: planned as it goes, and stopped without a run left marked running ------------------
+
+
+def statuses(store):
+    with Store(store, create=False) as s:
+        runs = s.runs()
+    return {status: sum(r.status == status for r in runs) for status in {r.status for r in runs}}
+
+
+def test_a_sweep_of_99000_runs_starts_its_first_at_once_and_a_stop_leaves_none_running(tmp_path, monkeypatch):
+    """It planned and claimed every run first (220 s for 99,000), and a Ctrl-C in a run left it marked running."""
+    from ffnlab.study import execute
+
+    started = []
+
+    def interrupted(cfg, **kw):
+        started.append(time.perf_counter())
+        raise KeyboardInterrupt  # Ctrl-C while the rest of the study is still unplanned
+
+    monkeypatch.setattr(execute, "train", interrupted)
+    study = smoke_study(variants=["relu", "gelu", "swiglu"], seeds=33_000)
+    begin = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_study(study, tmp_path / "s.db", quiet=True)
+    assert started and started[0] - begin < 10
+    assert statuses(tmp_path / "s.db") == {"pending": 1}  # claimed and started, then put back; was 'running'
+
+
+def test_a_stop_inside_planning_leaves_the_finished_runs_and_none_running(tmp_path, monkeypatch):
+    from ffnlab.study import execute
+
+    real = execute.iter_plan
+
+    def stopped_after_two(study, seeds=None):
+        runs = real(study, seeds)
+        if seeds is not None:  # preflight's one run per cell and variant
+            yield from runs
+            return
+        yield next(runs)
+        yield next(runs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execute, "iter_plan", stopped_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(smoke_study(base=replace(preset_config("smoke"), max_steps=2)), tmp_path / "s.db", quiet=True)
+    assert statuses(tmp_path / "s.db") == {"finished": 2}
+
+
+@pytest.mark.slow
+def test_sigint_stops_a_large_sweep_of_workers_and_leaves_no_run_marked_running(tmp_path):
+    store = tmp_path / "s.db"
+    argv = compare_cmd(store, "--jobs", 2, "--seeds", 33_000, "--steps", 20000)
+    proc = subprocess.Popen(
+        argv, stderr=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    )
+    deadline = time.time() + 120  # was minutes of planning before the first run
+    while len(list((tmp_path / "checkpoints").glob("*/latest.json"))) < 2:  # both workers are training
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 130
+    found = statuses(store)
+    assert "running" not in found and found.get("pending", 0) >= 2, found  # the two stopped runs resume later
+    assert_locks_released(tmp_path / "checkpoints")

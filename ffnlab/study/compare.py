@@ -13,7 +13,7 @@ from ffnlab._util.files import check_output_folder, check_writable, write_atomic
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.profile import StepProfile, profile_training
 from ffnlab.study.execute import SWEEP_THREADS, run_study
-from ffnlab.study.plan import Study, plan
+from ffnlab.study.plan import Study, iter_plan
 from ffnlab.study.protocol import Protocol, check_protocol_study, protocol_grid, run_protocol
 from ffnlab.study.records import Summary
 from ffnlab.study.report import ReportFiles, default_out_dir, profiles_path, write_report
@@ -89,7 +89,7 @@ def profile_variants(study: Study, store: str | Path) -> dict[str, StepProfile]:
     """Where a training step's time goes (`ffnlab.run.profile.profile_training`) for the first planned run of
     each variant, written to profiles.json beside the store, which the report's cost section shows."""
     first: dict[str, TrainConfig] = {}
-    for cfg in plan(study):
+    for cfg in iter_plan(study, seeds=1):  # not the whole plan: 10^5 runs took seconds to plan
         first.setdefault(cfg.model.ffn, cfg)
     # on the threads a sweep gives each run (ffnlab.study.execute.SWEEP_THREADS), unless the config names its own
     profiles = {v: profile_training(replace(cfg, threads=cfg.threads or SWEEP_THREADS)) for v, cfg in first.items()}

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -28,7 +29,7 @@ from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
 from ffnlab.run.train import Progress, check_data, data_args, data_model_config, load_data, train
 from ffnlab.study.mirror import mirror_runs
-from ffnlab.study.plan import Study, plan, plan_precision, run_id, study_id
+from ffnlab.study.plan import Study, iter_plan, plan, plan_precision, run_count, run_id, study_id
 from ffnlab.study.records import RunStatus, Summary
 from ffnlab.study.store import DEFAULT_PATH, Store
 from ffnlab.study.summary import summarize_study
@@ -134,6 +135,9 @@ def execute_run(cfg: TrainConfig, store_path: Path, progress: Progress | None) -
             except Exception as e:  # a bug or a bad input in one run must not stop the sweep
                 store.fail(rid, f"{type(e).__name__}: {e}")
                 return "failed"
+            except BaseException:  # Ctrl-C or SIGTERM (SystemExit): no failure, the run resumes from its checkpoint
+                store.release(rid)
+                raise
             record(store, rid, result)
             remove_checkpoints(ckpt)
             return claimed_status(store, rid)
@@ -183,38 +187,84 @@ def run_study(
     quiet: bool = False,
     log_to: str | None = None,
 ) -> Summary:
-    """Execute every planned run (skipping finished ones) and return the summary."""
+    """Execute every planned run (skipping finished ones) and return the summary. Runs are planned and claimed
+    one at a time as their turn comes (`unfinished`), so the first starts at once however many there are; a
+    sweep stopped by Ctrl-C or SIGTERM leaves none of its runs marked running (`release_stopped`)."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
     workers = resolve_jobs(jobs, study.base.device)
-    runs = plan(study)
     if backend == "local":  # on a Ray cluster the data may live only where the workers are
-        preflight(runs)
+        preflight(iter_plan(study, seeds=1))  # a run's seed changes neither its data nor its model's size
     path = Path(store_path)
+    display = SweepProgress(run_count(study), quiet, path)
+    handed: list[str] = []  # the runs given to a backend, which a stopped sweep may leave running
     with Store(path) as store:
         recorded = replace(study, base=replace(study.base, precision=plan_precision(study.base)))
         store.add_study(study_id(recorded), recorded.to_dict())
-        todo = [cfg for cfg in runs if not RunStatus(store.claim(run_id(cfg), cfg.to_dict())).done]
-    display = SweepProgress(len(runs), len(runs) - len(todo), quiet, path)
-    busy: list[TrainConfig] = []
-    if backend == "ray":
-        busy = run_on_ray(todo, path, address, display)
-    elif workers > 1 and len(todo) > 1:
-        busy = run_in_processes(todo, path, min(workers, len(todo)), display)
-    else:
-        for cfg in todo:
-            status = execute(cfg.to_dict(), str(path), display.run_progress(cfg))
-            busy.append(cfg) if status == "busy" else display.done(cfg, status)
-    for cfg in busy:  # trained by a concurrent sweep: wait for it, then retry here (it may have died)
-        wait_for(path, run_id(cfg))
-        display.done(cfg, execute(cfg.to_dict(), str(path), display.run_progress(cfg)))
+        todo = unfinished(store, iter_plan(study), display, handed)
+        try:
+            busy: list[TrainConfig] = []
+            first = [] if backend == "ray" else list(itertools.islice(todo, workers))  # worth a pool?
+            todo = itertools.chain(first, todo)
+            if backend == "ray":
+                busy = run_on_ray(todo, path, address, display)
+            elif len(first) > 1:
+                busy = run_in_processes(todo, path, len(first), display)
+            else:
+                for cfg in todo:
+                    status = execute(cfg.to_dict(), str(path), display.run_progress(cfg))
+                    busy.append(cfg) if status == "busy" else display.done(cfg, status)
+            for cfg in busy:  # trained by a concurrent sweep: wait for it, then retry here (it may have died)
+                wait_for(path, run_id(cfg))
+                display.done(cfg, execute(cfg.to_dict(), str(path), display.run_progress(cfg)))
+        except BaseException:
+            release_stopped(store, path, handed)
+            raise
     display.close()
+    runs = plan(study)
     if log_to:
         mirror_runs(runs, path, log_to)
     return summarize_study(study, path, runs)
 
 
-def preflight(runs: list[TrainConfig]) -> None:
+def unfinished(
+    store: Store, runs: Iterable[TrainConfig], display: SweepProgress, handed: list[str]
+) -> Iterator[TrainConfig]:
+    """The runs not done yet, each claimed in the store when it is asked for (claiming 99,000 runs before the first
+    started took minutes); those done already are counted as skipped. Each id handed out is added to `handed`."""
+    for cfg in runs:
+        rid = run_id(cfg)
+        if RunStatus(store.claim(rid, cfg.to_dict())).done:
+            display.skip()
+            continue
+        handed.append(rid)
+        display.say_skipped()
+        yield cfg
+
+
+RELEASE_WAIT_S = 2.0  # how long a stopped sweep waits for the workers it killed to let go of their runs
+
+
+def release_stopped(store: Store, store_path: Path, handed: list[str]) -> None:
+    """Mark pending again the runs of `handed` still marked running that no process trains (their lock is free):
+    the sweep was stopped, and they resume from their checkpoints. Worker processes killed a moment ago let go of
+    their locks as they exit, so this waits for them up to RELEASE_WAIT_S; a run another sweep trains keeps its
+    lock and its status."""
+    mine = set(handed)
+    left = [record.id for record in store.runs(RunStatus.RUNNING) if record.id in mine]
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    while left:
+        for rid in list(left):
+            with run_lock(store_path, rid, wait=False) as free:
+                if free:
+                    store.release(rid)
+                    left.remove(rid)
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+def preflight(runs: Iterable[TrainConfig]) -> None:
     """Check once, before any run starts, what would fail every run alike: each data source loads
     and splits into windows of its context, and each built-in model fits this machine's memory.
     ValueError naming the problem (the CLI's one line and exit 2) instead of a store of failed runs."""
@@ -235,7 +285,9 @@ def preflight(runs: list[TrainConfig]) -> None:
             check_fits(cfg, mcfg, resolve_device(cfg.device))
 
 
-def run_in_processes(todo: list[TrainConfig], store_path: Path, jobs: int, display: SweepProgress) -> list[TrainConfig]:
+def run_in_processes(
+    todo: Iterable[TrainConfig], store_path: Path, jobs: int, display: SweepProgress
+) -> list[TrainConfig]:
     """Local worker processes (each run on SWEEP_THREADS threads); they die with this process
     (a kill -9 of the sweep leaves no worker training on). Returns the runs a concurrent sweep was
     training ('busy'), which run_study waits for and retries as for the sequential path."""
@@ -306,7 +358,7 @@ def die_with_parent(parent: int) -> None:
 
 
 def run_on_ray(
-    todo: list[TrainConfig], store_path: Path, address: str | None, display: SweepProgress
+    todo: Iterable[TrainConfig], store_path: Path, address: str | None, display: SweepProgress
 ) -> list[TrainConfig]:
     """One Ray task per run with its CPU (or GPU) request. Only this process touches the store: it claims
     and locks each run, and records what the task returns (result, final weights, the worker's
@@ -426,12 +478,23 @@ def record_returned(store: Store, store_path: Path, cfg: TrainConfig, returned: 
 class SweepProgress:
     """Runs done/total with ETA, and the current run's steps, on one terminal line."""
 
-    def __init__(self, total: int, done: int, quiet: bool, store_path: Path) -> None:
-        self.total, self.done_n, self.quiet, self.store_path = total, done, quiet, store_path
+    def __init__(self, total: int, quiet: bool, store_path: Path) -> None:
+        self.total, self.done_n, self.quiet, self.store_path = total, 0, quiet, store_path
         self.t0, self.new_done, self.last = time.perf_counter(), 0, 0.0
+        self.skipped, self.said = 0, 0  # runs found done in the store, and how many of them were said
         self.live = sys.stderr.isatty()  # the per-step line only on a terminal
-        if not quiet and done:
-            print(f"ffnlab: {done}/{total} runs already in the store, skipped", file=sys.stderr)
+
+    def skip(self) -> None:
+        """A run found done in the store: counted, and said before the next run starts (`say_skipped`)."""
+        self.done_n += 1
+        self.skipped += 1
+
+    def say_skipped(self, at_end: bool = False) -> None:
+        """One line for the runs found done in the store: when a run first starts after some, and at the end for
+        any found since."""
+        if not self.quiet and self.skipped > self.said and (self.said == 0 or at_end):
+            print(f"ffnlab: {self.skipped}/{self.total} runs already in the store, skipped", file=sys.stderr)
+            self.said = self.skipped
 
     def eta(self) -> str:
         if not self.new_done:
@@ -469,5 +532,6 @@ class SweepProgress:
             )
 
     def close(self) -> None:
+        self.say_skipped(at_end=True)
         if not self.quiet:
             sys.stderr.flush()

@@ -10,7 +10,7 @@ import itertools
 import json
 import math
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import GenericAlias
@@ -54,9 +54,9 @@ AXES = {
 }
 # axes that change a run's training compute, so `--scale` may fit loss against compute over them
 SCALE_AXES = ("width", "depth", "tokens")
-# the most runs a study may plan: all are planned before the first starts, each given an id and claimed in the
-# store with its config (about 1 KiB), so 10^5 runs are already some 100 MiB of store and minutes of planning;
-# and more is not a study that finishes (10^5 runs of even the smoke preset, seconds each, are days of a core)
+# the most runs a study may plan: each is claimed in the store with its config (about 1 KiB) as its turn comes, and
+# its summary reads every one back, so 10^5 runs are some 100 MiB of store and minutes of reading; and more is not
+# a study that finishes (10^5 runs of even the smoke preset, seconds each, are days of a core)
 MAX_RUNS = 100_000
 # what `--preset scaling` scales when --scale is not given: sizes chosen from measurements (README,
 # "Scaling: compute multipliers")
@@ -268,13 +268,13 @@ def check_study(study: Study) -> None:
     if study.seeds < 1 or study.noise_floor < 0:
         raise ValueError(f"seeds must be >= 1 and noise floor >= 0, got {study.seeds}, {study.noise_floor}")
     cells = math.prod(len(values) for values in study.axes.values())
-    runs = cells * (len(canon) * study.seeds + study.noise_floor)
+    runs = run_count(study)
     if runs > MAX_RUNS:  # before anything is planned: a study of 10^11 runs was planned until memory ran out
         per_cell = f"{len(canon)} variants x {study.seeds:,} seeds"
         per_cell += f" + {study.noise_floor:,} noise-floor seeds" if study.noise_floor else ""
         raise ValueError(
             f"the study has {runs:,} runs ({f'{cells:,} cells x ({per_cell})' if cells > 1 else per_cell}); at most "
-            f"{MAX_RUNS:,}, as every run is planned and stored before the first starts"
+            f"{MAX_RUNS:,}, as each is stored and read back for the summary"
         )
     for axis, values in study.axes.items():
         if axis not in AXES:
@@ -354,10 +354,22 @@ def planned(cfg: TrainConfig) -> TrainConfig:
     return replace(cfg, precision=plan_precision(cfg))
 
 
+def run_count(study: Study) -> int:
+    """How many runs `plan` gives, by arithmetic: cells x (variants x seeds + noise-floor seeds)."""
+    cells = math.prod(len(values) for values in study.axes.values())
+    return cells * (len(study.variants) * study.seeds + study.noise_floor)
+
+
 def plan(study: Study) -> list[TrainConfig]:
-    """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds."""
+    """Every run of the study: axes x variants x seeds, then the noise-floor baseline seeds (`iter_plan`)."""
+    return list(iter_plan(study))
+
+
+def iter_plan(study: Study, seeds: int | None = None) -> Iterator[TrainConfig]:
+    """The runs of `plan`, in its order, one at a time as they are asked for: a sweep of 10^5 runs starts its
+    first at once (planning them all first took minutes). `seeds`: the first that many seeds of each variant
+    and no noise floor, e.g. 1 for a run of each cell and variant."""
     axis_names = list(study.axes)
-    runs = []
     base = resolve_init(planned(study.base))  # a changed folder: new ids
     for values in itertools.product(*(study.axes[a] for a in axis_names)):
         cfg = base
@@ -367,11 +379,12 @@ def plan(study: Study) -> list[TrainConfig]:
             own = cfg
             for path, value in study.per_variant.get(variant, {}).items():
                 own = set_field(own, path, value)
-            for seed in range(study.seeds):
-                runs.append(set_field(replace(own, seed=seed), "model.ffn", variant))
-        for seed in range(study.seeds, study.seeds + study.noise_floor):
-            runs.append(set_field(replace(cfg, seed=seed), "model.ffn", study.baseline))
-    return runs
+            own = set_field(own, "model.ffn", variant)
+            for seed in range(study.seeds if seeds is None else min(seeds, study.seeds)):
+                yield replace(own, seed=seed)
+        if seeds is None:
+            for seed in range(study.seeds, study.seeds + study.noise_floor):
+                yield set_field(replace(cfg, seed=seed), "model.ffn", study.baseline)
 
 
 def group_key(cfg: TrainConfig, study: Study) -> CellKey:

@@ -6,9 +6,9 @@
     studies  id (hash of the study), study, timestamps   what was compared, so a report rebuilds exactly it
     meta     schema_version
 
-A run moves pending -> running -> finished | diverged | failed. A finished run is never overwritten:
-claim, start and finish leave it as it is, so a resumed sweep cannot clobber a result. Diverged and
-failed runs may be started again (attempts counts the starts).
+A run moves pending -> running -> finished | diverged | failed, or back to pending when its sweep is stopped
+(`release`). A finished run is never overwritten: claim, start and finish leave it as it is, so a resumed sweep
+cannot clobber a result. Diverged and failed runs may be started again (attempts counts the starts).
 
 Durability: WAL journal, every write one BEGIN IMMEDIATE transaction, synchronous=FULL. WAL alone
 already makes a kill -9 harmless (a commit is in the WAL file before COMMIT returns; a half-written
@@ -307,6 +307,12 @@ class Store:
                 "attempts = attempts + 1 WHERE id = ? AND status != 'finished'",
                 (time.time(), env, run_id),
             )
+
+    def release(self, run_id: str) -> None:
+        """Mark a 'running' run 'pending' again: its sweep was stopped (Ctrl-C, SIGTERM) before it ended, which is
+        no failure; it resumes from its checkpoint. No-op on a run in any other state."""
+        with self._write() as conn:
+            conn.execute("UPDATE runs SET status = 'pending' WHERE id = ? AND status = 'running'", (run_id,))
 
     def add_metrics(self, run_id: str, rows: list[tuple[int, str, float]]) -> None:
         """Store (step, name, value) rows; a row already there for (run, step, name) is replaced."""

@@ -505,3 +505,16 @@ def test_a_full_disk_is_no_space_left_naming_the_store(tmp_path):
     assert store._disk_full(io_error) is None  # this disk has room: another I/O error stays SQLite's
     store.path = Path("/proc/s.db")  # a file system with no block free
     assert user_error(store._disk_full(io_error)) == "no space left on device writing /proc/s.db"
+
+
+def test_release_puts_a_running_run_back_to_pending_and_leaves_others(tmp_path):
+    with Store(tmp_path / "s.db") as s:
+        for rid in ("a", "b", "c"):
+            s.claim(rid, {"seed": rid})
+        s.start("a")
+        s.start("b")
+        s.finish("b", run_result())
+        for rid in ("a", "b", "c"):
+            s.release(rid)
+        assert [s.get(rid).status for rid in ("a", "b", "c")] == ["pending", "finished", "pending"]
+        assert s.get("a").attempts == 1  # the start is still counted

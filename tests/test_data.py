@@ -547,3 +547,42 @@ def test_shakespeare_speaker_names_split_by_play():
     assert {"Hamlet", "Horatio", "Ophelia", "Polonius"} <= hamlet and not {"Lord", "King", "Queen", "the"} & hamlet
     train = {w for doc in corpus.train for w in doc.split(" ")}
     assert "Hamlet" in train and "Hamlet" not in {w for doc in corpus.val + corpus.test for w in doc.split(" ")}
+
+
+def test_one_class_and_a_null_or_empty_label_are_refused_for_single_texts_too(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(dict(r, label="pos")) for r in labelled_rows()), encoding="utf-8")
+    assert one_line_error(str(path), task="cls").startswith(f"{path} has one class, 'pos', in its ")
+    assert load_corpus(str(path)).task == "lm"  # a language model reads no label
+    for label, said in ((None, "null"), ("", "empty")):
+        rows = labelled_rows()
+        rows[3]["label"] = label
+        path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+        assert one_line_error(str(path), task="cls").startswith(f"{path} row 4: field 'label' is {said}")
+
+
+# ---- messages that list the data's names stay short ---------------------------------------------------
+
+
+def test_messages_that_list_the_datas_names_show_the_first_few(tmp_path):
+    many = [f"c{i}" for i in range(20_000)]
+    wide = tmp_path / "wide.jsonl"  # 20,000 columns, none of them 'text'
+    wide.write_text(json.dumps(dict.fromkeys(many, "t")), encoding="utf-8")
+    splits = tmp_path / "splits.jsonl"  # 20,000 split names, none of them ours
+    splits.write_text("\n".join(json.dumps({"text": f"t{i}", "split": f"part{i}"}) for i in range(20_000)))
+    for message, said in (
+        (one_line_error(str(wide)), "columns: c0, c1, c2, c3, c4, c5, c6, c7 and 19,992 more"),
+        (one_line_error(str(splits)), "(splits: part0, part1, part2, part3, part4, part5, part6, part7 and 19,992 more)"),
+        (one_line_error(str(wide), task="cls", text_field=",".join(many[:3])), "got 3 names: 'c0', 'c1', 'c2'"),
+        (one_line_error(str(wide), task="cls", text_field=",".join(many)), "got 20,000 names: 'c0', "),
+    ):  # fmt: skip
+        assert said in message and len(message) < 600, message[:300]
+    with pytest.raises(ValueError) as err:
+        data.label_ids([20_000], many, "ds")
+    assert str(err.value).startswith("ds: label 20000 is not a class id of the 20,000 classes (c0, c1,")
+    assert len(str(err.value)) < 600
+    from ffnlab._util.text import first_few, shorten  # the one helper each of these messages uses
+
+    assert first_few(["a", "b"]) == "a, b" and first_few([]) == ""
+    assert first_few([str(i) for i in range(20)], shown=3) == "0, 1, 2 and 17 more"
+    assert first_few(["x" * 100]) == shorten("x" * 100)

@@ -205,3 +205,96 @@ def test_a_sentence_pair_comparison_ranks_by_accuracy_with_macro_f1_beside_it(ru
     assert settings.pair == ["premise", "hypothesis"] and type(settings).from_json(settings.to_json()) == settings
     data = dict(settings_rows(settings.to_json(), {}, "relu", "s.db"))["data"]
     assert data == f"{path} (cls, sentence pairs: premise [SEP] hypothesis, char tokenizer)"
+
+
+# ---- rows that are no pair, labels that are no class ------------------------------------------------------
+
+
+def one_line(call) -> str:
+    with pytest.raises(ValueError) as err:
+        call()
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("field", ["premise", "hypothesis"])
+def test_a_pair_without_one_of_its_texts_is_refused_naming_the_row_and_field(tmp_path, field):
+    rows = pair_rows()
+    rows[5][field], rows[9][field] = "", "  "  # were accepted: the example was its other text and two separators
+    path = write_csv(tmp_path / "pairs.csv", rows)
+    message = one_line(lambda: load_corpus(str(path), "cls", text_field="premise,hypothesis"))
+    assert message.startswith(f"{path} row 6: field '{field}' is empty (2 rows in all); a sentence pair needs both")
+    rows[5][field], rows[9][field] = None, "fine"
+    (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    message = one_line(lambda: load_corpus(str(tmp_path / "pairs.jsonl"), "cls", text_field="premise,hypothesis"))
+    assert f"row 6: field '{field}' is null;" in message
+
+
+def test_a_saved_dataset_pair_without_a_text_is_refused_not_dropped(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = pair_rows()
+    columns = {name: [r[name] for r in rows] for name in ("premise", "hypothesis", "label")}
+    columns["hypothesis"][7] = None  # was dropped silently
+    datasets.Dataset.from_dict(columns).save_to_disk(str(tmp_path / "nli"))
+    message = one_line(lambda: load_corpus(str(tmp_path / "nli"), task="cls", text_field="premise,hypothesis"))
+    assert "[all] row 8: field 'hypothesis' is null" in message
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", "hf"])
+def test_a_null_label_is_an_error_naming_the_row_as_a_missing_label_is(tmp_path, suffix):
+    rows = pair_rows()
+    rows[5]["label"] = None  # was dropped silently, while a row without the key was an error
+    if suffix == "hf":
+        datasets = pytest.importorskip("datasets")
+        columns = {name: [r[name] for r in rows] for name in ("premise", "hypothesis", "label")}
+        datasets.Dataset.from_dict(columns).save_to_disk(str(tmp_path / "nli"))
+        path, where = tmp_path / "nli", f"{tmp_path / 'nli'} [all] row 6"
+    else:
+        path, where = tmp_path / "pairs.jsonl", f"{tmp_path / 'pairs.jsonl'} row 6"
+        path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    message = one_line(lambda: load_corpus(str(path), "cls", text_field="premise,hypothesis"))
+    assert message.startswith(f"{where}: field 'label' is null; every row of task cls needs its label")
+    if suffix != "hf":
+        del rows[5]["label"]
+        path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+        assert one_line(lambda: load_corpus(str(path), "cls", text_field="premise,hypothesis")).startswith(
+            f"{where} has no column 'label'"
+        )
+
+
+def test_one_class_pair_data_is_refused_as_one_class_of_images_is(tmp_path):
+    path = write_csv(tmp_path / "pairs.csv", [dict(r, label="yes") for r in pair_rows()])  # trained to accuracy 1.0
+    message = one_line(lambda: load_corpus(str(path), "cls", text_field="premise,hypothesis"))
+    assert message.startswith(f"{path} has one class, 'yes', in its ") and "needs at least two classes" in message
+
+
+def test_a_short_csv_row_names_its_row_and_the_missing_columns(tmp_path):
+    path = write_csv(tmp_path / "pairs.csv", pair_rows())
+    lines = path.read_text().splitlines()
+    lines[6] = lines[6].split(",")[0]  # row 6 has its premise only
+    lines[9] += ",extra"  # row 9 one field too many: an unquoted comma
+    path.write_text("\n".join(lines) + "\n")
+    message = one_line(lambda: load_corpus(str(path), "cls", text_field="premise,hypothesis"))
+    assert message == (
+        f"{path} row 6 (line 7) has 1 field where the header names 3 (premise, hypothesis, label); "
+        "missing: hypothesis, label"
+    )  # was "field 'hypothesis' is NoneType"
+    lines[6] = ",".join(pair_rows()[5].values())
+    path.write_text("\n".join(lines) + "\n")
+    message = one_line(lambda: load_corpus(str(path), "cls", text_field="premise,hypothesis"))
+    assert message.startswith(f"{path} row 9 (line 10) has 4 fields where the header names 3") and "quote" in message
+
+
+def test_a_context_too_short_for_a_pair_is_refused_naming_the_minimum(run_cli, tmp_path):
+    from ffnlab.core.model import ModelConfig
+    from ffnlab.run.config import TrainConfig
+
+    for context in (1, 3):  # 1 trained on separators alone; 4 holds a token of each text and two separators
+        with pytest.raises(ValueError, match=f"context {context} is too short for a sentence pair, .* at least 4"):
+            TrainConfig(model=ModelConfig(task="cls", context=context), text_field="premise,hypothesis")
+    TrainConfig(model=ModelConfig(task="cls", context=4), text_field="premise,hypothesis")
+    TrainConfig(model=ModelConfig(task="cls", context=1))  # one text: any context
+    path = write_csv(tmp_path / "pairs.csv", pair_rows())
+    code, _, err = run_cli("train", *TINY_MODEL, "--context", 1, "--task", "cls", "--data", path,
+                           "--text-field", "premise,hypothesis", "--out", tmp_path / "r.json")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "give --context 4 or more" in err, err

@@ -1,6 +1,7 @@
 """Token classification: CoNLL parsing, the bundled speaker-name task, vocabulary and batches, span F1."""
 
 import random
+import re
 import warnings
 from pathlib import Path
 
@@ -193,3 +194,44 @@ def test_a_dataset_rows_words_and_tags_become_a_sentence():
         row_sentence(["a"], [7], ["O"], "ds row 1")
     with pytest.raises(ValueError, match="the words are str 'a b', not a list; name the column of words"):
         row_sentence("a b", [0, 0], ["O"], "ds row 1")
+
+
+# ---- data without entities: span F1 is undefined there -------------------------------------------------
+
+
+def untag(folder: Path, *names: str) -> None:
+    """Every tag of the files `names` in `folder` made O: sentences without an entity."""
+    for name in names:
+        path = folder / name
+        path.write_text(re.sub(r" [BIES]-\S+$", " O", path.read_text(), flags=re.M))
+
+
+def test_training_sentences_without_an_entity_are_refused(tmp_path):
+    from ffnlab.run.data import load_corpus
+
+    untag(write_conll(tmp_path / "ner"), "train.txt", "valid.txt", "test.txt")  # F1 0.0000 for every variant: a tie
+    with pytest.raises(ValueError) as err:
+        load_corpus(str(tmp_path / "ner"), task="tokens")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'ner'}: the training split's 200 sentences hold no")
+    assert "span F1 is undefined" in message and "tag the entities (B-TYPE, I-TYPE)" in message
+
+
+# ---- messages that list the data's names stay short ---------------------------------------------------
+
+
+def test_a_tag_training_lacks_is_named_among_the_first_few_of_20000(tmp_path):
+    from ffnlab.run.data import load_corpus
+
+    (tmp_path / "train.txt").write_text("\n\n".join(f"w{i} B-T{i}" for i in range(20_000)) + "\n")
+    (tmp_path / "valid.txt").write_text("w B-NEW\n")
+    (tmp_path / "test.txt").write_text("w B-T0\n")
+    with pytest.raises(ValueError) as err:
+        load_corpus(str(tmp_path), task="tokens")
+    message = str(err.value)  # was 151,663 characters
+    assert len(message) < 600 and "whose 20,000 tags are B-T0, B-T1, " in message and "and 19,992 more" in message
+    with pytest.raises(ValueError) as err:
+        from ffnlab.run.tagging import row_sentence
+
+        row_sentence(["a"], [20_000], [f"B-T{i}" for i in range(20_000)], "ds row 1")
+    assert len(str(err.value)) < 600 and "ds row 1: tag 20000 is not a tag id of the 20,000 tags" in str(err.value)

@@ -1,10 +1,11 @@
 """Text for people: numbers with SI or binary suffixes, settings as key=value, one-line error summaries
-and user strings shortened for them."""
+and user strings and lists of names shortened for them."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 
 def human(value: float | None, unit: str = "") -> str:
@@ -59,3 +60,10 @@ def shorten(text: object, limit: int = 60) -> str:
 def and_list(names: list[str]) -> str:
     """['gelu'] -> 'gelu', ['gelu', 'relu'] -> 'gelu and relu', three or more -> 'a, b and c'."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def first_few(names: Sequence[object], shown: int = 8) -> str:
+    """Names from the user's data (tags, classes, columns, files), for an error message: the first `shown`,
+    each `shorten`ed, then 'and N more' ('a, b, c and 19,997 more'), so the message stays one readable line."""
+    listed = ", ".join(shorten(name) for name in names[:shown])
+    return listed + (f" and {len(names) - shown:,} more" if len(names) > shown else "")

@@ -7,7 +7,7 @@ from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from ffnlab.core.model import ModelConfig
-from ffnlab.run.pairs import check_pair_task, is_pair, text_fields
+from ffnlab.run.pairs import check_pair_context, check_pair_task, is_pair, text_fields
 from ffnlab.run.tokenizer import check_word_vocab
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -167,8 +167,10 @@ def flag_of(f: Field[Any]) -> str:
 
 def check_text_field(cfg: TrainConfig) -> None:
     """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.run.pairs) for a classifier
-    trained from scratch."""
+    trained from scratch whose context holds a pair."""
     check_pair_task(cfg.text_field, cfg.model.task)
+    if is_pair(cfg.text_field):
+        check_pair_context(cfg.model.context)
     if is_pair(cfg.text_field) and cfg.init_from:
         raise ValueError(
             "a sentence pair adds a separator id, which the vocabulary of a pretrained model (--from) does not have; "

@@ -25,12 +25,15 @@ the tag of each word. No document is in two splits. How each kind of source is s
   its test labels, so sst2 cls tests on GLUE validation); no split at all -> 80/10/10 by text hash.
   Hashing the text keeps duplicate rows in one split. A sentence pair (two text columns, cls) is one
   document, its texts joined by ffnlab.run.pairs.PAIR_JOIN, so a pair hashes and splits as one text.
+  For cls a row whose label is missing, null or empty, or a pair missing either text, is an error naming
+  the row (a label a ClassLabel column hides, -1, drops the row), and so is a training split of one class.
 - tagged sentences for task 'tokens': a CoNLL file (`ffnlab.run.tagging.parse_conll`), whose sentences
   are split 80/10/10 by sentence hash, or a folder of CoNLL files whose names say their split (train,
   valid/validation/val/dev, test; CoNLL-2003's eng.train, eng.testa = val, eng.testb = test); a
   dataset with a words column ('tokens') and a tags column ('ner_tags', ClassLabel ids or tag strings).
   Splits as for rows, a sentence's words its text. The tags are the training split's; a tag in val or
-  test that training lacks is an error naming its file and line.
+  test that training lacks is an error naming its file and line, and so is a training split without an
+  entity (every tag O), where span F1 is undefined.
 
 Images (task "image": an image folder or scikit-learn's digits) are `ffnlab.run.images`.
 """
@@ -53,8 +56,9 @@ from typing import Any
 
 from ffnlab._util.names import closest
 from ffnlab._util.reading import check_readable, read_text
-from ffnlab.run.pairs import check_pair_task, is_pair, join_pair, text_fields
-from ffnlab.run.tagging import Sentence, parse_conll, row_sentence, speaker_sentences, tag_index
+from ffnlab._util.text import first_few, shorten
+from ffnlab.run.pairs import check_pair_task, is_pair, pair_documents, text_fields
+from ffnlab.run.tagging import Sentence, check_spans, parse_conll, row_sentence, speaker_sentences, tag_index
 
 TASKS = ("lm", "cls", "tokens")
 SPLITS = ("train", "val", "test")
@@ -106,7 +110,9 @@ class Corpus:
 
     def __post_init__(self):
         if self.task not in TASKS:
-            raise ValueError(f"unknown task '{self.task}'{closest(self.task, TASKS)}; valid: {', '.join(TASKS)}")
+            raise ValueError(
+                f"unknown task '{shorten(self.task)}'{closest(self.task, TASKS)}; valid: {', '.join(TASKS)}"
+            )
         for split in SPLITS:
             if not getattr(self, split):
                 raise ValueError(
@@ -345,6 +351,8 @@ def load_speaker_names() -> Corpus:
 def tagged_corpus(name: str, sentences: dict[str, list[Sentence]], meta: dict[str, Any]) -> Corpus:
     """Corpus of task 'tokens' from each split's sentences; its classes are the training split's tags, sorted
     (`tag_index`: ValueError naming the file and line of a val or test tag that training lacks)."""
+    if sentences["train"]:
+        check_spans(sentences["train"], name)
     index = tag_index(sentences["train"], sentences["val"] + sentences["test"]) if sentences["train"] else {}
     docs = {split: [s.text for s in sentences[split]] for split in SPLITS}
     labels = {split: [[index[t] for t in s.tags] for s in sentences[split]] for split in SPLITS}
@@ -416,13 +424,8 @@ def hf_columns(dataset, where: str, text_field: str, label_field: str | None) ->
     if label_field is not None:
         need(label_field, dataset.column_names, where)
     columns = dataset.select_columns([*dict.fromkeys([*names, *([label_field] if label_field else [])])]).to_dict()
-    texts = columns[names[0]] if len(names) == 1 else joined(columns[names[0]], columns[names[1]])
+    texts = columns[names[0]] if len(names) == 1 else pair_documents(columns[names[0]], columns[names[1]], names, where)
     return texts, (columns[label_field] if label_field else None)
-
-
-def joined(first: list, second: list) -> list[str | None]:
-    """Two text columns as one of sentence pairs; None (a row dropped) where either is not text."""
-    return [join_pair(a, b) if isinstance(a, str) and isinstance(b, str) else None for a, b in zip(first, second)]
 
 
 def hf_class_names(dataset, label_field: str) -> list[str] | None:
@@ -441,6 +444,8 @@ def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, sou
     named = loaded if hasattr(loaded, "keys") else {"all": loaded}
     for split, dataset in named.items():
         parts[split] = hf_columns(dataset, f"{name} [{split}]", text_field, label)
+        for i, value in enumerate(parts[split][1] or []):
+            check_label(value, label_field, f"{name} [{split}] row {i + 1}")
         classes = classes or (hf_class_names(dataset, label_field) if label else None)
     return from_rows(name, task, parts, classes, source)
 
@@ -474,8 +479,8 @@ def need(column: str, columns, where: str, hint: str = ""):
     if column not in columns:
         columns = [str(c) for c in columns]
         raise ValueError(
-            f"{where} has no column '{column}'{closest(column, columns)}; columns: {', '.join(columns) or 'none'}"
-            + hint
+            f"{where} has no column '{shorten(column)}'{closest(column, columns)}; columns: "
+            f"{first_few(columns) or 'none'}{hint}"
         )
 
 
@@ -488,33 +493,37 @@ def need_texts(names: list[str], columns, where: str, label_field: str | None) -
     for name in names:
         if name not in columns:
             others = [str(c) for c in columns if str(c) not in (label_field, *NOT_TEXT)]
-            hint = f"; a sentence pair names two text columns: --text-field {','.join(others[:2])}"
+            hint = f"; a sentence pair names two text columns: --text-field {','.join(map(shorten, others[:2]))}"
             need(name, columns, where, hint if len(names) == 1 and len(others) >= 2 else "")
 
 
-def row_text(row: dict, names: list[str], where: str) -> str:
-    """A row's text, or its sentence pair's two texts joined (`ffnlab.run.pairs.join_pair`); ValueError where
-    a named field is not text."""
-    for name in names:
-        if not isinstance(row[name], str):
-            raise ValueError(
-                f"{where}: field '{name}' is {type(row[name]).__name__} {str(row[name])[:40]!r}, not text; "
-                "name the text column with --text-field"
-            )
-    return row[names[0]] if len(names) == 1 else join_pair(row[names[0]], row[names[1]])
+def row_text(row: dict, name: str, where: str) -> str:
+    """A row's text; ValueError where the field is not text."""
+    if not isinstance(row[name], str):
+        raise ValueError(
+            f"{where}: field '{shorten(name)}' is {type(row[name]).__name__} {str(row[name])[:40]!r}, not text; "
+            "name the text column with --text-field"
+        )
+    return row[name]
 
 
 def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None) -> dict:
     """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels); a sentence
-    pair's two fields (`text_field` 'premise,hypothesis') make one text."""
+    pair's two fields (`text_field` 'premise,hypothesis') make one text (`ffnlab.run.pairs.pair_documents`)."""
     names = text_fields(text_field)
-    parts: dict[str, tuple[list, list | None]] = {}
     for i, row in enumerate(rows):
         need_texts(names, row, f"{where} row {i + 1}", label_field)
         if label_field:
             need(label_field, row, f"{where} row {i + 1}")
-        texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
-        texts.append(row_text(row, names, f"{where} row {i + 1}"))
+            check_label(row[label_field], label_field, f"{where} row {i + 1}")
+    if len(names) == 2:
+        texts = pair_documents([row[names[0]] for row in rows], [row[names[1]] for row in rows], names, where)
+    else:
+        texts = [row_text(row, names[0], f"{where} row {i + 1}") for i, row in enumerate(rows)]
+    parts: dict[str, tuple[list, list | None]] = {}
+    for row, text in zip(rows, texts):
+        split_texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
+        split_texts.append(text)
         if labels is not None:
             labels.append(row[label_field])
     return parts
@@ -549,9 +558,22 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def read_csv(path: Path) -> list[dict]:
-    """Rows of a CSV file whose first line names the columns (quoted fields may span lines)."""
+    """Rows of a CSV file whose first line names the columns (quoted fields may span lines); ValueError naming
+    the row (and line) of a row with fewer or more fields than the header names."""
+    reader = csv.DictReader(io.StringIO(data_text(path), newline=""))
+    rows = []
     try:
-        rows = list(csv.DictReader(io.StringIO(data_text(path), newline="")))
+        for n, row in enumerate(reader, 1):
+            header = reader.fieldnames or []
+            missing = [column for column in header if row[column] is None]  # DictReader's filler for a short row
+            if missing or None in row:  # None: the key of the fields past the header's
+                fields = len(header) - len(missing) + len(row.get(None) or [])
+                lacks = f"; missing: {first_few(missing)}" if missing else "; quote a field that holds a comma"
+                raise ValueError(
+                    f"{path} row {n} (line {reader.line_num}) has {fields} field{'s' if fields != 1 else ''} where "
+                    f"the header names {len(header)} ({first_few(header)}){lacks}"
+                )
+            rows.append(row)
     except csv.Error as e:
         raise ValueError(f"{path} is not valid CSV ({e})") from None
     if not rows:
@@ -590,11 +612,16 @@ def label_ids(values: list, classes: list[str] | None, where: str) -> tuple[list
     if classes is not None:
         bad = [v for v in values if not isinstance(v, int) or not 0 <= v < len(classes)]
         if bad:
-            raise ValueError(f"{where}: label {bad[0]!r} is not a class id of {classes}")
+            raise ValueError(
+                f"{where}: label {shorten(repr(bad[0]))} is not a class id of the {len(classes):,} classes "
+                f"({first_few(classes)}); valid: 0 to {len(classes) - 1}"
+            )
         return list(values), list(classes)
     not_classes = [v for v in values if v is None or isinstance(v, (float, list, dict))]
     if not_classes:
-        raise ValueError(f"{where}: label {not_classes[0]!r} is not a class; labels must be integers or strings")
+        raise ValueError(
+            f"{where}: label {shorten(repr(not_classes[0]))} is not a class; labels must be integers or strings"
+        )
     as_int = all(isinstance(v, int) or re.fullmatch(r"-?\d+", str(v)) for v in values)
     key = (lambda v: int(v)) if as_int else str
     names = sorted({key(v) for v in values})
@@ -613,9 +640,18 @@ def by_bucket(docs: list, labels: list, ranges: dict) -> dict:
 
 
 def hidden(label, classes: list[str] | None) -> bool:
-    """True for a missing label, or one a benchmark withholds: a negative id of a ClassLabel column
-    (GLUE's test split has -1). In a file without class names, -1 is an ordinary class."""
-    return label is None or (classes is not None and isinstance(label, int) and label < 0)
+    """True for a label a benchmark withholds: a negative id of a ClassLabel column (GLUE's test split has -1).
+    In a file without class names, -1 is an ordinary class; a null label is an error (`check_label`)."""
+    return classes is not None and isinstance(label, int) and label < 0
+
+
+def check_label(label, label_field: str, where: str) -> None:
+    """ValueError naming `where` for a null or empty label, as for a row without the label column."""
+    if label is None or (isinstance(label, str) and not label.strip()):
+        raise ValueError(
+            f"{where}: field '{shorten(label_field)}' is {'null' if label is None else 'empty'}; every row of task "
+            "cls needs its label: fill it in or remove the row"
+        )
 
 
 def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, source: str) -> Corpus:
@@ -633,7 +669,7 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
             for i, t in enumerate(texts)
             if isinstance(t, str) and t.strip() and not (task == "cls" and hidden(labels[i], classes))
         ]
-        meta["dropped_rows"] += len(texts) - len(keep)  # empty text, or no label for cls
+        meta["dropped_rows"] += len(texts) - len(keep)  # empty text, or a label the benchmark hides for cls
         docs, labs = ours.setdefault(target, ([], []))
         docs += [texts[i] for i in keep]
         labs += [labels[i] for i in keep]
@@ -649,7 +685,7 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
         notes.append("no splits in the source: 80/10/10 by sha256 of each row's text")
     if "train" not in ours:
         raise ValueError(
-            f"{name} has no train split (splits: {', '.join(parts) or 'none'}); name one 'train' "
+            f"{name} has no train split (splits: {first_few(list(parts)) or 'none'}); name one 'train' "
             "or give rows without split names to split 80/10/10"
         )
     if "test" not in ours and "val" in ours:
@@ -670,6 +706,12 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
     all_labels = ours["train"][1] + ours["val"][1] + ours["test"][1]
     ids, classes = label_ids(all_labels, classes, name)
     n_train, n_val = len(ours["train"][1]), len(ours["val"][1])
+    trained = sorted(set(ids[:n_train]))
+    if len(trained) < 2:  # a classifier of one class is right every time: accuracy 1.0 that says nothing
+        raise ValueError(
+            f"{name} has one class, '{shorten(classes[trained[0]])}', in its {n_train:,} training rows; task cls "
+            "needs at least two classes"
+        )
     return Corpus(
         name,
         "cls",
@@ -829,7 +871,7 @@ def check_pair(source: str, task: str, text_field: str) -> None:
     check_pair_task(text_field, task)
     if is_pair(text_field) and source == "shakespeare":
         raise ValueError(
-            f"the bundled shakespeare corpus has no columns to pair (--text-field {text_field}); give a dataset "
+            f"the bundled shakespeare corpus has no columns to pair (--text-field {shorten(text_field)}); give a dataset "
             f"with two text columns: {LOCAL_FORMATS}"
         )
 
@@ -845,7 +887,7 @@ def load_corpus(
     'tokens' (the words) and 'ner_tags' (their tags).
     """
     if task not in TASKS:
-        raise ValueError(f"unknown task '{task}'{closest(str(task), TASKS)}; valid: {', '.join(TASKS)}")
+        raise ValueError(f"unknown task '{shorten(task)}'{closest(str(task), TASKS)}; valid: {', '.join(TASKS)}")
     if task == "tokens":  # a tagged dataset's columns (conll2003's), unless named
         text_field = "tokens" if text_field == "text" else text_field
         label_field = "ner_tags" if label_field == "label" else label_field
@@ -876,6 +918,6 @@ def load_corpus(
     prefixed = [name for name in SOURCES if source and name.startswith(source.lower())]
     hint = closest(source, SOURCES) or (f" (did you mean '{prefixed[0]}'?)" if prefixed else "")
     raise ValueError(
-        f"unknown dataset '{source}'{hint}; valid: {', '.join(SOURCES)}, "
+        f"unknown dataset '{shorten(source)}'{hint}; valid: {', '.join(SOURCES)}, "
         f"'hf:<owner>/<name>[:<config>]', or a local path: {LOCAL_FORMATS}"
     )

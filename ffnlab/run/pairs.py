@@ -18,8 +18,10 @@ alike, so a long premise cannot crowd out the hypothesis. An example is never cr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ffnlab._util.text import first_few, shorten
 from ffnlab.run.tokenizer import SeparatedTokenizer, build_tokenizer, texts_to_build_from
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 PAIR_JOIN = "\x1f"  # ASCII 'unit separator': joins a pair's two texts in one corpus document
 SEPARATORS = 2  # [SEP] ids in an encoded pair: after each text
+MIN_PAIR_CONTEXT = SEPARATORS + 2  # a token of each text and its separator: shorter, a pair is separators only
 
 
 def text_fields(text_field: str) -> list[str]:
@@ -36,11 +39,12 @@ def text_fields(text_field: str) -> list[str]:
     if len(names) > 2 or not all(names):
         raise ValueError(
             f"text_field names one text column, or two for a sentence pair (e.g. premise,hypothesis); got "
-            f"{len(names)} name{'s' if len(names) > 1 else ''}: {', '.join(repr(n) for n in names)}"
+            f"{len(names):,} name{'s' if len(names) > 1 else ''}: {first_few([repr(n) for n in names])}"
         )
     if len(names) == 2 and names[0] == names[1]:  # a text paired with itself: a typo, not a sentence pair
         raise ValueError(
-            f"text_field names the column '{names[0]}' twice; a sentence pair names two columns (e.g. premise,hypothesis)"
+            f"text_field names the column '{shorten(names[0])}' twice; a sentence pair names two columns "
+            "(e.g. premise,hypothesis)"
         )
     return names
 
@@ -53,12 +57,39 @@ def is_pair(text_field: str) -> bool:
 def check_pair_task(text_field: str, task: str) -> None:
     """ValueError when `text_field` names a sentence pair for a task other than cls, which reads one text."""
     if is_pair(text_field) and task != "cls":
-        raise ValueError(f"a sentence pair (text_field '{text_field}') is for task cls, not {task}")
+        raise ValueError(f"a sentence pair (text_field '{shorten(text_field)}') is for task cls, not {task}")
+
+
+def check_pair_context(context: int) -> None:
+    """ValueError unless `context` holds a token of each text and the SEPARATORS (MIN_PAIR_CONTEXT)."""
+    if context < MIN_PAIR_CONTEXT:
+        raise ValueError(
+            f"context {context} is too short for a sentence pair, which needs at least {MIN_PAIR_CONTEXT} positions "
+            f"(a token of each text and {SEPARATORS} separators); give --context {MIN_PAIR_CONTEXT} or more"
+        )
 
 
 def join_pair(first: str, second: str) -> str:
     """The corpus document of a pair: the two texts joined by PAIR_JOIN (which either text loses to a space)."""
     return first.replace(PAIR_JOIN, " ") + PAIR_JOIN + second.replace(PAIR_JOIN, " ")
+
+
+def pair_documents(first: Sequence, second: Sequence, names: Sequence[str], where: str) -> list[str]:
+    """Two text columns, row by row, as pair documents (`join_pair`); ValueError naming the first row whose text
+    in either column is empty, missing or not text, and how many rows are so: a pair needs both its texts."""
+    for name, column in zip(names, (first, second)):
+        bad = [i for i, text in enumerate(column) if not isinstance(text, str) or not text.strip()]
+        if bad:
+            value = column[bad[0]]
+            what = (
+                "empty" if isinstance(value, str) else "null" if value is None else f"{type(value).__name__}, not text"
+            )
+            rows = f" ({len(bad):,} rows in all)" if len(bad) > 1 else ""
+            raise ValueError(
+                f"{where} row {bad[0] + 1}: field '{shorten(name)}' is {what}{rows}; a sentence pair needs both its "
+                "texts: fill them in or remove such rows"
+            )
+    return [join_pair(a, b) for a, b in zip(first, second)]
 
 
 def split_pair(document: str) -> tuple[str, str]:

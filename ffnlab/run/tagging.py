@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ffnlab._util.text import shorten
+from ffnlab._util.text import first_few, shorten
 from ffnlab.core.model import IGNORE_INDEX
 from ffnlab.run.tokenizer import WordTokenizer, split_words
 
@@ -107,7 +107,10 @@ def row_sentence(words: Sequence, tags: Sequence, names: Sequence[str] | None, w
     if names is not None:
         bad = [t for t in tags if not isinstance(t, int) or not 0 <= t < len(names)]
         if bad:
-            raise ValueError(f"{where}: tag {bad[0]!r} is not a tag id of {list(names)}")
+            raise ValueError(
+                f"{where}: tag {shorten(repr(bad[0]))} is not a tag id of the {len(names):,} tags "
+                f"({first_few(list(names))}); valid: 0 to {len(names) - 1}"
+            )
         tags = [names[t] for t in tags]
     for i, tag in enumerate(tags):
         check_tag(str(tag), f"{where}, word {i + 1}")
@@ -124,9 +127,20 @@ def tag_index(train: Sequence[Sentence], others: Sequence[Sentence]) -> dict[str
             if tag not in index:
                 raise ValueError(
                     f"{sentence.at(i)}: tag '{shorten(tag)}' (word '{shorten(sentence.words[i])}') is not in the "
-                    f"training split, whose tags are {', '.join(tags)}; the tag set is read from the training split"
+                    f"training split, whose {len(tags):,} tags are {first_few(tags)}; the tag set is read from the "
+                    "training split"
                 )
     return index
+
+
+def check_spans(train: Sequence[Sentence], where: str) -> None:
+    """ValueError naming `where` unless some training sentence holds an entity (`spans`): where every tag is
+    O there is nothing to find, and span F1 is 0/0, undefined (it would rank every tagger as a tie)."""
+    if not any(spans(sentence.tags) for sentence in train):
+        raise ValueError(
+            f"{where}: the training split's {len(train):,} sentences hold no entity span (every tag is O), so span "
+            "F1 is undefined; tag the entities (B-TYPE, I-TYPE), or give task cls a label per sentence"
+        )
 
 
 # ---- the bundled task: speaker names in the plays ----------------------------------------------------

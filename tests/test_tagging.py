@@ -137,7 +137,9 @@ def test_span_f1_equals_seqevals_f1_score(pairs):
     y_pred = [[p for _, p in sentence] for sentence in pairs]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # seqeval warns where no entity is found or to be found
-        assert span_f1(y_true, y_pred) == pytest.approx(metrics.f1_score(y_true, y_pred))
+        # where no entity is to be found seqeval says 0.0; span_f1 says undefined (None), not a tie at 0
+        expected = metrics.f1_score(y_true, y_pred) if any(spans(tags) for tags in y_true) else None
+        assert span_f1(y_true, y_pred) == pytest.approx(expected)
         assert span_f1(Y_TRUE, Y_PRED) == metrics.f1_score(Y_TRUE, Y_PRED)
 
 
@@ -215,6 +217,44 @@ def test_training_sentences_without_an_entity_are_refused(tmp_path):
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{tmp_path / 'ner'}: the training split's 200 sentences hold no")
     assert "span F1 is undefined" in message and "tag the entities (B-TYPE, I-TYPE)" in message
+
+
+def test_span_f1_is_undefined_where_no_entity_is_to_be_found_and_the_run_says_so(run_cli, tmp_path):
+    assert span_f1([["O", "O"]], [["B-PER", "O"]]) is None and span_f1([["O"]], [["O"]]) is None
+    assert span_f1([["B-PER", "O"]], [["O", "O"]]) == 0.0  # an entity missed: 0, defined
+    untag(write_conll(tmp_path / "ner"), "valid.txt")
+    code, out, err = run_cli("train", "--task", "tokens", "--data", tmp_path / "ner", "--layers", 1, "--heads", 2,
+                             "--d-model", 32, "--context", 32, "--batch-size", 4, "--steps", 2, "--eval-every", 2,
+                             "--precision", "fp32", "--quiet")  # fmt: skip
+    assert code == 0, err
+    line = next(line for line in out.splitlines() if "span F1" in line)
+    assert line.startswith("  span F1 undefined, test 0.") and "with embedding noise undefined" in line  # was 0.0000
+    assert "span F1 is undefined where the sentences evaluated hold no entity span" in out
+
+
+def test_a_ranking_leaves_out_runs_whose_span_f1_is_undefined_and_says_why():
+    """Every variant's F1 was 0.0000, ranked as a tie at 1 with no word of why."""
+    from dataclasses import replace
+
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.study.records import RunRecord, RunStatus
+    from ffnlab.study.summary import summarize_cell
+    from ffnlab.study.table import ranking_table
+    from tests.conftest import run_result
+
+    items = []
+    for ffn in ("relu", "gelu"):
+        for seed in range(2):
+            cfg = TrainConfig(model=replace(TrainConfig().model, task="tokens", ffn=ffn), seed=seed)
+            result = run_result(ffn=ffn, seed=seed, task="tokens", final_val_acc=0.9, final_val_f1=None)
+            record = RunRecord(f"{ffn}{seed}", cfg.to_dict(), RunStatus.FINISHED, result, None, {}, None, 1, 0, 0, 1)
+            items.append((cfg, record))
+    cell = summarize_cell(items, ["relu", "gelu"], "relu", 2, {})
+    assert not cell.missing  # they finished: not 'failed or not yet run'
+    assert "val F1 is undefined (the validation sentences evaluated hold no entity span" in cell.verdict
+    assert "left out: relu seeds 0, 1; gelu seeds 0, 1." in cell.verdict
+    assert all(r.mean is None and r.runs == 2 and r.metrics["token_acc"] == 0.9 for r in cell.variants)
+    assert [row[0] for row in ranking_table(cell).rows] == ["-", "-"]  # no mean, no rank: not a tie for first
 
 
 # ---- messages that list the data's names stay short ---------------------------------------------------

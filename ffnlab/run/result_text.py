@@ -23,10 +23,19 @@ def format_run(r: RunResult) -> str:
             f"with embedding noise {f(r.noisy_val_loss)}"
         )
     elif r.task == "tokens":
+        # no F1 beside an accuracy: the split was evaluated, but its sentences hold no entity span (span_f1)
+        f1 = lambda v, acc: "undefined" if v is None and acc is not None else f(v)
+        val, test, noisy = (
+            f1(r.final_val_f1, r.final_val_acc),
+            f1(r.final_test_f1, r.final_test_acc),
+            f1(r.noisy_val_f1, r.noisy_val_acc),
+        )
         lines.append(
-            f"  span F1 {f(r.final_val_f1)}, test {f(r.final_test_f1)}, with embedding noise {f(r.noisy_val_f1)}; "
+            f"  span F1 {val}, test {test}, with embedding noise {noisy}; "
             f"token accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}"
         )
+        if "undefined" in (val, test, noisy):
+            lines.append("  span F1 is undefined where the sentences evaluated hold no entity span: 0/0, not 0")
     else:
         lines.append(
             f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}; "

@@ -257,12 +257,15 @@ def spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     return found
 
 
-def span_f1(true: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float:
+def span_f1(true: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float | None:
     """Micro-averaged span F1 over sentences, as seqeval.metrics.f1_score computes it: an entity counts when
-    its type, first and last word all match; 0.0 where there are no entities to find or none found."""
+    its type, first and last word all match; 0.0 where none is found. None where `true` has no entity: the
+    recall is 0/0 there, so F1 is undefined (seqeval says 0.0 with a warning, which would rank as a tie)."""
     if len(true) != len(pred) or any(len(t) != len(p) for t, p in zip(true, pred)):
         raise ValueError("span_f1 needs one predicted tag per true tag, sentence by sentence")
     gold = {(n, *span) for n, tags in enumerate(true) for span in spans(tags)}
+    if not gold:
+        return None
     found = {(n, *span) for n, tags in enumerate(pred) for span in spans(tags)}
     hits = len(gold & found)
     if not hits:

@@ -468,7 +468,9 @@ def evaluate(
     if true_tags:
         from ffnlab.run.tagging import span_f1
 
-        out["f1"] = span_f1(true_tags, predicted_tags)
+        f1 = span_f1(true_tags, predicted_tags)
+        if f1 is not None:  # None: the sentences evaluated hold no entity span, so span F1 is undefined there
+            out["f1"] = f1
     return out
 
 

@@ -157,6 +157,7 @@ class Metric:
     ended: bool = False  # over every ended run, diverged ones too (a count of what went wrong); else the finished
     task_labels: tuple[tuple[str, str], ...] = ()  # (task, heading) where `label` would mislead: a ViT's tokens
     # are its image patches
+    undefined: str = ""  # why a finished run can lack it, where it can: said where a ranking leaves such runs out
 
     def heading(self, task: str | None = None) -> str:
         """Its column heading in a table of `task`'s results."""
@@ -177,7 +178,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("final_val_loss", "val loss", "nats", "lower", "final_val_loss", ranks=("lm",), tasks=("lm",)),
     Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls", "image"),
            tasks=("cls", "image")),
-    Metric("final_val_f1", "val F1", "", "higher", "final_val_f1", ranks=("tokens",), tasks=("tokens",)),
+    Metric("final_val_f1", "val F1", "", "higher", "final_val_f1", ranks=("tokens",), tasks=("tokens",),
+           undefined="the validation sentences evaluated hold no entity span, so span F1 is 0/0"),
     Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals",), tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
     Metric("final_val_macro_f1", "val macro-F1", "", "higher", "final_val_macro_f1", tables=("ranking", "signals"),

@@ -50,6 +50,11 @@ LEVEL = 0.95
 CellRuns = list[tuple[TrainConfig, RunRecord | None]]
 
 
+def seeds_text(seeds: dict[str, list[int]]) -> str:
+    """'relu seeds 0, 1; gelu seed 2': a verdict's runs left out, per variant."""
+    return "; ".join(f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}" for v, ss in seeds.items())
+
+
 def test_field(task: str) -> str:
     """The result field of the task's ranking metric on the test split: what a tuned comparison compares."""
     return ranking_metric(task).name.replace("_val_", "_test_")
@@ -69,12 +74,20 @@ def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: i
     ended: dict[str, list[RunResult]] = {v: [] for v in variants}  # finished and diverged: what `ended` metrics count
     runs = {v: 0 for v in variants}
     missing: dict[str, list[int]] = {}
+    undefined: dict[str, list[int]] = {}  # finished, but their ranking metric is undefined (Metric.undefined)
     noise = []
     for cfg, rec in items:
         v = cfg.model.ffn
         result = rec.result if rec is not None and rec.status is RunStatus.FINISHED else None
         value: float | None = ranking.value(result) if result is not None else None
         diverged_run = rec is not None and rec.status is RunStatus.DIVERGED
+        if result is not None and value is None and ranking.undefined:  # its other metrics still stand
+            if cfg.seed < seeds:
+                undefined.setdefault(v, []).append(cfg.seed)
+                runs[v] += 1
+                ended[v].append(result)
+                results[v].append(result)
+            continue
         if not diverged_run and value is None:
             missing.setdefault(v, []).append(cfg.seed)  # failed, not yet run, or a result without its metric
             continue
@@ -118,11 +131,9 @@ def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: i
         missing=missing,
     )
     if missing:  # failed, or not run yet: the statistics rest on fewer seeds than planned, and say so
-        cell.verdict += (
-            " Not finished (failed or not yet run), so left out: "
-            + "; ".join(f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}" for v, ss in missing.items())
-            + "."
-        )
+        cell.verdict += f" Not finished (failed or not yet run), so left out: {seeds_text(missing)}."
+    if undefined:
+        cell.verdict += f" {ranking.label} is undefined ({ranking.undefined}), so left out: {seeds_text(undefined)}."
     if task == "lm":  # the published table is a language-modelling loss
         cell.literature = rank_agreement({r.ffn: r.mean for r in rows})
     if noise:

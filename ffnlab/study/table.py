@@ -98,7 +98,7 @@ def ranking_table(cell: Cell) -> Table:
             "seeds", "diverged", *(m.heading(cell.task) for m in shown)]  # fmt: skip
     rows = [
         [
-            str(r.rank),
+            str(r.rank) if r.mean is not None else "-",  # no mean, no rank: not a tie for first
             r.ffn,
             ci_text(r),
             delta_text(r, cell.baseline),

@@ -260,6 +260,18 @@ def test_saved_dataset_hidden_test_labels(tmp_path):
     assert lm.test == [r["text"] for r in rows[130:]]  # LM keeps the unlabelled test text
 
 
+def test_a_split_the_corpus_ignores_is_not_read(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = labelled_rows(90)
+    parts = {"train": rows[:60], "validation": rows[60:75], "test": rows[75:]}
+    dd = {k: hf_dataset(v) for k, v in parts.items()}
+    dd["unsupervised"] = datasets.Dataset.from_dict({"text": ["a b", "c d"], "label": [None, None]})  # as imdb's
+    datasets.DatasetDict(dd).save_to_disk(str(tmp_path / "dd"))
+    corpus = load_corpus(str(tmp_path / "dd"), task="cls")  # its null labels are no error: it is not read
+    assert corpus.meta["ignored_splits"] == ["unsupervised"]
+    check_labels(corpus, rows)
+
+
 def test_saved_dataset_without_splits(tmp_path):
     pytest.importorskip("datasets")
     rows = labelled_rows(200)

@@ -443,6 +443,9 @@ def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, sou
     parts, classes = {}, None
     named = loaded if hasattr(loaded, "keys") else {"all": loaded}
     for split, dataset in named.items():
+        if split not in SPLIT_NAMES and split != "all":  # a split from_rows ignores (imdb's 'unsupervised'): unread
+            parts[split] = ([], None)
+            continue
         parts[split] = hf_columns(dataset, f"{name} [{split}]", text_field, label)
         for i, value in enumerate(parts[split][1] or []):
             check_label(value, label_field, f"{name} [{split}] row {i + 1}")

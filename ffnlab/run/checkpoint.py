@@ -28,6 +28,7 @@ from torch import nn
 
 from ffnlab._util.files import atomic_path, write_atomic
 from ffnlab._util.reading import read_text
+from ffnlab._util.text import first_few
 
 MARKER = ".ffnlab-checkpoints"
 LATEST = "latest.json"
@@ -100,14 +101,13 @@ def check_checkpoint_folder(directory: Path) -> Path:
     if names and MARKER not in names:
         foreign = [name for name in names if not is_own(name)]
         if foreign:
-            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise ValueError(
-                f"the checkpoint folder {directory} holds files ffnlab did not write ({shown}); "
+                f"the checkpoint folder {directory} holds files ffnlab did not write ({first_few(foreign, 3)}); "
                 "give a new or empty folder, or one that holds only ffnlab's checkpoints"
             )
         if LATEST not in names:
             raise ValueError(
-                f"the checkpoint folder {directory} holds {', '.join(names[:3])} but no {LATEST} and no {MARKER} "
+                f"the checkpoint folder {directory} holds {first_few(names, 3)} but no {LATEST} and no {MARKER} "
                 "marker, so ffnlab cannot tell they are its own; give a new or empty folder"
             )
     if not os.access(directory, os.W_OK | os.X_OK):

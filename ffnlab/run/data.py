@@ -440,7 +440,8 @@ def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, sou
     if task == "tokens":
         return from_hf_tagged(name, loaded, text_field, label_field, source)
     label = label_field if task == "cls" else None
-    parts, classes = {}, None
+    parts: dict[str, tuple[list, list | None]] = {}
+    classes = None
     named = loaded if hasattr(loaded, "keys") else {"all": loaded}
     for split, dataset in named.items():
         if split not in SPLIT_NAMES and split != "all":  # a split from_rows ignores (imdb's 'unsupervised'): unread

@@ -305,6 +305,9 @@ SMOKE_COMPARE = ["compare", "--preset", "smoke", "--seeds", 1, "--no-stats", "--
         (["--variants", "swiglu", "--act-position", "before_norm"], "'swiglu' is gated: use a dense variant"),
         (["--variants", "gelu", "--act-position", "after_residual", "--placement", "post"], "placement 'post'"),
         (["--variants", "swiglu", "--glu-norm-axis", "none,pre,pre"], "axis 'glu_norm' repeats a setting"),
+        # dense FFNs have no gate: each cell trained the same runs again
+        (["--variants", "relu,gelu", "--glu-norm-axis", "none,pre"], "relu, gelu have none, so every glu_norm"),
+        (["--variants", "gelu", "--glu-norm", "both"], "gelu have none, so every glu_norm setting trains the same"),
         (["--variants", "gelu", "--init-axis", "he,he_gelu,he_relu"], "unknown init 'he_relu'"),
     ],
 )

@@ -481,3 +481,12 @@ def test_an_lm_whose_activation_reads_the_batch_is_said_not_to_be_causal():
     on_qkv = replace(base, model=replace(base.model, attn_act="quantile"))
     assert rows(Study(["gelu", "relu"], 2, on_qkv))["causality of attention"].startswith("quantile on Q/K/V")
     assert "causality of attention" in rows(Study(["gelu", "relu"], 2, base, axes={"attn_act": ["none", "k=quantile"]}))
+
+
+def test_a_glu_norm_axis_says_which_variants_it_leaves_as_they_are():
+    from ffnlab.study.plan import Study
+    from ffnlab.study.summary import held_equal
+
+    rows = dict(held_equal(Study(variants=["gelu", "swiglu"], axes={"glu_norm": ["none", "pre"]})).held_equal)
+    assert rows["glu_norm"] == "norms around gated FFNs only: every cell trains the same model for gelu"
+    assert "glu_norm" not in dict(held_equal(Study(variants=["gelu", "swiglu"])).held_equal)

@@ -255,6 +255,12 @@ def study_id(study: Study) -> str:
     return hashlib.sha256(json.dumps(study.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def gated_variants(study: Study) -> list[str]:
+    """The study's variants with a gated FFN in some layer (a schedule's layers each count)."""
+    n_layers = study.base.model.n_layers
+    return [v for v in study.variants if any(get_ffn_spec(layer).gated for layer in layer_variants(v, n_layers))]
+
+
 def check_study(study: Study) -> None:
     """ValueError naming the first problem of a study and the valid choices; changes nothing."""
     if not study.variants:
@@ -292,6 +298,11 @@ def check_study(study: Study) -> None:
     for n_layers in study.axes.get("depth", [study.base.model.n_layers]):  # a schedule fits every depth
         for variant in canon:
             layer_variants(variant, n_layers)
+    if ("glu_norm" in study.axes or study.base.model.glu_norm != "none") and not gated_variants(study):
+        raise ValueError(
+            f"glu_norm puts norms around a gated FFN's gate; {', '.join(canon)} have none, so every glu_norm "
+            "setting trains the same model: add a gated variant (swiglu, geglu, reglu) or drop the glu_norm setting"
+        )
     for variant, overrides in study.per_variant.items():
         if get_ffn_spec(variant).name not in canon:
             raise ValueError(

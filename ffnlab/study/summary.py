@@ -26,7 +26,7 @@ from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.pairs import is_pair, text_fields
 from ffnlab.run.train import train_flops
 from ffnlab.study.metrics import ranking_metric, row_metrics
-from ffnlab.study.plan import TUNED_AXES, CellKey, Study, group_key, plan, plan_precision, run_id
+from ffnlab.study.plan import TUNED_AXES, CellKey, Study, gated_variants, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import RankAgreement, rank_agreement
 from ffnlab.study.records import (
     AcrossCells,
@@ -509,6 +509,11 @@ def held_equal(study: Study, chosen_by_protocol: bool = False) -> Controls:
         axes = ", ".join(sorted(study.axes))
         more.append(
             ["study axes", f"{axes}: varied on purpose, compared within each cell; each gap tested across cells"]
+        )
+    dense = [v for v in study.variants if v not in gated_variants(study)]
+    if "glu_norm" in study.axes and dense:
+        more.append(
+            ["glu_norm", f"norms around gated FFNs only: every cell trains the same model for {', '.join(dense)}"]
         )
     return sum(sources, Controls(equal, unequal)) + Controls(held_equal=more)
 

@@ -830,3 +830,12 @@ def test_a_hugging_face_run_prints_nothing_of_torchao_s_import(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("gelu_new: finished after 1 steps")
     assert "torchao" not in proc.stderr and "register_constant" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command", [["train", "--steps", 1], ["export", "--ffn", "swiglu", "--out", "x.onnx"]])
+def test_an_hf_config_of_absurd_depth_is_refused_before_a_layer_is_built(run_cli, tmp_path, command):
+    """A config of 100,000 layers was built on the meta device layer by layer, silently, for minutes."""
+    config = llama_json(tmp_path, num_hidden_layers=100_000)
+    flag = "--hf-config" if command[0] == "train" else "--model"
+    code, _, err = within(30, lambda: run_cli(*command, flag, config))
+    assert code == 2 and "num_hidden_layers in Hugging Face config" in err and "use 1 to 10,000 layers" in err

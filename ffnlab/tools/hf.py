@@ -59,6 +59,7 @@ from ffnlab.core.ffn import (
     spec_of,
     spec_param_count,
 )
+from ffnlab.core.memory import check_layer_count
 from ffnlab.core.model import PROJECTIONS, param_generator, parse_attn_act
 from ffnlab.tools.quantize import quiet_libraries
 
@@ -932,7 +933,13 @@ def load_hf_config(config_path_or_dict: str | os.PathLike | dict | PretrainedCon
             f"{source} holds '{parts[0]}', the text part of a composite model's config, but model_type "
             f"'{config['model_type']}' is a single model; remove '{parts[0]}', or give the text model's own config"
         )
+    for key in DEPTH_KEYS:  # before a model is built layer by layer: minutes for 10^5 layers, even on meta
+        if isinstance(depth := config.get(key), int) and not isinstance(depth, bool):
+            check_layer_count(depth, f"{key} in {source}")
     return config
+
+
+DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")  # the families' layer counts
 
 
 def _hf_config_for(

@@ -19,7 +19,7 @@ import warnings
 
 from ffnlab._util.names import closest
 from ffnlab._util.signals import stop_within
-from ffnlab._util.text import shorten
+from ffnlab._util.text import one_line_warning, shorten
 from ffnlab.commands import (
     cmd_advise,
     cmd_bench,
@@ -337,17 +337,6 @@ def main(argv=None) -> int:
             return run_command(argv)
     finally:
         warnings.formatwarning = previous_format
-
-
-PYTHON_FORMAT = warnings.formatwarning
-
-
-def one_line_warning(message, category, filename, lineno, line=None) -> str:
-    """ffnlab's own warnings as one line, as its errors are ("ffnlab: warning: ..."): the file and line of the
-    code that warned mean nothing to a user. Other libraries' warnings keep Python's format."""
-    if category.__module__.startswith("ffnlab."):
-        return f"ffnlab: warning: {message}\n"
-    return PYTHON_FORMAT(message, category, filename, lineno, line)
 
 
 def run_command(argv) -> int:

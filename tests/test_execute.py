@@ -77,3 +77,19 @@ def test_kill_9_while_workers_start_leaves_no_worker_or_tracker_behind(tmp_path)
             pytest.fail(f"{len(left)} of the sweep's child processes outlived it")
         time.sleep(0.1)
     assert "leaked semaphore" not in proc.stderr.read()  # the tracker removes them; its warning was noise
+
+
+def test_a_workers_ffnlab_warnings_are_one_line_as_the_clis_are():
+    """A sweep's worker warned in Python's two-line format (file:line, then the source line)."""
+    code = (
+        "import os, warnings\n"
+        "from ffnlab.run.checkpoint import CheckpointWarning\n"
+        "from ffnlab.study.execute import start_worker\n"
+        "start_worker(os.getppid())\n"
+        "warnings.warn('discarding the unreadable checkpoint in ck', CheckpointWarning)\n"
+        "warnings.warn('a library warns', UserWarning)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 0 and lines[0] == "ffnlab: warning: discarding the unreadable checkpoint in ck"
+    assert "UserWarning: a library warns" in lines[1]  # another library's keeps Python's format

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Sequence
 
 
@@ -67,3 +68,17 @@ def first_few(names: Sequence[object], shown: int = 8) -> str:
     each `shorten`ed, then 'and N more' ('a, b, c and 19,997 more'), so the message stays one readable line."""
     listed = ", ".join(shorten(name) for name in names[:shown])
     return listed + (f" and {len(names) - shown:,} more" if len(names) > shown else "")
+
+
+PYTHON_FORMAT = warnings.formatwarning
+
+
+def one_line_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
+) -> str:
+    """ffnlab's own warnings as one line, as its errors are ("ffnlab: warning: ..."): the file and line of the
+    code that warned mean nothing to a user. Other libraries' warnings keep Python's format. Installed as
+    warnings.formatwarning by the CLI and in a sweep's worker processes."""
+    if category.__module__.startswith("ffnlab."):
+        return f"ffnlab: warning: {message}\n"
+    return PYTHON_FORMAT(message, category, filename, lineno, line)

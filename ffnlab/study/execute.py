@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab._util.files import write_atomic
-from ffnlab._util.text import first_line
+from ffnlab._util.text import first_line, one_line_warning
 from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.run.checkpoint import remove_checkpoints
 from ffnlab.run.config import RunResult, TrainConfig
@@ -297,7 +298,7 @@ def run_in_processes(
     busy = []
     with safe_child_pythons():
         context = mp.get_context("spawn")
-        pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=die_with_parent, initargs=(os.getpid(),))
+        pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=start_worker, initargs=(os.getpid(),))
         try:
             futures = {pool.submit(execute, cfg.to_dict(), str(store_path)): cfg for cfg in todo}
             for fut in as_completed(futures):
@@ -343,11 +344,12 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def die_with_parent(parent: int) -> None:
-    """Ask Linux to SIGKILL this worker when its parent (pid `parent`) dies (prctl PR_SET_PDEATHSIG);
-    elsewhere a no-op. A killed run loses nothing: it resumes from its checkpoint. NOTE: a parent killed
-    while this worker was starting (importing torch takes a second) is gone before the request: the
-    worker would wait on the pool's queue for ever, so it exits now."""
+def start_worker(parent: int) -> None:
+    """A sweep's worker process, as it starts: Linux SIGKILLs it when its parent (pid `parent`) dies (prctl
+    PR_SET_PDEATHSIG; elsewhere a no-op), and it writes ffnlab's warnings in one line, as the CLI does. A
+    killed run loses nothing: it resumes from its checkpoint. NOTE: a parent killed while this worker was
+    starting (importing torch takes a second) is gone before the request: the worker would wait on the
+    pool's queue for ever, so it exits now."""
     import ctypes
     import signal
 
@@ -355,6 +357,7 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
     if os.getppid() != parent:
         os._exit(1)
+    warnings.formatwarning = one_line_warning  # as the CLI writes ffnlab's warnings: one line each
 
 
 def run_on_ray(

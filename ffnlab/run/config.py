@@ -6,6 +6,7 @@ import math
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from ffnlab._util.machine import check_threads
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.pairs import check_pair_context, check_pair_task, is_pair, text_fields
 from ffnlab.run.tokenizer import check_word_vocab
@@ -15,6 +16,16 @@ PRECISIONS = get_args(Precision)
 Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
 DIVERGENCE = ("nonfinite", "blowup")  # the kinds of divergence, the event kinds that end a run
 DEVICES = ("cpu", "cuda", "auto")
+
+
+def threads_flag(text: str) -> int:
+    """--threads as the flag reads it: a thread count this machine can run (`check_threads`), refused before any
+    work (torch.set_num_threads(100000) ends the process in the OpenMP runtime)."""
+    try:
+        threads = int(text)
+    except ValueError:
+        raise ValueError(f"expected a whole number of threads, got '{text}'") from None
+    return check_threads(threads)
 
 
 @dataclass
@@ -64,7 +75,8 @@ class TrainConfig:
     # with a gradient scaler, whose skipped steps (gradients that overflowed fp16) are not divergence
     device: Literal["cpu", "cuda", "auto"] = "cpu"  # auto: cuda where available
     compile: bool = False  # torch.compile the model
-    threads: int | None = None  # torch.set_num_threads for the run; None keeps the process's setting
+    threads: int | None = field(default=None, metadata={"parse": threads_flag})  # torch.set_num_threads for the
+    # run; None keeps the process's setting
     checkpoint_dir: str | None = None  # None: no checkpoints
     checkpoint_every: int = 100  # steps between checkpoints (with checkpoint_dir)
     qat_from: float | None = None  # quantisation-aware training: from this fraction of training on (0 to 1, by

@@ -236,7 +236,8 @@ def main() -> None:
             args.train_threads,
         )
         result = deploy_store(store, precisions=args.precisions, runtimes=args.runtimes, batch=args.batch,
-                              repeats=args.repeats, threads=args.threads, workdir=folder / "onnx")  # fmt: skip
+                              repeats=args.repeats, threads=args.threads, workdir=folder / "onnx",
+                              log=lambda line: print(f"deploy: {line}", file=sys.stderr, flush=True))  # fmt: skip
         if args.keep:  # the report's deployment section and advise --store read it
             save_deployment(store, result)
     report = {

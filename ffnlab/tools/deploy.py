@@ -285,6 +285,9 @@ def environment() -> dict[str, Any]:
         "torchao": torchao_version(),
         "onnxruntime": version("onnxruntime"),
         "onnx": version("onnx"),
+        # NOTE: OpenMP threads spin while they wait for each other unless this is PASSIVE: with other work on a core,
+        # a multi-thread row's speed then swings with that work (benchmarks/README.md, "Deploy: rows in turns")
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
     }
 
 

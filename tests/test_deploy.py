@@ -95,7 +95,7 @@ def test_progress_is_told_per_row_and_per_timed_round():
     dp.run_deploy("relu", "fp32,fp16", "eager", **TINY, batch=2, repeats=2, warmup=1, roofline=False, log=lines.append)
     assert lines[0].startswith("relu fp32/eager: set up in ") and lines[0].endswith("(1/2)")
     assert lines[1] == "relu fp16/eager: not measured (fp16 is measured on a GPU; a CPU computes it through fp32) (2/2)"
-    assert lines[2].startswith("timing 1 rows in turns") and lines[3].startswith("warm-up: ")
+    assert lines[2].startswith("timing 1 rows in turns") and any(line.startswith("warm-up: ") for line in lines)
     assert lines[-1].startswith("timed round 2/2 (")
 
 

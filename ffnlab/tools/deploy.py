@@ -341,29 +341,30 @@ def time_in_turns(
     errors: list[str | None] = [None] * len(fns)
     start = last_said = time.perf_counter()
 
-    def call_all(round_: int, into: list[list[float]]) -> None:
+    def call_all(round_: int, into: list[list[float]], line: str, last: bool = False) -> None:
+        nonlocal last_said
         for i in range(len(fns)) if round_ % 2 == 0 else reversed(range(len(fns))):
             if errors[i] is None:
                 try:
                     into[i].append(timed(fns[i], device))
                 except Exception as e:  # a model failing at a later call (a compiler's cache) is its row's result
                     errors[i] = first_line(e)
+        now = time.perf_counter()
+        if now - last_said >= PROGRESS_EVERY_S or last:
+            say(f"{line} ({now - start:.0f} s)")
+            last_said = now
 
     def unsettled() -> bool:
         return not all(settled(t) for t, e in zip(warm, errors) if e is None)
 
     rounds = 0
     while warmup and rounds < max(warmup, WARMUP_ROUNDS) and (rounds < warmup or unsettled()):
-        call_all(rounds, warm)
+        call_all(rounds, warm, f"warm-up round {rounds + 1}")
         rounds += 1
     if warmup:
         say(f"warm-up: {rounds} rounds" + (", the times still moving" if unsettled() else ", settled"))
     for r in range(repeats):
-        call_all(rounds + r, times)
-        now = time.perf_counter()
-        if now - last_said >= PROGRESS_EVERY_S or r == repeats - 1:
-            say(f"timed round {r + 1}/{repeats} ({now - start:.0f} s)")
-            last_said = now
+        call_all(rounds + r, times, f"timed round {r + 1}/{repeats}", last=r == repeats - 1)
     return Turns(times, errors, rounds, [settled(t) or not warmup for t in warm])
 
 

@@ -244,7 +244,7 @@ def add_deploy_parser(sub) -> None:
     p.add_argument("--batch", type=positive_int, default=None, help="the throughput batch (default 16)")
     p.add_argument("--seq", type=positive_int, default=None, help="tokens per sequence (default: the context)")
     p.add_argument("--repeats", type=positive_int, default=None, help="timed calls per median (default 20)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed calls before them (default 3)")
+    p.add_argument("--warmup", type=int, default=None, help="least untimed rounds; more till times settle (default 3)")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: torch's)")
     p.add_argument("--onnx-dir", default=None, metavar="FOLDER", help="keep the ONNX files there")
     p.add_argument("--no-roofline", action="store_true", help="skip the roofline (it times a memory copy)")

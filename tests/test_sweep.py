@@ -759,18 +759,17 @@ def test_a_sweep_of_99000_runs_starts_its_first_at_once_and_a_stop_leaves_none_r
     """It planned and claimed every run first (220 s for 99,000), and a Ctrl-C in a run left it marked running."""
     from ffnlab.study import execute
 
-    started = []
+    claimed_before_the_first = []
 
     def interrupted(cfg, **kw):
-        started.append(time.perf_counter())
+        claimed_before_the_first.append(sum(statuses(tmp_path / "s.db").values()))
         raise KeyboardInterrupt  # Ctrl-C while the rest of the study is still unplanned
 
     monkeypatch.setattr(execute, "train", interrupted)
     study = smoke_study(variants=["relu", "gelu", "swiglu"], seeds=33_000)
-    begin = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         run_study(study, tmp_path / "s.db", quiet=True)
-    assert started and started[0] - begin < 10
+    assert claimed_before_the_first == [1]  # the first run starts before the other 98,999 are planned and claimed
     assert statuses(tmp_path / "s.db") == {"pending": 1}  # claimed and started, then put back; was 'running'
 
 

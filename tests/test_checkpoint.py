@@ -24,7 +24,7 @@ from ffnlab.run.checkpoint import (
 )
 from ffnlab.run.train import train
 from tests.conftest import TINY_MODEL
-from tests.test_train import _Evil, _Stop, tiny
+from tests.test_train import _Evil, killed_at, tiny
 
 # real files a user keeps, some named like the old pruning glob `*-*.*` or close to ffnlab's own names
 USER_FILES = {
@@ -157,13 +157,7 @@ def test_a_folder_the_previous_version_wrote_resumes_and_is_marked(tmp_path):
     cfg = tiny(max_steps=8, checkpoint_every=3, eval_every=8, precision="fp32", final_eval_batches=1)
     full = train(cfg)
     folder = tmp_path / "ck"
-
-    def stop(step, total, metrics):
-        if step == 4:
-            raise _Stop
-
-    with pytest.raises(_Stop):
-        train(replace(cfg, checkpoint_dir=str(folder)), progress=stop)
+    killed_at(cfg, folder, 4)
     (folder / MARKER).unlink()  # now as the previous version left it
     assert sorted(os.listdir(folder)) == ["latest.json", "model-3.safetensors", "state-3.pt"]
     resumed = train(replace(cfg, checkpoint_dir=str(folder)))

@@ -426,6 +426,17 @@ class _Stop(Exception):
     pass
 
 
+def killed_at(cfg: TrainConfig, folder, step: int) -> None:
+    """Train `cfg` checkpointing into `folder`, stopped as a kill would stop it once it reaches `step`."""
+
+    def stop(at, total, metrics):
+        if at == step:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(replace(cfg, checkpoint_dir=str(folder)), progress=stop)
+
+
 class _Evil:
     def __init__(self, path):
         self.path = path
@@ -448,13 +459,7 @@ def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp
     cfg = tiny(max_steps=20, checkpoint_every=5, eval_every=10, precision="fp32")
     full = train(cfg)
     ckpt = tmp_path / "ck"
-
-    def stop(step, total, metrics):
-        if step == 12:
-            raise _Stop
-
-    with pytest.raises(_Stop):
-        train(replace(cfg, checkpoint_dir=str(ckpt)), progress=stop)
+    killed_at(cfg, ckpt, 12)
     assert json.loads((ckpt / "latest.json").read_text())["step"] == 10
     if damage == "truncated weights":
         weights = ckpt / "model-10.safetensors"

@@ -224,6 +224,10 @@ def cmd_deploy(args):
     if saved:  # with --json, beside the JSON on stdout, not in it
         where = sys.stderr if args.json else sys.stdout
         print(f"deployment: {saved} (the report and advise --store read it)", file=where)
+    if all(row.reason for row in result.rows):  # as compare exits 1 when runs did not finish
+        print("ffnlab: no row was measured; each row above says why", file=sys.stderr)
+        return 1
+    return 0
 
 
 def check_deploy_flags(args) -> None:

@@ -272,3 +272,11 @@ def test_a_token_task_store_has_span_f1_beside_loss(run_cli, tmp_path):
     assert saved.rows[0].quality.val_f1_delta.delta == 0.0  # fp32 eager against itself
     int8_rows = [line for line in out.splitlines() if line.split()[:2] in (["gelu", "int8"], ["relu", "int8"])]
     assert len(int8_rows) == 4 and all(" F1 " in line for line in int8_rows)
+
+
+def test_deploy_exits_1_when_no_row_was_measured(run_cli):
+    """As compare exits 1 when runs did not finish: a table of reasons alone exited 0."""
+    code, out, err = run_cli("deploy", "--ffn", "gelu", "--precisions", "fp16", "--runtimes", "eager", "--d-model", 32,
+                             "--n-layers", 1, "--n-heads", 2, "--context", 16, "--repeats", 2)  # fmt: skip
+    assert code == 1 and "not measured: fp16 is measured on a GPU" in out
+    assert err.splitlines()[-1] == "ffnlab: no row was measured; each row above says why"

@@ -32,3 +32,11 @@ def test_every_command_refuses_threads_it_cannot_run_in_one_line(run_cli, two_cp
     code, out, err = run_cli(*command, "--threads", threads)
     assert code == 2 and err.count("\n") == 1 and err.startswith("ffnlab: error: ") and needle in err, err
     assert os.listdir(tmp_path) == []
+
+
+def test_threads_from_a_config_file_are_checked_where_training_sets_them(run_cli, two_cpus, tmp_path):
+    """Only the flag was checked: `threads = 100000` in a TOML config still reached torch.set_num_threads."""
+    config = tmp_path / "run.toml"
+    config.write_text("threads = 100000\nmax_steps = 1\n")
+    code, _, err = run_cli("train", "--config", config, "--checkpoint-dir", tmp_path / "ck")
+    assert code == 2 and "threads must be between 1 and 2" in err and err.count("\n") == 1, err

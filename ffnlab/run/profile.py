@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
+from ffnlab._util.machine import check_threads
 from ffnlab.core.ffn import DenseFFN, GatedFFN, MixFFN
 from ffnlab.core.model import Attention
 from ffnlab.run.config import TrainConfig
@@ -126,7 +127,7 @@ def profile_training(cfg: TrainConfig, steps: int = 5, warmup: int = 3, top: int
     """Train `warmup` steps of `cfg` (no checkpoints) on its `threads` (the process's where None), then profile
     `steps` more: the step's phases, the forward's parts and the `top` operators by their own time."""
     before = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads or before)
+    torch.set_num_threads(check_threads(cfg.threads or before))
     try:
         return profiled(prepare(replace(cfg, checkpoint_dir=None)), steps, warmup, top)
     finally:

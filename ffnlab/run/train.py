@@ -34,6 +34,7 @@ from torch import nn
 from torch.autograd.profiler import record_function
 
 from ffnlab._util.files import check_free_space, check_output_folder
+from ffnlab._util.machine import check_threads
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
 from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
 from ffnlab.core.model import (
@@ -588,7 +589,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
 
         require_torchao("quantisation-aware training (qat_from)")
     if cfg.threads:  # NOTE: on a shared machine one thread per run beats two fighting for cores (train_speed.md)
-        torch.set_num_threads(cfg.threads)
+        torch.set_num_threads(check_threads(cfg.threads))  # a config file is no flag: checked here too
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     else:

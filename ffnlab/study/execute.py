@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab._util.files import write_atomic
+from ffnlab._util.machine import check_threads
 from ffnlab._util.text import first_line, one_line_warning
 from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.run.checkpoint import remove_checkpoints
@@ -104,7 +105,7 @@ def execute(cfg_dict: dict[str, Any], store_path: str, progress: Progress | None
 
     before = torch.get_num_threads()
     cfg = TrainConfig.from_dict(cfg_dict)
-    torch.set_num_threads(cfg.threads or SWEEP_THREADS)
+    torch.set_num_threads(check_threads(cfg.threads or SWEEP_THREADS))
     try:
         return execute_run(cfg, Path(store_path), progress)
     finally:
@@ -451,7 +452,7 @@ def train_on_worker(cfg_dict: dict[str, Any], checkpoint_root: str, home: str | 
     if home is not None:
         os.chdir(home)
     cfg = TrainConfig.from_dict(cfg_dict)
-    torch.set_num_threads(cfg.threads or SWEEP_THREADS)
+    torch.set_num_threads(check_threads(cfg.threads or SWEEP_THREADS))
     ckpt = Path(checkpoint_root).expanduser() / run_id(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         weights = Path(tmp) / "weights.safetensors"

@@ -669,3 +669,22 @@ def test_a_page_with_the_deployment_section_fits_the_window(tmp_path):
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def test_a_taggers_deployment_shows_span_f1_beside_loss(tmp_path):
+    """deploy --store of a token task measured span F1 per row, which the report's table left out: the edge
+    claim (relu faster, its F1 lower, a quantised gelu recovering both) is read off one table."""
+    from ffnlab.study.render import deploy_table
+
+    result = deployment_result()
+    for row, (f1, delta) in zip(result.rows, [(0.81, 0.0), (0.80, -0.01), (0.79, -0.02), (0.83, 0.0), (0.82, -0.005)]):
+        row.quality.val_f1, row.quality.val_f1_delta = f1, dp.Delta(2, delta, delta - 0.004, delta + 0.004, 0.2)
+    for short in (False, True):
+        table = deploy_table(result, short=short)
+        col = table.head.index("val span F1")
+        assert table.head[col + 1] == "Δ F1 [95% CI]"
+        assert [row[col] for row in table.rows[:2]] == ["0.810", "0.800"] and table.rows[1][col + 1].startswith(
+            "-0.010"
+        )
+        assert table.rows[-1][col] == "-"  # the row that was not measured
+    assert "val span F1" not in deploy_table(deployment_result()).head  # a language model's: no F1 column

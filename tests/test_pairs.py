@@ -1,4 +1,4 @@
-"""Sentence pairs (ffnlab.run.pairs): two text columns as one classification example, joined by a separator id
+"""Sentence pairs (ffnlab.data.pairs): two text columns as one classification example, joined by a separator id
 that no text encodes to, truncated longest first; and the one-line errors around them."""
 
 import csv
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ffnlab.run.data import load_corpus
-from ffnlab.run.pairs import PAIR_JOIN, encode_pair, fit_pair, join_pair, split_pair, text_fields
-from ffnlab.run.tokenizer import TOKENIZERS, SeparatedTokenizer, build_tokenizer, tokenizer_from_state
+from ffnlab.data.corpus import load_corpus
+from ffnlab.data.pairs import PAIR_JOIN, encode_pair, fit_pair, join_pair, split_pair, text_fields
+from ffnlab.data.tokenizer import TOKENIZERS, SeparatedTokenizer, build_tokenizer, tokenizer_from_state
 from tests.conftest import TINY_MODEL
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "past", "houses", "under", "grey", "skies"]
@@ -94,7 +94,7 @@ def test_the_separator_is_an_id_no_text_encodes_to(tmp_path, kind):
 
 
 def test_a_long_premise_is_cut_before_the_hypothesis(tmp_path):
-    from ffnlab.run.train import load_data
+    from ffnlab.data.load import load_data
 
     rows = pair_rows()
     rows[0]["premise"] = "the cat sat " * 40  # far past the context
@@ -145,8 +145,8 @@ def test_pair_mistakes_are_one_line_naming_the_columns(run_cli, tmp_path):
 
 def test_a_pair_for_another_task_is_refused_in_the_same_words_by_the_config_and_the_loader(tmp_path):
     """TrainConfig and load_corpus each checked it, with messages of their own."""
+    from ffnlab.data.corpus import load_corpus
     from ffnlab.run.config import TrainConfig
-    from ffnlab.run.data import load_corpus
 
     path = write_csv(tmp_path / "pairs.csv", pair_rows())
     said = []

@@ -308,7 +308,7 @@ def test_cli_compare_keep_against_swap_with_an_lr_axis(pretrained, run_cli, tmp_
 
 
 def test_the_folders_own_tokenizer(tmp_path, run_cli):
-    from ffnlab.run.tokenizer import train_bpe
+    from ffnlab.data.tokenizer import train_bpe
 
     text = "".join(f"Line {i}: to be, or not to be, that is the question.\n" for i in range(400))
     (tmp_path / "corpus.txt").write_text(text)  # small, so the BPE encodes it in no time

@@ -35,16 +35,36 @@ def test_nothing_names_this_machines_paths():
     assert offenders == []
 
 
-def test_old_flat_module_names_import_with_a_deprecation_warning():
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("ffnlab.train", "ffnlab.run.train"),  # the flat names before 0.2
+        ("ffnlab.tokenizer", "ffnlab.data.tokenizer"),
+        ("ffnlab.run.data", "ffnlab.data.corpus"),  # the data modules that left run/ for data/
+        ("ffnlab.run.tokenizer", "ffnlab.data.tokenizer"),
+        ("ffnlab.run.pairs", "ffnlab.data.pairs"),
+        ("ffnlab.run.tagging", "ffnlab.data.tagging"),
+        ("ffnlab.run.images", "ffnlab.data.images"),
+    ],
+)
+def test_old_module_names_import_with_a_deprecation_warning(old, new):
     import importlib
     import sys
 
-    import ffnlab.run.train
+    module = importlib.import_module(new)
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        assert importlib.import_module(old) is module  # one module, so one TrainConfig class
 
-    sys.modules.pop("ffnlab.train", None)
-    with pytest.warns(DeprecationWarning, match="ffnlab.train moved to ffnlab.run.train"):
-        old = importlib.import_module("ffnlab.train")
-    assert old is ffnlab.run.train  # one module, so one TrainConfig class
+
+def test_the_old_flat_data_module_is_the_data_package_whose_old_names_still_resolve():
+    import ffnlab.data
+    from ffnlab.data import corpus
+
+    with pytest.warns(DeprecationWarning, match="ffnlab.data.load_corpus moved to ffnlab.data.corpus.load_corpus"):
+        assert ffnlab.data.load_corpus is corpus.load_corpus
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        _ = ffnlab.data.no_such_name
 
 
 def locked_versions() -> dict[str, str]:

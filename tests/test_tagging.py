@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ffnlab.core.model import IGNORE_INDEX
-from ffnlab.run.tagging import (
+from ffnlab.data.tagging import (
     PAD_ID,
     Sentence,
     cut_words,
@@ -188,7 +188,7 @@ def test_vocabulary_pads_with_its_own_id_and_keeps_the_most_frequent_words():
 
 
 def test_a_dataset_rows_words_and_tags_become_a_sentence():
-    from ffnlab.run.tagging import row_sentence
+    from ffnlab.data.tagging import row_sentence
 
     s = row_sentence(["New York", "", "x"], [1, 2, 0], ["O", "B-LOC", "I-LOC"], "ds [train] row 3")
     assert s == Sentence(("New_York", "_", "x"), ("B-LOC", "I-LOC", "O"), "ds [train] row 3")
@@ -209,7 +209,7 @@ def untag(folder: Path, *names: str) -> None:
 
 
 def test_training_sentences_without_an_entity_are_refused(tmp_path):
-    from ffnlab.run.data import load_corpus
+    from ffnlab.data.corpus import load_corpus
 
     untag(write_conll(tmp_path / "ner"), "train.txt", "valid.txt", "test.txt")  # F1 0.0000 for every variant: a tie
     with pytest.raises(ValueError) as err:
@@ -261,7 +261,7 @@ def test_a_ranking_leaves_out_runs_whose_span_f1_is_undefined_and_says_why():
 
 
 def test_a_tag_training_lacks_is_named_among_the_first_few_of_20000(tmp_path):
-    from ffnlab.run.data import load_corpus
+    from ffnlab.data.corpus import load_corpus
 
     (tmp_path / "train.txt").write_text("\n\n".join(f"w{i} B-T{i}" for i in range(20_000)) + "\n")
     (tmp_path / "valid.txt").write_text("w B-NEW\n")
@@ -271,7 +271,7 @@ def test_a_tag_training_lacks_is_named_among_the_first_few_of_20000(tmp_path):
     message = str(err.value)  # was 151,663 characters
     assert len(message) < 600 and "whose 20,000 tags are B-T0, B-T1, " in message and "and 19,992 more" in message
     with pytest.raises(ValueError) as err:
-        from ffnlab.run.tagging import row_sentence
+        from ffnlab.data.tagging import row_sentence
 
         row_sentence(["a"], [20_000], [f"B-T{i}" for i in range(20_000)], "ds row 1")
     assert len(str(err.value)) < 600 and "ds row 1: tag 20000 is not a tag id of the 20,000 tags" in str(err.value)

@@ -6,9 +6,9 @@ import random
 import numpy as np
 import pytest
 
-from ffnlab.run import tokenizer as tk
+from ffnlab.data import tokenizer as tk
+from ffnlab.data.tokenizer import TOKENIZERS, build_tokenizer, tokenizer_from_state
 from ffnlab.run.config import TrainConfig, identity
-from ffnlab.run.tokenizer import TOKENIZERS, build_tokenizer, tokenizer_from_state
 from tests.conftest import TINY_MODEL, within
 
 CORPUS = [

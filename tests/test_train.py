@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from ffnlab._util import machine
 from ffnlab.core.model import ModelConfig, attend
 from ffnlab.run.monitors import BlowupWatch, spike
-from ffnlab.run.train import TrainConfig, get_batch, lr_at, resolve_precision, train
+from ffnlab.run.train import TrainConfig, lr_at, resolve_precision, train
 from ffnlab.study.plan import Study, plan
 from tests.conftest import TINY_MODEL
 from tests.test_pretrained import LLAMA as PRETRAINED_LLAMA
@@ -171,15 +171,6 @@ def test_validation_loss_falls_on_bundled_corpus():
     r = train(tiny(max_steps=60, lr=3e-3, eval_every=20))
     losses = [v["loss"] for v in r.history["val"]]
     assert losses[0] > 4.0 and losses[-1] < losses[0] - 0.5, losses  # from ln(vocab) to well below
-
-
-def test_lm_batch_is_windows_and_their_next_tokens():
-    data = torch.arange(1000)  # token id == position, so each row shows where its window starts
-    x, y = get_batch(data, "lm", 6, 16, torch.Generator().manual_seed(3))
-    starts = torch.randint(1000 - 16 - 1, (6,), generator=torch.Generator().manual_seed(3))
-    for row, i in enumerate(starts.tolist()):
-        assert x[row].tolist() == list(range(i, i + 16)) and y[row].tolist() == list(range(i + 1, i + 17))
-    assert x.shape == y.shape == (6, 16) and x.is_contiguous() and y.is_contiguous() and x.dtype == data.dtype
 
 
 @pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])  # fp16 was attended in fp16: 2.7x slower
@@ -517,7 +508,9 @@ def test_a_qat_run_converts_and_evaluates_to_its_own_final_loss(tmp_path):
     from safetensors.torch import load_model
 
     from ffnlab.core.model import Transformer
-    from ffnlab.run.train import data_args, eval_set, evaluate, load_data
+    from ffnlab.data.batches import eval_set
+    from ffnlab.data.load import load_data
+    from ffnlab.run.train import data_args, evaluate
     from ffnlab.tools.quantize import quantize_model
 
     cfg = tiny(precision="fp32", qat_from=0.5, max_steps=8, eval_every=4, final_eval_batches=2)

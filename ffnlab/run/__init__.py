@@ -1,1 +1,1 @@
-"""One training run: data, tokenizers, the training loop, its monitors and checkpoints."""
+"""One training run: its config, the training loop, its monitors and checkpoints; its data is ffnlab.data's."""

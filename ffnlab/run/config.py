@@ -8,8 +8,8 @@ from typing import Any, Literal, get_args
 
 from ffnlab._util.machine import check_threads
 from ffnlab.core.model import ModelConfig
-from ffnlab.run.pairs import check_pair_context, check_pair_task, is_pair, text_fields
-from ffnlab.run.tokenizer import check_word_vocab
+from ffnlab.data.pairs import check_pair_context, check_pair_task, is_pair, text_fields
+from ffnlab.data.tokenizer import check_word_vocab
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)
@@ -178,7 +178,7 @@ def flag_of(f: Field[Any]) -> str:
 
 
 def check_text_field(cfg: TrainConfig) -> None:
-    """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.run.pairs) for a classifier
+    """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.data.pairs) for a classifier
     trained from scratch whose context holds a pair."""
     check_pair_task(cfg.text_field, cfg.model.task)
     if is_pair(cfg.text_field):
@@ -281,7 +281,7 @@ class RunResult:
     events: list
     config: dict
     # classification only (cls, image): macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); task
-    # tokens only: span F1 as seqeval computes it (ffnlab.run.tagging.span_f1). With defaults, as fields added
+    # tokens only: span F1 as seqeval computes it (ffnlab.data.tagging.span_f1). With defaults, as fields added
     # later are, so a result built before them (by a caller older than the task) still builds
     final_val_macro_f1: float | None = None
     final_test_macro_f1: float | None = None

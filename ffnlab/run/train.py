@@ -8,7 +8,8 @@ same batches for every variant and seed), budgets by steps, tokens or seconds, b
 autocast with a gradient scaler as options, and activation checkpointing (ModelConfig.activation_checkpointing;
 a Hugging Face model's own, per layer). Checkpoints (safetensors, resuming to the same result)
 are in `ffnlab.run.checkpoint`; the stability monitors (FFN gradient statistics, gradient-norm and loss spikes,
-dead units, sparsity, activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`.
+dead units, sparsity, activation scale) in `ffnlab.run.monitors`; device and precision choice in `ffnlab.run.device`;
+the data (corpus, tokenizer, batches) in `ffnlab.data`.
 A run that hits a non-finite loss or gradient, or whose loss stays far above its best (TrainConfig.diverge_factor
 and diverge_steps), ends as `diverged`. Under fp16 a non-finite gradient with a finite loss is not divergence: the
 gradient scaler skips that update and halves its scale (the step is not counted, an 'fp16_skip' event says so);
@@ -46,6 +47,11 @@ from ffnlab.core.model import (
     param_count,
     qkv_act_spec,
 )
+from ffnlab.data.batches import EVAL_SEED, Batch, Split, check_data, eval_set, get_batch, has_window, on_device
+from ffnlab.data.images import ImageSet
+from ffnlab.data.load import load_data
+from ffnlab.data.pairs import is_pair
+from ffnlab.data.tagging import span_f1
 from ffnlab.run.checkpoint import (
     DamagedCheckpoint,
     check_checkpoint_folder,
@@ -71,31 +77,18 @@ from ffnlab.run.monitors import (
     named_ffns,
     spike_events,
 )
-from ffnlab.run.pairs import is_pair, pair_splits
 from ffnlab.run.scores import macro_f1
 
 if TYPE_CHECKING:
-    from ffnlab.run.data import Corpus
-    from ffnlab.run.images import ImageSet
-    from ffnlab.run.tokenizer import Tokenizer
+    from ffnlab.data.corpus import Corpus
+    from ffnlab.data.tokenizer import Tokenizer
     from ffnlab.tools.hf import HFModel
 
-EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
 # NOTE: the gradient scaler halves its scale at every overflow; below 1 the gradients overflow fp16 unscaled, which
 # no scale mends: the run has diverged
 FP16_MIN_SCALE = 1.0
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # the precisions that autocast, and to what
 
-Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets: next tokens (B, T),
-# labels (B,) or tags (B, T)
-# LM token ids, (documents, labels) for cls, (sentences' word ids, their tag ids) for tokens, or for task image
-# (normalised images (N, ch, H, W), labels)
-Split = (
-    torch.Tensor
-    | tuple[list[torch.Tensor], torch.Tensor]
-    | tuple[list[torch.Tensor], list[torch.Tensor]]
-    | tuple[torch.Tensor, torch.Tensor]
-)
 ModelFactory = Callable[[ModelConfig, int], nn.Module]  # (model config, seed) -> module(idx, targets)
 Progress = Callable[[int, int, dict], None]  # (step, total, {"loss", "lr", "elapsed"})
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -112,72 +105,6 @@ def data_args(cfg: TrainConfig) -> tuple:
     image = (cfg.model.image_size, cfg.model.channels) if cfg.model.task == "image" else (None, None)
     return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context,
             *image)  # fmt: skip
-
-
-@functools.lru_cache(maxsize=8)
-def load_data(
-    data: str,
-    task: str,
-    tokenizer: str,
-    vocab_size: int | None,
-    text_field: str,
-    label_field: str,
-    folder: str | None = None,
-    pair_context: int | None = None,
-    image_size: int | None = None,
-    channels: int | None = None,
-) -> tuple[Corpus | ImageSet, Tokenizer, dict[str, Split]]:
-    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
-    'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
-    The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
-    and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
-    each example is a pair, truncated to that context (`ffnlab.run.pairs.pair_splits`). Task tokens gives
-    each word of a sentence one position (`ffnlab.run.tagging.word_vocabulary`). Task image:
-    `load_image_data`."""
-    from ffnlab.run.data import load_corpus
-    from ffnlab.run.tokenizer import build_tokenizer, texts_to_build_from
-
-    if task == "image":
-        return load_image_data(data, image_size, channels)
-    corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
-    if task == "tokens":
-        return (corpus, *tagged_splits(corpus, vocab_size))
-    if pair_context is not None:
-        return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
-    texts = texts_to_build_from(tokenizer, corpus.train, corpus.val, corpus.test)
-    tok = build_tokenizer(tokenizer, texts, vocab_size=vocab_size, folder=folder)
-    splits: dict[str, Split] = {}
-    for split in ("train", "val", "test"):
-        if task == "lm":
-            splits[split] = torch.from_numpy(tok.encode_array(corpus.text(split)))
-        else:
-            docs = [torch.tensor(tok.encode(t), dtype=torch.long) for t in getattr(corpus, split)]
-            splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=torch.long))
-    return corpus, tok, splits
-
-
-def tagged_splits(corpus: Corpus, vocab_size: int | None) -> tuple[Tokenizer, dict[str, Split]]:
-    """Task tokens: the training sentences' word vocabulary and, per split, each sentence's word ids and tag ids."""
-    from ffnlab.run.tagging import word_ids, word_vocabulary
-
-    vocab = word_vocabulary([doc.split(" ") for doc in corpus.train], vocab_size)
-    splits: dict[str, Split] = {}
-    for split in ("train", "val", "test"):
-        words = [word_ids(vocab, doc.split(" ")) for doc in corpus.documents(split)]
-        splits[split] = (words, [torch.tensor(tags, dtype=torch.long) for tags in corpus.labels(split) or []])
-    return vocab, splits
-
-
-def load_image_data(
-    data: str, image_size: int | None, channels: int | None
-) -> tuple[ImageSet, Tokenizer, dict[str, Split]]:
-    """`load_data` for task image: the images (ffnlab.run.images) and, per split, (images normalised by the
-    training split's per-channel mean and std, labels); no tokenizer (`PixelInput`)."""
-    from ffnlab.run.images import PixelInput, load_images
-
-    images = load_images(data, image_size, channels)
-    splits: dict[str, Split] = {split: (images.normalised(split), images.labels[split]) for split in images.images}
-    return images, PixelInput(), splits
 
 
 def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
@@ -197,8 +124,6 @@ def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet, tokenizer: To
     """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier or a
     tagger, the corpus's classes or tags (`load_data`'s); for task image `image_model_config`."""
     if cfg.model.task == "image":
-        from ffnlab.run.images import ImageSet
-
         assert isinstance(corpus, ImageSet)  # load_data's for task image
         return image_model_config(cfg, corpus)
     found = len(corpus.classes) if cfg.model.task in ("cls", "tokens") and corpus.classes else None
@@ -219,91 +144,6 @@ def data_classes(cfg: TrainConfig, found: int | None) -> int:
             "it is read from the data"
         )
     return found
-
-
-def has_window(split_data: Split, task: str, context: int) -> bool:
-    """Whether a split can give one example: a window of `context + 1` tokens, or a labelled document."""
-    return len(split_data) > context + 1 if task == "lm" else len(split_data[0]) > 0
-
-
-def check_data(splits: dict[str, Split], task: str, context: int, data: str) -> None:
-    """ValueError when the train or val split is too small to give one example."""
-    for split in ("train", "val"):
-        if has_window(splits[split], task, context):
-            continue
-        if task == "lm":
-            raise ValueError(
-                f"the {split} split of '{data}' has {len(splits[split])} tokens, fewer than one context "
-                f"window ({context + 1}); use more text or a smaller --context"
-            )
-        raise ValueError(f"the {split} split of '{data}' has no labelled examples")
-
-
-def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
-    """A window of `length` tokens from `ids` at `start`; short texts are repeated to fill it
-    (no padding token or mask needed for the pooled classifier)."""
-    if len(ids) == 0:
-        ids = torch.zeros(1, dtype=torch.long)
-    if len(ids) < length:
-        ids = ids.repeat(length // len(ids) + 1)
-    return ids[start : start + length]
-
-
-def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
-    """Random (x, y): LM windows with next-token targets, classification crops and labels, tagged sentences
-    padded to the context (`ffnlab.run.tagging.tagged_batch`), or images and labels."""
-    if task == "image":
-        return image_batch(split_data, batch_size, gen)
-    if task == "lm":
-        assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
-        ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
-        windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
-        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
-    if task == "tokens":
-        from ffnlab.run.tagging import tagged_batch
-
-        docs, tags = split_data
-        assert isinstance(docs, list) and isinstance(tags, list)  # a tokens split: a tensor per sentence (load_data)
-        return tagged_batch(docs, tags, torch.randint(len(docs), (batch_size,), generator=gen).tolist(), context)
-    docs, labels = split_data
-    ix = torch.randint(len(docs), (batch_size,), generator=gen)
-    starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
-    return torch.stack([crop_or_repeat(docs[i], context, s) for i, s in zip(ix, starts)]), labels[ix]
-
-
-def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
-    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification, tagging and images
-    n_batches * batch_size examples evenly spaced over the split (all, when fewer; first window of each)."""
-    if task == "lm":
-        gen = torch.Generator().manual_seed(EVAL_SEED)
-        return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
-    docs, labels = split_data
-    pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
-    if task == "image":
-        assert isinstance(docs, torch.Tensor) and isinstance(labels, torch.Tensor)  # one tensor (load_image_data)
-        x, y = docs[pick], labels[pick]
-    elif task == "tokens":
-        from ffnlab.run.tagging import tagged_batch
-
-        assert isinstance(docs, list) and isinstance(labels, list)  # a tokens split: a tensor per sentence (load_data)
-        x, y = tagged_batch(docs, labels, pick.tolist(), context)
-    else:
-        assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
-        x, y = torch.stack([crop_or_repeat(docs[i], context) for i in pick]), labels[pick]
-    return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
-
-
-def image_batch(split_data: Split, batch_size: int, gen: torch.Generator) -> Batch:
-    """Random images of a split, drawn with replacement as documents are, and their labels."""
-    images, labels = split_data
-    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
-    ix = torch.randint(len(images), (batch_size,), generator=gen)
-    return images[ix], labels[ix]
-
-
-def on_device(batches: Iterable[Batch], device: str) -> list[Batch]:
-    """The batches moved to `device`."""
-    return [(x.to(device), y.to(device)) for x, y in batches]
 
 
 # ---- model, schedule and optimiser ------------------------------------------------------------
@@ -427,7 +267,7 @@ def evaluate(
     """Mean loss (and accuracy and macro-F1 for classification, cls and image; accuracy per word for tagging)
     over fixed batches; with noise_std, Gaussian noise of that std is added to the token embeddings (the same
     noise for every variant). For task tokens, given the tag names `tags`, also 'f1': the span F1
-    (`ffnlab.run.tagging.span_f1`); a tagger's loss and accuracy are over words, its padding left out."""
+    (`ffnlab.data.tagging.span_f1`); a tagger's loss and accuracy are over words, its padding left out."""
     model.eval()
     losses, correct, n = [], 0, 0
     labels: list[int] = []  # cls, image: each example's class, and the one predicted (macro-F1)
@@ -467,8 +307,6 @@ def evaluate(
     if labels:
         out["macro_f1"] = macro_f1(labels, predicted)
     if true_tags:
-        from ffnlab.run.tagging import span_f1
-
         f1 = span_f1(true_tags, predicted_tags)
         if f1 is not None:  # None: the sentences evaluated hold no entity span, so span F1 is undefined there
             out["f1"] = f1

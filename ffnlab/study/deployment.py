@@ -35,18 +35,10 @@ from ffnlab._util.reading import check_readable, kind_problem, read_text
 from ffnlab._util.text import first_line, shorten
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, param_count
+from ffnlab.data.batches import Batch, eval_set, get_batch, has_window
+from ffnlab.data.load import load_data
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import (
-    Batch,
-    data_args,
-    data_model_config,
-    default_factory,
-    eval_set,
-    evaluate,
-    get_batch,
-    has_window,
-    load_data,
-)
+from ffnlab.run.train import data_args, data_model_config, default_factory, evaluate
 from ffnlab.study.execute import weights_path
 from ffnlab.study.records import RunRecord
 from ffnlab.study.stats import paired_diff

@@ -26,10 +26,12 @@ from ffnlab._util.files import write_atomic
 from ffnlab._util.machine import check_threads
 from ffnlab._util.text import first_line, one_line_warning
 from ffnlab.core.ffn import single_ffn_spec
+from ffnlab.data.batches import check_data
+from ffnlab.data.load import load_data
 from ffnlab.run.checkpoint import remove_checkpoints
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
-from ffnlab.run.train import Progress, check_data, data_args, data_model_config, load_data, train
+from ffnlab.run.train import Progress, data_args, data_model_config, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, iter_plan, plan, plan_precision, run_count, run_id, study_id
 from ffnlab.study.records import RunStatus, Summary

@@ -346,7 +346,7 @@ class StudySettings:
     pretrained: dict[str, str | None] | None  # {"from": folder, "digest": ...} when fine-tuning
     held_equal: list[list[str]]  # [what, how]
     not_equal: list[list[str]]  # [what, why]
-    pair: list[str] | None = None  # a sentence-pair dataset's two text columns (ffnlab.run.pairs), else None
+    pair: list[str] | None = None  # a sentence-pair dataset's two text columns (ffnlab.data.pairs), else None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

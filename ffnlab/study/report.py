@@ -119,8 +119,10 @@ class FixedInput:
 def fixed_input(cfg: TrainConfig) -> FixedInput:
     """The first `context` tokens of the validation split (a classifier's or tagger's first example), or its first
     image, and the model config the trained weights need."""
-    from ffnlab.run.images import ImageSet
-    from ffnlab.run.train import crop_or_repeat, data_args, data_model_config, load_data
+    from ffnlab.data.batches import crop_or_repeat
+    from ffnlab.data.images import ImageSet
+    from ffnlab.data.load import load_data
+    from ffnlab.run.train import data_args, data_model_config
 
     corpus, tokenizer, splits = load_data(*data_args(cfg))
     context, val = cfg.model.context, splits["val"]

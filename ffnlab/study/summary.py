@@ -22,8 +22,8 @@ from ffnlab._util.text import and_list, key_values
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import describe_attn_act, parse_attn_act, qkv_act_spec
+from ffnlab.data.pairs import is_pair, text_fields
 from ffnlab.run.config import RunResult, TrainConfig
-from ffnlab.run.pairs import is_pair, text_fields
 from ffnlab.run.train import train_flops
 from ffnlab.study.metrics import ranking_metric, row_metrics
 from ffnlab.study.plan import TUNED_AXES, CellKey, Study, gated_variants, group_key, plan, plan_precision, run_id

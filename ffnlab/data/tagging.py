@@ -24,7 +24,7 @@ import torch
 
 from ffnlab._util.text import first_few, shorten
 from ffnlab.core.model import IGNORE_INDEX
-from ffnlab.run.tokenizer import WordTokenizer, split_words
+from ffnlab.data.tokenizer import WordTokenizer, split_words
 
 TAG = re.compile(r"O|[BIES]-\S+")  # BIO / IOB2 (and IOBES): O, or a position and an entity type
 PAD = "<pad>"  # the padding word: id 1, after <unk>, in every tagging vocabulary
@@ -149,7 +149,7 @@ SPEAKER = re.compile(r"[A-Z][A-Z0-9 .,'&-]*:")  # a speaker line of the plays' p
 
 
 def speaker_sentences(play: str, text: str) -> list[Sentence]:
-    """The speaker-name task of one play's plain text (`ffnlab.run.data.strip_markdown`'s), derived by rule.
+    """The speaker-name task of one play's plain text (`ffnlab.data.corpus.strip_markdown`'s), derived by rule.
 
     - A speech is a block (between blank lines) whose first line is a speaker line ('LADY MACBETH:'); its
       other lines are the speech. Stage directions in blocks of their own are left out.

@@ -7,7 +7,7 @@ size, in `cache_dir`, else $FFNLAB_CACHE/tokenizers, else ~/.cache/ffnlab/tokeni
 tokenizer (WORD_PATTERN) keeps the most frequent words of the training texts and maps every other
 word to `<unk>`, so a loss per token is a loss per word, as in the published WikiText numbers.
 `SeparatedTokenizer` gives any of them one id more, which no text encodes to: the separator of a sentence
-pair (ffnlab.run.pairs).
+pair (ffnlab.data.pairs).
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ SEP_TEXT = " [SEP] "  # how a SeparatedTokenizer decodes its separator id
 
 class SeparatedTokenizer:
     """A tokenizer with one id more, `sep_id` (the base tokenizer's vocab_size), that no text encodes to:
-    the separator of a sentence pair (ffnlab.run.pairs), distinct whatever the base tokenizer's kind.
+    the separator of a sentence pair (ffnlab.data.pairs), distinct whatever the base tokenizer's kind.
     Text encodes as the base encodes it; decoding shows the separator as SEP_TEXT."""
 
     def __init__(self, base: Tokenizer):

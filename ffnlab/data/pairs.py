@@ -11,7 +11,7 @@ where [SEP] is the `SeparatedTokenizer`'s `sep_id`, an id one past the tokenizer
 text encodes to it, whatever the tokenizer (char, byte, bpe or word), so the model always sees where
 the first text ends, and the tokenizer is built from the texts alone, never from the joining character.
 The trailing [SEP] keeps a pair's end marked where a short example is repeated to fill the context
-(ffnlab.run.train.crop_or_repeat). A pair longer than the context is truncated longest first
+(ffnlab.data.batches.crop_or_repeat). A pair longer than the context is truncated longest first
 (`fit_pair`): tokens come off the end of the longer text until both are equally long, then off both
 alike, so a long premise cannot crowd out the hypothesis. An example is never cropped after that.
 """
@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ffnlab._util.text import first_few, shorten
-from ffnlab.run.tokenizer import SeparatedTokenizer, build_tokenizer, texts_to_build_from
+from ffnlab.data.tokenizer import SeparatedTokenizer, build_tokenizer, texts_to_build_from
 
 if TYPE_CHECKING:
-    from ffnlab.run.data import Corpus
-    from ffnlab.run.train import Split
+    from ffnlab.data.batches import Split
+    from ffnlab.data.corpus import Corpus
 
 PAIR_JOIN = "\x1f"  # ASCII 'unit separator': joins a pair's two texts in one corpus document
 SEPARATORS = 2  # [SEP] ids in an encoded pair: after each text
@@ -129,9 +129,9 @@ def pair_splits(
 ) -> tuple[SeparatedTokenizer, dict[str, Split]]:
     """A pair corpus's tokenizer and, per split, each example's ids (`encode_pair`) and the labels.
 
-    The tokenizer is built from the pairs' texts as ffnlab.run.train.load_data builds one
+    The tokenizer is built from the pairs' texts as ffnlab.data.load.load_data builds one
     (`texts_to_build_from`), then given its separator id."""
-    import torch  # here: the corpus loader (ffnlab.run.data) imports this module and needs no torch
+    import torch  # here: the corpus loader (ffnlab.data.corpus) imports this module and needs no torch
 
     texts = {
         split: [t for doc in corpus.documents(split) for t in split_pair(doc)] for split in ("train", "val", "test")

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from ffnlab._util.machine import check_memory
 from ffnlab._util.reading import check_readable
-from ffnlab.run.data import SPLITS, split_names
+from ffnlab.data.corpus import SPLITS, split_names
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # Pillow's modes without colour
@@ -87,7 +87,7 @@ class ImageSet:
 
 
 class PixelInput:
-    """The tokenizer slot of an image run (`ffnlab.run.train.load_data`): images are embedded from their
+    """The tokenizer slot of an image run (`ffnlab.data.load.load_data`): images are embedded from their
     pixels (ffnlab.core.model.PatchEmbed), so there is no vocabulary and no text to encode or decode."""
 
     kind = "pixels"

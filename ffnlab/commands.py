@@ -14,6 +14,7 @@ from ffnlab._util.jsonio import strict_dumps
 from ffnlab.flags import UsageError, given, run_flags, study_flags
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.config_file import RUN_TABLES, config_from_sources, file_fields, read_toml, to_toml
+from ffnlab.run.presets import preset_config
 from ffnlab.study.plan import Study, study_toml
 from ffnlab.study.table import format_protocol, format_table
 
@@ -44,7 +45,8 @@ def cmd_train(args):
     if args.out:
         check_writable(args.out)  # now, not after the training
     file = read_toml(args.config, RUN_TABLES) if args.config else {}
-    cfg = config_from_sources(TrainConfig(), file, run_flags(args))
+    base = preset_config(args.preset) if args.preset is not None else TrainConfig()
+    cfg = config_from_sources(base, file, run_flags(args))
     if args.print_config:
         print(to_toml(file_fields(cfg)))
         return

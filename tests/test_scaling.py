@@ -232,13 +232,13 @@ def test_compare_scale_errors_are_one_line_exit_2(run_cli, tmp_path, extra, need
 
 
 def test_preset_scaling_scales_width_and_round_trips_through_a_config_file(run_cli, tmp_path):
-    from ffnlab.study.plan import PRESET_SCALES
+    from ffnlab.run.presets import PRESETS
 
     code, out, _ = run_cli("compare", "--preset", "scaling", "--print-config")
     assert code == 0 and 'scale = ["width"]' in out
     code, typed, _ = run_cli("compare", "--scale", "Width=8,16,24", "--print-config")  # names any case, as variants
     assert code == 0 and 'scale = ["width"]' in typed
-    assert f"width = {PRESET_SCALES['scaling']['width']}".replace("'", "") in out.replace("'", "")
+    assert f"width = {PRESETS['scaling'].scale['width']}".replace("'", "") in out.replace("'", "")
     path = tmp_path / "scaling.toml"
     path.write_text(out)
     code, again, _ = run_cli("compare", "--config", path, "--print-config")

@@ -22,13 +22,14 @@ from ffnlab.core.ffn import get_ffn_spec, layer_variants
 from ffnlab.run.config import Precision, TrainConfig, identity
 from ffnlab.run.config_file import RUN_TABLES, config_from_sources, field_types, file_fields, read_toml, to_toml
 from ffnlab.run.device import resolve_precision
-from ffnlab.run.presets import DEFAULT_PRESET, preset_config
+from ffnlab.run.presets import DEFAULT_PRESET, PRESETS, preset_config
 from ffnlab.run.train import resolve_init
 
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
 # SwiGLU in LLaMA) with 4 seeds: with fewer variants Holm's correction spends less of alpha, and 4
 # paired seeds separate SwiGLU from ReLU (measured seed variance in the README, "The default study")
-# within the time budget of a 2-core CPU without AMX. `--variants` adds silu, reglu, geglu, ...
+# within the time budget of a 2-core CPU without AMX. `--variants` adds silu, reglu, geglu, ...; a preset may
+# name its own (ffnlab.run.presets.PRESETS: gpt2-small's four, shazeer's eight)
 DEFAULT_VARIANTS = ("relu", "gelu", "swiglu")
 DEFAULT_SEEDS = 4
 # axes a "tuned" summary chooses per variant (on validation, reported on test): ffnlab.study.summary.tuned_cells
@@ -58,9 +59,6 @@ SCALE_AXES = ("width", "depth", "tokens")
 # its summary reads every one back, so 10^5 runs are some 100 MiB of store and minutes of reading; and more is not
 # a study that finishes (10^5 runs of even the smoke preset, seconds each, are days of a core)
 MAX_RUNS = 100_000
-# what `--preset scaling` scales when --scale is not given: sizes chosen from measurements (README,
-# "Scaling: compute multipliers")
-PRESET_SCALES = {"scaling": {"width": [24, 48, 96, 192]}}
 # a cell of a study: its axis values as (axis, value) pairs, in the study's axis order (`group_key`)
 CellKey = tuple[tuple[str, Any], ...]
 
@@ -147,7 +145,8 @@ class Study:
             ("--opt", in_flags.get("per_variant", [])),
         ]
         per_variant = per_variant_of(in_both)
-        variants, baseline = setting("variants", list(DEFAULT_VARIANTS)), setting("baseline")
+        variants = setting("variants", list(PRESETS[preset].variants or DEFAULT_VARIANTS))
+        baseline = setting("baseline")
         if folder := base.init_from:
             from ffnlab.tools.pretrained import check_context_axis
 
@@ -190,12 +189,12 @@ STUDY_TABLES = {**RUN_TABLES, "study": STUDY_KEYS}
 
 def scale_of(flagged: dict[str, list[int]] | None, in_file: dict[str, Any], preset: str) -> dict[str, list[int]]:
     """The compute axes of a study and their values: the --scale flags' (`flagged`), else the --config file's
-    [study] `scale` (its values in [study.axes]), else the preset's own (`--preset scaling`)."""
+    [study] `scale` (its values in [study.axes]), else the preset's own (`--preset scaling`; ffnlab.run.presets)."""
     if flagged:
         return dict(flagged)
     if in_file.get("scale"):
         return {axis: in_file.get("axes", {}).get(axis, []) for axis in in_file["scale"]}
-    return dict(PRESET_SCALES.get(preset, {}))
+    return dict(PRESETS[preset].scale)
 
 
 def axes_of(

@@ -10,8 +10,11 @@ but the kind rule.
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 MiB = 1 << 20
@@ -66,10 +69,10 @@ def too_large(path: Path, what: str, limit: int) -> ValueError:
     return ValueError(f"{what} {path} is larger than {limit // MiB} MiB, more than such a file holds")
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int | None) -> bytes:
-    """The content of the regular file `path` (`check_readable`), read in chunks; ValueError naming it
-    when it holds more than `limit` bytes (it is not read past the limit; None: no limit, for data) or a
-    read fails (an I/O error, a permission)."""
+def read_chunks(path: str | os.PathLike, what: str, limit: int | None = None) -> Iterator[bytes]:
+    """The content of the regular file `path` (`check_readable`) in chunks of at most CHUNK bytes, for a file
+    read as it streams (a corpus of gigabytes); ValueError naming it when it holds more than `limit` bytes (it
+    is not read past the limit; None: no limit, for data) or a read fails (an I/O error, a permission)."""
     path = check_readable(path, what)
     try:
         # NOTE: O_NONBLOCK so that a path swapped for a FIFO after the check cannot block the open; fstat
@@ -78,15 +81,36 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int | None) -> bytes:
         with os.fdopen(fd, "rb", buffering=0) as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ValueError(f"{what} {path} is not a regular file; give a regular file")
-            parts, size = [], 0
+            size = 0
             while chunk := f.read(CHUNK if limit is None else min(CHUNK, limit + 1 - size)):
-                parts.append(chunk)
                 size += len(chunk)
                 if limit is not None and size > limit:
                     raise too_large(path, what, limit)
+                yield chunk
     except OSError as e:
         raise ValueError(f"{what} {path} cannot be read ({e.strerror or e})") from None
-    return b"".join(parts)
+
+
+def read_bytes(path: str | os.PathLike, what: str, limit: int | None) -> bytes:
+    """The content of the regular file `path` (`read_chunks`, whose errors it raises), whole."""
+    return b"".join(read_chunks(path, what, limit))
+
+
+def text_chunks(path: str | os.PathLike, what: str) -> Iterator[str]:
+    """The UTF-8 text of the data file `path` as it streams (`read_chunks`, no size limit), a chunk at a time;
+    ValueError naming the file and the offset of the first byte that is not UTF-8, as `read_text` does."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0  # of the next chunk's first byte in the file
+    for chunk in itertools.chain(read_chunks(path, what), [b""]):  # b"": the end, where a cut character fails
+        pending = len(decoder.getstate()[0])  # bytes of a character the previous chunk cut
+        try:
+            text = decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as e:
+            at = offset - pending + e.start
+            raise ValueError(f"{what} {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at {at})") from None
+        offset += len(chunk)
+        if text:
+            yield text
 
 
 def read_text(path: str | os.PathLike, what: str, limit: int | None = JSON_LIMIT) -> str:

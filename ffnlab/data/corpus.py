@@ -643,6 +643,43 @@ def by_bucket(docs: list, labels: list, ranges: dict) -> dict:
     return out
 
 
+EVERY_BUCKET = (0, 100)  # the text_bucket range of a whole split
+
+
+def split_routes(name: str, present: set[str], spelled: list[str]) -> tuple[dict[str, dict[str, tuple[int, int]]], str]:
+    """Where the rows of each split a source has (`present`: 'train', 'val', 'test', or 'all' alone) go, by the
+    module doc's rules: {its split: {our split: the text_bucket range [lo, hi) that goes there}}, and the rule
+    in words. A missing test takes val, a missing val comes from train. `spelled`: the source's own split names,
+    for the error where none is train."""
+    if present == {"all"}:
+        return {"all": {"train": (0, 80), "val": (80, 90), "test": (90, 100)}}, (
+            "no splits in the source: 80/10/10 by sha256 of each row's text"
+        )
+    if "train" not in present:
+        raise ValueError(
+            f"{name} has no train split (splits: {first_few(spelled) or 'none'}); name one 'train' "
+            "or give rows without split names to split 80/10/10"
+        )
+    routes = {split: {split: EVERY_BUCKET} for split in present}
+    notes = []
+    if "test" not in present and "val" in present:
+        routes["val"] = {"test": EVERY_BUCKET}
+        notes.append("test = the source's validation split")
+    if "val" not in present or "test" not in present:
+        routes["train"] = {"train": (0, 90), "val": (90, 100)}
+        notes.append("val = the 10% of train rows whose text hashes last")
+    if "test" not in present and "val" not in present:
+        raise ValueError(f"{name} has no test split and no validation split to use as test")
+    return routes, "; ".join(notes) or "the source's own splits"
+
+
+def route(docs: list, labels: list, to: dict[str, tuple[int, int]]) -> dict:
+    """{our split: (docs, labels)} of one split of a source, by its routes (`split_routes`)."""
+    if list(to.values()) == [EVERY_BUCKET]:  # the whole split: no hashing
+        return {split: (docs, labels) for split in to}
+    return by_bucket(docs, labels, to)
+
+
 def hidden(label, classes: list[str] | None) -> bool:
     """True for a label a benchmark withholds: a negative id of a ClassLabel column (GLUE's test split has -1).
     In a file without class names, -1 is an ordinary class; a null label is an error (`check_label`)."""
@@ -682,25 +719,8 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
         meta["ignored_splits"].append("all")
         del ours["all"]
 
-    # fill in missing splits (module doc): a missing test takes val, a missing val comes from train
-    notes = []
-    if set(ours) == {"all"}:
-        ours = by_bucket(*ours.pop("all"), {"train": (0, 80), "val": (80, 90), "test": (90, 100)})
-        notes.append("no splits in the source: 80/10/10 by sha256 of each row's text")
-    if "train" not in ours:
-        raise ValueError(
-            f"{name} has no train split (splits: {first_few(list(parts)) or 'none'}); name one 'train' "
-            "or give rows without split names to split 80/10/10"
-        )
-    if "test" not in ours and "val" in ours:
-        ours["test"] = ours.pop("val")
-        notes.append("test = the source's validation split")
-    if "val" not in ours:
-        ours.update(by_bucket(*ours["train"], {"train": (0, 90), "val": (90, 100)}))
-        notes.append("val = the 10% of train rows whose text hashes last")
-    if "test" not in ours:
-        raise ValueError(f"{name} has no test split and no validation split to use as test")
-    meta["split_rule"] = "; ".join(notes) or "the source's own splits"
+    routes, meta["split_rule"] = split_routes(name, set(ours), list(parts))
+    ours = {split: rows for source, to in routes.items() for split, rows in route(*ours[source], to).items()}
     meta["rows"] = {split: len(ours[split][0]) for split in SPLITS}
 
     if task == "lm":
@@ -752,37 +772,57 @@ def readable(files: list[Path]) -> list[Path]:
     return files
 
 
-def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
-    """LM corpus from text files: by file name, by file, or by position (module doc)."""
-    texts = {f.relative_to(root).as_posix() if root.is_dir() else f.name: data_text(f) for f in files}
-    named = {rel: SPLIT_NAMES.get(file_split(Path(rel)), "all") for rel in texts}
-    source = f"{len(files)} text file(s) under {root}"
+@dataclass(frozen=True)
+class TextFilesPlan:
+    """Which text files go to which split (the module doc's rule), decided from their names alone: each file of
+    `whole[split]` is a document of that split; the `joined` files, joined with a blank line, are cut by position
+    into train, val and test at `fractions` (`split_text`), one document each."""
+
+    whole: dict[str, list[str]]
+    joined: list[str]
+    fractions: tuple[float, float, float]
+    rule: str
+    by_name: bool  # the files' names said their splits
+
+
+def text_files_plan(names: list[str]) -> TextFilesPlan:
+    """The `TextFilesPlan` of text files by their names (relative to the folder given, or the file's own name)."""
+    named = {name: SPLIT_NAMES.get(file_split(Path(name)), "all") for name in sorted(names)}
     if set(named.values()) >= {"train", "test"} or set(named.values()) >= {"train", "val"}:
-        by_name = {s: [texts[rel] for rel in sorted(texts) if named[rel] == s] for s in ("train", "val", "test", "all")}
+        by_name = {s: [name for name in named if named[name] == s] for s in SPLITS}
         notes = ["by file name (train*/val*/test*)"]
         if not by_name["test"]:  # as for rows: a missing test takes val, then val is carved from train
             by_name["test"], by_name["val"] = by_name["val"], []
             notes.append("test = the val file(s)")
-        if not by_name["val"]:  # by position: a few whole files cannot be split by hash
-            train_text, val_text, _ = split_text("\n\n".join(by_name["train"]), (0.9, 0.1, 0.0))
-            by_name["train"], by_name["val"] = [train_text], [val_text]
-            notes.append("val = the last 10% of the train text by position")
-        corpus = from_rows(name, "lm", {s: (docs, None) for s, docs in by_name.items() if docs}, None, source)
-        corpus.meta["split_rule"] = "; ".join(notes)
+        if by_name["val"]:
+            return TextFilesPlan(by_name, [], (0.0, 0.0, 0.0), "; ".join(notes), True)
+        notes.append("val = the last 10% of the train text by position")  # a few whole files cannot be split by hash
+        return TextFilesPlan({"test": by_name["test"]}, by_name["train"], (0.9, 0.1, 0.0), "; ".join(notes), True)
+    if len(named) >= 3:
+        rule = "whole files ranked by sha256 of their path: 10% val, 10% test (at least 1 each)"
+        return TextFilesPlan(split_names(list(named)), [], (0.0, 0.0, 0.0), rule, False)
+    rule = "by position: first 90% of the characters train, 5% val, 5% test"
+    return TextFilesPlan({}, list(named), (0.9, 0.05, 0.05), rule, False)
+
+
+def load_txt_files(name: str, files: list[Path], root: Path) -> Corpus:
+    """LM corpus from text files: by file name, by file, or by position (module doc, `text_files_plan`)."""
+    texts = {f.relative_to(root).as_posix() if root.is_dir() else f.name: data_text(f) for f in files}
+    plan = text_files_plan(list(texts))
+    source = f"{len(files)} text file(s) under {root}"
+    docs = {split: [texts[rel] for rel in plan.whole.get(split, [])] for split in SPLITS}
+    if plan.joined:
+        pieces = split_text("\n\n".join(texts[rel] for rel in plan.joined), plan.fractions)
+        for split, piece, fraction in zip(SPLITS, pieces, plan.fractions):
+            docs[split] += [piece] if fraction and (plan.by_name or piece.strip()) else []
+    if plan.by_name:  # rows named by their split
+        corpus = from_rows(name, "lm", {s: (d, None) for s, d in docs.items() if d}, None, source)
+        corpus.meta["split_rule"] = plan.rule
         return corpus
-    if len(texts) >= 3:
-        splits = split_names(sorted(texts))
-        meta = {
-            "source": source,
-            "splits": splits,
-            "split_rule": "whole files ranked by sha256 of their path: 10% val, 10% test (at least 1 each)",
-        }
-        train, val, test = ([texts[rel] for rel in splits[s]] for s in SPLITS)
-        return Corpus(name, "lm", train, val, test, meta=meta)
-    joined = "\n\n".join(texts[rel] for rel in sorted(texts))
-    train, val, test = ([piece] if piece.strip() else [] for piece in split_text(joined))
-    meta = {"source": source, "split_rule": "by position: first 90% of the characters train, 5% val, 5% test"}
-    return Corpus(name, "lm", train, val, test, meta=meta)
+    meta: dict[str, Any] = {"source": source, "split_rule": plan.rule}
+    if not plan.joined:
+        meta["splits"] = plan.whole
+    return Corpus(name, "lm", docs["train"], docs["val"], docs["test"], meta=meta)
 
 
 CONLL_SPLITS = {"testa": "val", "testb": "test"}  # CoNLL-2003's eng.testa (development) and eng.testb (test)

@@ -16,7 +16,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -120,6 +120,42 @@ def safe_chunks(text: str, size: int = CHUNK_CHARS):
         start = end
 
 
+# NOTE: a text with no safe cut for this long (no line break between words) is cut where it is, so that a stream
+# is never held whole; its ids may differ from encode's by a token or two at such a cut
+MAX_HELD_CHARS = 1 << 24
+
+
+def stream_safe_chunks(pieces: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[str]:
+    """`safe_chunks(text, size)` of the text that `pieces` make, as they stream: the same chunks, without the
+    whole text in memory (but MAX_HELD_CHARS)."""
+    held = ""  # text not yet yielded
+    for piece in pieces:
+        held += piece
+        start = 0
+        while cut := SAFE_CUT.search(held, start + size):  # a cut at the very end waits for the next character
+            yield held[start : cut.start()]
+            start = cut.start()
+        held = held[start:]
+        if len(held) > MAX_HELD_CHARS:
+            yield held
+            held = ""
+    if held:
+        yield held
+
+
+def stream_line_chunks(pieces: Iterable[str], size: int = CHUNK_CHARS) -> Iterator[str]:
+    """The text that `pieces` make in chunks of about `size` characters or more, each cut just after a newline
+    (where no word of WORD_PATTERN spans the cut), as they stream."""
+    held = ""
+    for piece in pieces:
+        held += piece
+        if len(held) >= size and (cut := held.rfind("\n") + 1):
+            yield held[:cut]
+            held = held[cut:]
+    if held:
+        yield held
+
+
 class BPETokenizer:
     """Byte-level BPE (GPT-2 style) from Hugging Face `tokenizers`; lossless on any text. Also wraps a
     pretrained folder's tokenizer.json (any `tokenizers` model), without its special tokens."""
@@ -195,6 +231,14 @@ def short_runs(chunk: str) -> Iterator[str]:
 
 def train_bpe(texts: list[str], vocab_size: int) -> str:
     """Train a byte-level BPE on `texts`; its JSON (tokenizers' own format)."""
+    # chunks, not whole texts, so training uses every core; cut where encoding splits words too, so
+    # training counts exactly the words that encode() will see (but runs longer than any word: short_runs)
+    chunks = (chunk for text in texts for chunk in safe_chunks(text, TRAIN_CHUNK_CHARS))
+    return train_bpe_chunks(chunks, vocab_size)
+
+
+def train_bpe_chunks(chunks: Iterable[str], vocab_size: int) -> str:
+    """`train_bpe` on texts already cut by `safe_chunks(text, TRAIN_CHUNK_CHARS)`, as they stream."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -204,10 +248,7 @@ def train_bpe(texts: list[str], vocab_size: int) -> str:
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
     )
-    # chunks, not whole texts, so training uses every core; cut where encoding splits words too, so
-    # training counts exactly the words that encode() will see (but runs longer than any word: short_runs)
-    chunks = (piece for text in texts for chunk in safe_chunks(text, TRAIN_CHUNK_CHARS) for piece in short_runs(chunk))
-    tokenizer.train_from_iterator(chunks, trainer)
+    tokenizer.train_from_iterator((piece for chunk in chunks for piece in short_runs(chunk)), trainer)
     return tokenizer.to_str()
 
 
@@ -300,6 +341,28 @@ class WordTokenizer:
 
     def state(self) -> dict:
         return {"kind": "word", "words": self.itos[1:]}
+
+
+class IdTokenizer:
+    """The tokenizer of tokens prepared elsewhere (llm.c's shards, nanoGPT's train.bin) whose tokenizer is not known:
+    only its vocabulary size; decoding shows the ids, and there is no text to encode."""
+
+    kind = "ids"
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        raise ValueError("tokens prepared elsewhere come without their tokenizer: there is no text to encode")
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return " ".join(map(str, id_list(ids, self.vocab_size)))
+
+    def state(self) -> dict:
+        return {"kind": "ids", "vocab_size": self.vocab_size}
 
 
 SEP_TEXT = " [SEP] "  # how a SeparatedTokenizer decodes its separator id
@@ -413,4 +476,6 @@ def tokenizer_from_state(state: dict) -> Tokenizer:
         return BPETokenizer(state["tokenizer"])
     if kind == "word":
         return WordTokenizer(state["words"])
+    if kind == "ids":
+        return IdTokenizer(state["vocab_size"])
     raise ValueError(f"not a tokenizer state (kind {kind!r}); valid kinds: {', '.join(TOKENIZERS)}")

@@ -150,14 +150,22 @@ def add_compare_parser(sub) -> None:
         "2. tune lr and warm-up per variant (chosen on validation, compared on test), 3. check the "
         "ranking at other contexts; --lr-axis, --warmup-axis, --context-axis set its grids",
     )
-    add_run_args(p, skip=("ffn", "seed", "checkpoint_dir"))
+    add_run_args(p, skip=("ffn", "seed", "checkpoint_dir", "nproc"))
     p.add_argument("--store", default=str(DEFAULT_STORE), help="SQLite run store")
     p.add_argument(
         "--jobs",
         type=jobs_arg,
         default="auto",
-        help="local worker processes: auto (default) runs one "
-        "single-threaded worker per core (one process on a GPU), or a number",
+        help="runs at once: auto (default) runs one single-threaded process per core (one run on a GPU), "
+        "divided among each run's --nproc-per-run processes, or a number",
+    )
+    p.add_argument(
+        "--nproc-per-run",
+        dest="nproc",
+        type=positive_int,
+        default=None,
+        help="processes each run trains in (DDP; on Ray one task holding that many CPUs or GPUs); "
+        "the global batch is --batch-size x this x --grad-accum (config default: 1)",
     )
     p.add_argument("--backend", default="local", choices=("local", "ray"))
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local one)")

@@ -39,6 +39,7 @@ def cmd_list(args):
 
 
 def cmd_train(args):
+    from ffnlab.run.distributed import RankFailed, leave, this_rank
     from ffnlab.run.result_text import format_run
     from ffnlab.run.train import progress_bar, train
 
@@ -54,6 +55,9 @@ def cmd_train(args):
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
     if args.save_pretrained:  # a folder, written when the run has finished: checked now, not then
         check_output_folder(args.save_pretrained, "--save-pretrained")
+    ranks = this_rank()  # torchrun's processes each run this command; rank 0 alone prints and writes
+    if args.profile and (cfg.nproc > 1 or ranks.world > 1):
+        raise UsageError("--profile times one process; drop it or --nproc (or start it without torchrun)")
     profile = None
     if args.profile:  # a few steps of a run of its own, before the one that counts
         from ffnlab.run.profile import format_profile, profile_training
@@ -62,7 +66,15 @@ def cmd_train(args):
         if not args.json:
             print(format_profile(profile) + "\n", flush=True)
     show = None if args.quiet or args.json else progress_bar(f"{cfg.model.ffn} seed {cfg.seed}: ")
-    result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
+    try:
+        result = train(cfg, progress=show, pretrained_path=args.save_pretrained)
+    except RankFailed as e:  # a rank died: one line, the checkpoint kept for a rerun
+        print(f"ffnlab: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        leave()
+    if not ranks.main:
+        return 0
     if args.out:
         write_atomic(args.out, json.dumps(result.to_dict(), indent=1))
     if args.json:

@@ -50,7 +50,12 @@ class TrainConfig:
     # tokens: the column of words, 'tokens' unless set
     label_field: str = "label"  # the label column, for task cls; task tokens: the column of tags, 'ner_tags' unless set
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
-    batch_size: int = 16  # sequences per optimizer step
+    batch_size: int = 16  # sequences per forward pass of each process; an optimizer step's global batch is
+    # batch_size x nproc x grad_accum
+    grad_accum: int = 1  # forward passes whose gradients add up before each optimizer step: a larger global batch
+    # in the memory of one
+    nproc: int = 1  # processes the run trains in, each on its share of every global batch, gradients averaged
+    # over them (DDP: gloo on the CPU, NCCL on GPUs); torchrun's processes when it started the run
     max_steps: int = 200  # optimizer steps
     max_tokens: int | None = None  # overrides max_steps: steps = ceil(tokens / (batch * context))
     max_seconds: float | None = None  # wall-clock budget: stops at whichever budget ends first, and
@@ -79,6 +84,8 @@ class TrainConfig:
     # run; None keeps the process's setting
     checkpoint_dir: str | None = None  # None: no checkpoints
     checkpoint_every: int = 100  # steps between checkpoints (with checkpoint_dir)
+    shard: bool = False  # with nproc > 1, shard parameters, gradients and optimizer state over the processes
+    # (FSDP2's fully_shard, block by block) instead of a copy in each: for a model that does not fit one device
     qat_from: float | None = None  # quantisation-aware training: from this fraction of training on (0 to 1, by
     # the schedule's progress), every linear layer is fake-quantised to int8 (torchao; ffnlab.tools.quantize)
 
@@ -99,6 +106,8 @@ class TrainConfig:
             "log_every",
             "checkpoint_every",
             "diverge_steps",
+            "grad_accum",
+            "nproc",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -149,6 +158,11 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step: batch_size in each process, nproc processes, grad_accum passes each."""
+        return self.batch_size * self.nproc * self.grad_accum
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
@@ -211,6 +225,7 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
     3: ("diverge_factor", "diverge_steps", "word_vocab", "model.image_size", "model.patch_size", "model.channels",
         "model.activation_checkpointing",  # checkpointing: the same numbers, other costs (memory, time)
         "model.glu_norm", "model.act_position"),
+    4: ("grad_accum", "nproc", "shard"),  # the global batch, and how its gradients are reduced
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

@@ -28,7 +28,7 @@ from ffnlab._util.machine import check_threads
 from ffnlab.core.ffn import DenseFFN, GatedFFN, MixFFN
 from ffnlab.core.model import Attention
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import Setup, apply_gradients, batch_loss, prepare
+from ffnlab.run.train import Setup, apply_gradients, forward_backward, prepare
 from ffnlab.tools.bench import c_stderr_silenced
 
 PHASES = ("forward", "backward", "optimizer")
@@ -139,10 +139,9 @@ def profiled(setup: Setup, steps: int, warmup: int, top: int) -> StepProfile:
     model = setup.model
     model.train()
 
-    def step() -> None:  # as `train` steps: its forward, then `apply_gradients` (fp16's gradient scaler included)
-        with record_function("forward"):
-            loss = batch_loss(setup)
-        apply_gradients(setup, loss, next(steps_taken))  # labels the backward and optimizer phases
+    def step() -> None:  # as `train` steps: `forward_backward` (it labels the forward and backward phases), then
+        # `apply_gradients` (the optimizer phase; fp16's gradient scaler included)
+        apply_gradients(setup, forward_backward(setup), next(steps_taken))
 
     steps_taken = itertools.count()
     for _ in range(warmup):

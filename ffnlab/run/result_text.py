@@ -16,6 +16,12 @@ def format_run(r: RunResult) -> str:
         + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
         + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"
     ]
+    if r.config.get("nproc", 1) * r.config.get("grad_accum", 1) > 1:
+        c = r.config
+        lines.append(
+            f"  global batch {c['batch_size'] * c['nproc'] * c['grad_accum']}: {c['batch_size']} per forward pass x "
+            f"{c['nproc']} processes x {c['grad_accum']} passes accumulated"
+        )
     if r.task == "lm":
         unit = " per word" if r.config.get("tokenizer") == "word" else ""  # a loss per token is per word then
         lines.append(

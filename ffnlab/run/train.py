@@ -68,6 +68,19 @@ from ffnlab.run.device import (
     resolve_precision,
     skip_known_vec_isa_probes,
 )
+from ffnlab.run.distributed import (
+    Ranks,
+    check_ranks,
+    gathered,
+    gradient_sync,
+    join,
+    launch,
+    mean_over_ranks,
+    rank_zero_first,
+    rank_zero_value,
+    replicate,
+    started_by_torchrun,
+)
 from ffnlab.run.monitors import (
     ActivationProbe,
     BlowupWatch,
@@ -240,14 +253,16 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: str) -> torch.opt
 
 
 def build_model(
-    cfg: TrainConfig, mcfg: ModelConfig, model_factory: ModelFactory, device: str
+    cfg: TrainConfig, mcfg: ModelConfig, model_factory: ModelFactory, device: str, rank: int = 0
 ) -> tuple[nn.Module, torch.optim.AdamW, torch.Generator]:
-    """The model initialised from `cfg.seed`, its optimizer, and the generator of the data order."""
+    """The model initialised from `cfg.seed` (the same in every rank), its optimizer, and the generator of the
+    data order (the same in every rank: each draws the global batch and keeps its share)."""
     torch.manual_seed(cfg.seed)
     model = model_factory(mcfg, cfg.seed).to(device)
     # NOTE: building draws a variant-dependent amount from the global stream (nn.Linear's default init, which
-    # init_weights then overwrites); seeding again gives every variant with this seed the same dropout masks
-    torch.manual_seed(cfg.seed)
+    # init_weights then overwrites); seeding again gives every variant with this seed the same dropout masks,
+    # and each rank masks its share of the batch with masks of its own
+    torch.manual_seed(cfg.seed if rank == 0 else (cfg.seed + rank) % 2**64)
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: same for every variant with this seed
     return model, make_optimizer(model, cfg, device), gen
 
@@ -342,6 +357,12 @@ def train_flops(flops_per_token: int, tokens: int) -> int:
     return 3 * flops_per_token * tokens
 
 
+def training_shape(batch: Batch, batch_size: int) -> Batch:
+    """The first `batch_size` rows of a batch: what one forward pass of training takes."""
+    x, y = batch
+    return x[:batch_size], y[:batch_size]
+
+
 def step_saved_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast: Autocast) -> int:
     """Bytes autograd keeps for backward in one training forward pass of the eager model on (x, y), in training
     mode (dropout masks, activation checkpointing: a checkpointed region counts only the inputs it keeps); the
@@ -363,21 +384,22 @@ class Setup:
     """What `prepare` builds for the loop: the config as it runs, the data, the model and its
     optimizer, and the step, clock and history to go on from (step 0 unless resumed)."""
 
-    cfg: TrainConfig  # precision resolved: the stored config says what ran
+    cfg: TrainConfig  # precision and nproc resolved: the stored config says what ran
     model_cfg: ModelConfig  # vocabulary and classes set from the data
     device: str
+    ranks: Ranks  # this process's place in the run (rank 0 of 1 without torchrun)
     vocab_size: int
     splits: dict[str, Split]
     val_batches: list[Batch]  # the fixed batches of the validation curve
     model: nn.Module
-    step_fn: Callable  # the model, compiled when cfg.compile
+    step_fn: Callable  # the model, compiled when cfg.compile, in DDP when the run has more than one process
     opt: torch.optim.AdamW
     gen: torch.Generator  # the data order
     ffns: NamedFFNs  # what the monitors watch
     autocast: Autocast
     scaler: torch.amp.GradScaler  # fp16's loss scaling; disabled (every call a no-op) in other precisions
     total: int  # steps in the budget (from max_tokens, else max_steps)
-    tokens_per_step: int
+    tokens_per_step: int  # over the global batch
     saved: int  # bytes one training step keeps for backward
     step: int
     elapsed: float  # seconds trained before this process (a resumed run)
@@ -406,6 +428,13 @@ def step_function(model: nn.Module, cfg: TrainConfig, device: str) -> Callable:
     return torch.compile(model, dynamic=False, options={"cpp_wrapper": True} if cpp_wrapper else None)
 
 
+def parallel_step(model: nn.Module, cfg: TrainConfig, device: str, ranks: Ranks) -> Callable:
+    """`step_function`, in DDP where the run has more than one process (compiled first, as DDP expects)."""
+    step = step_function(model, cfg, device)
+    assert isinstance(step, nn.Module)  # torch.compile's is a module too
+    return replicate(step, ranks, device)
+
+
 def new_history() -> dict[str, list[Any]]:
     """What a run records as it goes, empty: the curves, the events and the step times."""
     return {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
@@ -417,7 +446,10 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     model cannot fit this machine."""
     started = time.perf_counter()
     device = resolve_device(cfg.device)
-    cfg = replace(cfg, precision=resolve_precision(cfg.precision, device))  # the stored config says what ran
+    ranks = join(device)  # torchrun's processes: this one's rank, and the process group
+    check_ranks(cfg.nproc, ranks, device)
+    # the stored config says what ran
+    cfg = replace(cfg, precision=resolve_precision(cfg.precision, device), nproc=ranks.world)
     cfg = resolve_init(cfg)
     if cfg.checkpoint_dir:  # a folder ffnlab may not use is refused before the data is read
         check_checkpoint_folder(Path(cfg.checkpoint_dir))
@@ -440,13 +472,15 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     if model_factory is None and not (cfg.hf_config or cfg.init_from):
         check_fits(cfg, mcfg, device)
     model_factory = model_factory or default_factory(cfg)
-    model, opt, gen = build_model(cfg, mcfg, model_factory, device)
+    model, opt, gen = build_model(cfg, mcfg, model_factory, device, ranks.rank)
     if cfg.qat_from is not None:
         from ffnlab.tools.quantize import check_qat_model
 
         check_qat_model(model)  # before training, not at qat_from of the way through
-    val_batches = on_device(eval_set(splits["val"], task, cfg.eval_batches, cfg.batch_size, mcfg.context), device)
-    tokens_per_step = cfg.batch_size * mcfg.context
+    # NOTE: batches of the global batch's size, evaluated whole in every rank: the same batches, and the same
+    # embedding noise, as one process with that batch
+    val_batches = on_device(eval_set(splits["val"], task, cfg.eval_batches, cfg.global_batch, mcfg.context), device)
+    tokens_per_step = cfg.global_batch * mcfg.context
     dtype = AUTOCAST_DTYPES.get(cfg.precision)
     autocast = functools.partial(
         torch.autocast, device_type=device, dtype=dtype or torch.bfloat16, enabled=dtype is not None
@@ -459,18 +493,23 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     step, elapsed = 0, 0.0
     checkpoint_dir = Path(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if checkpoint_dir is not None:
-        try:
-            state = load_checkpoint(checkpoint_dir, model, opt, gen, scaler)
-        except DamagedCheckpoint:  # discarded with a warning: a fresh model, as if never started
-            model, opt, gen = build_model(cfg, mcfg, model_factory, device)
-            scaler, state = new_scaler(), None
+        with rank_zero_first(ranks):  # a checkpoint rank 0 discards, the others do not find
+            try:
+                state = load_checkpoint(checkpoint_dir, model, opt, gen, scaler)
+            except DamagedCheckpoint:  # discarded with a warning: a fresh model, as if never started
+                model, opt, gen = build_model(cfg, mcfg, model_factory, device, ranks.rank)
+                scaler, state = new_scaler(), None
         if state is not None:
             step, elapsed, hist = state["step"], state["elapsed"], state["hist"]
-    step_fn = step_function(model, cfg, device)
+            rank_rng = state.get("rank_rng", [])
+            if len(rank_rng) == ranks.world:  # each rank's dropout goes on from where it was
+                torch.set_rng_state(rank_rng[ranks.rank])
+    step_fn = parallel_step(model, cfg, device, ranks)
     return Setup(
         cfg=cfg,
         model_cfg=mcfg,
         device=device,
+        ranks=ranks,
         vocab_size=tok.vocab_size,
         splits=splits,
         val_batches=val_batches,
@@ -483,7 +522,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         scaler=scaler,
         total=math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps,
         tokens_per_step=tokens_per_step,
-        saved=step_saved_bytes(model, *val_batches[0], autocast),  # a batch of the training shape
+        saved=step_saved_bytes(model, *training_shape(val_batches[0], cfg.batch_size), autocast),
         step=step,
         elapsed=elapsed,
         hist=hist,
@@ -517,11 +556,16 @@ def train(
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     if pretrained_path is not None:
         check_output_folder(pretrained_path, "the save_pretrained folder")
+    if cfg.nproc > 1 and not started_by_torchrun():  # start the run's processes (torchrun's launcher) and wait
+        if model_factory is not None:
+            raise ValueError("a model_factory builds the model in this process; start nproc > 1 with torchrun")
+        return launch(cfg, progress is not None, weights_path, pretrained_path)
     setup = prepare(cfg, model_factory)
     if pretrained_path is not None:  # the fp32 weights, saved after training: now, not then
         n_params = sum(p.numel() for p in setup.model.parameters())
         check_free_space(pretrained_path, 4 * n_params, f"the save_pretrained folder ({n_params:,} parameters)")
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
+    progress = progress if setup.ranks.main else None  # rank 0 alone reports
     status: Outcome = "finished"
     blowup = BlowupWatch(cfg.diverge_factor, cfg.diverge_steps)
     blowup.replay(hist["train_loss"])  # a resumed run goes on from where its history left the watch
@@ -530,7 +574,7 @@ def train(
     model.train()
     t0 = time.perf_counter() - setup.elapsed
     while step < total:
-        elapsed = time.perf_counter() - t0
+        elapsed = run_time(setup, t0)
         if cfg.max_seconds and elapsed >= cfg.max_seconds:
             break
         t_step = time.perf_counter()
@@ -541,7 +585,7 @@ def train(
             group["lr"] = lr
         if cfg.qat_from is not None and fraction >= cfg.qat_from and not setup.qat:
             start_qat(setup)
-        loss = batch_loss(setup)
+        loss = forward_backward(setup)
         grad_norm, loss_value, outcome = apply_gradients(setup, loss, step)
         if outcome == "skipped":
             continue  # fp16 overflowed: the same step again, on the next batch
@@ -561,30 +605,63 @@ def train(
             val = evaluate(model, setup.val_batches, setup.task, setup.autocast)
             hist["val"].append({"step": step, **val, "time": time.perf_counter() - t0})
         if setup.checkpoint_dir is not None and step % cfg.checkpoint_every == 0 and step < total:
-            state = trainer_state(step, time.perf_counter() - t0, hist, opt, setup.gen, setup.scaler)
-            save_checkpoint(setup.checkpoint_dir, model, state)
+            checkpoint(setup, step, time.perf_counter() - t0)
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
 
 
-def batch_loss(setup: Setup) -> torch.Tensor:
-    """The next training batch's loss: the batch drawn from the run's generator, the forward under its autocast."""
+def run_time(setup: Setup, t0: float) -> float:
+    """Seconds trained since `t0`; under a time budget rank 0's clock on every rank, so all stop and schedule alike."""
+    elapsed = time.perf_counter() - t0
+    return rank_zero_value(elapsed, setup.ranks) if setup.cfg.max_seconds else elapsed
+
+
+def step_batches(setup: Setup) -> list[Batch]:
+    """This rank's share of a step's global batch, in grad_accum micro-batches on the device. The run's generator
+    draws the whole global batch, in every rank alike and as one process with that batch draws it; micro-batch i
+    of rank r is its (i x nproc + r)-th slice of batch_size rows."""
+    cfg, ranks = setup.cfg, setup.ranks
+    x, y = get_batch(setup.splits["train"], setup.task, cfg.global_batch, setup.model_cfg.context, setup.gen)
+    shares = range(ranks.rank, cfg.nproc * cfg.grad_accum, cfg.nproc)
+    rows = [slice(k * cfg.batch_size, (k + 1) * cfg.batch_size) for k in shares]
+    return [(x[r].to(setup.device), y[r].to(setup.device)) for r in rows]
+
+
+def forward_backward(setup: Setup) -> torch.Tensor:
+    """A step's forward and backward passes over this rank's micro-batches (`step_batches`), each loss divided by
+    grad_accum so that the gradients add up to the global batch's mean (DDP averages them over the ranks in the
+    last backward); returns that mean loss, the same in every rank."""
     cfg = setup.cfg
-    x, y = get_batch(setup.splits["train"], setup.task, cfg.batch_size, setup.model_cfg.context, setup.gen)
-    with setup.autocast():
-        _, loss = setup.step_fn(x.to(setup.device), y.to(setup.device))
-    return loss
+    with record_function("forward"):  # the phases `ffnlab.run.profile` reads
+        batches = step_batches(setup)
+    total = torch.zeros((), device=setup.device)
+    for i, (x, y) in enumerate(batches):
+        with gradient_sync(setup.step_fn, sync=i == len(batches) - 1):
+            with record_function("forward"), setup.autocast():
+                _, loss = setup.step_fn(x, y)
+            with record_function("backward"):
+                setup.scaler.scale(loss / cfg.grad_accum).backward()
+        total += loss.detach().float() / cfg.grad_accum
+    return mean_over_ranks(total, setup.ranks)
 
 
 def apply_gradients(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, float, str]:
-    """One batch's backward, monitors, clip and update: (gradient norm, loss, outcome). The outcome is 'stepped';
-    'skipped' when fp16 overflowed (no update, half the scale for the next batch); or 'nonfinite', stopped before
-    the update: a non-finite loss or gradient (under fp16 only a non-finite loss or a scale that collapsed)."""
-    with record_function("backward"):  # the phases `ffnlab.run.profile` reads
-        setup.scaler.scale(loss).backward()
+    """After `forward_backward`, the monitors, clip and update: (gradient norm, loss, outcome). The outcome is
+    'stepped'; 'skipped' when fp16 overflowed (no update, half the scale for the next batch); or 'nonfinite', stopped
+    before the update: a non-finite loss or gradient (under fp16 only a non-finite loss or a scale that collapsed)."""
     with record_function("optimizer"):
         return step_optimizer(setup, loss, step)
+
+
+def checkpoint(setup: Setup, step: int, elapsed: float) -> None:
+    """Rank 0 writes a checkpoint of `step`, with every rank's RNG state (each rank's dropout masks its own share)."""
+    assert setup.checkpoint_dir is not None  # the loop checkpoints only with one
+    state = trainer_state(step, elapsed, setup.hist, setup.opt, setup.gen, setup.scaler)
+    if setup.ranks.world > 1:
+        state["rank_rng"] = gathered(torch.get_rng_state(), setup.ranks)
+    if setup.ranks.main:
+        save_checkpoint(setup.checkpoint_dir, setup.model, state)
 
 
 def step_optimizer(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, float, str]:
@@ -620,7 +697,7 @@ def start_qat(setup: Setup) -> None:
     from ffnlab.tools.quantize import prepare_qat
 
     prepare_qat(setup.model)
-    setup.step_fn = step_function(setup.model, setup.cfg, setup.device)
+    setup.step_fn = parallel_step(setup.model, setup.cfg, setup.device, setup.ranks)
     setup.qat = True
 
 
@@ -641,7 +718,7 @@ def finish(
         if not math.isfinite(evals.final["loss"]):
             status = "diverged"
             hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(evals.final["loss"])})
-        else:
+        elif setup.ranks.main:  # rank 0 alone writes
             save_final(setup, weights_path, pretrained_path)
     final, noisy, test = evals.final, evals.noisy, evals.test
     diverged: dict[str, Any] = next((e for e in hist["events"] if e["kind"] in DIVERGENCE), {})
@@ -711,7 +788,7 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         setup.hist["val"].append({"step": step, **val, "time": train_seconds})
     final_sets = {
         split: on_device(
-            eval_set(setup.splits[split], task, cfg.final_eval_batches, cfg.batch_size, context), setup.device
+            eval_set(setup.splits[split], task, cfg.final_eval_batches, cfg.global_batch, context), setup.device
         )
         for split in ("val", "test")
         if has_window(setup.splits[split], task, context)

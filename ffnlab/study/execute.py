@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ffnlab._util.children import die_with_parent, safe_child_pythons
 from ffnlab._util.files import write_atomic
 from ffnlab._util.machine import check_threads
 from ffnlab._util.text import first_line, one_line_warning
@@ -314,29 +315,6 @@ def run_in_processes(
     return busy
 
 
-@contextlib.contextmanager
-def safe_child_pythons() -> Iterator[None]:
-    """Child Pythons started in the block (spawned workers, multiprocessing's resource tracker, a local Ray's
-    workers) import nothing from the working directory. NOTE: a child started as `python -c` has the working
-    directory first on sys.path, so a `random.py` or `multiprocessing/` lying there would run in every worker;
-    PYTHONSAFEPATH (Python 3.11's -P) leaves it out. The resource tracker's warning of the semaphores a killed
-    sweep leaves (it removes them itself) is kept off the user's terminal too."""
-    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONWARNINGS")}
-    os.environ["PYTHONSAFEPATH"] = "1"
-    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [saved["PYTHONWARNINGS"], TRACKER_WARNING]))
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-TRACKER_WARNING = "ignore:resource_tracker:UserWarning"  # "resource_tracker: There appear to be 2 leaked ..."
-
-
 def stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel a pool's queued runs and kill the runs in flight. NOTE: the executor's own shutdown (also at
     interpreter exit) waits for every running task, hours for a long run; a killed run loses only the
@@ -348,18 +326,9 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def start_worker(parent: int) -> None:
-    """A sweep's worker process, as it starts: Linux SIGKILLs it when its parent (pid `parent`) dies (prctl
-    PR_SET_PDEATHSIG; elsewhere a no-op), and it writes ffnlab's warnings in one line, as the CLI does. A
-    killed run loses nothing: it resumes from its checkpoint. NOTE: a parent killed while this worker was
-    starting (importing torch takes a second) is gone before the request: the worker would wait on the
-    pool's queue for ever, so it exits now."""
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
+    """A sweep's worker process, as it starts: it dies with the sweep (`die_with_parent`), and it writes ffnlab's
+    warnings in one line, as the CLI does. A killed run loses nothing: it resumes from its checkpoint."""
+    die_with_parent(parent)
     warnings.formatwarning = one_line_warning  # as the CLI writes ffnlab's warnings: one line each
 
 

@@ -241,14 +241,19 @@ def environment(values: dict[str, str]) -> Iterator[None]:
             os.environ.pop(name, None)
 
 
+QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing.spawn")  # "Terminating process ... via SIGTERM"
+
+
 @contextlib.contextmanager
 def elastic_logs_quiet() -> Iterator[None]:
-    """torchrun's launcher without its log lines (its configuration, each rank's failure in a block of text):
-    `launch` says what failed in one line."""
-    logger = logging.getLogger("torch.distributed.elastic")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    """torchrun's launcher without its log lines (its configuration, each rank's failure in a block of text, the
+    ranks it stops): `launch` says what failed in one line."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

@@ -20,7 +20,7 @@ def format_run(r: RunResult) -> str:
         c = r.config
         lines.append(
             f"  global batch {c['batch_size'] * c['nproc'] * c['grad_accum']}: {c['batch_size']} per forward pass x "
-            f"{c['nproc']} processes x {c['grad_accum']} passes accumulated"
+            f"{c['nproc']} process{'es' if c['nproc'] > 1 else ''} x {c['grad_accum']} passes accumulated"
         )
     if r.task == "lm":
         unit = " per word" if r.config.get("tokenizer") == "word" else ""  # a loss per token is per word then

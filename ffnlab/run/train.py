@@ -80,6 +80,7 @@ from ffnlab.run.distributed import (
     rank_zero_value,
     replicate,
     started_by_torchrun,
+    this_rank,
 )
 from ffnlab.run.monitors import (
     ActivationProbe,
@@ -446,8 +447,8 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     model cannot fit this machine."""
     started = time.perf_counter()
     device = resolve_device(cfg.device)
+    check_ranks(cfg.nproc, this_rank(), device)  # before the process group waits for ranks that never come
     ranks = join(device)  # torchrun's processes: this one's rank, and the process group
-    check_ranks(cfg.nproc, ranks, device)
     # the stored config says what ran
     cfg = replace(cfg, precision=resolve_precision(cfg.precision, device), nproc=ranks.world)
     cfg = resolve_init(cfg)

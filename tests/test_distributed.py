@@ -131,3 +131,38 @@ def test_profile_with_nproc_is_refused(run_cli):
     assert err.strip().splitlines() == [
         "ffnlab: error: --profile times one process; drop it or --nproc (or start it without torchrun)"
     ]
+
+
+def test_compare_nproc_per_run_gives_the_table_of_one_process_at_the_same_global_batch(run_cli, tmp_path):
+    common = [*map(str, TINY_MODEL[:-2]), "--variants", "relu,gelu", "--seeds", "2", "--max-steps", "4"]
+    common += ["--warmup-steps", "2", "--eval-batches", "2", "--final-eval-batches", "2", "--precision", "fp32"]
+    code, out, err = run_cli("compare", *common, "--batch-size", 8, "--store", tmp_path / "one.db", "--json", "--quiet")
+    assert code == 0, err
+    one = json.loads(out)
+    code, out, err = run_cli(
+        "compare", *common, "--batch-size", 4, "--nproc-per-run", 2, "--store", tmp_path / "two.db", "--json", "--quiet"
+    )
+    assert code == 0, err
+    two = json.loads(out)
+    rows = {r["ffn"]: r for r in one["variants"]}
+    assert {r["ffn"] for r in two["variants"]} == set(rows) == {"relu", "gelu"}
+    for row in two["variants"]:
+        assert row["n_seeds"] == 2
+        assert row["mean"] == pytest.approx(rows[row["ffn"]]["mean"], abs=1e-5)
+    assert two["settings"]["nproc"] == 2 and two["settings"]["batch_size"] == 4
+
+
+def test_auto_jobs_count_each_runs_processes(monkeypatch):
+    from ffnlab.study.execute import resolve_jobs
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: set(range(8)))
+    assert [resolve_jobs("auto", "cpu", n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert resolve_jobs(3, "cpu", 2) == 3  # a number is taken as it is
+
+
+def test_a_study_says_its_global_batch():
+    from ffnlab.study.render import global_batch
+
+    assert global_batch({"batch_size": 16}) == "16"
+    said = global_batch({"batch_size": 4, "nproc": 2, "grad_accum": 3})
+    assert said == "24 (4 per forward pass x 2 processes x 3 accumulated)"

@@ -170,14 +170,15 @@ def wait_for(store_path: Path, rid: str) -> None:
 # ---- executing a study ----------------------------------------------------------------------------
 
 
-def resolve_jobs(jobs: int | str, device: str = "cpu") -> int:
-    """Local worker processes for `jobs`: 'auto' is one single-threaded worker per core on the CPU
-    (chosen by measurement: README, "The default study") and one process on a GPU; a number is
-    taken as it is."""
+def resolve_jobs(jobs: int | str, device: str = "cpu", nproc: int = 1) -> int:
+    """Runs at once for `jobs`: 'auto' is one single-threaded process per core on the CPU (chosen by
+    measurement: README, "The default study"), each run's `nproc` processes counted, and one run on a GPU;
+    a number is taken as it is."""
     if jobs == "auto":
         if device != "cpu" and resolve_device(device) == "cuda":
             return 1
-        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, cores // nproc)
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a positive number or 'auto', got {jobs!r}")
     return jobs
@@ -197,7 +198,7 @@ def run_study(
     sweep stopped by Ctrl-C or SIGTERM leaves none of its runs marked running (`release_stopped`)."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
-    workers = resolve_jobs(jobs, study.base.device)
+    workers = resolve_jobs(jobs, study.base.device, study.base.nproc)
     if backend == "local":  # on a Ray cluster the data may live only where the workers are
         preflight(iter_plan(study, seeds=1))  # a run's seed changes neither its data nor its model's size
     path = Path(store_path)
@@ -374,8 +375,10 @@ def run_on_ray(
                     locks[rid].close()
                     continue
                 store.start(rid)
-                gpu = 1 if cfg.device == "cuda" else 0
-                refs[remote.options(num_cpus=1, num_gpus=gpu).remote(cfg.to_dict(), root, home)] = cfg
+                # a run of nproc processes is one task holding nproc CPUs (or GPUs): torchrun's launcher
+                # starts its ranks inside the task (`ffnlab.run.distributed.launch`)
+                cpus, gpus = (1, cfg.nproc) if cfg.device == "cuda" else (cfg.nproc, 0)
+                refs[remote.options(num_cpus=cpus, num_gpus=gpus).remote(cfg.to_dict(), root, home)] = cfg
             pending = list(refs)
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)

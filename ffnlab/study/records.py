@@ -347,6 +347,8 @@ class StudySettings:
     held_equal: list[list[str]]  # [what, how]
     not_equal: list[list[str]]  # [what, why]
     pair: list[str] | None = None  # a sentence-pair dataset's two text columns (ffnlab.data.pairs), else None
+    nproc: int = 1  # processes each run trained in (DDP); its global batch is batch_size x nproc x grad_accum
+    grad_accum: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

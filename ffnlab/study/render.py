@@ -203,6 +203,15 @@ def data_text(settings: dict[str, Any]) -> str:
     return f"{settings['data']} ({', '.join(read)})"
 
 
+def global_batch(settings: dict[str, Any]) -> str:
+    """A study's batch in words: the global batch, and how it is made where a run has more than one part."""
+    nproc, accum = settings.get("nproc", 1), settings.get("grad_accum", 1)
+    if nproc * accum == 1:
+        return str(settings["batch_size"])
+    parts = [f"{settings['batch_size']} per forward pass", f"{nproc} process{'es' if nproc > 1 else ''}"]
+    return f"{settings['batch_size'] * nproc * accum} ({' x '.join(parts)} x {accum} accumulated)"
+
+
 def settings_rows(
     settings: dict[str, Any], env: dict[str, Any], baseline: str, store: str, architecture: str | None = None
 ) -> list[tuple[str, str]]:
@@ -231,9 +240,9 @@ def settings_rows(
         ),
         (
             "budget",
-            f"{budget}, batch {settings['batch_size']}, {human(settings['tokens_per_run'])} tokens per run"
+            f"{budget}, batch {global_batch(settings)}, {human(settings['tokens_per_run'])} tokens per run"
             if settings.get("tokens_per_run")
-            else f"{budget}, batch {settings['batch_size']} images"
+            else f"{budget}, batch {global_batch(settings)} images"
             if settings["task"] == "image"
             else budget,
         ),

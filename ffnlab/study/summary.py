@@ -448,7 +448,7 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
             else {"max_steps": b.max_steps}
         ),
         tokens_per_run=(
-            (b.max_tokens or b.max_steps * b.batch_size * b.model.context) if not (b.max_seconds or image) else None
+            (b.max_tokens or b.max_steps * b.global_batch * b.model.context) if not (b.max_seconds or image) else None
         ),
         lr=b.lr,
         min_lr=b.lr / 10 if b.min_lr is None else b.min_lr,
@@ -465,6 +465,8 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
         held_equal=controls.held_equal,
         not_equal=controls.not_equal,
         pair=text_fields(b.text_field) if is_pair(b.text_field) else None,
+        nproc=b.nproc,
+        grad_accum=b.grad_accum,
     )
 
 
@@ -631,11 +633,11 @@ def budget_rows(study: Study) -> Controls:
     if b.max_seconds:
         why = f"an equal wall-clock budget ({b.max_seconds:g} s): faster variants train on more tokens"
         return Controls(not_equal=[["tokens seen", why]])
-    steps = f"{b.max_steps:,} steps of {b.batch_size} x {b.model.context} tokens"
+    steps = f"{b.max_steps:,} steps of {b.global_batch} x {b.model.context} tokens"
     if b.model.task == "image":  # NOTE: not the context: a ViT's tokens are its patches, set by the data's image size
-        steps = f"{b.max_steps:,} steps of {b.batch_size} images"
+        steps = f"{b.max_steps:,} steps of {b.global_batch} images"
     elif "context" in study.axes:
-        steps = f"{b.max_steps:,} steps of {b.batch_size} x context tokens, {varied(study, 'context', 'context')}"
+        steps = f"{b.max_steps:,} steps of {b.global_batch} x context tokens, {varied(study, 'context', 'context')}"
     unit = "patches" if b.model.task == "image" else "tokens"  # a ViT's tokens: --max-tokens counts its patches
     budget = varied(study, "tokens", unit) or (f"{b.max_tokens:,} {unit}" if b.max_tokens else steps)
     return Controls(held_equal=[["budget", budget]])

@@ -166,3 +166,33 @@ def test_a_study_says_its_global_batch():
     assert global_batch({"batch_size": 16}) == "16"
     said = global_batch({"batch_size": 4, "nproc": 2, "grad_accum": 3})
     assert said == "24 (4 per forward pass x 2 processes x 3 accumulated)"
+
+
+def test_a_sharded_run_computes_what_ddp_computes():
+    # FSDP2 on gloo: each rank holds half of every parameter and of AdamW's state
+    cfg = replace(BASE, model=replace(MODEL, n_layers=2), nproc=2, max_steps=6, log_every=2)
+    ddp, sharded = train(cfg), train(replace(cfg, shard=True))
+    assert sharded.config["shard"] and abs(sharded.final_val_loss - ddp.final_val_loss) < 1e-6
+    for whole, pieces in zip(ddp.history["grad_ffn"], sharded.history["grad_ffn"], strict=True):  # over all shards
+        assert pieces == pytest.approx(whole, rel=1e-4, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ((), "--shard divides the model over a run's processes; give --nproc 2 or more"),
+        (("--nproc", 2, "--checkpoint-dir", "ck"), "--shard keeps no checkpoints yet; drop --checkpoint-dir, or"),
+        (("--nproc", 2, "--qat-from", 0.5), "--shard cannot give quantisation-aware training yet"),
+    ],
+)
+def test_what_a_sharded_run_cannot_do_is_refused_in_one_line(run_cli, extra, message):
+    code, _, err = run_cli("train", *TINY_MODEL, "--max-steps", 2, "--shard", *extra)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"ffnlab: error: {message}")
+
+
+def test_a_study_of_sharded_runs_is_refused(run_cli, tmp_path):
+    code, _, err = run_cli("compare", *TINY_MODEL, "--max-steps", 2, "--shard", "--nproc-per-run", 2,
+                           "--variants", "relu,gelu", "--store", tmp_path / "s.db")  # fmt: skip
+    assert code == 2
+    assert "--shard cannot give a run's weights (a study keeps every run's) yet" in err

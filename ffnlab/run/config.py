@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args
 from ffnlab._util.machine import check_threads
 from ffnlab.core.model import ModelConfig
 from ffnlab.data.pairs import check_pair_context, check_pair_task, is_pair, text_fields
-from ffnlab.data.tokenizer import check_word_vocab
+from ffnlab.data.tokenizer import check_tokenizer_name, check_word_vocab
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)
@@ -38,13 +38,17 @@ class TrainConfig:
     # model.ffn is then the activation it runs after a weight-keeping swap (ffnlab.tools.pretrained)
     init_digest: str | None = None  # sha256 of that folder's config and weights, set when planned or run
     data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
-    tokenizer: Literal["char", "byte", "bpe", "word", "pretrained"] = "char"  # characters, UTF-8 bytes, BPE trained
-    # on the corpus, words (split on whitespace and punctuation; perplexity per word, as in WikiText's published
-    # numbers), or the tokenizer.json of the init_from folder; task tokens reads each word of a sentence as one
-    # position, its tokenizer 'word' ('char', the default, becomes 'word' there)
+    tokenizer: str = field(default="char", metadata={"parse": check_tokenizer_name})  # char, byte, bpe, word,
+    # pretrained or FILE.json: characters, UTF-8 bytes, BPE trained on the corpus, words (split on whitespace and
+    # punctuation; perplexity per word, as in WikiText's published numbers), the tokenizer.json of the init_from
+    # folder, or a tokenizer saved by `tokenizers` (GPT-2's or LLaMA's tokenizer.json); task tokens reads each word
+    # of a sentence as one position, its tokenizer 'word' ('char', the default, becomes 'word' there); a prepared
+    # folder (ffnlab data prepare) brings its own, which another given here must match
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
     # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)
+    ids_vocab: int | None = None  # vocabulary size of tokens prepared elsewhere, whose tokenizer is unknown: llm.c's
+    # shards (None: 50257, GPT-2's), nanoGPT's train.bin (needed)
     text_field: str = "text"  # the text column of a dataset with columns (CSV, JSON lines, Hugging Face); two,
     # comma-separated (premise,hypothesis), make a sentence pair for task cls, joined by a separator id; task
     # tokens: the column of words, 'tokens' unless set
@@ -85,7 +89,8 @@ class TrainConfig:
     checkpoint_dir: str | None = None  # None: no checkpoints
     checkpoint_every: int = 100  # steps between checkpoints (with checkpoint_dir)
     shard: bool = False  # with nproc > 1, shard parameters, gradients and optimizer state over the processes
-    # (FSDP2's fully_shard, block by block) instead of a copy in each: for a model that does not fit one device
+    # (FSDP2's fully_shard, block by block) instead of a copy in each: for a model that does not fit one device;
+    # no checkpoints, saved weights or QAT yet (ffnlab.run.train.check_shard)
     qat_from: float | None = None  # quantisation-aware training: from this fraction of training on (0 to 1, by
     # the schedule's progress), every linear layer is fake-quantised to int8 (torchao; ffnlab.tools.quantize)
 
@@ -138,8 +143,11 @@ class TrainConfig:
             raise ValueError(
                 "tokenizer 'pretrained' is the init_from folder's (--from); valid without it: char, byte, bpe, word"
             )
+        check_tokenizer_name(self.tokenizer)
         if self.word_vocab is not None:
             check_word_vocab(self.word_vocab)
+        if self.ids_vocab is not None and self.ids_vocab <= 0:
+            raise ValueError(f"ids_vocab must be positive, got {self.ids_vocab}")
         self.text_field = ",".join(text_fields(self.text_field))  # one spelling, one run id: 'a, b' is 'a,b'
         check_text_field(self)
         if self.init_from and self.hf_config:
@@ -226,6 +234,7 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.activation_checkpointing",  # checkpointing: the same numbers, other costs (memory, time)
         "model.glu_norm", "model.act_position"),
     4: ("grad_accum", "nproc", "shard"),  # the global batch, and how its gradients are reduced
+    5: ("ids_vocab",),  # tokens prepared elsewhere
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

@@ -100,6 +100,29 @@ def replicate(module: nn.Module, ranks: Ranks, device: str) -> nn.Module:
     return DistributedDataParallel(module, device_ids=[ranks.local] if device == "cuda" else None)
 
 
+def shard(model: nn.Module, opt: torch.optim.Optimizer, ranks: Ranks) -> None:
+    """Shard `model` over the ranks in place (FSDP2's fully_shard: each block, then the rest), and move `opt` onto
+    the sharded parameters, its state (a resumed run's) sharded alike."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    before = list(model.parameters())
+    for block in getattr(model, "blocks", []):
+        fully_shard(block)
+    fully_shard(model)
+    after = dict(zip(map(id, before), model.parameters()))
+    for group in opt.param_groups:
+        group["params"] = [after[id(p)] for p in group["params"]]
+    for old in before:
+        state = opt.state.pop(old, None)
+        if state:
+            new = after[id(old)]
+            assert isinstance(new, DTensor)  # fully_shard's parameters
+            opt.state[new] = {
+                k: distribute_tensor(v, new.device_mesh, new.placements) if v.dim() > 0 else v for k, v in state.items()
+            }
+
+
 def gradient_sync(module: object, sync: bool) -> contextlib.AbstractContextManager:
     """Where a step accumulates micro-batches, DDP's `no_sync` for all but the last: the gradients are averaged
     over the ranks once, when the last backward has added its part."""
@@ -195,7 +218,8 @@ def failure(e: Exception, cfg: TrainConfig) -> Exception:
     if first.exitcode < 0:
         message = f"was killed by {first.signal_name()}"
     elif os.path.isfile(first.error_file):  # the exception the rank raised, recorded by torch's launcher
-        message = first.message.strip().splitlines()[0] if first.message.strip() else "failed"
+        text = first.message.get("message", "") if isinstance(first.message, dict) else first.message
+        message = text.strip().splitlines()[0] if str(text).strip() else "failed"
         if message.startswith("ValueError: "):  # a user error (a bad config or data), the same in every rank
             return ValueError(message.removeprefix("ValueError: "))
         message = f"failed: {message}"

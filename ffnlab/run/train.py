@@ -95,6 +95,7 @@ from ffnlab.run.scores import macro_f1
 
 if TYPE_CHECKING:
     from ffnlab.data.corpus import Corpus
+    from ffnlab.data.prepared import TokenFolder
     from ffnlab.data.tokenizer import Tokenizer
     from ffnlab.tools.hf import HFModel
 
@@ -118,7 +119,7 @@ def data_args(cfg: TrainConfig) -> tuple:
     pair_context = cfg.model.context if is_pair(cfg.text_field) else None  # a sentence pair is cut to fit it
     image = (cfg.model.image_size, cfg.model.channels) if cfg.model.task == "image" else (None, None)
     return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context,
-            *image)  # fmt: skip
+            *image, cfg.ids_vocab)  # fmt: skip
 
 
 def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
@@ -134,7 +135,7 @@ def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
     return replace(mcfg, context=image_tokens(mcfg))
 
 
-def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet, tokenizer: Tokenizer) -> ModelConfig:
+def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet | TokenFolder, tokenizer: Tokenizer) -> ModelConfig:
     """The model config a run builds on its data: the tokenizer's vocabulary and, for a classifier or a
     tagger, the corpus's classes or tags (`load_data`'s); for task image `image_model_config`."""
     if cfg.model.task == "image":
@@ -433,7 +434,7 @@ def parallel_step(model: nn.Module, cfg: TrainConfig, device: str, ranks: Ranks)
     """`step_function`, in DDP where the run has more than one process (compiled first, as DDP expects)."""
     step = step_function(model, cfg, device)
     assert isinstance(step, nn.Module)  # torch.compile's is a module too
-    return replicate(step, ranks, device)
+    return step if cfg.shard else replicate(step, ranks, device)
 
 
 def new_history() -> dict[str, list[Any]]:
@@ -505,6 +506,11 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
             rank_rng = state.get("rank_rng", [])
             if len(rank_rng) == ranks.world:  # each rank's dropout goes on from where it was
                 torch.set_rng_state(rank_rng[ranks.rank])
+    saved = step_saved_bytes(model, *training_shape(val_batches[0], cfg.batch_size), autocast)  # before sharding
+    if cfg.shard:
+        from ffnlab.run.distributed import shard
+
+        shard(model, opt, ranks)
     step_fn = parallel_step(model, cfg, device, ranks)
     return Setup(
         cfg=cfg,
@@ -523,7 +529,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         scaler=scaler,
         total=math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps,
         tokens_per_step=tokens_per_step,
-        saved=step_saved_bytes(model, *training_shape(val_batches[0], cfg.batch_size), autocast),
+        saved=saved,
         step=step,
         elapsed=elapsed,
         hist=hist,
@@ -557,6 +563,8 @@ def train(
         raise ValueError("saving a save_pretrained folder needs a Hugging Face model: add --hf-config CONFIG.json")
     if pretrained_path is not None:
         check_output_folder(pretrained_path, "the save_pretrained folder")
+    if cfg.shard:
+        check_shard(cfg, weights_path or pretrained_path)
     if cfg.nproc > 1 and not started_by_torchrun():  # start the run's processes (torchrun's launcher) and wait
         if model_factory is not None:
             raise ValueError("a model_factory builds the model in this process; start nproc > 1 with torchrun")
@@ -610,6 +618,18 @@ def train(
         if progress is not None:
             progress(step, total, {"loss": loss_value, "lr": lr, "elapsed": time.perf_counter() - t0})
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
+
+
+def check_shard(cfg: TrainConfig, saved_to: str | os.PathLike | None) -> None:
+    """ValueError where a sharded run (cfg.shard) asks for what it cannot do yet: the model is in pieces over the
+    ranks, and gathering it back into checkpoints, weights or a save_pretrained folder is not built."""
+    if cfg.nproc == 1 and not started_by_torchrun():
+        raise ValueError("--shard divides the model over a run's processes; give --nproc 2 or more")
+    if cfg.checkpoint_dir:
+        raise ValueError("--shard keeps no checkpoints yet; drop --checkpoint-dir, or --shard (DDP checkpoints)")
+    if saved_to is not None or cfg.qat_from is not None:
+        what = "quantisation-aware training" if saved_to is None else "a run's weights (a study keeps every run's)"
+        raise ValueError(f"--shard cannot give {what} yet; train with ffnlab train --shard, or drop --shard")
 
 
 def run_time(setup: Setup, t0: float) -> float:

@@ -32,7 +32,7 @@ from ffnlab.data.load import load_data
 from ffnlab.run.checkpoint import remove_checkpoints
 from ffnlab.run.config import RunResult, TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
-from ffnlab.run.train import Progress, data_args, data_model_config, train
+from ffnlab.run.train import Progress, check_shard, data_args, data_model_config, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, iter_plan, plan, plan_precision, run_count, run_id, study_id
 from ffnlab.study.records import RunStatus, Summary
@@ -198,6 +198,8 @@ def run_study(
     sweep stopped by Ctrl-C or SIGTERM leaves none of its runs marked running (`release_stopped`)."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
+    if study.base.shard:  # a study keeps each run's weights and checkpoints, which a sharded run cannot give yet
+        check_shard(replace(study.base, checkpoint_dir=None), "every run's weights")
     workers = resolve_jobs(jobs, study.base.device, study.base.nproc)
     if backend == "local":  # on a Ray cluster the data may live only where the workers are
         preflight(iter_plan(study, seeds=1))  # a run's seed changes neither its data nor its model's size

@@ -24,6 +24,7 @@ from ffnlab.commands import (
     cmd_advise,
     cmd_bench,
     cmd_compare,
+    cmd_data_prepare,
     cmd_deploy,
     cmd_export,
     cmd_list,
@@ -118,6 +119,7 @@ def build_parser() -> Parser:
         p.set_defaults(func=cmd_train)
 
     add_compare_parser(sub)
+    add_data_parser(sub)
     add_tool_parsers(sub)
     add_study_tool_parsers(sub)
     return parser
@@ -185,6 +187,32 @@ def add_compare_parser(sub) -> None:
     )
     p.add_argument("--profile", action="store_true", help=PROFILE_HELP + ", for the first run of each variant")
     p.set_defaults(func=cmd_compare)
+
+
+def add_data_parser(sub) -> None:
+    """data prepare: a corpus tokenised once into a folder of token files that --data reads (ffnlab.data.prepared)."""
+    p = sub.add_parser("data", help="prepare a corpus once as token files that train and compare read (--data DIR)")
+    tasks = p.add_subparsers(dest="data_command", required=True, parser_class=Parser)
+    p = tasks.add_parser(
+        "prepare",
+        help="tokenise SOURCE once into DIR/train.bin, val.bin, test.bin and manifest.json (task lm)",
+        description="Tokenise SOURCE once, streaming, into DIR: one file of token ids per split (uint16 where the "
+        "vocabulary fits, else uint32) and manifest.json, written last; train --data DIR samples windows from them "
+        "through a memory map.",
+    )
+    p.add_argument("source", help="a .txt file or a folder of them (split as train reads them); rows and datasets too")
+    p.add_argument("--out", required=True, metavar="DIR", help="the new folder to write")
+    p.add_argument(
+        "--tokenizer",
+        default="char",
+        help="char (default), byte, bpe (trained on the train split), or a tokenizer.json saved by tokenizers "
+        "(FILE.json: GPT-2's, LLaMA's)",
+    )
+    p.add_argument("--bpe-vocab", type=positive_int, default=None, help="the bpe tokenizer's vocabulary (default 4096)")
+    p.add_argument("--text-field", default="text", help="the text column of rows (JSON lines, CSV, Parquet, datasets)")
+    p.add_argument("--workers", type=positive_int, default=None, help="threads that tokenise (default: every core)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=cmd_data_prepare)
 
 
 def add_tool_parsers(sub) -> None:

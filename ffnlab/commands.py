@@ -150,6 +150,20 @@ def incomplete(summary: Summary) -> int:
     return 1 if missing else 0
 
 
+def cmd_data_prepare(args):
+    if args.workers:  # tokenizers' thread pool reads it when it starts, at the first batch
+        os.environ["RAYON_NUM_THREADS"] = str(args.workers)
+    from ffnlab.data.prepared import prepare
+
+    log = None if args.quiet else (lambda line: print(f"prepare: {line}", file=sys.stderr, flush=True))
+    manifest = prepare(args.source, args.out, args.tokenizer, args.bpe_vocab, args.text_field, log=log)
+    counts = ", ".join(f"{split} {n.tokens:,}" for split, n in manifest.splits.items())
+    print(
+        f"{args.out}: {counts} tokens of {manifest.dtype}, tokenizer {manifest.tokenizer['kind']} "
+        f"(vocabulary {manifest.vocab_size:,}); split: {manifest.split_rule}"
+    )
+
+
 def cmd_numerics(args):
     from ffnlab.tools.numerics import format_numerics, parse_range, run_numerics, to_json
 

@@ -124,7 +124,7 @@ def test_a_config_file_then_flags_and_print_config_round_trips(run_cli, tmp_path
         ('batch_size = "4"', "'batch_size' must be a whole number, got '4'"),
         ('compile = "yes"', "'compile' must be true or false, got 'yes'"),  # was taken as true
         ("[model]\nd_model = true", "[model] 'd_model' must be a whole number, got True"),
-        ('tokenizer = "BPE"', "'tokenizer' is 'BPE'; valid: char, byte, bpe, word, pretrained"),
+        ('tokenizer = "BPE"', "unknown tokenizer 'BPE'; valid: char, byte, bpe, word, pretrained"),
         ("[model]\nvocab_size = 3", "[model] 'vocab_size' is set from the tokenizer, not read from a file"),  # passed
         ('init_digest = "0"', "'init_digest' is computed from the --from folder, not read from a file"),  # passed
     ],

@@ -11,16 +11,18 @@ from collections.abc import Iterable
 
 import torch
 
+from ffnlab.data.prepared import TokenFiles
 from ffnlab.data.tagging import tagged_batch
 
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets: next tokens (B, T),
 # labels (B,) or tags (B, T)
-# LM token ids, (documents, labels) for cls, (sentences' word ids, their tag ids) for tokens, or for task image
-# (normalised images (N, ch, H, W), labels)
+# LM token ids (in memory, or files read through a memory map), (documents, labels) for cls, (sentences' word ids,
+# their tag ids) for tokens, or for task image (normalised images (N, ch, H, W), labels)
 Split = (
     torch.Tensor
+    | TokenFiles
     | tuple[list[torch.Tensor], torch.Tensor]
     | tuple[list[torch.Tensor], list[torch.Tensor]]
     | tuple[torch.Tensor, torch.Tensor]
@@ -29,7 +31,10 @@ Split = (
 
 def has_window(split_data: Split, task: str, context: int) -> bool:
     """Whether a split can give one example: a window of `context + 1` tokens, or a labelled document."""
-    return len(split_data) > context + 1 if task == "lm" else len(split_data[0]) > 0
+    if task == "lm":
+        return len(split_data) > context + 1
+    assert isinstance(split_data, tuple)  # every other task's split is a pair (load_data)
+    return len(split_data[0]) > 0
 
 
 def check_data(splits: dict[str, Split], task: str, context: int, data: str) -> None:
@@ -61,10 +66,14 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
     if task == "image":
         return image_batch(split_data, batch_size, gen)
     if task == "lm":
-        assert isinstance(split_data, torch.Tensor)  # an LM split is its token ids (load_data)
+        assert isinstance(split_data, (torch.Tensor, TokenFiles))  # an LM split is its token ids (load_data)
         ix = torch.randint(len(split_data) - context - 1, (batch_size,), generator=gen)
-        windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
+        if isinstance(split_data, TokenFiles):  # the same windows, read from the files
+            windows = split_data.windows(ix, context + 1)
+        else:
+            windows = split_data[ix[:, None] + torch.arange(context + 1)]  # (B, T+1): one gather, not B slices
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # (B, T) each
+    assert isinstance(split_data, tuple)  # every other task's split is a pair (load_data)
     if task == "tokens":
         docs, tags = split_data
         assert isinstance(docs, list) and isinstance(tags, list)  # a tokens split: a tensor per sentence (load_data)
@@ -81,6 +90,7 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
     if task == "lm":
         gen = torch.Generator().manual_seed(EVAL_SEED)
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
+    assert isinstance(split_data, tuple)  # every other task's split is a pair (load_data)
     docs, labels = split_data
     pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
     if task == "image":
@@ -97,6 +107,7 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
 
 def image_batch(split_data: Split, batch_size: int, gen: torch.Generator) -> Batch:
     """Random images of a split, drawn with replacement as documents are, and their labels."""
+    assert isinstance(split_data, tuple)  # (images, labels) (load_image_data)
     images, labels = split_data
     assert isinstance(images, torch.Tensor)  # an image split is one tensor (load_image_data)
     ix = torch.randint(len(images), (batch_size,), generator=gen)

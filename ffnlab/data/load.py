@@ -2,7 +2,8 @@
 
 The corpus comes from `ffnlab.data.corpus`, the tokenizer from `ffnlab.data.tokenizer`; sentence pairs
 are encoded by `ffnlab.data.pairs`, tagged sentences by `ffnlab.data.tagging`, images loaded by
-`ffnlab.data.images`. What each split becomes is a `ffnlab.data.batches.Split`.
+`ffnlab.data.images`; a folder of tokens (`ffnlab data prepare`'s, llm.c's shards, nanoGPT's train.bin) is read
+through a memory map by `ffnlab.data.prepared`. What each split becomes is a `ffnlab.data.batches.Split`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ffnlab.data.batches import Split
 from ffnlab.data.corpus import Corpus, load_corpus
 from ffnlab.data.images import ImageSet, PixelInput, load_images
 from ffnlab.data.pairs import pair_splits
+from ffnlab.data.prepared import TokenFolder, is_token_folder, load_tokens
 from ffnlab.data.tagging import word_ids, word_vocabulary
 from ffnlab.data.tokenizer import Tokenizer, build_tokenizer, texts_to_build_from
 
@@ -31,16 +33,25 @@ def load_data(
     pair_context: int | None = None,
     image_size: int | None = None,
     channels: int | None = None,
-) -> tuple[Corpus | ImageSet, Tokenizer, dict[str, Split]]:
+    ids_vocab: int | None = None,
+) -> tuple[Corpus | ImageSet | TokenFolder, Tokenizer, dict[str, Split]]:
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
     'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
     and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
     each example is a pair, truncated to that context (`ffnlab.data.pairs.pair_splits`). Task tokens gives
     each word of a sentence one position (`ffnlab.data.tagging.word_vocabulary`). Task image:
-    `load_image_data`."""
+    `load_image_data`. A folder of tokens (task lm) brings its tokenizer (`ffnlab.data.prepared.load_tokens`;
+    `ids_vocab`: the vocabulary size of tokens prepared elsewhere)."""
     if task == "image":
         return load_image_data(data, image_size, channels)
+    if is_token_folder(data):
+        if task != "lm":
+            raise ValueError(f"{data} is a folder of tokens, for task lm only; task {task} reads text")
+        tokens, tok, token_splits = load_tokens(data, tokenizer, ids_vocab, folder)
+        return tokens, tok, {**token_splits}
+    if ids_vocab is not None:
+        raise ValueError(f"ids_vocab (--ids-vocab) is the vocabulary of tokens prepared elsewhere; {data} is text")
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
     if task == "tokens":
         return (corpus, *tagged_splits(corpus, vocab_size))

@@ -25,7 +25,7 @@ import numpy as np
 from ffnlab._util.files import atomic_path
 from ffnlab._util.names import closest
 from ffnlab._util.reading import TOKENIZER_LIMIT, read_text
-from ffnlab._util.text import first_line
+from ffnlab._util.text import first_line, shorten
 
 DEFAULT_BPE_VOCAB = 4096
 UNK = "\ufffd"  # what the char tokenizer's <unk> id decodes to: the Unicode replacement character
@@ -401,6 +401,35 @@ class SeparatedTokenizer:
 
 
 TOKENIZERS = ("char", "byte", "bpe", "word")  # built from texts; 'pretrained' reads a folder's tokenizer.json
+# and a name ending in .json is a tokenizer saved by `tokenizers` (GPT-2's or LLaMA's tokenizer.json)
+
+
+def is_tokenizer_file(name: str) -> bool:
+    """Whether a tokenizer name is a file (FILE.json, `file_tokenizer`) rather than a kind."""
+    return name.lower().endswith(".json")
+
+
+def check_tokenizer_name(name: str) -> str:
+    """`name` if it names a tokenizer (TOKENIZERS, 'pretrained' or a FILE.json); ValueError in one line otherwise."""
+    valid = (*TOKENIZERS, "pretrained")
+    if name not in valid and not is_tokenizer_file(name):
+        raise ValueError(
+            f"unknown tokenizer '{shorten(name)}'{closest(name, valid)}; valid: {', '.join(valid)}, or a "
+            "tokenizer.json file (FILE.json)"
+        )
+    return name
+
+
+def file_tokenizer(path: str | os.PathLike) -> BPETokenizer:
+    """The tokenizer saved by `tokenizers` in the file `path` (GPT-2's or LLaMA's tokenizer.json); ValueError in one
+    line naming it if it cannot be read."""
+    text = read_text(path, "the tokenizer", TOKENIZER_LIMIT)
+    try:
+        return BPETokenizer(text)
+    except Exception as e:  # the plain Exception tokenizers raises for bad JSON
+        raise ValueError(
+            f"cannot read the tokenizer {path} ({first_line(e)}); save it again, or use --tokenizer char, byte, bpe or word"
+        ) from None
 
 
 def folder_tokenizer(folder: str | None) -> BPETokenizer:
@@ -411,13 +440,7 @@ def folder_tokenizer(folder: str | None) -> BPETokenizer:
             f"tokenizer 'pretrained' reads the tokenizer.json of the folder fine-tuned from (--from); "
             f"{folder or 'no folder'} has none; use char, byte, bpe or word"
         )
-    text = read_text(path, "the tokenizer", TOKENIZER_LIMIT)
-    try:
-        return BPETokenizer(text)
-    except Exception as e:  # the plain Exception tokenizers raises for bad JSON
-        raise ValueError(
-            f"cannot read the tokenizer {path} ({first_line(e)}); save it again, or use --tokenizer char, byte, bpe or word"
-        ) from None
+    return file_tokenizer(path)
 
 
 def texts_to_build_from(kind: str, train: list[str], val: list[str], test: list[str]) -> list[str]:
@@ -437,13 +460,14 @@ def build_tokenizer(
 
     vocab_size is for 'bpe' (default DEFAULT_BPE_VOCAB, at least 257) and 'word' (<unk> included, 2 to
     MAX_WORD_VOCAB; default every word of the texts); 'char' takes its size from the texts and 'byte' is
-    always 256; 'pretrained' is the tokenizer.json in `folder`.
+    always 256; 'pretrained' is the tokenizer.json in `folder`; a FILE.json is that file's (`file_tokenizer`).
     """
     if kind == "pretrained":
         return folder_tokenizer(folder)
-    if kind not in TOKENIZERS:
-        valid = (*TOKENIZERS, "pretrained")
-        raise ValueError(f"unknown tokenizer '{kind}'{closest(str(kind), valid)}; valid: {', '.join(valid)}")
+    if is_tokenizer_file(check_tokenizer_name(kind)):
+        if vocab_size is not None:
+            raise ValueError(f"vocab_size is for the 'bpe' and 'word' tokenizers only; {kind} sets its own")
+        return file_tokenizer(kind)
     texts = [texts] if isinstance(texts, str) else list(texts)
     if kind not in ("bpe", "word") and vocab_size is not None:
         raise ValueError(f"vocab_size is for the 'bpe' and 'word' tokenizers only; '{kind}' sets its own")
@@ -457,10 +481,15 @@ def build_tokenizer(
         if vocab_size is not None:
             check_word_vocab(vocab_size)
         return WordTokenizer.from_texts(texts, vocab_size)
+    return build_bpe(texts, check_bpe_vocab(vocab_size), cache_dir)
+
+
+def check_bpe_vocab(vocab_size: int | None) -> int:
+    """A BPE vocabulary size (None: DEFAULT_BPE_VOCAB); ValueError unless it is an integer above 256."""
     vocab_size = DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
     if not isinstance(vocab_size, int) or vocab_size <= 256:
         raise ValueError(f"bpe vocab_size must be an integer above 256 (the byte alphabet), got {vocab_size}")
-    return build_bpe(texts, vocab_size, cache_dir)
+    return vocab_size
 
 
 def tokenizer_from_state(state: dict) -> Tokenizer:

@@ -128,6 +128,7 @@ def fixed_input(cfg: TrainConfig) -> FixedInput:
     context, val = cfg.model.context, splits["val"]
     model = data_model_config(cfg, corpus, tokenizer)
     if isinstance(corpus, ImageSet):  # a ViT's positions are its patches, row by row after any class token
+        assert isinstance(val, tuple)  # (images, labels)
         image, label = val[0][0], int(val[1][0])
         patch, grid = model.patch_size, corpus.image_size // model.patch_size
         what = (
@@ -137,7 +138,7 @@ def fixed_input(cfg: TrainConfig) -> FixedInput:
         )
         return FixedInput(image, what, None, model)
     # a language model's split is one token tensor, a classifier's its documents and labels
-    ids = val[:context] if isinstance(val, torch.Tensor) else crop_or_repeat(val[0][0], context)
+    ids = crop_or_repeat(val[0][0], context) if isinstance(val, tuple) else val[:context]
     return FixedInput(ids, f"the first {len(ids)} validation tokens", tokenizer.decode(ids.tolist()), model)
 
 

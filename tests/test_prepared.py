@@ -332,3 +332,13 @@ def test_an_empty_split_is_refused(tmp_path, run_cli):
     code, _, err = run_cli("data", "prepare", folder, "--out", tmp_path / "tokens", "--quiet")
     assert code == 2 and err.count("\n") == 1 and "valid.txt is empty" in err, err
     assert not (tmp_path / "tokens").exists()
+
+
+def test_rows_are_prepared_as_the_text_path_splits_them(tmp_path):
+    rows = [{"text": text(3, seed=i), "split": "train" if i % 5 else "validation"} for i in range(60)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    manifest = prepare(str(tmp_path / "rows.jsonl"), tmp_path / "tokens", "byte")
+    corpus, _, splits = load_data(str(tmp_path / "rows.jsonl"), "lm", "byte", None, "text", "label")
+    _, _, read = load_tokens(str(tmp_path / "tokens"))
+    assert all(torch.equal(ids(read[s]), splits[s]) for s in splits)
+    assert manifest.split_rule == corpus.meta["split_rule"] and manifest.splits["test"].documents == 12

@@ -102,7 +102,7 @@ def cpu_row(name: str, batch_size: int, steps: int) -> str:
     preset_step = seconds_per_flop * train_flops(per_token, cfg.batch_size * cfg.model.context)
     total = seconds_per_flop * run_flops(cfg, per_token)
     return (
-        f"| `{name}` ({cfg.model.ffn}, {result.config.precision}) | {batch_size} x {cfg.model.context}, "
+        f"| `{name}` ({cfg.model.ffn}, {result.precision}) | {batch_size} x {cfg.model.context}, "
         f"vocab {result.vocab_size:,} | {step_s * 1e3:,.0f} ms | {1 / seconds_per_flop / 1e12:.2f} | "
         f"{preset_step:,.0f} s | {total / 86400:,.0f} days | extrapolated from {steps - 1} steps |"
     )

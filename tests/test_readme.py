@@ -72,7 +72,10 @@ def flags_in(text: str) -> set[str]:
 
 @functools.cache
 def options(command: str) -> set[str]:
-    return {o for a in subcommands()[command]._actions for o in a.option_strings}
+    """The flags of a command, and of its own subcommands (`data prepare`)."""
+    parser = subcommands()[command]
+    nested = [p for a in parser._actions if isinstance(a.choices, dict) for p in a.choices.values()]
+    return {o for p in (parser, *nested) for a in p._actions for o in a.option_strings}
 
 
 def test_every_flag_the_readme_shows_is_a_flag_of_its_command():

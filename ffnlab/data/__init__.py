@@ -1,4 +1,4 @@
-"""A run's data: corpus reading, tokenizers, sentence pairs, tagged sentences, images, and batches.
+"""A run's data: corpus reading, tokenizers, sentence pairs, tagged sentences, images, prepared tokens, and batches.
 
 Imports only the core and _util, never run/, study/ or tools/ (tests/test_layers.py checks); the training
 loop imports from here.

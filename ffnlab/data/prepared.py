@@ -35,6 +35,7 @@ import torch
 from ffnlab._util.files import atomic_folder, check_free_space, check_output_folder
 from ffnlab._util.jsonio import json_problem
 from ffnlab._util.reading import TOKENIZER_LIMIT, check_readable, read_chunks, read_text, text_chunks
+from ffnlab._util.text import first_line
 from ffnlab.data.corpus import (
     DATA_FILE,
     DATA_SUFFIXES,
@@ -528,17 +529,13 @@ def check_ids(parts: list[TokenFile], vocab_size: int) -> None:
     for part in parts:
         with open(part.path, "rb") as f:
             f.seek(part.offset)
-            left = part.count
-            while left > 0:
-                block = np.fromfile(f, dtype=np.dtype(part.dtype), count=min(left, SCAN_TOKENS))
-                left -= len(block)
-                if len(block) and (top := int(block.max())) >= vocab_size:
+            for _ in range(0, part.count, SCAN_TOKENS):  # a file's size holds its count (llmc_shard, raw_file)
+                block = np.fromfile(f, dtype=np.dtype(part.dtype), count=SCAN_TOKENS)
+                if (top := int(block.max())) >= vocab_size:
                     raise ValueError(
                         f"{part.path} holds token id {top}, at or past the vocabulary size {vocab_size:,}; "
                         "give the vocabulary size of its tokenizer (--ids-vocab)"
                     )
-                if not len(block):
-                    break
 
 
 def check_tokenizer(asked: str, state: dict, folder: Path, init_from: str | None) -> None:
@@ -555,8 +552,16 @@ def check_tokenizer(asked: str, state: dict, folder: Path, init_from: str | None
         asked = str(path)
     raise ValueError(
         f"{folder} was prepared with the {kind} tokenizer (vocabulary {tokenizer_from_state(state).vocab_size:,}), "
-        f"not {asked}; drop --tokenizer (a prepared folder brings its own) or prepare it again with {asked}"
+        f"not {asked}; drop --tokenizer: a prepared folder brings its own"
     )
+
+
+def manifest_tokenizer(folder: Path, state: dict) -> Tokenizer:
+    """The tokenizer a manifest's state rebuilds; ValueError in one line where it cannot be rebuilt."""
+    try:
+        return tokenizer_from_state(state)
+    except Exception as e:  # a key missing, or the plain Exception tokenizers raises for bad JSON
+        raise unfinished(folder, f"the tokenizer of its {MANIFEST} cannot be rebuilt: {first_line(e)}") from None
 
 
 def load_tokens(
@@ -572,12 +577,12 @@ def load_tokens(
     names = {entry.name for entry in folder.iterdir()}
     if MANIFEST in names:
         manifest = read_manifest(folder)
+        tok = manifest_tokenizer(folder, manifest.tokenizer)
         check_tokenizer(tokenizer, manifest.tokenizer, folder, init_from)
         if ids_vocab is not None:
             raise ValueError(
                 f"--ids-vocab is for tokens prepared elsewhere; {folder} names its tokenizer and vocabulary"
             )
-        tok = tokenizer_from_state(manifest.tokenizer)
         files, rule = prepared_files(folder, manifest), manifest.split_rule
     else:
         files, rule = foreign_files(folder, names, ids_vocab)

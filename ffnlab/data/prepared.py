@@ -25,6 +25,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
@@ -360,9 +361,22 @@ def encoded(tokenizer: Tokenizer, text: Iterable[str]) -> Iterator[np.ndarray]:
     if not isinstance(tokenizer, BPETokenizer):  # char and byte: any cut gives the same ids
         yield from map(tokenizer.encode_array, text)
         return
-    for batch in batched(stream_safe_chunks(text, CHUNK_CHARS), BATCH_CHUNKS):
-        encodings = tokenizer.tokenizer.encode_batch(batch, add_special_tokens=False)
-        yield np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64)
+    # NOTE: encode_batch lets go of the GIL: while its threads encode one batch, this one reads the next and turns
+    # the last one's encodings into ids, so that serial work does not leave the cores idle
+    with ThreadPoolExecutor(1) as encoder:
+        pending = None
+        for batch in batched(stream_safe_chunks(text, CHUNK_CHARS), BATCH_CHUNKS):
+            running = encoder.submit(tokenizer.tokenizer.encode_batch, batch, add_special_tokens=False)
+            if pending is not None:
+                yield encoding_ids(pending.result())
+            pending = running
+        if pending is not None:
+            yield encoding_ids(pending.result())
+
+
+def encoding_ids(encodings: list) -> np.ndarray:
+    """The ids of tokenizers' encodings, one after another."""
+    return np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64)
 
 
 def write_split(documents: list[Document], tokenizer: Tokenizer, dtype: np.dtype, path: Path) -> SplitTokens:

@@ -34,7 +34,9 @@ def test_readme_names_the_two_commands():
 FENCED = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 COMMAND = re.compile(r"(?:\bffnlab|\./run\.sh) ([a-z]+)\b.*")
 PLACEHOLDER = re.compile(r"^\[|\.\.\.|^[A-Z]{2,}(\.\w+)?$")  # [--json], ..., FOLDER, CONFIG.json
-FOREIGN_FLAGS = {"--head", "--check"}  # `ray start --head`, `ruff format --check`
+# `ray start --head`, `ruff format --check`, `torchrun --nproc-per-node`, benchmarks/presets_cost.py's and
+# gpu_session.py's `--measure` and `--dry-run`
+FOREIGN_FLAGS = {"--head", "--check", "--nproc-per-node", "--measure", "--dry-run"}
 
 
 @functools.cache

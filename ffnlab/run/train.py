@@ -442,20 +442,16 @@ def new_history() -> dict[str, list[Any]]:
     return {"train_loss": [], "grad_norm": [], "val": [], "grad_ffn": [], "events": [], "step_time": []}
 
 
-def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setup:
-    """Set a run up: device and precision, data, model and optimizer, then resume from the checkpoint
-    in `cfg.checkpoint_dir` if there is one. ValueError when the data is too small or the built-in
-    model cannot fit this machine."""
-    started = time.perf_counter()
+def settle(cfg: TrainConfig) -> tuple[TrainConfig, str, Ranks]:
+    """What `prepare` settles before the data: the device, this process's ranks (the process group joined), the
+    config as it will run (precision, nproc and init resolved: the stored config says what ran), the checks that
+    need no data, and the threads and allocator."""
     device = resolve_device(cfg.device)
     check_ranks(cfg.nproc, this_rank(), device)  # before the process group waits for ranks that never come
     ranks = join(device)  # torchrun's processes: this one's rank, and the process group
-    # the stored config says what ran
-    cfg = replace(cfg, precision=resolve_precision(cfg.precision, device), nproc=ranks.world)
-    cfg = resolve_init(cfg)
+    cfg = resolve_init(replace(cfg, precision=resolve_precision(cfg.precision, device), nproc=ranks.world))
     if cfg.checkpoint_dir:  # a folder ffnlab may not use is refused before the data is read
         check_checkpoint_folder(Path(cfg.checkpoint_dir))
-    task = cfg.model.task
     if cfg.qat_from is not None:  # known now, not at qat_from of the way through
         from ffnlab.tools.quantize import require_torchao
 
@@ -466,6 +462,16 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
         torch.cuda.reset_peak_memory_stats()
     else:
         hold_freed_heap()  # steps reuse the heap, not fault it in again (30% of a step, 1 process in 5, AMX Xeon)
+    return cfg, device, ranks
+
+
+def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setup:
+    """Set a run up: device and precision, data, model and optimizer, then resume from the checkpoint
+    in `cfg.checkpoint_dir` if there is one. ValueError when the data is too small or the built-in
+    model cannot fit this machine."""
+    started = time.perf_counter()
+    cfg, device, ranks = settle(cfg)
+    task = cfg.model.task
 
     # -- data and model
     corpus, tok, splits = load_data(*data_args(cfg))

@@ -1,6 +1,8 @@
-"""Scale benchmarks: what preparing a large corpus costs.
+"""Scale benchmarks: what preparing a large corpus costs, training from it, and one run over two processes.
 
     python benchmarks/scale.py prepare --size-mb 100 [--repeats 1] [--workdir DIR]
+    python benchmarks/scale.py train --size-mb 100 [--steps 60] [--repeats 3]
+    python benchmarks/scale.py ddp [--steps 40] [--batch-size 16] [--repeats 3]
 
 prepare: writes a text file of SIZE MB (the bundled corpus repeated), then times `ffnlab data prepare` on it in a
 child process with a BPE tokenizer saved beforehand (trained on the bundled corpus, so the time is the
@@ -8,6 +10,14 @@ tokenising, not the training) against `tokenizers`' own encode_batch of the same
 batches in this process, and reports the ratio (MB/s of prepare over MB/s of encode_batch) and the peak RSS of the
 prepare process. Then it times `prepare --tokenizer bpe` once, training included. Prints the command, the
 machine and the library versions. A benchmark, not a test: the times depend on the machine and its load.
+
+train: prepares a text file of SIZE MB with a BPE tokenizer saved beforehand, then trains ffnlab's default model
+on the prepared folder and on the bundled corpus given as text with the same tokenizer (the same model, the same
+vocabulary), in turns, each in a child process of its own: the seconds from the child's first line to the end of
+its first step, its peak RSS and its tokens/s (medians).
+
+ddp: ffnlab's default model in fp32, 1 process x 1 thread at batch B against 2 processes x 1 thread at batch B
+each (double the global batch), in turns: tokens/s of each and the ratio (target: at least 1.8x).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ffnlab._util.machine import environment
@@ -29,6 +40,7 @@ from ffnlab._util.reading import text_chunks
 from ffnlab.data.corpus import load_corpus
 from ffnlab.data.prepared import BATCH_CHUNKS, batched
 from ffnlab.data.tokenizer import CHUNK_CHARS, BPETokenizer, stream_safe_chunks, train_bpe
+from ffnlab.run.config import TrainConfig
 
 MB = 1_000_000
 
@@ -110,6 +122,86 @@ def bench_prepare(args) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# a child that times its own first step: from its first line (before torch is imported) to the end of step 1 (-1 for
+# a run of several processes, whose steps are counted in its ranks)
+TIMED_TRAIN = (
+    "import time; t0 = time.perf_counter()\n"
+    "import json, sys\n"
+    "from ffnlab.run.config import TrainConfig\n"
+    "from ffnlab.run.train import train\n"
+    "first = []\n"
+    "def seen(step, total, m):\n"
+    "    first or first.append(time.perf_counter() - t0)\n"
+    "r = train(TrainConfig.from_dict(json.loads(sys.argv[1])), progress=seen)\n"
+    "print(json.dumps({'first_step_s': first[0] if first else -1, 'tokens_per_s': r.tokens_per_s}))\n"
+)
+
+
+def timed_train(cfg: TrainConfig) -> dict:
+    """{first_step_s, tokens_per_s, peak_rss} of `cfg` trained in a child process of its own (a run of several
+    processes: the launcher's RSS; tokens/s is rank 0's, over the global batch)."""
+    child = subprocess.Popen([sys.executable, "-c", TIMED_TRAIN, json.dumps(cfg.to_dict())], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    out = child.stdout.read().decode()
+    _, status, usage = os.wait4(child.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"training failed: {cfg}")
+    return {**json.loads(out.strip().splitlines()[-1]), "peak_rss": usage.ru_maxrss * 1024}
+
+
+def in_turns(configs: dict[str, TrainConfig], repeats: int) -> dict[str, dict]:
+    """Each config's `timed_train`, in turns (the order reversed every other round), medians over `repeats`."""
+    rows: dict[str, list[dict]] = {name: [] for name in configs}
+    names = list(configs)
+    for round_ in range(repeats):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            rows[name].append(timed_train(configs[name]))
+    return {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in rows.items()}
+
+
+def header() -> None:
+    """The command, the machine and the library versions."""
+    print("command:", " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
+    env = environment()
+    print("machine:", json.dumps({"cpu": env["cpu"], "cores": os.cpu_count(), "load": os.getloadavg()}))
+    print("versions:", json.dumps({"python": env["python"], "torch": env.get("torch"), "ffnlab": env["git_rev"]}))
+
+
+def bench_train(args) -> None:
+    work = Path(tempfile.mkdtemp(prefix="ffnlab-scale-"))
+    source = corpus_file(work / f"corpus-{args.size_mb}mb.txt", args.size_mb)
+    tokenizer_json = work / "bpe-512.json"
+    tokenizer_json.write_text(train_bpe(load_corpus("shakespeare").train, 512), encoding="utf-8")
+    timed_child([sys.executable, "-m", "ffnlab", "data", "prepare", str(source), "--out", str(work / "tokens"),
+                 "--tokenizer", str(tokenizer_json), "--quiet"])  # fmt: skip
+    base = TrainConfig(max_steps=args.steps, threads=1, eval_every=10**6, tokenizer=str(tokenizer_json))
+    got = in_turns({"prepared": replace(base, data=str(work / "tokens")), "text": base}, args.repeats)
+    header()
+    print(f"model: ffnlab's default, BPE 512, {args.steps} steps, 1 thread; median of {args.repeats}, in turns")
+    for name, what in (("prepared", f"the prepared {args.size_mb} MB"), ("text", "the bundled corpus as text")):
+        r = got[name]
+        print(f"{what}: first step {r['first_step_s']:.1f} s after start, peak RSS {r['peak_rss'] / 2**20:,.0f} MiB, "
+              f"{r['tokens_per_s']:,.0f} tokens/s")  # fmt: skip
+    p, t = got["prepared"], got["text"]
+    print(f"prepared against text: tokens/s {p['tokens_per_s'] / t['tokens_per_s']:.3f}x (target within 3%), "
+          f"peak RSS {(p['peak_rss'] - t['peak_rss']) / 2**20:+,.0f} MiB (target at most +200)")  # fmt: skip
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_ddp(args) -> None:
+    base = TrainConfig(max_steps=args.steps, batch_size=args.batch_size, threads=1, precision="fp32",
+                       eval_every=10**6, eval_batches=2, final_eval_batches=2)  # fmt: skip
+    got = in_turns({"one": base, "two": replace(base, nproc=2)}, args.repeats)
+    header()
+    m = base.model
+    print(f"model: ffnlab's default ({m.n_layers} layers, d_model {m.d_model}, context {m.context}), fp32, "
+          f"{args.steps} steps, batch {args.batch_size} per process; median of {args.repeats}, in turns")  # fmt: skip
+    one, two = got["one"]["tokens_per_s"], got["two"]["tokens_per_s"]
+    print(f"1 process x 1 thread (global batch {args.batch_size}): {one:,.0f} tokens/s")
+    print(f"2 processes x 1 thread (global batch {2 * args.batch_size}): {two:,.0f} tokens/s, {two / one:.2f}x "
+          "(target: at least 1.8x)")  # fmt: skip
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -118,6 +210,16 @@ def main():
     prepare.add_argument("--repeats", type=int, default=1)
     prepare.add_argument("--workdir", default=None, help="keep the text and tokens here (default: a temporary folder)")
     prepare.set_defaults(func=bench_prepare)
+    train = sub.add_parser("train", help="training from a prepared folder against the same model on text")
+    train.add_argument("--size-mb", type=int, default=100)
+    train.add_argument("--steps", type=int, default=60)
+    train.add_argument("--repeats", type=int, default=3)
+    train.set_defaults(func=bench_train)
+    ddp = sub.add_parser("ddp", help="2 processes x 1 thread against 1 process x 1 thread")
+    ddp.add_argument("--steps", type=int, default=40)
+    ddp.add_argument("--batch-size", type=int, default=16)
+    ddp.add_argument("--repeats", type=int, default=3)
+    ddp.set_defaults(func=bench_ddp)
     args = p.parse_args()
     args.func(args)
 

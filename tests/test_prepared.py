@@ -3,6 +3,7 @@ text path encodes; tokens prepared elsewhere (llm.c's shards, nanoGPT's train.bi
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 from ffnlab._util import reading
 from ffnlab.data import prepared
 from ffnlab.data.batches import eval_set, get_batch
+from ffnlab.data.corpus import LINE_BREAKS, NEWLINES, text_lines
 from ffnlab.data.load import load_data
 from ffnlab.data.prepared import LLMC_MAGIC, TokenFile, TokenFiles, load_tokens, prepare, token_dtype
 from ffnlab.data.tokenizer import CHUNK_CHARS, file_tokenizer
@@ -342,3 +344,16 @@ def test_rows_are_prepared_as_the_text_path_splits_them(tmp_path):
     _, _, read = load_tokens(str(tmp_path / "tokens"))
     assert all(torch.equal(ids(read[s]), splits[s]) for s in splits)
     assert manifest.split_rule == corpus.meta["split_rule"] and manifest.splits["test"].documents == 12
+
+
+# ---- rows, streamed ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lines_are_cut_as_the_whole_text_cuts_them_however_it_streams(seed):
+    rng = random.Random(seed)
+    whole = "".join(rng.choice(["a", "b ", "\r", "\n", "\r\n", "\x85", "\u2028", "\x0c", "é"]) for _ in range(400))
+    cuts = sorted(rng.sample(range(1, len(whole)), 40))
+    chunks = [whole[i:j] for i, j in zip([0, *cuts], [*cuts, len(whole)])]
+    assert list(text_lines(chunks, LINE_BREAKS)) == whole.splitlines(keepends=True)
+    assert list(text_lines(chunks, NEWLINES)) == list(io.StringIO(whole, newline=""))  # as csv reads a file

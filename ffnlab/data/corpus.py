@@ -45,17 +45,17 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import io
 import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ffnlab._util.names import closest
-from ffnlab._util.reading import check_readable, read_text
+from ffnlab._util.reading import check_readable, read_text, text_chunks
 from ffnlab._util.text import first_few, shorten
 from ffnlab.data.pairs import check_pair_task, is_pair, pair_documents, text_fields
 from ffnlab.data.tagging import Sentence, check_spans, parse_conll, row_sentence, speaker_sentences, tag_index
@@ -545,10 +545,44 @@ def data_text(path: Path) -> str:
     return text
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSON-lines file (blank lines skipped)."""
-    rows = []
-    for i, line in enumerate(data_text(path).splitlines()):
+def data_chunks(path: Path) -> Iterator[str]:
+    """A data file's text as it streams (`ffnlab._util.reading.text_chunks`); ValueError naming it, at its end,
+    when it holds only whitespace, as `data_text` refuses it."""
+    blank = True
+    for chunk in text_chunks(path, DATA_FILE):
+        blank = blank and chunk.isspace()
+        yield chunk
+    if blank:
+        raise ValueError(f"{path} is empty")
+
+
+LINE_BREAKS = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines cuts
+NEWLINES = re.compile("\r\n|[\r\n]")  # where a text opened with newline='' cuts, as the csv module reads it
+
+
+def text_lines(chunks: Iterable[str], breaks: re.Pattern) -> Iterator[str]:
+    """The lines, each with its line break, of a text that streams as `chunks`, cut where `breaks` cuts the whole
+    text: a line may span chunks, and a '\\r' that ends a chunk waits for the next, which may begin with '\\n'."""
+    line: list[str] = []  # pieces of the line the chunks so far have not ended
+    held = ""
+    for chunk in chunks:
+        text = held + chunk
+        held = "\r" if text.endswith("\r") else ""
+        text = text[: len(text) - len(held)]
+        start = 0
+        for match in breaks.finditer(text):
+            line.append(text[start : match.end()])
+            yield "".join(line)
+            line, start = [], match.end()
+        line.append(text[start:])
+    if last := "".join(line) + held:
+        yield last
+
+
+def jsonl_rows(path: Path) -> Iterator[dict]:
+    """Rows of a JSON-lines file as it streams (blank lines skipped; a line is what str.splitlines cuts)."""
+    for i, line in enumerate(text_lines(data_chunks(path), LINE_BREAKS)):
+        line = line.splitlines()[0]  # without its line break, which JSON may not take as whitespace ('\x85')
         if not line.strip():
             continue
         try:
@@ -557,15 +591,14 @@ def read_jsonl(path: Path) -> list[dict]:
             raise ValueError(f"{path} line {i + 1} is not valid JSON ({e.msg})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{path} line {i + 1} is not a JSON object with named fields")
-        rows.append(row)
-    return rows
+        yield row
 
 
-def read_csv(path: Path) -> list[dict]:
-    """Rows of a CSV file whose first line names the columns (quoted fields may span lines); ValueError naming
-    the row (and line) of a row with fewer or more fields than the header names."""
-    reader = csv.DictReader(io.StringIO(data_text(path), newline=""))
-    rows = []
+def csv_rows(path: Path) -> Iterator[dict]:
+    """Rows of a CSV file whose first line names the columns, as it streams (quoted fields may span lines);
+    ValueError naming the row (and line) of a row with fewer or more fields than the header names."""
+    reader = csv.DictReader(text_lines(data_chunks(path), NEWLINES))
+    n = 0
     try:
         for n, row in enumerate(reader, 1):
             header = reader.fieldnames or []
@@ -577,30 +610,47 @@ def read_csv(path: Path) -> list[dict]:
                     f"{path} row {n} (line {reader.line_num}) has {fields} field{'s' if fields != 1 else ''} where "
                     f"the header names {len(header)} ({first_few(header)}){lacks}"
                 )
-            rows.append(row)
+            yield row
     except csv.Error as e:
         raise ValueError(f"{path} is not valid CSV ({e})") from None
-    if not rows:
+    if not n:
         raise ValueError(f"{path} has a header but no rows")
-    return rows
 
 
-def read_parquet(path: Path) -> list[dict]:
-    """Rows of a parquet file (via pyarrow, which `datasets` brings)."""
+PARQUET_ROWS = 1024  # rows read at a time (pyarrow decodes a row group's pages of a column as it needs them)
+
+
+def parquet_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict]:
+    """Rows of a parquet file (via pyarrow, which `datasets` brings) as they stream, a batch at a time; of
+    `columns` alone where the file has every one of them but 'split' (where it lacks one, every column, so that
+    the error names them)."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(f"reading {path} needs pyarrow (pip install pyarrow)") from None
     try:
-        table = pq.read_table(path)
+        file = pq.ParquetFile(path)
     except Exception as e:
-        raise ValueError(f"{path} is not a readable parquet file ({type(e).__name__}: {e})".splitlines()[0]) from None
-    if table.num_rows == 0:
-        raise ValueError(f"{path} is empty")
-    return table.to_pylist()
+        raise unreadable_parquet(path, e) from None
+    with file:
+        if file.metadata.num_rows == 0:
+            raise ValueError(f"{path} is empty")
+        names = file.schema_arrow.names
+        if columns is not None and all(c in names for c in columns if c != "split"):
+            names = [c for c in names if c in columns]
+        try:
+            for batch in file.iter_batches(PARQUET_ROWS, columns=names):
+                yield from batch.to_pylist()
+        except Exception as e:  # pyarrow's errors (a damaged page) are many lines
+            raise unreadable_parquet(path, e) from None
 
 
-ROW_READERS = {".jsonl": read_jsonl, ".csv": read_csv, ".parquet": read_parquet}
+def unreadable_parquet(path: Path, e: Exception) -> ValueError:
+    """The error for a parquet file pyarrow cannot read."""
+    return ValueError(f"{path} is not a readable parquet file ({type(e).__name__}: {e})".splitlines()[0])
+
+
+ROW_READERS = {".jsonl": jsonl_rows, ".csv": csv_rows, ".parquet": parquet_rows}  # each streams a file's rows
 DATA_SUFFIXES = {".txt", *ROW_READERS}
 
 
@@ -891,7 +941,7 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
     parts: dict = {}
     for f in files:
         where = f"{f}"
-        for split, (texts, labels) in rows_by_split(ROW_READERS[suffix](f), where, text_field, label).items():
+        for split, (texts, labels) in rows_by_split(list(ROW_READERS[suffix](f)), where, text_field, label).items():
             split = file_split(f) if split == "all" else split
             texts_so_far, labels_so_far = parts.setdefault(split, ([], [] if label else None))
             texts_so_far += texts

@@ -907,22 +907,22 @@ def load_conll(name: str, path: Path) -> Corpus:
     return from_rows(name, "tokens", parts, None, f"{len(files)} CoNLL file(s) under {path}")
 
 
-def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpus:
-    """Corpus from a local file or folder."""
-    name = str(path)
-    label = label_field if task == "cls" else None
-    if path.is_dir() and is_saved_dataset(path):
-        readable(folder_files(path))  # arrow files and JSON, which datasets opens itself
-        try:
-            import datasets
+def load_saved(path: Path):
+    """The `datasets.Dataset` or `DatasetDict` a folder written by save_to_disk holds, memory-mapped
+    (datasets.load_from_disk); ValueError in one line where it cannot be read."""
+    readable(folder_files(path))  # arrow files and JSON, which datasets opens itself
+    try:
+        import datasets
 
-            loaded = datasets.load_from_disk(str(path))
-        except Exception as e:
-            reason = f"{type(e).__name__}: {e}".splitlines()[0]
-            raise ValueError(f"could not read the saved dataset {path} ({reason})") from None
-        return from_hf(name, loaded, task, text_field, label_field, f"saved dataset {path}")
-    if task == "tokens":
-        return load_conll(name, path)
+        return datasets.load_from_disk(str(path))
+    except Exception as e:
+        reason = f"{type(e).__name__}: {e}".splitlines()[0]
+        raise ValueError(f"could not read the saved dataset {path} ({reason})") from None
+
+
+def data_files(path: Path) -> tuple[list[Path], str]:
+    """The data files at `path` (the file, or those under the folder), all of one format, and its suffix;
+    ValueError where there are none or formats mix."""
     files = readable([f for f in folder_files(path) if f.suffix.lower() in DATA_SUFFIXES] if path.is_dir() else [path])
     suffixes = {f.suffix.lower() for f in files} & DATA_SUFFIXES
     if not suffixes:
@@ -930,7 +930,18 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
     if len(suffixes) > 1:
         raise ValueError(f"{path} mixes {', '.join(sorted(suffixes))} files; keep one format per folder")
     suffix = suffixes.pop()
-    files = [f for f in files if f.suffix.lower() == suffix]
+    return [f for f in files if f.suffix.lower() == suffix], suffix
+
+
+def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpus:
+    """Corpus from a local file or folder."""
+    name = str(path)
+    label = label_field if task == "cls" else None
+    if path.is_dir() and is_saved_dataset(path):
+        return from_hf(name, load_saved(path), task, text_field, label_field, f"saved dataset {path}")
+    if task == "tokens":
+        return load_conll(name, path)
+    files, suffix = data_files(path)
     if suffix == ".txt":
         if task == "cls":
             raise ValueError(
@@ -970,6 +981,21 @@ def check_pair(source: str, task: str, text_field: str) -> None:
         )
 
 
+def hf_named(source: str, text_field: str) -> tuple[Any, str, str] | None:
+    """(the dataset loaded, its text column, where it came from) of a Hugging Face dataset by name (HF_SOURCES,
+    whose registry knows its text column unless `text_field` names another, or 'hf:<owner>/<name>[:<config>]');
+    None for any other source."""
+    if source in HF_SOURCES:
+        spec = HF_SOURCES[source]
+        field_name = spec.text_field if text_field == "text" else text_field
+        where = f"Hugging Face {spec.path} {spec.config or ''}".strip()
+        return load_hf(source, spec.path, spec.config), field_name, where
+    if source.startswith("hf:"):
+        repo, _, config = source[3:].partition(":")
+        return load_hf(source, repo, config or None), text_field, f"Hugging Face {repo} {config}".strip()
+    return None
+
+
 def load_corpus(
     source: str = "shakespeare", task: str = "lm", text_field: str = "text", label_field: str = "label"
 ) -> Corpus:
@@ -989,16 +1015,9 @@ def load_corpus(
     check_pair(source, task, text_field)
     if source == "shakespeare":
         return load_shakespeare(task)
-    if source in HF_SOURCES:
-        spec = HF_SOURCES[source]
-        field_name = spec.text_field if text_field == "text" else text_field
-        loaded = load_hf(source, spec.path, spec.config)
-        where = f"Hugging Face {spec.path} {spec.config or ''}".strip()
+    if named := hf_named(source, text_field):
+        loaded, field_name, where = named
         return from_hf(source, loaded, task, field_name, label_field, where)
-    if source.startswith("hf:"):
-        repo, _, config = source[3:].partition(":")
-        loaded = load_hf(source, repo, config or None)
-        return from_hf(source, loaded, task, text_field, label_field, f"Hugging Face {repo} {config}".strip())
     path = Path(os.path.expanduser(source))
     if source and os.path.lexists(path):  # NOTE: Path('') is '.', the current folder; a dangling link is refused
         return load_path(path, task, text_field, label_field)

@@ -3,6 +3,7 @@ text path encodes; tokens prepared elsewhere (llm.c's shards, nanoGPT's train.bi
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import random
@@ -15,7 +16,7 @@ import torch
 from ffnlab._util import reading
 from ffnlab.data import prepared
 from ffnlab.data.batches import eval_set, get_batch
-from ffnlab.data.corpus import LINE_BREAKS, NEWLINES, text_lines
+from ffnlab.data.corpus import LINE_BREAKS, NEWLINES, parquet_rows, text_lines
 from ffnlab.data.load import load_data
 from ffnlab.data.prepared import LLMC_MAGIC, TokenFile, TokenFiles, load_tokens, prepare, token_dtype
 from ffnlab.data.tokenizer import CHUNK_CHARS, file_tokenizer
@@ -357,3 +358,185 @@ def test_lines_are_cut_as_the_whole_text_cuts_them_however_it_streams(seed):
     chunks = [whole[i:j] for i, j in zip([0, *cuts], [*cuts, len(whole)])]
     assert list(text_lines(chunks, LINE_BREAKS)) == whole.splitlines(keepends=True)
     assert list(text_lines(chunks, NEWLINES)) == list(io.StringIO(whole, newline=""))  # as csv reads a file
+
+
+def source_rows(n: int, splits: list[str] | None) -> list[dict]:
+    """Rows as sources have them: texts of a few lines (a duplicate now and then, a blank one), an id column, and
+    where `splits` is given a split column that cycles through them."""
+    rows = []
+    for i in range(n):
+        body = "  \n" if i % 13 == 5 else text(3, seed=i - 5 if i % 10 == 9 else i)
+        rows.append({"id": i, "text": body, **({"split": splits[i % len(splits)]} if splits else {})})
+    return rows
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """`rows` as a JSON-lines, CSV or Parquet file, by the suffix of `path`."""
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    elif path.suffix == ".csv":
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+        pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+# how the rows are laid out -> {file name: (rows, their split column's values)}: each of split_routes' rules
+ROW_LAYOUTS = {
+    # test = val, spelled two ways (their order is the source's); val carved from train; 'unsupervised' ignored
+    "split column": {"rows": (200, ["train", "train", "valid", "train", "validation", "unsupervised", "train"])},
+    "no splits": {"rows": (150, None)},  # 80/10/10 by text hash
+    "files named": {"train": (150, None), "test": (30, None)},  # val carved from train
+}
+
+
+def write_row_layout(root: Path, layout: str, suffix: str) -> str:
+    """The files of a row layout under `root`, in one format; the source to give (the file where there is one)."""
+    root.mkdir()
+    files = ROW_LAYOUTS[layout]
+    for offset, (name, (n, splits)) in enumerate(files.items()):
+        write_rows(root / f"{name}{suffix}", source_rows(n, splits)[offset:])
+    return str(root / f"rows{suffix}") if len(files) == 1 else str(root)
+
+
+def assert_prepared_as_loaded(source: str, out: Path, kind: str = "byte") -> None:
+    """`prepare(source)`, which streams it (it never calls load_corpus), holds the ids, documents and split rule
+    that `load_data(source)` gives."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(prepared, "load_corpus", None)
+        manifest = prepare(source, out, kind, bpe_vocab=300 if kind == "bpe" else None)
+    corpus, tok, splits = load_data(source, "lm", kind, 300 if kind == "bpe" else None, "text", "label")
+    _, read_tok, read = load_tokens(str(out))
+    assert read_tok.state() == tok.state()
+    for split in ("train", "val", "test"):
+        assert torch.equal(ids(read[split]), splits[split]), split
+        assert manifest.splits[split].documents == len(corpus.documents(split)), split
+    assert manifest.split_rule == corpus.meta["split_rule"]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+@pytest.mark.parametrize("layout", ROW_LAYOUTS)
+def test_rows_stream_to_the_ids_and_splits_load_corpus_gives(tmp_path, small_reads, suffix, layout):
+    assert_prepared_as_loaded(write_row_layout(tmp_path / "rows", layout, suffix), tmp_path / "tokens")
+
+
+def test_parquet_reads_the_columns_asked_for_or_every_one_where_one_is_missing(tmp_path):
+    write_rows(tmp_path / "rows.parquet", source_rows(5, ["train"]))
+    assert set(next(parquet_rows(tmp_path / "rows.parquet", ["text", "split"]))) == {"text", "split"}
+    assert set(next(parquet_rows(tmp_path / "rows.parquet", ["words", "split"]))) == {"id", "text", "split"}
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_rows_stream_with_every_tokenizer_alike(tmp_path, small_reads, kind):
+    assert_prepared_as_loaded(write_row_layout(tmp_path / "rows", "split column", ".jsonl"), tmp_path / "tokens", kind)
+
+
+def text_column(rows: list[dict]) -> dict[str, list]:
+    """The columns of a dataset of `rows`' texts."""
+    return {"text": [row["text"] for row in rows]}
+
+
+def saved_datasets(root: Path) -> dict[str, str]:
+    """A DatasetDict (train, validation, unsupervised) and a Dataset without splits, saved to disk."""
+    datasets = pytest.importorskip("datasets")
+    named = {
+        "train": source_rows(150, None),
+        "validation": source_rows(40, None)[20:],
+        "unsupervised": source_rows(9, None),
+    }
+    datasets.DatasetDict({k: datasets.Dataset.from_dict(text_column(v)) for k, v in named.items()}).save_to_disk(
+        root / "dd"
+    )
+    datasets.Dataset.from_dict(text_column(source_rows(150, None))).save_to_disk(root / "ds")
+    return {"splits": str(root / "dd"), "no splits": str(root / "ds")}
+
+
+def test_saved_and_named_datasets_stream_to_the_ids_load_corpus_gives(tmp_path, monkeypatch):
+    from ffnlab.data import corpus
+
+    saved = saved_datasets(tmp_path)
+    for name, folder in saved.items():
+        assert_prepared_as_loaded(folder, tmp_path / f"tokens {name}")
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(corpus, "load_hf", lambda name, path, config: datasets.load_from_disk(saved["splits"]))
+    assert_prepared_as_loaded("hf:someone/rows", tmp_path / "tokens named")
+
+
+BAD_ROWS = {  # what is wrong -> (file name, its content): load_corpus' error, and prepare's
+    "no text column": ("a.jsonl", '{"text": "a b"}\n{"body": "c d"}\n'),
+    "not JSON": ("a.jsonl", '{"text": "a b"}\n{"text": \n'),
+    "not text": ("a.jsonl", '{"text": "a b"}\n{"text": 7}\n'),
+    "a short row": ("a.csv", "text,split\na b,train\nc d\n"),
+    "no train split": ("a.jsonl", '{"text": "a b", "split": "validation"}\n{"text": "c", "split": "test"}\n'),
+    "an empty split": ("a.jsonl", "".join(json.dumps({"text": f"t{i}", "split": "train"}) + "\n" for i in range(3))),
+    "only blank lines": ("a.jsonl", " \n\n"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_ROWS)
+def test_bad_rows_are_refused_in_load_corpus_words(tmp_path, bad):
+    from ffnlab.data.corpus import load_corpus
+
+    name, content = BAD_ROWS[bad]
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError) as loaded:
+        load_corpus(str(tmp_path / name))
+    with pytest.raises(ValueError) as prepared_error:
+        prepare(str(tmp_path / name), tmp_path / "tokens")
+    assert str(prepared_error.value) == str(loaded.value) and "\n" not in str(loaded.value)
+    assert not (tmp_path / "tokens").exists()
+
+
+def test_a_parquet_file_or_dataset_without_the_text_column_names_its_columns(tmp_path, run_cli, capsys):
+    write_rows(tmp_path / "rows.parquet", [{"id": 1, "body": "a b"}])
+    saved = saved_datasets(tmp_path)
+    capsys.readouterr()  # datasets' progress bars
+    code, _, err = run_cli("data", "prepare", tmp_path / "rows.parquet", "--out", tmp_path / "tokens", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "has no column 'text'" in err and "columns: id, body" in err, err
+    code, _, err = run_cli(
+        "data", "prepare", saved["splits"], "--out", tmp_path / "tokens", "--text-field", "body", "--quiet"
+    )
+    assert code == 2 and err.count("\n") == 1 and "[train] has no column 'body'" in err, err
+    code, _, err = run_cli(
+        "data", "prepare", saved["splits"], "--out", tmp_path / "tokens", "--text-field", "a,b", "--quiet"
+    )
+    assert code == 2 and err.count("\n") == 1 and "is for task cls, not lm" in err, err
+
+
+# prepare in a child process; prints its peak resident memory (KiB, Linux's ru_maxrss)
+PEAK_RSS = (
+    "import resource, sys; from ffnlab.data.prepared import prepare; prepare(sys.argv[1], sys.argv[2], 'byte'); "
+    "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+)
+
+
+def peak_rss_of_prepare(source: Path, out: Path) -> int:
+    """Bytes of resident memory at the peak of a child that prepares `source` into `out`."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", PEAK_RSS, str(source), str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.split()[-1]) * 1024
+
+
+def write_jsonl_of_size(path: Path, size: int) -> Path:
+    """A JSON-lines file of about `size` bytes, rows without split names drawn from a few hundred texts."""
+    pool = [json.dumps({"text": text(20, seed=i)}) + "\n" for i in range(300)]
+    with open(path, "w", encoding="utf-8") as f:
+        written, i = 0, 0
+        while written < size:
+            written += f.write(pool[i % len(pool)])
+            i += 1
+    return path
+
+
+@pytest.mark.slow
+def test_a_large_jsonl_is_prepared_without_holding_it(tmp_path):
+    size = 64 << 20
+    small = peak_rss_of_prepare(write_jsonl_of_size(tmp_path / "small.jsonl", 1 << 20), tmp_path / "small")
+    large = peak_rss_of_prepare(write_jsonl_of_size(tmp_path / "large.jsonl", size), tmp_path / "large")
+    assert large - small < size // 4, f"peak RSS grew by {(large - small) >> 20} MiB for a {size >> 20} MiB file"

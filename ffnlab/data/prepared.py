@@ -5,10 +5,14 @@ through a memory map (task lm only).
 vocabulary fits, as nanoGPT's train.bin, else uint32) and manifest.json (`Manifest`: the tokenizer's state, the
 dtype, the tokens and documents of each split, the sha256 of the source and the split rule). The folder is written
 whole beside `out` and renamed into place, its manifest last, so a killed prepare leaves nothing that looks
-finished, and a rerun starts over. Text files stream through it: the same split rules as `load_corpus`
-(`text_files_plan`), each split's text cut where its tokenizer cuts anyway (`stream_safe_chunks`), so its ids are
-`encode(text)`'s, written as they come. Rows (JSON lines, CSV, Parquet, a saved dataset, a dataset's name) are read
-as `load_corpus` reads them, whole; only their ids stream to disk.
+finished, and a rerun starts over. The source streams through it, never whole in memory, split by the rules of
+`load_corpus`, each split's text cut where its tokenizer cuts anyway (`stream_safe_chunks`), so its ids are
+`encode(text)`'s, written as they come. Text files: by `text_files_plan` (a cut by position takes a pass to find
+it). Rows (JSON lines a line at a time, CSV, Parquet a batch of its text and split columns at a time, a saved
+dataset or a dataset's name from its memory-mapped Arrow files): one pass counts them (which splits the source
+names, and the text_bucket of each row: `split_routes` needs the first, the empty-split check the second), then
+each split reads them again and keeps the rows routed to it, so no rule needs them all at once. The bundled plays
+(5 MB) are read whole.
 
 `load_tokens(folder)` reads such a folder back as a `TokenFiles` per split, and tokens prepared elsewhere: the
 shards llm.c and modded-nanogpt write (`*_train*.bin`, `*_val*.bin`: a header of 256 int32, magic 20240520,
@@ -28,23 +32,35 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeGuard
 
 import numpy as np
 import torch
 
 from ffnlab._util.files import atomic_folder, check_free_space, check_output_folder
 from ffnlab._util.jsonio import json_problem
-from ffnlab._util.reading import TOKENIZER_LIMIT, check_readable, read_chunks, read_text, text_chunks
+from ffnlab._util.reading import TOKENIZER_LIMIT, check_readable, read_chunks, read_text
 from ffnlab._util.text import first_line
 from ffnlab.data.corpus import (
     DATA_FILE,
-    DATA_SUFFIXES,
+    EVERY_BUCKET,
+    ROW_READERS,
+    SPLIT_NAMES,
     SPLITS,
+    check_pair,
+    data_chunks,
+    data_files,
+    file_split,
     folder_files,
+    hf_named,
     is_saved_dataset,
     load_corpus,
-    readable,
+    load_saved,
+    need_texts,
+    parquet_rows,
+    row_text,
+    split_routes,
+    text_bucket,
     text_files_plan,
 )
 from ffnlab.data.tokenizer import (
@@ -75,7 +91,10 @@ SCAN_TOKENS = 1 << 24  # tokens read at a time where ids are checked against the
 LLMC_SHARD = re.compile(r".*_(train|val)(_\d+)?\.bin")  # fineweb_train_000001.bin, TinyStories_val.bin
 TEMP_FOLDER = re.compile(r"\..+\.\d+\.tmp")  # atomic_folder's temporary folder: .NAME.PID.tmp
 
-Document = Callable[[], Iterator[str]]  # a document's text as it streams, read again at each call
+Document = Iterable[str]  # a document's text, as it streams
+Documents = Callable[[], Iterator[Document]]  # a split's documents as they stream, read again at each call
+Rows = Callable[[], Iterator[tuple[str, object]]]  # a source's rows (the split it names them, as it spells it, and
+# their text) as they stream, read again at each call
 Log = Callable[[str], None]
 
 
@@ -105,7 +124,7 @@ class Manifest:
     vocab_size: int
     splits: dict[str, SplitTokens]
     source: str  # the path or name prepared
-    source_sha256: str  # of the files read (their names and bytes), or of the documents for a dataset's name
+    source_sha256: str  # of the files read (their names and bytes), or of the rows' texts for a dataset's name
     split_rule: str
     task: Literal["lm"] = "lm"
     format: str = FORMAT
@@ -171,23 +190,12 @@ class TokenFiles:
 # ---- prepare: the source's documents ---------------------------------------------------------------------
 
 
-def file_text(path: Path) -> Iterator[str]:
-    """A data file's text as it streams (`text_chunks`); ValueError naming it when it holds only whitespace, as
-    `load_corpus` refuses it."""
-    blank = True
-    for chunk in text_chunks(path, DATA_FILE):
-        blank = blank and chunk.isspace()
-        yield chunk
-    if blank:
-        raise ValueError(f"{path} is empty")
-
-
 def joined(files: list[Path]) -> Iterator[str]:
     """The text of `files` joined with DOC_SEP, as it streams."""
     for i, path in enumerate(files):
         if i:
             yield DOC_SEP
-        yield from file_text(path)
+        yield from data_chunks(path)
 
 
 def position_cuts(files: list[Path], fractions: tuple[float, float, float]) -> list[int]:
@@ -227,7 +235,7 @@ def empty_split(source: str, split: str) -> ValueError:
     )
 
 
-def span_document(files: list[Path], start: int, end: int | None, source: str, split: str) -> Document:
+def span_document(files: list[Path], start: int, end: int | None, source: str, split: str) -> Callable[[], Document]:
     """The piece [start, end) of the joined text of `files`, the one document of `split`: ValueError where it holds
     only whitespace, which leaves the split empty."""
 
@@ -246,7 +254,7 @@ def span_document(files: list[Path], start: int, end: int | None, source: str, s
 class Source:
     """A source to prepare: the documents of each split, streamed at each read, and where they came from."""
 
-    documents: dict[str, list[Document]]
+    documents: dict[str, Documents]
     split_rule: str
     sha256: str
     size: int  # bytes of text: at most one id each
@@ -263,60 +271,176 @@ def files_sha256(files: list[Path], root: Path) -> str:
     return digest.hexdigest()
 
 
+def each(streams: list[Callable[[], Document]]) -> Documents:
+    """A split's documents that are `streams`, each read afresh at each call."""
+    return lambda: (stream() for stream in streams)
+
+
 def text_source(root: Path, files: list[Path]) -> Source:
     """The documents of text files by the split rules of `load_corpus` (`text_files_plan`): whole files, or
     pieces of their joined text cut by position."""
     by_name = {(f.relative_to(root).as_posix() if root.is_dir() else f.name): f for f in files}
     plan = text_files_plan(list(by_name))
-    documents: dict[str, list[Document]] = {
-        split: [functools.partial(file_text, by_name[name]) for name in plan.whole.get(split, [])] for split in SPLITS
+    streams: dict[str, list[Callable[[], Document]]] = {
+        split: [functools.partial(data_chunks, by_name[name]) for name in plan.whole.get(split, [])] for split in SPLITS
     }
     if plan.joined:
         pieces = [by_name[name] for name in plan.joined]
         starts = [0, *position_cuts(pieces, plan.fractions)]
         for split, fraction, start, end in zip(SPLITS, plan.fractions, starts, [*starts[1:], None]):
             if fraction:
-                documents[split].append(span_document(pieces, start, end, str(root), split))
+                streams[split].append(span_document(pieces, start, end, str(root), split))
+    documents = {split: each(streams[split]) for split in SPLITS}
     return Source(documents, plan.rule, files_sha256(files, root), sum(f.stat().st_size for f in files))
 
 
-def rows_source(source: str, text_field: str) -> Source:
-    """The documents of any other source `load_corpus` reads (rows, a saved dataset, a dataset's name), split as
-    it splits them; read whole."""
+def row_split(spelled: str) -> str | None:
+    """Our split ('train', 'val', 'test', or 'all' where the source names none) of rows the source puts in
+    `spelled`; None for a split `from_rows` ignores (imdb's 'unsupervised')."""
+    return SPLIT_NAMES.get(spelled, "all" if spelled == "all" else None)
+
+
+def is_document(text: object) -> TypeGuard[str]:
+    """Whether a row's text is a document: text, not blank (`from_rows` drops the other rows)."""
+    return isinstance(text, str) and bool(text.strip())
+
+
+@dataclass(frozen=True)
+class RowCounts:
+    """One pass over a source's rows, none of them held: what `split_routes` needs, and how many rows go where."""
+
+    spelled: list[str]  # the source's split names as it spells them, in the order they come
+    buckets: dict[str, list[int]]  # for each of our splits that rows name (or 'all'): its documents per text_bucket
+    size: int  # bytes of the documents' text
+    sha256: str  # of the documents, each with the split it is named
+
+
+def count_rows(rows: Iterable[tuple[str, object]], spelled: list[str]) -> RowCounts:
+    """The `RowCounts` of `rows`; `spelled`: split names the source has before its rows are read (a dataset's)."""
+    names = dict.fromkeys(spelled)
+    buckets: dict[str, list[int]] = {}
+    size, digest = 0, hashlib.sha256()
+    for split, text in rows:
+        names.setdefault(split)
+        if (ours := row_split(split)) is None or not is_document(text):
+            continue
+        buckets.setdefault(ours, [0] * 100)[text_bucket(text)] += 1
+        data = text.encode("utf-8", "surrogatepass")
+        size += len(data)
+        digest.update(f"{len(split)}:{split}:{len(data)}:".encode("utf-8", "surrogatepass") + data)
+    return RowCounts(list(names), buckets, size, digest.hexdigest())
+
+
+def routed(rows: Rows, routes: dict[str, dict[str, tuple[int, int]]], spelled: list[str], split: str) -> Documents:
+    """The documents of our `split`: the texts of the rows `routes` send there (`split_routes`), in `from_rows`'
+    order: the rows of each split name of the source in turn (most sources spell each split one way)."""
+    names = [(theirs, to[split]) for theirs in spelled if split in (to := routes.get(row_split(theirs) or "", {}))]
+
+    def documents() -> Iterator[Document]:
+        for name, (lo, hi) in names:
+            for theirs, text in rows():
+                if theirs == name and is_document(text) and ((lo, hi) == EVERY_BUCKET or lo <= text_bucket(text) < hi):
+                    yield (text,)
+
+    return documents
+
+
+def rows_source(name: str, rows: Rows, digest: str | None, spelled: list[str] | None = None) -> Source:
+    """The documents of rows split as `from_rows` splits them, as they stream: one pass counts them (the splits
+    the source has, the text_bucket of each row), then each split's documents are the rows routed to it, read
+    again. `digest`: the source's (its files'), else that of its documents."""
+    counts = count_rows(rows(), spelled or [])
+    present = set(counts.buckets)
+    if "all" in present and len(present) > 1:  # rows without a split name next to named splits: ignored
+        present.discard("all")
+    routes, rule = split_routes(name, present, counts.spelled)
+    for split in SPLITS:  # as `Corpus` checks them, before anything is tokenised
+        if not any(sum(counts.buckets[theirs][slice(*to[split])]) for theirs, to in routes.items() if split in to):
+            raise empty_split(name, split)
+    documents = {split: routed(rows, routes, counts.spelled, split) for split in SPLITS}
+    return Source(documents, rule, digest or counts.sha256, counts.size)
+
+
+def file_rows(files: list[Path], suffix: str, text_field: str) -> Iterator[tuple[str, object]]:
+    """The rows of data files of one format as they stream: the split its `split` field names, else its file's
+    name, and its text; ValueError naming a row without the text column or whose field is not text
+    (`rows_by_split`'s checks). Parquet reads only the text and split columns."""
+    read = (
+        functools.partial(parquet_rows, columns=[text_field, "split"]) if suffix == ".parquet" else ROW_READERS[suffix]
+    )
+    for path in files:
+        for i, row in enumerate(read(path), 1):
+            where = f"{path} row {i}"
+            need_texts([text_field], row, where, None)
+            split = str(row.get("split", "all")).lower()
+            yield (file_split(path) if split == "all" else split), row_text(row, text_field, where)
+
+
+def dataset_splits(loaded) -> dict:
+    """{split: datasets.Dataset} of a `DatasetDict`, or {'all': it} of a `Dataset` (rows without splits)."""
+    return loaded if hasattr(loaded, "keys") else {"all": loaded}
+
+
+HF_ROWS = 1024  # rows of a dataset read at a time from its memory-mapped Arrow files
+
+
+def dataset_rows(name: str, loaded, text_field: str) -> Iterator[tuple[str, object]]:
+    """The rows of a `datasets.Dataset` or `DatasetDict` as they stream, HF_ROWS at a time, their text column
+    alone; a split `from_hf` ignores is not read."""
+    for split, dataset in dataset_splits(loaded).items():
+        if row_split(split) is None:
+            continue
+        need_texts([text_field], dataset.column_names, f"{name} [{split}]", None)
+        for batch in dataset.select_columns([text_field]).iter(batch_size=HF_ROWS):
+            for text in batch[text_field]:
+                yield split, text
+
+
+def one_document(text: str) -> Document:
+    """A document whose text is `text`, as one piece."""
+    return (text,)
+
+
+def whole_source(source: str, text_field: str) -> Source:
+    """The documents of a source `load_corpus` reads whole: the bundled plays (5 MB); for a source that is none of
+    the others, its error."""
     corpus = load_corpus(source, "lm", text_field=text_field)
-    documents: dict[str, list[Document]] = {
-        split: [functools.partial(iter, [text]) for text in corpus.documents(split)] for split in SPLITS
+    documents: dict[str, Documents] = {
+        split: functools.partial(map, one_document, corpus.documents(split)) for split in SPLITS
     }
     size = sum(len(text.encode("utf-8", "surrogatepass")) for split in SPLITS for text in corpus.documents(split))
-    path = Path(os.path.expanduser(source))
-    if os.path.lexists(path):
-        files = folder_files(path) if path.is_dir() else [path]
-        if path.is_dir() and not is_saved_dataset(path):
-            files = [f for f in files if f.suffix.lower() in DATA_SUFFIXES]
-        digest = files_sha256(readable(files), path)
-    else:  # a dataset by name: its documents are what was read
-        digest = corpus.fingerprint()
-    return Source(documents, corpus.meta.get("split_rule", ""), digest, size)
+    return Source(documents, corpus.meta.get("split_rule", ""), corpus.fingerprint(), size)
 
 
 def source_of(source: str, text_field: str) -> Source:
-    """The `Source` of a path or name: text files stream (`text_source`), anything else is read by `load_corpus`."""
+    """The `Source` of a path or name, as `load_corpus` reads it, streamed: text files (`text_source`); rows of
+    data files, of a saved dataset or of a dataset's name (`rows_source`)."""
+    check_pair(source, "lm", text_field)
     path = Path(os.path.expanduser(source))
-    if os.path.lexists(path) and not (path.is_dir() and is_saved_dataset(path)):
-        files = readable(
-            [f for f in folder_files(path) if f.suffix.lower() in DATA_SUFFIXES] if path.is_dir() else [path]
-        )
-        if files and all(f.suffix.lower() == ".txt" for f in files):
-            return text_source(path, files)
-    return rows_source(source, text_field)
+    if source == "shakespeare":
+        return whole_source(source, text_field)
+    if named := hf_named(source, text_field):
+        loaded, column, _ = named
+        rows = functools.partial(dataset_rows, source, loaded, column)
+        return rows_source(source, rows, None, list(dataset_splits(loaded)))
+    if not source or not os.path.lexists(path):  # NOTE: Path('') is '.', as in load_corpus
+        return whole_source(source, text_field)  # which raises load_corpus' error
+    if path.is_dir() and is_saved_dataset(path):
+        loaded = load_saved(path)
+        rows = functools.partial(dataset_rows, str(path), loaded, text_field)
+        return rows_source(str(path), rows, files_sha256(folder_files(path), path), list(dataset_splits(loaded)))
+    files, suffix = data_files(path)
+    if suffix == ".txt":
+        return text_source(path, files)
+    return rows_source(str(path), functools.partial(file_rows, files, suffix, text_field), files_sha256(files, path))
 
 
-def split_text_stream(documents: list[Document]) -> Iterator[str]:
+def split_text_stream(documents: Iterable[Document]) -> Iterator[str]:
     """A split's text, its documents joined with DOC_SEP (`Corpus.text`), as it streams."""
     for i, document in enumerate(documents):
         if i:
             yield DOC_SEP
-        yield from document()
+        yield from document
 
 
 # ---- prepare: tokenising -------------------------------------------------------------------------------------
@@ -335,12 +459,12 @@ def stream_tokenizer(kind: str, source: Source, bpe_vocab: int | None) -> Tokeni
         return ByteTokenizer()
     if kind == "char":
         chars: set[str] = set()
-        for document in (d for split in SPLITS for d in source.documents[split]):
-            for chunk in document():
+        for document in (d for split in SPLITS for d in source.documents[split]()):
+            for chunk in document:
                 chars.update(chunk)
         return build_tokenizer("char", ["".join(sorted(chars))])
     vocab = check_bpe_vocab(bpe_vocab)
-    chunks = (chunk for d in source.documents["train"] for chunk in stream_safe_chunks(d(), TRAIN_CHUNK_CHARS))
+    chunks = (chunk for d in source.documents["train"]() for chunk in stream_safe_chunks(d, TRAIN_CHUNK_CHARS))
     return BPETokenizer(train_bpe_chunks(chunks, vocab))
 
 
@@ -379,14 +503,21 @@ def encoding_ids(encodings: list) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64)
 
 
-def write_split(documents: list[Document], tokenizer: Tokenizer, dtype: np.dtype, path: Path) -> SplitTokens:
+def write_split(documents: Documents, tokenizer: Tokenizer, dtype: np.dtype, path: Path) -> SplitTokens:
     """Encode a split's documents into `path` as they stream; its tokens and documents."""
-    tokens = 0
+    tokens, count = 0, 0
+
+    def counted() -> Iterator[Document]:
+        nonlocal count
+        for document in documents():
+            count += 1
+            yield document
+
     with open(path, "wb") as f:
-        for ids in encoded(tokenizer, split_text_stream(documents)):
+        for ids in encoded(tokenizer, split_text_stream(counted())):
             ids.astype(dtype).tofile(f)
             tokens += len(ids)
-    return SplitTokens(tokens, len(documents))
+    return SplitTokens(tokens, count)
 
 
 def check_new_folder(out: str | os.PathLike) -> Path:

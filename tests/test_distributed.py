@@ -1,5 +1,6 @@
 """One run across processes (ffnlab.run.distributed): two gloo processes on the CPU compute what one process
-computes at the same global batch, a killed rank fails the run in one line and a rerun resumes it."""
+computes at the same global batch, a killed rank fails the run in one line and a rerun resumes it; a sharded run
+(FSDP2) computes and saves what DDP does."""
 
 import json
 import os
@@ -12,8 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
-from ffnlab.run.config import ModelConfig, TrainConfig
+from ffnlab.run.config import ModelConfig, RunResult, TrainConfig
 from ffnlab.run.train import train
 from tests.conftest import TINY_MODEL
 
@@ -78,11 +80,13 @@ def ranks_of(root: int) -> list[int]:
     return sorted(pid for pid in spawned if under(pid))
 
 
-def test_a_killed_rank_fails_the_run_in_one_line_and_a_rerun_resumes_it(tmp_path):
+@pytest.mark.parametrize("shard", [(), ("--shard",)], ids=["ddp", "sharded"])
+def test_a_killed_rank_fails_the_run_in_one_line_and_a_rerun_resumes_it(tmp_path, shard):
+    # sharded: each checkpoint is gathered whole from the shards, and the rerun shards what it loads again
     ckpt = tmp_path / "ckpt"
     argv = [*map(str, TINY_MODEL), "--max-steps", "400", "--eval-every", "100", "--warmup-steps", "2"]
     argv += ["--final-eval-batches", "2", "--eval-batches", "2", "--threads", "1", "--quiet", "--nproc", "2"]
-    argv += ["--precision", "fp32"]
+    argv += ["--precision", "fp32", *shard]
     cmd = [sys.executable, "-m", "ffnlab", "train", *argv, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "20"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
@@ -168,31 +172,80 @@ def test_a_study_says_its_global_batch():
     assert said == "24 (4 per forward pass x 2 processes x 3 accumulated)"
 
 
-def test_a_sharded_run_computes_what_ddp_computes():
-    # FSDP2 on gloo: each rank holds half of every parameter and of AdamW's state
-    cfg = replace(BASE, model=replace(MODEL, n_layers=2), nproc=2, max_steps=6, log_every=2)
-    ddp, sharded = train(cfg), train(replace(cfg, shard=True))
+SHARDED = replace(BASE, model=replace(MODEL, n_layers=2), nproc=2, max_steps=6, log_every=2, checkpoint_every=2)
+
+
+@pytest.fixture(scope="module")
+def ddp_and_sharded(tmp_path_factory) -> dict[str, tuple[RunResult, Path]]:
+    """The same run with DDP and sharded (FSDP2 on gloo: each rank holds half of every parameter and of AdamW's
+    state), each with its checkpoints (the last at step 4) and final weights in a folder of its own."""
+    runs = {}
+    for name in ("ddp", "sharded"):
+        folder = tmp_path_factory.mktemp(name)
+        cfg = replace(SHARDED, shard=name == "sharded", checkpoint_dir=str(folder / "ckpt"))
+        runs[name] = train(cfg, weights_path=folder / "final.safetensors"), folder
+    return runs
+
+
+def test_a_sharded_run_computes_what_ddp_computes(ddp_and_sharded):
+    (ddp, _), (sharded, _) = ddp_and_sharded["ddp"], ddp_and_sharded["sharded"]
     assert sharded.config["shard"] and abs(sharded.final_val_loss - ddp.final_val_loss) < 1e-6
     for whole, pieces in zip(ddp.history["grad_ffn"], sharded.history["grad_ffn"], strict=True):  # over all shards
         assert pieces == pytest.approx(whole, rel=1e-4, abs=1e-9)
+
+
+def test_a_sharded_run_saves_what_ddp_saves_in_the_files_of_an_unsharded_run(ddp_and_sharded):
+    from safetensors.torch import load_file, load_model
+
+    from ffnlab.core.model import Transformer
+    from ffnlab.run.checkpoint import load_checkpoint
+    from ffnlab.run.train import make_optimizer
+
+    (_, ddp_dir), (sharded, sharded_dir) = ddp_and_sharded["ddp"], ddp_and_sharded["sharded"]
+    for name in ("final.safetensors", "ckpt/model-4.safetensors"):  # each tied head under the name save_model keeps
+        whole, pieces = load_file(ddp_dir / name), load_file(sharded_dir / name)
+        assert sorted(pieces) == sorted(whole)
+        for key, tensor in whole.items():
+            torch.testing.assert_close(pieces[key], tensor, rtol=0, atol=1e-6)
+    plain = Transformer(replace(SHARDED.model, vocab_size=sharded.vocab_size))
+    load_model(plain, str(sharded_dir / "final.safetensors"))  # strict: every weight, the tied head among them
+    # the optimizer state as the unsharded optimizer's state_dict numbers it, which a plain run loads
+    ddp_opt, sharded_opt = (
+        torch.load(d / "ckpt/state-4.pt", weights_only=True)["optimizer"] for d in (ddp_dir, sharded_dir)
+    )
+    assert sharded_opt["param_groups"] == ddp_opt["param_groups"]
+    torch.testing.assert_close(sharded_opt["state"], ddp_opt["state"], rtol=0, atol=1e-6)  # keyed 0, 1, ... alike
+    opt = make_optimizer(plain, SHARDED, "cpu")
+    state = load_checkpoint(
+        sharded_dir / "ckpt", plain, opt, torch.Generator(), torch.amp.GradScaler("cpu", enabled=False)
+    )
+    assert state is not None and state["step"] == 4 and len(opt.state) == len(list(plain.parameters()))
 
 
 @pytest.mark.parametrize(
     "extra, message",
     [
         ((), "--shard divides the model over a run's processes; give --nproc 2 or more"),
-        (("--nproc", 2, "--checkpoint-dir", "ck"), "--shard keeps no checkpoints yet; drop --checkpoint-dir, or"),
-        (("--nproc", 2, "--qat-from", 0.5), "--shard cannot give quantisation-aware training yet"),
+        (("--nproc", 2, "--qat-from", 0.5), "--shard cannot give quantisation-aware training yet; drop --qat-from"),
+        (
+            ("--nproc", 2, "--hf-config", "gpt2.json", "--save-pretrained", "out"),
+            "--shard cannot give a save_pretrained",
+        ),
     ],
 )
-def test_what_a_sharded_run_cannot_do_is_refused_in_one_line(run_cli, extra, message):
+def test_what_a_sharded_run_cannot_do_is_refused_in_one_line(run_cli, tmp_path, monkeypatch, extra, message):
+    monkeypatch.chdir(tmp_path)
+    config = {"model_type": "gpt2", "n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 32}
+    (tmp_path / "gpt2.json").write_text(json.dumps(config))
     code, _, err = run_cli("train", *TINY_MODEL, "--max-steps", 2, "--shard", *extra)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith(f"ffnlab: error: {message}")
 
 
-def test_a_study_of_sharded_runs_is_refused(run_cli, tmp_path):
-    code, _, err = run_cli("compare", *TINY_MODEL, "--max-steps", 2, "--shard", "--nproc-per-run", 2,
-                           "--variants", "relu,gelu", "--store", tmp_path / "s.db")  # fmt: skip
-    assert code == 2
-    assert "--shard cannot give a run's weights (a study keeps every run's) yet" in err
+def test_a_study_of_sharded_runs_keeps_each_runs_weights(run_cli, tmp_path):
+    code, out, err = run_cli("compare", *TINY_MODEL, "--max-steps", 2, "--shard", "--nproc-per-run", 2,
+                             "--variants", "relu,gelu", "--seeds", 1, "--no-stats", "--eval-batches", 2, "--final-eval-batches", 2,
+                             "--store", tmp_path / "s.db", "--json", "--quiet")  # fmt: skip
+    assert code == 0, err
+    assert {row["ffn"] for row in json.loads(out)["variants"]} == {"relu", "gelu"}
+    assert len(list((tmp_path / "weights").glob("*.safetensors"))) == 2

@@ -115,13 +115,17 @@ def check_checkpoint_folder(directory: Path) -> Path:
     return directory
 
 
-def save_weights(model: nn.Module, path: Path) -> None:
-    """Weights as safetensors, written atomically (never half-written); creates the folder."""
-    from safetensors.torch import save_model
+def save_weights(model: nn.Module | dict[str, torch.Tensor], path: Path) -> None:
+    """A module's weights as safetensors, or a state dict gathered from a sharded model's (tied parameters under
+    one name, as save_model leaves them), written atomically (never half-written); creates the folder."""
+    from safetensors.torch import save_file, save_model
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        save_model(model, str(tmp))
+        if isinstance(model, nn.Module):
+            save_model(model, str(tmp))
+        else:
+            save_file({name: tensor.contiguous() for name, tensor in model.items()}, str(tmp))
 
 
 def trainer_state(
@@ -144,10 +148,11 @@ def trainer_state(
     }
 
 
-def save_checkpoint(directory: Path, model: nn.Module, state: dict) -> None:
-    """Weights to safetensors and the trainer state (`trainer_state`) to a torch file, each written
-    atomically; `latest.json` is switched last, so a kill leaves the previous pair usable. The marker
-    comes first: from then on the folder is ffnlab's, which deletes the older pairs, by name."""
+def save_checkpoint(directory: Path, model: nn.Module | dict[str, torch.Tensor], state: dict) -> None:
+    """Weights to safetensors (`save_weights`: a module, or a sharded model's gathered state dict) and the trainer
+    state (`trainer_state`) to a torch file, each written atomically; `latest.json` is switched last, so a kill
+    leaves the previous pair usable. The marker comes first: from then on the folder is ffnlab's, which deletes the
+    older pairs, by name."""
     step = state["step"]
     check_checkpoint_folder(directory).mkdir(parents=True, exist_ok=True)
     if not (directory / MARKER).exists():

@@ -90,7 +90,7 @@ class TrainConfig:
     checkpoint_every: int = 100  # steps between checkpoints (with checkpoint_dir)
     shard: bool = False  # with nproc > 1, shard parameters, gradients and optimizer state over the processes
     # (FSDP2's fully_shard, block by block) instead of a copy in each: for a model that does not fit one device;
-    # no checkpoints, saved weights or QAT yet (ffnlab.run.train.check_shard)
+    # checkpoints and weights gathered whole into an unsharded run's files; no QAT or save_pretrained yet
     qat_from: float | None = None  # quantisation-aware training: from this fraction of training on (0 to 1, by
     # the schedule's progress), every linear layer is fake-quantised to int8 (torchao; ffnlab.tools.quantize)
 

@@ -7,7 +7,8 @@ standalone rendezvous on this machine) with `rank_main` in each process, and han
 
 Every rank builds the same model from the same seed, draws the same global batch and keeps its share, and
 DDP averages the gradients over the ranks, so the run computes what one process computes at the same global
-batch (batch_size x nproc x grad_accum). Rank 0 alone writes (checkpoints, weights, the result).
+batch (batch_size x nproc x grad_accum). Rank 0 alone writes (checkpoints, weights, the result); a sharded run's
+(`shard`) model and optimizer state are gathered whole first, by every rank, into the files an unsharded run writes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -121,6 +122,40 @@ def shard(model: nn.Module, opt: torch.optim.Optimizer, ranks: Ranks) -> None:
             opt.state[new] = {
                 k: distribute_tensor(v, new.device_mesh, new.placements) if v.dim() > 0 else v for k, v in state.items()
             }
+
+
+def whole_weights(model: nn.Module, ranks: Ranks) -> dict[str, torch.Tensor]:
+    """A sharded model's state dict gathered whole onto rank 0's CPU (empty on the other ranks, which must call it
+    too: it is a collective), each tied parameter under the one name safetensors' save_model keeps (the first in
+    sorted order), so the file is the one an unsharded run writes."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    whole = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not ranks.main:  # cpu_offload leaves the others nothing
+        return {}
+    names: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():  # a tied head is the embedding's parameter
+        names.setdefault(id(tensor), []).append(name)
+    kept = {min(group) for group in names.values()}
+    return {name: cast(torch.Tensor, tensor) for name, tensor in whole.items() if name in kept}
+
+
+def whole_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer, ranks: Ranks) -> dict:
+    """A sharded model's optimizer state gathered whole onto rank 0's CPU (empty on the others; a collective), in
+    the unsharded optimizer's `state_dict()` form (parameters numbered in the order of its groups), so a run with
+    or without --shard resumes from it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    by_name = cast(dict[str, Any], get_optimizer_state_dict(model, opt, options=options))  # keyed by parameter name
+    if not ranks.main:
+        return {}
+    groups: list[dict[str, Any]] = by_name["param_groups"]
+    number = {name: i for i, name in enumerate(name for group in groups for name in group["params"])}
+    return {
+        "state": {number[name]: state for name, state in by_name["state"].items()},
+        "param_groups": [{**group, "params": [number[name] for name in group["params"]]} for group in groups],
+    }
 
 
 def gradient_sync(module: object, sync: bool) -> contextlib.AbstractContextManager:

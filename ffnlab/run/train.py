@@ -81,6 +81,8 @@ from ffnlab.run.distributed import (
     replicate,
     started_by_torchrun,
     this_rank,
+    whole_optimizer_state,
+    whole_weights,
 )
 from ffnlab.run.monitors import (
     ActivationProbe,
@@ -570,7 +572,7 @@ def train(
     if pretrained_path is not None:
         check_output_folder(pretrained_path, "the save_pretrained folder")
     if cfg.shard:
-        check_shard(cfg, weights_path or pretrained_path)
+        check_shard(cfg, pretrained_path)
     if cfg.nproc > 1 and not started_by_torchrun():  # start the run's processes (torchrun's launcher) and wait
         if model_factory is not None:
             raise ValueError("a model_factory builds the model in this process; start nproc > 1 with torchrun")
@@ -626,16 +628,15 @@ def train(
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
 
 
-def check_shard(cfg: TrainConfig, saved_to: str | os.PathLike | None) -> None:
-    """ValueError where a sharded run (cfg.shard) asks for what it cannot do yet: the model is in pieces over the
-    ranks, and gathering it back into checkpoints, weights or a save_pretrained folder is not built."""
+def check_shard(cfg: TrainConfig, pretrained_path: str | os.PathLike | None = None) -> None:
+    """ValueError where a sharded run (cfg.shard) has one process, or asks for what is not built for a model in
+    pieces over the ranks: quantisation-aware training, a save_pretrained folder."""
     if cfg.nproc == 1 and not started_by_torchrun():
         raise ValueError("--shard divides the model over a run's processes; give --nproc 2 or more")
-    if cfg.checkpoint_dir:
-        raise ValueError("--shard keeps no checkpoints yet; drop --checkpoint-dir, or --shard (DDP checkpoints)")
-    if saved_to is not None or cfg.qat_from is not None:
-        what = "quantisation-aware training" if saved_to is None else "a run's weights (a study keeps every run's)"
-        raise ValueError(f"--shard cannot give {what} yet; train with ffnlab train --shard, or drop --shard")
+    if cfg.qat_from is not None:
+        raise ValueError("--shard cannot give quantisation-aware training yet; drop --qat-from, or --shard")
+    if pretrained_path is not None:
+        raise ValueError("--shard cannot give a save_pretrained folder yet; drop --save-pretrained, or --shard")
 
 
 def run_time(setup: Setup, t0: float) -> float:
@@ -682,13 +683,19 @@ def apply_gradients(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float,
 
 
 def checkpoint(setup: Setup, step: int, elapsed: float) -> None:
-    """Rank 0 writes a checkpoint of `step`, with every rank's RNG state (each rank's dropout masks its own share)."""
+    """Rank 0 writes a checkpoint of `step`, with every rank's RNG state (each rank's dropout masks its own share).
+    A sharded run's model and optimizer state are gathered whole first, by every rank, into the files an unsharded
+    run writes: `prepare` resumes them before sharding, with --shard or without."""
     assert setup.checkpoint_dir is not None  # the loop checkpoints only with one
     state = trainer_state(step, elapsed, setup.hist, setup.opt, setup.gen, setup.scaler)
+    weights: nn.Module | dict[str, torch.Tensor] = setup.model
+    if setup.cfg.shard:
+        weights = whole_weights(setup.model, setup.ranks)
+        state["optimizer"] = whole_optimizer_state(setup.model, setup.opt, setup.ranks)
     if setup.ranks.world > 1:
         state["rank_rng"] = gathered(torch.get_rng_state(), setup.ranks)
     if setup.ranks.main:
-        save_checkpoint(setup.checkpoint_dir, setup.model, state)
+        save_checkpoint(setup.checkpoint_dir, weights, state)
 
 
 def step_optimizer(setup: Setup, loss: torch.Tensor, step: int) -> tuple[float, float, str]:
@@ -745,7 +752,7 @@ def finish(
         if not math.isfinite(evals.final["loss"]):
             status = "diverged"
             hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(evals.final["loss"])})
-        elif setup.ranks.main:  # rank 0 alone writes
+        else:
             save_final(setup, weights_path, pretrained_path)
     final, noisy, test = evals.final, evals.noisy, evals.test
     diverged: dict[str, Any] = next((e for e in hist["events"] if e["kind"] in DIVERGENCE), {})
@@ -783,10 +790,13 @@ def finish(
 
 def save_final(setup: Setup, weights_path: str | os.PathLike | None, pretrained_path: str | os.PathLike | None) -> None:
     """A finished run's weights (safetensors) and its Hugging Face model as a save_pretrained folder;
-    a swapped model is saved with its original FFN modules, so the folder loads with from_pretrained."""
+    a swapped model is saved with its original FFN modules, so the folder loads with from_pretrained. Called in
+    every rank: rank 0 alone writes, and a sharded model is gathered whole by all of them first."""
     if weights_path is not None:
-        save_weights(setup.model, Path(weights_path))
-    if pretrained_path is not None:
+        weights = whole_weights(setup.model, setup.ranks) if setup.cfg.shard else setup.model
+        if setup.ranks.main:
+            save_weights(weights, Path(weights_path))
+    if pretrained_path is not None and setup.ranks.main:
         from ffnlab.tools.hf import HFModel, save_unswapped
 
         assert isinstance(setup.model, HFModel)  # train() refuses pretrained_path for ffnlab's Transformer

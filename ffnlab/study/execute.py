@@ -198,8 +198,8 @@ def run_study(
     sweep stopped by Ctrl-C or SIGTERM leaves none of its runs marked running (`release_stopped`)."""
     if backend not in ("local", "ray"):
         raise ValueError(f"unknown backend '{backend}'; valid: local, ray")
-    if study.base.shard:  # a study keeps each run's weights and checkpoints, which a sharded run cannot give yet
-        check_shard(replace(study.base, checkpoint_dir=None), "every run's weights")
+    if study.base.shard:  # refused once, before the first run, not in each
+        check_shard(study.base)
     workers = resolve_jobs(jobs, study.base.device, study.base.nproc)
     if backend == "local":  # on a Ray cluster the data may live only where the workers are
         preflight(iter_plan(study, seeds=1))  # a run's seed changes neither its data nor its model's size

@@ -355,9 +355,9 @@ def test_lines_are_cut_as_the_whole_text_cuts_them_however_it_streams(seed):
     rng = random.Random(seed)
     whole = "".join(rng.choice(["a", "b ", "\r", "\n", "\r\n", "\x85", "\u2028", "\x0c", "é"]) for _ in range(400))
     cuts = sorted(rng.sample(range(1, len(whole)), 40))
-    chunks = [whole[i:j] for i, j in zip([0, *cuts], [*cuts, len(whole)])]
-    assert list(text_lines(chunks, LINE_BREAKS)) == whole.splitlines(keepends=True)
-    assert list(text_lines(chunks, NEWLINES)) == list(io.StringIO(whole, newline=""))  # as csv reads a file
+    for chunks in ([whole[i:j] for i, j in zip([0, *cuts], [*cuts, len(whole)])], list(whole)):
+        assert list(text_lines(chunks, LINE_BREAKS)) == whole.splitlines(keepends=True)
+        assert list(text_lines(chunks, NEWLINES)) == list(io.StringIO(whole, newline=""))  # as csv reads a file
 
 
 def source_rows(n: int, splits: list[str] | None) -> list[dict]:

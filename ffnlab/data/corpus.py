@@ -45,11 +45,12 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import io
 import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -556,27 +557,36 @@ def data_chunks(path: Path) -> Iterator[str]:
         raise ValueError(f"{path} is empty")
 
 
-LINE_BREAKS = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines cuts
-NEWLINES = re.compile("\r\n|[\r\n]")  # where a text opened with newline='' cuts, as the csv module reads it
+@dataclass(frozen=True)
+class LineRule:
+    """Where a text's lines end: `cut` cuts a text into its lines, each with its line end, one of `ends`."""
+
+    cut: Callable[[str], list[str]]
+    ends: str
 
 
-def text_lines(chunks: Iterable[str], breaks: re.Pattern) -> Iterator[str]:
-    """The lines, each with its line break, of a text that streams as `chunks`, cut where `breaks` cuts the whole
-    text: a line may span chunks, and a '\\r' that ends a chunk waits for the next, which may begin with '\\n'."""
-    line: list[str] = []  # pieces of the line the chunks so far have not ended
-    held = ""
+# str.splitlines' line ends
+LINE_BREAKS = LineRule(functools.partial(str.splitlines, keepends=True), "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+NEWLINES = LineRule(lambda text: io.StringIO(text, newline="").readlines(), "\n\r")  # as csv reads a file
+
+
+def text_lines(chunks: Iterable[str], rule: LineRule) -> Iterator[str]:
+    """The lines, each with its line end, of a text that streams as `chunks`, as `rule` cuts the whole text: a
+    line may span chunks, and a '\\r' that ends a chunk waits for the next, which may begin with '\\n'."""
+    line: list[str] = []  # pieces of a line the chunks so far have not ended, or ended with '\r'
     for chunk in chunks:
-        text = held + chunk
-        held = "\r" if text.endswith("\r") else ""
-        text = text[: len(text) - len(held)]
-        start = 0
-        for match in breaks.finditer(text):
-            line.append(text[start : match.end()])
-            yield "".join(line)
-            line, start = [], match.end()
-        line.append(text[start:])
-    if last := "".join(line) + held:
-        yield last
+        if line and line[-1].endswith("\r"):
+            newline = chunk.startswith("\n")
+            yield "".join(line) + ("\n" if newline else "")
+            line, chunk = [], chunk[1:] if newline else chunk
+        pieces = rule.cut(chunk)
+        for i, piece in enumerate(pieces):
+            line.append(piece)
+            if i < len(pieces) - 1 or (piece[-1] in rule.ends and piece[-1] != "\r"):
+                yield "".join(line)
+                line = []
+    if line:
+        yield "".join(line)
 
 
 def jsonl_rows(path: Path) -> Iterator[dict]:

@@ -369,11 +369,12 @@ def file_rows(files: list[Path], suffix: str, text_field: str) -> Iterator[tuple
         functools.partial(parquet_rows, columns=[text_field, "split"]) if suffix == ".parquet" else ROW_READERS[suffix]
     )
     for path in files:
+        named = file_split(path)
         for i, row in enumerate(read(path), 1):
             where = f"{path} row {i}"
             need_texts([text_field], row, where, None)
             split = str(row.get("split", "all")).lower()
-            yield (file_split(path) if split == "all" else split), row_text(row, text_field, where)
+            yield (named if split == "all" else split), row_text(row, text_field, where)
 
 
 def dataset_splits(loaded) -> dict:
@@ -479,11 +480,25 @@ def batched(items: Iterable[str], size: int) -> Iterator[list[str]]:
 BATCH_CHUNKS = 4 * (os.cpu_count() or 1)
 
 
+def gathered(pieces: Iterable[str], size: int) -> Iterator[str]:
+    """The text `pieces` make, in pieces of `size` characters or more (the last one shorter), as they stream."""
+    held: list[str] = []
+    count = 0
+    for piece in pieces:
+        held.append(piece)
+        count += len(piece)
+        if count >= size:
+            yield "".join(held)
+            held, count = [], 0
+    if held:
+        yield "".join(held)
+
+
 def encoded(tokenizer: Tokenizer, text: Iterable[str]) -> Iterator[np.ndarray]:
     """The ids of a text that streams as `text`, as they come: `encode(text)`'s. BPE encodes chunks cut where its
     encode cuts a long text (`stream_safe_chunks`), a batch at a time on every core (tokenizers' encode_batch)."""
     if not isinstance(tokenizer, BPETokenizer):  # char and byte: any cut gives the same ids
-        yield from map(tokenizer.encode_array, text)
+        yield from map(tokenizer.encode_array, gathered(text, CHUNK_CHARS))  # rows are many short pieces
         return
     # NOTE: encode_batch lets go of the GIL: while its threads encode one batch, this one reads the next and turns
     # the last one's encodings into ids, so that serial work does not leave the cores idle

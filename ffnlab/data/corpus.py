@@ -627,7 +627,7 @@ def csv_rows(path: Path) -> Iterator[dict]:
         raise ValueError(f"{path} has a header but no rows")
 
 
-PARQUET_ROWS = 1024  # rows read at a time (pyarrow decodes a row group's pages of a column as it needs them)
+PARQUET_ROWS = 1024  # rows turned into dicts at a time (pyarrow reads a row group of the columns asked for at once)
 
 
 def parquet_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict]:

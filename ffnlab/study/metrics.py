@@ -19,8 +19,9 @@ from ffnlab._util.text import human, num
 from ffnlab.run.config import RunResult
 
 # the tables a metric can appear in: the ranking (terminal and report), the report's cost, stability and
-# signal tables, and the evidence an advice quotes
-TABLES = ("ranking", "cost", "stability", "signals", "evidence")
+# signal tables, seed 002's four columns (perplexity, stability events, peak memory, step time), and the
+# evidence an advice quotes
+TABLES = ("ranking", "cost", "stability", "signals", "seed002", "evidence")
 Better = Literal["lower", "higher", "ranking"]  # "ranking": the direction of the task's ranking metric
 
 
@@ -180,7 +181,8 @@ METRICS: tuple[Metric, ...] = (
            tasks=("cls", "image")),
     Metric("final_val_f1", "val F1", "", "higher", "final_val_f1", ranks=("tokens",), tasks=("tokens",),
            undefined="the validation sentences evaluated hold no entity span, so span F1 is 0/0"),
-    Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals",), tasks=("lm",)),
+    Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals", "seed002"),
+           tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
     Metric("final_val_macro_f1", "val macro-F1", "", "higher", "final_val_macro_f1", tables=("ranking", "signals"),
            tasks=("cls", "image")),  # shown beside accuracy, which ranks: macro-F1 weighs every class alike
@@ -196,22 +198,24 @@ METRICS: tuple[Metric, ...] = (
            task_labels=(("image", "FLOPs/patch"),)),
     Metric("tokens_per_s", "tokens/s", "tokens/s", "higher", "tokens_per_s", format=human,
            tables=("ranking", "cost", "evidence"), task_labels=(("image", "patches/s"),)),
-    Metric("step_time_s", "step time (ms)", "s", "lower", "step_time_s", median_of, ms, ("cost", "evidence")),
+    Metric("step_time_s", "step time (ms)", "s", "lower", "step_time_s", median_of, ms,
+           ("cost", "seed002", "evidence")),
     Metric("step_time_range", "seeds' range (ms)", "s", None, "step_time_s", range_of, ms_range, ("cost",), csv=False),
     Metric("train_seconds", "train time (s)", "s", "lower", "train_seconds", format=lambda v: num(v, 1),
            tables=("cost",)),
     Metric("train_mem_bytes", "training memory", "B", "lower", "train_mem_bytes", max_of, lambda v: human(v, "B"),
-           ("ranking", "cost", "evidence")),
+           ("ranking", "cost", "seed002", "evidence")),
     Metric("param_bytes", "parameters", "B", "lower", "param_bytes", max_of, lambda v: human(v, "B")),
     Metric("grad_bytes", "gradients", "B", "lower", "grad_bytes", max_of, lambda v: human(v, "B")),
     Metric("optimizer_bytes", "optimizer state", "B", "lower", "optimizer_bytes", max_of, lambda v: human(v, "B")),
     Metric("saved_bytes", "saved for backward", "B", "lower", "saved_bytes", max_of, lambda v: human(v, "B"),
            ("cost",)),
-    Metric("cuda_peak_bytes", "CUDA peak", "B", "lower", "cuda_peak_bytes", max_of, lambda v: human(v, "B")),
+    Metric("cuda_peak_bytes", "CUDA peak", "B", "lower", "cuda_peak_bytes", max_of, lambda v: human(v, "B"),
+           ("seed002",)),  # seed 002's peak memory where the runs measured it, training memory's otherwise
     Metric("grad_spikes", "gradient spikes", "", "lower", "n_grad_spikes", sum, str, ("stability",)),
     Metric("loss_spikes", "loss spikes", "", "lower", "n_loss_spikes", sum, str, ("stability",)),
     Metric("stability_events", "events", "", "lower", lambda r: r.n_grad_spikes + r.n_loss_spikes, sum, str,
-           ("ranking",), csv=False),
+           ("ranking", "seed002"), csv=False),
     Metric("nonfinite_runs", "non-finite runs", "", "lower", lambda r: int(r.status == "diverged" and r.diverged_kind
            != "blowup"), sum, str, ("stability",), ended=True),  # before diverged_kind, every divergence was one
     Metric("blowup_runs", "blown-up runs", "", "lower", lambda r: int(r.diverged_kind == "blowup"), sum, str,

@@ -39,6 +39,7 @@ from ffnlab.study.table import (
     metric_table,
     ranking_table,
     scaling_table,
+    seed002_table,
     stability_table,
     tuned_table,
 )
@@ -650,7 +651,7 @@ TEMPLATE_FUNCTIONS = (
     *(profile_table, deploy_table, deploy_notes, deploy_fastest, deploy_held_equal, deploy_machine),
     *(layer_grads_table, depth_gap_table, depth_claim_table, depth_claim_text),
     *(cell_label, figure_suffix, axis_label, literature_text, num),
-    *(aggregate_table, aggregate_label),
+    *(aggregate_table, aggregate_label, seed002_table),
 )
 TEMPLATE_GLOBALS = {f.__name__: f for f in TEMPLATE_FUNCTIONS} | {
     "STAGE_TITLES": STAGE_TITLES,

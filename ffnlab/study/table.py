@@ -128,9 +128,10 @@ def tuned_table(cell: Cell) -> Table:
     return Table(head, rows, (1, 2), delta_marks(cell, 5))
 
 
-def metric_table(cell: Cell, table: str) -> Table:
-    """A report table of the cell's metrics ('cost', 'stability', 'signals'): a row per variant."""
-    shown = shown_in(table, cell.task)
+def metric_table(cell: Cell, table: str, leave_out: tuple[str, ...] = ()) -> Table:
+    """A report table of the cell's metrics ('cost', 'stability', 'signals'): a row per variant; the metrics
+    named in `leave_out` are not shown."""
+    shown = [m for m in shown_in(table, cell.task) if m.name not in leave_out]
     head = ["ffn", *(m.heading(cell.task) for m in shown)]
     rows = [[r.ffn, *(m.format(r.metrics.get(m.name)) for m in shown)] for r in cell.variants]
     text = tuple(j + 1 for j, m in enumerate(shown) if m.name == "learned")
@@ -155,6 +156,14 @@ def stability_table(cell: Cell) -> Table:
     for r, row in zip(cell.variants, table.rows):
         row.insert(1, f"{r.diverged} of {r.runs}")
     return table
+
+
+def seed002_table(cell: Cell) -> Table:
+    """Seed 002's four columns as ffnlab measured them: perplexity, step time, peak memory and stability events
+    (gradient and loss spikes). Peak memory is the CUDA allocator's where a run measured it, else the training
+    memory counted from the tensors; the column's heading says which."""
+    on_gpu = any(r.metrics.get("cuda_peak_bytes") is not None for r in cell.variants)
+    return metric_table(cell, "seed002", leave_out=("train_mem_bytes",) if on_gpu else ("cuda_peak_bytes",))
 
 
 def literature_table(cell: Cell) -> Table | None:

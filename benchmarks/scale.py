@@ -2,7 +2,7 @@
 
     python benchmarks/scale.py prepare --size-mb 100 [--repeats 1] [--workdir DIR]
     python benchmarks/scale.py train --size-mb 100 [--steps 60] [--repeats 3]
-    python benchmarks/scale.py ddp [--steps 40] [--batch-size 16] [--repeats 3]
+    python benchmarks/scale.py ddp [--steps 40] [--batch-size 64] [--repeats 3]
 
 prepare: writes a text file of SIZE MB (the bundled corpus repeated), then times `ffnlab data prepare` on it in a
 child process with a BPE tokenizer saved beforehand (trained on the bundled corpus, so the time is the
@@ -217,7 +217,9 @@ def main():
     train.set_defaults(func=bench_train)
     ddp = sub.add_parser("ddp", help="2 processes x 1 thread against 1 process x 1 thread")
     ddp.add_argument("--steps", type=int, default=40)
-    ddp.add_argument("--batch-size", type=int, default=16)
+    # NOTE: the gradients' all-reduce costs the same at any batch: at 16 per process it held 2 processes to 1.59x of
+    # one, at 64 they reached 1.85x (AMX Xeon, 2 cores, idle)
+    ddp.add_argument("--batch-size", type=int, default=64)
     ddp.add_argument("--repeats", type=int, default=3)
     ddp.set_defaults(func=bench_ddp)
     args = p.parse_args()

@@ -41,10 +41,12 @@ def fabricated_store(
     n_layers: int = 1,
     seeds: int = 3,
     context: int | None = None,
+    task: str = "lm",
 ):
-    """A store of finished runs with the given mean losses over `seeds` paired seeds (fabricated inputs)."""
+    """A store of finished runs with the given mean losses (span F1s for task tokens) over `seeds` paired seeds
+    (fabricated inputs)."""
     base = preset_config("smoke")
-    model = {"n_layers": n_layers, **({"context": context} if context else {})}
+    model = {"n_layers": n_layers, "task": task, **({"context": context} if context else {})}
     with Store(path) as store:
         for ffn, loss in losses.items():
             for seed, noise in enumerate(SEED_NOISE[:seeds]):
@@ -53,11 +55,14 @@ def fabricated_store(
                 store.claim(rid, cfg.to_dict())
                 store.start(rid)
                 value = loss + noise + (jitter or {}).get(ffn, (0, 0, 0))[seed]
+                measured = {"final_val_f1": value, "final_val_acc": 0.9} if task == "tokens" else {}
                 result = run_result(
                     ffn=ffn,
                     seed=seed,
+                    task=task,
                     status="diverged" if ffn in diverged else "finished",
                     final_val_loss=None if ffn in diverged else value,
+                    **measured,
                     params=(params or {}).get(ffn, 16_000),
                     step_time_s=(step_time or {}).get(ffn, 0.01),
                     train_mem_bytes=(memory or {}).get(ffn, 5 * 2**20),
@@ -95,6 +100,16 @@ def test_measured_recommends_the_variant_the_numbers_favour(tmp_path, winner):
         assert a["delta_vs_recommendation"] == pytest.approx(losses[a["ffn"]] - 1.90, abs=0.003)
         assert a["ci"][0] > 0  # each alternative is worse than the winner beyond doubt
     assert winner in format_advice(advice).splitlines()[0]
+
+
+def test_a_tagger_study_words_its_differences_in_span_f1(tmp_path):
+    """advise --store on a token-task study called the differences in span F1 'accuracy'."""
+    store = fabricated_store(tmp_path / "s.db", {"relu": 0.60, "gelu": 0.62, "swiglu": 0.70}, task="tokens")
+    advice = advise(store=store)
+    assert advice.recommendation == "swiglu"  # F1 is higher-better: the largest wins
+    text = " ".join(advice.reasons)
+    assert "+0.080 F1 vs gelu" in text and "best mean final val F1" in text
+    assert "accuracy" not in text
 
 
 def test_latency_sensitive_prefers_the_faster_of_tied_variants(tmp_path):

@@ -60,6 +60,8 @@ def test_the_ranking_metric_follows_the_task():
     assert ranking_metric("tokens").name == "final_val_f1" and ranking_metric("tokens").better == "higher"
     assert [ranked_task(m) for m in ("final_test_f1", "final_val_acc", "final_val_loss")] == ["tokens", "cls", "lm"]
     assert ranking_metric("image").name == "final_val_acc"  # a ViT classifies, as cls does
+    # what advice calls a difference in it: a tagger's is span F1, not accuracy
+    assert [ranking_metric(t).quantity() for t in ("lm", "cls", "tokens")] == ["loss", "accuracy", "F1"]
     with pytest.raises(ValueError, match="no ranking metric for task 'audio'"):
         ranking_metric("audio")
     with pytest.raises(ValueError, match="unknown metric 'bogus'; valid: final_val_loss, final_val_acc"):

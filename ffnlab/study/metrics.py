@@ -23,6 +23,8 @@ from ffnlab.run.config import RunResult
 # evidence an advice quotes
 TABLES = ("ranking", "cost", "stability", "signals", "seed002", "evidence")
 Better = Literal["lower", "higher", "ranking"]  # "ranking": the direction of the task's ranking metric
+SPELLED = {"val": "validation", "acc": "accuracy"}  # a label's abbreviations, spelled out in prose
+SPLITS = ("val", "test")  # the words of a label that name the split, not the quantity
 
 
 def finite(values: Sequence[Any]) -> list[float]:
@@ -163,6 +165,14 @@ class Metric:
     def heading(self, task: str | None = None) -> str:
         """Its column heading in a table of `task`'s results."""
         return dict(self.task_labels).get(task or "", self.label)
+
+    def spelled(self) -> str:
+        """Its label in prose, abbreviations spelled out: 'validation accuracy', 'validation F1'."""
+        return " ".join(SPELLED.get(word, word) for word in self.label.split(" "))
+
+    def quantity(self) -> str:
+        """What it measures in prose, on whichever split: 'loss', 'accuracy', 'F1', 'token accuracy'."""
+        return " ".join(SPELLED.get(word, word) for word in self.label.split(" ") if word not in SPLITS)
 
     def value(self, result: RunResult) -> Any:
         """This metric of one run."""

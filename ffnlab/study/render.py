@@ -61,7 +61,6 @@ FIGURES_DIR = "figures"
 # ---- figures ------------------------------------------------------------------------------------
 
 
-AXIS_WORDS = {"val": "validation", "acc": "accuracy"}  # a metric label's abbreviations, spelled out on an axis
 AXIS_UNITS = {"nats": "nats/token"}
 
 
@@ -72,8 +71,7 @@ def axis_label(metric: str) -> str:
         m = metrics.metric(metric)
     except ValueError:
         return metric
-    label = " ".join(AXIS_WORDS.get(word, word) for word in m.label.split(" "))
-    return f"{label} ({AXIS_UNITS.get(m.unit, m.unit)})" if m.unit else label
+    return f"{m.spelled()} ({AXIS_UNITS.get(m.unit, m.unit)})" if m.unit else m.spelled()
 
 
 class PngDict(dict[str, bytes]):

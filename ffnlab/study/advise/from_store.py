@@ -16,7 +16,7 @@ from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.rules import decided_line, narrow, preferences
 from ffnlab.study.advise.situation import Situation
 from ffnlab.study.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, mobile_friendly, rule_line
-from ffnlab.study.metrics import shown_in
+from ffnlab.study.metrics import ranking_metric, shown_in
 from ffnlab.study.plan import CellKey, config_value, group_key, set_field
 from ffnlab.study.records import Cell, VariantRow
 from ffnlab.study.scaling import LOF_ALPHA
@@ -213,7 +213,7 @@ class CellChoice:
     diffs: dict[str, GapToBest]  # each other eligible variant against the best
     choice: str  # the best, or a faster variant tied with it when cost counts
     runner_up: str | None  # the best eligible variant but the choice
-    unit: str  # of a paired difference: ' nats' or ' accuracy'
+    unit: str  # of a paired difference: ' nats', ' accuracy' or ' F1', of the task's ranking metric
     rules: list[Rule] = field(default_factory=list)  # the flow's rules that moved the choice away from the best
     outranked: dict[str, Rule] = field(default_factory=dict)  # what the store measured -> the rule it outranks
     deployed: bool = False  # the measured deployment picked the choice (from_deployment.py)
@@ -321,7 +321,8 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed
             choice = fastest
     outranked = {what: r for what, r in outranked.items() if not r.prefers(choice)}
     runner_up = min((n for n in eligible if n != choice), key=better_first, default=None)
-    unit = " nats" if facts.metric == "final_val_loss" else " accuracy"
+    ranked = ranking_metric(facts.task)
+    unit = f" {ranked.unit or ranked.quantity()}"
     return CellChoice(
         variants, excluded, mean, best, diffs, choice, runner_up, unit, moved, outranked, deployed in eligible
     )
@@ -439,9 +440,10 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
     leaders = [n for n in eligible if mean[n] == mean[best]]  # an exact tie shares the best mean
     has = f"{best} has" if len(leaders) == 1 else f"{and_list(leaders)} tie for"
+    split = facts.metric.removeprefix("final_").split("_")[0]  # where the cell ranks: 'val' or 'test'
     if choice == best:
         reasons.append(
-            f"{has} the best mean final {facts.metric.removeprefix('final_').replace('_', ' ')} "
+            f"{has} the best mean final {split} {ranking_metric(facts.task).quantity()} "
             f"({mean[best]:.4f}) among the {len(eligible)} variants that meet the constraints."
         )
     elif weighed.deployed:

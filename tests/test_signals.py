@@ -13,8 +13,34 @@ import pytest
 
 from ffnlab._util.signals import stop_within
 
-HELD = "import hashlib; hashlib.pbkdf2_hmac('sha256', b'x', b'y', 2**31 - 1)"  # minutes in C, no signal check
+# minutes in C, no signal check; "held" is printed 0.2 s after the call starts, by a thread: a signal sent at
+# "ready" could come before the call, and unwind at once (the first signal test then passes by luck; a second
+# signal finds the restored default handler while Python finalises, and kills it with -15)
+HELD = (
+    "import hashlib, threading; threading.Timer(0.2, print, ('held',), {'flush': True}).start(); "
+    "hashlib.pbkdf2_hmac('sha256', b'x', b'y', 2**31 - 1)"
+)
+
+
+def start_held(grace: float) -> subprocess.Popen:
+    """`start(HELD)`, once the call holds the main thread."""
+    proc = start(HELD, grace)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
 PYTHON_LOOP = "while True: pass"
+
+
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_child_left():
+    """A test that fails before its child ends kills it: a `while True` child would spin for ever."""
+    yield
+    while STARTED:
+        STARTED.pop().kill()
 
 
 def start(body: str, grace: float = 1.0) -> subprocess.Popen:
@@ -30,12 +56,13 @@ def start(body: str, grace: float = 1.0) -> subprocess.Popen:
                 print("unwound", file=sys.stderr, flush=True)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(proc)
     assert proc.stdout.readline() == "ready\n"
     return proc
 
 
 def test_a_signal_while_c_code_holds_the_main_thread_ends_the_process_after_the_grace():
-    proc = start(HELD)
+    proc = start_held(grace=1.0)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 128 + signal.SIGTERM
     err = proc.stderr.read()
@@ -43,7 +70,7 @@ def test_a_signal_while_c_code_holds_the_main_thread_ends_the_process_after_the_
 
 
 def test_a_second_signal_ends_the_process_at_once():
-    proc = start(HELD, grace=600)
+    proc = start_held(grace=600)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)  # a second SIGTERM still pending with the first would be one signal
     proc.send_signal(signal.SIGTERM)

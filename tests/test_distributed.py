@@ -249,3 +249,19 @@ def test_a_study_of_sharded_runs_keeps_each_runs_weights(run_cli, tmp_path):
     assert code == 0, err
     assert {row["ffn"] for row in json.loads(out)["variants"]} == {"relu", "gelu"}
     assert len(list((tmp_path / "weights").glob("*.safetensors"))) == 2
+
+
+def test_on_ray_a_run_of_two_processes_is_one_task_of_two_cpus(tmp_path, monkeypatch):
+    """The task holds nproc CPUs and starts the ranks inside itself (torchrun's launcher): the same numbers as the
+    local sweep."""
+    pytest.importorskip("ray")
+    from ffnlab.study.execute import run_study
+    from ffnlab.study.plan import Study
+
+    monkeypatch.chdir(tmp_path)
+    base = replace(BASE, nproc=2, max_steps=4)
+    study = Study(variants=["relu", "gelu"], seeds=1, base=base, baseline="relu")
+    on_ray = run_study(study, tmp_path / "ray.db", backend="ray", quiet=True)
+    local = run_study(study, tmp_path / "local.db", quiet=True)
+    assert [v.mean for v in on_ray.cells[0].variants] == [v.mean for v in local.cells[0].variants]
+    assert all(v.n_seeds == 1 for v in on_ray.cells[0].variants)

@@ -379,6 +379,25 @@ def test_settings_per_variant_are_the_users_unless_the_protocol_chose_them(tmp_p
     assert "tuned" not in per_variant_row(own)
 
 
+@pytest.mark.slow
+def test_the_settings_of_a_hugging_face_study_give_the_shape_it_trained(run_cli, tmp_path):
+    """compare --hf-config reported ffnlab's own model (the preset's layers, heads and d_model), not the config's."""
+    from ffnlab.study.render import settings_rows
+
+    config = tmp_path / "gpt2.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 24, "n_layer": 3, "n_head": 3}))
+    small = ["--steps", 2, "--eval-batches", 1, "--final-eval-batches", 1, "--no-stats", "--no-report", "--json"]
+    argv = ["--preset", "smoke", "--variants", "gelu_new,relu", "--seeds", 1, *small]
+    code, out, err = run_cli("compare", *argv, "--hf-config", config, "--store", tmp_path / "s.db")
+    assert code == 0, err
+    settings = json.loads(out)["settings"]
+    # the config's depth, heads and width, at the context the runs trained at (the preset's: it overrides n_positions)
+    assert settings["model"] == {"n_layers": 3, "n_heads": 3, "d_model": 24, "context": 32}
+    rows = dict(settings_rows(settings, {}, "gelu_new", "s.db", "Hugging Face gpt2 (FFN swapped per variant)"))
+    assert rows["model"] == "3 layers, 3 heads, d_model 24, context 32"  # no norm or positions of ffnlab's own
+    assert "task lm, 3 layers, d_model 24" in advise(store=tmp_path / "s.db").reasons[0]  # advise's evidence too
+
+
 # ---- the GLUE-style average over the datasets of a data axis ----------------------------------------
 
 

@@ -325,7 +325,8 @@ class StudySettings:
     task: str
     tokenizer: str | None  # None for task image: a ViT reads pixels, not text
     model: dict[str, Any]  # n_layers, n_heads, d_model, context, norm, placement, pos, dropout; task image:
-    # image_size (None: the data's own), patch_size and pool instead of context, which the patches set
+    # image_size (None: the data's own), patch_size and pool instead of context, which the patches set; a Hugging
+    # Face config: its n_layers, n_heads, d_model and the context trained at, the rest being the config's
     match: str  # what the FFN widths match: params, flops or none
     init: str
     attn_act: str | None  # activations on Q, K, V (ModelConfig.attn_act)

@@ -228,8 +228,12 @@ def settings_rows(
         (
             "model",
             f"{model['n_layers']} layer{'s' if model['n_layers'] != 1 else ''}, {model['n_heads']} heads, "
-            f"d_model {model['d_model']}, {sequence_text(model)}, {model['norm']} ({model['placement']}-norm), "
-            f"{model['pos']} positions, dropout {model['dropout']}",
+            f"d_model {model['d_model']}, {sequence_text(model)}"
+            + (  # a Hugging Face architecture's are its config's (the architecture row)
+                f", {model['norm']} ({model['placement']}-norm), {model['pos']} positions, dropout {model['dropout']}"
+                if "norm" in model
+                else ""
+            ),
         ),
         (
             "FFN matching",

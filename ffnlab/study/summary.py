@@ -428,14 +428,20 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
     controls = held_equal(study, chosen_by_protocol)
     image = b.model.task == "image"  # a ViT: its tokens are patches, as many as the data's image size makes
     shape = ("image_size", "patch_size", "pool") if image else ("context",)
+    if b.hf_config:  # the Hugging Face architecture's shape; its norm, positions and dropout are its config's
+        from ffnlab.tools.hf import hf_shape
+
+        model = hf_shape(b.hf_config, b.model.task, b.model.context)
+    else:
+        model = {
+            k: getattr(b.model, k)
+            for k in ("n_layers", "n_heads", "d_model", *shape, "norm", "placement", "pos", "dropout")
+        }
     return StudySettings(
         data=b.data,
         task=b.model.task,
         tokenizer=None if image else b.tokenizer,
-        model={
-            k: getattr(b.model, k)
-            for k in ("n_layers", "n_heads", "d_model", *shape, "norm", "placement", "pos", "dropout")
-        },
+        model=model,
         match=b.model.ffn_match,
         init=b.model.init,
         attn_act=qkv_act_spec(b.model),  # activations on Q, K, V (ModelConfig.attn_act)

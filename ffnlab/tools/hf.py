@@ -976,6 +976,19 @@ def _hf_config_for(
     return hf_config
 
 
+def hf_shape(config: dict, task: str, context: int) -> dict[str, int]:
+    """The shape of the model build_hf_model builds from `config` for `task` at `context` (which replaces the
+    config's own, as in training): n_layers, n_heads, d_model and context, read through transformers' names
+    for them (GPT-2's n_layer, n_head, n_embd)."""
+    built = _hf_config_for(load_hf_config(config), model_family(config)[1], task, None, context, 2)
+    return {
+        "n_layers": built.num_hidden_layers,
+        "n_heads": built.num_attention_heads,
+        "d_model": built.hidden_size,
+        "context": built.max_position_embeddings,
+    }
+
+
 def _init_ffns_seeded(hf: nn.Module, init: Init, seed: int) -> None:
     """Initialise every ffnlab FFN in `hf` by `init`, each weight from its own generator (as
     ffnlab.core.model.init_weights does), so one seed gives the same FFN weights whatever else changes."""

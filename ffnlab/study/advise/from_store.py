@@ -84,14 +84,15 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
     with Store(store_path, read_only=True) as store:
         env: dict[str, Any] = next((r.env for r in reversed(store.runs(status="finished"))), {})
     cfg = study.base
+    shape = summary.settings.model  # the shape the runs trained: a Hugging Face config's own, not cfg.model's
     facts = StudyFacts(
         store=str(store_path),
         task=cfg.model.task,
         metric=cells[0].metric,
         higher_is_better=cells[0].metric_direction == "higher",
-        n_layers=cfg.model.n_layers,
-        d_model=cfg.model.d_model,
-        context=cfg.model.context,
+        n_layers=shape["n_layers"],
+        d_model=shape["d_model"],
+        context=shape.get("context", cfg.model.context),  # (a ViT's settings name its patches instead)
         data=cfg.data,
         tokenizer=cfg.tokenizer,
         match=cfg.model.ffn_match,

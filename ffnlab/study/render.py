@@ -211,44 +211,73 @@ def global_batch(settings: dict[str, Any]) -> str:
     return f"{settings['batch_size'] * nproc * accum} ({' x '.join(parts)} x {accum} accumulated)"
 
 
+def model_text(settings: dict[str, Any]) -> str:
+    """A study's model in words: its shape (an axis of depth, width or context overrides it), and for ffnlab's own
+    model its norm, positions and dropout (a Hugging Face architecture's are its config's: the architecture row)."""
+    model = dict(settings["model"])
+    axes = settings.get("axes") or {}
+    for axis, key in (("depth", "n_layers"), ("width", "d_model"), ("context", "context")):
+        if axis in axes:
+            model[key] = "/".join(map(str, axes[axis]))
+    text = (
+        f"{model['n_layers']} layer{'s' if model['n_layers'] != 1 else ''}, {model['n_heads']} heads, "
+        f"d_model {model['d_model']}, {sequence_text(model)}"
+    )
+    if "norm" in model:
+        text += f", {model['norm']} ({model['placement']}-norm), {model['pos']} positions, dropout {model['dropout']}"
+    return text
+
+
+def budget_text(settings: dict[str, Any]) -> str:
+    """A study's training budget, its global batch and tokens per run, in words."""
+    budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
+    if settings.get("tokens_per_run"):
+        return f"{budget}, batch {global_batch(settings)}, {human(settings['tokens_per_run'])} tokens per run"
+    if settings["task"] == "image":
+        return f"{budget}, batch {global_batch(settings)} images"
+    return budget
+
+
+def machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The machine and ffnlab's code a study ran on, as (what, value) rows (none for an empty environment)."""
+    rows = []
+    if env:
+        where = env.get("gpu") or env.get("cpu") or "-"
+        rows.append(
+            (
+                "machine",
+                f"{env.get('device', '-')} ({where}), torch {env.get('torch', '-')}, Python {env.get('python', '-')}",
+            )
+        )
+    if env.get("ffnlab") or env.get("git_rev"):
+        rev = (
+            f", git {env['git_rev'][:12]}{' (uncommitted changes)' if env.get('git_dirty') else ''}"
+            if env.get("git_rev")
+            else ""
+        )
+        rows.append(
+            ("code", f"ffnlab {env.get('ffnlab') or '?'}{rev} (its own checkout, never the working directory's)")
+        )
+    return rows
+
+
 def settings_rows(
     settings: dict[str, Any], env: dict[str, Any], baseline: str, store: str, architecture: str | None = None
 ) -> list[tuple[str, str]]:
     """The run settings of a study (`ffnlab.study.summary.settings_of`) and the machine, as (what, value) rows."""
-    model = dict(settings["model"])
     axes = settings.get("axes") or {}
-    for axis, key in (("depth", "n_layers"), ("width", "d_model"), ("context", "context")):  # an axis overrides
-        if axis in axes:
-            model[key] = "/".join(map(str, axes[axis]))
-    budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
     rows = [("data", data_text(settings))]
     if architecture:
         rows.append(("architecture", architecture))
     rows += [
-        (
-            "model",
-            f"{model['n_layers']} layer{'s' if model['n_layers'] != 1 else ''}, {model['n_heads']} heads, "
-            f"d_model {model['d_model']}, {sequence_text(model)}"
-            + (  # a Hugging Face architecture's are its config's (the architecture row)
-                f", {model['norm']} ({model['placement']}-norm), {model['pos']} positions, dropout {model['dropout']}"
-                if "norm" in model
-                else ""
-            ),
-        ),
+        ("model", model_text(settings)),
         (
             "FFN matching",
             f"{settings['match']} (hidden width chosen so every variant matches the dense 4x FFN's {settings['match']})"
             if settings["match"] != "none"
             else "none (each variant at its own width)",
         ),
-        (
-            "budget",
-            f"{budget}, batch {global_batch(settings)}, {human(settings['tokens_per_run'])} tokens per run"
-            if settings.get("tokens_per_run")
-            else f"{budget}, batch {global_batch(settings)} images"
-            if settings["task"] == "image"
-            else budget,
-        ),
+        ("budget", budget_text(settings)),
         ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else settings["init"]),
         (
             "Q/K/V activations",
@@ -275,23 +304,7 @@ def settings_rows(
                                    f"(digest {settings['pretrained']['digest']})"))  # fmt: skip
     if settings.get("axes"):
         rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in settings["axes"].items())))
-    if env:
-        where = env.get("gpu") or env.get("cpu") or "-"
-        rows.append(
-            (
-                "machine",
-                f"{env.get('device', '-')} ({where}), torch {env.get('torch', '-')}, Python {env.get('python', '-')}",
-            )
-        )
-    if env.get("ffnlab") or env.get("git_rev"):
-        rev = (
-            f", git {env['git_rev'][:12]}{' (uncommitted changes)' if env.get('git_dirty') else ''}"
-            if env.get("git_rev")
-            else ""
-        )
-        rows.append(
-            ("code", f"ffnlab {env.get('ffnlab') or '?'}{rev} (its own checkout, never the working directory's)")
-        )
+    rows += machine_rows(env)
     rows.append(("store", store))
     return rows
 

@@ -305,6 +305,9 @@ def test_cli_compare_keep_against_swap_with_an_lr_axis(pretrained, run_cli, tmp_
     held = dict(map(tuple, settings["held_equal"]))
     assert folder_digest(folder) in held["pretrained weights"] and "warm-up" in held
     assert "swiglu kept" in dict(map(tuple, settings["not_equal"]))["FFN activation"]
+    # the folder's shape at the run's context, not ffnlab's own model (as compare --hf-config reported it before)
+    shape = {"n_layers": LLAMA["num_hidden_layers"], "n_heads": LLAMA["num_attention_heads"]}
+    assert settings["model"] == {**shape, "d_model": LLAMA["hidden_size"], "context": 16}
 
 
 def test_the_folders_own_tokenizer(tmp_path, run_cli):

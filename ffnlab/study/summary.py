@@ -428,10 +428,13 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
     controls = held_equal(study, chosen_by_protocol)
     image = b.model.task == "image"  # a ViT: its tokens are patches, as many as the data's image size makes
     shape = ("image_size", "patch_size", "pool") if image else ("context",)
-    if b.hf_config:  # the Hugging Face architecture's shape; its norm, positions and dropout are its config's
+    if b.hf_config or b.init_from:  # a Hugging Face architecture's shape (a pretrained folder's config.json); its
+        # norm, positions and dropout are its config's
         from ffnlab.tools.hf import hf_shape
+        from ffnlab.tools.pretrained import check_folder
 
-        model = hf_shape(b.hf_config, b.model.task, b.model.context)
+        config = b.hf_config or check_folder(b.init_from or "")  # the two exclude each other (TrainConfig)
+        model = hf_shape(config, b.model.task, b.model.context)
     else:
         model = {
             k: getattr(b.model, k)

@@ -140,8 +140,11 @@ def test_the_installed_packages_are_the_locked_ones():
     from packaging.version import Version
 
     # the environment's own packages: not a library's vendored copies (setuptools/_vendor), which some
-    # imports put on sys.path
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=site_packages())}
+    # imports put on sys.path; where a venv sees the system's packages (set-up keeps a Python's own torch), the
+    # venv's copy of a package comes first on the path, and it is the one imported
+    installed: dict[str, str] = {}
+    for d in metadata.distributions(path=site_packages()):
+        installed.setdefault(canonicalize_name(d.metadata["Name"]), d.version)
     pins = locked_versions()
     differ = [
         f"{name} {installed[name]} (locked {pin})"

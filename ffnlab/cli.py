@@ -383,6 +383,7 @@ def run_command(argv) -> int:
     try:
         args = build_parser().parse_args(argv)
         code = args.func(args)
+        sys.stdout.flush()  # output still buffered (all of it, where it fits) meets a closed pipe here, not at exit
         return code if isinstance(code, int) else 0
     except BrokenPipeError:  # the reader of the output left (`ffnlab list | head`): stop quietly, as `cat` does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again

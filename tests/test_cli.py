@@ -65,10 +65,15 @@ def test_list_sizes_a_schedule_per_layer(run_cli):
     assert any(line.startswith("a per-layer schedule names each layer's FFN as VARIANT*LAYERS") for line in notes)
 
 
-def test_a_reader_that_leaves_ends_the_command_quietly():
-    # `ffnlab list | head`: the pipe closes before ffnlab writes; like `cat`, it stops without a word
+@pytest.mark.parametrize("unbuffered", ["1", None])
+def test_a_reader_that_leaves_ends_the_command_quietly(unbuffered):
+    # `ffnlab list | head`: the pipe closes before ffnlab writes; like `cat`, it stops without a word, whether
+    # the write fails at once (PYTHONUNBUFFERED) or only when the buffered output is flushed
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | (
+        {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ffnlab.cli", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "ffnlab.cli", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     )
     proc.stdout.close()
     err = proc.stderr.read().decode()

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import torch
 
 from ffnlab.data.prepared import TokenFiles
-from ffnlab.data.tagging import tagged_batch
+from ffnlab.data.tagging import PAD_ID, tagged_batch
 
 EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same batches
 
@@ -27,6 +27,22 @@ Split = (
     | tuple[list[torch.Tensor], list[torch.Tensor]]
     | tuple[torch.Tensor, torch.Tensor]
 )
+
+
+class PaddedSplit(tuple):
+    """A split of task cls or tokens whose examples hold the special tokens of a pretrained tokenizer's template and
+    fit the context (ffnlab.data.checkpoint_tokenizer): (examples, labels) that batches pad with `pad_id` (task tokens'
+    labels with IGNORE_INDEX), never crop or repeat. A tuple, so it unpacks as any (examples, labels) split does."""
+
+    pad_id: int
+
+    def __new__(cls, examples: list[torch.Tensor], labels: torch.Tensor | list[torch.Tensor], pad_id: int):
+        split = super().__new__(cls, (examples, labels))
+        split.pad_id = pad_id
+        return split
+
+    def __getnewargs__(self) -> tuple:  # so a copy or pickle rebuilds it with its pad id
+        return (*self, self.pad_id)
 
 
 def has_window(split_data: Split, task: str, context: int) -> bool:
@@ -60,6 +76,16 @@ def crop_or_repeat(ids: torch.Tensor, length: int, start: int = 0) -> torch.Tens
     return ids[start : start + length]
 
 
+def padded(examples: list[torch.Tensor], pick: list[int], context: int, pad_id: int) -> torch.Tensor:
+    """The examples `pick` as (B, T) ids, each filled up to the context with `pad_id` (a PaddedSplit's examples fit
+    it: truncated when encoded)."""
+    x = torch.full((len(pick), context), pad_id, dtype=torch.long)
+    for row, i in enumerate(pick):
+        n = min(context, len(examples[i]))
+        x[row, :n] = examples[i][:n]
+    return x
+
+
 def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: torch.Generator) -> Batch:
     """Random (x, y): LM windows with next-token targets, classification crops and labels, tagged sentences
     padded to the context (`ffnlab.data.tagging.tagged_batch`), or images and labels."""
@@ -77,9 +103,13 @@ def get_batch(split_data: Split, task: str, batch_size: int, context: int, gen: 
     if task == "tokens":
         docs, tags = split_data
         assert isinstance(docs, list) and isinstance(tags, list)  # a tokens split: a tensor per sentence (load_data)
-        return tagged_batch(docs, tags, torch.randint(len(docs), (batch_size,), generator=gen).tolist(), context)
+        pick = torch.randint(len(docs), (batch_size,), generator=gen).tolist()
+        return tagged_batch(docs, tags, pick, context, getattr(split_data, "pad_id", PAD_ID))
     docs, labels = split_data
     ix = torch.randint(len(docs), (batch_size,), generator=gen)
+    if isinstance(split_data, PaddedSplit):
+        assert isinstance(docs, list)  # a tensor per example (checkpoint_splits)
+        return padded(docs, ix.tolist(), context, split_data.pad_id), labels[ix]
     starts = [int(torch.randint(max(1, len(docs[i]) - context + 1), (1,), generator=gen)) for i in ix]
     return torch.stack([crop_or_repeat(docs[i], context, s) for i, s in zip(ix, starts)]), labels[ix]
 
@@ -98,7 +128,10 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
         x, y = docs[pick], labels[pick]
     elif task == "tokens":
         assert isinstance(docs, list) and isinstance(labels, list)  # a tokens split: a tensor per sentence (load_data)
-        x, y = tagged_batch(docs, labels, pick.tolist(), context)
+        x, y = tagged_batch(docs, labels, pick.tolist(), context, getattr(split_data, "pad_id", PAD_ID))
+    elif isinstance(split_data, PaddedSplit):
+        assert isinstance(docs, list)  # a tensor per example (checkpoint_splits)
+        x, y = padded(docs, pick.tolist(), context, split_data.pad_id), labels[pick]
     else:
         assert isinstance(labels, torch.Tensor)  # a cls split's labels (load_data)
         x, y = torch.stack([crop_or_repeat(docs[i], context) for i in pick]), labels[pick]

@@ -209,11 +209,12 @@ def word_ids(vocab: WordTokenizer, words: Sequence[str]) -> torch.Tensor:
 
 
 def tagged_batch(
-    docs: Sequence[torch.Tensor], tags: Sequence[torch.Tensor], pick: Sequence[int], context: int
+    docs: Sequence[torch.Tensor], tags: Sequence[torch.Tensor], pick: Sequence[int], context: int, pad_id: int = PAD_ID
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sentences `pick` as word ids (B, T) padded with PAD_ID and tag ids (B, T) padded with
-    IGNORE_INDEX; a sentence longer than the context is truncated to its first `context` words."""
-    x = torch.full((len(pick), context), PAD_ID, dtype=torch.long)
+    """The sentences `pick` as word ids (B, T) padded with `pad_id` (<pad>'s; a pretrained tokenizer's for its
+    sub-word ids) and tag ids (B, T) padded with IGNORE_INDEX; a sentence longer than the context is truncated to
+    its first `context` positions."""
+    x = torch.full((len(pick), context), pad_id, dtype=torch.long)
     y = torch.full((len(pick), context), IGNORE_INDEX, dtype=torch.long)
     for row, i in enumerate(pick):
         n = min(context, len(docs[i]))

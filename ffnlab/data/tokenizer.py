@@ -7,7 +7,7 @@ size, in `cache_dir`, else $FFNLAB_CACHE/tokenizers, else ~/.cache/ffnlab/tokeni
 tokenizer (WORD_PATTERN) keeps the most frequent words of the training texts and maps every other
 word to `<unk>`, so a loss per token is a loss per word, as in the published WikiText numbers.
 `SeparatedTokenizer` gives any of them one id more, which no text encodes to: the separator of a sentence
-pair (ffnlab.data.pairs).
+pair (ffnlab.data.pairs). A save_pretrained folder's own tokenizer ('pretrained') is ffnlab.data.checkpoint_tokenizer's.
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ def stream_line_chunks(pieces: Iterable[str], size: int = CHUNK_CHARS) -> Iterat
 
 
 class BPETokenizer:
-    """Byte-level BPE (GPT-2 style) from Hugging Face `tokenizers`; lossless on any text. Also wraps a
-    pretrained folder's tokenizer.json (any `tokenizers` model), without its special tokens."""
+    """Byte-level BPE (GPT-2 style) from Hugging Face `tokenizers`; lossless on any text. Also wraps any tokenizer.json
+    (any `tokenizers` model), encoding without its special tokens."""
 
     kind = "bpe"
 
@@ -400,8 +400,8 @@ class SeparatedTokenizer:
         return {**self.base.state(), "separator": True}
 
 
-TOKENIZERS = ("char", "byte", "bpe", "word")  # built from texts; 'pretrained' reads a folder's tokenizer.json
-# and a name ending in .json is a tokenizer saved by `tokenizers` (GPT-2's or LLaMA's tokenizer.json)
+TOKENIZERS = ("char", "byte", "bpe", "word")  # built from texts; 'pretrained' reads a save_pretrained folder's own
+# tokenizer, and a name ending in .json is a tokenizer saved by `tokenizers` (GPT-2's or LLaMA's tokenizer.json)
 
 
 def is_tokenizer_file(name: str) -> bool:
@@ -432,17 +432,6 @@ def file_tokenizer(path: str | os.PathLike) -> BPETokenizer:
         ) from None
 
 
-def folder_tokenizer(folder: str | None) -> BPETokenizer:
-    """The tokenizer.json of a save_pretrained folder; ValueError if it has none or it cannot be read."""
-    path = Path(folder or "") / "tokenizer.json"
-    if not folder or not os.path.lexists(path):  # a dangling link, a FIFO or a folder there is refused below
-        raise ValueError(
-            f"tokenizer 'pretrained' reads the tokenizer.json of the folder fine-tuned from (--from); "
-            f"{folder or 'no folder'} has none; use char, byte, bpe or word"
-        )
-    return file_tokenizer(path)
-
-
 def texts_to_build_from(kind: str, train: list[str], val: list[str], test: list[str]) -> list[str]:
     """The texts `build_tokenizer` builds a `kind` tokenizer from: every split's for 'char' (so val and test
     have no <unk>), the training split's for the others."""
@@ -460,10 +449,13 @@ def build_tokenizer(
 
     vocab_size is for 'bpe' (default DEFAULT_BPE_VOCAB, at least 257) and 'word' (<unk> included, 2 to
     MAX_WORD_VOCAB; default every word of the texts); 'char' takes its size from the texts and 'byte' is
-    always 256; 'pretrained' is the tokenizer.json in `folder`; a FILE.json is that file's (`file_tokenizer`).
+    always 256; 'pretrained' is the tokenizer of the save_pretrained `folder` (ffnlab.data.checkpoint_tokenizer); a
+    FILE.json is that file's (`file_tokenizer`).
     """
     if kind == "pretrained":
-        return folder_tokenizer(folder)
+        from ffnlab.data.checkpoint_tokenizer import read_checkpoint_tokenizer  # here: it builds on this module
+
+        return read_checkpoint_tokenizer(folder)
     if is_tokenizer_file(check_tokenizer_name(kind)):
         if vocab_size is not None:
             raise ValueError(f"vocab_size is for the 'bpe' and 'word' tokenizers only; {kind} sets its own")
@@ -507,4 +499,8 @@ def tokenizer_from_state(state: dict) -> Tokenizer:
         return WordTokenizer(state["words"])
     if kind == "ids":
         return IdTokenizer(state["vocab_size"])
+    if kind == "pretrained":
+        from ffnlab.data.checkpoint_tokenizer import CheckpointTokenizer  # here: it builds on this module
+
+        return CheckpointTokenizer.from_state(state)
     raise ValueError(f"not a tokenizer state (kind {kind!r}); valid kinds: {', '.join(TOKENIZERS)}")

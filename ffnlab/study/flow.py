@@ -1,5 +1,6 @@
 """The decision flow of `ffnlab advise`: the inputs a recommendation branches on, and the rules each
-branch applies, kept as data in advice_rules.csv (rule, branch, evidence, source, tier, picks, text).
+branch applies, kept as data in advice_rules.csv (rule, branch, evidence, source, tier, picks, quote_kind,
+quote, text), and the checks a troubleshooting answer runs in order, in advice_checks.csv.
 
     situation   pretrain | finetune | peft | inference    what is being done with the model
     hardware    cpu | mobile | gpu | gpu-8gb ... gpu-80gb  where it trains or runs (--deploy maps onto it)
@@ -8,18 +9,26 @@ branch applies, kept as data in advice_rules.csv (rule, branch, evidence, source
     budgets     parameters, training memory                a variant over a budget is out of the running
     depth       layers                                     the tiers < 6, 6-12, > 12
     priority    research | industrial | maintenance        what matters most beyond quality
+    task_type   nlp | cv                                   seed 000's two tables
+    symptom     nan | slow | mismatch                      troubleshooting: checks in order, no pick
 
 Every rule states its evidence: "published" (a paper's table or a published model), "rule of thumb"
 (an estimate, a practice or an article's advice, with where it comes from); measured evidence comes from
-a run store. A rule may prefer some variants (its `picks`); a tiered rule holds for a range of its input
-(its `tier`, as the source writes it: '<6', '6-12', '>12'). Where several rules prefer variants, they narrow
-the candidates in this order, each only where it leaves one (ffnlab.study.advise.rules):
+a run store. A rule that rests on an article quotes the statement (its `quotes`: 'seed 002: "..."'), marked
+by its `quote_kind`: "paraphrase" where the statement is in the words of the issue that reported it, the
+article's full text not being in this repository; its text says what an article says only for what it
+quotes, and calls the rest ffnlab's reading. A rule may prefer some variants (its `picks`); a tiered rule
+holds for a range of its input (its `tier`, as the source writes it: '<6', '6-12', '>12'). Where several
+rules prefer variants, they narrow the candidates in this order, each only where it leaves one
+(ffnlab.study.advise.rules):
 
     budgets > hardware (mobile, VRAM tier) > priority > model size (published) > long text > depth tier
+    (a first attempt, with nothing stated, has only seed 002's first-attempt rule)
 
 and among what is left the evidence (published or measured) picks. With a store, a measurement outranks a
 rule of thumb wherever the store measured that situation (the same depth tier, a long context); the advice
-says which rule, not which measurement, decided.
+says which rule, not which measurement, decided, and where a measurement disagrees with an article it says
+both, the measurement first.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,7 +44,6 @@ from typing import Literal
 
 from ffnlab._util.names import closest
 from ffnlab._util.text import human, human_bytes
-from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import ffn_param_count, get_ffn_spec, matched_hidden_dim
 from ffnlab.study.published import MODEL_SHAPES, ModelShape
 
@@ -59,6 +68,15 @@ HARDWARE_MEMORY: dict[Hardware, int | None] = {
 Deploy = Literal["cpu", "gpu", "edge"]  # the older --deploy choices
 Priority = Literal["research", "industrial", "maintenance"]
 PRIORITIES: tuple[Priority, ...] = typing.get_args(Priority)
+TaskType = Literal["nlp", "cv"]
+TASK_TYPES: tuple[TaskType, ...] = typing.get_args(TaskType)
+Symptom = Literal["nan", "slow", "mismatch"]
+SYMPTOMS: tuple[Symptom, ...] = typing.get_args(Symptom)
+# what each list of checks (advice_checks.csv) is for: a symptom, or the first-attempt rule's gradient trouble
+SYMPTOM_NAMES: dict[str, str] = {"nan": "NaN loss", "slow": "slower training",
+                                 "mismatch": "outputs that differ between frameworks",
+                                 "gradient": "gradient trouble"}  # fmt: skip
+QUOTE_KINDS = ("paraphrase",)  # a quote's kind: in the words of the issue that reported the statement
 DEPLOY_HARDWARE: dict[Deploy, Hardware] = {"cpu": "cpu", "gpu": "gpu", "edge": "mobile"}
 EVIDENCE = ("measured", "published", "rule of thumb")
 SMALL_MODEL = 100e6  # below the published comparison's scale (T5-base, about 220M parameters)
@@ -72,6 +90,29 @@ DENSE_LAYER_BYTES = 34  # per s*b*h, attention's 5*a*s/h term added separately
 GATED_EXTRA_BYTES = 16 / 3
 
 RULES_CSV = Path(__file__).with_name("advice_rules.csv")
+CHECKS_CSV = Path(__file__).with_name("advice_checks.csv")
+
+
+@dataclass(frozen=True)
+class Quote:
+    """An article's statement a rule rests on: who says it ('seed 002', 'articles of issue #28') and what."""
+
+    source: str
+    statement: str
+
+    def __str__(self) -> str:
+        return f'{self.source}: "{self.statement}"'
+
+
+def read_quotes(cell: str) -> tuple[Quote, ...]:
+    """The quotes of a rule: '|'-separated entries 'SOURCE: "STATEMENT"'; ValueError naming a malformed one."""
+    quotes = []
+    for entry in filter(None, (e.strip() for e in cell.split("|"))):
+        match = re.fullmatch(r'([^:"]+): "([^"]+)"', entry)
+        if not match:
+            raise ValueError(f'{RULES_CSV.name}: a quote must read SOURCE: "STATEMENT", got {entry!r}')
+        quotes.append(Quote(match.group(1), match.group(2)))
+    return tuple(quotes)
 
 
 @dataclass(frozen=True)
@@ -85,16 +126,15 @@ class Rule:
     evidence: str  # one of EVIDENCE
     source: str  # a format string until applied, like the text
     tier: str  # the range of the branch's input it holds for, as its source writes it ('<6', '6-12', '>12'); '' all
-    picks: tuple[str, ...]  # the variants it prefers: names, 'gated' (any GLU variant) or 'relu-family'; () none
+    picks: tuple[str, ...]  # the variants it prefers: names or 'gated' (any GLU variant); () none
     text: str  # a format string filled in with the situation's numbers
+    quotes: tuple[Quote, ...] = ()  # the articles' statements it rests on; () where it rests on none
+    quote_kind: str = ""  # one of QUOTE_KINDS where it quotes
 
     def prefers(self, ffn: str) -> bool:
         """Whether `ffn` is among the variants this rule prefers."""
         spec = get_ffn_spec(ffn)
-        return any(
-            spec.gated if pick == "gated" else mobile_friendly(ffn) if pick == "relu-family" else spec.name == pick
-            for pick in self.picks
-        )
+        return any(spec.gated if pick == "gated" else spec.name == pick for pick in self.picks)
 
     def covers(self, value: float) -> bool:
         """Whether `value` lies in this rule's tier: '<6' below 6, '6-12' from 6 to 12, '>12' above 12."""
@@ -107,9 +147,24 @@ class Rule:
 
 
 def read_rule(row: dict[str, str]) -> Rule:
-    """A row of advice_rules.csv as a Rule: its picks '|'-separated."""
+    """A row of advice_rules.csv as a Rule: its picks and quotes '|'-separated."""
     picks = tuple(pick for pick in row["picks"].split("|") if pick)
-    return Rule(row["rule"], row["branch"], row["evidence"], row["source"], row["tier"], picks, row["text"])
+    quotes = read_quotes(row["quote"])
+    if bool(quotes) != bool(row["quote_kind"]) or (quotes and row["quote_kind"] not in QUOTE_KINDS):
+        raise ValueError(
+            f"{RULES_CSV.name}: rule {row['rule']} needs a quote_kind ({', '.join(QUOTE_KINDS)}) with a quote"
+        )
+    return Rule(
+        row["rule"],
+        row["branch"],
+        row["evidence"],
+        row["source"],
+        row["tier"],
+        picks,
+        row["text"],
+        quotes,
+        row["quote_kind"],
+    )
 
 
 RULES: dict[str, Rule] = {
@@ -129,8 +184,33 @@ def tier_rule(branch: str, value: float) -> str:
 
 
 def rule_line(applied: Rule) -> str:
-    """An applied rule as a reason, marked with its evidence: '[rule of thumb] ... (source: ...)'."""
-    return f"[{applied.evidence}] {applied.text} (source: {applied.source})"
+    """An applied rule as a reason, marked with its evidence, with its source and the statements it quotes:
+    '[rule of thumb] ... (source: ...; quoted, a paraphrase: seed 002: "...")'."""
+    quoted = f"; quoted, a {applied.quote_kind}: " + "; ".join(map(str, applied.quotes)) if applied.quotes else ""
+    return f"[{applied.evidence}] {applied.text} (source: {applied.source}{quoted})"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One step of a troubleshooting answer (advice_checks.csv): what to check, why, the ffnlab command that
+    measures it, and the source of its place in the order (a seed's statement, or ffnlab's own)."""
+
+    symptom: str  # one of SYMPTOMS, or 'gradient': the first-attempt rule's gradient trouble
+    check: str
+    source: str
+    why: str
+    command: str  # placeholders: YOUR_VARIANT, YOUR_ACTIVATION, YOUR_DATA, YOUR_CONFIG.json
+
+
+def read_checks() -> dict[str, tuple[Check, ...]]:
+    """advice_checks.csv by symptom, each symptom's checks in the order they are run (the rows' order)."""
+    checks: dict[str, list[Check]] = {}
+    for row in csv.DictReader(io.StringIO(CHECKS_CSV.read_text(encoding="utf-8"))):
+        checks.setdefault(row["symptom"], []).append(Check(**row))
+    return {symptom: tuple(steps) for symptom, steps in checks.items()}
+
+
+CHECKS = read_checks()
 
 
 def check_choice(value: str | None, valid: tuple[str, ...], what: str) -> str | None:
@@ -155,11 +235,6 @@ def deploy_of(hardware: str | None) -> str | None:
     if hardware is None:
         return None
     return "edge" if hardware == "mobile" else hardware.split("-")[0]
-
-
-def mobile_friendly(ffn: str) -> bool:
-    """Whether every activation of a variant is of the ReLU family or hard-swish (piecewise linear)."""
-    return all(ACTIVATIONS[a].family == "relu" or a == "hardswish" for a in get_ffn_spec(ffn).acts if a)
 
 
 def size_text(params: float) -> str:

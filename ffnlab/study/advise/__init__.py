@@ -13,6 +13,9 @@ Between them, the rules of advice_rules.csv that prefer variants (rules.py: hard
 model size, long text, depth tier) narrow the candidates; the advice says when a rule, not the evidence,
 decided (`Advice.decided_by`), and a measurement outranks a rule where the store measured that situation.
 
+A symptom (`--symptom nan|slow|mismatch`, seed 002's troubleshooting list) is answered instead by checks in
+order, each with the command that measures it (from_symptom.py); no variant is picked.
+
 What the user says is a `Situation` (situation.py: one `ffnlab advise` flag per field); the result is an
 `Advice` (advice.py) that `format_advice` prints and whose `to_json()` is `advise --json`.
 """
@@ -27,6 +30,7 @@ from ffnlab.study.advise.from_checkpoint import advise_pretrained
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.from_papers import advise_published
 from ffnlab.study.advise.from_store import advise_measured
+from ffnlab.study.advise.from_symptom import advise_symptom, unused_by_symptom
 from ffnlab.study.advise.rules import situation_rules
 from ffnlab.study.advise.situation import (
     Situation,
@@ -36,7 +40,7 @@ from ffnlab.study.advise.situation import (
     size_from,
     unused_inputs,
 )
-from ffnlab.study.flow import Deploy, Hardware, Priority, Stage, rule_line
+from ffnlab.study.flow import Deploy, Hardware, Priority, Stage, Symptom, TaskType, rule_line
 
 __all__ = ["Advice", "Situation", "advice_for", "advise", "format_advice"]
 
@@ -54,10 +58,12 @@ def advise(
     seq_len: int | None = None,
     model_size: float | str | None = None,
     priority: Priority | None = None,
+    task_type: TaskType | None = None,
+    symptom: Symptom | None = None,
 ) -> Advice:
     """Recommend an FFN variant for a situation, given as `ffnlab advise`'s flags are: `situation` is the
     stage (pretrain, finetune, peft, inference); budgets and the model size may be numbers or text ('125M',
-    '16GiB'). See `advice_for`."""
+    '16GiB'); a `symptom` is troubleshot instead. See `advice_for`."""
     inputs = Situation(
         stage=situation,
         pretrained=pretrained,
@@ -70,6 +76,8 @@ def advise(
         latency_sensitive=latency_sensitive,
         depth=depth,
         priority=priority,
+        task_type=task_type,
+        symptom=symptom,
     )
     return advice_for(inputs, store)
 
@@ -77,9 +85,14 @@ def advise(
 def advice_for(situation: Situation, store: str | Path | None = None) -> Advice:
     """Recommend an FFN variant for a situation (ffnlab.study.flow lists the inputs and their branches):
     from a checkpoint, keep its activation (fine-tuning, PEFT) or run it fastest (inference); when
-    training from scratch, from measurements in `store`, else from published results. The advice holds
-    the situation resolved, the branch taken ('pretrain/published', ...) and the rules applied."""
+    training from scratch, from measurements in `store`, else from published results. A symptom is answered
+    by checks in order instead, whatever else is given. The advice holds the situation resolved, the branch
+    taken ('pretrain/published', ..., 'pretrain/checks') and the rules applied."""
     context = situation.resolved()
+    if context.symptom:
+        advice = advise_symptom(context)
+        advice = replace(advice, reasons=advice.reasons + unused_by_symptom(situation, store))
+        return replace(advice, situation=context, branch=f"{context.stage}/{advice.basis}")
     if context.pretrained:
         advice = advise_pretrained(context.pretrained, context)
         if store is not None:

@@ -7,16 +7,17 @@ from typing import Any, Literal
 
 from ffnlab._util.text import key_values
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import Rule
+from ffnlab.study.flow import SYMPTOM_NAMES, Check, Rule
 
-Basis = Literal["pretrained", "measured", "published"]
+Basis = Literal["pretrained", "measured", "published", "checks"]
 BASIS_TEXT = {
     "measured": "from your measurements",
     "published": "from published results",
     "pretrained": "from the pretrained model",
+    "checks": "troubleshooting: the checks below, in order",
 }
 # fields `to_json` leaves out where they do not apply (None); every other field is always there
-APPLIES_TO_SOME = ("cells", "cell", "implementation", "situation", "branch", "decided_by")
+APPLIES_TO_SOME = ("cells", "cell", "implementation", "situation", "branch", "decided_by", "checks")
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,9 @@ class Advice:
     """A recommendation and what it rests on: what `advise` returns, `format_advice` prints and `to_json`
     is `advise --json` of."""
 
-    recommendation: str  # an FFN variant ('depends on the cell' where measured cells disagree)
-    basis: Basis  # the source of evidence: a pretrained model, measurements in a store, published results
+    recommendation: str  # an FFN variant ('depends on the cell' where measured cells disagree; for a symptom, none)
+    basis: Basis  # the source of evidence: a pretrained model, measurements in a store, published results; or
+    # checks, where a symptom is troubleshot instead of a variant picked
     reasons: list[str]  # sentences; an applied rule's marked with its evidence
     evidence: dict[str, Any]  # the JSON object of what it rests on, "kind" naming the basis
     alternatives: list[dict[str, Any]]  # a JSON object per other variant: its numbers, or why it is out
@@ -37,6 +39,7 @@ class Advice:
     situation: Situation | None = None  # the inputs, checked and resolved (the whole advice's, not a cell's)
     branch: str | None = None  # the branch of the flow taken: 'pretrain/published', 'inference/pretrained', ...
     decided_by: list[str] | None = None  # the rules that decided the pick where the evidence did not (None: it did)
+    checks: list[Check] | None = None  # what to check, in order, each with the command that measures it
 
     def to_json(self) -> dict[str, Any]:
         """`advise --json`: every field in order, those that do not apply here left out."""
@@ -54,6 +57,7 @@ class Advice:
             "situation": None if self.situation is None else self.situation.to_json(),
             "branch": self.branch,
             "decided_by": self.decided_by,
+            "checks": None if self.checks is None else [asdict(c) for c in self.checks],
         }
         return {name: value for name, value in out.items() if value is not None or name not in APPLIES_TO_SOME}
 
@@ -69,6 +73,10 @@ def format_advice(advice: Advice) -> str:
     if advice.alternatives:
         out += ["", "alternatives:"]
         out += [f"  - {alternative_line(a)}" for a in advice.alternatives]
+    if advice.checks:
+        out += ["", f"checks for {SYMPTOM_NAMES[advice.checks[0].symptom]}, in order:"]
+        for n, check in enumerate(advice.checks, 1):
+            out += [f"  {n}. {check.check} ({check.source}): {check.why}", f"     measure: {check.command}"]
     ev = advice.evidence
     if ev["kind"] == "published":
         out += ["", f"source: {ev['source']}, arXiv:{ev['arxiv']}, {ev['tables'][0]['table']}"]

@@ -26,10 +26,11 @@ def compare_command(
     seeds: int = 3,
     cell: TrainConfig | None = None,
     per_variant: dict[str, dict[str, Any]] | None = None,
+    task: str | None = None,
 ) -> str:
     """The `ffnlab compare` command that measures these variants: with `cell`, at every setting of that measured
     cell (`depth` layers where given) and each variant's own settings; else on `data` (YOUR_DATA when no data is
-    known) at `depth` layers."""
+    known) at `depth` layers, for `task` where it is not compare's default."""
     parts = [
         "ffnlab compare",
         f"--variants {shlex.quote(','.join(variants))}",  # quoted where a schedule's '*' would glob
@@ -38,6 +39,8 @@ def compare_command(
     if cell is not None:
         return " ".join(parts + cell_flags(cell, depth, per_variant or {}))
     parts.append(f"--data {shlex.quote(data)}" if data else "--data YOUR_DATA")
+    if task:
+        parts.append(f"--task {task}")
     if depth:
         parts.append(f"--layers {depth}")
     return " ".join(parts)

@@ -21,6 +21,7 @@ from ffnlab.study.advise.rules import (
 )
 from ffnlab.study.advise.situation import Situation
 from ffnlab.study.flow import (
+    CHECKS,
     DEFAULT_SEQ_LEN,
     Rule,
     apply_rule,
@@ -107,9 +108,9 @@ def fit_narrower(situation: Situation, excluded: dict[str, str]) -> tuple[Rule, 
 
 def choose_published(situation: Situation) -> PublishedChoice:
     """The best published variant within the budgets (GELU at a smaller width where none fits), among those the
-    rules that prefer variants leave (rules.preferences: the ReLU family on mobile hardware, the VRAM tier, the
-    priority, SwiGLU for a large model, GEGLU for long text, the depth tier); then, when cost counts, the
-    cheapest activation among those tied with it."""
+    rules that prefer variants leave (rules.preferences: Swish or HardSwish on mobile hardware, the VRAM tier, the
+    priority, SwiGLU for a large model, GEGLU for long text, the depth tier; GELU for a first attempt); then,
+    when cost counts, the cheapest activation among those tied with it."""
     values, spread = SHAZEER_2020_65K.values, SHAZEER_2020_65K.spread
     excluded = published_exclusions(situation)
     eligible = [n for n in values if n not in excluded]
@@ -170,7 +171,9 @@ def advise_published(situation: Situation) -> Advice:
         "Measure it on your own data before committing (command below): published gaps of "
         "0.01-0.05 nats need several seeds to confirm."
     )
-    variants = list(dict.fromkeys([choice, best, *tied, "gelu", "relu"]))
+    # what the rules prefer is measured too, beside the published best ('gated' names no one variant)
+    preferred = [p for r in preferences(situation) for p in r.picks if p != "gated"]
+    variants = list(dict.fromkeys([choice, best, *tied, *preferred, "gelu", "relu"]))
     evidence = published_evidence_json(table, long_run)
     if picked.fit_shape:
         shape = picked.fit_shape
@@ -181,9 +184,16 @@ def advise_published(situation: Situation) -> Advice:
         reasons=reasons,
         evidence=evidence,
         alternatives=published_alternatives_json(table, long_run, choice, picked.excluded),
-        command=compare_command(variants, None, situation.depth, seeds=5 if situation.priority == "research" else 3),
+        command=compare_command(
+            variants,
+            None,
+            situation.depth,
+            seeds=5 if situation.priority == "research" else 3,
+            task="image" if situation.task_type == "cv" else None,
+        ),
         rules=rules,
         decided_by=[r.rule for r in picked.decided_by] or None,
+        checks=list(CHECKS["gradient"]) if situation.first_attempt else None,
     )
 
 

@@ -13,9 +13,9 @@ from ffnlab.run.config import TrainConfig
 from ffnlab.study.advise.advice import Advice
 from ffnlab.study.advise.command import compare_command
 from ffnlab.study.advise.from_deployment import deployment_advice
-from ffnlab.study.advise.rules import decided_line, narrow, preferences
+from ffnlab.study.advise.rules import decided_line, narrow, picks_text, preferences
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, mobile_friendly, rule_line
+from ffnlab.study.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, rule_line
 from ffnlab.study.metrics import ranking_metric, shown_in
 from ffnlab.study.plan import CellKey, config_value, group_key, set_field
 from ffnlab.study.records import Cell, VariantRow
@@ -218,6 +218,7 @@ class CellChoice:
     rules: list[Rule] = field(default_factory=list)  # the flow's rules that moved the choice away from the best
     outranked: dict[str, Rule] = field(default_factory=dict)  # what the store measured -> the rule it outranks
     deployed: bool = False  # the measured deployment picked the choice (from_deployment.py)
+    against: list[Rule] = field(default_factory=list)  # the other rules that prefer variants but not the choice
 
     @property
     def eligible(self) -> list[str]:
@@ -274,10 +275,12 @@ def measured_situation(rule: Rule, facts: StudyFacts) -> str | None:
 
 def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed: str | None = None) -> CellChoice:
     """The best eligible variant of a cell; or the eligible variant `deployed`, the measured deployment's pick;
-    or, on mobile, a tied variant of the ReLU family; or, where the situation lies in a depth tier or a long
-    context the store did not measure, the best variant the rule of that situation prefers; or a tied variant
-    the priority prefers; or, when cost counts, a tied one that is clearly faster. Where the store measured the
-    situation, its rule is outranked. ValueError saying why when no variant is eligible."""
+    or, on mobile, a tied variant the mobile rule prefers (seed 002: Swish or HardSwish); or, where the situation
+    lies in a depth tier or a long context the store did not measure, the best variant the rule of that situation
+    prefers; or a tied variant the priority prefers; or, when cost counts, a tied one that is clearly faster.
+    Where the store measured the situation, its rule is outranked; the other rules that prefer variants but not
+    the choice are kept (`against`), so the advice says both. A store is a measurement, so the first-attempt rule
+    does not apply. ValueError saying why when no variant is eligible."""
     variants = {r.ffn: r for r in cell.variants}
     sign = -1.0 if facts.higher_is_better else 1.0  # sign * value: lower is better
     excluded = {name: why for name, v in variants.items() if (why := exclusion(v, situation))}
@@ -299,19 +302,20 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed
     diffs = gaps_to_best(variants, best, eligible)
     tied = [n for n, gap in diffs.items() if not gap.significant]
     # the rules that prefer variants (mobile has its own rule here; model size only informs a measurement)
-    rules = [r for r in preferences(situation) if r.branch not in ("hardware", "model_size")]
+    rules = [r for r in preferences(situation) if r.branch not in ("hardware", "model_size", "first")]
+    mobile = [apply_rule("mobile-swish")] if situation.hardware == "mobile" else []
     outranked = {what: r for r in rules if (what := measured_situation(r, facts))}
     unmeasured = narrow(
         eligible, [r for r in rules if r.branch in ("depth", "seq_len") and r not in outranked.values()], better_first
     )
     by_priority = narrow([best] + tied, [r for r in rules if r.branch == "priority"], better_first)
+    by_hardware = narrow([best] + tied, mobile, better_first)
     choice, moved = best, []
-    friendly = [n for n in [best] + tied if mobile_friendly(n)]
     if deployed in eligible:
         choice = deployed  # measured at inference, which the rules of thumb below only guess at
-    elif situation.hardware == "mobile" and friendly and best not in friendly:
-        choice = min(friendly, key=better_first)
-        moved = [apply_rule("mobile-measured", ffn=choice)]
+    elif by_hardware.moved:
+        choice = min(by_hardware.candidates, key=better_first)
+        moved = [apply_rule("mobile-measured", ffn=choice, store=facts.store)]
     elif unmeasured.moved:
         choice, moved = min(unmeasured.candidates, key=better_first), unmeasured.moved
     elif by_priority.moved:
@@ -321,11 +325,14 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed
         if step_time(fastest) < (1 - SPEED_TOLERANCE) * step_time(best):
             choice = fastest
     outranked = {what: r for what, r in outranked.items() if not r.prefers(choice)}
+    decided = {r.rule for r in moved}
+    against = [r for r in mobile + rules if r.picks and not r.prefers(choice) and r not in outranked.values()]
+    against = [r for r in against if r.rule not in decided]
     runner_up = min((n for n in eligible if n != choice), key=better_first, default=None)
     ranked = ranking_metric(facts.task)
     unit = f" {ranked.unit or ranked.quantity()}"
     return CellChoice(
-        variants, excluded, mean, best, diffs, choice, runner_up, unit, moved, outranked, deployed in eligible
+        variants, excluded, mean, best, diffs, choice, runner_up, unit, moved, outranked, deployed in eligible, against
     )
 
 
@@ -353,12 +360,10 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation, settings: C
         best = weighed.best
         reasons.insert(1, decided_line(weighed.rules, f"{best} ({weighed.mean[best]:.4f})", "your measurements"))
     reasons += caveat_reasons(weighed, facts, situation)
-    rules = weighed.rules + list(weighed.outranked.values())
+    rules = weighed.rules + list(weighed.outranked.values()) + weighed.against
     reasons += [rule_line(r) for r in weighed.rules]
-    reasons += [
-        f"{rule_line(r)} The store measured {what}, so its measurement decides here, not this rule."
-        for what, r in weighed.outranked.items()
-    ]
+    reasons += [outranked_line(r, what, weighed, facts.store) for what, r in weighed.outranked.items()]
+    reasons += [against_line(r, weighed, facts.store) for r in weighed.against]
     if deployment:
         rules += deployment.rules
         reasons += deployment.lines
@@ -377,7 +382,9 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation, settings: C
             n: {k: r[k] for k in ("multiplier", "multiplier_ci", "E", "alpha")}
             for n, r in facts.scaling["variants"].items()
         }
-    variants = list(weighed.variants)
+    # the variants the rules prefer that the store did not measure, named, so that the command measures them
+    unmeasured = [p for r in weighed.against for p in r.picks if p != "gated" and p not in weighed.variants]
+    variants = list(dict.fromkeys([*weighed.variants, *unmeasured]))
     return Advice(
         recommendation=weighed.choice,
         basis="measured",
@@ -390,6 +397,33 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation, settings: C
         cell=cell.axes,
         rules=rules,
         decided_by=[r.rule for r in weighed.rules] or None,
+    )
+
+
+def outranked_line(rule: Rule, what: str, weighed: CellChoice, store: str) -> str:
+    """A rule the store's measurement outranks, the measurement first: the store measured the rule's situation."""
+    return (
+        f"ffnlab measurement ({store}): {weighed.choice}, and the store measured {what}, so its measurement "
+        f"decides here, not the rule, which says otherwise: {rule_line(rule)}"
+    )
+
+
+def against_line(rule: Rule, weighed: CellChoice, store: str) -> str:
+    """A rule that prefers other variants than the choice: what the store measured of them first, then the rule;
+    or, where it measured none of them, the rule and that it could not decide."""
+    measured = [n for n in weighed.variants if rule.prefers(n)]
+    if not measured:
+        return (
+            f"{rule_line(rule)} The store measured none of the variants this rule prefers ({picks_text(rule)}), so "
+            "it did not decide: the command below measures them."
+        )
+    gaps = "; ".join(
+        f"{n} {weighed.versus(n, weighed.choice)}" if n in weighed.eligible else f"{n} excluded: {weighed.excluded[n]}"
+        for n in measured
+    )
+    return (
+        f"ffnlab measurement ({store}): {gaps}; the pick is {weighed.choice}. The {rule.rule} rule says otherwise: "
+        f"{rule_line(rule)}"
     )
 
 

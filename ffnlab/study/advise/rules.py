@@ -1,6 +1,7 @@
 """The rules of the decision flow (ffnlab.study.flow, advice_rules.csv) as they apply to a situation: those that
-only inform (model size, the context's share of the cost, GPU memory) and those that prefer variants (their
-`picks`), ranked as the flow ranks them, and how the latter narrow the candidates the evidence then picks from."""
+only inform (model size, the context's share of the cost, GPU memory, the task type) and those that prefer
+variants (their `picks`), ranked as the flow ranks them, and how the latter narrow the candidates the evidence
+then picks from."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ffnlab.study.flow import (
 from ffnlab.study.published import GATED_AT_SCALE
 
 # how a rule's picks read in a sentence
-PICK_NAMES = {"gated": "a GLU variant", "relu-family": "the ReLU family"}
+PICK_NAMES = {"gated": "a GLU variant"}
 
 
 def size_rule(size: float) -> Rule:
@@ -34,7 +35,7 @@ def size_rule(size: float) -> Rule:
 
 
 def situation_rules(situation: Situation) -> list[Rule]:
-    """The rules of the model-size, sequence-length and GPU-memory branches that apply."""
+    """The rules of the model-size, sequence-length, GPU-memory and task-type branches that apply."""
     rules, size = [], situation.model_size
     if size:
         rules.append(size_rule(size))
@@ -44,16 +45,20 @@ def situation_rules(situation: Situation) -> list[Rule]:
         rules.append(apply_rule(rule, seq_len=n, d_model=d, share=ffn_flop_share(d, n), short=ffn_flop_share(d, 512)))
     if size and situation.hardware and HARDWARE_MEMORY.get(situation.hardware):
         rules.append(memory_rule(situation.hardware, size, situation.seq_len or DEFAULT_SEQ_LEN))
+    if situation.task_type:
+        rules.append(apply_rule(f"task-{situation.task_type}"))
     return rules
 
 
 def preferences(situation: Situation) -> list[Rule]:
     """The rules that apply and prefer variants, highest first: the hardware (mobile; the VRAM tier, which
     stands in for a memory estimate only while the model size is unknown), the priority, the large-model
-    rule (published), long text, the depth tier."""
+    rule (published), long text, the depth tier; or, with nothing stated, the first-attempt rule."""
+    if situation.first_attempt:
+        return [apply_rule("first-attempt")]
     rules = []
     if situation.hardware == "mobile":
-        rules.append(apply_rule("mobile-relu"))
+        rules.append(apply_rule("mobile-swish"))
     if situation.vram and not situation.model_size:
         assert situation.memory_budget is not None  # the VRAM is the memory budget on a GPU
         vram = human_bytes(situation.memory_budget)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ffnlab._util.text import sci, shorten
@@ -16,10 +16,14 @@ from ffnlab.study.flow import (
     LONG_CONTEXT_SHARE,
     PRIORITIES,
     STAGES,
+    SYMPTOMS,
+    TASK_TYPES,
     Deploy,
     Hardware,
     Priority,
     Stage,
+    Symptom,
+    TaskType,
     check_choice,
     deploy_of,
     ffn_flop_share,
@@ -100,7 +104,7 @@ def written_as(parse: Callable[[str], float]) -> Any:
 # the fields `advise --json` prints under "situation", in the order it has always had (the fields, and so the
 # flags, follow the flow); the checkpoint is left out, the evidence names it
 JSON_FIELDS = ("params_budget", "memory_budget", "latency_sensitive", "deploy", "depth", "stage", "hardware",
-               "seq_len", "model_size", "priority")  # fmt: skip
+               "seq_len", "model_size", "priority", "task_type", "symptom")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -124,12 +128,18 @@ class Situation:
     latency_sensitive: bool = False  # prefer the faster of statistically tied variants
     depth: int | None = None  # number of layers you plan (tiers: fewer than 6, 6 to 12, more than 12)
     priority: Priority | None = None  # what matters most besides quality: research (evidence; cost breaks no
-    # ties), industrial (pre-training at scale: SwiGLU, as PaLM and LLaMA), maintenance (long-term: GELU, the
-    # most widely supported)
+    # ties), industrial (seed 002: GELU by default, compared with GEGLU on several tasks), maintenance
+    # (long-term: GELU, the most widely supported)
+    task_type: TaskType | None = None  # nlp or cv: what seed 000's two tables are of (their cells are not quoted
+    # here, so it changes the suggested command, not the pick)
+    symptom: Symptom | None = None  # troubleshooting instead of a pick, from seed 002's list: nan (NaN loss), slow
+    # (slower training), mismatch (outputs that differ between frameworks); checks in order, each with its command
 
     def __post_init__(self) -> None:
         check_choice(self.stage, STAGES, "situation")
         check_choice(self.priority, PRIORITIES, "priority")
+        check_choice(self.task_type, TASK_TYPES, "task type")
+        check_choice(self.symptom, SYMPTOMS, "symptom")
         if self.stage not in (None, "pretrain") and not self.pretrained:
             known = ", ".join(sorted({f.example for f in MODEL_FAMILIES})[:4])
             raise ValueError(
@@ -167,6 +177,12 @@ class Situation:
     def to_json(self) -> dict[str, Any]:
         """The situation as `advise --json` prints it (JSON_FIELDS)."""
         return {name: getattr(self, name) for name in JSON_FIELDS}
+
+    @property
+    def first_attempt(self) -> bool:
+        """Training from scratch with nothing else stated: seed 002's first attempt."""
+        stated = [f.name for f in fields(self) if f.name != "stage" and getattr(self, f.name)]
+        return self.stage in (None, "pretrain") and not stated
 
     @property
     def d_model(self) -> int:

@@ -5,6 +5,7 @@ situation. Also: a suggested command reproduces the measured cell (task, data, t
 said to allow no test."""
 
 import json
+import re
 import shlex
 from dataclasses import replace
 
@@ -12,12 +13,13 @@ import pytest
 
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.presets import preset_config
-from ffnlab.study.advise import advise, format_advice
+from ffnlab.study.advise import Situation, advise, format_advice
 from ffnlab.study.advise.command import settings_of
 from ffnlab.study.flow import (
     EVIDENCE,
     HARDWARE_MEMORY,
     RULES,
+    Quote,
     model_shape,
     narrower_shape,
     training_memory_estimate,
@@ -289,3 +291,207 @@ def test_too_few_seeds_say_no_test_could_run(tmp_path, seeds):
     assert "No test could run between swiglu and gelu, relu" in text  # (the cell's order)
     assert f"{seeds} paired seed{'s' if seeds > 1 else ''}, and a paired t-test needs at least 3" in text
     assert "Holm-corrected" not in text and "1 paired seeds" not in text
+
+
+# ---- the seeds' statements, as issue #38 words them, and each rule's verdict against them -------------------
+
+# (seed, situation, what the seed says there): the issue's words; the seeds' full texts are not in the repository
+SEEDS = [
+    ("seed 000", "depth over 12 layers", "GELU or Swish"),
+    ("seed 002", "depth over 12 layers", "GELU"),
+    ("seed 002", "industrial", "GELU by default, with a GEGLU comparison on several downstream tasks"),
+    ("seed 002", "mobile", "Swish or HardSwish, tested in FP16 and INT8"),
+    ("seed 002", "first attempt", "GELU; on gradient trouble check init and lr before the activation"),
+    ("seed 002", "troubleshooting", "NaN loss"),
+    ("seed 002", "troubleshooting", "slower training"),
+    ("seed 002", "troubleshooting", "outputs that differ between frameworks"),
+    ("seed 000", "task type", "two tables, NLP and CV"),  # (the issue does not give their cells)
+    ("seed 000", "fine-tuning", "bert-base-uncased, after setting config.hidden_act"),
+    ("seed 000", "benchmark", "activations judged on GLUE"),
+]
+NAMED = {"GELU": "gelu", "Swish": "silu", "HardSwish": "hardswish", "GEGLU": "geglu"}  # the seeds' names, ffnlab's
+
+
+def says(seed: str, situation: str) -> str:
+    """What `seed` says in `situation`, by the table."""
+    return next(text for who, where, text in SEEDS if (who, where) == (seed, situation))
+
+
+def picked(text: str) -> set[str]:
+    """The variants a statement picks: those it names before its first ',' or ';' ('GELU by default, with a
+    GEGLU comparison' picks GELU)."""
+    head = re.split(r"[,;]", text)[0]
+    return {variant for name, variant in NAMED.items() if re.search(rf"\b{name}\b", head)}
+
+
+def parsed(command: str):
+    """A suggested command, its placeholders filled in, as the CLI parses it; a `compare` command also as the
+    Study it plans, so that its axes' values are checked too."""
+    from ffnlab.cli import build_parser
+    from ffnlab.flags import study_flags
+
+    filled = {"YOUR_VARIANT": "swiglu", "YOUR_ACTIVATION": "silu", "YOUR_DATA": "shakespeare"}
+    argv = shlex.split(re.sub("|".join(filled), lambda m: filled[m.group(0)], command))
+    assert argv[0] == "ffnlab", command
+    args = build_parser().parse_args(argv[1:])
+    if args.command == "compare":
+        return args, Study.from_sources(args.preset, args.config, study_flags(args))
+    return args, None
+
+
+def commands_in(text: str) -> list[str]:
+    """The `ffnlab ...` commands a text quotes between backticks."""
+    return re.findall(r"`(ffnlab [^`]+)`", text)
+
+
+def test_every_quote_of_a_seed_is_in_the_table_and_every_seed_named_is_quoted():
+    table = {(who, f"{where}: {text}") for who, where, text in SEEDS}
+    parts = {(who, part) for who, _, text in SEEDS for part in re.split(r"; ", text)}  # a clause quoted alone
+    for rule in RULES.values():
+        for quote in rule.quotes:
+            if quote.source.startswith("seed"):
+                assert (quote.source, quote.statement) in table | parts, (rule.rule, str(quote))
+        # a rule's text says a seed says something only where it quotes that seed
+        for seed in set(re.findall(r"\b(00\d)\b", rule.text)):
+            assert any(q.source == f"seed {seed}" for q in rule.quotes), (rule.rule, seed)
+        if "article" in rule.text:
+            assert rule.quotes, rule.rule
+
+
+@pytest.mark.parametrize("depth", [13, 24, 100])
+def test_over_12_layers_the_pick_is_what_seeds_002_and_000_say(depth):
+    advice = advise(depth=depth)
+    assert advice.recommendation in picked(says("seed 002", "depth over 12 layers"))  # GELU
+    assert advice.decided_by == ["depth-deep"]
+    rule = next(r for r in advice.rules if r.rule == "depth-deep")
+    seeds = picked(says("seed 002", "depth over 12 layers")) | picked(says("seed 000", "depth over 12 layers"))
+    assert set(rule.picks) == seeds  # GELU or Swish, never the GLU variants it used to attribute to them
+    assert {q.source for q in rule.quotes} == {"seed 000", "seed 002"}
+
+
+def test_over_12_layers_a_measured_swish_is_what_seed_000_allows(tmp_path):
+    store = fabricated_store(tmp_path / "s.db", {"gelu": 2.0, "silu": 1.9, "swiglu": 1.8})  # 1 layer measured
+    advice = advise(store=store, depth=24)
+    assert advice.recommendation == "silu" and advice.decided_by == ["depth-deep"]
+    assert "silu" in picked(says("seed 000", "depth over 12 layers"))
+
+
+def test_industrial_is_gelu_by_default_with_a_geglu_comparison_on_several_tasks():
+    statement = says("seed 002", "industrial")
+    advice = advise(priority="industrial")
+    assert advice.recommendation in picked(statement) and advice.decided_by == ["priority-industrial"]
+    rule = next(r for r in advice.rules if r.rule == "priority-industrial")
+    (command,) = commands_in(rule.text)  # the GEGLU comparison, on several downstream tasks
+    _, study = parsed(command)
+    assert set(study.variants) == {"gelu", "geglu"} and len(study.axes["data"]) >= 2
+    assert "GEGLU" in statement and "several downstream tasks" in statement
+
+
+@pytest.mark.parametrize("inputs", [{"hardware": "mobile"}, {"deploy": "edge"}])
+def test_mobile_is_swish_or_hardswish_tested_in_fp16_and_int8(inputs):
+    statement = says("seed 002", "mobile")
+    advice = advise(**inputs)
+    assert advice.recommendation in picked(statement) and advice.decided_by == ["mobile-swish"]
+    rule = next(r for r in advice.rules if r.rule == "mobile-swish")
+    assert set(rule.picks) == picked(statement)
+    deploys = [parsed(c)[0] for c in commands_in(rule.text)]
+    assert deploys and all(a.command == "deploy" and {"fp16", "int8"} <= set(a.precisions.split(",")) for a in deploys)
+    assert "hardswish" in advice.command  # the variant the published table lacks is measured too
+
+
+def test_a_first_attempt_is_gelu_with_init_and_lr_checked_before_the_activation():
+    statement = says("seed 002", "first attempt")
+    advice = advise()
+    assert advice.recommendation in picked(statement) and advice.decided_by == ["first-attempt"]
+    checks = [c.check for c in advice.checks]
+    assert checks.index("the init") < checks.index("the activation")
+    assert checks.index("the learning rate") < checks.index("the activation")
+    assert all(c.source.startswith("seed 002") for c in advice.checks)
+    axes = {c.check: parsed(c.command)[1].axes for c in advice.checks}
+    assert "init" in axes["the init"] and "lr" in axes["the learning rate"]
+    assert "checks for gradient trouble, in order:" in format_advice(advice)
+    # anything stated makes it no first attempt
+    assert advise(model_size="350M").checks is None and advise(priority="research").decided_by is None
+
+
+@pytest.mark.parametrize("symptom,listed", [("nan", "NaN loss"), ("slow", "slower training"),
+                                            ("mismatch", "outputs that differ between frameworks")])  # fmt: skip
+def test_each_symptom_gets_its_checks_in_order_each_with_a_command(symptom, listed):
+    assert listed in [text for _, where, text in SEEDS if where == "troubleshooting"]
+    advice = advise(symptom=symptom)
+    assert advice.basis == "checks" and advice.recommendation.startswith("no variant: check ")
+    (rule,) = advice.rules
+    assert Quote("seed 002", f"troubleshooting: {listed}") in rule.quotes  # the table's words
+    checks = advice.checks
+    assert checks and advice.recommendation == "no variant: check " + ", then ".join(c.check for c in checks)
+    for check in checks:
+        parsed(check.command)  # every flag is one the CLI has
+        assert check.source.startswith(("seed 002", "ffnlab"))
+    # seed 002 places only init and lr before the activation; the rest is ffnlab's, said to be such
+    theirs = [c.check for c in checks if c.source.startswith("seed 002")]
+    assert theirs in ([], ["the init", "the learning rate", "the activation"])
+    if symptom in ("nan", "slow"):  # gradient trouble: the seed's order
+        assert theirs == ["the init", "the learning rate", "the activation"]
+    text = format_advice(advice)
+    assert f"checks for {listed}, in order:" in text and all(f"measure: {c.command}" in text for c in checks)
+
+
+def test_a_symptom_says_what_it_did_not_weigh():
+    advice = advise(symptom="mismatch", depth=24, hardware="mobile")
+    assert (
+        advice.reasons[-1]
+        == "--hardware and --depth did not change this: the checks answer the symptom, whatever the situation."
+    )
+    assert advise(symptom="mismatch").reasons[-1].startswith("No variant is picked")
+
+
+@pytest.mark.parametrize("task_type,table", [("nlp", "NLP"), ("cv", "CV")])
+def test_a_task_type_names_seed_000s_table_and_says_its_cells_are_not_known(task_type, table):
+    assert table in says("seed 000", "task type")
+    advice = advise(task_type=task_type)
+    rule = next(r for r in advice.rules if r.rule == f"task-{task_type}")
+    assert Quote("seed 000", f"task type: {says('seed 000', 'task type')}") in rule.quotes
+    assert f"seed 000 gives a table for {table}" in rule.text and "not quoted" in rule.text
+    # the cells unknown, the task type picks nothing: the published pick stands, no rule decided
+    assert advice.recommendation == min(SHAZEER_2020_65K.values, key=SHAZEER_2020_65K.values.get)
+    assert advice.decided_by is None
+    args, study = parsed(advice.command)
+    assert study.base.model.task == ("image" if task_type == "cv" else "lm")
+
+
+def test_each_output_names_its_source(tmp_path):
+    store = fabricated_store(tmp_path / "s.db", {"relu": 2.1, "gelu": 2.0, "swiglu": 1.9})
+    situations = [{}, {"depth": 24}, {"priority": "industrial"}, {"hardware": "mobile"}, {"task_type": "cv"},
+                  {"symptom": "nan"}, {"store": store, "priority": "industrial"},
+                  {"store": store, "depth": 4}]  # fmt: skip
+    for inputs in situations:
+        advice = advise(**inputs)
+        text = " ".join(advice.reasons)
+        for rule in advice.rules:
+            assert f"(source: {rule.source}" in text, (inputs, rule.rule)
+            for quote in rule.quotes:
+                assert str(quote) in text, (inputs, rule.rule)
+        if "store" in inputs:
+            assert f"ffnlab measurement ({store})" in text
+
+
+def test_a_measurement_that_disagrees_with_a_seed_is_said_first(tmp_path):
+    store = fabricated_store(tmp_path / "s.db", {"gelu": 2.0, "swiglu": 1.9})  # gelu significantly worse
+    advice = advise(store=store, priority="industrial")
+    assert advice.recommendation == "swiglu" and advice.decided_by is None
+    line = next(r for r in advice.reasons if "priority-industrial" in r)
+    assert line.startswith(f"ffnlab measurement ({store}): gelu +0.100 nats vs swiglu")
+    assert line.index("ffnlab measurement") < line.index('seed 002: "industrial: GELU by default')
+    # tied, the seed's GELU is picked, and the rule said to have decided
+    tied = fabricated_store(tmp_path / "t.db", {"gelu": 1.951, "swiglu": 1.950}, jitter={"gelu": (0.02, -0.03, 0.015)})
+    assert advise(store=tied, priority="industrial").decided_by == ["priority-industrial"]
+
+
+@pytest.mark.parametrize("flag,valid", [("--symptom", "nan, slow, mismatch"), ("--task-type", "nlp, cv")])
+def test_an_unknown_symptom_or_task_type_is_one_line_naming_the_valid_ones(run_cli, flag, valid):
+    code, out, err = run_cli("advise", flag, "fever")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert all(f"'{choice}'" in err for choice in valid.split(", "))
+    field = flag.removeprefix("--").replace("-", "_")
+    with pytest.raises(ValueError, match=f"valid: {valid}$"):
+        Situation(**{field: "fever"})

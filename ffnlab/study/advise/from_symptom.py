@@ -23,8 +23,8 @@ def advise_symptom(situation: Situation) -> Advice:
     ours = [c.check for c in checks if not c.source.startswith("seed")]
     reasons = [
         rule_line(rule),
-        f"No variant is picked: {SYMPTOM_NAMES[symptom]} is answered by checks in order, each with the command that "
-        "measures it (below). "
+        f"No variant is picked: the symptom ({SYMPTOM_NAMES[symptom]}) is answered by checks in order, each with "
+        "the command that measures it (below). "
         + (f"Placed by the seed: {and_list(theirs)}. " if theirs else "")
         + (f"Placed by ffnlab, not the seed: {and_list(ours)}." if ours else ""),
     ]

@@ -483,6 +483,8 @@ def test_the_published_advice_ends_with_measuring_it_and_a_checkpoint_says_what_
         reasons[-1]
         == "The model size, the sequence length did not change this: the checkpoint fixes the activation (finetune)."
     )
+    reasons = advise(pretrained="gpt2", task_type="nlp").reasons
+    assert reasons[-1] == "The task type did not change this: the checkpoint fixes the activation (finetune)."
 
 
 def test_a_gpu_tier_is_a_memory_budget():

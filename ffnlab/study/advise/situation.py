@@ -216,6 +216,7 @@ def unused_inputs(situation: Situation) -> list[str]:
         "the memory budget": situation.memory_budget,
         "the depth": situation.depth,
         "the priority": situation.priority,
+        "the task type": situation.task_type,
     }
     named = [flag for flag, value in given.items() if value]
     if situation.stage == "pretrain" or not named:

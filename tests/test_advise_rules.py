@@ -495,3 +495,11 @@ def test_an_unknown_symptom_or_task_type_is_one_line_naming_the_valid_ones(run_c
     field = flag.removeprefix("--").replace("-", "_")
     with pytest.raises(ValueError, match=f"valid: {valid}$"):
         Situation(**{field: "fever"})
+
+
+def test_a_store_of_another_task_type_is_said_to_be_so(tmp_path):
+    store = fabricated_store(tmp_path / "s.db", {"gelu": 2.0, "swiglu": 1.9})  # a language model: NLP
+    said = "You said task type CV, but the store measured task lm (NLP): its gaps may not hold there"
+    assert any(r.startswith(said) and "--task image" in r for r in advise(store=store, task_type="cv").reasons)
+    assert not any(r.startswith("You said task type") for r in advise(store=store, task_type="nlp").reasons)
+    assert "task-nlp" in [r.rule for r in advise(store=store, task_type="nlp").rules]  # seed 000's table, named

@@ -534,7 +534,8 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
 
 
 def caveat_reasons(weighed: CellChoice, facts: StudyFacts, situation: Situation) -> list[str]:
-    """What limits the advice: busy-machine timings, another device or depth, and the excluded variants."""
+    """What limits the advice: busy-machine timings, another device, depth or task type, and the excluded
+    variants."""
     deploy, depth = situation.deploy, situation.depth
     reasons = []
     spread = max((s for n in weighed.eligible if (s := step_time_spread(weighed.variants[n]))), default=None)
@@ -549,6 +550,13 @@ def caveat_reasons(weighed: CellChoice, facts: StudyFacts, situation: Situation)
         reasons.append(
             f"You plan {depth} layers but the measurement has {facts.n_layers}: gaps between FFNs "
             f"can change with depth; measure at your depth (command below)."
+        )
+    measured_type = "cv" if facts.task == "image" else "nlp"
+    if situation.task_type and situation.task_type != measured_type:
+        task = "--task image" if situation.task_type == "cv" else "--task lm, cls or tokens"
+        reasons.append(
+            f"You said task type {situation.task_type.upper()}, but the store measured task {facts.task} "
+            f"({measured_type.upper()}): its gaps may not hold there; measure on your own task ({task})."
         )
     for n, why in weighed.excluded.items():
         reasons.append(f"{n} excluded: {why}.")

@@ -13,6 +13,7 @@ from ffnlab.data.tokenizer import check_tokenizer_name, check_word_vocab
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)
+PEFT_METHODS = ("lora",)  # TrainConfig.peft's choices (ffnlab.tools.lora)
 Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
 DIVERGENCE = ("nonfinite", "blowup")  # the kinds of divergence, the event kinds that end a run
 DEVICES = ("cpu", "cuda", "auto")
@@ -93,6 +94,13 @@ class TrainConfig:
     # checkpoints and weights gathered whole into an unsharded run's files; no QAT or save_pretrained yet
     qat_from: float | None = None  # quantisation-aware training: from this fraction of training on (0 to 1, by
     # the schedule's progress), every linear layer is fake-quantised to int8 (torchao; ffnlab.tools.quantize)
+    peft: Literal["lora"] | None = None  # parameter-efficient fine-tuning of the init_from folder's model: 'lora'
+    # trains low-rank adapters (peft's LoRA) on lora_targets and a classifier's new head, every pretrained weight
+    # frozen, the FFN's included (ffnlab.tools.lora)
+    lora_r: int = 8  # rank of each LoRA adapter
+    lora_alpha: int = 16  # LoRA's scale: an adapter's update is multiplied by lora_alpha / lora_r
+    lora_targets: str | None = None  # comma-separated names of the modules LoRA adapts (query,value); None: peft's
+    # default for the model's family (BERT query,value; GPT-2 c_attn; LLaMA q_proj,v_proj), set when the run starts
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -163,6 +171,7 @@ class TrainConfig:
             raise ValueError(f"qat_from must be a fraction of training in [0, 1), got {self.qat_from}")
         if self.device not in DEVICES:
             raise ValueError(f"unknown device '{self.device}'; valid: {', '.join(DEVICES)}")
+        check_peft(self)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -190,6 +199,28 @@ def check_tagger(cfg: TrainConfig) -> None:
             f"task 'tokens' tags whole words, one position each: its tokenizer is 'word' (what the default "
             f"'char' becomes for it), not '{cfg.tokenizer}'"
         )
+
+
+def check_peft(cfg: TrainConfig) -> None:
+    """ValueError, one line, unless the LoRA fields make a run ffnlab can train: adapters on a pretrained folder
+    (init_from), a positive rank and scale, no LoRA setting without --peft, and no flag that cannot work with it.
+    The targets are checked against the folder's model when the run is planned (ffnlab.tools.lora.resolve_lora)."""
+    if cfg.peft not in (None, *PEFT_METHODS):
+        raise ValueError(f"unknown peft method '{cfg.peft}'; valid: {', '.join(PEFT_METHODS)}")
+    if cfg.lora_r <= 0 or cfg.lora_alpha <= 0:
+        raise ValueError(f"lora_r and lora_alpha must be positive whole numbers, got {cfg.lora_r} and {cfg.lora_alpha}")
+    if cfg.lora_targets is not None:
+        cfg.lora_targets = ",".join(t.strip() for t in cfg.lora_targets.split(",") if t.strip()) or None
+    if cfg.peft is None:
+        if (cfg.lora_r, cfg.lora_alpha, cfg.lora_targets) != (TrainConfig.lora_r, TrainConfig.lora_alpha, None):
+            raise ValueError("--lora-r, --lora-alpha and --lora-targets set LoRA's adapters: add --peft lora")
+        return
+    if not cfg.init_from:
+        raise ValueError(f"--peft {cfg.peft} trains adapters on a pretrained model: add --from FOLDER")
+    if cfg.qat_from is not None:
+        raise ValueError("--peft keeps the pretrained weights frozen, which --qat-from would fake-quantise: drop one")
+    if cfg.shard:
+        raise ValueError("--shard cannot train LoRA adapters yet (their optimiser state is small): drop --shard")
 
 
 def flag_of(f: Field[Any]) -> str:
@@ -235,6 +266,7 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.glu_norm", "model.act_position"),
     4: ("grad_accum", "nproc", "shard"),  # the global batch, and how its gradients are reduced
     5: ("ids_vocab",),  # tokens prepared elsewhere
+    6: ("peft", "lora_r", "lora_alpha", "lora_targets"),  # LoRA: what trains, and how
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 
@@ -304,6 +336,8 @@ class RunResult:
     history: dict
     events: list
     config: dict
+    trainable_params: int | None = None  # the parameters the optimiser updated: all of them, but under LoRA its
+    # adapters and a classifier's new head (ffnlab.tools.lora); None in results from before it was recorded
     # classification only (cls, image): macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); task
     # tokens only: span F1 as seqeval computes it (ffnlab.data.tagging.span_f1). With defaults, as fields added
     # later are, so a result built before them (by a caller older than the task) still builds

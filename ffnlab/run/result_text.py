@@ -59,9 +59,15 @@ def format_run(r: RunResult) -> str:
             f"  fp16: the gradient scaler skipped {len(skips)} update(s) whose gradients overflowed, each trained "
             "again on the next batch (not divergence)"
         )
+    from ffnlab.tools.lora import trained_text
+
+    if trained := trained_text(r.config, r.trainable_params, r.params):  # a fine-tune: what trained, what not
+        lines.append(f"  trained: {trained}")
+    grads = f"FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}"
+    if r.config.get("peft"):  # LoRA: the FFN is frozen, its gradient monitors saw none
+        grads = "FFN frozen (no gradients)"
     lines.append(
-        f"  FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}, spikes "
-        f"{r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
+        f"  {grads}, spikes {r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
     )
     for layer, values in r.learned.items():
         lines.append(f"  learned {layer}: {json.dumps(values)}")

@@ -100,6 +100,7 @@ if TYPE_CHECKING:
     from ffnlab.data.prepared import TokenFolder
     from ffnlab.data.tokenizer import Tokenizer
     from ffnlab.tools.hf import HFModel
+    from ffnlab.tools.lora import LoraSettings
 
 # NOTE: the gradient scaler halves its scale at every overflow; below 1 the gradients overflow fp16 unscaled, which
 # no scale mends: the run has diverged
@@ -188,14 +189,17 @@ def hf_factory(hf_config: dict) -> ModelFactory:
     return build
 
 
-def pretrained_factory(folder: str) -> ModelFactory:
+def pretrained_factory(folder: str, lora: LoraSettings | None = None) -> ModelFactory:
     """model_factory loading a save_pretrained folder, its FFN activation swapped to model.ffn with
-    the weights kept (ffnlab.tools.pretrained); the seed only draws a new classification head."""
+    the weights kept (ffnlab.tools.pretrained); the seed only draws a new classification head (and, with `lora`,
+    the adapters that train on the frozen model: ffnlab.tools.lora)."""
+    from ffnlab.tools.lora import with_lora
     from ffnlab.tools.pretrained import load_pretrained
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
         model = load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
-        return hf_checkpointing(model, mcfg)
+        model = hf_checkpointing(model, mcfg)
+        return with_lora(model, folder, lora) if lora else model
 
     return build
 
@@ -213,10 +217,11 @@ def hf_checkpointing(model: HFModel, mcfg: ModelConfig) -> HFModel:
 
 
 def resolve_init(cfg: TrainConfig) -> TrainConfig:
-    """cfg with init_digest set from its init_from folder; ValueError if the folder changed since the
-    run was planned (its digest then differs from the one in the config)."""
+    """cfg with init_digest set from its init_from folder (and LoRA's targets: ffnlab.tools.lora.resolve_lora);
+    ValueError if the folder changed since the run was planned (its digest then differs from the one in the config)."""
     if not cfg.init_from:
         return cfg
+    from ffnlab.tools.lora import resolve_lora
     from ffnlab.tools.pretrained import folder_digest
 
     digest = folder_digest(cfg.init_from)
@@ -225,13 +230,15 @@ def resolve_init(cfg: TrainConfig) -> TrainConfig:
             f"{cfg.init_from} changed since the run was planned (digest {digest}, planned {cfg.init_digest}); "
             "plan the study again"
         )
-    return replace(cfg, init_digest=digest)
+    return resolve_lora(replace(cfg, init_digest=digest))
 
 
 def default_factory(cfg: TrainConfig) -> ModelFactory:
     """The model a config asks for: a pretrained folder, a Hugging Face architecture, or ffnlab's Transformer."""
     if cfg.init_from:
-        return pretrained_factory(cfg.init_from)
+        from ffnlab.tools.lora import lora_settings
+
+        return pretrained_factory(cfg.init_from, lora_settings(cfg))
     return hf_factory(cfg.hf_config) if cfg.hf_config else Transformer
 
 
@@ -578,8 +585,8 @@ def train(
             raise ValueError("a model_factory builds the model in this process; start nproc > 1 with torchrun")
         return launch(cfg, progress is not None, weights_path, pretrained_path)
     setup = prepare(cfg, model_factory)
-    if pretrained_path is not None:  # the fp32 weights, saved after training: now, not then
-        n_params = sum(p.numel() for p in setup.model.parameters())
+    if pretrained_path is not None:  # the fp32 weights (LoRA: what trained), saved after training: now, not then
+        n_params = sum(p.numel() for p in setup.model.parameters() if p.requires_grad or not cfg.peft)
         check_free_space(pretrained_path, 4 * n_params, f"the save_pretrained folder ({n_params:,} parameters)")
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
     progress = progress if setup.ranks.main else None  # rank 0 alone reports
@@ -790,7 +797,8 @@ def finish(
 
 def save_final(setup: Setup, weights_path: str | os.PathLike | None, pretrained_path: str | os.PathLike | None) -> None:
     """A finished run's weights (safetensors) and its Hugging Face model as a save_pretrained folder;
-    a swapped model is saved with its original FFN modules, so the folder loads with from_pretrained. Called in
+    a swapped model is saved with its original FFN modules, so the folder loads with from_pretrained; a LoRA run
+    saves its adapter (ffnlab.tools.lora.save_adapter), which loads onto the base with peft. Called in
     every rank: rank 0 alone writes, and a sharded model is gathered whole by all of them first."""
     if weights_path is not None:
         weights = whole_weights(setup.model, setup.ranks) if setup.cfg.shard else setup.model
@@ -798,9 +806,13 @@ def save_final(setup: Setup, weights_path: str | os.PathLike | None, pretrained_
             save_weights(weights, Path(weights_path))
     if pretrained_path is not None and setup.ranks.main:
         from ffnlab.tools.hf import HFModel, save_unswapped
+        from ffnlab.tools.lora import save_adapter
 
         assert isinstance(setup.model, HFModel)  # train() refuses pretrained_path for ffnlab's Transformer
-        save_unswapped(setup.model.hf, Path(pretrained_path))
+        if setup.cfg.peft and setup.cfg.init_from:  # the adapter and the base it needs, not a whole model
+            save_adapter(setup.model, setup.cfg.init_from, setup.cfg.init_digest, Path(pretrained_path))
+        else:
+            save_unswapped(setup.model.hf, Path(pretrained_path))
 
 
 @dataclass
@@ -857,6 +869,7 @@ class Costs(TrainingMemory):
     train_seconds: float
     wall_seconds: float
     cuda_peak_bytes: int | None
+    trainable_params: int  # what the optimiser updates (LoRA: its adapters and a new head)
 
 
 def measured_costs(setup: Setup, step: int, train_seconds: float) -> Costs:
@@ -871,6 +884,7 @@ def measured_costs(setup: Setup, step: int, train_seconds: float) -> Costs:
     flops_per_token = model_flops_per_token(model, d_model, n_layers, mcfg.context, n_out)
     return {
         "params": param_count(model),
+        "trainable_params": sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values()),
         "ffn_params": sum(p.numel() for _, f in setup.ffns for p in f.parameters()),
         "flops_per_token": flops_per_token,
         "tokens": step * setup.tokens_per_step,

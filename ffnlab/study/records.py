@@ -350,6 +350,8 @@ class StudySettings:
     pair: list[str] | None = None  # a sentence-pair dataset's two text columns (ffnlab.data.pairs), else None
     nproc: int = 1  # processes each run trained in (DDP); its global batch is batch_size x nproc x grad_accum
     grad_accum: int = 1
+    trained: str | None = None  # a fine-tune's parameters that trained, in words (ffnlab.tools.lora.trained_text):
+    # every one, or LoRA's adapters and a new head with the rest frozen; None for a model trained from scratch
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

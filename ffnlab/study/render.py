@@ -302,6 +302,8 @@ def settings_rows(
     if settings.get("pretrained"):
         rows.append(("pretrained", f"fine-tuned from {settings['pretrained']['from']} "
                                    f"(digest {settings['pretrained']['digest']})"))  # fmt: skip
+    if settings.get("trained"):  # a fine-tune: every parameter, or LoRA's adapters and a new head
+        rows.append(("trained", settings["trained"]))
     if settings.get("axes"):
         rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in settings["axes"].items())))
     rows += machine_rows(env)

@@ -378,7 +378,7 @@ def summarize(
         store=str(store_path),
         baseline=baseline,
         seeds=study.seeds,
-        settings=settings_of(study, chosen_by_protocol(study, store_path)),
+        settings=settings_of(study, chosen_by_protocol(study, store_path), trainable_of(cells)),
         cells=out_cells,
         across_cells=across_cells(out_cells, baseline, out_cells[0].alpha),
         aggregate=aggregate(out_cells, baseline),
@@ -421,11 +421,25 @@ def scaling_of(study: Study, items: CellRuns, extrapolate_to: float | None = Non
     return StudyScaling(scale=scale, metric=ranking.name, fits=fits)
 
 
-def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings:
+def trainable_of(cells: dict[CellKey, CellRuns]) -> tuple[int, int] | None:
+    """(parameters trained, parameters) of the study's first run with a result that counted them: the same for
+    every variant of a fine-tune, whose swap changes an activation only; None before any run finished."""
+    results = (rec.result for items in cells.values() for _, rec in items if rec is not None and rec.result)
+    return next(((r.trainable_params, r.params) for r in results if r.trainable_params is not None), None)
+
+
+def settings_of(
+    study: Study, chosen_by_protocol: bool = False, trainable: tuple[int, int] | None = None
+) -> StudySettings:
     """The run settings a reader needs to judge a comparison, with what it held equal and what not;
-    `chosen_by_protocol`: the per-variant settings are the validation protocol's choice, not the user's."""
+    `chosen_by_protocol`: the per-variant settings are the validation protocol's choice, not the user's;
+    `trainable`: (parameters trained, parameters) as the runs counted them (`trainable_of`), for a fine-tune's
+    statement of what trained."""
+    from ffnlab.tools.lora import trained_text
+
     b = study.base
-    controls = held_equal(study, chosen_by_protocol)
+    trained = trained_text(b.to_dict(), *(trainable or (None, None)))
+    controls = held_equal(study, chosen_by_protocol, trained)
     image = b.model.task == "image"  # a ViT: its tokens are patches, as many as the data's image size makes
     shape = ("image_size", "patch_size", "pool") if image else ("context",)
     if b.hf_config or b.init_from:  # a Hugging Face architecture's shape (a pretrained folder's config.json); its
@@ -476,17 +490,18 @@ def settings_of(study: Study, chosen_by_protocol: bool = False) -> StudySettings
         pair=text_fields(b.text_field) if is_pair(b.text_field) else None,
         nproc=b.nproc,
         grad_accum=b.grad_accum,
+        trained=trained,
     )
 
 
-def held_equal(study: Study, chosen_by_protocol: bool = False) -> Controls:
+def held_equal(study: Study, chosen_by_protocol: bool = False, trained: str | None = None) -> Controls:
     """The comparison's controls, in words: what it held equal and how, what not and why.
 
     Everything but the FFN is held equal by construction (same seed -> same data order and the same
     non-FFN weights); what cannot be, or was chosen not to be, is named rather than left implicit.
     An axis of the study is varied on purpose and compared only within its cells, so what it sets is named
     by the axis, never by the base's one value. Settings per variant are the user's, or the validation
-    protocol's (`chosen_by_protocol`)."""
+    protocol's (`chosen_by_protocol`). A fine-tune names what trained (`trained`, `settings_of`'s)."""
     b = study.base
     lr = varied(study, "lr", "peak lr") or f"peak {b.lr:g}"
     warmup = varied(study, "warmup", "warm-up steps") or f"{b.warmup_steps} warm-up steps"
@@ -509,7 +524,7 @@ def held_equal(study: Study, chosen_by_protocol: bool = False) -> Controls:
         unequal.append(per_variant_row(study, chosen_by_protocol))
     if b.init_from:  # fine-tuning: the folder's weights, widths and biases for every variant
         equal = [row for row in equal if row[0] != "non-FFN weights"]
-        sources = [pretrained_rows(study), budget_rows(study)]
+        sources = [pretrained_rows(study, trained), budget_rows(study)]
     else:
         sources = [parameter_rows(study), init_rows(study), budget_rows(study), bias_rows(study)]
     sources.append(causality_rows(study))
@@ -570,9 +585,11 @@ def attn_act_row(study: Study) -> list[str]:
     return ["Q/K/V activations", f"{describe_attn_act(qkv_act_spec(study.base.model))} for every variant"]
 
 
-def pretrained_rows(study: Study) -> Controls:
-    """Fine-tuning from a pretrained folder: every weight is the folder's, only the activation changes."""
+def pretrained_rows(study: Study, trained: str | None = None) -> Controls:
+    """Fine-tuning from a pretrained folder: every weight is the folder's, only the activation changes; under
+    LoRA the weights stay frozen, the FFN's included, and the adapters (`trained`) train."""
     b, own = study.base, study.baseline  # the CLI makes the folder's own activation the baseline
+    frozen = " and frozen" if b.peft else ""
     fresh = "a fresh warm-up from the pretrained weights for every variant"
     if any("warmup_steps" in overrides for overrides in study.per_variant.values()):
         warmup = f"{fresh}, its steps set per variant"
@@ -582,13 +599,15 @@ def pretrained_rows(study: Study) -> Controls:
         warmup = f"a fresh warm-up of {b.warmup_steps} steps from the pretrained weights for every variant"
     equal = [
         ["pretrained weights", f"every variant and seed starts from {b.init_from} (digest {b.init_digest or '-'}): "
-                               "attention, embeddings, norms and the FFN matrices carried over"],
+                               f"attention, embeddings, norms and the FFN matrices carried over{frozen}"],
         ["parameters", "the pretrained FFN widths and matrices: a swap changes the activation only"],
         ["warm-up", warmup],
     ]  # fmt: skip
+    if trained:
+        equal.append(["trained parameters", f"{trained}; the same for every variant"])
     swaps = [v for v in study.variants if v != own]
     unequal = [["FFN activation", f"{own} kept (the pretrained one) vs swapped to {', '.join(swaps) or '-'}, "
-                                  "the FFN weights unchanged"]]  # fmt: skip
+                                  f"the FFN weights {'frozen' if b.peft else 'unchanged'}"]]  # fmt: skip
     if b.model.task == "cls":
         unequal.append(["classification head", "newly initialised (the folder has none); the same for every "
                                                "variant with one seed"])  # fmt: skip

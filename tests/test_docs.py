@@ -1,5 +1,5 @@
-"""The documentation site (mkdocs.yml, docs/): it builds under --strict, and its generated reference names what
-the code has."""
+"""The documentation site (mkdocs.yml, docs/): it builds under --strict, its generated reference names what the
+code has, and the README stays a front page whose links resolve."""
 
 import argparse
 import functools
@@ -93,3 +93,12 @@ def test_the_json_reference_names_every_metric_of_the_table():
 def test_an_unknown_marker_fails_the_build():
     with pytest.raises(ValueError, match="unknown marker 'generated: nope'; valid: cli, row-keys"):
         docs_hooks().expand("text <!-- generated: nope --> text")
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve():
+    assert len(README.splitlines()) <= 200
+    for title in ("Two commands", "Fine-tuning and LoRA", "GLUE", "Development"):
+        assert f"\n## {title}\n" in README
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README)  # relative links, anchors cut
+    assert len(links) > 20
+    assert [link for link in links if not (ROOT / link).exists()] == []

@@ -114,7 +114,8 @@ def build_parser() -> Parser:
             "--save-pretrained",
             default=None,
             metavar="FOLDER",
-            help="save the trained Hugging Face model (--hf-config or --from) there, for a later --from",
+            help="save the trained Hugging Face model (--hf-config or --from) there, for a later --from; with --peft "
+            "the LoRA adapter, as peft saves it, and the base it needs (ffnlab.tools.lora.load_adapter)",
         )
         p.set_defaults(func=cmd_train)
 

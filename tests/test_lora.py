@@ -198,19 +198,29 @@ def test_cli_finetune_keep_and_swap_under_lora(folders, run_cli, tmp_path):
     assert code == 0 and "trained: every parameter (" in out and "FFN gradient mean" in out, err
 
 
-def test_cli_compare_keep_against_swap_under_lora_says_what_trained(folders, run_cli, tmp_path):
-    code, out, err = run_cli(
-        "compare", "--from", folders["bert"], "--peft", "lora", "--variants", "silu", "--task", "cls", "--data",
-        folders["data"], "--seeds", 2, "--jobs", 1, "--store", tmp_path / "s.db", "--no-report", *FLAGS,
-    )  # fmt: skip
+def compare_argv(folders, store) -> list:
+    """compare --peft lora: BERT's gelu kept against silu, on the CSV, 2 seeds."""
+    return ["compare", "--from", folders["bert"], "--peft", "lora", "--variants", "silu", "--task", "cls", "--data",
+            folders["data"], "--seeds", 2, "--jobs", 1, "--store", store, "--no-report", *FLAGS]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lora_store(folders, tmp_path_factory):
+    """The store of a LoRA study (`compare_argv`), its runs done."""
+    from ffnlab.cli import main
+
+    store = tmp_path_factory.mktemp("store") / "s.db"
+    assert main([str(a) for a in [*compare_argv(folders, store), "--quiet"]]) == 0
+    return store
+
+
+def test_cli_compare_keep_against_swap_under_lora_says_what_trained(folders, lora_store, run_cli):
+    code, out, err = run_cli(*compare_argv(folders, lora_store))
     assert code == 0, err
     # query and value: 2 x 8 x (32 + 32); the head: 32 x 2 + 2; the pooler the folder lacks: 32 x 32 + 32
     statement = "LoRA r=8 alpha=16 on query,value and the new classification head (2,146 parameters"
     assert f"trained parameters: {statement}" in out and "the FFN weights frozen" in out
-    code, out, err = run_cli(
-        "compare", "--from", folders["bert"], "--peft", "lora", "--variants", "silu", "--task", "cls", "--data",
-        folders["data"], "--seeds", 2, "--jobs", 1, "--store", tmp_path / "s.db", "--no-report", "--json", *FLAGS,
-    )  # fmt: skip
+    code, out, err = run_cli(*compare_argv(folders, lora_store), "--json")
     settings = json.loads(out)["settings"]
     assert code == 0 and settings["trained"].startswith(statement) and settings["variants"] == ["gelu", "silu"]
 
@@ -252,3 +262,25 @@ def test_a_lora_run_is_another_run_than_a_full_fine_tune(folders):
     }
     assert ids["lora"] == ids["lora, targets given"]  # the default resolved is what the targets say
     assert len({ids[k] for k in ("full", "lora", "lora r 4", "lora alpha 8")}) == 4
+
+
+def test_advise_peft_says_a_lora_study_of_the_checkpoint_first(folders, lora_store, run_cli, monkeypatch):
+    from ffnlab.study.advise import Situation, advice_for, from_lora
+
+    code, out, err = run_cli("advise", "--situation", "peft", "--store", lora_store, "--json")  # the study's folder
+    assert code == 0, err
+    advice = json.loads(out)
+    assert advice["branch"] == "peft/measured" and advice["recommendation"] in ("gelu", "silu")
+    reasons = advice["reasons"]
+    assert reasons[0].startswith(f"Measured under LoRA in {lora_store}: fine-tuned from {folders['bert']}")
+    rule = next(i for i, line in enumerate(reasons) if line.startswith("[rule of thumb]"))
+    measured = next(i for i, line in enumerate(reasons) if "paired seed" in line)
+    assert measured < rule  # measured first
+    other = advice_for(Situation(stage="peft", pretrained=str(folders["llama"])), lora_store)  # not its checkpoint
+    assert other.basis == "pretrained" and other.recommendation == "swiglu"
+    silu = replace(from_lora.advise_measured(lora_store, Situation(stage="peft", pretrained=str(folders["bert"]))),
+                   recommendation="silu")  # fmt: skip
+    monkeypatch.setattr(from_lora, "advise_measured", lambda store, situation: silu)  # as if silu had won
+    swapped = advice_for(Situation(stage="peft", pretrained=str(folders["bert"])), lora_store)
+    assert swapped.recommendation == "silu"
+    assert any("disagrees with the rule of thumb below (keep gelu): said first" in line for line in swapped.reasons)

@@ -5,7 +5,9 @@ Three sources of evidence, in this order:
    the activation is read from a Hugging Face config.json or a table of model families (from_checkpoint.py);
 2. measurements in a run store: the variants' paired differences over seeds, under the user's
    parameter, memory and latency constraints (from_store.py), and, where inference cost counts, the
-   deployment measured beside it (deploy.json: from_deployment.py), also for a checkpoint's variant;
+   deployment measured beside it (deploy.json: from_deployment.py), also for a checkpoint's variant; for
+   parameter-efficient fine-tuning, a LoRA study of the checkpoint (keep against swap, the FFN frozen), said
+   before the rule of thumb (from_lora.py);
 3. published results (ffnlab.study.published), said to be such, with the `ffnlab compare` command that
    would measure the question on the user's own data (from_papers.py).
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from ffnlab.study.advise.advice import Advice, format_advice
 from ffnlab.study.advise.from_checkpoint import advise_pretrained
 from ffnlab.study.advise.from_deployment import deployment_advice
+from ffnlab.study.advise.from_lora import advise_lora, measures
 from ffnlab.study.advise.from_papers import advise_published
 from ffnlab.study.advise.from_store import advise_measured
 from ffnlab.study.advise.from_symptom import advise_symptom, unused_by_symptom
@@ -95,7 +98,9 @@ def advice_for(situation: Situation, store: str | Path | None = None) -> Advice:
         return replace(advice, situation=context, branch=f"{context.stage}/{advice.basis}")
     if context.pretrained:
         advice = advise_pretrained(context.pretrained, context)
-        if store is not None:
+        if store is not None and context.stage == "peft" and measures(store, context.pretrained):  # LoRA: first
+            advice = advise_lora(advice, store, context)
+        elif store is not None:
             advice = with_checkpoint_deployment(advice, store, context)
     elif store is not None:
         if not Path(store).is_file():

@@ -598,3 +598,37 @@ def test_messages_that_list_the_datas_names_show_the_first_few(tmp_path):
     assert first_few(["a", "b"]) == "a, b" and first_few([]) == ""
     assert first_few([str(i) for i in range(20)], shown=3) == "0, 1, 2 and 17 more"
     assert first_few(["x" * 100]) == shorten("x" * 100)
+
+
+# ---- task reg: a number per row ----------------------------------------------------------------
+
+
+def test_a_regression_corpus_keeps_each_rows_number(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = [{"text": f"pair {i} scores {i % 11 / 2}", "score": i % 11 / 2} for i in range(120)]
+    truth = {r["text"]: r["score"] for r in rows}
+    path = tmp_path / "sts.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["text", "score"])
+        writer.writeheader()
+        writer.writerows(rows)
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict({"text": list(truth), "score": list(truth.values())}).save_to_disk(str(saved))
+    for source in (path, saved):  # a CSV's text '2.5' and a saved float column alike
+        corpus = load_corpus(str(source), task="reg", label_field="score")
+        assert corpus.task == "reg" and corpus.classes is None
+        for split in SPLITS:
+            assert corpus.labels(split) == [truth[d] for d in corpus.documents(split)] and corpus.labels(split)
+            assert all(isinstance(v, float) for v in corpus.labels(split))
+
+
+def test_a_label_that_is_no_number_names_its_row(tmp_path):
+    rows = [{"text": f"pair {i}", "score": "high" if i == 6 else i % 5} for i in range(40)]
+    path = tmp_path / "sts.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    said = one_line_error(str(path), task="reg", label_field="score")
+    assert (
+        said == f"{path} row 7: label 'high' in field 'score' is not a number; task reg needs a finite number per row"
+    )
+    path.write_text("\n".join(json.dumps(dict(r, score=3)) for r in rows), encoding="utf-8")
+    assert "one value, 3, in its" in one_line_error(str(path), task="reg", label_field="score")

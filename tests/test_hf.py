@@ -521,6 +521,15 @@ def test_build_hf_model_bert_lm_is_causal_and_cls_heads_work():
         assert model.cfg.task == "cls" and len(model.ffn_modules()) == 2
 
 
+def test_build_hf_model_reg_is_transformers_regression_head_with_the_mse_loss():
+    for config in (LlamaConfig(**DECODER), BertConfig(**ENCODER)):
+        model = build_hf_model(config, "geglu", task="reg")
+        y = torch.tensor([0.5, 3.0, 4.5])
+        logits, loss = model(torch.randint(0, V, (3, 8)), y)
+        assert logits.shape == (3, 1) and torch.equal(loss, F.mse_loss(logits.squeeze(-1), y))
+        assert (model.hf.config.num_labels, model.hf.config.problem_type) == (1, "regression")
+
+
 @pytest.mark.parametrize("kind", ["fifo", "link", "device"])
 def test_an_hf_config_that_is_no_regular_file_is_refused_by_its_kind(run_cli, tmp_path, kind):
     path, message = not_a_file(tmp_path, kind)

@@ -49,7 +49,7 @@ def test_every_metric_reads_a_field_runs_have_and_shows_in_known_tables():
     names = {f.name for f in fields(RunResult)}
     for m in METRICS:
         assert not isinstance(m.source, str) or m.source in names, m.name
-        assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls", "image", "tokens"}, m.name
+        assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls", "image", "tokens", "reg"}, m.name
         m.value(run_result())  # computed sources read fields that exist
     assert len({m.name for m in METRICS}) == len(METRICS)
 
@@ -60,6 +60,7 @@ def test_the_ranking_metric_follows_the_task():
     assert ranking_metric("tokens").name == "final_val_f1" and ranking_metric("tokens").better == "higher"
     assert [ranked_task(m) for m in ("final_test_f1", "final_val_acc", "final_val_loss")] == ["tokens", "cls", "lm"]
     assert ranking_metric("image").name == "final_val_acc"  # a ViT classifies, as cls does
+    assert ranking_metric("reg").name == "final_val_pearson" and ranked_task("final_test_pearson") == "reg"
     # what advice calls a difference in it: a tagger's is span F1, not accuracy
     assert [ranking_metric(t).quantity() for t in ("lm", "cls", "tokens")] == ["loss", "accuracy", "F1"]
     with pytest.raises(ValueError, match="no ranking metric for task 'audio'"):

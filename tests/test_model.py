@@ -407,3 +407,11 @@ def test_model_param_count_is_the_built_models_count(kw):
 def test_layered_param_count_is_exact_for_alike_layers():
     build = lambda n: nn.Sequential(nn.Embedding(10, 4), *(nn.Linear(4, 4) for _ in range(n)), nn.Linear(4, 3))
     assert layered_param_count(build, 7, "fewer layers") == param_count(build(7))
+
+
+def test_a_regressor_has_one_output_and_its_loss_is_the_mean_squared_error():
+    model = Transformer(ModelConfig(n_layers=1, n_heads=2, d_model=32, context=16, vocab_size=20, task="reg"))
+    idx, y = torch.randint(20, (3, 16), generator=torch.Generator().manual_seed(0)), torch.tensor([0.5, 4.0, 2.5])
+    logits, loss = model(idx, y)
+    assert logits.shape == (3, 1) and not model.blocks[0].attn.causal  # an encoder, pooled as a classifier
+    assert loss == F.mse_loss(logits.squeeze(-1), y)

@@ -155,7 +155,8 @@ def test_a_pair_for_another_task_is_refused_in_the_same_words_by_the_config_and_
         with pytest.raises(ValueError) as e:
             check()
         said.append(str(e.value))
-    assert said == ["a sentence pair (text_field 'premise,hypothesis') is for task cls, not lm"] * 2
+    said_once = "a sentence pair (text_field 'premise,hypothesis') is for task cls, not lm (task reg, a number per pair, reads one too)"
+    assert said == [said_once] * 2
 
 
 def test_a_saved_dataset_pairs_its_columns(tmp_path):
@@ -298,3 +299,15 @@ def test_a_context_too_short_for_a_pair_is_refused_naming_the_minimum(run_cli, t
     code, _, err = run_cli("train", *TINY_MODEL, "--context", 1, "--task", "cls", "--data", path,
                            "--text-field", "premise,hypothesis", "--out", tmp_path / "r.json")  # fmt: skip
     assert code == 2 and err.count("\n") == 1 and "give --context 4 or more" in err, err
+
+
+def test_a_pair_regression_trains_through_the_cli_and_a_score_that_is_no_number_exits_2(run_cli, tmp_path):
+    rows = [dict(r, label=f"{len(r['premise']) / 10:.1f}") for r in pair_rows(60)]  # a number per pair, as STS-B's
+    path = write_csv(tmp_path / "sts.csv", rows)
+    tiny = ["train", *TINY_MODEL, "--task", "reg", "--steps", 2, "--quiet", "--text-field", "premise,hypothesis"]
+    code, out, err = run_cli(*tiny, "--data", path)
+    assert code == 0, err
+    assert "Pearson" in out and "Spearman" in out and "MSE" in out
+    rows[9]["label"] = "n/a"
+    code, _, err = run_cli(*tiny, "--data", write_csv(tmp_path / "bad.csv", rows))
+    assert code == 2 and err.count("\n") == 1 and "bad.csv row 10: label 'n/a' in field 'label' is not a number" in err

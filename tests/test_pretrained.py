@@ -253,6 +253,8 @@ def test_saved_folder_loads_back_and_swaps_keeping_the_weights(hf_config, own, s
     assert not torch.allclose(swapped(idx)[0], model(idx)[0])
     head = load_pretrained(tmp_path, own, task="cls", n_classes=3)  # a new head on the pretrained body
     assert head(idx)[0].shape == (2, 3)
+    scalar = load_pretrained(tmp_path, own, task="reg")  # one number: transformers' regression head
+    assert scalar(idx)[0].shape == (2, 1) and scalar.hf.config.problem_type == "regression"
 
 
 def test_cli_finetune(pretrained, run_cli):

@@ -816,3 +816,20 @@ def test_the_progress_bar_writes_to_stderr_as_it_is_when_the_bar_is_made():
         show = progress_bar("relu seed 0: ")
     show(2, 2, {"loss": 1.5, "lr": 1e-3, "elapsed": 0.5})
     assert shown.getvalue() == "\rrelu seed 0: 2/2 steps  eta     0s  loss 1.5000  lr 1.00e-03\n"
+
+
+def regression_csv(path, n: int = 300):
+    """A learnable regression: each text 16 letters a or b, its label 5 x its share of a's (STS-B's 0 to 5)."""
+    gen = torch.Generator().manual_seed(0)
+    texts = ["".join("ab"[int(b)] for b in torch.randint(2, (16,), generator=gen)) for _ in range(n)]
+    path.write_text("text,label\n" + "".join(f"{t},{5 * t.count('a') / 16}\n" for t in texts), encoding="utf-8")
+    return path
+
+
+def test_a_regressor_learns_a_number_per_text_and_reports_its_correlations(tmp_path):
+    data = str(regression_csv(tmp_path / "reg.csv"))
+    r = train(tiny(data=data, model=replace(TINY, task="reg"), max_steps=60, lr=1e-2, batch_size=16, precision="fp32"))
+    untrained = r.history["val"][0]["loss"]  # the mean squared error of the untrained model
+    assert r.task == "reg" and r.final_val_loss < untrained / 10
+    assert r.final_val_pearson > 0.8 and r.final_val_spearman > 0.8 and r.final_test_pearson > 0.8
+    assert r.final_val_acc is None and r.final_val_mcc is None and r.noisy_val_pearson is not None

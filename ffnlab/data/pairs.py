@@ -1,4 +1,5 @@
-"""Sentence pairs for classification: two text columns (`--text-field premise,hypothesis`) as one example.
+"""Sentence pairs for classification and regression: two text columns (`--text-field premise,hypothesis`) as one
+example (task cls, or reg for a similarity score such as STS-B's).
 
 A corpus holds a pair as one document, its two texts joined by PAIR_JOIN (a control character that no
 text keeps: inside either text it becomes a space), so that splitting by hash, deduplication and the
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ffnlab.data.batches import Split
     from ffnlab.data.corpus import Corpus
 
+PAIR_TASKS = ("cls", "reg")  # the tasks that read a sentence pair: a label, or a number, per pair
 PAIR_JOIN = "\x1f"  # ASCII 'unit separator': joins a pair's two texts in one corpus document
 SEPARATORS = 2  # [SEP] ids in an encoded pair: after each text
 MIN_PAIR_CONTEXT = SEPARATORS + 2  # a token of each text and its separator: shorter, a pair is separators only
@@ -55,9 +57,12 @@ def is_pair(text_field: str) -> bool:
 
 
 def check_pair_task(text_field: str, task: str) -> None:
-    """ValueError when `text_field` names a sentence pair for a task other than cls, which reads one text."""
-    if is_pair(text_field) and task != "cls":
-        raise ValueError(f"a sentence pair (text_field '{shorten(text_field)}') is for task cls, not {task}")
+    """ValueError when `text_field` names a sentence pair for a task that reads one text (PAIR_TASKS read pairs)."""
+    if is_pair(text_field) and task not in PAIR_TASKS:
+        raise ValueError(
+            f"a sentence pair (text_field '{shorten(text_field)}') is for task cls, not {task} (task reg, a number "
+            "per pair, reads one too)"
+        )
 
 
 def check_pair_context(context: int) -> None:
@@ -141,5 +146,6 @@ def pair_splits(
     splits: dict[str, Split] = {}
     for split in ("train", "val", "test"):
         ids = [torch.tensor(encode_pair(tok, doc, context), dtype=torch.long) for doc in corpus.documents(split)]
-        splits[split] = (ids, torch.tensor(corpus.labels(split), dtype=torch.long))
+        labels = torch.tensor(corpus.labels(split), dtype=torch.float if corpus.task == "reg" else torch.long)
+        splits[split] = (ids, labels)
     return tok, splits

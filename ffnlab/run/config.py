@@ -346,6 +346,18 @@ class RunResult:
     final_val_f1: float | None = None
     final_test_f1: float | None = None
     noisy_val_f1: float | None = None
+    # GLUE's official metrics (ffnlab.run.scores): classification, Matthews correlation (CoLA) and with two classes
+    # F1 of class 1 (MRPC, QQP); task reg, Pearson (which ranks it) and Spearman correlation (STS-B); its MSE is the
+    # loss. None where undefined (a constant prediction has no correlation)
+    final_val_mcc: float | None = None
+    final_test_mcc: float | None = None
+    final_val_binary_f1: float | None = None
+    final_test_binary_f1: float | None = None
+    final_val_pearson: float | None = None
+    final_test_pearson: float | None = None
+    noisy_val_pearson: float | None = None
+    final_val_spearman: float | None = None
+    final_test_spearman: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

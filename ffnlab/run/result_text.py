@@ -42,11 +42,23 @@ def format_run(r: RunResult) -> str:
         )
         if "undefined" in (val, test, noisy):
             lines.append("  span F1 is undefined where the sentences evaluated hold no entity span: 0/0, not 0")
+    elif r.task == "reg":  # its loss is the mean squared error; a correlation with a constant prediction is 0/0
+        lines.append(
+            f"  Pearson {f(r.final_val_pearson)}, test {f(r.final_test_pearson)}, with embedding noise "
+            f"{f(r.noisy_val_pearson)}; Spearman {f(r.final_val_spearman)}, test {f(r.final_test_spearman)}; "
+            f"MSE {f(r.final_val_loss)}, test {f(r.final_test_loss)}"
+        )
     else:
         lines.append(
             f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}; "
             f"macro-F1 {f(r.final_val_macro_f1)}, test {f(r.final_test_macro_f1)}"
-        )
+            + (f"; Matthews {f(r.final_val_mcc)}, test {f(r.final_test_mcc)}" if r.final_val_mcc is not None else "")
+            + (
+                f"; F1 {f(r.final_val_binary_f1)}, test {f(r.final_test_binary_f1)}"
+                if r.final_val_binary_f1 is not None
+                else ""
+            )
+        )  # Matthews and F1 of class 1 (two classes) where measured: GLUE's metrics for CoLA, MRPC and QQP
     lines.append(
         f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
         f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "

@@ -118,3 +118,18 @@ def glue_score(task_scores: Mapping[str, float]) -> float:
     if not task_scores:
         raise ValueError("the GLUE score needs at least one task's score")
     return math.fsum(task_scores.values()) / len(task_scores)
+
+
+def classifier_scores(true: Sequence[int], predicted: Sequence[int], n_classes: int) -> dict[str, float]:
+    """A classifier's scores beyond accuracy on one split: 'macro_f1', 'mcc' (Matthews) and, with two classes,
+    'binary_f1' (F1 of class 1, GLUE's F1 for MRPC and QQP)."""
+    out = {"macro_f1": macro_f1(true, predicted), "mcc": matthews(true, predicted)}
+    if n_classes == 2:
+        out["binary_f1"] = binary_f1(true, predicted)
+    return out
+
+
+def regression_scores(true: Sequence[float], predicted: Sequence[float]) -> dict[str, float]:
+    """A regressor's correlations with the truth on one split: 'pearson' and 'spearman', each where defined."""
+    scores = {"pearson": pearson(true, predicted), "spearman": spearman(true, predicted)}
+    return {name: value for name, value in scores.items() if value is not None}

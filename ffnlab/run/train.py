@@ -93,7 +93,7 @@ from ffnlab.run.monitors import (
     named_ffns,
     spike_events,
 )
-from ffnlab.run.scores import macro_f1
+from ffnlab.run.scores import classifier_scores, regression_scores
 
 if TYPE_CHECKING:
     from ffnlab.data.corpus import Corpus
@@ -145,6 +145,7 @@ def data_model_config(cfg: TrainConfig, corpus: Corpus | ImageSet | TokenFolder,
         assert isinstance(corpus, ImageSet)  # load_data's for task image
         return image_model_config(cfg, corpus)
     found = len(corpus.classes) if cfg.model.task in ("cls", "tokens") and corpus.classes else None
+    found = 1 if cfg.model.task == "reg" else found  # one number out
     return replace(cfg.model, vocab_size=tokenizer.vocab_size, n_classes=data_classes(cfg, found))
 
 
@@ -290,14 +291,19 @@ def evaluate(
     noise_std: float = 0.0,
     tags: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Mean loss (and accuracy and macro-F1 for classification, cls and image; accuracy per word for tagging)
-    over fixed batches; with noise_std, Gaussian noise of that std is added to the token embeddings (the same
-    noise for every variant). For task tokens, given the tag names `tags`, also 'f1': the span F1
-    (`ffnlab.data.tagging.span_f1`); a tagger's loss and accuracy are over words, its padding left out."""
+    """Mean loss (and accuracy, macro-F1, Matthews correlation and with two classes F1 of class 1 for
+    classification, cls and image, `ffnlab.run.scores.classifier_scores`; Pearson and Spearman correlation for
+    regression, task reg; accuracy per word for tagging) over fixed batches; with noise_std, Gaussian noise of
+    that std is added to the token embeddings (the same noise for every variant). For task tokens, given the tag
+    names `tags`, also 'f1': the span F1 (`ffnlab.data.tagging.span_f1`); a tagger's loss and accuracy are over
+    words, its padding left out."""
     model.eval()
     losses, correct, n = [], 0, 0
     labels: list[int] = []  # cls, image: each example's class, and the one predicted (macro-F1)
     predicted: list[int] = []
+    n_classes = 0  # the classifier's outputs
+    values: list[float] = []  # reg: each example's number, and the one predicted (correlations)
+    estimates: list[float] = []
     true_tags: list[list[str]] = []  # task tokens: each sentence's tags, and the predicted ones
     predicted_tags: list[list[str]] = []
     rng_state = torch.get_rng_state()
@@ -312,11 +318,15 @@ def evaluate(
             counted = int((y != IGNORE_INDEX).sum()) if task == "tokens" else len(y)  # words, or examples
             losses.append(loss.float().item() * counted)
             n += counted
-            if task != "lm":
+            if task not in ("lm", "reg"):
                 correct += (logits.argmax(-1) == y).sum().item()  # padding's IGNORE_INDEX is never a class
             if task in ("cls", "image"):
                 labels += y.tolist()
                 predicted += logits.argmax(-1).tolist()
+                n_classes = logits.shape[-1]
+            if task == "reg":
+                values += y.float().tolist()
+                estimates += logits.float().squeeze(-1).tolist()
             if task == "tokens" and tags:
                 for true_ids, pred_ids in zip(y.tolist(), logits.argmax(-1).tolist()):
                     words = [i for i, t in enumerate(true_ids) if t != IGNORE_INDEX]
@@ -328,10 +338,12 @@ def evaluate(
         torch.set_rng_state(rng_state)
         model.train()
     out = {"loss": sum(losses) / n}
-    if task != "lm":
+    if task not in ("lm", "reg"):
         out["acc"] = correct / n
     if labels:
-        out["macro_f1"] = macro_f1(labels, predicted)
+        out.update(classifier_scores(labels, predicted, n_classes))
+    if values:
+        out.update(regression_scores(values, estimates))
     if true_tags:
         f1 = span_f1(true_tags, predicted_tags)
         if f1 is not None:  # None: the sentences evaluated hold no entity span, so span F1 is undefined there
@@ -781,6 +793,15 @@ def finish(
         final_val_f1=final.get("f1"),
         final_test_f1=test.get("f1"),
         noisy_val_f1=noisy.get("f1"),
+        final_val_mcc=final.get("mcc"),
+        final_test_mcc=test.get("mcc"),
+        final_val_binary_f1=final.get("binary_f1"),
+        final_test_binary_f1=test.get("binary_f1"),
+        final_val_pearson=final.get("pearson"),
+        final_test_pearson=test.get("pearson"),
+        noisy_val_pearson=noisy.get("pearson"),
+        final_val_spearman=final.get("spearman"),
+        final_test_spearman=test.get("spearman"),
         diverged_step=diverged.get("step"),
         diverged_kind=diverged.get("kind"),
         **measured_costs(setup, step, train_seconds),

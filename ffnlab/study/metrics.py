@@ -155,7 +155,7 @@ class Metric:
     format: Callable[[Any], str] = num
     tables: tuple[str, ...] = ()  # where it is shown, of TABLES; compare --json always holds it
     ranks: tuple[str, ...] = ()  # the tasks that rank variants by it (its statistics are the row's)
-    tasks: tuple[str, ...] = ("lm", "cls", "image", "tokens")  # the tasks it is measured for; None elsewhere
+    tasks: tuple[str, ...] = ("lm", "cls", "image", "tokens", "reg")  # the tasks it is measured for; None elsewhere
     csv: bool = True  # a scalar the CSV has a column for
     ended: bool = False  # over every ended run, diverged ones too (a count of what went wrong); else the finished
     task_labels: tuple[tuple[str, str], ...] = ()  # (task, heading) where `label` would mislead: a ViT's tokens
@@ -191,6 +191,8 @@ METRICS: tuple[Metric, ...] = (
            tasks=("cls", "image")),
     Metric("final_val_f1", "val F1", "", "higher", "final_val_f1", ranks=("tokens",), tasks=("tokens",),
            undefined="the validation sentences evaluated hold no entity span, so span F1 is 0/0"),
+    Metric("final_val_pearson", "val Pearson", "", "higher", "final_val_pearson", ranks=("reg",), tasks=("reg",),
+           undefined="the predictions on the validation examples are constant, so Pearson's r is 0/0"),
     Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals", "seed002"),
            tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
@@ -201,6 +203,17 @@ METRICS: tuple[Metric, ...] = (
     Metric("noisy_mean", "with embedding noise", "", "ranking", under_noise, tables=("signals",)),
     Metric("noise_delta", "noise effect", "", None, noise_effect, format=lambda v: "-" if v is None else f"{v:+.4f}",
            tables=("ranking", "signals")),
+    Metric("val_mse", "val MSE", "", "lower", "final_val_loss", tables=("ranking", "signals"), tasks=("reg",)),
+    Metric("final_val_spearman", "val Spearman", "", "higher", "final_val_spearman", tables=("ranking", "signals"),
+           tasks=("reg",)),
+    Metric("final_test_spearman", "test Spearman", "", "higher", "final_test_spearman", tables=("signals",),
+           tasks=("reg",)),  # STS-B's second metric, beside Pearson's r
+    Metric("final_val_mcc", "val Matthews", "", "higher", "final_val_mcc", tables=("signals",), tasks=("cls",)),
+    Metric("final_test_mcc", "test Matthews", "", "higher", "final_test_mcc", tables=("signals",), tasks=("cls",)),
+    Metric("final_val_binary_f1", "val F1 of class 1", "", "higher", "final_val_binary_f1", tables=("signals",),
+           tasks=("cls",)),  # two classes only: MRPC's and QQP's F1
+    Metric("final_test_binary_f1", "test F1 of class 1", "", "higher", "final_test_binary_f1", tables=("signals",),
+           tasks=("cls",)),
     Metric("token_acc", "token acc", "", "higher", "final_val_acc", tables=("ranking", "signals"), tasks=("tokens",)),
     Metric("test_token_acc", "test token acc", "", "higher", "final_test_acc", tables=("signals",), tasks=("tokens",)),
     Metric("params", "params", "", None, "params", first_of, human, ("ranking", "cost", "evidence")),
@@ -252,7 +265,7 @@ def metric(name: str) -> Metric:
 
 def ranking_metric(task: str) -> Metric:
     """The metric a comparison of `task` ranks by: validation loss for an LM, accuracy for a classifier (cls,
-    image), span F1 for a tagger (tokens)."""
+    image), span F1 for a tagger (tokens), Pearson's r for a regressor (reg: scale-free, STS-B's first metric)."""
     for m in METRICS:
         if task in m.ranks:
             return m

@@ -853,6 +853,21 @@ def swap_attn_act(model: PreTrainedModel, spec: str | None) -> dict[str, nn.Modu
 
 # ---- Hugging Face architectures behind ffnlab's interface ------------------------------------
 
+HEAD_TASKS = ("cls", "reg")  # AutoModelForSequenceClassification's: n_classes outputs, or one number (reg)
+
+
+def head_task(task: str) -> str:
+    """The task whose Family.tasks overrides `task` builds with: reg's head is a sequence classifier's."""
+    return "cls" if task == "reg" else task
+
+
+def head_config(task: str, n_classes: int) -> dict[str, Any]:
+    """The config fields of `task`'s head: num_labels for cls, one label and problem_type 'regression' for reg
+    (transformers' MSE head), none for the LM."""
+    if task == "reg":
+        return {"num_labels": 1, "problem_type": "regression"}
+    return {"num_labels": n_classes} if task == "cls" else {}
+
 
 @dataclass
 class HFModelConfig:
@@ -884,7 +899,8 @@ class HFModel(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx (B, T) -> logits (B, T, vocab) for the LM or (B, n_classes), and the loss.
+        """idx (B, T) -> logits (B, T, vocab) for the LM, (B, n_classes) or (B, 1) for reg, and the loss
+        (cross-entropy; reg: the mean squared error against float targets (B,)).
 
         LM targets are already shifted by the caller (targets[t] is the token after idx[t]), as for
         ffnlab.core.model.Transformer; no labels go to Hugging Face, which would shift them again.
@@ -894,6 +910,8 @@ class HFModel(nn.Module):
         logits = self.hf(input_ids=idx).logits
         if targets is None:
             return logits, None
+        if self.cfg.task == "reg":
+            return logits, F.mse_loss(logits.squeeze(-1).float(), targets.float())
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
     def ffn_modules(self) -> list[FFN]:
@@ -955,7 +973,7 @@ def _hf_config_for(
         for k, v in config.items()
         if k not in ("transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "auto_map")
     }
-    config.update(family.tasks[task], use_cache=False)
+    config.update(family.tasks[head_task(task)], use_cache=False)
     if vocab_size is not None:
         config["vocab_size"] = vocab_size
         # NOTE: special-token ids belong to the config's own tokenizer (GPT-2's bos and eos are 50256);
@@ -968,8 +986,7 @@ def _hf_config_for(
             if key.endswith("_token_id") and isinstance(value, int) and not 0 <= value < vocab_size
         ]
         config.update(dict.fromkeys(foreign))  # None: no such token
-    if task == "cls":
-        config["num_labels"] = n_classes
+    config.update(head_config(task, n_classes))
     hf_config = AutoConfig.for_model(**config)
     if context is not None:
         hf_config.max_position_embeddings = context  # n_positions for GPT-2, through its attribute map
@@ -1014,7 +1031,8 @@ def build_hf_model(
     """Randomly initialised Hugging Face model from a config, its FFNs swapped to `ffn`.
 
     task "lm" builds AutoModelForCausalLM (BERT as a causal decoder), "cls" builds
-    AutoModelForSequenceClassification with n_classes labels. vocab_size and context override the
+    AutoModelForSequenceClassification with n_classes labels, "reg" the same with one (problem_type
+    'regression'). vocab_size and context override the
     config's. Seeding: the Hugging Face weights come from `seed` under a forked RNG (the global
     RNG is untouched), so every FFN variant gets the same embeddings and attention for one seed;
     every FFN, even one that is the model's own, is then initialised by ffnlab's rule (`init`) from
@@ -1023,9 +1041,9 @@ def build_hf_model(
     """
     config = load_hf_config(config_path_or_dict)
     family_name, family = model_family(config)
-    if task not in ("lm", "cls"):
-        raise ValueError(f"unknown task '{task}'; valid: lm, cls")
-    if task not in family.tasks:
+    if task not in ("lm", *HEAD_TASKS):
+        raise ValueError(f"unknown task '{task}'; valid: lm, {', '.join(HEAD_TASKS)}")
+    if head_task(task) not in family.tasks:
         have = [n for n, f in FAMILIES.items() if task in f.tasks]
         raise UnsupportedModelError(
             f"build_hf_model has no task '{task}' for {config['model_type']}; "
@@ -1043,7 +1061,7 @@ def build_hf_model(
         hf = auto.from_config(hf_config)
         swap_ffn(hf, ffn, match, init)
         swap_attn_act(hf, attn_act)
-    if task == "cls" and hf_config.pad_token_id is None:
+    if task in HEAD_TASKS and hf_config.pad_token_id is None:
         # NOTE: last-token classifiers (LLaMA, GPT-2) look for the last non-pad token and refuse
         # batches without a pad id; -1 never occurs, so they take the last position. Set after
         # construction so no embedding row became a padding row.

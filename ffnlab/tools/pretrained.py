@@ -36,6 +36,7 @@ from ffnlab.core.memory import build_on_meta, check_layer_count
 from ffnlab.core.model import layered_param_count, param_count
 from ffnlab.tools.hf import (
     FAMILIES,
+    HEAD_TASKS,
     LOCAL_ONLY,
     HFModel,
     HFModelConfig,
@@ -43,6 +44,8 @@ from ffnlab.tools.hf import (
     config_activation,
     ffn_modules,
     folder_config,
+    head_config,
+    head_task,
     import_models,
     local_config,
     model_family,
@@ -176,9 +179,10 @@ def fitting_config(folder: str | os.PathLike, task: str, vocab_size: int | None,
     """The folder's Hugging Face config for `task`; ValueError when the task, the tokenizer's vocabulary or
     the context does not fit the model."""
     _, family = model_family(check_folder(folder))
-    if task not in family.tasks:
-        raise ValueError(f"unknown task '{task}'; valid: {', '.join(family.tasks)}")
-    hf_config = local_config(folder, use_cache=False, **family.tasks[task])
+    if head_task(task) not in family.tasks:
+        valid = [*family.tasks, *(["reg"] if "cls" in family.tasks else [])]
+        raise ValueError(f"unknown task '{task}'; valid: {', '.join(valid)}")
+    hf_config = local_config(folder, use_cache=False, **family.tasks[head_task(task)])
     if vocab_size is not None and vocab_size != hf_config.vocab_size:
         raise ValueError(
             f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
@@ -241,8 +245,8 @@ def load_pretrained(
 
     hf_config = fitting_config(folder, task, vocab_size, context)
     context = context or hf_config.max_position_embeddings
-    if task == "cls":
-        hf_config.num_labels = n_classes
+    for key, value in head_config(task, n_classes).items():  # a classifier's labels, or reg's one number
+        setattr(hf_config, key, value)
     auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
     check_depth(folder, hf_config, auto.from_config)
     skeleton = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
@@ -265,7 +269,7 @@ def load_pretrained(
             ),
         )
     check_loaded(folder, task, hf.base_model_prefix, info)
-    if task == "cls" and hf.config.pad_token_id is None:
+    if task in HEAD_TASKS and hf.config.pad_token_id is None:
         hf.config.pad_token_id = -1  # as in build_hf_model: the last position is the last token
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PretrainedWeightsWarning)

@@ -194,9 +194,17 @@ def add_axis_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_study_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of a `Study`: its plain fields (add_config_flags), its axes, --opt for its per-variant
-    settings and --scale for its compute axes."""
+    settings, --scale for its compute axes and --glue-tasks for GLUE's."""
     add_config_flags(parser, Study, skip=("scale",), default_note="default")
     add_axis_flags(parser)
+    parser.add_argument(
+        "--glue-tasks",
+        type=csv_list,
+        default=None,
+        help="with --data glue:DIR, the GLUE tasks to run, e.g. cola,sst2,stsb (default: all nine: cola, sst2, mrpc, "
+        "qqp, stsb, mnli, qnli, rte, wnli); each a cell of the data axis, trained as its task (cls, pair, reg), "
+        "tested on GLUE's dev set with its official metrics, and the GLUE score over them",
+    )
     parser.add_argument(
         "--opt",
         dest="per_variant",
@@ -286,6 +294,8 @@ def study_flags(args: argparse.Namespace) -> dict[str, Any]:
     study["axes"] = {axis: getattr(args, f"{axis}_axis") for axis in AXES if getattr(args, f"{axis}_axis")}
     study["scale"] = dict(args.scale or [])
     study["per_variant"] = args.per_variant or []
+    if getattr(args, "glue_tasks", None):
+        study["glue_tasks"] = args.glue_tasks
     if args.no_stats:
         study["no_stats"] = True
     return {**run_flags(args), "study": study}

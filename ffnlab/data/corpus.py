@@ -104,15 +104,18 @@ class Corpus:
     """Documents of one source, split train/val/test; labels and class names for classification and tagging."""
 
     name: str  # "shakespeare", a path, or an HF dataset name
-    task: str  # "lm" | "cls" | "tokens"
+    task: str  # "lm" | "cls" | "tokens" | "reg"
     train: list[str]  # tokens: a sentence's words joined by single spaces
     val: list[str]
     test: list[str]
-    train_labels: list | None = None  # cls: class ids, index into `classes`; tokens: a list of tag ids per document
+    train_labels: list | None = None  # cls: class ids, index into `classes`; tokens: a list of tag ids per document;
+    # reg: a float per document
     val_labels: list | None = None
     test_labels: list | None = None
     classes: list[str] | None = None  # cls: label names, index = label id; tokens: tag names
     meta: dict[str, Any] = field(default_factory=dict)  # how it was split: {"splits": ..., "source": ..., ...}
+    more_tests: dict[str, tuple[list, list]] = field(default_factory=dict)  # further test sets by name, (documents,
+    # labels) as test's, evaluated with the same model: MNLI's 'mismatched' dev set (ffnlab.data.glue)
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -158,6 +161,8 @@ class Corpus:
                 h.update(len(data).to_bytes(8, "little"))  # length-prefixed: no two contents collide
                 h.update(data)
             h.update(json.dumps(getattr(self, f"{split}_labels")).encode())
+        if self.more_tests:  # only where there are any: the fingerprints of every other corpus stay as they were
+            h.update(json.dumps(self.more_tests, sort_keys=True).encode())
         return h.hexdigest()
 
 
@@ -1064,6 +1069,13 @@ def load_corpus(
         text_field = "tokens" if text_field == "text" else text_field
         label_field = "ner_tags" if label_field == "label" else label_field
     source = str(source)
+    if source.startswith("glue:"):  # one of GLUE's tasks, read as GLUE has it (ffnlab.data.glue)
+        from ffnlab.data.glue import load_glue
+
+        corpus = load_glue(source)
+        if corpus.task != task:
+            raise ValueError(f"--data {shorten(source)} is a GLUE task of task {corpus.task}, not {task}")
+        return corpus
     check_pair(source, task, text_field)
     if source == "shakespeare":
         return load_shakespeare(task)

@@ -15,10 +15,10 @@ import torch
 from ffnlab.data.batches import Split
 from ffnlab.data.corpus import Corpus, load_corpus
 from ffnlab.data.images import ImageSet, PixelInput, load_images
-from ffnlab.data.pairs import pair_splits
+from ffnlab.data.pairs import encode_pair, pair_splits
 from ffnlab.data.prepared import TokenFolder, is_token_folder, load_tokens
 from ffnlab.data.tagging import word_ids, word_vocabulary
-from ffnlab.data.tokenizer import Tokenizer, build_tokenizer, texts_to_build_from
+from ffnlab.data.tokenizer import SeparatedTokenizer, Tokenizer, build_tokenizer, texts_to_build_from
 
 
 @functools.lru_cache(maxsize=8)
@@ -56,7 +56,8 @@ def load_data(
     if task == "tokens":
         return (corpus, *tagged_splits(corpus, vocab_size))
     if pair_context is not None:
-        return (corpus, *pair_splits(corpus, tokenizer, vocab_size, folder, pair_context))
+        pair_tok, pairs = pair_splits(corpus, tokenizer, vocab_size, folder, pair_context)
+        return corpus, pair_tok, {**pairs, **more_test_splits(corpus, pair_tok, pair_context)}
     texts = texts_to_build_from(tokenizer, corpus.train, corpus.val, corpus.test)
     tok = build_tokenizer(tokenizer, texts, vocab_size=vocab_size, folder=folder)
     splits: dict[str, Split] = {}
@@ -67,7 +68,22 @@ def load_data(
             docs = [torch.tensor(tok.encode(t), dtype=torch.long) for t in getattr(corpus, split)]
             dtype = torch.float if task == "reg" else torch.long  # reg: a number per document, else a class id
             splits[split] = (docs, torch.tensor(getattr(corpus, f"{split}_labels"), dtype=dtype))
-    return corpus, tok, splits
+    return corpus, tok, {**splits, **more_test_splits(corpus, tok)}
+
+
+def more_test_splits(corpus: Corpus, tok: Tokenizer, pair_context: int | None = None) -> dict[str, Split]:
+    """Each further test set of `corpus` (MNLI's mismatched dev set, `Corpus.more_tests`) encoded as its test split
+    is, as 'test_<name>': a sentence pair by `encode_pair` in `pair_context`."""
+    splits: dict[str, Split] = {}
+    for name, (docs, labels) in corpus.more_tests.items():
+        if pair_context is not None:
+            assert isinstance(tok, SeparatedTokenizer)  # pair_splits's
+            ids = [encode_pair(tok, doc, pair_context) for doc in docs]
+        else:
+            ids = [tok.encode(doc) for doc in docs]
+        dtype = torch.float if corpus.task == "reg" else torch.long
+        splits[f"test_{name}"] = ([torch.tensor(i, dtype=torch.long) for i in ids], torch.tensor(labels, dtype=dtype))
+    return splits
 
 
 def tagged_splits(corpus: Corpus, vocab_size: int | None) -> tuple[Tokenizer, dict[str, Split]]:

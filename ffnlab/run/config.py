@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 from ffnlab._util.machine import check_threads
 from ffnlab.core.model import ModelConfig
+from ffnlab.data.glue import glue_fields
 from ffnlab.data.pairs import check_pair_context, check_pair_task, is_pair, text_fields
 from ffnlab.data.tokenizer import check_tokenizer_name, check_word_vocab
 
@@ -105,6 +106,9 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, dict):
             self.model = ModelConfig(**self.model)
+        if glue := glue_fields(self.data):  # one GLUE task trains as GLUE has it: its task type and columns
+            task, self.text_field, self.label_field = glue
+            self.model = replace(self.model, task=task)
         if self.model.task == "tokens":
             check_tagger(self)
             self.tokenizer = "word"  # so the stored config says what ran
@@ -358,6 +362,7 @@ class RunResult:
     noisy_val_pearson: float | None = None
     final_val_spearman: float | None = None
     final_test_spearman: float | None = None
+    final_test_mismatched_acc: float | None = None  # MNLI's mismatched dev set, a further test set (ffnlab.data.glue)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -802,6 +802,7 @@ def finish(
         noisy_val_pearson=noisy.get("pearson"),
         final_val_spearman=final.get("spearman"),
         final_test_spearman=test.get("spearman"),
+        final_test_mismatched_acc=evals.more_tests.get("test_mismatched", {}).get("acc"),
         diverged_step=diverged.get("step"),
         diverged_kind=diverged.get("kind"),
         **measured_costs(setup, step, train_seconds),
@@ -845,6 +846,8 @@ class FinalEvaluations:
     mixtures: dict[str, dict[str, float]] = field(default_factory=dict)  # ActivationProbe.mixture_weights
     noisy: dict[str, float] = field(default_factory=dict)  # validation with noise on the embeddings
     test: dict[str, float] = field(default_factory=dict)  # empty when the test split is too small
+    more_tests: dict[str, dict[str, float]] = field(default_factory=dict)  # each further test set's ('test_<name>':
+    # MNLI's mismatched dev set, ffnlab.data.load.more_test_splits)
 
 
 def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEvaluations:
@@ -860,7 +863,7 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         split: on_device(
             eval_set(setup.splits[split], task, cfg.final_eval_batches, cfg.global_batch, context), setup.device
         )
-        for split in ("val", "test")
+        for split in ("val", "test", *(s for s in setup.splits if s.startswith("test_")))
         if has_window(setup.splits[split], task, context)
     }
     final = evaluate(model, final_sets["val"], task, autocast, tags=setup.tags)
@@ -873,6 +876,7 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
         mixtures=probe.mixture_weights(),
         noisy=evaluate(model, final_sets["val"], task, autocast, noise_std=cfg.noise_std, tags=setup.tags),
         test=evaluate(model, final_sets["test"], task, autocast, tags=setup.tags) if "test" in final_sets else {},
+        more_tests={s: evaluate(model, final_sets[s], task, autocast) for s in final_sets if s.startswith("test_")},
     )
 
 

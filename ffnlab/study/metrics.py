@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ffnlab._util.text import human, num
+from ffnlab.data.glue import GlueTask, is_glue, parse_glue
 from ffnlab.run.config import RunResult
+from ffnlab.run.scores import task_score
 
 # the tables a metric can appear in: the ranking (terminal and report), the report's cost, stability and
 # signal tables, seed 002's four columns (perplexity, stability events, peak memory, step time), and the
@@ -137,6 +139,27 @@ def noise_effect(r: RunResult) -> float | None:
     return None if noisy is None or clean is None else noisy - clean
 
 
+def glue_task_of(r: RunResult) -> GlueTask | None:
+    """The GLUE task a run trained on (its data 'glue:DIR:TASK', ffnlab.data.glue), else None."""
+    data = str(r.config.get("data", ""))
+    return parse_glue(data)[1] if is_glue(data) else None
+
+
+def official_metrics(r: RunResult, task: GlueTask) -> dict[str, float | None]:
+    """A GLUE run's official metrics on its test split (GLUE's dev set), by name: {'binary_f1': .., 'acc': ..}."""
+    return {m: getattr(r, f"final_test_{m}") for m in task.metrics}
+
+
+def glue_task_score(r: RunResult) -> float | None:
+    """A GLUE run's task score on its test split, GLUE's dev set: the mean of its task's official metrics
+    (ffnlab.run.scores.task_score); None for other data, or where one of them is undefined."""
+    task = glue_task_of(r)
+    if task is None:
+        return None
+    values = list(official_metrics(r, task).values())
+    return None if any(v is None for v in values) else task_score([v for v in values if v is not None])
+
+
 def sparsity(r: RunResult) -> float | None:
     """The fraction of exact zeros in the FFN's hidden activations, averaged over layers."""
     return mean_of([b.get("zero_frac") for b in r.behaviour.values()]) if r.behaviour else None
@@ -216,6 +239,8 @@ METRICS: tuple[Metric, ...] = (
            tasks=("cls",)),
     Metric("token_acc", "token acc", "", "higher", "final_val_acc", tables=("ranking", "signals"), tasks=("tokens",)),
     Metric("test_token_acc", "test token acc", "", "higher", "final_test_acc", tables=("signals",), tasks=("tokens",)),
+    Metric("glue_score", "GLUE score", "", "higher", glue_task_score, tasks=("cls", "reg")),  # a GLUE task's
+    # score on GLUE's dev set; over a study's tasks, the GLUE score (ffnlab.study.summary.glue_aggregate)
     Metric("params", "params", "", None, "params", first_of, human, ("ranking", "cost", "evidence")),
     Metric("flops_per_token", "FLOPs/token", "FLOPs", None, "flops_per_token", first_of, human, ("cost",),
            task_labels=(("image", "FLOPs/patch"),)),

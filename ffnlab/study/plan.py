@@ -19,6 +19,7 @@ from typing import Any
 from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
 from ffnlab.core.ffn import get_ffn_spec, layer_variants
+from ffnlab.data.glue import glue_data, glue_tasks, is_glue, parse_glue
 from ffnlab.run.config import Precision, TrainConfig, identity
 from ffnlab.run.config_file import RUN_TABLES, config_from_sources, field_types, file_fields, read_toml, to_toml
 from ffnlab.run.device import resolve_precision
@@ -134,6 +135,7 @@ class Study:
         base = config_from_sources(preset_config(preset), contents, flags)
         scale = scale_of(in_flags.get("scale"), in_file, preset)
         axes = axes_of(in_file.get("axes", {}), scale, in_flags.get("axes", {}))
+        base, axes = glue_axis(base, axes, in_flags.get("glue_tasks"))  # a file names its tasks in its data axis
         seeds = setting("seeds", DEFAULT_SEEDS)
         if seeds < 2 and not setting("no_stats"):
             raise ValueError(
@@ -206,6 +208,32 @@ def axes_of(
     if both:
         raise ValueError(f"--scale {both[0]}=... and --{both[0]}-axis both set the {both[0]} axis; drop one")
     return {**in_file, **scale, **flagged}
+
+
+def glue_axis(
+    base: TrainConfig, axes: dict[str, list[Any]], tasks: list[str] | None
+) -> tuple[TrainConfig, dict[str, list[Any]]]:
+    """A GLUE study's data axis: with data 'glue:DIR' (--data), one value per GLUE task, 'glue:DIR:TASK'
+    (ffnlab.data.glue), the tasks `tasks` names (--glue-tasks) or all nine, in GLUE's order; each run trains as its
+    task does (cls, a pair, reg for STS-B: ffnlab.run.config.TrainConfig takes them from its data). The base config
+    becomes the first task's. ValueError for --glue-tasks without GLUE data, beside a data axis or a single task of
+    its own, an unknown task name, or a task without its folder."""
+    if not is_glue(base.data):
+        if tasks:
+            raise ValueError("--glue-tasks picks tasks of GLUE's suite: add --data glue:DIR (the folder of the tasks)")
+        return base, axes
+    folder, task = parse_glue(base.data)
+    if task is not None and not tasks:  # one task, 'glue:DIR:cola': a study of it alone
+        return base, axes
+    if task is not None:
+        raise ValueError(
+            f"--data names the GLUE task {task.name} and --glue-tasks others; give --data glue:{folder} with "
+            "--glue-tasks, or one task alone"
+        )
+    if "data" in axes:
+        raise ValueError(f"--data glue:{folder} makes the data axis of GLUE's tasks; drop --data-axis")
+    values = [glue_data(folder, t) for t in glue_tasks(folder, tasks)]
+    return replace(base, data=values[0]), {"data": values, **axes}
 
 
 def per_variant_of(sources: list[tuple[str, Iterable[tuple[str, dict[str, Any]]]]]) -> dict[str, dict[str, Any]]:

@@ -249,7 +249,9 @@ class AcrossCells:
 class Aggregate:
     """A GLUE-style score: each variant's ranking metric averaged over the datasets of a study's data axis
     (ffnlab.study.summary.aggregate), per seed, then its interval over the seeds and its difference to the
-    baseline paired by seed; beside it each dataset's own mean, GLUE's per-task columns."""
+    baseline paired by seed; beside it each dataset's own mean, GLUE's per-task columns. For GLUE's own tasks
+    (ffnlab.study.summary.glue_aggregate) the GLUE score instead, each task scored by its official metrics on
+    GLUE's dev set, and `columns` naming those metrics."""
 
     axes: dict[str, Any]  # the study's other axes, at these values ({} where data is the only axis)
     datasets: list[str]  # the data axis's values, in the study's order
@@ -263,6 +265,9 @@ class Aggregate:
     variants: list[VariantStats]  # the average: `ffnlab.study.stats.compare` of `values`, best first
     left_out: dict[str, list[int]]  # variant -> seeds finished on some dataset but not on all, so not averaged
     verdict: str
+    columns: list[str] = field(default_factory=list)  # the headings of `scores` where they are not the datasets:
+    # GLUE's score, each task's official metrics ('CoLA Matthews', 'STS-B Pearson', ...)
+    note: str = ""  # how the score was taken, where it is not the datasets' average (GLUE's protocol)
 
     def row(self, ffn: str) -> VariantStats:
         return next(r for r in self.variants if r.ffn == ffn)

@@ -22,10 +22,12 @@ from ffnlab._util.text import and_list, key_values
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import describe_attn_act, parse_attn_act, qkv_act_spec
+from ffnlab.data.glue import GlueTask, is_glue, parse_glue
 from ffnlab.data.pairs import is_pair, text_fields
 from ffnlab.run.config import RunResult, TrainConfig
+from ffnlab.run.scores import glue_score
 from ffnlab.run.train import train_flops
-from ffnlab.study.metrics import ranking_metric, row_metrics
+from ffnlab.study.metrics import glue_task_score, mean_of, official_metrics, ranking_metric, row_metrics
 from ffnlab.study.plan import TUNED_AXES, CellKey, Study, gated_variants, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import RankAgreement, rank_agreement
 from ffnlab.study.records import (
@@ -268,7 +270,7 @@ def aggregate(cells: list[Cell], baseline: str) -> list[Aggregate]:
     per token depends on each dataset's text and tokenizer, so an average of losses says little."""
     groups: dict[CellKey, list[Cell]] = {}
     for c in cells:
-        if "data" in c.axes and c.task != "lm":
+        if "data" in c.axes and c.task != "lm" and not is_glue(c.axes["data"]):  # GLUE's tasks: `glue_aggregate`
             groups.setdefault(tuple((k, v) for k, v in c.axes.items() if k != "data"), []).append(c)
     return [data_average(group, baseline, dict(key)) for key, group in groups.items() if len(group) > 1]
 
@@ -309,6 +311,64 @@ def data_average(group: list[Cell], baseline: str, axes: dict[str, Any]) -> Aggr
         left_out=left_out,
         verdict=stats.verdict,
     )
+
+
+GLUE_NOTE = (
+    "GLUE score (Wang et al. 2019): each task's score is the mean of its official metrics on GLUE's dev set, the "
+    "test split here (CoLA Matthews; MRPC, QQP F1 and accuracy; STS-B Pearson and Spearman; MNLI matched and "
+    "mismatched accuracy; the others accuracy), the score the mean over the tasks, MNLI once; as fractions, not "
+    "GLUE's percent. Per seed over the tasks, then over the seeds with its t-interval; Δ paired by seed, Holm over "
+    "the variants. Validation (10% of train by text hash) ranks each cell and is never reported here."
+)
+
+
+def glue_aggregate(study: Study, cells: dict[CellKey, CellRuns]) -> list[Aggregate]:
+    """GLUE's score over the GLUE tasks of a study's data axis (ffnlab.data.glue): one per setting of its other
+    axes, each `glue_average` of the cells there that hold a GLUE task."""
+    groups: dict[CellKey, list[tuple[str, CellRuns]]] = {}
+    for key, items in cells.items():
+        data = dict(key).get("data")
+        if isinstance(data, str) and is_glue(data) and parse_glue(data)[1] is not None:
+            groups.setdefault(tuple((k, v) for k, v in key if k != "data"), []).append((data, items))
+    return [glue_average(study, group, dict(key)) for key, group in groups.items()]
+
+
+def glue_average(study: Study, group: list[tuple[str, CellRuns]], axes: dict[str, Any]) -> Aggregate:
+    """The GLUE score of each variant over the tasks of `group` ((data, runs) per task), paired over tasks and
+    seeds as `data_average` is:
+
+        score_v(s) = (1 / T) sum_t task_score_t(v, s)     for each seed s finished on all T tasks
+
+    task_score the mean of the task's official metrics on its test split, GLUE's dev set (`glue_task_score`).
+    A seed missing, diverged or without a metric on some task is left out (`left_out`). The columns are each
+    task's official metrics, the variant's mean over its finished seeds."""
+    tasks: list[GlueTask] = [task for data, _ in group if (task := parse_glue(data)[1]) is not None]
+    per_task: dict[str, list[dict[int, float]]] = {v: [{} for _ in group] for v in study.variants}
+    metrics: dict[str, list[dict[str, list[float]]]] = {v: [{} for _ in group] for v in study.variants}
+    for i, (_, items) in enumerate(group):
+        for cfg, rec in items:
+            if cfg.seed >= study.seeds or rec is None or rec.status is not RunStatus.FINISHED or rec.result is None:
+                continue  # noise-floor seeds are unpaired; unfinished and diverged runs have no score
+            for name, value in official_metrics(rec.result, tasks[i]).items():
+                if value is not None:
+                    metrics[cfg.model.ffn][i].setdefault(name, []).append(value)
+            if (score := glue_task_score(rec.result)) is not None:
+                per_task[cfg.model.ffn][i][cfg.seed] = score
+    values: dict[str, dict[int, float]] = {}
+    left_out: dict[str, list[int]] = {}
+    for v, scores in per_task.items():
+        complete = set.intersection(*(set(x) for x in scores))
+        values[v] = {s: glue_score({t.name: x[s] for t, x in zip(tasks, scores)}) for s in sorted(complete)}
+        if partial := set[int]().union(*scores) - complete:
+            left_out[v] = sorted(partial)
+    assert study.baseline is not None  # Study.__post_init__ names one
+    stats = compare(values, study.baseline, higher_is_better=True, level=LEVEL)
+    columns = [f"{t.title} {heading}" for t in tasks for heading in t.headings]
+    means = {v: [mean_of(x.get(m, [])) for x, t in zip(metrics[v], tasks) for m in t.metrics] for v in values}
+    return Aggregate(axes=axes, datasets=[data for data, _ in group], metric="glue_score", baseline=study.baseline,
+                     metric_direction=stats.metric_direction, alpha=stats.alpha, level=stats.level, scores=means,
+                     values=values, variants=stats.variants, left_out=left_out, verdict=stats.verdict,
+                     columns=columns, note=GLUE_NOTE)  # fmt: skip
 
 
 # ---- words for the numbers, shared by the terminal table and the report ----------------------------
@@ -381,7 +441,7 @@ def summarize(
         settings=settings_of(study, chosen_by_protocol(study, store_path), trainable_of(cells)),
         cells=out_cells,
         across_cells=across_cells(out_cells, baseline, out_cells[0].alpha),
-        aggregate=aggregate(out_cells, baseline),
+        aggregate=aggregate(out_cells, baseline) + glue_aggregate(study, cells),
         tuned=tuned_cells(out_cells, tuned) if tuned else [],
         scaling=(
             scaling_of(study, [item for items in cells.values() for item in items], extrapolate_to)
@@ -531,6 +591,7 @@ def held_equal(study: Study, chosen_by_protocol: bool = False, trained: str | No
     more = []
     if study.base.model.dropout:
         more.append(["dropout masks", "the same random stream for every variant with one seed"])
+    more += glue_rows(study)
     if study.axes:
         axes = ", ".join(sorted(study.axes))
         more.append(
@@ -542,6 +603,24 @@ def held_equal(study: Study, chosen_by_protocol: bool = False, trained: str | No
             ["glu_norm", f"norms around gated FFNs only: every cell trains the same model for {', '.join(dense)}"]
         )
     return sum(sources, Controls(equal, unequal)) + Controls(held_equal=more)
+
+
+def glue_rows(study: Study) -> list[list[str]]:
+    """What a study of GLUE's tasks (ffnlab.data.glue) holds equal within each task, and its protocol, in words."""
+    tasks = [task for data in study.axes.get("data", []) if is_glue(data) and (task := parse_glue(data)[1])]
+    if not tasks:
+        return []
+    examples = study.base.final_eval_batches * study.base.global_batch  # what `eval_set` takes of a split
+    kinds = ", ".join(f"{t.title} {'reg (one output, MSE)' if t.task == 'reg' else 'cls'}"
+                      f"{' of a sentence pair' if len(t.saved_text) > 1 else ''}" for t in tasks)  # fmt: skip
+    return [
+        ["GLUE tasks", f"{kinds}: each task its own model per variant and seed, trained from the same initial weights "
+                       "and data order per seed and the same budget in every task"],
+        ["GLUE protocol", f"test = each task's official dev set (GLUE hides its test labels), up to {examples:,} "
+                          "examples of it evenly spaced (--final-eval-batches x the batch; all of a smaller one), "
+                          "scored with the task's official metrics; validation = the 10% of train rows whose text "
+                          "hashes last, which ranks each cell and is never reported as the GLUE score"],
+    ]  # fmt: skip
 
 
 def causality_rows(study: Study) -> Controls:

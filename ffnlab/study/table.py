@@ -190,8 +190,11 @@ def dataset_labels(datasets: list[str]) -> list[str]:
 
 
 def aggregate_label(agg: Aggregate) -> str:
-    """'GLUE-style average over 2 datasets', then where the study's other axes hold it ('at depth=2')."""
+    """'GLUE-style average over 2 datasets' ('GLUE score over 2 tasks' for GLUE's own, whose `columns` are its
+    metrics), then where the study's other axes hold it ('at depth=2')."""
     where = f" at {key_values(agg.axes)}" if agg.axes else ""
+    if agg.columns:
+        return f"GLUE score over {len(agg.datasets)} task{'s' if len(agg.datasets) > 1 else ''}{where}"
     return f"GLUE-style average over {len(agg.datasets)} datasets{where}"
 
 
@@ -199,14 +202,15 @@ def aggregate_table(agg: Aggregate) -> Table:
     """GLUE's table: each variant's mean on each dataset, then its average over the datasets with the interval
     over seeds, its paired difference to the baseline and the Holm-adjusted p."""
     pct = round(agg.level * 100)
-    head = ["rank", "ffn", *dataset_labels(agg.datasets), f"average {metric(agg.metric).label} [{pct}% CI]",
+    average = metric(agg.metric).label if agg.columns else f"average {metric(agg.metric).label}"
+    head = ["rank", "ffn", *(agg.columns or dataset_labels(agg.datasets)), f"{average} [{pct}% CI]",
             f"Δ vs {agg.baseline} [{pct}% CI]", "p (Holm)", "seeds"]  # fmt: skip
     rows = [
         [str(r.rank), r.ffn, *(num(score) for score in agg.scores[r.ffn]), ci_text(r), delta_text(r, agg.baseline),
          p_label(r, agg.baseline), str(r.n_seeds)]
         for r in agg.variants
     ]  # fmt: skip
-    return Table(head, rows, (1,), delta_marks(agg, len(agg.datasets) + 3))
+    return Table(head, rows, (1,), delta_marks(agg, len(agg.columns or agg.datasets) + 3))
 
 
 def scaling_table(scaling: ScalingFits) -> Table:
@@ -271,8 +275,10 @@ def across_lines(across: AcrossCells) -> list[str]:
 
 def aggregate_lines(agg: Aggregate) -> list[str]:
     """The GLUE-style average: the per-dataset table with the average, its verdict and the seeds left out."""
-    lines = [f"{aggregate_label(agg)} (per seed the mean over the datasets, then over the seeds):"]
+    over = "each task's score" if agg.columns else "the datasets"
+    lines = [f"{aggregate_label(agg)} (per seed the mean over {over}, then over the seeds):"]
     lines += text_table(aggregate_table(agg), "  ") + [f"  {agg.verdict}"]
+    lines += [f"  {agg.note}"] if agg.note else []
     if agg.left_out:
         seeds = "; ".join(
             f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}" for v, ss in agg.left_out.items()

@@ -614,8 +614,9 @@ def glue_rows(study: Study) -> list[list[str]]:
     kinds = ", ".join(f"{t.title} {'reg (one output, MSE)' if t.task == 'reg' else 'cls'}"
                       f"{' of a sentence pair' if len(t.saved_text) > 1 else ''}" for t in tasks)  # fmt: skip
     return [
-        ["GLUE tasks", f"{kinds}: each task its own model per variant and seed, trained from the same initial weights "
-                       "and data order per seed and the same budget in every task"],
+        ["GLUE tasks", f"{kinds}: a model per task, variant and seed; within a task every variant with seed s "
+                       "starts from the same non-FFN weights and trains on the same batches in the same order, and "
+                       "every task trains for the same budget"],
         ["GLUE protocol", f"test = each task's official dev set (GLUE hides its test labels), up to {examples:,} "
                           "examples of it evenly spaced (--final-eval-batches x the batch; all of a smaller one), "
                           "scored with the task's official metrics; validation = the 10% of train rows whose text "

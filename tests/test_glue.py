@@ -259,6 +259,19 @@ def test_a_glue_task_trains_as_its_own_task_type():
     assert TrainConfig(data="glue:/data/glue").model.task == "lm"  # the suite: compare makes it a data axis
 
 
+def test_qqps_lines_cut_short_are_skipped_and_named_as_transformers_skips_them(tmp_path):
+    from ffnlab.data.corpus import load_corpus
+
+    rng = random.Random(4)
+    lines = [(i, 2 * i, 2 * i + 1, sentence(rng), sentence(rng), i % 2) for i in range(70)]
+    header = ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
+    write_tsv(tmp_path / "QQP" / "train.tsv", header, lines[:20] + [("", "Was it real?", 0)] + lines[20:60])
+    write_tsv(tmp_path / "QQP" / "dev.tsv", header, lines[60:])
+    corpus = load_corpus(f"glue:{tmp_path}:qqp", "cls")
+    assert len(corpus.train) + len(corpus.val) == 60 and len(corpus.test) == 10
+    assert corpus.meta["skipped_lines"] == [f"{tmp_path / 'QQP' / 'train.tsv'} line 22"]
+
+
 @pytest.mark.parametrize(
     ("damage", "needle"),
     [

@@ -63,6 +63,9 @@ class GlueTask:
     tsv_columns: tuple[str, ...] | None = None  # the columns of a TSV without a header (CoLA's)
     dev: tuple[str, ...] = ("dev",)  # the dev sets' file stems and saved splits' suffixes: test, then more tests
     tsv_labels: tuple[str, ...] | None = None  # the TSV's label spellings, by class id, where they are not 0, 1, ...
+    # NOTE: QQP's train.tsv holds a few lines cut short (line 97,931: 3 fields of 6); they are skipped and counted, as
+    # transformers' QqpProcessor skips them, where a short line of another task is an error
+    skip_short: bool = False
 
 
 BINARY = ("0", "1")
@@ -76,7 +79,7 @@ TASKS: dict[str, GlueTask] = {
         GlueTask("mrpc", "MRPC", "cls", ("#1 String", "#2 String"), "Quality", ("sentence1", "sentence2"),
                  ("not_equivalent", "equivalent"), ("binary_f1", "acc"), ("F1", "acc")),
         GlueTask("qqp", "QQP", "cls", ("question1", "question2"), "is_duplicate", ("question1", "question2"),
-                 ("not_duplicate", "duplicate"), ("binary_f1", "acc"), ("F1", "acc")),
+                 ("not_duplicate", "duplicate"), ("binary_f1", "acc"), ("F1", "acc"), skip_short=True),
         GlueTask("stsb", "STS-B", "reg", ("sentence1", "sentence2"), "score", ("sentence1", "sentence2"), None,
                  ("pearson", "spearman"), ("Pearson", "Spearman")),
         GlueTask("mnli", "MNLI", "cls", ("sentence1", "sentence2"), "gold_label", ("premise", "hypothesis"),
@@ -187,9 +190,10 @@ def tsv_label(task: GlueTask, value: str, where: str) -> int | float:
     return spellings.index(value.strip())
 
 
-def read_tsv(path: Path, task: GlueTask) -> tuple[list[str], list]:
+def read_tsv(path: Path, task: GlueTask, skipped: list[str] | None = None) -> tuple[list[str], list]:
     """The documents (a pair joined, ffnlab.data.pairs) and labels of one GLUE TSV; ValueError, one line, naming
-    the file (and line) for a missing file or column, a row too short for a column, or a bad label."""
+    the file (and line) for a missing file or column, a row too short for a column (QQP's are skipped, each named
+    in `skipped`: `GlueTask.skip_short`), or a bad label."""
     if not path.is_file():
         raise ValueError(f"GLUE task {task.title}: {path} is missing")
     rows = tsv_rows(path)
@@ -203,9 +207,13 @@ def read_tsv(path: Path, task: GlueTask) -> tuple[list[str], list]:
     labels: list = []
     for line, fields in rows:
         where = f"{path} line {line}"
-        for column, at in index.items():
-            if at >= len(fields):
-                raise ValueError(f"{where} has {len(fields)} fields, no '{column}' (field {at + 1}; {task.title})")
+        short = [(column, at) for column, at in index.items() if at >= len(fields)]
+        if short and task.skip_short and skipped is not None:
+            skipped.append(where)
+            continue
+        if short:
+            column, at = short[0]
+            raise ValueError(f"{where} has {len(fields)} fields, no '{column}' (field {at + 1}; {task.title})")
         labels.append(tsv_label(task, fields[index[task.tsv_label]], where))
         for column, kept in zip(task.tsv_text, texts):
             kept.append(fields[index[column]])
@@ -259,14 +267,15 @@ def load_glue(data: str) -> Corpus:
         )
     where = task_folder(folder, task)
     parts: dict[str, tuple[list, list]] = {}
+    skipped: list[str] = []  # QQP's lines cut short (`GlueTask.skip_short`)
     if is_saved_dataset(where):
         loaded = load_saved(where)
         parts["train"] = read_saved(loaded, "train", task, str(where))
         dev = [read_saved(loaded, saved_split(stem), task, str(where)) for stem in task.dev]
         source = f"GLUE {task.title}, saved dataset {where}"
     else:
-        parts["train"] = read_tsv(where / "train.tsv", task)
-        dev = [read_tsv(where / f"{stem}.tsv", task) for stem in task.dev]
+        parts["train"] = read_tsv(where / "train.tsv", task, skipped)
+        dev = [read_tsv(where / f"{stem}.tsv", task, skipped) for stem in task.dev]
         source = f"GLUE {task.title}, TSV files under {where}"
     parts["test"] = dev[0]
     corpus = from_rows(data, task.task, parts, list(task.classes) if task.classes else None, source)
@@ -275,4 +284,6 @@ def load_glue(data: str) -> Corpus:
         f"test = GLUE's official dev set ({', '.join(task.dev)}; GLUE hides its test labels); val = the 10% of "
         "train rows whose text hashes last"
     )
+    if skipped:  # named, so that a reader can find them
+        corpus.meta["skipped_lines"] = skipped
     return corpus

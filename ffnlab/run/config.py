@@ -39,7 +39,8 @@ class TrainConfig:
     init_from: str | None = None  # a save_pretrained folder to fine-tune from (its architecture and weights);
     # model.ffn is then the activation it runs after a weight-keeping swap (ffnlab.tools.pretrained)
     init_digest: str | None = None  # sha256 of that folder's config and weights, set when planned or run
-    data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name
+    data: str = "shakespeare"  # bundled corpus, a local path, or a Hugging Face dataset name; glue:DIR:TASK one of
+    # GLUE's tasks, which sets the task and its columns (ffnlab.data.glue); compare takes glue:DIR, all of them
     tokenizer: str = field(default="char", metadata={"parse": check_tokenizer_name})  # char, byte, bpe, word,
     # pretrained or FILE.json: characters, UTF-8 bytes, BPE trained on the corpus, words (split on whitespace and
     # punctuation; perplexity per word, as in WikiText's published numbers), the tokenizer.json of the init_from

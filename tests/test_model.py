@@ -415,3 +415,9 @@ def test_a_regressor_has_one_output_and_its_loss_is_the_mean_squared_error():
     logits, loss = model(idx, y)
     assert logits.shape == (3, 1) and not model.blocks[0].attn.causal  # an encoder, pooled as a classifier
     assert loss == F.mse_loss(logits.squeeze(-1), y)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # the one output is not rounded to bf16
+        pooled = model.norm(model.blocks[0](model.embed(idx))).mean(dim=1)
+        out = model(idx)[0]
+    assert out.dtype == torch.float32 and torch.allclose(
+        out, F.linear(pooled.float(), model.head.weight, model.head.bias)
+    )

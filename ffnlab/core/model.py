@@ -497,7 +497,7 @@ class Transformer(nn.Module):
         x = self.norm(x)
         if self.cfg.task in ("cls", "image", "reg"):
             x = x.mean(dim=1) if self.cfg.pool == "mean" else x[:, 0]
-        logits = self.head(x)
+        logits = self.head(x) if self.cfg.task != "reg" else scalar_head(self.head, x)
         if targets is None:
             return logits, None
         if self.cfg.task == "reg":
@@ -516,6 +516,14 @@ class Transformer(nn.Module):
         block = self.blocks[layer]
         assert isinstance(block, Block)  # an nn.ModuleList's items are typed nn.Module
         return block.attn.attention_probs(block.norm1(x) if block.pre else x, rope)
+
+
+def scalar_head(head: nn.Linear, x: torch.Tensor) -> torch.Tensor:  # (B, C) -> (B, 1)
+    """A regressor's one output in fp32, head(x) as an elementwise product and sum, which autocast leaves alone.
+
+    NOTE: under bf16 autocast a Linear's output keeps 8 bits: a barely trained regressor's nearby predictions were
+    rounded to one value, and their correlation with the truth came out 0/0 where fp32 measured it."""
+    return (x.float() * head.weight.float()).sum(dim=-1, keepdim=True) + head.bias.float()
 
 
 def param_seed(seed: int, name: str, shape: Sequence[int]) -> int:

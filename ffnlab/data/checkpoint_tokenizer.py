@@ -58,6 +58,13 @@ def has_tokenizer(folder: str | os.PathLike) -> bool:
     return any(all(os.path.lexists(Path(folder, name)) for name in group) for group in TOKENIZER_FILES)
 
 
+def check_tokenizer_files(folder: str | os.PathLike) -> None:
+    """ValueError in one line for a file of the folder's tokenizer that is no regular file (a FIFO would block, a
+    dangling link is not passed over) or larger than such a file is; opens none."""
+    for path in tokenizer_files(folder):
+        check_readable(path, "the tokenizer", JSON_LIMIT if path.name in TOKENIZER_SETTINGS else TOKENIZER_LIMIT)
+
+
 def check_tokenizer_folder(folder: str | None) -> Path:
     """The folder as a Path; ValueError in one line when it holds no tokenizer (naming the files looked for and the
     alternatives), a file of it is no regular file, its tokenizer.json cannot be read, or its tokenizer_config.json
@@ -68,8 +75,7 @@ def check_tokenizer_folder(folder: str | None) -> Path:
             f"tokenizer 'pretrained' is the tokenizer of the folder fine-tuned from (--from); {folder or 'no folder'} "
             f"has none (looked for {looked_for}); save the tokenizer into it (tokenizer.save_pretrained), {ALTERNATIVES}"
         )
-    for path in tokenizer_files(folder):
-        check_readable(path, "the tokenizer", JSON_LIMIT if path.name in TOKENIZER_SETTINGS else TOKENIZER_LIMIT)
+    check_tokenizer_files(folder)
     if Path(folder, "tokenizer.json").exists():  # read as any tokenizer.json is, so that its errors read alike
         file_tokenizer(Path(folder, "tokenizer.json"))
     settings = Path(folder, "tokenizer_config.json")
@@ -215,23 +221,21 @@ def word_starts(encoding: Encoding, words: Sequence[str]) -> list[int | None]:
 def checkpoint_splits(
     corpus: Corpus, tok: CheckpointTokenizer, task: str, pair: bool, context: int
 ) -> dict[str, Split]:
-    """Per split, each example encoded with the template and its label (`PaddedSplit`, which batches pad with the
-    tokenizer's pad id): task cls (reg) one text or a pair (`encode_texts`), task tokens a sentence (`word_labels`)."""
+    """Per split (and per further test set, 'test_<name>': MNLI's mismatched dev set), each example encoded with the
+    template and its label (`PaddedSplit`, which batches pad with the tokenizer's pad id): task cls (reg) one text or
+    a pair (`encode_texts`), task tokens a sentence (`word_labels`)."""
     pad_id = tok.padding()
+    sets = {split: (corpus.documents(split), corpus.labels(split) or []) for split in ("train", "val", "test")}
+    sets |= {f"test_{name}": (docs, labels) for name, (docs, labels) in corpus.more_tests.items()}
     splits: dict[str, Split] = {}
-    for split in ("train", "val", "test"):
-        docs = corpus.documents(split)
+    for name, (docs, labels) in sets.items():
         if task == "tokens":
-            ids, labels = word_labels(tok, docs, corpus.labels(split) or [], context)
-            splits[split] = PaddedSplit(ids, labels, pad_id)
+            splits[name] = PaddedSplit(*word_labels(tok, docs, labels, context), pad_id)
             continue
         encoded = tok.encode_texts([split_pair(doc) for doc in docs] if pair else docs, context)
         dtype = torch.float if task == "reg" else torch.long  # reg: a number per example, else a class id
-        splits[split] = PaddedSplit(
-            [torch.tensor(ids, dtype=torch.long) for ids in encoded],
-            torch.tensor(corpus.labels(split), dtype=dtype),
-            pad_id,
-        )
+        ids = [torch.tensor(example, dtype=torch.long) for example in encoded]
+        splits[name] = PaddedSplit(ids, torch.tensor(labels, dtype=dtype), pad_id)
     return splits
 
 

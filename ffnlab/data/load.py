@@ -13,9 +13,10 @@ import functools
 import torch
 
 from ffnlab.data.batches import Split
+from ffnlab.data.checkpoint_tokenizer import checkpoint_splits, read_checkpoint_tokenizer
 from ffnlab.data.corpus import Corpus, load_corpus
 from ffnlab.data.images import ImageSet, PixelInput, load_images
-from ffnlab.data.pairs import encode_pair, pair_splits
+from ffnlab.data.pairs import encode_pair, is_pair, pair_splits
 from ffnlab.data.prepared import TokenFolder, is_token_folder, load_tokens
 from ffnlab.data.tagging import word_ids, word_vocabulary
 from ffnlab.data.tokenizer import SeparatedTokenizer, Tokenizer, build_tokenizer, texts_to_build_from
@@ -30,17 +31,19 @@ def load_data(
     text_field: str,
     label_field: str,
     folder: str | None = None,
-    pair_context: int | None = None,
+    example_context: int | None = None,
     image_size: int | None = None,
     channels: int | None = None,
     ids_vocab: int | None = None,
 ) -> tuple[Corpus | ImageSet | TokenFolder, Tokenizer, dict[str, Split]]:
     """Corpus -> tokenizer and token tensors per split, cached per process for sweeps; `vocab_size` is the
-    'bpe' or 'word' tokenizer's (None for the others), `folder` where the 'pretrained' one's tokenizer.json is.
+    'bpe' or 'word' tokenizer's (None for the others), `folder` the save_pretrained folder of the 'pretrained' one.
     The tokenizer is built from the train split only (but 'char', whose alphabet is every split's), so val
-    and test words it never saw are <unk> for 'word'. With `pair_context` (a sentence pair: two text fields)
+    and test words it never saw are <unk> for 'word'. With `example_context` (a sentence pair: two text fields)
     each example is a pair, truncated to that context (`ffnlab.data.pairs.pair_splits`). Task tokens gives
-    each word of a sentence one position (`ffnlab.data.tagging.word_vocabulary`). Task image:
+    each word of a sentence one position (`ffnlab.data.tagging.word_vocabulary`). The folder's own tokenizer
+    ('pretrained') encodes the examples of every task but lm with its template, each truncated to `example_context`
+    (`ffnlab.data.checkpoint_tokenizer.checkpoint_splits`). Task image:
     `load_image_data`. A folder of tokens (task lm) brings its tokenizer (`ffnlab.data.prepared.load_tokens`;
     `ids_vocab`: the vocabulary size of tokens prepared elsewhere)."""
     if task == "image":
@@ -53,11 +56,15 @@ def load_data(
     if ids_vocab is not None:
         raise ValueError(f"ids_vocab (--ids-vocab) is the vocabulary of tokens prepared elsewhere; {data} is text")
     corpus = load_corpus(data, task=task, text_field=text_field, label_field=label_field)
+    if tokenizer == "pretrained" and task != "lm":
+        assert example_context is not None  # data_args gives the context of every example with special tokens
+        tok = read_checkpoint_tokenizer(folder)
+        return corpus, tok, checkpoint_splits(corpus, tok, task, is_pair(text_field), example_context)
     if task == "tokens":
         return (corpus, *tagged_splits(corpus, vocab_size))
-    if pair_context is not None:
-        pair_tok, pairs = pair_splits(corpus, tokenizer, vocab_size, folder, pair_context)
-        return corpus, pair_tok, {**pairs, **more_test_splits(corpus, pair_tok, pair_context)}
+    if example_context is not None:
+        pair_tok, pairs = pair_splits(corpus, tokenizer, vocab_size, folder, example_context)
+        return corpus, pair_tok, {**pairs, **more_test_splits(corpus, pair_tok, example_context)}
     texts = texts_to_build_from(tokenizer, corpus.train, corpus.val, corpus.test)
     tok = build_tokenizer(tokenizer, texts, vocab_size=vocab_size, folder=folder)
     splits: dict[str, Split] = {}

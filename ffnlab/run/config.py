@@ -56,6 +56,9 @@ class TrainConfig:
     # comma-separated (premise,hypothesis), make a sentence pair for task cls, joined by a separator id; task
     # tokens: the column of words, 'tokens' unless set
     label_field: str = "label"  # the label column, for task cls; task tokens: the column of tags, 'ner_tags' unless set
+    special_tokens: bool = False  # set from tokenizer and task: examples carry the special tokens of the init_from
+    # folder's own tokenizer (its template: [CLS] a [SEP] b [SEP]) and are padded under an attention mask, as
+    # transformers' examples fine-tune (tokenizer 'pretrained', every task but lm); else cropped or repeated
     seed: int = 0  # data order, weights, dropout; a variant's seed s shares all but its FFN with the others'
     batch_size: int = 16  # sequences per forward pass of each process; an optimizer step's global batch is
     # batch_size x nproc x grad_accum
@@ -111,8 +114,7 @@ class TrainConfig:
             task, self.text_field, self.label_field = glue
             self.model = replace(self.model, task=task)
         if self.model.task == "tokens":
-            check_tagger(self)
-            self.tokenizer = "word"  # so the stored config says what ran
+            self.tokenizer = tagger_tokenizer(self)  # so the stored config says what ran
         if self.model.task == "image" and (self.hf_config or self.init_from):
             raise ValueError("task image trains ffnlab's own ViT; --hf-config and --from take text models")
         for name in (
@@ -157,6 +159,7 @@ class TrainConfig:
                 "tokenizer 'pretrained' is the init_from folder's (--from); valid without it: char, byte, bpe, word"
             )
         check_tokenizer_name(self.tokenizer)
+        self.special_tokens = self.tokenizer == "pretrained" and self.model.task != "lm"
         if self.word_vocab is not None:
             check_word_vocab(self.word_vocab)
         if self.ids_vocab is not None and self.ids_vocab <= 0:
@@ -195,15 +198,27 @@ class TrainConfig:
         return cls(**d)
 
 
-def check_tagger(cfg: TrainConfig) -> None:
-    """ValueError unless a task tokens config is one ffnlab can run: its own Transformer, one word per position."""
-    if cfg.hf_config or cfg.init_from:
-        raise ValueError("task 'tokens' trains ffnlab's Transformer only; --hf-config and --from take task lm or cls")
-    if cfg.tokenizer not in ("char", "word"):
+def tagger_tokenizer(cfg: TrainConfig) -> str:
+    """The tokenizer of a task tokens config, which the default 'char' becomes: 'word' for ffnlab's Transformer (one
+    word per position), 'pretrained' for a fine-tune (--from: the folder's own, its words' first sub-tokens tagged).
+    ValueError, one line, for any other, or a Hugging Face config trained from scratch."""
+    if cfg.hf_config:
         raise ValueError(
-            f"task 'tokens' tags whole words, one position each: its tokenizer is 'word' (what the default "
-            f"'char' becomes for it), not '{cfg.tokenizer}'"
+            "task 'tokens' trains ffnlab's Transformer or fine-tunes a pretrained folder (--from); --hf-config takes "
+            "task lm or cls"
         )
+    own = "pretrained" if cfg.init_from else "word"
+    if cfg.tokenizer not in ("char", own):
+        how = (
+            "with the folder's own tokenizer, a word's first sub-token"
+            if cfg.init_from
+            else "whole words, one position each"
+        )
+        raise ValueError(
+            f"task 'tokens' tags {how}: its tokenizer is '{own}' (what the default 'char' becomes for it), not "
+            f"'{cfg.tokenizer}'"
+        )
+    return own
 
 
 def check_peft(cfg: TrainConfig) -> None:
@@ -237,14 +252,16 @@ def flag_of(f: Field[Any]) -> str:
 
 def check_text_field(cfg: TrainConfig) -> None:
     """ValueError unless text_field names one column, or two (a sentence pair, ffnlab.data.pairs) for a classifier
-    trained from scratch whose context holds a pair."""
+    whose context holds a pair: trained from scratch, or fine-tuned with the folder's own tokenizer, whose template
+    joins the pair (ffnlab.data.checkpoint_tokenizer)."""
     check_pair_task(cfg.text_field, cfg.model.task)
     if is_pair(cfg.text_field):
         check_pair_context(cfg.model.context)
-    if is_pair(cfg.text_field) and cfg.init_from:
+    if is_pair(cfg.text_field) and cfg.init_from and cfg.tokenizer != "pretrained":
         raise ValueError(
-            "a sentence pair adds a separator id, which the vocabulary of a pretrained model (--from) does not have; "
-            "fine-tune it on one text field"
+            f"a sentence pair fine-tuned from a folder (--from) is joined by the template of the folder's own "
+            f"tokenizer (--tokenizer pretrained); '{cfg.tokenizer}' would add a separator id, which the vocabulary of "
+            "the pretrained model does not have"
         )
 
 
@@ -271,7 +288,8 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
         "model.glu_norm", "model.act_position"),
     4: ("grad_accum", "nproc", "shard"),  # the global batch, and how its gradients are reduced
     5: ("ids_vocab",),  # tokens prepared elsewhere
-    6: ("peft", "lora_r", "lora_alpha", "lora_targets"),  # LoRA: what trains, and how
+    6: ("peft", "lora_r", "lora_alpha", "lora_targets",  # LoRA: what trains, and how
+        "special_tokens"),  # a folder's own tokenizer, its template and padding (cls had been cropped or repeated)
 }  # fmt: skip
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 

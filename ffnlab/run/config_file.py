@@ -9,7 +9,6 @@ derived from the same fields (ffnlab.flags).
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 import typing
 from dataclasses import fields, is_dataclass, replace
@@ -17,12 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab._util.names import closest
-from ffnlab._util.reading import TOKENIZER_LIMIT, check_readable, read_text
+from ffnlab._util.reading import read_text
 from ffnlab.core.model import ModelConfig
+from ffnlab.data.checkpoint_tokenizer import check_tokenizer_files, has_tokenizer
 from ffnlab.run.config import TrainConfig
 
 # fields a run computes, never read from a file: a value there would change the run's identity, not what it trains
-COMPUTED = {"vocab_size": "set from the tokenizer", "init_digest": "computed from the --from folder"}
+COMPUTED = {
+    "vocab_size": "set from the tokenizer",
+    "init_digest": "computed from the --from folder",
+    "special_tokens": "set from the tokenizer and task",
+}
 # a config file holds a few KiB of settings (a Hugging Face config's table included): a larger file is
 # something else given by mistake (a data set), and reading stops here instead of filling memory
 MAX_CONFIG_BYTES = 2**20
@@ -37,9 +41,9 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
     `file` and `flags` have one shape, the file's: TrainConfig's fields, 'model' for ModelConfig's (other
     tables are not the run's). Then the rules a run adds: max_seconds alone sets max_steps to 10**9, so that
     time is the only limit; a Hugging Face config given as a path is read (its architecture checked now, before
-    any run); and fine-tuning (init_from) keeps the folder's activation unless model.ffn is given, its
-    tokenizer.json unless tokenizer is, and its model's context unless model.context is (ValueError where that is
-    longer than the model's positions)."""
+    any run); and fine-tuning (init_from) keeps the folder's activation unless model.ffn is given, its own
+    tokenizer (tokenizer.json or a fast tokenizer's vocabulary files) unless tokenizer is, and its model's context
+    unless model.context is (ValueError where that is longer than the model's positions)."""
     run = {k: v for source in (file, flags) for k, v in source.items() if k in RUN_FIELDS}
     model = {**file.get("model", {}), **flags.get("model", {})}
     if "max_seconds" in run and "max_steps" not in run and "max_tokens" not in run:
@@ -59,11 +63,10 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
         from ffnlab.tools.pretrained import pretrained_context
 
         model["context"] = pretrained_context(init_from, model.get("context"))
-    tokenizer = os.path.join(init_from or "", "tokenizer.json")
-    if init_from and "tokenizer" not in run and os.path.lexists(tokenizer):
+    if init_from and "tokenizer" not in run and has_tokenizer(init_from):
         # the folder's own tokenizer, unless --tokenizer says otherwise; a FIFO or a dangling link there is
         # refused, not passed over for the char tokenizer
-        check_readable(tokenizer, "the tokenizer", TOKENIZER_LIMIT)
+        check_tokenizer_files(init_from)
         run["tokenizer"] = "pretrained"
     return replace(base, model=replace(base.model, **model), **run)
 

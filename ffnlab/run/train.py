@@ -48,6 +48,7 @@ from ffnlab.core.model import (
     qkv_act_spec,
 )
 from ffnlab.data.batches import EVAL_SEED, Batch, Split, check_data, eval_set, get_batch, has_window, on_device
+from ffnlab.data.checkpoint_tokenizer import CheckpointTokenizer
 from ffnlab.data.images import ImageSet
 from ffnlab.data.load import load_data
 from ffnlab.data.pairs import is_pair
@@ -119,10 +120,11 @@ def data_args(cfg: TrainConfig) -> tuple:
     """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
     folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
     vocab_size = {"bpe": cfg.bpe_vocab, "word": cfg.word_vocab}.get(cfg.tokenizer)
-    pair_context = cfg.model.context if is_pair(cfg.text_field) else None  # a sentence pair is cut to fit it
+    # a sentence pair, or an example with the folder's special tokens, is cut to fit the context
+    example_context = cfg.model.context if is_pair(cfg.text_field) or cfg.special_tokens else None
     image = (cfg.model.image_size, cfg.model.channels) if cfg.model.task == "image" else (None, None)
-    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder, pair_context,
-            *image, cfg.ids_vocab)  # fmt: skip
+    return (cfg.data, cfg.model.task, cfg.tokenizer, vocab_size, cfg.text_field, cfg.label_field, folder,
+            example_context, *image, cfg.ids_vocab)  # fmt: skip
 
 
 def image_model_config(cfg: TrainConfig, images: ImageSet) -> ModelConfig:
@@ -190,15 +192,20 @@ def hf_factory(hf_config: dict) -> ModelFactory:
     return build
 
 
-def pretrained_factory(folder: str, lora: LoraSettings | None = None) -> ModelFactory:
+def pretrained_factory(
+    folder: str, lora: LoraSettings | None = None, tokenizer: CheckpointTokenizer | None = None
+) -> ModelFactory:
     """model_factory loading a save_pretrained folder, its FFN activation swapped to model.ffn with
     the weights kept (ffnlab.tools.pretrained); the seed only draws a new classification head (and, with `lora`,
-    the adapters that train on the frozen model: ffnlab.tools.lora)."""
+    the adapters that train on the frozen model: ffnlab.tools.lora). `tokenizer`: the folder's own, whose padded
+    examples the model masks."""
     from ffnlab.tools.lora import with_lora
     from ffnlab.tools.pretrained import load_pretrained
 
     def build(mcfg: ModelConfig, seed: int) -> nn.Module:
-        model = load_pretrained(folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context)
+        model = load_pretrained(
+            folder, mcfg.ffn, mcfg.task, mcfg.n_classes, mcfg.vocab_size, mcfg.context, tokenizer=tokenizer
+        )
         model = hf_checkpointing(model, mcfg)
         return with_lora(model, folder, lora) if lora else model
 
@@ -234,12 +241,14 @@ def resolve_init(cfg: TrainConfig) -> TrainConfig:
     return resolve_lora(replace(cfg, init_digest=digest))
 
 
-def default_factory(cfg: TrainConfig) -> ModelFactory:
-    """The model a config asks for: a pretrained folder, a Hugging Face architecture, or ffnlab's Transformer."""
+def default_factory(cfg: TrainConfig, tokenizer: Tokenizer | None = None) -> ModelFactory:
+    """The model a config asks for: a pretrained folder (with its own `tokenizer`, where the run reads text with it),
+    a Hugging Face architecture, or ffnlab's Transformer."""
     if cfg.init_from:
         from ffnlab.tools.lora import lora_settings
 
-        return pretrained_factory(cfg.init_from, lora_settings(cfg))
+        own = tokenizer if isinstance(tokenizer, CheckpointTokenizer) else None
+        return pretrained_factory(cfg.init_from, lora_settings(cfg), own)
     return hf_factory(cfg.hf_config) if cfg.hf_config else Transformer
 
 
@@ -500,7 +509,7 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
     check_data(splits, task, mcfg.context, cfg.data)
     if model_factory is None and not (cfg.hf_config or cfg.init_from):
         check_fits(cfg, mcfg, device)
-    model_factory = model_factory or default_factory(cfg)
+    model_factory = model_factory or default_factory(cfg, tok)
     model, opt, gen = build_model(cfg, mcfg, model_factory, device, ranks.rank)
     if cfg.qat_from is not None:
         from ffnlab.tools.quantize import check_qat_model

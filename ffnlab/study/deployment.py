@@ -98,7 +98,7 @@ def load_trained(store_path: str | Path, record: RunRecord) -> TrainedRun:
     corpus, tok, splits = load_data(*data_args(cfg))
     task = cfg.model.task
     mcfg = data_model_config(cfg, corpus, tok)
-    model = default_factory(cfg)(mcfg, cfg.seed)
+    model = default_factory(cfg, tok)(mcfg, cfg.seed)
     load_weights(model, path, f"the weights of run {record.id} ({cfg.model.ffn}, seed {cfg.seed})")
     context, size = mcfg.context, cfg.batch_size
     batches = {

@@ -119,7 +119,7 @@ class FixedInput:
 def fixed_input(cfg: TrainConfig) -> FixedInput:
     """The first `context` tokens of the validation split (a classifier's or tagger's first example), or its first
     image, and the model config the trained weights need."""
-    from ffnlab.data.batches import crop_or_repeat
+    from ffnlab.data.batches import PaddedSplit, crop_or_repeat
     from ffnlab.data.images import ImageSet
     from ffnlab.data.load import load_data
     from ffnlab.run.train import data_args, data_model_config
@@ -137,8 +137,12 @@ def fixed_input(cfg: TrainConfig) -> FixedInput:
             + (f", after the class token ({grid * grid + 1} positions)" if model.pool == "cls" else "")
         )
         return FixedInput(image, what, None, model)
-    # a language model's split is one token tensor, a classifier's its documents and labels
-    ids = crop_or_repeat(val[0][0], context) if isinstance(val, tuple) else val[:context]
+    # a language model's split is one token tensor, a classifier's its documents and labels; an example of a folder's
+    # own tokenizer holds its special tokens and fits the context: taken as it is, not repeated
+    if isinstance(val, PaddedSplit):
+        ids = val[0][0][:context]
+    else:
+        ids = crop_or_repeat(val[0][0], context) if isinstance(val, tuple) else val[:context]
     return FixedInput(ids, f"the first {len(ids)} validation tokens", tokenizer.decode(ids.tolist()), model)
 
 

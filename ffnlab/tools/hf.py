@@ -325,7 +325,7 @@ class Family:
     weights: Callable[[Any], dict]  # unit -> its tensors under ffnlab's names
     install: Callable = _replace  # (model, path, ffn) -> {path: module it replaced}
     hidden_dropout: Callable[[Any], float] = lambda unit: 0.0  # dropout after the activation
-    tasks: dict = field(default_factory=dict)  # build_hf_model task -> config overrides
+    tasks: dict = field(default_factory=dict)  # task -> config overrides (tokens: fine-tuning only, load_pretrained)
 
 
 FAMILIES: dict[str, Family] = {
@@ -335,7 +335,7 @@ FAMILIES: dict[str, Family] = {
         "mlp with gate_proj/up_proj/down_proj",
         _has("gate_proj", "up_proj", "down_proj"),
         lambda m: {**_linear("w_gate", m.gate_proj), **_linear("w_up", m.up_proj), **_linear("w_down", m.down_proj)},
-        tasks={"lm": {}, "cls": {}},
+        tasks={"lm": {}, "cls": {}, "tokens": {}},
     ),
     # GPT-2: transformer.h[i].mlp = dropout(c_proj(act(c_fc x))) with Conv1D weights
     "gpt2": Family(
@@ -344,7 +344,7 @@ FAMILIES: dict[str, Family] = {
         _has("c_fc", "c_proj"),
         lambda m: {**_linear("w_in", m.c_fc, transpose=True), **_linear("w_out", m.c_proj, transpose=True)},
         install=_install_gpt2,
-        tasks={"lm": {}, "cls": {}},
+        tasks={"lm": {}, "cls": {}, "tokens": {}},
     ),
     # BERT, RoBERTa: encoder.layer[i].intermediate.dense and .output.dense
     "bert": Family(
@@ -353,7 +353,7 @@ FAMILIES: dict[str, Family] = {
         _has("intermediate.dense", "output.dense"),
         lambda m: {**_linear("w_in", m.intermediate.dense), **_linear("w_out", m.output.dense)},
         install=_install_bert,
-        tasks={"lm": {"is_decoder": True}, "cls": {}},
+        tasks={"lm": {"is_decoder": True}, "cls": {}, "tokens": {}},
     ),  # causal mask for the LM
     # T5: block[i].layer[-1].DenseReluDense in encoder and decoder, gated or not, dropout on hidden
     # units. Encoder-decoder, so build_hf_model has no task for it (its classifier needs EOS tokens).
@@ -862,11 +862,11 @@ def head_task(task: str) -> str:
 
 
 def head_config(task: str, n_classes: int) -> dict[str, Any]:
-    """The config fields of `task`'s head: num_labels for cls, one label and problem_type 'regression' for reg
-    (transformers' MSE head), none for the LM."""
+    """The config fields of `task`'s head: num_labels for cls (and tokens, a class per token), one label and
+    problem_type 'regression' for reg (transformers' MSE head), none for the LM."""
     if task == "reg":
         return {"num_labels": 1, "problem_type": "regression"}
-    return {"num_labels": n_classes} if task == "cls" else {}
+    return {"num_labels": n_classes} if task in ("cls", "tokens") else {}
 
 
 @dataclass
@@ -887,6 +887,9 @@ class HFModelConfig:
     init: str
     hf_config: dict  # the full Hugging Face config, as built
     attn_act: str | None = None  # activations on q, k, v (swap_attn_act)
+    pad_id: int | None = None  # examples padded with this id (a pretrained tokenizer's): masked from attention
+    segment_sep_id: int | None = None  # with pad_id, for a model with token types: the id that ends a pair's first
+    # text (BERT's [SEP]), from which `model_inputs` derives the token types the tokenizer gives
 
 
 class HFModel(nn.Module):
@@ -900,14 +903,15 @@ class HFModel(nn.Module):
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) -> logits (B, T, vocab) for the LM, (B, n_classes) or (B, 1) for reg, and the loss
-        (cross-entropy; reg: the mean squared error against float targets (B,)).
+        (cross-entropy; reg: the mean squared error against float targets (B,)); (B, T, n_classes) for tokens,
+        whose targets IGNORE_INDEX count in no loss. With cfg.pad_id the padding is masked (`model_inputs`).
 
         LM targets are already shifted by the caller (targets[t] is the token after idx[t]), as for
         ffnlab.core.model.Transformer; no labels go to Hugging Face, which would shift them again.
         """
         if idx.shape[1] > self.cfg.context:
             raise ValueError(f"sequence length {idx.shape[1]} exceeds the model's context {self.cfg.context}")
-        logits = self.hf(input_ids=idx).logits
+        logits = self.hf(**model_inputs(idx, self.cfg.pad_id, self.cfg.segment_sep_id)).logits
         if targets is None:
             return logits, None
         if self.cfg.task == "reg":
@@ -916,6 +920,23 @@ class HFModel(nn.Module):
 
     def ffn_modules(self) -> list[FFN]:
         return ffn_modules(self.hf)
+
+
+def model_inputs(idx: torch.Tensor, pad_id: int | None, segment_sep_id: int | None = None) -> dict[str, torch.Tensor]:
+    """A Hugging Face model's inputs for ids (B, T): input_ids; with `pad_id`, the attention mask of what is no
+    padding; with `segment_sep_id` too, the token types a pair template gives (BERT's [CLS] a [SEP] b [SEP]: 0 up to
+    the first separator, 1 after it), 0 on the padding, as the tokenizer pads them.
+
+    NOTE: padding is what equals pad_id; a tokenizer without a pad token pads with its end-of-text id (GPT-2, LLaMA),
+    which their templates never put inside an example."""
+    if pad_id is None:
+        return {"input_ids": idx}
+    mask = (idx != pad_id).long()  # (B, T)
+    inputs = {"input_ids": idx, "attention_mask": mask}
+    if segment_sep_id is not None:
+        is_sep = (idx == segment_sep_id).long()
+        inputs["token_type_ids"] = ((is_sep.cumsum(dim=1) - is_sep) > 0).long() * mask  # 1 past the first separator
+    return inputs
 
 
 # the keys transformers' get_text_config reads as the text part of a composite (multimodal, encoder-decoder) config

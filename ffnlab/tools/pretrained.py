@@ -7,13 +7,15 @@
     load_pretrained(folder, ffn, ...) the model with its weights (safetensors only), behind ffnlab's interface
 
 Supported: the llama (LLaMA, Mistral, Qwen2, Qwen3, Gemma), gpt2 and bert (BERT, RoBERTa) families of
-`ffnlab.tools.hf.FAMILIES`, for the LM and classification tasks (T5, encoder-decoder, is not).
+`ffnlab.tools.hf.FAMILIES`, for the LM, classification (one text or a pair) and token classification tasks, each with
+the model's own head (`auto_class`; T5, encoder-decoder, is not).
 A swap changes the activation only (`swap_ffn(carry=True)`): gelu -> silu in a dense FFN, swiglu ->
 geglu in a gated one. Every weight carries over (attention, embeddings, norms and the FFN matrices);
 nothing is newly initialised but a classification head the folder does not have. A swap to the other
 kind (dense -> gated) would need new FFN weights and is refused.
-The tokenizer is the folder's tokenizer.json (`tokenizer="pretrained"`, what `--from` picks when the
-folder has one) or one of ffnlab's; its vocabulary must have the model's size (a folder that ffnlab
+The tokenizer is the folder's own (`tokenizer="pretrained"`, what `--from` picks when the folder has one;
+ffnlab.data.checkpoint_tokenizer), whose ids the model's embedding must hold and whose padded examples the model
+masks (`example_padding`), or one of ffnlab's, whose vocabulary must have the model's size (a folder that ffnlab
 pretrained with `--save-pretrained` on the same data and tokenizer fits).
 """
 
@@ -34,6 +36,7 @@ from ffnlab._util.text import first_line
 from ffnlab.core.ffn import spec_of
 from ffnlab.core.memory import build_on_meta, check_layer_count
 from ffnlab.core.model import layered_param_count, param_count
+from ffnlab.data.checkpoint_tokenizer import tokenizer_files
 from ffnlab.tools.hf import (
     FAMILIES,
     HEAD_TASKS,
@@ -55,6 +58,8 @@ from ffnlab.tools.hf import (
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+    from ffnlab.data.checkpoint_tokenizer import CheckpointTokenizer
 
 TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)  # what fine-tuning supports
 
@@ -119,12 +124,13 @@ def weight_files(path: Path) -> list[Path]:
 
 
 def folder_digest(folder: str | os.PathLike) -> str:
-    """sha256 (16 hex digits) of config.json, tokenizer.json and every safetensors file: a folder
-    whose weights or config changed is a different start, so a different run."""
+    """sha256 (16 hex digits) of config.json, the tokenizer's files (tokenizer.json, vocabulary files,
+    tokenizer_config.json: `tokenizer_files`) and every safetensors file: a folder whose weights, config or tokenizer
+    changed is a different start, so a different run."""
     path = Path(folder)
     check_folder(path)
     digest = hashlib.sha256()
-    tokenizer = [path / "tokenizer.json"] if (path / "tokenizer.json").is_file() else []
+    tokenizer = [file for file in tokenizer_files(path) if file.is_file()]  # no FIFO: a run refuses it when it reads
     for file in [path / "config.json", *tokenizer, *weight_files(path)]:
         digest.update(file.name.encode())
         try:
@@ -175,21 +181,37 @@ def check_context(folder: str | os.PathLike, context: int | None, positions: int
         )
 
 
-def fitting_config(folder: str | os.PathLike, task: str, vocab_size: int | None, context: int | None):
+def fitting_config(
+    folder: str | os.PathLike, task: str, vocab_size: int | None, context: int | None, own_tokenizer: bool = False
+):
     """The folder's Hugging Face config for `task`; ValueError when the task, the tokenizer's vocabulary or
-    the context does not fit the model."""
+    the context does not fit the model. A tokenizer ffnlab built must have the model's vocabulary; the folder's own
+    (`own_tokenizer`) may have fewer ids (an embedding padded to a multiple of 64), never more (`check_vocab`)."""
     _, family = model_family(check_folder(folder))
     if head_task(task) not in family.tasks:
         valid = [*family.tasks, *(["reg"] if "cls" in family.tasks else [])]
         raise ValueError(f"unknown task '{task}'; valid: {', '.join(valid)}")
     hf_config = local_config(folder, use_cache=False, **family.tasks[head_task(task)])
-    if vocab_size is not None and vocab_size != hf_config.vocab_size:
-        raise ValueError(
-            f"the model in {folder} has a vocabulary of {hf_config.vocab_size} tokens, the tokenizer gives "
-            f"{vocab_size}; fine-tune with the data and --tokenizer it was pretrained with"
-        )
+    check_vocab(folder, vocab_size, hf_config.vocab_size, own_tokenizer)
     check_context(folder, context, hf_config.max_position_embeddings)
     return hf_config
+
+
+def check_vocab(folder: str | os.PathLike, vocab_size: int | None, model_vocab: int, own_tokenizer: bool) -> None:
+    """ValueError, one line, when the tokenizer's `vocab_size` does not fit the model's `model_vocab` embedding rows:
+    a tokenizer ffnlab built from the corpus must have as many; the folder's own may have fewer, not more."""
+    if vocab_size is None or vocab_size == model_vocab or (own_tokenizer and vocab_size < model_vocab):
+        return
+    if own_tokenizer:
+        raise ValueError(
+            f"the tokenizer of {folder} has ids up to {vocab_size - 1} (its added tokens included), past the "
+            f"{model_vocab} rows of the model's embedding; resize the embedding to the tokenizer "
+            "(model.resize_token_embeddings(len(tokenizer))) and save the folder again"
+        )
+    raise ValueError(
+        f"the model in {folder} has a vocabulary of {model_vocab} tokens, the tokenizer gives "
+        f"{vocab_size}; fine-tune with the data and --tokenizer it was pretrained with"
+    )
 
 
 def check_loaded(folder: str | os.PathLike, task: str, base_prefix: str, info: dict) -> None:
@@ -234,20 +256,20 @@ def load_pretrained(
     n_classes: int = 2,
     vocab_size: int | None = None,
     context: int | None = None,
+    tokenizer: CheckpointTokenizer | None = None,
 ) -> HFModel:
     """The folder's model with its weights, its FFN activation swapped to `ffn` (weights carried over,
-    see the module docstring), as an HFModel for training. ValueError when the vocabulary or context
-    does not fit, a weight is missing, of another size or not floating point, the model would not fit
-    in memory, or `ffn` is of the other kind than the model's FFN."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
+    see the module docstring), as an HFModel for training. `tokenizer`: the folder's own, whose examples the model
+    reads padded (`example_padding`). ValueError when the vocabulary or context does not fit, a weight is missing,
+    of another size or not floating point, the model would not fit in memory, or `ffn` is of the other kind than
+    the model's FFN."""
     import_models()
 
-    hf_config = fitting_config(folder, task, vocab_size, context)
+    hf_config = fitting_config(folder, task, vocab_size, context, own_tokenizer=tokenizer is not None)
     context = context or hf_config.max_position_embeddings
     for key, value in head_config(task, n_classes).items():  # a classifier's labels, or reg's one number
         setattr(hf_config, key, value)
-    auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
+    auto = auto_class(task)
     check_depth(folder, hf_config, auto.from_config)
     skeleton = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
     n_params = param_count(skeleton)  # from_pretrained loads the fp32 weights on the CPU first
@@ -269,8 +291,7 @@ def load_pretrained(
             ),
         )
     check_loaded(folder, task, hf.base_model_prefix, info)
-    if task in HEAD_TASKS and hf.config.pad_token_id is None:
-        hf.config.pad_token_id = -1  # as in build_hf_model: the last position is the last token
+    padding = example_padding(hf, task, tokenizer)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PretrainedWeightsWarning)
         swap_ffn(hf, ffn, match="none", carry=True)
@@ -289,5 +310,32 @@ def load_pretrained(
         n_classes=n_classes,
         init="pretrained",
         hf_config=hf_config.to_dict(),
+        **padding,
     )
     return HFModel(hf, cfg)
+
+
+def auto_class(task: str) -> Any:
+    """The transformers Auto class of a task's model: the LM's, a sequence classifier (cls and reg, whose head is
+    one number) or a token classifier (tokens): the model's own head, newly initialised where the folder has none."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    return {"lm": AutoModelForCausalLM, "tokens": AutoModelForTokenClassification}.get(
+        task, AutoModelForSequenceClassification
+    )
+
+
+def example_padding(hf: PreTrainedModel, task: str, tokenizer: CheckpointTokenizer | None) -> dict[str, Any]:
+    """How the model reads a batch of examples (HFModelConfig's pad_id and segment_sep_id). With the folder's own
+    tokenizer, for every task but the LM: padded with its pad id, which the model's config.pad_token_id names too
+    (a last-token classifier, GPT-2's or LLaMA's, finds the last token that is no padding by it, as transformers'
+    examples set it), and where the model has token types (BERT) its pair separator. Otherwise no padding: the LM's
+    windows, and the examples of ffnlab's own tokenizers, cropped or repeated to the context (a classifier without a
+    pad id gets build_hf_model's stand-in -1: its last position is its last token)."""
+    if task == "lm" or tokenizer is None:
+        if task in HEAD_TASKS and hf.config.pad_token_id is None:
+            hf.config.pad_token_id = -1
+        return {}
+    hf.config.pad_token_id = tokenizer.pad_id  # after construction, so no embedding row became a padding row
+    types = getattr(hf.config, "type_vocab_size", 0) > 1
+    return {"pad_id": tokenizer.pad_id, "segment_sep_id": tokenizer.segment_sep_id if types else None}

@@ -43,10 +43,12 @@ class TrainConfig:
     # GLUE's tasks, which sets the task and its columns (ffnlab.data.glue); compare takes glue:DIR, all of them
     tokenizer: str = field(default="char", metadata={"parse": check_tokenizer_name})  # char, byte, bpe, word,
     # pretrained or FILE.json: characters, UTF-8 bytes, BPE trained on the corpus, words (split on whitespace and
-    # punctuation; perplexity per word, as in WikiText's published numbers), the tokenizer.json of the init_from
-    # folder, or a tokenizer saved by `tokenizers` (GPT-2's or LLaMA's tokenizer.json); task tokens reads each word
-    # of a sentence as one position, its tokenizer 'word' ('char', the default, becomes 'word' there); a prepared
-    # folder (ffnlab data prepare) brings its own, which another given here must match
+    # punctuation; perplexity per word, as in WikiText's published numbers), the init_from folder's own (read as
+    # transformers reads it: tokenizer.json, vocab.txt, or vocab.json and merges.txt; the default with --from where
+    # the folder has one), or a tokenizer saved by `tokenizers` (GPT-2's or LLaMA's tokenizer.json); task tokens reads
+    # each word of a sentence as one position, its tokenizer 'word' ('char', the default, becomes 'word' there; with
+    # --from 'pretrained', each word's first sub-token tagged); a prepared folder (ffnlab data prepare) brings its
+    # own, which another given here must match
     bpe_vocab: int = 512  # vocabulary size of a BPE tokenizer trained on the corpus
     word_vocab: int | None = None  # vocabulary size of a word tokenizer, <unk> included: the most frequent words
     # of the train split, the others <unk>; None: every word it has (WikiText's files already have <unk>)

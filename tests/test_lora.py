@@ -72,7 +72,10 @@ def config(folders, family: str, ffn: str, task: str = "lm", **kw) -> TrainConfi
 
 def trained(cfg: TrainConfig, **kw):
     """(the model a run trained, its parameters as built, the RunResult)."""
-    factory, built, start = default_factory(resolve_init(cfg)), [], {}
+    from ffnlab.data.checkpoint_tokenizer import read_checkpoint_tokenizer
+
+    own = read_checkpoint_tokenizer(cfg.init_from) if cfg.tokenizer == "pretrained" else None  # as prepare reads it
+    factory, built, start = default_factory(resolve_init(cfg), own), [], {}
 
     def capture(mcfg, seed):
         built.append(factory(mcfg, seed))
@@ -284,3 +287,51 @@ def test_advise_peft_says_a_lora_study_of_the_checkpoint_first(folders, lora_sto
     swapped = advice_for(Situation(stage="peft", pretrained=str(folders["bert"])), lora_store)
     assert swapped.recommendation == "silu"
     assert any("disagrees with the rule of thumb below (keep gelu): said first" in line for line in swapped.reasons)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folders(tmp_path_factory):
+    """Tiny GPT-2 and BERT folders with their own tokenizers (byte-level BPE, WordPiece: tests.test_finetune_tasks),
+    and tagged sentences in CoNLL's layout."""
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    from tests.test_finetune_tasks import byte_level_bpe, corpus_lines, save_folder, tagged, wordpiece
+
+    root, lines = tmp_path_factory.mktemp("own"), corpus_lines()
+    gpt2, bert = byte_level_bpe(lines), wordpiece(lines)
+    gpt2_config = GPT2Config(vocab_size=len(gpt2), n_positions=CONTEXT, n_embd=32, n_layer=1, n_head=2,
+                             bos_token_id=gpt2.eos_token_id, eos_token_id=gpt2.eos_token_id)  # fmt: skip
+    bert_config = BertConfig(vocab_size=len(bert), max_position_embeddings=CONTEXT, **BERT | {"model_type": None})
+    out = {
+        "gpt2": save_folder(root / "gpt2", GPT2LMHeadModel, gpt2_config, gpt2),
+        "bert": save_folder(root / "bert", BertForMaskedLM, bert_config, bert),
+        "conll": root / "conll",
+    }
+    rng = random.Random(2)
+    out["conll"].mkdir()
+    for name, n in (("train.txt", 60), ("valid.txt", 20), ("test.txt", 20)):
+        sentences = ["\n".join(f"{word} {tag}" for word, tag in tagged(rng)) for _ in range(n)]
+        (out["conll"] / name).write_text("\n\n".join(sentences) + "\n")
+    return out
+
+
+@pytest.mark.parametrize(("family", "ffn", "task"), [("gpt2", "relu", "cls"), ("bert", "silu", "tokens")])
+def test_a_lora_run_on_the_folders_own_tokenizer_loads_back_with_its_padding(
+    folders, tokenizer_folders, family, ffn, task, tmp_path
+):
+    from ffnlab.data.checkpoint_tokenizer import read_checkpoint_tokenizer
+
+    folder = tokenizer_folders[family]
+    data = folders["data"] if task == "cls" else tokenizer_folders["conll"]
+    cfg = TrainConfig(model=ModelConfig(ffn=ffn, task=task, context=CONTEXT), init_from=str(folder), data=str(data),
+                      tokenizer="pretrained", peft="lora", max_steps=3, **SMALL)  # fmt: skip
+    model, start, result = trained(cfg, pretrained_path=tmp_path / "adapter")
+    assert result.status == "finished" and 0 < result.trainable_params < result.params / 5
+    assert all(".lora_" in n or ".modules_to_save." in n for n, p in model.named_parameters() if p.requires_grad)
+    tokenizer = read_checkpoint_tokenizer(str(folder))
+    pad = tokenizer.pad_id
+    assert pad is not None and json.loads((tmp_path / "adapter" / "ffnlab_adapter.json").read_text())["pad_id"] == pad
+    idx = torch.randint(pad + 1, tokenizer.vocab_size, (3, CONTEXT), generator=torch.Generator().manual_seed(0))
+    idx[:, -6:] = pad  # padded examples, as the run read them: masked, a last-token classifier reads the last word
+    with torch.no_grad():
+        assert_close(load_adapter(folder, tmp_path / "adapter")(idx)[0], model.eval()(idx)[0])

@@ -94,14 +94,12 @@ class FFNPlace(nn.Module):
 def skeleton(folder: str | os.PathLike, task: str) -> PreTrainedModel:
     """The folder's model for `task` on the meta device (no weights read), each FFN replaced by an `FFNPlace`
     where `swap_ffn` installs ffnlab's: the module names the fine-tuning model has."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-
     from ffnlab.core.memory import build_on_meta
-    from ffnlab.tools.pretrained import fitting_config
+    from ffnlab.tools.pretrained import auto_class, fitting_config
 
     import_models()
     hf_config = fitting_config(folder, task, None, None)
-    auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification  # as load_pretrained's
+    auto = auto_class(task)  # the task's model, as load_pretrained builds it
     model = build_on_meta(lambda: auto.from_config(hf_config), f"check the sizes in {folder}/config.json")
     _, family = model_family(model)
     for path in [path for path, m in model.named_modules() if path and family.is_ffn(path, m)]:
@@ -110,9 +108,10 @@ def skeleton(folder: str | os.PathLike, task: str) -> PreTrainedModel:
 
 
 def new_modules(model: nn.Module, folder: str | os.PathLike, task: str) -> list[str]:
-    """The modules a fine-tune initialises anew, which LoRA trains whole (peft's `modules_to_save`): a
-    classifier's head ('classifier', 'score'), and BERT's pooler where the folder's weights have none (a folder
-    saved from a language model). None for an LM: its head is the folder's."""
+    """The modules LoRA trains whole (peft's `modules_to_save`), those a fine-tune initialises anew: a classifier's
+    head ('classifier', 'score'; trained whole as peft's SEQ_CLS does, also where the folder has one), and BERT's
+    pooler where the folder's weights have none (a folder saved from a language model). Empty for an LM, whose
+    head is the folder's."""
     if task == "lm":
         return []
     children = dict(model.named_children())
@@ -253,6 +252,7 @@ def save_adapter(model: HFModel, folder: str | os.PathLike, digest: str | None, 
         "task": cfg.task,
         "n_classes": cfg.n_classes,
         "vocab_size": cfg.vocab_size,
+        "pad_id": cfg.pad_id,  # the run read padded examples of the folder's own tokenizer (its pad id), or none
         "load": "ffnlab.tools.lora.load_adapter(base, adapter_dir): the base folder with its FFN activation "
         "swapped to 'ffn' by ffnlab (weights kept), then peft.PeftModel.from_pretrained(base, adapter_dir)",
     }
@@ -307,6 +307,7 @@ def load_adapter(folder: str | os.PathLike, adapter_dir: str | os.PathLike, ffn:
     to the adapter's `ffn` (as the run did: `load_pretrained`, weights kept), then `peft.PeftModel.from_pretrained`
     with `adapter_dir` (save_adapter's). ValueError where the folder changed since the adapter was trained, or
     `ffn` is not the one it was trained with."""
+    from ffnlab.data.checkpoint_tokenizer import read_checkpoint_tokenizer
     from ffnlab.tools.pretrained import folder_digest, load_pretrained
 
     require_peft()
@@ -320,7 +321,9 @@ def load_adapter(folder: str | os.PathLike, adapter_dir: str | os.PathLike, ffn:
         raise ValueError(
             f"the adapter in {adapter_dir} was trained on a base with digest {note['digest']}; {folder} has {digest}"
         )
-    model = load_pretrained(folder, note["ffn"], note["task"], note["n_classes"], note.get("vocab_size"))
+    own = note.get("pad_id") is not None  # the run read padded examples with the folder's own tokenizer: so does this
+    tokenizer = read_checkpoint_tokenizer(os.fspath(folder)) if own else None
+    model = load_pretrained(folder, note["ffn"], note["task"], note["n_classes"], tokenizer=tokenizer)
     with quiet_transformers(), quiet_peft():
         model.hf = cast(
             "PreTrainedModel", PeftModel.from_pretrained(model.hf, os.fspath(adapter_dir))

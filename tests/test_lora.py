@@ -335,3 +335,15 @@ def test_a_lora_run_on_the_folders_own_tokenizer_loads_back_with_its_padding(
     idx[:, -6:] = pad  # padded examples, as the run read them: masked, a last-token classifier reads the last word
     with torch.no_grad():
         assert_close(load_adapter(folder, tmp_path / "adapter")(idx)[0], model.eval()(idx)[0])
+
+
+def test_the_statement_of_what_trained_names_the_head_of_each_task():
+    from ffnlab.tools.lora import trained_text
+
+    lora = {"init_from": "folder", "peft": "lora", "lora_r": 4, "lora_alpha": 8, "lora_targets": "q_proj,v_proj"}
+    heads = {"lm": "q_proj,v_proj (10 parameters", "cls": "the new classification head (10", "reg": "regression head"}
+    for task, words in heads.items():
+        assert words in trained_text({**lora, "model": {"task": task}}, 10, 1000)
+    assert "1% of 1,000" in trained_text({**lora, "model": {"task": "lm"}}, 10, 1000)
+    assert trained_text({"init_from": "folder", "model": {"task": "cls"}}, 1000, 1000).startswith("every parameter")
+    assert trained_text({"init_from": None, "model": {"task": "lm"}}, 1000, 1000) is None  # trained from scratch

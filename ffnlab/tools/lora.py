@@ -346,7 +346,8 @@ def trained_text(config: dict[str, Any], trainable: int | None = None, params: i
         count = f" ({trainable:,} parameters, {100 * trainable / params:.2g}% of {params:,})"
     if config.get("peft") != "lora":
         return f"every parameter{f' ({trainable:,})' if trainable is not None else ''}, the FFN's included"
-    head = " and the new classification head" if config.get("model", {}).get("task", "lm") != "lm" else ""
+    task = config.get("model", {}).get("task", "lm")
+    head = {"lm": "", "reg": " and the new regression head"}.get(task, " and the new classification head")
     return (
         f"LoRA r={config.get('lora_r')} alpha={config.get('lora_alpha')} on {config.get('lora_targets') or '-'}"
         f"{head}{count}; frozen: every pretrained weight, the FFN's included"

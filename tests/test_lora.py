@@ -12,10 +12,10 @@ from safetensors.torch import load_file
 
 from ffnlab.core.model import ModelConfig
 from ffnlab.run.config import TrainConfig
-from ffnlab.run.train import default_factory, prepare, resolve_init, train
+from ffnlab.run.train import default_factory, prepare, resolve_init, resolve_lora, train
 from ffnlab.study.plan import Study, plan, run_id
 from ffnlab.tools.hf import build_hf_model, save_unswapped
-from ffnlab.tools.lora import load_adapter, resolve_lora
+from ffnlab.tools.lora import load_adapter
 from ffnlab.tools.pretrained import load_pretrained
 from tests.conftest import assert_close
 

@@ -226,7 +226,7 @@ def tagger_tokenizer(cfg: TrainConfig) -> str:
 def check_peft(cfg: TrainConfig) -> None:
     """ValueError, one line, unless the LoRA fields make a run ffnlab can train: adapters on a pretrained folder
     (init_from), a positive rank and scale, no LoRA setting without --peft, and no flag that cannot work with it.
-    The targets are checked against the folder's model when the run is planned (ffnlab.tools.lora.resolve_lora)."""
+    The targets are checked against the folder's model when the run is planned (ffnlab.run.train.resolve_lora)."""
     if cfg.peft not in (None, *PEFT_METHODS):
         raise ValueError(f"unknown peft method '{cfg.peft}'; valid: {', '.join(PEFT_METHODS)}")
     if cfg.lora_r <= 0 or cfg.lora_alpha <= 0:

@@ -225,11 +225,10 @@ def hf_checkpointing(model: HFModel, mcfg: ModelConfig) -> HFModel:
 
 
 def resolve_init(cfg: TrainConfig) -> TrainConfig:
-    """cfg with init_digest set from its init_from folder (and LoRA's targets: ffnlab.tools.lora.resolve_lora);
+    """cfg with init_digest set from its init_from folder and, with --peft, its LoRA targets resolved (`resolve_lora`);
     ValueError if the folder changed since the run was planned (its digest then differs from the one in the config)."""
     if not cfg.init_from:
         return cfg
-    from ffnlab.tools.lora import resolve_lora
     from ffnlab.tools.pretrained import folder_digest
 
     digest = folder_digest(cfg.init_from)
@@ -241,12 +240,30 @@ def resolve_init(cfg: TrainConfig) -> TrainConfig:
     return resolve_lora(replace(cfg, init_digest=digest))
 
 
+def resolve_lora(cfg: TrainConfig) -> TrainConfig:
+    """cfg with lora_targets set (given ones checked against the folder's model, else its family's default);
+    unchanged without --peft or a folder."""
+    if cfg.peft is None or not cfg.init_from:
+        return cfg
+    from ffnlab.tools.lora import resolved_targets
+
+    return replace(cfg, lora_targets=resolved_targets(cfg.init_from, cfg.model.task, cfg.lora_targets))
+
+
+def lora_settings(cfg: TrainConfig) -> LoraSettings | None:
+    """A config's LoRA settings (its targets resolved), or None for a full fine-tune."""
+    if cfg.peft != "lora":
+        return None
+    from ffnlab.tools.lora import LoraSettings, target_list
+
+    cfg = resolve_lora(cfg)  # a planned run's are already
+    return LoraSettings(cfg.lora_r, cfg.lora_alpha, tuple(target_list(cfg.lora_targets)))
+
+
 def default_factory(cfg: TrainConfig, tokenizer: Tokenizer | None = None) -> ModelFactory:
     """The model a config asks for: a pretrained folder (with its own `tokenizer`, where the run reads text with it),
     a Hugging Face architecture, or ffnlab's Transformer."""
     if cfg.init_from:
-        from ffnlab.tools.lora import lora_settings
-
         own = tokenizer if isinstance(tokenizer, CheckpointTokenizer) else None
         return pretrained_factory(cfg.init_from, lora_settings(cfg), own)
     return hf_factory(cfg.hf_config) if cfg.hf_config else Transformer

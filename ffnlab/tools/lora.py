@@ -2,7 +2,7 @@
 the pretrained weights frozen, the FFN's included.
 
     default_targets(model_type)          peft's own default target modules for the architecture
-    resolve_lora(cfg)                    cfg with its LoRA targets set (the family's default) and checked
+    resolved_targets(folder, task, given) the targets a run adapts: the given ones checked, else the family's default
     with_lora(model, folder, lora)       the fine-tuning model (`load_pretrained`'s HFModel) with peft's LoRA applied
     save_adapter(model, folder, path)    the trained adapter as peft saves it, with what base it needs
     load_adapter(folder, adapter_dir)    that base rebuilt (the folder, ffnlab's FFN swap) and the adapter applied
@@ -24,7 +24,7 @@ import json
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -38,8 +38,6 @@ from ffnlab.tools.quantize import quiet_libraries
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from ffnlab.run.config import TrainConfig
-
 HEADS = ("classifier", "score")  # a task head transformers adds under one of these names (peft's SEQ_CLS list)
 TASK_TYPES = {"lm": "CAUSAL_LM", "tokens": "TOKEN_CLS"}  # peft's task type per ffnlab task; other tasks: SEQ_CLS
 NOTE = "ffnlab_adapter.json"  # beside peft's files: the base an adapter needs
@@ -52,14 +50,6 @@ class LoraSettings:
     r: int
     alpha: int
     targets: tuple[str, ...]
-
-
-def lora_settings(cfg: TrainConfig) -> LoraSettings | None:
-    """The LoRA settings of a config (its targets resolved, `resolve_lora`), or None for a full fine-tune."""
-    if cfg.peft != "lora":
-        return None
-    cfg = resolve_lora(cfg)  # a planned run's are already
-    return LoraSettings(cfg.lora_r, cfg.lora_alpha, tuple(target_list(cfg.lora_targets)))
 
 
 def require_peft() -> None:
@@ -184,17 +174,15 @@ def target_list(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
 
 
-def resolve_lora(cfg: TrainConfig) -> TrainConfig:
-    """cfg with lora_targets set: the given ones checked against the folder's model (`check_targets`, on a
-    skeleton: no weights read), else peft's default for its family; unchanged without --peft. Called where
-    init_from's digest is (a planned study, a run's start), so a bad target fails before any run."""
-    if cfg.peft is None or not cfg.init_from:
-        return cfg
+def resolved_targets(folder: str, task: str, given: str | None) -> str:
+    """The LoRA targets a run of `folder` adapts, comma-separated: the `given` ones checked against the folder's
+    model (`check_targets`, on a skeleton: no weights read), else peft's default for its family. Called where
+    the folder's digest is taken (a planned study, a run's start), so a bad target fails before any run."""
     require_peft()
-    model = skeleton(cfg.init_from, cfg.model.task)
-    targets = target_list(cfg.lora_targets) or default_targets(model.config.model_type)
-    check_targets(model, targets, new_modules(model, cfg.init_from, cfg.model.task), cfg.init_from)
-    return replace(cfg, lora_targets=",".join(targets))
+    model = skeleton(folder, task)
+    targets = target_list(given) or default_targets(model.config.model_type)
+    check_targets(model, targets, new_modules(model, folder, task), folder)
+    return ",".join(targets)
 
 
 # ---- the model, its adapter saved and loaded back -----------------------------------------------

@@ -3,7 +3,7 @@
     python benchmarks/compare_default.py [--keep DIR] [extra compare flags...]
 
 Runs the command in a fresh store (a temporary folder unless --keep), prints the command, the
-machine, the library versions, the wall time and the ranking, so the README's numbers can be
+machine, the library versions, the wall time and the ranking, so the documentation's numbers can be
 traced. A benchmark, not a test: the time depends on the machine and on what else runs on it.
 """
 

@@ -221,7 +221,7 @@ def add_study_flags(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         help="a compute axis to fit loss against compute over: width=32,64,128,256 (d_model), depth=..., "
-        "tokens=... (repeatable); adds the power-law fits and compute multipliers (README, 'Scaling')",
+        "tokens=... (repeatable); adds the power-law fits and compute multipliers (docs: Scaling and compute multipliers)",
     )
 
 

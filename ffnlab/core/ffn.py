@@ -39,7 +39,7 @@ INITS = ("lecun", "he", "he_gelu", "normal", "lecun_uniform", "family")
 GLU_NORMS = ("none", "pre", "post", "both")
 NORMS = ("layernorm", "rmsnorm")
 # NOTE: one scheme for every variant, so a comparison measures activations, not initialisations; LeCun
-# normal gave the lowest loss for every default variant among the candidates measured (README, "Initialisation")
+# normal gave the lowest loss for every default variant among the candidates measured (docs/explanation/comparisons.md, "Initialisation")
 DEFAULT_INIT: Init = "lecun"
 LEGACY_INITS = {"auto": "family"}  # the name of the per-family table in stores written before it had one
 GeneratorFor = Callable[[str, torch.Size], torch.Generator]  # (parameter name, shape) -> its random stream

@@ -222,7 +222,7 @@ def canonical_attn_act(text: str | None) -> str | None:
     alone where all three have one ("gelu"), else key=name for each projection that has one, in q,
     k, v order ("k=gelu,q=gelu,v=identity" -> "q=gelu,k=gelu"); None, the default, stays None.
 
-    NOTE: a run's id hashes its config, so these are the spellings stores already hold (the README's
+    NOTE: a run's id hashes its config, so these are the spellings stores already hold (the docs'
     "none", "gelu", "q=gelu,k=gelu"); only the other spellings of a setting map onto them.
     """
     if text is None:

@@ -81,7 +81,7 @@ class TrainConfig:
     eval_every: int = 50  # steps between validation evaluations (the curves)
     eval_batches: int = 8  # fixed validation batches at each evaluation during training (the curves)
     final_eval_batches: int = 32  # at the end, on val and test: the metric a comparison ranks by, measured on
-    # more tokens, so less evaluation noise in paired differences (README, "The default study")
+    # more tokens, so less evaluation noise in paired differences (docs/explanation/default-study.md)
     log_every: int = 10  # FFN gradient statistics every this many steps
     spike_factor: float = 4.0  # a spike is a value above this times the running median
     diverge_factor: float = 3.0  # a run diverges when its training loss stays above this times its best so far

@@ -1,7 +1,7 @@
 """Named setups: one typed function per preset, each returning a `TrainConfig`, and one table (`PRESETS`) of them
 with what `compare` runs each with unless told otherwise (its FFN variants, its compute axes).
 
-`standard` is the default study's (README, "The default study"). `paper` keeps the shape of Shazeer
+`standard` is the default study's (docs/explanation/default-study.md). `paper` keeps the shape of Shazeer
 2020's setup (pre-norm, no dropout, gated widths matched to 4x dense in parameters, equal steps,
 6 layers) at the largest size one CPU trains in hours, not weeks. `gpt2-small` and `shazeer` are the
 literature's own shapes, for a GPU and a corpus of hundreds of millions of tokens.
@@ -118,7 +118,7 @@ PRESETS: dict[str, Preset] = {
     "quick": Preset(quick),
     "standard": Preset(standard),
     "paper": Preset(paper),
-    # sizes chosen from measurements (README, "Scaling: compute multipliers")
+    # sizes chosen from measurements (docs/explanation/scaling.md)
     "scaling": Preset(scaling, scale={"width": [24, 48, 96, 192]}),
     "gpt2-small": Preset(gpt2_small, variants=("relu", "gelu", "silu", "geglu")),  # the experiment's four
     # Shazeer 2020's eight, Table 1

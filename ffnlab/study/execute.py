@@ -172,7 +172,7 @@ def wait_for(store_path: Path, rid: str) -> None:
 
 def resolve_jobs(jobs: int | str, device: str = "cpu", nproc: int = 1) -> int:
     """Runs at once for `jobs`: 'auto' is one single-threaded process per core on the CPU (chosen by
-    measurement: README, "The default study"), each run's `nproc` processes counted, and one run on a GPU;
+    measurement: docs/explanation/default-study.md), each run's `nproc` processes counted, and one run on a GPU;
     a number is taken as it is."""
     if jobs == "auto":
         if device != "cpu" and resolve_device(device) == "cuda":

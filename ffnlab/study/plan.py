@@ -28,7 +28,7 @@ from ffnlab.run.train import resolve_init
 
 # The default study compares the three FFNs the field moved through (ReLU 2017, GELU in BERT and GPT-2,
 # SwiGLU in LLaMA) with 4 seeds: with fewer variants Holm's correction spends less of alpha, and 4
-# paired seeds separate SwiGLU from ReLU (measured seed variance in the README, "The default study")
+# paired seeds separate SwiGLU from ReLU (measured seed variance: docs/explanation/default-study.md)
 # within the time budget of a 2-core CPU without AMX. `--variants` adds silu, reglu, geglu, ...; a preset may
 # name its own (ffnlab.run.presets.PRESETS: gpt2-small's four, shazeer's eight)
 DEFAULT_VARIANTS = ("relu", "gelu", "swiglu")

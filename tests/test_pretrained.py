@@ -459,3 +459,13 @@ def test_a_save_pretrained_folder_that_cannot_take_the_weights_is_refused_before
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
     code, _, err = run_cli(*flags, "--save-pretrained", tmp_path / "new")
     assert code == 2 and "needs about" in err and "MiB free" in err and not trained
+
+
+def test_compare_from_reads_keep_as_the_folders_own_activation():
+    from ffnlab.study.plan import finetune_variants
+
+    assert finetune_variants("gelu", ["keep", "silu"]) == (["gelu", "silu"], "gelu")
+    assert finetune_variants("gelu", ["silu", "Keep", "gelu", "relu"]) == (["gelu", "silu", "relu"], "gelu")
+    for given in (["keep"], ["gelu"], None):
+        with pytest.raises(ValueError, match=r"an activation to swap to, e\.g\. keep,silu \(the model runs gelu\)"):
+            finetune_variants("gelu", given)

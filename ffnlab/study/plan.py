@@ -70,7 +70,7 @@ class Study:
     are stored in their canonical spelling ('SwiGLU' -> 'swiglu')."""
 
     variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))  # FFN variants: names, mix:a+b,
-    # switch_x:a+b+c or per-layer schedules a*2+b*2
+    # switch_x:a+b+c or per-layer schedules a*2+b*2; with --from, 'keep' (the folder's own, always run) and swaps
     seeds: int = DEFAULT_SEEDS  # seeds per variant, paired: seed s of each variant shares all but its FFN
     base: TrainConfig = field(default_factory=TrainConfig)
     axes: dict[str, list[Any]] = field(default_factory=dict)  # e.g. {"depth": [2, 6]}
@@ -254,12 +254,18 @@ def per_variant_of(sources: list[tuple[str, Iterable[tuple[str, dict[str, Any]]]
     return merged
 
 
-def finetune_variants(own: str, swaps: list[str] | None) -> tuple[list[str], str]:
+KEEP = "keep"  # compare --from's name for the folder's own activation: keep,silu is silu against what it runs
+
+
+def finetune_variants(own: str, given: list[str] | None) -> tuple[list[str], str]:
     """(variants, baseline) of a study from a pretrained folder (`compare --from`): the folder's activation
-    `own`, the baseline, then each swap."""
+    `own`, the baseline, then each swap `given` names ('keep', or `own` itself, is the baseline)."""
+    swaps = [v for v in given or [] if v.strip().lower() != KEEP and get_ffn_spec(v).name != get_ffn_spec(own).name]
     if not swaps:
-        raise ValueError(f"compare --from needs --variants: the activations to swap to (the model runs {own})")
-    return [own] + [v for v in swaps if get_ffn_spec(v).name != get_ffn_spec(own).name], own
+        raise ValueError(
+            f"compare --from needs --variants with an activation to swap to, e.g. keep,silu (the model runs {own})"
+        )
+    return [own, *swaps], own
 
 
 def study_toml(study: Study) -> str:

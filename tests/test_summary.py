@@ -245,6 +245,27 @@ def test_compare_json_of_the_default_study_is_unchanged(run_cli, tmp_path):
     assert_holds(json.loads((DATA / "default_study.json").read_text()), printed)
 
 
+@pytest.mark.parametrize("task", ["lm", "cls", "reg"])
+def test_compare_json_of_a_recorded_store_of_each_task_is_unchanged(run_cli, tmp_path, monkeypatch, task):
+    # recorded_study/store.db: `ffnlab compare --preset smoke --seeds 2 --steps 5 --jobs 1 --precision fp32
+    # --store store.db --json --no-report`, then with `--data cls.jsonl --task cls` and `--data reg.jsonl --task
+    # reg` (two classes: accuracy, macro-F1, Matthews, F1 of class 1; a regressor: Pearson, Spearman, MSE), by the
+    # ffnlab of flat run results (metrics and events cut out: the summary reads neither); compare.json is what
+    # each printed. Every run is in the store, so nothing trains and every number is the stored one
+    for name in ("store.db", "cls.jsonl", "reg.jsonl"):
+        shutil.copy(DATA / "recorded_study" / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)  # the runs' configs name their data relative to where they ran
+    data = [] if task == "lm" else ["--data", f"{task}.jsonl", "--task", task]
+    flags = ["--preset", "smoke", "--seeds", 2, "--steps", 5, "--precision", "fp32", "--store", "store.db"]
+    code, out, err = run_cli("compare", *flags, *data, "--json", "--no-report")
+    assert code == 0, err
+    printed = json.loads(out)
+    assert printed.pop("store") == "store.db"
+    recorded = json.loads((DATA / "recorded_study" / "compare.json").read_text())[task]
+    assert_holds(recorded, printed)
+    assert_holds(printed, recorded, "compare --json (no key added)")
+
+
 def test_the_stability_table_counts_non_finite_and_blown_up_runs_apart():
     from ffnlab.run.config import TrainConfig
     from ffnlab.study.metrics import shown_in

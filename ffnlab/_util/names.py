@@ -1,5 +1,5 @@
 """Name handling: one normal form for user-typed names, one 'did you mean' helper, registries keyed by name,
-and a list of names checked against the valid ones."""
+a list of names checked against the valid ones, and ids checked against the names they index."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeVar
 
-from ffnlab._util.text import shorten
+from ffnlab._util.text import first_few, shorten
 
 
 def normalize(name: object) -> str:
@@ -50,3 +50,15 @@ def chosen(values: str | Iterable[str], valid: Sequence[str], what: str) -> list
         if v not in valid:
             raise ValueError(f"unknown {what} '{shorten(v)}'{closest(v, valid)}; valid: {', '.join(valid)}")
     return list(dict.fromkeys(items))
+
+
+def check_ids(ids: Iterable[object], names: Sequence[str], where: str, what: str, kinds: tuple[str, str]) -> None:
+    """ValueError naming `where` and the first of `ids` that is no index into `names` (a ClassLabel column's ids):
+    "ds row 1: tag 7 is not a tag id of the 3 tags (B-PER, I-PER, O); valid: 0 to 2" (`what` 'tag', `kinds` the
+    names' kind, singular and plural: ('tag', 'tags'))."""
+    bad = [i for i in ids if not isinstance(i, int) or not 0 <= i < len(names)]
+    if bad:
+        raise ValueError(
+            f"{where}: {what} {shorten(repr(bad[0]))} is not a {kinds[0]} id of the {len(names):,} {kinds[1]} "
+            f"({first_few(names)}); valid: 0 to {len(names) - 1}"
+        )

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ffnlab._util.names import closest
+from ffnlab._util.names import check_ids, closest
 from ffnlab._util.reading import check_readable, read_text, text_chunks
 from ffnlab._util.text import first_few, shorten
 from ffnlab.data.pairs import check_pair_task, is_pair, pair_documents, text_fields
@@ -685,12 +685,7 @@ def label_ids(values: list, classes: list[str] | None, where: str) -> tuple[list
     """Class ids and names: ClassLabel ids pass through; otherwise the sorted distinct values (numbers
     numerically, '2' < '10' in a CSV too) become classes 0..K-1."""
     if classes is not None:
-        bad = [v for v in values if not isinstance(v, int) or not 0 <= v < len(classes)]
-        if bad:
-            raise ValueError(
-                f"{where}: label {shorten(repr(bad[0]))} is not a class id of the {len(classes):,} classes "
-                f"({first_few(classes)}); valid: 0 to {len(classes) - 1}"
-            )
+        check_ids(values, classes, where, "label", ("class", "classes"))
         return list(values), list(classes)
     not_classes = [v for v in values if v is None or isinstance(v, (float, list, dict))]
     if not_classes:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ffnlab._util.names import check_ids
 from ffnlab._util.text import first_few, shorten
 from ffnlab.core.model import IGNORE_INDEX
 from ffnlab.data.tokenizer import WordTokenizer, split_words
@@ -105,12 +106,7 @@ def row_sentence(words: Sequence, tags: Sequence, names: Sequence[str] | None, w
     if len(words) != len(tags):
         raise ValueError(f"{where}: {len(words)} words but {len(tags)} tags")
     if names is not None:
-        bad = [t for t in tags if not isinstance(t, int) or not 0 <= t < len(names)]
-        if bad:
-            raise ValueError(
-                f"{where}: tag {shorten(repr(bad[0]))} is not a tag id of the {len(names):,} tags "
-                f"({first_few(list(names))}); valid: 0 to {len(names) - 1}"
-            )
+        check_ids(tags, names, where, "tag", ("tag", "tags"))
         tags = [names[t] for t in tags]
     for i, tag in enumerate(tags):
         check_tag(str(tag), f"{where}, word {i + 1}")

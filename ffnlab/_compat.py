@@ -7,8 +7,9 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 REMOVED_IN = "0.4.0"
 MOVED = {
@@ -45,16 +46,21 @@ MOVED = {
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Answers `import ffnlab.<old>` with the module's new home."""
 
-    def find_spec(self, fullname: str, path=None, target=None):
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
         old = fullname.removeprefix("ffnlab.")
         if fullname.startswith("ffnlab.") and old in MOVED:
             return importlib.machinery.ModuleSpec(fullname, self)
         return None
 
-    def create_module(self, spec) -> None:
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
         return None  # a placeholder; exec_module swaps in the real module
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:
         new = "ffnlab." + MOVED[module.__name__.removeprefix("ffnlab.")]
         warnings.warn(
             f"{module.__name__} moved to {new}; import it from there (the old name goes in ffnlab {REMOVED_IN})",

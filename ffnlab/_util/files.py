@@ -51,14 +51,14 @@ def _is_own_terminal(st: os.stat_result) -> bool:
     return False
 
 
-def writes_through(path: str | os.PathLike) -> bool:
+def writes_through(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is an existing FIFO or this process's terminal, which an output is written into
     directly rather than replaced."""
     st = _stat(Path(path))
     return st is not None and (stat.S_ISFIFO(st.st_mode) or (stat.S_ISCHR(st.st_mode) and _is_own_terminal(st)))
 
 
-def check_writable(path: str | os.PathLike) -> Path:
+def check_writable(path: str | os.PathLike[str]) -> Path:
     """`path` as a Path; ValueError in one line naming it unless an output can be written there by the
     module's rule (checked before the work whose result it will hold, not after): it must not be a
     folder, a device or another non-regular file unless it writes through, and a file must be creatable
@@ -98,7 +98,7 @@ def _name_target(e: OSError, tmp: Path, target: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary path of this process to write `path`'s content to; when the block ends it is renamed
     onto `path` (or copied into it where `path` writes through), and it is deleted when the block raises.
     Readers and concurrent writers only ever see whole files, and a failure (a full disk, a kill) leaves
@@ -130,7 +130,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_atomic(path: str | os.PathLike, content: bytes | str) -> Path:
+def write_atomic(path: str | os.PathLike[str], content: bytes | str) -> Path:
     """Write `content` to `path` through `atomic_path`: never half-written."""
     with atomic_path(path) as tmp:
         if isinstance(content, str):
@@ -140,7 +140,7 @@ def write_atomic(path: str | os.PathLike, content: bytes | str) -> Path:
     return Path(path)
 
 
-def check_output_folder(folder: str | os.PathLike, what: str) -> Path:
+def check_output_folder(folder: str | os.PathLike[str], what: str) -> Path:
     """`folder` as a Path; ValueError in one line naming it unless a folder of outputs (`what`: "the report")
     can be written there by `atomic_folder`, checked before the work whose results it will hold: a new folder
     whose nearest existing parent is a writable folder, or an existing writable folder in which nothing (at
@@ -169,7 +169,7 @@ def check_output_folder(folder: str | os.PathLike, what: str) -> Path:
     return folder
 
 
-def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
+def check_free_space(path: str | os.PathLike[str], needed: int, what: str) -> None:
     """ValueError in one line unless the file system `path` will be written on (that of its nearest existing
     folder) has `needed` bytes free: checked before the work whose result needs them, not after."""
     home = Path(path).absolute()
@@ -184,7 +184,7 @@ def check_free_space(path: str | os.PathLike, needed: int, what: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_folder(folder: str | os.PathLike) -> Iterator[Path]:
+def atomic_folder(folder: str | os.PathLike[str]) -> Iterator[Path]:
     """A temporary folder of this process to write `folder`'s files into, moved into place when the block
     ends and deleted when it raises, so a failure (a full disk) leaves `folder` as it was. A new `folder`
     is the temporary one renamed (its missing parents made only then); into an existing one each file is

@@ -73,7 +73,7 @@ def _field_kinds(cls: type) -> dict[str, tuple[type, ...]]:
     return {name: tuple(k for k in _kinds(hint) if k in JSON_KINDS) for name, hint in hints.items()}
 
 
-def field_problem(record: dict, cls: type) -> str | None:
+def field_problem(record: dict[str, Any], cls: type) -> str | None:
     """The first field of `record` whose JSON value is not of the kind the dataclass `cls` declares
     for it ("'learned' is a string, not an object"); None when every field is. Nulls and fields
     `cls` does not declare are left alone: older records lack fields, or hold null where a newer

@@ -9,6 +9,7 @@ import os
 import pathlib
 import platform
 import subprocess
+from typing import Any
 
 import torch
 
@@ -125,7 +126,7 @@ def _environment() -> str:
     return json.dumps(env, sort_keys=True)
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     """Where a result was measured: torch/CUDA versions, device, GPU, CPU model and the ISA torch's
     kernels use, Python, platform, ffnlab's version and git revision.
 
@@ -134,4 +135,5 @@ def environment() -> dict:
     tracked files differ from it. Never read from the current directory. Computed once per process;
     callers get a copy.
     """
-    return json.loads(_environment())
+    env: dict[str, Any] = json.loads(_environment())
+    return env

@@ -32,7 +32,7 @@ KINDS = {
 }
 
 
-def kind_problem(path: str | os.PathLike) -> str | None:
+def kind_problem(path: str | os.PathLike[str]) -> str | None:
     """What keeps `path` from being read as a file ("is a FIFO ..."), judged from its kind without opening
     it (opening a device can act); None for a regular file or a symlink to one. FileNotFoundError where
     nothing is there; a dangling symlink is a problem of its own, not a missing file."""
@@ -51,7 +51,7 @@ def kind_problem(path: str | os.PathLike) -> str | None:
     return f"is {KINDS.get(stat.S_IFMT(st.st_mode), 'not a regular file')}{link}"
 
 
-def check_readable(path: str | os.PathLike, what: str, limit: int | None = None) -> Path:
+def check_readable(path: str | os.PathLike[str], what: str, limit: int | None = None) -> Path:
     """`path` as a Path; ValueError in one line ("the config file x.json is a FIFO ...; give a regular
     file") unless it is a regular file or a link to one, of at most `limit` bytes where one is given (for a
     file that a library opens itself). `what` names what it was read as."""
@@ -69,7 +69,7 @@ def too_large(path: Path, what: str, limit: int) -> ValueError:
     return ValueError(f"{what} {path} is larger than {limit // MiB} MiB, more than such a file holds")
 
 
-def read_chunks(path: str | os.PathLike, what: str, limit: int | None = None) -> Iterator[bytes]:
+def read_chunks(path: str | os.PathLike[str], what: str, limit: int | None = None) -> Iterator[bytes]:
     """The content of the regular file `path` (`check_readable`) in chunks of at most CHUNK bytes, for a file
     read as it streams (a corpus of gigabytes); ValueError naming it when it holds more than `limit` bytes (it
     is not read past the limit; None: no limit, for data) or a read fails (an I/O error, a permission)."""
@@ -91,12 +91,12 @@ def read_chunks(path: str | os.PathLike, what: str, limit: int | None = None) ->
         raise ValueError(f"{what} {path} cannot be read ({e.strerror or e})") from None
 
 
-def read_bytes(path: str | os.PathLike, what: str, limit: int | None) -> bytes:
+def read_bytes(path: str | os.PathLike[str], what: str, limit: int | None) -> bytes:
     """The content of the regular file `path` (`read_chunks`, whose errors it raises), whole."""
     return b"".join(read_chunks(path, what, limit))
 
 
-def text_chunks(path: str | os.PathLike, what: str) -> Iterator[str]:
+def text_chunks(path: str | os.PathLike[str], what: str) -> Iterator[str]:
     """The UTF-8 text of the data file `path` as it streams (`read_chunks`, no size limit), a chunk at a time;
     ValueError naming the file and the offset of the first byte that is not UTF-8, as `read_text` does."""
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -113,7 +113,7 @@ def text_chunks(path: str | os.PathLike, what: str) -> Iterator[str]:
             yield text
 
 
-def read_text(path: str | os.PathLike, what: str, limit: int | None = JSON_LIMIT) -> str:
+def read_text(path: str | os.PathLike[str], what: str, limit: int | None = JSON_LIMIT) -> str:
     """`read_bytes` decoded as UTF-8; ValueError naming the file where it is not UTF-8."""
     data = read_bytes(path, what, limit)
     try:

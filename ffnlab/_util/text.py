@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 def human(value: float | None, unit: str = "") -> str:
@@ -40,7 +40,7 @@ def num(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
-def key_values(mapping: dict) -> str:
+def key_values(mapping: Mapping[str, object]) -> str:
     """{'depth': 2, 'lr': 0.001} -> 'depth=2, lr=0.001' (a study cell's axis values, for one)."""
     return ", ".join(f"{key}={value}" for key, value in mapping.items())
 

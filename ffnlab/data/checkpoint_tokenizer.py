@@ -46,19 +46,19 @@ TOKENIZER_SETTINGS = ("tokenizer_config.json", "special_tokens_map.json", "added
 ALTERNATIVES = "or give --tokenizer char, byte, bpe, word or a FILE.json, the one the model was pretrained with"
 
 
-def tokenizer_files(folder: str | os.PathLike) -> list[Path]:
+def tokenizer_files(folder: str | os.PathLike[str]) -> list[Path]:
     """The files of the folder's tokenizer that are there (a dangling link too, refused when read): what a run's
     identity hashes of it (ffnlab.tools.pretrained.folder_digest)."""
     names = [name for group in TOKENIZER_FILES for name in group] + list(TOKENIZER_SETTINGS)
     return [Path(folder, name) for name in names if os.path.lexists(Path(folder, name))]
 
 
-def has_tokenizer(folder: str | os.PathLike) -> bool:
+def has_tokenizer(folder: str | os.PathLike[str]) -> bool:
     """Whether the folder holds a fast tokenizer's pipeline: any group of TOKENIZER_FILES whole."""
     return any(all(os.path.lexists(Path(folder, name)) for name in group) for group in TOKENIZER_FILES)
 
 
-def check_tokenizer_files(folder: str | os.PathLike) -> None:
+def check_tokenizer_files(folder: str | os.PathLike[str]) -> None:
     """ValueError in one line for a file of the folder's tokenizer that is no regular file (a FIFO would block, a
     dangling link is not passed over) or larger than such a file is; opens none."""
     for path in tokenizer_files(folder):

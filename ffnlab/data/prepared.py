@@ -535,7 +535,7 @@ def write_split(documents: Documents, tokenizer: Tokenizer, dtype: np.dtype, pat
     return SplitTokens(tokens, count)
 
 
-def check_new_folder(out: str | os.PathLike) -> Path:
+def check_new_folder(out: str | os.PathLike[str]) -> Path:
     """`out` as a Path; ValueError in one line unless it is a new folder (or an empty one) that can be written."""
     out = Path(out)
     if out.is_dir() and any(out.iterdir()):
@@ -546,7 +546,7 @@ def check_new_folder(out: str | os.PathLike) -> Path:
 
 def prepare(
     source: str,
-    out: str | os.PathLike,
+    out: str | os.PathLike[str],
     tokenizer: str = "char",
     bpe_vocab: int | None = None,
     text_field: str = "text",

@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import numpy as np
 
@@ -27,8 +27,12 @@ from ffnlab._util.names import closest
 from ffnlab._util.reading import TOKENIZER_LIMIT, read_text
 from ffnlab._util.text import first_line, shorten
 
+if TYPE_CHECKING:
+    import torch
+
 DEFAULT_BPE_VOCAB = 4096
 UNK = "\ufffd"  # what the char tokenizer's <unk> id decodes to: the Unicode replacement character
+TokenIds: TypeAlias = "Iterable[int] | np.ndarray | torch.Tensor"  # 1-D: what decode takes
 
 
 class Tokenizer(Protocol):
@@ -41,12 +45,12 @@ class Tokenizer(Protocol):
 
     def encode_array(self, text: str) -> np.ndarray: ...  # same ids as encode, as int64, faster for MBs
 
-    def decode(self, ids) -> str: ...
+    def decode(self, ids: TokenIds) -> str: ...
 
-    def state(self) -> dict: ...  # JSON-serialisable; tokenizer_from_state(state) rebuilds it
+    def state(self) -> dict[str, Any]: ...  # JSON-serialisable; tokenizer_from_state(state) rebuilds it
 
 
-def id_list(ids, vocab_size: int) -> list[int]:
+def id_list(ids: TokenIds, vocab_size: int) -> list[int]:
     """ids (list, numpy array or torch tensor, 1-D) as a list of ints; ValueError if out of range."""
     ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
     if ids and (min(ids) < 0 or max(ids) >= vocab_size):
@@ -61,7 +65,7 @@ class CharTokenizer:
     kind = "char"
     unk_id = 0
 
-    def __init__(self, chars):
+    def __init__(self, chars: Iterable[str]):
         self.chars = sorted(set(chars))
         self.vocab_size = len(self.chars) + 1
         self.itos = [UNK] + self.chars
@@ -76,12 +80,13 @@ class CharTokenizer:
         return np.where(codes < len(self.table), self.table[np.minimum(codes, len(self.table) - 1)], self.unk_id)
 
     def encode(self, text: str) -> list[int]:
-        return self.encode_array(text).tolist()
+        ids: list[int] = self.encode_array(text).tolist()
+        return ids
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: TokenIds) -> str:
         return "".join(self.itos[i] for i in id_list(ids, self.vocab_size))
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"kind": "char", "chars": "".join(self.chars)}
 
 
@@ -97,10 +102,10 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8", "surrogatepass"))
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: TokenIds) -> str:
         return bytes(id_list(ids, 256)).decode("utf-8", errors="replace")
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"kind": "byte"}
 
 
@@ -110,7 +115,7 @@ CHUNK_CHARS = 1 << 16
 SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")
 
 
-def safe_chunks(text: str, size: int = CHUNK_CHARS):
+def safe_chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
     """Pieces of about `size` characters, cut only where byte-level BPE pre-tokenization splits anyway."""
     start = 0
     while start < len(text):
@@ -181,10 +186,10 @@ class BPETokenizer:
     def encode_array(self, text: str) -> np.ndarray:
         return np.asarray(self.encode(text), dtype=np.int64)
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: TokenIds) -> str:
         return self.tokenizer.decode(id_list(ids, self.vocab_size))
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"kind": "bpe", "tokenizer": self.json}
 
 
@@ -336,10 +341,10 @@ class WordTokenizer:
     def encode_array(self, text: str) -> np.ndarray:
         return np.fromiter((self.stoi.get(w, self.unk_id) for w in split_words(text)), dtype=np.int64)
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: TokenIds) -> str:
         return re.sub(r" ?\n ?", "\n", " ".join(self.itos[i] for i in id_list(ids, self.vocab_size)))
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"kind": "word", "words": self.itos[1:]}
 
 
@@ -358,10 +363,10 @@ class IdTokenizer:
     def encode_array(self, text: str) -> np.ndarray:
         return np.asarray(self.encode(text), dtype=np.int64)
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: TokenIds) -> str:
         return " ".join(map(str, id_list(ids, self.vocab_size)))
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"kind": "ids", "vocab_size": self.vocab_size}
 
 
@@ -385,7 +390,7 @@ class SeparatedTokenizer:
     def encode_array(self, text: str) -> np.ndarray:
         return self.base.encode_array(text)
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: TokenIds) -> str:
         pieces: list[str] = []
         run: list[int] = []
         for i in id_list(ids, self.vocab_size):
@@ -396,7 +401,7 @@ class SeparatedTokenizer:
                 run.append(i)
         return "".join([*pieces, self.base.decode(run)])
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {**self.base.state(), "separator": True}
 
 
@@ -420,7 +425,7 @@ def check_tokenizer_name(name: str) -> str:
     return name
 
 
-def file_tokenizer(path: str | os.PathLike) -> BPETokenizer:
+def file_tokenizer(path: str | os.PathLike[str]) -> BPETokenizer:
     """The tokenizer saved by `tokenizers` in the file `path` (GPT-2's or LLaMA's tokenizer.json); ValueError in one
     line naming it if it cannot be read."""
     text = read_text(path, "the tokenizer", TOKENIZER_LIMIT)
@@ -484,7 +489,7 @@ def check_bpe_vocab(vocab_size: int | None) -> int:
     return vocab_size
 
 
-def tokenizer_from_state(state: dict) -> Tokenizer:
+def tokenizer_from_state(state: dict[str, Any]) -> Tokenizer:
     """The tokenizer whose `state()` this is."""
     if isinstance(state, dict) and state.get("separator"):  # a SeparatedTokenizer: its base, and the separator
         return SeparatedTokenizer(tokenizer_from_state({k: v for k, v in state.items() if k != "separator"}))

@@ -324,7 +324,7 @@ def add_study_tool_parsers(sub) -> None:
 
 def add_advise_parser(sub) -> None:
     """advise: one flag per field of the situation (ffnlab.study.advise.Situation), the inputs of the decision
-    flow (ffnlab.study.flow); --store is where measurements come from, --json how the advice is printed."""
+    flow (ffnlab.study.advise.flow); --store is where measurements come from, --json how the advice is printed."""
     from ffnlab.study.advise import Situation
 
     p = sub.add_parser(

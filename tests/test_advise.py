@@ -10,8 +10,7 @@ from ffnlab._util.jsonio import strict_dumps
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.presets import preset_config
 from ffnlab.study.advise import Situation, advise, format_advice
-from ffnlab.study.advise.situation import parse_bytes, parse_params
-from ffnlab.study.flow import (
+from ffnlab.study.advise.flow import (
     EVIDENCE,
     HARDWARE,
     RULES,
@@ -20,6 +19,7 @@ from ffnlab.study.flow import (
     training_memory_estimate,
     variant_params,
 )
+from ffnlab.study.advise.situation import parse_bytes, parse_params
 from ffnlab.study.plan import run_id
 from ffnlab.study.published import MODEL_FAMILIES, SHAZEER_2020_65K
 from ffnlab.study.store import Store

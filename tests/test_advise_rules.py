@@ -1,4 +1,4 @@
-"""The published rules as data (study/advice_rules.csv, issue #28): the tiers of depth and VRAM, long text, the
+"""The published rules as data (study/advise/advice_rules.csv, issue #28): the tiers of depth and VRAM, long text, the
 fine-tuning rule and the priorities each change the advice where they say they should, the advice says when a
 rule rather than a measurement decided, and a store's measurement outranks a rule where it measured that
 situation. Also: a suggested command reproduces the measured cell (task, data, tokenizer, ...), and one seed is
@@ -15,7 +15,7 @@ from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.presets import preset_config
 from ffnlab.study.advise import Situation, advise, format_advice
 from ffnlab.study.advise.command import settings_of
-from ffnlab.study.flow import (
+from ffnlab.study.advise.flow import (
     EVIDENCE,
     HARDWARE_MEMORY,
     RULES,

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ffnlab.study.advise.advice import Advice, format_advice
+from ffnlab.study.advise.flow import Deploy, Hardware, Priority, Stage, Symptom, TaskType, rule_line
 from ffnlab.study.advise.from_checkpoint import advise_pretrained
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.from_lora import advise_lora, measures
@@ -43,7 +44,6 @@ from ffnlab.study.advise.situation import (
     size_from,
     unused_inputs,
 )
-from ffnlab.study.flow import Deploy, Hardware, Priority, Stage, Symptom, TaskType, rule_line
 
 __all__ = ["Advice", "Situation", "advice_for", "advise", "format_advice"]
 
@@ -86,7 +86,7 @@ def advise(
 
 
 def advice_for(situation: Situation, store: str | Path | None = None) -> Advice:
-    """Recommend an FFN variant for a situation (ffnlab.study.flow lists the inputs and their branches):
+    """Recommend an FFN variant for a situation (ffnlab.study.advise.flow lists the inputs and their branches):
     from a checkpoint, keep its activation (fine-tuning, PEFT) or run it fastest (inference); when
     training from scratch, from measurements in `store`, else from published results. A symptom is answered
     by checks in order instead, whatever else is given. The advice holds the situation resolved, the branch

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from ffnlab._util.text import key_values
+from ffnlab.study.advise.flow import SYMPTOM_NAMES, Check, Rule
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import SYMPTOM_NAMES, Check, Rule
 
 Basis = Literal["pretrained", "measured", "published", "checks"]
 BASIS_TEXT = {
@@ -34,7 +34,7 @@ class Advice:
     cells: list[Advice] | None = None  # measured with several cells left: each cell's own advice
     command: str | None = None  # the `ffnlab compare` command that measures the question on your data
     cell: dict[str, Any] | None = None  # one cell's advice: the cell's axis values
-    rules: list[Rule] = field(default_factory=list)  # the decision flow's rules applied (ffnlab.study.flow)
+    rules: list[Rule] = field(default_factory=list)  # the decision flow's rules applied (ffnlab.study.advise.flow)
     implementation: str | None = None  # for inference: the fastest exact way to run the checkpoint's FFN
     situation: Situation | None = None  # the inputs, checked and resolved (the whole advice's, not a cell's)
     branch: str | None = None  # the branch of the flow taken: 'pretrain/published', 'inference/pretrained', ...

@@ -17,8 +17,8 @@ from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.kernels.fused import FUSED_ACTS
 from ffnlab.run.presets import DEFAULT_PRESET, preset_config
 from ffnlab.study.advise.advice import Advice
+from ffnlab.study.advise.flow import Rule, apply_rule, rule_line
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import Rule, apply_rule, rule_line
 from ffnlab.study.published import MODEL_FAMILIES
 from ffnlab.tools.hf import ConfigActivation, config_activation
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffnlab._util.text import human_bytes
+from ffnlab.study.advise.flow import Rule, apply_rule, rule_line
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import Rule, apply_rule, rule_line
 from ffnlab.study.stats import paired_diff
 
 if TYPE_CHECKING:

@@ -11,16 +11,7 @@ from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.study.advise.advice import Advice
 from ffnlab.study.advise.command import compare_command
-from ffnlab.study.advise.rules import (
-    Narrowed,
-    decided_line,
-    narrow,
-    overruled_line,
-    preferences,
-    situation_rules,
-)
-from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import (
+from ffnlab.study.advise.flow import (
     CHECKS,
     DEFAULT_SEQ_LEN,
     Rule,
@@ -33,6 +24,15 @@ from ffnlab.study.flow import (
     variant_params,
     widest_that_fits,
 )
+from ffnlab.study.advise.rules import (
+    Narrowed,
+    decided_line,
+    narrow,
+    overruled_line,
+    preferences,
+    situation_rules,
+)
+from ffnlab.study.advise.situation import Situation
 from ffnlab.study.published import SHAZEER_2020_65K, SHAZEER_2020_524K, ModelShape, PublishedTable
 
 

@@ -12,10 +12,10 @@ from ffnlab._util.text import and_list, human, human_bytes, key_values, sci
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.advise.advice import Advice
 from ffnlab.study.advise.command import compare_command
+from ffnlab.study.advise.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, rule_line
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.rules import decided_line, narrow, picks_text, preferences
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, rule_line
 from ffnlab.study.metrics import ranking_metric, shown_in
 from ffnlab.study.plan import CellKey, config_value, group_key, set_field
 from ffnlab.study.records import Cell, VariantRow

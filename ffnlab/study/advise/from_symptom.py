@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ffnlab._util.text import and_list
 from ffnlab.study.advise.advice import Advice
+from ffnlab.study.advise.flow import CHECKS, SYMPTOM_NAMES, apply_rule, rule_line
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import CHECKS, SYMPTOM_NAMES, apply_rule, rule_line
 
 
 def advise_symptom(situation: Situation) -> Advice:

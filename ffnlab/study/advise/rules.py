@@ -1,4 +1,4 @@
-"""The rules of the decision flow (ffnlab.study.flow, advice_rules.csv) as they apply to a situation: those that
+"""The rules of the decision flow (ffnlab.study.advise.flow, advice_rules.csv) as they apply to a situation: those that
 only inform (model size, the context's share of the cost, GPU memory, the task type) and those that prefer
 variants (their `picks`), ranked as the flow ranks them, and how the latter narrow the candidates the evidence
 then picks from."""
@@ -9,8 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ffnlab._util.text import human_bytes
-from ffnlab.study.advise.situation import Situation
-from ffnlab.study.flow import (
+from ffnlab.study.advise.flow import (
     DEFAULT_SEQ_LEN,
     HARDWARE_MEMORY,
     Rule,
@@ -21,6 +20,7 @@ from ffnlab.study.flow import (
     size_tier,
     tier_rule,
 )
+from ffnlab.study.advise.situation import Situation
 from ffnlab.study.published import GATED_AT_SCALE
 
 # how a rule's picks read in a sentence

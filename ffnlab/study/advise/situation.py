@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ffnlab._util.text import sci, shorten
-from ffnlab.study.flow import (
+from ffnlab.study.advise.flow import (
     DEPLOY_HARDWARE,
     HARDWARE,
     HARDWARE_MEMORY,
@@ -109,7 +109,7 @@ JSON_FIELDS = ("params_budget", "memory_budget", "latency_sensitive", "deploy", 
 
 @dataclass(frozen=True)
 class Situation:
-    """What the user says about their use, which every source of evidence weighs (ffnlab.study.flow lists
+    """What the user says about their use, which every source of evidence weighs (ffnlab.study.advise.flow lists
     the inputs and their branches). Each field is a flag of `ffnlab advise`, its help the comment beside it
     (ffnlab.flags.add_config_flags); `resolved` fills in what follows from the rest."""
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,7 +101,7 @@ def round_to(values: np.ndarray, dtype: torch.dtype) -> np.ndarray:
         return np.where(np.abs(r) > largest, np.copysign(np.inf, v), r)
 
 
-def error_stats(y: np.ndarray, ref: np.ndarray, x: np.ndarray, dtype: torch.dtype) -> dict:
+def error_stats(y: np.ndarray, ref: np.ndarray, x: np.ndarray, dtype: torch.dtype) -> dict[str, float | None]:
     """Max absolute, relative and ULP error of `y` (dtype results as float64) against float64 `ref`.
 
     inf/NaN in `y` are counted (n_inf, n_nan; n_overflow: inf where the rounded reference is
@@ -134,10 +135,10 @@ def error_stats(y: np.ndarray, ref: np.ndarray, x: np.ndarray, dtype: torch.dtyp
     return out
 
 
-def _row(name: str, dtype_name: str, direction: str, x: np.ndarray, y: np.ndarray, ref: np.ndarray) -> dict:
+def _row(name: str, dtype_name: str, direction: str, x: np.ndarray, y: np.ndarray, ref: np.ndarray) -> dict[str, Any]:
     """One result row: overall stats plus the same stats per region."""
     dtype = DTYPES[dtype_name]
-    row = {"name": name, "dtype": dtype_name, "pass": direction, **error_stats(y, ref, x, dtype)}
+    row: dict[str, Any] = {"name": name, "dtype": dtype_name, "pass": direction, **error_stats(y, ref, x, dtype)}
     row["regions"] = {}
     for region, inside in REGIONS.items():
         m = inside(x)
@@ -159,7 +160,7 @@ def grid(lo: float, hi: float, points: int, dtype: torch.dtype) -> tuple[np.ndar
     return np.unique(x[finite]), int((~finite).sum())
 
 
-def measure_activation(name: str, dtype_name: str, x: np.ndarray) -> list[dict]:
+def measure_activation(name: str, dtype_name: str, x: np.ndarray) -> list[dict[str, Any]]:
     """Forward and backward rows for one activation in one dtype on the (already rounded) grid `x`."""
     dtype, ref = DTYPES[dtype_name], REFERENCES[name]
     act = get_activation(name).to(dtype).requires_grad_(False)  # learnable ones at their initial params
@@ -186,7 +187,7 @@ def gelu_approximations() -> list[str]:
     return [n for n, s in ACTIVATIONS.items() if n in canon or s.same_as in canon]
 
 
-def gelu_distance(name: str, lo: float = -10.0, hi: float = 10.0, points: int = DEFAULT_POINTS) -> dict:
+def gelu_distance(name: str, lo: float = -10.0, hi: float = 10.0, points: int = DEFAULT_POINTS) -> dict[str, Any]:
     """How far a GELU approximation is from exact GELU: its float64 formula, and its fp32 implementation.
 
     max_rel_err_pos is over x > 0 only: for x < 0 both tend to 0 at different rates, so the
@@ -225,7 +226,7 @@ TAIL_NAMES = ("gelu", "gelu_python", "gelu_erfc")  # F.gelu and HF's 1+erf form,
 TAIL_SAMPLES = (-4.0, -5.0, -5.5, -6.0, -7.0, -8.0, -10.0)
 
 
-def gelu_tail(points: int = 301, dtype_name: str = "fp32") -> dict:
+def gelu_tail(points: int = 301, dtype_name: str = "fp32") -> dict[str, Any]:
     """Exact GELU's 1+erf forms against the erfc form on x in [-10, -4], mpmath reference.
 
     NOTE: in fp32 erf(x/sqrt2) is -1 to within an ulp below x = -5.5, so 1 + erf returns 0 (or
@@ -274,7 +275,7 @@ def gated_products(
     scales: Sequence[float] = GATED_SCALES,
     n: int = 1 << 16,
     seed: int = 0,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Overflow rate and rounding error of act(a)*b for a, b ~ N(0, s^2), eager vs fused, float64 reference.
 
     eager: act(a) in the dtype, then * b in the dtype (two roundings, what `silu(a) * b` does).

@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ def _time_once(fn: Callable[[torch.Tensor], object], x: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def measure_gelu_approx_max_error(approx: str, lo: float = -10.0, hi: float = 10.0) -> dict:
+def measure_gelu_approx_max_error(approx: str, lo: float = -10.0, hi: float = 10.0) -> dict[str, Any]:
     """Max |approx(x) - GELU(x)| of the float64 formulas and |x| where it occurs (the distance is even in x)."""
     d = gelu_distance(approx, lo, hi)
     return {"max_abs_err": d["max_abs_err"], "at_abs_x": abs(d["argmax_x"])}
@@ -57,7 +58,7 @@ def _mp_rel_tanh(x: float) -> float:
 
 def measure_gelu_tanh_rel_error_beyond(
     x_abs: float, hi: float = 10.0, step: float = 0.01, at: Sequence[float] = ()
-) -> dict:
+) -> dict[str, Any]:
     """The tanh approximation's relative distance from GELU beyond |x| = x_abs, each side on its own, in mpmath on
     a grid of `step`: the least on [-hi, -x_abs] (where even that exceeds a bound, every x there does), the largest
     on [x_abs, hi] (where even that stays under it, no x there exceeds it), and the distance at each x of `at`."""
@@ -74,7 +75,9 @@ def measure_gelu_tanh_rel_error_beyond(
     }
 
 
-def measure_gelu_approx_ulp_in_dtypes(approx: str, dtypes: Sequence[str], lo: float = -10.0, hi: float = 10.0) -> dict:
+def measure_gelu_approx_ulp_in_dtypes(
+    approx: str, dtypes: Sequence[str], lo: float = -10.0, hi: float = 10.0
+) -> dict[str, Any]:
     """Per dtype, how far a GELU approximation is from exact GELU in units in the last place of the dtype
     (`ffnlab.tools.accuracy.ulp`), on the grid `ffnlab numerics` measures that dtype on: the largest distance
     and its x, the largest for x > 0, and the fraction of the grid where the two, each correctly rounded to the
@@ -93,7 +96,7 @@ def measure_gelu_approx_ulp_in_dtypes(approx: str, dtypes: Sequence[str], lo: fl
     return out
 
 
-def measure_time_ratio(numerator: str, denominator: str, n: int = 1 << 22, repeats: int = 9) -> dict:
+def measure_time_ratio(numerator: str, denominator: str, n: int = 1 << 22, repeats: int = 9) -> dict[str, Any]:
     """Median forward time of registry fn `numerator` over that of `denominator`, fp32, same process.
 
     Runs are interleaved after a warm-up so drift on a shared machine hits both alike.
@@ -112,7 +115,7 @@ def measure_time_ratio(numerator: str, denominator: str, n: int = 1 << 22, repea
     return {"ratio": statistics.median(ta) / statistics.median(tb)}
 
 
-def measure_gated_param_ratio(d_model: int = 768) -> dict:
+def measure_gated_param_ratio(d_model: int = 768) -> dict[str, Any]:
     """Gated/dense parameter ratio at the same d_ff = 4 d_model, and at gated d_ff = 8/3 d_model (no bias)."""
     dense = ffn_param_count("dense", d_model, 4 * d_model, bias=False)
     if (8 * d_model) % 3:
@@ -123,7 +126,7 @@ def measure_gated_param_ratio(d_model: int = 768) -> dict:
     }
 
 
-def measure_gelu_std_reduction() -> dict:
+def measure_gelu_std_reduction() -> dict[str, Any]:
     """1 - std(GELU(X)) for X ~ N(0, 1), by quadrature of the float64 reference."""
     pdf = lambda t: GELU.f(t) * normal_pdf(t)
     m1 = integrate.quad(pdf, -np.inf, np.inf)[0]
@@ -131,7 +134,7 @@ def measure_gelu_std_reduction() -> dict:
     return {"std_reduction": 1.0 - math.sqrt(m2 - m1 * m1)}
 
 
-def measure_relu_inactive_fraction(n: int = 1 << 20, seed: int = 0) -> dict:
+def measure_relu_inactive_fraction(n: int = 1 << 20, seed: int = 0) -> dict[str, Any]:
     """Fraction of relu outputs that are 0 for N(0,1) inputs, and for zero-mean skewed inputs (Exp(1) - 1)."""
     gen = torch.Generator().manual_seed(seed)
     normal = torch.randn(n, generator=gen)
@@ -145,7 +148,7 @@ def measure_relu_inactive_fraction(n: int = 1 << 20, seed: int = 0) -> dict:
 GELU_CHECK_POINTS = (-3.0, -1.0, -0.5, 0.5, 1.0, 3.0)
 
 
-def measure_torch_gelu_default(published: dict[str, str]) -> dict:
+def measure_torch_gelu_default(published: dict[str, str]) -> dict[str, Any]:
     """The installed torch's GELU beside PyTorch's published history. Measured: nn.GELU's default `approximate`,
     whether F.gelu with it computes x*Phi(x) (mpmath) and whether approximate='tanh' computes the tanh formula,
     in float64. Published (`published`, the claim's note cites where): the release that added
@@ -165,7 +168,7 @@ def measure_torch_gelu_default(published: dict[str, str]) -> dict:
     }
 
 
-def measure_int8_activation(impl: str, lo: float = -10.0, hi: float = 10.0) -> dict:
+def measure_int8_activation(impl: str, lo: float = -10.0, hi: float = 10.0) -> dict[str, Any]:
     """An int8 implementation (ffnlab.tools.int8): the bytes of its lookup table, and its largest error on every
     int8 code in [lo, hi] in output steps (below 0.5: as good as a correctly rounded table)."""
     row = measure_int8(impl, lo, hi)
@@ -188,7 +191,7 @@ def _mean_ci_text(mean_ci: list[float | None]) -> str:
     return f"{mean:.3f}" + ("" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]")
 
 
-def measure_recorded_placement(position: str, runs: dict[str, dict]) -> dict:
+def measure_recorded_placement(position: str, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Whether training fails completely with the activation at `position` (ModelConfig.act_position), from
     runs a benchmark recorded (benchmarks/placement_claim.py; the claim's note says where and how). `runs`
     holds, per position, each seed's validation loss before training ("untrained") and at the end ("final",
@@ -209,7 +212,7 @@ def measure_recorded_placement(position: str, runs: dict[str, dict]) -> dict:
     return out
 
 
-def measure_layer_grad_ratio() -> dict:
+def measure_layer_grad_ratio() -> dict[str, Any]:
     """Not measured here: it needs a trained study. `ffnlab report` measures it from a store (the 'Gradients by
     depth' section, ffnlab.study.report.layer_grads): per run, layer 0's FFN gradient norm over the top layer's,
     the median over the steps logged after warm-up; GELU's against each other variant's, paired over seeds on
@@ -217,7 +220,7 @@ def measure_layer_grad_ratio() -> dict:
     return {"gelu_vs_others": None}
 
 
-MEASURES: dict[str, Callable[..., dict]] = {
+MEASURES: dict[str, Callable[..., dict[str, Any]]] = {
     f.__name__.removeprefix("measure_"): f
     for f in (
         measure_gelu_approx_max_error,
@@ -236,7 +239,7 @@ MEASURES: dict[str, Callable[..., dict]] = {
 VERDICTS = ("holds", "does not hold", "not measurable here")
 
 
-def check(measured: float | str | None, claimed: float | str, rule: dict) -> bool | None:
+def check(measured: float | str | None, claimed: float | str, rule: dict[str, Any]) -> bool | None:
     """Whether one measured value supports the claimed one under `rule`; None if not measured.
 
     Rules: {"rel": t} |m - c| <= t|c|; {"abs": t} |m - c| <= t; {"gt": true} m > c; {"lt": true} m < c;
@@ -249,9 +252,9 @@ def check(measured: float | str | None, claimed: float | str, rule: dict) -> boo
     if isinstance(measured, str) or isinstance(claimed, str):
         raise ValueError(f"claim rule {rule} compares numbers, not {measured!r} with {claimed!r}")
     if "rel" in rule:
-        return abs(measured - claimed) <= rule["rel"] * abs(claimed)
+        return abs(measured - claimed) <= float(rule["rel"]) * abs(claimed)
     if "abs" in rule:
-        return abs(measured - claimed) <= rule["abs"]
+        return abs(measured - claimed) <= float(rule["abs"])
     if "gt" in rule:
         return measured > claimed
     if "lt" in rule:
@@ -279,7 +282,7 @@ def verdict_by_reading(parts: dict[str, bool | None], readings: dict[str, str]) 
     return "; ".join(f"{PART_VERDICTS[parts[k]]} for {reading}" for k, reading in readings.items())
 
 
-def claim_of(measure: str, path: str | Path = CLAIMS_PATH) -> dict:
+def claim_of(measure: str, path: str | Path = CLAIMS_PATH) -> dict[str, Any]:
     """The claim that names `measure`; ValueError if none does. A study's report shows a claim that only a
     trained study can measure (`measure_layer_grad_ratio`) from its row here, so its words live in one place."""
     for c in load_claims(path):
@@ -288,13 +291,13 @@ def claim_of(measure: str, path: str | Path = CLAIMS_PATH) -> dict:
     raise ValueError(f"no claim in {path} names the measure '{measure}'")
 
 
-def _fmt_values(values: dict) -> str:
+def _fmt_values(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}={fmt_value(v)}" for k, v in values.items())
 
 
-def load_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
+def load_claims(path: str | Path = CLAIMS_PATH) -> list[dict[str, Any]]:
     """The claims file as a list of dicts; ValueError if a claim names an unknown measurement."""
-    claims = json.loads(Path(path).read_text())["claims"]
+    claims: list[dict[str, Any]] = json.loads(Path(path).read_text())["claims"]
     for c in claims:
         if c["measure"] not in MEASURES:
             raise ValueError(
@@ -306,12 +309,12 @@ def load_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
     return claims
 
 
-def run_claims(path: str | Path = CLAIMS_PATH) -> list[dict]:
+def run_claims(path: str | Path = CLAIMS_PATH) -> list[dict[str, Any]]:
     """Measure every claim in the claims file (`run_claim`)."""
     return [run_claim(c) for c in load_claims(path)]
 
 
-def run_claim(c: dict) -> dict:
+def run_claim(c: dict[str, Any]) -> dict[str, Any]:
     """Measure one claim of the claims file: claimed and measured values, per-part and overall verdict."""
     measured = MEASURES[c["measure"]](**c.get("args", {}))
     parts = {k: check(measured.get(k), v, c["rule"][k]) for k, v in c["claimed"].items()}

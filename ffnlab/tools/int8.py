@@ -75,7 +75,7 @@ def rescale(acc: np.ndarray, multiplier: float) -> Codes:
     acc = np.asarray(acc, dtype=np.int64)
     if int(np.max(np.abs(acc), initial=0)) * abs(m) >= 2**62:
         raise ValueError("integer product overflows int64 while rescaling")
-    return np.clip((acc * m + (1 << (shift - 1))) >> shift, -QMAX, QMAX)
+    return np.asarray(np.clip((acc * m + (1 << (shift - 1))) >> shift, -QMAX, QMAX))
 
 
 # ---- the implementations: (codes, input scale, output scale) -> codes -----------------------------
@@ -83,7 +83,7 @@ def rescale(acc: np.ndarray, multiplier: float) -> Codes:
 
 def relu_int8(q: Codes, s_in: float, s_out: float) -> Codes:
     """ReLU on int8 codes: max(q, 0), the output at the input's scale (no table, no rescaling)."""
-    return np.maximum(q, 0)
+    return np.asarray(np.maximum(q, 0))
 
 
 def hardswish_int8(q: Codes, s_in: float, s_out: float) -> Codes:
@@ -133,7 +133,7 @@ def lut(reference: str) -> Callable[[Codes, float, float], Codes]:
     def apply(q: Codes, s_in: float, s_out: float) -> Codes:
         codes = np.arange(-QMAX, QMAX + 1)
         table = quantize(REFERENCES[reference].f(codes * s_in), s_out)  # what a runtime precomputes
-        return table[q + QMAX]
+        return np.asarray(table[q + QMAX])
 
     apply.__doc__ = f"{reference} by a 256-entry lookup table of its float64 values, rounded to the output scale."
     return apply

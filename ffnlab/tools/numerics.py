@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Iterable
+from typing import Any
 
 import mpmath
 import numpy as np
@@ -82,7 +83,7 @@ def parse_range(text: str) -> tuple[float, float]:
     return lo, hi
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     """The run environment (`ffnlab._util.machine.environment`) plus the libraries the references use."""
     return {
         **machine.environment(),
@@ -101,7 +102,7 @@ def run_numerics(
     hi: float = 10.0,
     points: int | None = DEFAULT_POINTS,
     claims: bool = True,
-) -> dict:
+) -> dict[str, Any]:
     """Every section of `ffnlab numerics` as one dict; `to_json` makes it strict JSON.
 
     Keys: results (per activation, float dtype, pass), int8 (with int8 among `dtypes`: per int8
@@ -142,6 +143,6 @@ def run_numerics(
     }
 
 
-def to_json(report: dict) -> str:
+def to_json(report: dict[str, Any]) -> str:
     """The report as strict JSON (no NaN/Infinity literals: `ffnlab._util.jsonio.json_safe`)."""
     return strict_dumps(report)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ffnlab.tools.accuracy import REGIONS, TAIL_NAMES
 
@@ -20,7 +21,7 @@ def fmt_value(v: float | str | None) -> str:
     return f"{v:.3g}"
 
 
-def _header(report: dict) -> list[str]:
+def _header(report: dict[str, Any]) -> list[str]:
     env = report["environment"]
     lo, hi = report["range"]
     return [
@@ -33,7 +34,7 @@ def _header(report: dict) -> list[str]:
     ]
 
 
-def _error_table(results: list[dict]) -> list[str]:
+def _error_table(results: list[dict[str, Any]]) -> list[str]:
     regions = list(REGIONS)
     head = (
         f"{'name':<18} {'dtype':<5} {'pass':<8} {'max_abs':>9} {'at_x':>7} {'max_rel':>9} {'max_ulp':>9} "
@@ -58,7 +59,7 @@ def _error_table(results: list[dict]) -> list[str]:
     return out
 
 
-def _int8_table(rows: list[dict]) -> list[str]:
+def _int8_table(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     head = (
@@ -81,7 +82,7 @@ def _int8_table(rows: list[dict]) -> list[str]:
     return out
 
 
-def _gelu_distance_table(distances: list[dict]) -> list[str]:
+def _gelu_distance_table(distances: list[dict[str, Any]]) -> list[str]:
     if not distances:
         return []
     title = "GELU approximations against exact GELU (float64 formulas; last column: fp32 implementation)"
@@ -96,7 +97,7 @@ def _gelu_distance_table(distances: list[dict]) -> list[str]:
     return ["", title, head, *rows]
 
 
-def _tail_table(tail: dict) -> list[str]:
+def _tail_table(tail: dict[str, Any]) -> list[str]:
     title = f"Exact GELU in the negative tail, {tail['dtype']}, x in {tail['range']}, reference {tail['reference']}"
     head = f"{'name':<12} {'pass':<8} {'max_rel':>9} {'max_ulp':>9} {'max_abs':>9} {'at_x':>7}"
     rows = [
@@ -111,7 +112,7 @@ def _tail_table(tail: dict) -> list[str]:
     return ["", title, head, *rows, f"{'x':>6} {'mpmath':>11} " + " ".join(f"{n:>11}" for n in TAIL_NAMES), *samples]
 
 
-def _gated_table(gated: list[dict]) -> list[str]:
+def _gated_table(gated: list[dict[str, Any]]) -> list[str]:
     if not gated:
         return []
     out = [
@@ -137,7 +138,7 @@ def _gated_table(gated: list[dict]) -> list[str]:
     return out
 
 
-def _claims_list(claims: list[dict]) -> list[str]:
+def _claims_list(claims: list[dict[str, Any]]) -> list[str]:
     if not claims:
         return []
     out = ["", "Claims from articles, measured here"]
@@ -151,7 +152,7 @@ def _claims_list(claims: list[dict]) -> list[str]:
     return out
 
 
-def format_numerics(report: dict) -> str:
+def format_numerics(report: dict[str, Any]) -> str:
     """Readable tables of a `run_numerics` report: errors, GELU approximations, tail, gated products, claims."""
     return "\n".join(
         _header(report)

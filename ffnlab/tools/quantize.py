@@ -25,7 +25,7 @@ import os
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -35,6 +35,9 @@ from ffnlab._util.files import atomic_path
 from ffnlab._util.names import by_name, closest
 from ffnlab._util.text import shorten
 from ffnlab.core.ffn import GatedFFN
+
+if TYPE_CHECKING:
+    from torchao.core.config import AOBaseConfig
 
 ONNX_OPS = ["MatMul", "Gemm"]  # what ONNX Runtime quantises: the same layers as torchao's nn.Linear
 
@@ -128,7 +131,7 @@ def require_torchao(what: str) -> None:
         raise ValueError(f"{what} needs torchao: pip install 'ffnlab[deploy]'")
 
 
-def _torchao_config(scheme: str):
+def _torchao_config(scheme: str) -> AOBaseConfig:
     with quiet_libraries():
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, MappingType
 
@@ -243,13 +246,13 @@ class _Batches:
     def __init__(self, name: str, batches: Sequence[np.ndarray]) -> None:
         self.items = iter([{name: b} for b in batches])
 
-    def get_next(self) -> dict | None:
+    def get_next(self) -> dict[str, Any] | None:
         return next(self.items, None)
 
 
 def quantize_onnx(
-    source: str | os.PathLike,
-    target: str | os.PathLike,
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
     scheme: str,
     calibration: Sequence[torch.Tensor | np.ndarray] = (),
 ) -> str:

@@ -37,7 +37,8 @@ Real = TypeVar("Real", float, np.ndarray)  # a number or an array of them, retur
 
 def normal_pdf(x: Real) -> Real:
     """The standard normal density phi(x)."""
-    return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    density: Real = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # numpy's stubs give Any for a float
+    return density
 
 
 # NOTE: scipy's ndtr is computed from erfc, so Phi(x) keeps full relative accuracy in the negative
@@ -45,16 +46,16 @@ def normal_pdf(x: Real) -> Real:
 GELU = Ref(lambda x: x * special.ndtr(x), lambda x: special.ndtr(x) + x * normal_pdf(x))
 
 
-def _gelu_tanh_f(x):
+def _gelu_tanh_f(x: np.ndarray) -> np.ndarray:
     # NOTE: 0.5(1 + tanh u) = sigmoid(2u); the left side cancels to 0 for u < -19 even in float64.
     u = SQRT_2_OVER_PI * (x + 0.044715 * x**3)
-    return x * special.expit(2 * u)
+    return np.asarray(x * special.expit(2 * u))
 
 
-def _gelu_tanh_df(x):
+def _gelu_tanh_df(x: np.ndarray) -> np.ndarray:
     u = SQRT_2_OVER_PI * (x + 0.044715 * x**3)
     s, s_neg = special.expit(2 * u), special.expit(-2 * u)
-    return s + x * 2 * s * s_neg * SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    return np.asarray(s + x * 2 * s * s_neg * SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x))
 
 
 def _x_sigmoid(k: float) -> Ref:
@@ -65,16 +66,16 @@ def _x_sigmoid(k: float) -> Ref:
     )
 
 
-def _mish_df(x):
+def _mish_df(x: np.ndarray) -> np.ndarray:
     sp = np.logaddexp(0.0, x)  # softplus without overflow
-    return np.tanh(sp) + x * special.expit(x) / np.cosh(sp) ** 2
+    return np.asarray(np.tanh(sp) + x * special.expit(x) / np.cosh(sp) ** 2)
 
 
-def _sech2(x):
-    return 1.0 / np.cosh(x) ** 2  # not 1 - tanh^2, which loses all digits of the tail
+def _sech2(x: np.ndarray) -> np.ndarray:
+    return np.asarray(1.0 / np.cosh(x) ** 2)  # not 1 - tanh^2, which loses all digits of the tail
 
 
-def _gelu_10_df(x):
+def _gelu_10_df(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(GELU.f(x)) <= 10, GELU.df(x), 0.0)  # clip passes the gradient at the bound
 
 
@@ -106,12 +107,12 @@ def _split(first: Ref, rest: Ref) -> Ref:
     return Ref(at("f"), at("df"), tuple(sorted({*first.kinks, *rest.kinks})))
 
 
-def _exponential_f(x):
+def _exponential_f(x: np.ndarray) -> np.ndarray:
     top = math.exp(EXP_LINEAR_FROM)
     return np.where(x <= EXP_LINEAR_FROM, np.exp(np.minimum(x, EXP_LINEAR_FROM)), top * (x - EXP_LINEAR_FROM + 1))
 
 
-def _exponential_df(x):
+def _exponential_df(x: np.ndarray) -> np.ndarray:
     return np.where(x <= EXP_LINEAR_FROM, np.exp(np.minimum(x, EXP_LINEAR_FROM)), math.exp(EXP_LINEAR_FROM))
 
 
@@ -134,13 +135,15 @@ def _quantile_u(x: np.ndarray) -> tuple[np.ndarray, float]:
         return (x[:, None] - centres[None, :]) / (math.sqrt(2.0) * h), h
 
 
-def _quantile_f(x):
-    return special.erf(_quantile_u(x)[0]).mean(axis=1)  # 2F(x) - 1, F the kernel CDF
+def _quantile_f(x: np.ndarray) -> np.ndarray:
+    return np.asarray(special.erf(_quantile_u(x)[0]).mean(axis=1))  # 2F(x) - 1, F the kernel CDF
 
 
-def _quantile_df(x):
+def _quantile_df(x: np.ndarray) -> np.ndarray:
     u, h = _quantile_u(x)
-    return (2 / math.sqrt(math.pi) * np.exp(-u * u)).mean(axis=1) / (math.sqrt(2.0) * h)  # context held fixed
+    return np.asarray(
+        (2 / math.sqrt(math.pi) * np.exp(-u * u)).mean(axis=1) / (math.sqrt(2.0) * h)
+    )  # context held fixed
 
 
 # Every registry name, aliases and learnable entries (at their initial parameters) included.

@@ -1,6 +1,7 @@
 """Where GatedFFN's fused path is at least as fast as eager: a whole FFN forward+backward, fused vs
 eager timed in turns, per thread count, size and precision (fp32, bf16 autocast). The result decides
-`ffnlab.core.kernels.fused_is_faster`, GatedFFN's default; the numbers are in benchmarks/README.md.
+`ffnlab.core.kernels.fused_is_faster`, GatedFFN's default; the numbers are in benchmarks/README.md
+("The default") and, in full, HISTORY.md.
 
     python benchmarks/fused_default.py [--repeats 3] [--steps 30]
 """

@@ -250,7 +250,7 @@ def test_opt_sets_per_variant_optimiser_settings_in_the_runs_and_the_output(run_
 
     settings = settings_of(study)
     assert settings.to_json()["per_variant"] == study.per_variant  # compare --json
-    rows = dict(settings_rows(settings.to_json(), {}, "relu", "s.db"))  # the report
+    rows = dict(settings_rows(settings, {}, "relu", "s.db"))  # the report
     assert rows["per-variant settings"] == "gelu: lr 0.0001, beta2 0.98, warmup_steps 3"
     not_equal = dict(held_equal(study).not_equal)
     assert "gelu: lr 0.0001, beta2 0.98, warmup_steps 3" in not_equal["per-variant settings"]

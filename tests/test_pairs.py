@@ -204,7 +204,7 @@ def test_a_sentence_pair_comparison_ranks_by_accuracy_with_macro_f1_beside_it(ru
 
     settings = settings_of(load_study(tmp_path / "s.db")[0])
     assert settings.pair == ["premise", "hypothesis"] and type(settings).from_json(settings.to_json()) == settings
-    data = dict(settings_rows(settings.to_json(), {}, "relu", "s.db"))["data"]
+    data = dict(settings_rows(settings, {}, "relu", "s.db"))["data"]
     assert data == f"{path} (cls, sentence pairs: premise [SEP] hypothesis, char tokenizer)"
 
 

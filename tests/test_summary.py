@@ -9,7 +9,7 @@ import pytest
 
 from ffnlab.study.advise import advise
 from ffnlab.study.metrics import learned_mean
-from ffnlab.study.records import Cell, Summary, VariantRow
+from ffnlab.study.records import Cell, StudySettings, Summary, VariantRow
 from ffnlab.study.render import render_html, render_markdown
 from ffnlab.study.report import report_data
 from ffnlab.study.stats import VariantStats, gap_heterogeneity, shared_ranks
@@ -414,7 +414,8 @@ def test_the_settings_of_a_hugging_face_study_give_the_shape_it_trained(run_cli,
     settings = json.loads(out)["settings"]
     # the config's depth, heads and width, at the context the runs trained at (the preset's: it overrides n_positions)
     assert settings["model"] == {"n_layers": 3, "n_heads": 3, "d_model": 24, "context": 32}
-    rows = dict(settings_rows(settings, {}, "gelu_new", "s.db", "Hugging Face gpt2 (FFN swapped per variant)"))
+    architecture = "Hugging Face gpt2 (FFN swapped per variant)"
+    rows = dict(settings_rows(StudySettings.from_json(settings), {}, "gelu_new", "s.db", architecture))
     assert rows["model"] == "3 layers, 3 heads, d_model 24, context 32"  # no norm or positions of ffnlab's own
     assert "task lm, 3 layers, d_model 24" in advise(store=tmp_path / "s.db").reasons[0]  # advise's evidence too
 

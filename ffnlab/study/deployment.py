@@ -189,7 +189,8 @@ def delta(values: PerSeed, reference: PerSeed, score: Score) -> dp.Delta | None:
     b = {seed: x for seed, v in reference.items() if (x := getattr(v, score)) is not None}
     if not a or not b:
         return None
-    return dp.Delta(**paired_diff(a, b).to_json())
+    paired = paired_diff(a, b)
+    return dp.Delta(paired.n, paired.delta, paired.ci_low, paired.ci_high, paired.p)
 
 
 def quality(per_seed: PerSeed, reference: PerSeed, against: str, runtime: str) -> dp.Quality:

@@ -32,6 +32,7 @@ from ffnlab._util.ranges import check_range
 from ffnlab.core.activations import ACTIVATIONS, get_activation, resolve
 from ffnlab.core.ffn import FFNS, get_ffn_spec
 from ffnlab.study.records import VariantRow
+from ffnlab.study.scaling import ScalingFits
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only its name is needed here
@@ -207,22 +208,22 @@ def band_figure(
     return fig
 
 
-def scaling_figure(scaling: dict[str, Any], styles: Styles, ylabel: str) -> Figure:
+def scaling_figure(fits: ScalingFits, styles: Styles, ylabel: str) -> Figure:
     """Loss against training compute on log axes: each run as a dot, each variant's fitted power law
-    with its confidence band (`ffnlab.study.scaling.fit_scaling`'s "curve")."""
+    with its confidence band (`ffnlab.study.scaling.fit_scaling`'s curve)."""
     fig, axes = figure()
     ax = axes[0][0]
-    for name, row in scaling["variants"].items():
-        style, curve = styles[name], row["curve"]
-        ax.scatter([c for c, _, _ in row["points"]], [y for _, y, _ in row["points"]], color=style["color"],
+    for name, fit in fits.variants.items():
+        style, curve = styles[name], fit.curve
+        ax.scatter([c for c, _, _ in fit.points], [y for _, y, _ in fit.points], color=style["color"],
                    alpha=0.5, s=16, zorder=2)  # fmt: skip
-        label = f"{name}: E={row['E']:.3g}, alpha={row['alpha']:.3g}, k={row['multiplier']:.2f}"
-        ax.plot(curve["compute"], curve["loss"], label=label, linewidth=1.8, **style)
-        if None not in curve["low"] + curve["high"]:
-            ax.fill_between(curve["compute"], curve["low"], curve["high"], color=style["color"], alpha=0.18, lw=0)
+        label = f"{name}: E={fit.E:.3g}, alpha={fit.alpha:.3g}, k={fit.multiplier:.2f}"
+        ax.plot(curve.compute, curve.loss, label=label, linewidth=1.8, **style)
+        if None not in curve.low + curve.high:
+            ax.fill_between(curve.compute, curve.low, curve.high, color=style["color"], alpha=0.18, lw=0)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    level = round(scaling["level"] * 100)
+    level = round(fits.level * 100)
     ax.yaxis.set_major_formatter(FormatStrFormatter("%.2f"))  # losses span a few tenths: no 4x10^0 labels
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.2f"))
     ax.set(title=f"loss against compute: fits E + A C^-alpha, {level}% bands over seeds",

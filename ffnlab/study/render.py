@@ -130,9 +130,7 @@ def render_figures(data: ReportData) -> dict[str, bytes]:
             figs[f"attention{suffix}.png"] = plots.attention_figure(drawn.maps, drawn.layer)
     scaling = data.scaling
     if scaling and scaling.fits:
-        figs["scaling.png"] = plots.scaling_figure(
-            scaling.fits.to_json(), styles, axis_label(data.cells[0].cell.metric)
-        )
+        figs["scaling.png"] = plots.scaling_figure(scaling.fits, styles, axis_label(data.cells[0].cell.metric))
     points = pareto_points(data.deployment.rows) if data.deployment else []
     if points:  # a variant deployed that the study does not hold still gets a colour of its own
         names = list(dict.fromkeys([*data.variants, *(p.ffn for p in points)]))
@@ -193,29 +191,28 @@ def sequence_text(model: dict[str, Any]) -> str:
     return f"{patch}x{patch}-pixel patches of {images}, {pool}"
 
 
-def data_text(settings: dict[str, Any]) -> str:
+def data_text(settings: StudySettings) -> str:
     """The settings' data row: 'pairs.csv (cls, sentence pairs: premise [SEP] hypothesis, char tokenizer)'."""
-    tokenizer = settings.get("tokenizer")  # None for task image: pixels
-    pair = settings.get("pair")  # a sentence pair's two text columns
-    read = [settings["task"]] + ([f"sentence pairs: {pair[0]} [SEP] {pair[1]}"] if pair else [])
+    tokenizer, pair = settings.tokenizer, settings.pair  # no tokenizer for task image: pixels
+    read = [settings.task] + ([f"sentence pairs: {pair[0]} [SEP] {pair[1]}"] if pair else [])
     read += [f"{tokenizer} tokenizer"] if tokenizer else []
-    return f"{settings['data']} ({', '.join(read)})"
+    return f"{settings.data} ({', '.join(read)})"
 
 
-def global_batch(settings: dict[str, Any]) -> str:
+def global_batch(settings: StudySettings) -> str:
     """A study's batch in words: the global batch, and how it is made where a run has more than one part."""
-    nproc, accum = settings.get("nproc", 1), settings.get("grad_accum", 1)
+    batch, nproc, accum = settings.batch_size, settings.nproc, settings.grad_accum
     if nproc * accum == 1:
-        return str(settings["batch_size"])
-    parts = [f"{settings['batch_size']} per forward pass", f"{nproc} process{'es' if nproc > 1 else ''}"]
-    return f"{settings['batch_size'] * nproc * accum} ({' x '.join(parts)} x {accum} accumulated)"
+        return str(batch)
+    parts = [f"{batch} per forward pass", f"{nproc} process{'es' if nproc > 1 else ''}"]
+    return f"{batch * nproc * accum} ({' x '.join(parts)} x {accum} accumulated)"
 
 
-def model_text(settings: dict[str, Any]) -> str:
+def model_text(settings: StudySettings) -> str:
     """A study's model in words: its shape (an axis of depth, width or context overrides it), and for ffnlab's own
     model its norm, positions and dropout (a Hugging Face architecture's are its config's: the architecture row)."""
-    model = dict(settings["model"])
-    axes = settings.get("axes") or {}
+    model = dict(settings.model)
+    axes = settings.axes
     for axis, key in (("depth", "n_layers"), ("width", "d_model"), ("context", "context")):
         if axis in axes:
             model[key] = "/".join(map(str, axes[axis]))
@@ -228,12 +225,12 @@ def model_text(settings: dict[str, Any]) -> str:
     return text
 
 
-def budget_text(settings: dict[str, Any]) -> str:
+def budget_text(settings: StudySettings) -> str:
     """A study's training budget, its global batch and tokens per run, in words."""
-    budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings["budget"].items())
-    if settings.get("tokens_per_run"):
-        return f"{budget}, batch {global_batch(settings)}, {human(settings['tokens_per_run'])} tokens per run"
-    if settings["task"] == "image":
+    budget = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings.budget.items())
+    if settings.tokens_per_run:
+        return f"{budget}, batch {global_batch(settings)}, {human(settings.tokens_per_run)} tokens per run"
+    if settings.task == "image":
         return f"{budget}, batch {global_batch(settings)} images"
     return budget
 
@@ -262,10 +259,10 @@ def machine_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def settings_rows(
-    settings: dict[str, Any], env: dict[str, Any], baseline: str, store: str, architecture: str | None = None
+    settings: StudySettings, env: dict[str, Any], baseline: str, store: str, architecture: str | None = None
 ) -> list[tuple[str, str]]:
     """The run settings of a study (`ffnlab.study.summary.settings_of`) and the machine, as (what, value) rows."""
-    axes = settings.get("axes") or {}
+    axes, match = settings.axes, settings.match
     rows = [("data", data_text(settings))]
     if architecture:
         rows.append(("architecture", architecture))
@@ -273,46 +270,45 @@ def settings_rows(
         ("model", model_text(settings)),
         (
             "FFN matching",
-            f"{settings['match']} (hidden width chosen so every variant matches the dense 4x FFN's {settings['match']})"
-            if settings["match"] != "none"
+            f"{match} (hidden width chosen so every variant matches the dense 4x FFN's {match})"
+            if match != "none"
             else "none (each variant at its own width)",
         ),
         ("budget", budget_text(settings)),
-        ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else settings["init"]),
+        ("FFN initialisation", "/".join(map(str, axes["init"])) + " (an axis)" if "init" in axes else settings.init),
         (
             "Q/K/V activations",
             "; ".join(map(str, axes["attn_act"])) + " (an axis)"
             if "attn_act" in axes
-            else describe_attn_act(settings.get("attn_act")),
+            else describe_attn_act(settings.attn_act),
         ),
         (
             "optimiser",
-            f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else settings['lr']}"
-            f", cosine to {settings.get('min_lr', '-')}, warm-up {settings.get('warmup_steps', '-')} steps, "
-            f"weight decay {settings.get('weight_decay', '-')}, beta2 {settings.get('beta2', '-')}, "
-            f"clip {settings.get('grad_clip', '-')}",
+            f"AdamW, peak lr {'/'.join(map(str, axes['lr'])) + ' (an axis)' if 'lr' in axes else settings.lr}"
+            f", cosine to {settings.min_lr}, warm-up {settings.warmup_steps} steps, "
+            f"weight decay {settings.weight_decay}, beta2 {settings.beta2}, clip {settings.grad_clip}",
         ),
-        ("precision", settings["precision"]),
-        ("seeds", f"{settings['seeds']} per variant (paired: seed s of every variant sees the same data order)"),
-        ("variants", ", ".join(settings["variants"]) + f" (baseline {baseline})"),
+        ("precision", settings.precision),
+        ("seeds", f"{settings.seeds} per variant (paired: seed s of every variant sees the same data order)"),
+        ("variants", ", ".join(settings.variants) + f" (baseline {baseline})"),
     ]
-    if settings.get("per_variant"):
+    if settings.per_variant:
         rows.append(("per-variant settings", "; ".join(
-            f"{v}: " + ", ".join(f"{k} {x}" for k, x in o.items()) for v, o in settings["per_variant"].items())))  # fmt: skip
-    if settings.get("pretrained"):
-        rows.append(("pretrained", f"fine-tuned from {settings['pretrained']['from']} "
-                                   f"(digest {settings['pretrained']['digest']})"))  # fmt: skip
-    if settings.get("trained"):  # a fine-tune: every parameter, or LoRA's adapters and a new head
-        rows.append(("trained", settings["trained"]))
-    if settings.get("axes"):
-        rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in settings["axes"].items())))
+            f"{v}: " + ", ".join(f"{k} {x}" for k, x in o.items()) for v, o in settings.per_variant.items())))  # fmt: skip
+    if settings.pretrained:
+        source = settings.pretrained
+        rows.append(("pretrained", f"fine-tuned from {source['from']} (digest {source['digest']})"))
+    if settings.trained:  # a fine-tune: every parameter, or LoRA's adapters and a new head
+        rows.append(("trained", settings.trained))
+    if axes:
+        rows.append(("axes", "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in axes.items())))
     rows += machine_rows(env)
     rows.append(("store", store))
     return rows
 
 
 def report_settings(data: ReportData) -> Table:
-    rows = settings_rows(data.settings.to_json(), data.env, data.baseline, data.store, data.architecture)
+    rows = settings_rows(data.settings, data.env, data.baseline, data.store, data.architecture)
     return Table(["setting", "value"], [list(row) for row in rows], (0, 1))
 
 

@@ -222,7 +222,10 @@ class DeployRow:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> DeployRow:
         """A row read back from `to_json` (deploy.json beside a store)."""
-        timing = lambda t: None if t is None else Latency.from_json(t)
+
+        def timing(t: dict[str, Any] | None) -> Latency | None:
+            return None if t is None else Latency.from_json(t)
+
         quality = None if d.get("quality") is None else Quality.from_json(d["quality"])
         return cls(**{**d, "latency": timing(d["latency"]), "throughput": timing(d["throughput"]), "quality": quality})
 
@@ -474,7 +477,7 @@ def onnx_paths(folder: Path, name: str, target: Target) -> list[Path]:
     return [fp32] if target.scheme is None else [fp32, folder / f"{name}.{target.scheme}.onnx"]
 
 
-def check_onnx_files(folder: str | os.PathLike, names: Iterable[str], wanted: Iterable[Target]) -> None:
+def check_onnx_files(folder: str | os.PathLike[str], names: Iterable[str], wanted: Iterable[Target]) -> None:
     """ValueError in one line, before any work, for an ONNX file of `names` x `wanted` that cannot be written in
     `folder` as a regular file (`check_writable`): a device or a folder there, and also a FIFO or a terminal, which
     an output is written through but an ONNX file, read back to be run, cannot be."""
@@ -669,7 +672,7 @@ def add_roofline(rows: Sequence[DeployRow], device: str = "cpu") -> float | None
     sizes = [r.weight_bytes for r in rows if r.weight_bytes]
     if not sizes:
         return None
-    copy_gbs = measure_machine((8, 8, 8), max(sizes) // 4, repeats=3, device=device, dtypes=())["copy_gbs"]
+    copy_gbs: float = measure_machine((8, 8, 8), max(sizes) // 4, repeats=3, device=device, dtypes=())["copy_gbs"]
     for r in rows:
         if r.weight_bytes:
             r.roofline_s = r.weight_bytes / (copy_gbs * 1e9)
@@ -690,7 +693,7 @@ def threads_set(threads: int | None) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def work_folder(workdir: str | os.PathLike | None) -> Iterator[Workdir]:
+def work_folder(workdir: str | os.PathLike[str] | None) -> Iterator[Workdir]:
     """`workdir` (made if missing; the ONNX files stay there), or a temporary folder deleted afterwards."""
     if workdir is not None:
         Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -700,7 +703,7 @@ def work_folder(workdir: str | os.PathLike | None) -> Iterator[Workdir]:
         yield Workdir(Path(tmp))
 
 
-def check_workdir(workdir: str | os.PathLike | None, names: Iterable[str], wanted: Iterable[Target]) -> None:
+def check_workdir(workdir: str | os.PathLike[str] | None, names: Iterable[str], wanted: Iterable[Target]) -> None:
     """ValueError in one line, before any work, where the ONNX folder is a file, or one of the ONNX files the models
     `names` will write in it cannot be written (`check_onnx_files`). A folder still to be made holds none."""
     if workdir is None or not os.path.lexists(workdir):
@@ -775,7 +778,7 @@ def run_deploy(
     warmup: int = 3,
     threads: int | None = None,
     device: str = "cpu",
-    workdir: str | os.PathLike | None = None,
+    workdir: str | os.PathLike[str] | None = None,
     roofline: bool = True,
     log: Callable[[str], None] | None = None,
     **model: Any,  # ModelConfig's fields, checked against them below
@@ -839,7 +842,10 @@ def _ms(latency: Latency | None) -> str:
 def _rate(latency: Latency) -> str:
     """Tokens (or patches) a second: the median call's, and the quartiles' [slow-fast]."""
     tokens = latency.batch * latency.seq
-    count = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+    def count(x: float) -> str:
+        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
     return f"{count(tokens / latency.median_s)} [{count(tokens / latency.q3_s)}-{count(tokens / latency.q1_s)}]"
 
 
@@ -856,7 +862,10 @@ def _row_line(r: DeployRow) -> str:
     head = f"{ffn:<10} {r.precision:<5} {r.runtime:<11} {scheme:<16}"
     if r.latency is None or r.throughput is None:
         return f"{head} not measured: {r.reason}"
-    mb = lambda b: "-" if b is None else f"{b / 2**20:.3g}"
+
+    def mb(b: int | None) -> str:
+        return "-" if b is None else f"{b / 2**20:.3g}"
+
     roof = "-" if r.roofline_s is None else f"{r.latency.median_s / r.roofline_s:.3g}x"
     quality = "" if r.quality is None else f" {num(r.quality.val_loss, 4):>8} {_delta(r.quality.val_loss_delta):>26}"
     if r.quality is not None and r.quality.val_acc_delta is not None:  # a classifier: accuracy too

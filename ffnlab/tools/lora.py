@@ -81,7 +81,7 @@ class FFNPlace(nn.Module):
     against before any weight is read."""
 
 
-def skeleton(folder: str | os.PathLike, task: str) -> PreTrainedModel:
+def skeleton(folder: str | os.PathLike[str], task: str) -> PreTrainedModel:
     """The folder's model for `task` on the meta device (no weights read), each FFN replaced by an `FFNPlace`
     where `swap_ffn` installs ffnlab's: the module names the fine-tuning model has."""
     from ffnlab.core.memory import build_on_meta
@@ -97,7 +97,7 @@ def skeleton(folder: str | os.PathLike, task: str) -> PreTrainedModel:
     return model
 
 
-def new_modules(model: nn.Module, folder: str | os.PathLike, task: str) -> list[str]:
+def new_modules(model: nn.Module, folder: str | os.PathLike[str], task: str) -> list[str]:
     """The modules LoRA trains whole (peft's `modules_to_save`), those a fine-tune initialises anew: a classifier's
     head ('classifier', 'score'; trained whole as peft's SEQ_CLS does, also where the folder has one), and BERT's
     pooler where the folder's weights have none (a folder saved from a language model). Empty for an LM, whose
@@ -112,7 +112,7 @@ def new_modules(model: nn.Module, folder: str | os.PathLike, task: str) -> list[
     return names
 
 
-def weight_keys(folder: str | os.PathLike) -> list[str]:
+def weight_keys(folder: str | os.PathLike[str]) -> list[str]:
     """The tensor names in the folder's safetensors files (their headers only)."""
     from safetensors import safe_open
 
@@ -138,7 +138,10 @@ def check_targets(model: nn.Module, targets: list[str], new: list[str], where: s
     modules = dict(model.named_modules())
     ffns = [path for path, m in modules.items() if isinstance(m, FFNPlace | FFN)]
     heads = [path for path in modules if any(matches(path, name) for name in new)]
-    inside = lambda path, places: any(path == p or path.startswith(f"{p}.") for p in places)
+
+    def inside(path: str, places: list[str]) -> bool:
+        return any(path == p or path.startswith(f"{p}.") for p in places)
+
     frozen = [path for path in modules if inside(path, ffns)]  # the FFNs and every module in them
     kept = [path for path in modules if inside(path, heads)]
     valid = [path for path, m in modules.items() if isinstance(m, (nn.Linear, Conv1D)) and path not in frozen + kept]
@@ -188,7 +191,7 @@ def resolved_targets(folder: str, task: str, given: str | None) -> str:
 # ---- the model, its adapter saved and loaded back -----------------------------------------------
 
 
-def with_lora(model: HFModel, folder: str | os.PathLike, lora: LoraSettings) -> HFModel:
+def with_lora(model: HFModel, folder: str | os.PathLike[str], lora: LoraSettings) -> HFModel:
     """The fine-tuning model (`load_pretrained`'s, FFN kept or swapped) with peft's LoRA on `lora.targets` and the
     new modules trained whole (`new_modules`); every other parameter frozen. Its `hf` becomes the PeftModel.
     ValueError for a target `check_targets` refuses."""
@@ -225,7 +228,9 @@ def is_lora(model: nn.Module) -> bool:
     return isinstance(model, HFModel) and hasattr(model.hf, "peft_config")
 
 
-def save_adapter(model: HFModel, folder: str | os.PathLike, digest: str | None, path: str | os.PathLike) -> None:
+def save_adapter(
+    model: HFModel, folder: str | os.PathLike[str], digest: str | None, path: str | os.PathLike[str]
+) -> None:
     """The trained adapter (and new head) as peft's `save_pretrained` writes it (adapter_config.json,
     adapter_model.safetensors), with NOTE beside it: the base it needs, the folder with ffnlab's FFN swap, which
     `load_adapter` rebuilds. Written whole or not at all."""
@@ -274,7 +279,7 @@ def quiet_peft() -> Iterator[None]:
         yield
 
 
-def read_note(adapter_dir: str | os.PathLike) -> dict[str, Any]:
+def read_note(adapter_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The NOTE `save_adapter` wrote; ValueError, one line, where there is none or it does not parse."""
     path = Path(adapter_dir) / NOTE
     try:
@@ -290,7 +295,9 @@ def read_note(adapter_dir: str | os.PathLike) -> dict[str, Any]:
     return note
 
 
-def load_adapter(folder: str | os.PathLike, adapter_dir: str | os.PathLike, ffn: str | None = None) -> HFModel:
+def load_adapter(
+    folder: str | os.PathLike[str], adapter_dir: str | os.PathLike[str], ffn: str | None = None
+) -> HFModel:
     """The model a LoRA run trained, in eval mode: the pretrained `folder` loaded with its FFN activation swapped
     to the adapter's `ffn` (as the run did: `load_pretrained`, weights kept), then `peft.PeftModel.from_pretrained`
     with `adapter_dir` (save_adapter's). ValueError where the folder changed since the adapter was trained, or

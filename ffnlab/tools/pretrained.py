@@ -25,8 +25,9 @@ import copy
 import hashlib
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -57,14 +58,23 @@ from ffnlab.tools.hf import (
 )
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PretrainedConfig, PreTrainedModel
 
     from ffnlab.data.checkpoint_tokenizer import CheckpointTokenizer
 
 TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)  # what fine-tuning supports
 
 
-def check_folder(folder: str | os.PathLike) -> dict:
+class AutoModelClass(Protocol):
+    """The calls ffnlab makes of a transformers Auto class (AutoModelForCausalLM, ...), typed here: transformers
+    leaves `from_config` unannotated and `from_pretrained`'s return too."""
+
+    def from_config(self, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel: ...
+
+    def from_pretrained(self, pretrained_model_name_or_path: str, *model_args: Any, **kwargs: Any) -> Any: ...
+
+
+def check_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """The config.json of a save_pretrained folder as a dict. ValueError, one line, when the folder is
     missing, has no config.json or readable safetensors weights, asks to run code of its own, was
     saved after swap_ffn, or its family is not supported for fine-tuning."""
@@ -97,7 +107,7 @@ def check_weights(file: Path) -> None:
         raise ValueError(f"{file} is not a readable safetensors file ({e}); save the folder again") from None
 
 
-def check_float_weights(folder: str | os.PathLike, model: nn.Module) -> None:
+def check_float_weights(folder: str | os.PathLike[str], model: nn.Module) -> None:
     """ValueError naming a tensor in the folder's weights that loads into a parameter of `model` but is
     not floating point: from_pretrained would cast int64 weights to float and train them. Reads the
     safetensors headers only; integer buffers (position ids) pass."""
@@ -123,7 +133,7 @@ def weight_files(path: Path) -> list[Path]:
     return sorted(path.glob("*.safetensors"))
 
 
-def folder_digest(folder: str | os.PathLike) -> str:
+def folder_digest(folder: str | os.PathLike[str]) -> str:
     """sha256 (16 hex digits) of config.json, the tokenizer's files (tokenizer.json, vocabulary files,
     tokenizer_config.json: `tokenizer_files`) and every safetensors file: a folder whose weights, config or tokenizer
     changed is a different start, so a different run."""
@@ -142,12 +152,12 @@ def folder_digest(folder: str | os.PathLike) -> str:
     return digest.hexdigest()[:16]
 
 
-def pretrained_ffn(folder: str | os.PathLike) -> str:
+def pretrained_ffn(folder: str | os.PathLike[str]) -> str:
     """The ffnlab FFN variant the folder's model runs: 'swiglu' for LLaMA, 'gelu_new' for GPT-2."""
     return config_activation(check_folder(folder)).variant()
 
 
-def pretrained_context(folder: str | os.PathLike, context: int | None = None) -> int:
+def pretrained_context(folder: str | os.PathLike[str], context: int | None = None) -> int:
     """The context a fine-tune of the folder's model trains at: `context`, or None for the model's own
     positions (max_position_embeddings; n_positions for GPT-2, read through transformers' config as
     `fitting_config` reads it). ValueError, one line, when `context` exceeds them."""
@@ -156,12 +166,12 @@ def pretrained_context(folder: str | os.PathLike, context: int | None = None) ->
     return positions if context is None else context
 
 
-def folder_positions(folder: str | os.PathLike) -> int:
+def folder_positions(folder: str | os.PathLike[str]) -> int:
     """How many positions the folder's model has: max_position_embeddings (n_positions for GPT-2)."""
     return int(local_config(folder).max_position_embeddings)
 
 
-def check_context_axis(folder: str | os.PathLike, contexts: list[int]) -> None:
+def check_context_axis(folder: str | os.PathLike[str], contexts: list[int]) -> None:
     """ValueError, one line, for a context axis value longer than the positions of the model in `folder`."""
     positions = folder_positions(folder)
     if too_long := [c for c in contexts if c > positions]:
@@ -172,7 +182,7 @@ def check_context_axis(folder: str | os.PathLike, contexts: list[int]) -> None:
         )
 
 
-def check_context(folder: str | os.PathLike, context: int | None, positions: int) -> None:
+def check_context(folder: str | os.PathLike[str], context: int | None, positions: int) -> None:
     """ValueError when `context` is longer than the `positions` of the model in `folder`."""
     if context is not None and context > positions:
         raise ValueError(
@@ -182,8 +192,8 @@ def check_context(folder: str | os.PathLike, context: int | None, positions: int
 
 
 def fitting_config(
-    folder: str | os.PathLike, task: str, vocab_size: int | None, context: int | None, own_tokenizer: bool = False
-):
+    folder: str | os.PathLike[str], task: str, vocab_size: int | None, context: int | None, own_tokenizer: bool = False
+) -> PretrainedConfig:
     """The folder's Hugging Face config for `task`; ValueError when the task, the tokenizer's vocabulary or
     the context does not fit the model. A tokenizer ffnlab built must have the model's vocabulary; the folder's own
     (`own_tokenizer`) may have fewer ids (an embedding padded to a multiple of 64), never more (`check_vocab`)."""
@@ -197,7 +207,7 @@ def fitting_config(
     return hf_config
 
 
-def check_vocab(folder: str | os.PathLike, vocab_size: int | None, model_vocab: int, own_tokenizer: bool) -> None:
+def check_vocab(folder: str | os.PathLike[str], vocab_size: int | None, model_vocab: int, own_tokenizer: bool) -> None:
     """ValueError, one line, when the tokenizer's `vocab_size` does not fit the model's `model_vocab` embedding rows:
     a tokenizer ffnlab built from the corpus must have as many; the folder's own may have fewer, not more."""
     if vocab_size is None or vocab_size == model_vocab or (own_tokenizer and vocab_size < model_vocab):
@@ -214,13 +224,13 @@ def check_vocab(folder: str | os.PathLike, vocab_size: int | None, model_vocab: 
     )
 
 
-def check_loaded(folder: str | os.PathLike, task: str, base_prefix: str, info: dict) -> None:
+def check_loaded(folder: str | os.PathLike[str], task: str, base_prefix: str, info: dict[str, Any]) -> None:
     """ValueError naming a weight from_pretrained found missing or of another size: it initialises such a
     weight at random and only logs it, but a fine-tune must start from the folder's weights, all but a new
     classification head (outside the base model `base_prefix`)."""
     new = {k: None for k in info["missing_keys"]} | {k: (list(a), list(b)) for k, a, b in info["mismatched_keys"]}
-    inside = lambda k: k.startswith(f"{base_prefix}.") and ".pooler." not in k
-    new = {k: v for k, v in sorted(new.items()) if task == "lm" or inside(k)}
+    inside = {k for k in new if k.startswith(f"{base_prefix}.") and ".pooler." not in k}
+    new = {k: v for k, v in sorted(new.items()) if task == "lm" or k in inside}
     if new:
         key, sizes = next(iter(new.items()))
         raise ValueError(
@@ -230,7 +240,9 @@ def check_loaded(folder: str | os.PathLike, task: str, base_prefix: str, info: d
         )
 
 
-def check_depth(folder: str | os.PathLike, hf_config: Any, build: Any) -> None:
+def check_depth(
+    folder: str | os.PathLike[str], hf_config: PretrainedConfig, build: Callable[[PretrainedConfig], nn.Module]
+) -> None:
     """ValueError, before the model's layers are built one by one (minutes for 100,000 of them, even on the
     meta device), for a num_hidden_layers past MAX_LAYERS or fp32 weights more than this machine holds, the
     weights counted by arithmetic (`layered_param_count`)."""
@@ -250,7 +262,7 @@ def check_depth(folder: str | os.PathLike, hf_config: Any, build: Any) -> None:
 
 
 def load_pretrained(
-    folder: str | os.PathLike,
+    folder: str | os.PathLike[str],
     ffn: str,
     task: str = "lm",
     n_classes: int = 2,
@@ -315,7 +327,7 @@ def load_pretrained(
     return HFModel(hf, cfg)
 
 
-def auto_class(task: str) -> Any:
+def auto_class(task: str) -> AutoModelClass:
     """The transformers Auto class of a task's model: the LM's, a sequence classifier (cls and reg, whose head is
     one number) or a token classifier (tokens): the model's own head, newly initialised where the folder has none."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoModelForTokenClassification

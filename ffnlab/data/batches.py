@@ -18,31 +18,38 @@ EVAL_SEED = 1234  # fixed, so every variant and seed is evaluated on the same ba
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T) or images (B, ch, H, W), and targets: next tokens (B, T),
 # labels (B,) or tags (B, T)
-# LM token ids (in memory, or files read through a memory map), (documents, labels) for cls, (sentences' word ids,
-# their tag ids) for tokens, or for task image (normalised images (N, ch, H, W), labels)
-Split = (
-    torch.Tensor
-    | TokenFiles
-    | tuple[list[torch.Tensor], torch.Tensor]
-    | tuple[list[torch.Tensor], list[torch.Tensor]]
-    | tuple[torch.Tensor, torch.Tensor]
-)
 
 
-class PaddedSplit(tuple):
+PaddedLabels = torch.Tensor | list[torch.Tensor]  # a label per example (cls, reg), or per token (tokens)
+
+
+class PaddedSplit(tuple[list[torch.Tensor], PaddedLabels]):
     """A split of task cls or tokens whose examples hold the special tokens of a pretrained tokenizer's template and
     fit the context (ffnlab.data.checkpoint_tokenizer): (examples, labels) that batches pad with `pad_id` (task tokens'
     labels with IGNORE_INDEX), never crop or repeat. A tuple, so it unpacks as any (examples, labels) split does."""
 
     pad_id: int
 
-    def __new__(cls, examples: list[torch.Tensor], labels: torch.Tensor | list[torch.Tensor], pad_id: int):
+    def __new__(cls, examples: list[torch.Tensor], labels: PaddedLabels, pad_id: int) -> PaddedSplit:
         split = super().__new__(cls, (examples, labels))
         split.pad_id = pad_id
         return split
 
-    def __getnewargs__(self) -> tuple:  # so a copy or pickle rebuilds it with its pad id
+    def __getnewargs__(self) -> tuple[list[torch.Tensor], PaddedLabels, int]:  # a copy or pickle keeps the pad id
         return (*self, self.pad_id)
+
+
+# LM token ids (in memory, or files read through a memory map), (documents, labels) for cls, (sentences' word ids,
+# their tag ids) for tokens, for task image (normalised images (N, ch, H, W), labels), or a split padded to a
+# pretrained tokenizer's template
+Split = (
+    torch.Tensor
+    | TokenFiles
+    | tuple[list[torch.Tensor], torch.Tensor]
+    | tuple[list[torch.Tensor], list[torch.Tensor]]
+    | tuple[torch.Tensor, torch.Tensor]
+    | PaddedSplit
+)
 
 
 def has_window(split_data: Split, task: str, context: int) -> bool:
@@ -122,7 +129,7 @@ def eval_set(split_data: Split, task: str, n_batches: int, batch_size: int, cont
         return [get_batch(split_data, task, batch_size, context, gen) for _ in range(n_batches)]
     assert isinstance(split_data, tuple)  # every other task's split is a pair (load_data)
     docs, labels = split_data
-    pick = torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long().unique()
+    pick = torch.unique(torch.linspace(0, len(docs) - 1, min(len(docs), n_batches * batch_size)).long())
     if task == "image":
         assert isinstance(docs, torch.Tensor) and isinstance(labels, torch.Tensor)  # one tensor (load_image_data)
         x, y = docs[pick], labels[pick]

@@ -21,7 +21,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -87,7 +87,7 @@ def check_tokenizer_folder(folder: str | None) -> Path:
     return Path(folder)
 
 
-def json_object(path: Path) -> dict:
+def json_object(path: Path) -> dict[str, Any]:
     """A JSON file's object; ValueError in one line naming it where it is no JSON object."""
     try:
         value = json.loads(read_text(path, "the tokenizer", JSON_LIMIT))
@@ -149,7 +149,7 @@ class CheckpointTokenizer(BPETokenizer):
         self.segment_sep_id = sep_id
         self.source = source  # the folder, for errors (not part of the state: the same pipeline wherever it lies)
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {
             "kind": "pretrained",
             "tokenizer": self.json,
@@ -158,7 +158,7 @@ class CheckpointTokenizer(BPETokenizer):
         }
 
     @classmethod
-    def from_state(cls, state: dict) -> CheckpointTokenizer:
+    def from_state(cls, state: dict[str, Any]) -> CheckpointTokenizer:
         return cls(state["tokenizer"], state.get("pad_id"), state.get("segment_sep_id"))
 
     def template(self, context: int, pair: bool) -> HFTokenizer:

@@ -54,7 +54,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +93,10 @@ GENRES = {
     "tragedies": "tragedy",
 }
 
+# a source's rows: {split as the source spells it: (texts, labels or None)}; rows read from files are JSON's values
+Parts = dict[str, tuple[list[Any], list[Any] | None]]
+Routed = dict[str, tuple[list[Any], list[Any]]]  # {our split: (documents, labels)}
+
 LOCAL_FORMATS = (
     ".txt, .jsonl, .csv, .parquet, a folder of them, or a folder written by Dataset.save_to_disk "
     "(task tokens: a CoNLL file, or a folder of train/valid/test CoNLL files)"
@@ -108,16 +112,18 @@ class Corpus:
     train: list[str]  # tokens: a sentence's words joined by single spaces
     val: list[str]
     test: list[str]
-    train_labels: list | None = None  # cls: class ids, index into `classes`; tokens: a list of tag ids per document;
-    # reg: a float per document
-    val_labels: list | None = None
-    test_labels: list | None = None
+    train_labels: list[Any] | None = None  # cls: class ids (int), index into `classes`; tokens: a list of tag ids per
+    # document; reg: a float per document
+    val_labels: list[Any] | None = None
+    test_labels: list[Any] | None = None
     classes: list[str] | None = None  # cls: label names, index = label id; tokens: tag names
     meta: dict[str, Any] = field(default_factory=dict)  # how it was split: {"splits": ..., "source": ..., ...}
-    more_tests: dict[str, tuple[list, list]] = field(default_factory=dict)  # further test sets by name, (documents,
+    more_tests: dict[str, tuple[list[str], list[Any]]] = field(
+        default_factory=dict
+    )  # further test sets by name, (documents,
     # labels) as test's, evaluated with the same model: MNLI's 'mismatched' dev set (ffnlab.data.glue)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(
                 f"unknown task '{shorten(self.task)}'{closest(self.task, TASKS)}; valid: {', '.join(TASKS)}"
@@ -140,12 +146,14 @@ class Corpus:
         """The documents of `split` ('train', 'val' or 'test')."""
         if split not in SPLITS:
             raise ValueError(f"unknown split '{split}'{closest(split, SPLITS)}; valid: {', '.join(SPLITS)}")
-        return getattr(self, split)
+        docs: list[str] = getattr(self, split)
+        return docs
 
-    def labels(self, split: str) -> list | None:
+    def labels(self, split: str) -> list[Any] | None:
         """The class ids of `split`'s documents (tag ids per word for tokens; None for LM)."""
         self.documents(split)
-        return getattr(self, f"{split}_labels")
+        labels: list[Any] | None = getattr(self, f"{split}_labels")
+        return labels
 
     def text(self, split: str) -> str:
         """The split's documents joined with a blank line, for language modelling."""
@@ -182,7 +190,7 @@ def split_names(names: list[str], held_out: float = HELD_OUT) -> dict[str, list[
     return {"train": sorted(ranked[2 * n :]), "val": sorted(ranked[:n]), "test": sorted(ranked[n : 2 * n])}
 
 
-def split_text(text: str, fractions=(0.9, 0.05, 0.05)) -> list[str]:
+def split_text(text: str, fractions: tuple[float, float, float] = (0.9, 0.05, 0.05)) -> list[str]:
     """Cut one text by position into train/val/test pieces; each cut moves to just after the next
     newline (or stays put where there is none), so no line is split."""
     cuts = []
@@ -414,7 +422,7 @@ SOURCES = {
 }
 
 
-def load_hf(name: str, path: str, config: str | None):
+def load_hf(name: str, path: str, config: str | None) -> Any:
     """datasets.load_dataset(path, config); any failure becomes one line saying how to go offline."""
     try:
         import datasets
@@ -427,7 +435,9 @@ def load_hf(name: str, path: str, config: str | None):
         ) from None
 
 
-def hf_columns(dataset, where: str, text_field: str, label_field: str | None) -> tuple[list, list | None]:
+def hf_columns(
+    dataset: Any, where: str, text_field: str, label_field: str | None
+) -> tuple[list[Any], list[Any] | None]:
     """Text (and label) columns of a `datasets.Dataset` as lists, a sentence pair's two columns joined
     (`ffnlab.data.pairs.join_pair`); ValueError naming the columns there are."""
     names = text_fields(text_field)
@@ -439,19 +449,19 @@ def hf_columns(dataset, where: str, text_field: str, label_field: str | None) ->
     return texts, (columns[label_field] if label_field else None)
 
 
-def hf_class_names(dataset, label_field: str) -> list[str] | None:
+def hf_class_names(dataset: Any, label_field: str) -> list[str] | None:
     """Label names of a ClassLabel column (imdb: neg, pos), else None."""
     feature = dataset.features.get(label_field)
     return list(feature.names) if hasattr(feature, "names") else None
 
 
-def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, source: str) -> Corpus:
+def from_hf(name: str, loaded: Any, task: str, text_field: str, label_field: str, source: str) -> Corpus:
     """Corpus from a `datasets.Dataset` (rows without splits) or `DatasetDict` (its splits); for task tokens
     `text_field` holds each row's words and `label_field` their tags."""
     if task == "tokens":
         return from_hf_tagged(name, loaded, text_field, label_field, source)
     label = label_field if task in LABELLED else None
-    parts: dict[str, tuple[list, list | None]] = {}
+    parts: Parts = {}
     classes = None
     named = loaded if hasattr(loaded, "keys") else {"all": loaded}
     for split, dataset in named.items():
@@ -465,15 +475,15 @@ def from_hf(name: str, loaded, task: str, text_field: str, label_field: str, sou
     return from_rows(name, task, parts, classes, source)
 
 
-def hf_tag_names(dataset, tags_field: str) -> list[str] | None:
+def hf_tag_names(dataset: Any, tags_field: str) -> list[str] | None:
     """Tag names of a column of ClassLabel sequences (conll2003's ner_tags), else None (tags as strings)."""
     names = getattr(getattr(dataset.features.get(tags_field), "feature", None), "names", None)
     return list(names) if names is not None else None
 
 
-def from_hf_tagged(name: str, loaded, words_field: str, tags_field: str, source: str) -> Corpus:
+def from_hf_tagged(name: str, loaded: Any, words_field: str, tags_field: str, source: str) -> Corpus:
     """Corpus of task 'tokens' from a `datasets.Dataset` or `DatasetDict` of word and tag sequences."""
-    parts = {}
+    parts: Parts = {}
     named = loaded if hasattr(loaded, "keys") else {"all": loaded}
     for split, dataset in named.items():
         where = f"{name} [{split}]"
@@ -489,20 +499,20 @@ def from_hf_tagged(name: str, loaded, words_field: str, tags_field: str, source:
 # ---- rows: jsonl, csv, parquet --------------------------------------------------------------
 
 
-def need(column: str, columns, where: str, hint: str = ""):
+def need(column: str, columns: Collection[str], where: str, hint: str = "") -> None:
     """ValueError naming the columns there are (then `hint`), unless `column` is among them."""
     if column not in columns:
-        columns = [str(c) for c in columns]
+        names = [str(c) for c in columns]
         raise ValueError(
-            f"{where} has no column '{shorten(column)}'{closest(column, columns)}; columns: "
-            f"{first_few(columns) or 'none'}{hint}"
+            f"{where} has no column '{shorten(column)}'{closest(column, names)}; columns: "
+            f"{first_few(names) or 'none'}{hint}"
         )
 
 
 NOT_TEXT = ("split", "idx", "id")  # columns a source has beside its texts and labels
 
 
-def need_texts(names: list[str], columns, where: str, label_field: str | None) -> None:
+def need_texts(names: list[str], columns: Collection[str], where: str, label_field: str | None) -> None:
     """`need` for each text column; where one column is asked for and the source has two others (besides the
     label and NOT_TEXT), the error says how to name them as a sentence pair."""
     for name in names:
@@ -512,17 +522,20 @@ def need_texts(names: list[str], columns, where: str, label_field: str | None) -
             need(name, columns, where, hint if len(names) == 1 and len(others) >= 2 else "")
 
 
-def row_text(row: dict, name: str, where: str) -> str:
+def row_text(row: dict[str, Any], name: str, where: str) -> str:
     """A row's text; ValueError where the field is not text."""
-    if not isinstance(row[name], str):
+    text = row[name]
+    if not isinstance(text, str):
         raise ValueError(
-            f"{where}: field '{shorten(name)}' is {type(row[name]).__name__} {str(row[name])[:40]!r}, not text; "
+            f"{where}: field '{shorten(name)}' is {type(text).__name__} {str(text)[:40]!r}, not text; "
             "name the text column with --text-field"
         )
-    return row[name]
+    return text
 
 
-def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: str | None, task: str = "cls") -> dict:
+def rows_by_split(
+    rows: list[dict[str, Any]], where: str, text_field: str, label_field: str | None, task: str = "cls"
+) -> Parts:
     """Group row dicts by their `split` field (or all under 'all'): split -> (texts, labels); a sentence
     pair's two fields (`text_field` 'premise,hypothesis') make one text (`ffnlab.data.pairs.pair_documents`).
     Each label is checked for `task` (`check_label`)."""
@@ -536,11 +549,11 @@ def rows_by_split(rows: list[dict], where: str, text_field: str, label_field: st
         texts = pair_documents([row[names[0]] for row in rows], [row[names[1]] for row in rows], names, where)
     else:
         texts = [row_text(row, names[0], f"{where} row {i + 1}") for i, row in enumerate(rows)]
-    parts: dict[str, tuple[list, list | None]] = {}
+    parts: Parts = {}
     for row, text in zip(rows, texts):
         split_texts, labels = parts.setdefault(str(row.get("split", "all")).lower(), ([], [] if label_field else None))
         split_texts.append(text)
-        if labels is not None:
+        if labels is not None and label_field:  # both, or neither
             labels.append(row[label_field])
     return parts
 
@@ -600,7 +613,7 @@ def text_lines(chunks: Iterable[str], rule: LineRule) -> Iterator[str]:
         yield "".join(line)
 
 
-def jsonl_rows(path: Path) -> Iterator[dict]:
+def jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Rows of a JSON-lines file as it streams (blank lines skipped; a line is what str.splitlines cuts)."""
     for i, line in enumerate(text_lines(data_chunks(path), LINE_BREAKS)):
         line = line.splitlines()[0]  # without its line break, which JSON may not take as whitespace ('\x85')
@@ -615,7 +628,7 @@ def jsonl_rows(path: Path) -> Iterator[dict]:
         yield row
 
 
-def csv_rows(path: Path) -> Iterator[dict]:
+def csv_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Rows of a CSV file whose first line names the columns, as it streams (quoted fields may span lines);
     ValueError naming the row (and line) of a row with fewer or more fields than the header names."""
     reader = csv.DictReader(text_lines(data_chunks(path), NEWLINES))
@@ -641,7 +654,7 @@ def csv_rows(path: Path) -> Iterator[dict]:
 PARQUET_ROWS = 1024  # rows turned into dicts at a time (pyarrow reads a row group of the columns asked for at once)
 
 
-def parquet_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict]:
+def parquet_rows(path: Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """Rows of a parquet file (via pyarrow, which `datasets` brings) as they stream, a batch at a time; of
     `columns` alone where the file has every one of them but 'split' (where it lacks one, every column, so that
     the error names them)."""
@@ -681,7 +694,7 @@ def file_split(path: Path) -> str:
     return head if head in SPLIT_NAMES else "all"
 
 
-def label_ids(values: list, classes: list[str] | None, where: str) -> tuple[list[int], list[str]]:
+def label_ids(values: list[Any], classes: list[str] | None, where: str) -> tuple[list[int], list[str]]:
     """Class ids and names: ClassLabel ids pass through; otherwise the sorted distinct values (numbers
     numerically, '2' < '10' in a CSV too) become classes 0..K-1."""
     if classes is not None:
@@ -699,10 +712,10 @@ def label_ids(values: list, classes: list[str] | None, where: str) -> tuple[list
     return [index[key(v)] for v in values], [str(name) for name in names]
 
 
-def by_bucket(docs: list, labels: list, ranges: dict) -> dict:
+def by_bucket(docs: list[Any], labels: list[Any], ranges: dict[str, tuple[int, int]]) -> Routed:
     """{split: (docs, labels)} taking the rows whose text_bucket lies in that split's [lo, hi)."""
     buckets = [text_bucket(doc) for doc in docs]
-    out = {}
+    out: Routed = {}
     for split, (lo, hi) in ranges.items():
         keep = [i for i, b in enumerate(buckets) if lo <= b < hi]
         out[split] = ([docs[i] for i in keep], [labels[i] for i in keep])
@@ -739,20 +752,20 @@ def split_routes(name: str, present: set[str], spelled: list[str]) -> tuple[dict
     return routes, "; ".join(notes) or "the source's own splits"
 
 
-def route(docs: list, labels: list, to: dict[str, tuple[int, int]]) -> dict:
+def route(docs: list[Any], labels: list[Any], to: dict[str, tuple[int, int]]) -> Routed:
     """{our split: (docs, labels)} of one split of a source, by its routes (`split_routes`)."""
     if list(to.values()) == [EVERY_BUCKET]:  # the whole split: no hashing
         return {split: (docs, labels) for split in to}
     return by_bucket(docs, labels, to)
 
 
-def hidden(label, classes: list[str] | None) -> bool:
+def hidden(label: object, classes: list[str] | None) -> bool:
     """True for a label a benchmark withholds: a negative id of a ClassLabel column (GLUE's test split has -1).
     In a file without class names, -1 is an ordinary class; a null label is an error (`check_label`)."""
     return classes is not None and isinstance(label, int) and label < 0
 
 
-def check_label(label, label_field: str, where: str, task: str = "cls") -> None:
+def check_label(label: object, label_field: str, where: str, task: str = "cls") -> None:
     """ValueError naming `where` for a null or empty label, as for a row without the label column, and for task
     reg a label that is no finite number (`label_number`)."""
     if label is None or (isinstance(label, str) and not label.strip()):
@@ -764,7 +777,7 @@ def check_label(label, label_field: str, where: str, task: str = "cls") -> None:
         label_number(label, label_field, where)
 
 
-def label_number(label, label_field: str, where: str) -> float:
+def label_number(label: object, label_field: str, where: str) -> float:
     """A regression label as a float: a number, or text that reads as one ('3.8'); ValueError naming `where` for
     anything else, infinities and NaN included."""
     try:
@@ -779,10 +792,16 @@ def label_number(label, label_field: str, where: str) -> float:
     return value
 
 
-def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, source: str) -> Corpus:
+def from_rows(
+    name: str,
+    task: str,
+    parts: Mapping[str, tuple[list[Any], list[Any] | None]],
+    classes: list[str] | None,
+    source: str,
+) -> Corpus:
     """Corpus from {split as the source spells it: (texts, labels or None)} by the rules in the module doc."""
     meta: dict[str, Any] = {"source": source, "rows": {}, "ignored_splits": [], "dropped_rows": 0}
-    ours: dict[str, tuple[list, list]] = {}
+    ours: Routed = {}
     for split, (texts, labels) in parts.items():
         target = SPLIT_NAMES.get(split, "all" if split == "all" else None)
         if target is None:
@@ -836,7 +855,7 @@ def from_rows(name: str, task: str, parts: dict, classes: list[str] | None, sour
     )
 
 
-def regression_corpus(name: str, ours: dict[str, tuple[list, list]], meta: dict[str, Any]) -> Corpus:
+def regression_corpus(name: str, ours: Routed, meta: dict[str, Any]) -> Corpus:
     """Corpus of task 'reg' from the routed splits of `from_rows`: each label as a float (checked as it was read,
     `check_label`); ValueError where the training rows hold one value, which a regressor learns by its bias alone
     (and a correlation with it is 0/0)."""
@@ -948,7 +967,7 @@ def load_conll(name: str, path: Path) -> Corpus:
             )
     else:
         files = [path]
-    parts: dict[str, tuple[list, list]] = {}
+    parts: dict[str, tuple[list[Any], list[Any]]] = {}
     for f in files:
         sentences = parse_conll(data_text(f), str(f))
         texts, labels = parts.setdefault(conll_split(f) if path.is_dir() else "all", ([], []))
@@ -957,7 +976,7 @@ def load_conll(name: str, path: Path) -> Corpus:
     return from_rows(name, "tokens", parts, None, f"{len(files)} CoNLL file(s) under {path}")
 
 
-def load_saved(path: Path):
+def load_saved(path: Path) -> Any:
     """The `datasets.Dataset` or `DatasetDict` a folder written by save_to_disk holds, memory-mapped
     (datasets.load_from_disk); ValueError in one line where it cannot be read."""
     readable(folder_files(path))  # arrow files and JSON, which datasets opens itself
@@ -999,7 +1018,7 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
                 f"saved dataset with a '{label_field}' column, or 'shakespeare'"
             )
         return load_txt_files(name, files, path)
-    parts: dict = {}
+    parts: Parts = {}
     for f in files:
         where = f"{f}"
         rows = list(ROW_READERS[suffix](f))
@@ -1007,7 +1026,7 @@ def load_path(path: Path, task: str, text_field: str, label_field: str) -> Corpu
             split = file_split(f) if split == "all" else split
             texts_so_far, labels_so_far = parts.setdefault(split, ([], [] if label else None))
             texts_so_far += texts
-            if label:
+            if labels_so_far is not None and labels is not None:  # both lists where there is a label column
                 labels_so_far += labels
     return from_rows(name, task, parts, None, f"{len(files)} {suffix} file(s) under {path}")
 

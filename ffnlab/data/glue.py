@@ -190,7 +190,7 @@ def tsv_label(task: GlueTask, value: str, where: str) -> int | float:
     return spellings.index(value.strip())
 
 
-def read_tsv(path: Path, task: GlueTask, skipped: list[str] | None = None) -> tuple[list[str], list]:
+def read_tsv(path: Path, task: GlueTask, skipped: list[str] | None = None) -> tuple[list[str], list[int | float]]:
     """The documents (a pair joined, ffnlab.data.pairs) and labels of one GLUE TSV; ValueError, one line, naming
     the file (and line) for a missing file or column, a row too short for a column (QQP's are skipped, each named
     in `skipped`: `GlueTask.skip_short`), or a bad label."""
@@ -204,7 +204,7 @@ def read_tsv(path: Path, task: GlueTask, skipped: list[str] | None = None) -> tu
             raise ValueError(f"{path} has no column '{column}' ({task.title}; columns: {first_few(header) or 'none'})")
         index[column] = header.index(column)
     texts: list[list[str]] = [[] for _ in task.tsv_text]
-    labels: list = []
+    labels: list[int | float] = []
     for line, fields in rows:
         where = f"{path} line {line}"
         short = [(column, at) for column, at in index.items() if at >= len(fields)]
@@ -227,7 +227,7 @@ def documents(texts: list[list[str]], names: tuple[str, ...], where: str) -> lis
     return texts[0] if len(texts) == 1 else pair_documents(texts[0], texts[1], list(names), where)
 
 
-def read_saved(loaded: Any, split: str, task: GlueTask, where: str) -> tuple[list[str], list]:
+def read_saved(loaded: Any, split: str, task: GlueTask, where: str) -> tuple[list[str], list[Any]]:
     """The documents and labels of one split of a saved glue DatasetDict; ValueError naming it for a missing split
     or column, a hidden label (-1: GLUE's test split) or, for STS-B, a label that is no number."""
     if split not in loaded:
@@ -266,7 +266,7 @@ def load_glue(data: str) -> Corpus:
             f"{', '.join(TASKS)} (compare runs them all)"
         )
     where = task_folder(folder, task)
-    parts: dict[str, tuple[list, list]] = {}
+    parts: dict[str, tuple[list[str], list[Any]]] = {}
     skipped: list[str] = []  # QQP's lines cut short (`GlueTask.skip_short`)
     if is_saved_dataset(where):
         loaded = load_saved(where)

@@ -102,7 +102,7 @@ class PixelInput:
     def decode(self, ids: Any) -> str:
         raise ValueError("task image reads pixels: its inputs are images, not text")
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
 

@@ -20,7 +20,7 @@ alike, so a long premise cannot crowd out the hypothesis. An example is never cr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ffnlab._util.text import first_few, shorten
 from ffnlab.data.tokenizer import SeparatedTokenizer, build_tokenizer, texts_to_build_from
@@ -79,7 +79,7 @@ def join_pair(first: str, second: str) -> str:
     return first.replace(PAIR_JOIN, " ") + PAIR_JOIN + second.replace(PAIR_JOIN, " ")
 
 
-def pair_documents(first: Sequence, second: Sequence, names: Sequence[str], where: str) -> list[str]:
+def pair_documents(first: Sequence[Any], second: Sequence[Any], names: Sequence[str], where: str) -> list[str]:
     """Two text columns, row by row, as pair documents (`join_pair`); ValueError naming the first row whose text
     in either column is empty, missing or not text, and how many rows are so: a pair needs both its texts."""
     for name, column in zip(names, (first, second)):

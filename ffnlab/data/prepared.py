@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Literal, TypeGuard
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 import numpy as np
 import torch
@@ -79,6 +79,9 @@ from ffnlab.data.tokenizer import (
     train_bpe_chunks,
 )
 
+if TYPE_CHECKING:
+    from tokenizers import Encoding
+
 MANIFEST = "manifest.json"
 FORMAT = "ffnlab-tokens"
 VERSION = 1  # of the folder's format; a reader refuses a later one
@@ -119,7 +122,7 @@ class SplitTokens:
 class Manifest:
     """manifest.json of a prepared folder: what its token files hold and where they came from."""
 
-    tokenizer: dict  # the tokenizer's state(): tokenizer_from_state rebuilds it
+    tokenizer: dict[str, Any]  # the tokenizer's state(): tokenizer_from_state rebuilds it
     dtype: Literal["uint16", "uint32"]
     vocab_size: int
     splits: dict[str, SplitTokens]
@@ -140,7 +143,7 @@ class TokenFolder:
 
     name: str
     classes: None = None
-    meta: dict = field(default_factory=dict)  # {"source": ..., "split_rule": ..., "tokens": {split: count}}
+    meta: dict[str, Any] = field(default_factory=dict)  # {"source": ..., "split_rule": ..., "tokens": {split: count}}
 
 
 @dataclass(frozen=True)
@@ -377,7 +380,7 @@ def file_rows(files: list[Path], suffix: str, text_field: str) -> Iterator[tuple
             yield (named if split == "all" else split), row_text(row, text_field, where)
 
 
-def dataset_splits(loaded) -> dict:
+def dataset_splits(loaded: Any) -> dict[str, Any]:
     """{split: datasets.Dataset} of a `DatasetDict`, or {'all': it} of a `Dataset` (rows without splits)."""
     return loaded if hasattr(loaded, "keys") else {"all": loaded}
 
@@ -385,7 +388,7 @@ def dataset_splits(loaded) -> dict:
 HF_ROWS = 1024  # rows of a dataset read at a time from its memory-mapped Arrow files
 
 
-def dataset_rows(name: str, loaded, text_field: str) -> Iterator[tuple[str, object]]:
+def dataset_rows(name: str, loaded: Any, text_field: str) -> Iterator[tuple[str, object]]:
     """The rows of a `datasets.Dataset` or `DatasetDict` as they stream, HF_ROWS at a time, their text column
     alone; a split `from_hf` ignores is not read."""
     for split, dataset in dataset_splits(loaded).items():
@@ -513,7 +516,7 @@ def encoded(tokenizer: Tokenizer, text: Iterable[str]) -> Iterator[np.ndarray]:
             yield encoding_ids(pending.result())
 
 
-def encoding_ids(encodings: list) -> np.ndarray:
+def encoding_ids(encodings: list[Encoding]) -> np.ndarray:
     """The ids of tokenizers' encodings, one after another."""
     return np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int64)
 
@@ -698,7 +701,7 @@ def check_ids(parts: list[TokenFile], vocab_size: int) -> None:
                     )
 
 
-def check_tokenizer(asked: str, state: dict, folder: Path, init_from: str | None) -> None:
+def check_tokenizer(asked: str, state: dict[str, Any], folder: Path, init_from: str | None) -> None:
     """ValueError naming both unless the run's tokenizer `asked` can be the prepared folder's tokenizer (`state`):
     'char', the default, takes the folder's; a kind must be its kind; a FILE.json (or 'pretrained', the init_from
     folder's) must hold the same tokenizer. Tokens prepared elsewhere (kind ids) take 'char' or 'bpe'."""
@@ -716,7 +719,7 @@ def check_tokenizer(asked: str, state: dict, folder: Path, init_from: str | None
     )
 
 
-def manifest_tokenizer(folder: Path, state: dict) -> Tokenizer:
+def manifest_tokenizer(folder: Path, state: dict[str, Any]) -> Tokenizer:
     """The tokenizer a manifest's state rebuilds; ValueError in one line where it cannot be rebuilt."""
     try:
         return tokenizer_from_state(state)

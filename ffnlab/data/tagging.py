@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -92,7 +93,7 @@ def parse_conll(text: str, source: str) -> list[Sentence]:
     return sentences
 
 
-def row_sentence(words: Sequence, tags: Sequence, names: Sequence[str] | None, where: str) -> Sentence:
+def row_sentence(words: Sequence[Any], tags: Sequence[Any], names: Sequence[str] | None, where: str) -> Sentence:
     """A dataset row's sentence: its words and tags (ids into `names`, ClassLabel's, or tag strings).
 
     NOTE: a word is one position and a sentence is stored as its words joined by spaces, so whitespace

@@ -23,8 +23,9 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,6 +49,10 @@ from ffnlab.core.memory import build_on_meta, saved_bytes
 IMPLS = ("eager", "fused", "compiled")
 DEFAULT_FFNS = ("swiglu", "geglu", "geglu_tanh", "reglu", "glu", "gelu")
 
+Elementwise = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (g, u) -> act(g) * u, or act(g) if not gated
+# one impl's (ffn, model, step, seconds of its first step): the copy that owns the weights, what runs it, one step
+FFNRun = tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor], Callable[[], None], float]
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -66,13 +71,13 @@ FULL = Preset(ffns=DEFAULT_FFNS, tokens=(4096,), d_models=(512,), repeats=7)
 # ---- timing and counting --------------------------------------------------------------------------
 
 
-def _sync(device):
+def _sync(device: str) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 
 
 @contextlib.contextmanager
-def c_stderr_silenced():
+def c_stderr_silenced() -> Iterator[None]:
     """The process's stderr (file descriptor 2) pointed at /dev/null while the block runs.
 
     NOTE: torch's profiler writes 'USDT: ... profiler_start' lines and allocator warnings there from
@@ -130,7 +135,7 @@ def measure_machine(
     repeats: int,
     device: str = "cpu",
     dtypes: Sequence[torch.dtype] = (torch.float32, torch.bfloat16),
-) -> dict:
+) -> dict[str, Any]:
     """This machine's peak rates at the benchmark's own sizes: matmul GFLOP/s of an (m, k) @ (k, n)
     product for each of `dtypes` (only those the run reports) and copy GB/s of `copy_numel` fp32
     values, each the best of its repeats (a peak is what the machine can do; load from other
@@ -177,7 +182,9 @@ def best_seconds(fn: Callable[[], object], repeats: int, device: str = "cpu") ->
     return min(batch(calls) for _ in range(repeats)) / calls
 
 
-def calibration_size(ffns: Sequence[str], tokens: Sequence[int], d_models: Sequence[int]) -> tuple:
+def calibration_size(
+    ffns: Sequence[str], tokens: Sequence[int], d_models: Sequence[int]
+) -> tuple[tuple[int, int, int], int]:
     """The matmul (m, k, n) and copy size the machine is calibrated at: the benchmark's largest up
     projection, tokens x d_model @ d_model x d_ff, and its hidden tensor, tokens x d_ff. Sized to what is
     timed, so `bench --quick` calibrates in milliseconds and a row's fraction of peak compares like with like."""
@@ -200,7 +207,7 @@ def check_sizes(ffns: Sequence[str], tokens: Sequence[int], d_models: Sequence[i
             check_memory(need, device, what, "use a smaller --d-model or --tokens")
 
 
-def best_of(*machines: dict) -> dict:
+def best_of(*machines: dict[str, Any]) -> dict[str, Any]:
     """The highest of each measured rate over several `measure_machine` results (start and end of a run)."""
     out = dict(machines[0])
     for key in ("matmul_gflops", "matmul_gflops_bf16", "copy_gbs"):
@@ -209,11 +216,11 @@ def best_of(*machines: dict) -> dict:
     return out
 
 
-def _triton_version():
+def _triton_version() -> str | None:
     try:
         import triton
 
-        return triton.__version__
+        return str(triton.__version__)
     except ImportError:
         return None
 
@@ -241,11 +248,11 @@ def interleaved_medians(fns: dict[str, Callable[[], float]], repeats: int, devic
     return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
-def _rounded(row: dict) -> dict:
+def _rounded(row: dict[str, Any]) -> dict[str, Any]:
     return {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in row.items()}
 
 
-def _warm_up(fn, device) -> tuple[float, str | None]:
+def _warm_up(fn: Callable[[], object], device: str) -> tuple[float, str | None]:
     """Seconds of the first call (it builds whatever gets compiled), or the reason it failed."""
     try:
         start = time.perf_counter()
@@ -259,7 +266,7 @@ def _warm_up(fn, device) -> tuple[float, str | None]:
 # ---- FFN rows -----------------------------------------------------------------------------------------
 
 
-def _ffn_row(ffn: FFN, impl: str, tokens: int, d_model: int) -> dict:
+def _ffn_row(ffn: FFN, impl: str, tokens: int, d_model: int) -> dict[str, Any]:
     """An FFN row with every measurement still empty."""
     return {
         "ffn": spec_of(ffn).name,
@@ -293,7 +300,9 @@ def _ffn_unavailable(ffn: nn.Module, impl: str, compile: bool, hidden: torch.Ten
     return None
 
 
-def _ffn_step(base: nn.Module, impl: str, x: torch.Tensor, dy: torch.Tensor) -> tuple:
+def _ffn_step(
+    base: nn.Module, impl: str, x: torch.Tensor, dy: torch.Tensor
+) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor], Callable[[], None]]:
     """(ffn, model, step) for one impl: a copy of `base` with its own AdamW, and one training step of it."""
     ffn = copy.deepcopy(base)
     if isinstance(ffn, GatedFFN):
@@ -301,10 +310,10 @@ def _ffn_step(base: nn.Module, impl: str, x: torch.Tensor, dy: torch.Tensor) -> 
     model = torch.compile(ffn) if impl == "compiled" else ffn
     opt = torch.optim.AdamW(ffn.parameters(), lr=1e-4)
 
-    def step():
+    def step() -> None:
         opt.zero_grad(set_to_none=True)
         x.grad = None
-        model(x).backward(dy)
+        torch.autograd.backward(model(x), dy)  # Tensor.backward, which torch leaves unannotated
         opt.step()
 
     return ffn, model, step
@@ -316,13 +325,15 @@ def _fused_backend(x: torch.Tensor, hidden_numel: int) -> str:
     return "torch (compile failed)" if backend == "compiled" and compile_failure() else backend
 
 
-def _ffn_medians(runs: dict, x: torch.Tensor, dy: torch.Tensor, repeats: int, device: str) -> tuple[dict, dict, dict]:
+def _ffn_medians(
+    runs: dict[str, FFNRun], x: torch.Tensor, dy: torch.Tensor, repeats: int, device: str
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Median step, forward and backward milliseconds of every impl in `runs`, the impls timed in turns."""
 
-    def backward(model):
+    def backward(model: Callable[[torch.Tensor], torch.Tensor]) -> float:
         y = model(x)
         _sync(device)
-        return timed(lambda: y.backward(dy), device)
+        return timed(lambda: torch.autograd.backward(y, dy), device)
 
     steps = interleaved_medians({i: functools.partial(timed, r[2], device) for i, r in runs.items()}, repeats, device)
     fwds = interleaved_medians(
@@ -339,8 +350,8 @@ def bench_ffn(
     repeats: int = 5,
     compile: bool = True,
     device: str = "cpu",
-    machine: dict | None = None,
-) -> list[dict]:
+    machine: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """One row per impl (eager, fused, compiled): times, saved bytes, peak memory and GFLOP/s of FFN
     `name` on `tokens` tokens; the impls share weights and inputs and are timed in turns."""
     torch.manual_seed(0)
@@ -349,7 +360,8 @@ def bench_ffn(
     x = torch.randn(tokens, d_model, device=device, requires_grad=True)
     dy = torch.randn(tokens, d_model, device=device)
     flops = step_flops(name, d_model, base.d_ff, bias, tokens)
-    rows, runs = {}, {}
+    rows: dict[str, dict[str, Any]] = {}
+    runs: dict[str, FFNRun] = {}
     for impl in IMPLS:
         row = rows[impl] = _ffn_row(base, impl, tokens, d_model)
         reason = _ffn_unavailable(base, impl, compile, x.new_empty(tokens * base.d_ff))
@@ -381,7 +393,7 @@ def bench_ffn(
 # ---- activation rows ----------------------------------------------------------------------------------
 
 
-def _activation_row(act_name: str, ffn_name: str, impl: str, dtype: torch.dtype, numel: int) -> dict:
+def _activation_row(act_name: str, ffn_name: str, impl: str, dtype: torch.dtype, numel: int) -> dict[str, Any]:
     """An activation row with every measurement still empty."""
     return {
         "name": act_name,
@@ -397,15 +409,15 @@ def _activation_row(act_name: str, ffn_name: str, impl: str, dtype: torch.dtype,
     }
 
 
-def _elementwise(impl: str, act: nn.Module, act_name: str, gated: bool) -> Callable:
+def _elementwise(impl: str, act: Callable[[torch.Tensor], torch.Tensor], act_name: str, gated: bool) -> Elementwise:
     """fn(g, u) for one impl: the fused kernel, or act(g) * u (act(g) if not gated), compiled for "compiled"."""
     if impl == "fused":
 
-        def fn(g, u):
+        def fn(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
             return gated_act(g, u, act_name)
     else:
 
-        def fn(g, u):
+        def fn(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
             return act(g) * u if gated else act(g)
 
     return torch.compile(fn, dynamic=False) if impl == "compiled" else fn
@@ -419,7 +431,7 @@ def bench_activation(
     repeats: int = 5,
     compile: bool = True,
     device: str = "cpu",
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """One row per impl: GB/s of the elementwise part of FFN `ffn_name` on (tokens, d_ff), act(g) * u
     for gated variants and act(x) for dense ones, with forward and forward + backward milliseconds.
 
@@ -444,15 +456,15 @@ def bench_activation(
             continue
         fn = _elementwise(impl, act, act_name, gated)
 
-        def fwd(fn=fn):
+        def fwd(fn: Elementwise = fn) -> None:
             with torch.no_grad():
                 fn(g, u)
 
-        def fwd_bwd(fn=fn):
+        def fwd_bwd(fn: Elementwise = fn) -> None:
             gg.grad = ug.grad = None
-            fn(gg, ug).backward(dh)
+            torch.autograd.backward(fn(gg, ug), dh)
 
-        first_s, failure = _warm_up(lambda: (fwd(), fwd_bwd()), device)
+        first_s, failure = _warm_up(lambda: [f() for f in (fwd, fwd_bwd)], device)
         if failure:
             row["unavailable"] = failure
             continue
@@ -489,7 +501,7 @@ def run_bench(
     repeats: int | None = None,
     device: str | None = None,
     log: Callable[[str], None] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Every FFN x size x impl row, and the activations' rows at the first size, with the machine.
 
     Defaults come from QUICK or FULL; `log(str)` hears about progress (the CLI prints to stderr).
@@ -555,7 +567,7 @@ def run_bench(
     }
 
 
-def format_bench(result: dict) -> str:
+def format_bench(result: dict[str, Any]) -> str:
     """The run as two plain-text tables, unavailable cells as '-', reasons listed below."""
     m = result["machine"]
     lines = [
@@ -599,7 +611,7 @@ def format_bench(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _cell(value, width: int, scale: float = 1.0) -> str:
+def _cell(value: float | None, width: int, scale: float = 1.0) -> str:
     if value is None:
         return f"{'-':>{width}}"
     v = value * scale

@@ -17,7 +17,8 @@ import logging
 import os
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -30,6 +31,8 @@ from ffnlab.core.memory import build_on_meta
 from ffnlab.core.model import ModelConfig, Transformer, param_count
 
 if TYPE_CHECKING:
+    from onnx import AttributeProto
+
     from ffnlab.tools.hf import HFModel  # imported where used: it needs transformers
 
 OPSET = 20  # the first opset with a Gelu op (approximate="none"|"tanh"); onnxruntime >= 1.17 runs it
@@ -67,17 +70,22 @@ class FirstOutput(nn.Module):
         self.module = module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module(x)[0]
+        first: torch.Tensor = self.module(x)[0]
+        return first
 
 
-def _attr(a):
+def _attr(a: AttributeProto) -> object:
     import onnx
 
     value = onnx.helper.get_attribute_value(a)
     return value.decode() if isinstance(value, bytes) else value
 
 
-def graph_ops(onnx_path: str | os.PathLike) -> list[tuple]:
+# one node: (op_type, name, attributes, the module classes the dynamo exporter recorded or None)
+Node = tuple[str, str, dict[str, object], list[str] | None]
+
+
+def graph_ops(onnx_path: str | os.PathLike[str]) -> list[Node]:
     """Every node of an ONNX file (graph, then local functions) as (op_type, name, attributes, classes).
 
     `classes` is the module class hierarchy the dynamo exporter records for each node (outermost
@@ -87,7 +95,7 @@ def graph_ops(onnx_path: str | os.PathLike) -> list[tuple]:
 
     model = onnx.load(str(onnx_path), load_external_data=False)
     nodes = list(model.graph.node) + [n for f in model.functions for n in f.node]
-    out = []
+    out: list[Node] = []
     for n in nodes:
         meta = {p.key: p.value for p in n.metadata_props}
         classes = meta.get("pkg.torch.onnx.class_hierarchy")
@@ -100,13 +108,13 @@ def graph_ops(onnx_path: str | os.PathLike) -> list[tuple]:
 LINEAR = ("torch.nn.modules.linear.Linear", "aten.linear", "aten.addmm", "aten.matmul", "aten.mm")
 
 
-def _in_ffn_nonlinearity(classes) -> bool:
+def _in_ffn_nonlinearity(classes: list[str]) -> bool:
     """A node inside an ffnlab FFN but outside its linear maps: activation or gating math.
     (The fused GatedFFN path calls F.linear itself, so the aten op is checked too.)"""
     return any(c.startswith("ffnlab.core.ffn.") for c in classes) and not any(c.startswith(LINEAR) for c in classes)
 
 
-def describe_activations(onnx_path: str | os.PathLike) -> list[dict]:
+def describe_activations(onnx_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """How the FFN activations of an exported graph are expressed: {"op", "name", **attributes}
     per node, in graph order.
 
@@ -123,11 +131,11 @@ def describe_activations(onnx_path: str | os.PathLike) -> list[dict]:
     ]
 
 
-def activation_summary(described: list[dict]) -> str:
+def activation_summary(described: list[dict[str, Any]]) -> str:
     """One line for `describe_activations`' list, 'Gelu(approximate=tanh) x2, Pow x1': each op with its
     attributes and how often it occurs."""
 
-    def label(d):
+    def label(d: dict[str, Any]) -> str:
         attrs = ", ".join(
             f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d.items() if k not in ("op", "name")
         )
@@ -143,7 +151,7 @@ def dynamic_axes(example: torch.Tensor) -> list[int]:
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet() -> Iterator[None]:
     """Silence the exporters' progress lines, log messages and deprecation warnings."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
@@ -160,7 +168,7 @@ def _quiet():
         logger.setLevel(level)
 
 
-def _export(module, example, path, opset, dynamo, dynamic):
+def _export(module: nn.Module, example: torch.Tensor, path: str, opset: int, dynamo: bool, dynamic: bool) -> None:
     axes = dynamic_axes(example) if dynamic else []
     if dynamo:
         shapes = ({a: torch.export.Dim.AUTO for a in axes},) if axes else None
@@ -191,13 +199,13 @@ def _export(module, example, path, opset, dynamo, dynamic):
 def export_onnx(
     module: nn.Module,
     example: torch.Tensor,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     opset: int = OPSET,
     dynamo: bool = True,
     dynamic: bool = True,
     atol: float = ATOL,
     rtol: float = RTOL,
-) -> dict:
+) -> dict[str, Any]:
     """Export `module` in eval mode (its mode is restored after) to ONNX at `path`, checked in onnxruntime.
 
     Gated FFNs export their eager ops (act(gate) * up): the fused kernel only saves memory in
@@ -228,7 +236,7 @@ def export_onnx(
             m.fused = fused
 
 
-def file_opset(path: str | os.PathLike) -> int | None:
+def file_opset(path: str | os.PathLike[str]) -> int | None:
     """The default-domain opset an ONNX file declares (what runtimes see), None if it names none."""
     import onnx
 
@@ -245,7 +253,17 @@ def check_opset(opset: int) -> None:
         raise ValueError(f"unsupported ONNX opset {opset}; valid: {low}-{high} (default {OPSET})")
 
 
-def _export_checked(module, example, path, opset, dynamo, dynamic, atol, rtol, ort) -> dict:
+def _export_checked(
+    module: nn.Module,
+    example: torch.Tensor,
+    path: str | os.PathLike[str],
+    opset: int,
+    dynamo: bool,
+    dynamic: bool,
+    atol: float,
+    rtol: float,
+    ort: ModuleType,  # onnxruntime, imported by the caller
+) -> dict[str, Any]:
     check_opset(opset)
     with torch.no_grad():
         expected = module(example)
@@ -306,12 +324,12 @@ MODELS = ("ffn", "small")  # or a path to a Hugging Face config.json
 
 def export_variant(
     ffn: str,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     model: str = "ffn",
     d_model: int | None = None,
     n_layers: int | None = None,
     opset: int = OPSET,
-) -> dict:
+) -> dict[str, Any]:
     """Export one FFN variant to ONNX, alone or inside a model, and return export_onnx's report.
 
     model "ffn": the FFN alone at d_model (default 64) on a (2, 8, d_model) input. "small": an
@@ -375,7 +393,7 @@ def build_within_limit(build: Callable[[], M]) -> M:
     return build()
 
 
-def format_export(report: dict) -> str:
+def format_export(report: dict[str, Any]) -> str:
     """Human-readable lines for an export report: what, where, how activations look, parity."""
     r = report
     what = f"{r['ffn']} FFN" if r["model"] == "ffn" else f"{r['model']} model with {r['ffn']} FFNs"

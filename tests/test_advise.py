@@ -10,6 +10,13 @@ from ffnlab._util.jsonio import strict_dumps
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.run.presets import preset_config
 from ffnlab.study.advise import Situation, advise, format_advice
+from ffnlab.study.advise.evidence import (
+    ExcludedAlternative,
+    MeasuredAlternative,
+    MeasuredEvidence,
+    PublishedAlternative,
+    PublishedEvidence,
+)
 from ffnlab.study.advise.flow import (
     EVIDENCE,
     HARDWARE,
@@ -79,8 +86,9 @@ def test_memory_budget_excludes_by_training_memory(tmp_path):
     assert advise(store=store).recommendation == "swiglu"
     advice = advise(store=store, memory_budget="8MiB")
     assert advice.recommendation == "gelu"
-    out = next(a for a in advice.alternatives if a["ffn"] == "swiglu")
-    assert "training memory 12 MiB" in out["excluded"] and "8 MiB" in out["excluded"]
+    out = next(a for a in advice.alternatives if a.ffn == "swiglu")
+    assert isinstance(out, ExcludedAlternative)
+    assert "training memory 12 MiB" in out.excluded and "8 MiB" in out.excluded
 
 
 @pytest.mark.parametrize("winner", ["swiglu", "gelu", "relu"])
@@ -91,14 +99,15 @@ def test_measured_recommends_the_variant_the_numbers_favour(tmp_path, winner):
     store = fabricated_store(tmp_path / "s.db", losses, jitter={other: (0.002, -0.001, 0.0)})
     advice = advise(store=store)
     assert advice.recommendation == winner and advice.basis == "measured"
-    assert advice.evidence["kind"] == "measured"
-    assert advice.evidence["variants"][winner]["values"] == {s: losses[winner] + n for s, n in enumerate(SEED_NOISE)}
+    assert isinstance(advice.evidence, MeasuredEvidence)
+    assert advice.evidence.variants[winner].values == {s: losses[winner] + n for s, n in enumerate(SEED_NOISE)}
     text = " ".join(advice.reasons)
     assert "nats" in text and "95% CI" in text
-    assert {a["ffn"] for a in advice.alternatives} == set(losses) - {winner}
+    assert {a.ffn for a in advice.alternatives} == set(losses) - {winner}
     for a in advice.alternatives:
-        assert a["delta_vs_recommendation"] == pytest.approx(losses[a["ffn"]] - 1.90, abs=0.003)
-        assert a["ci"][0] > 0  # each alternative is worse than the winner beyond doubt
+        assert isinstance(a, MeasuredAlternative)
+        assert a.delta_vs_recommendation == pytest.approx(losses[a.ffn] - 1.90, abs=0.003)
+        assert a.ci[0] > 0  # each alternative is worse than the winner beyond doubt
     assert winner in format_advice(advice).splitlines()[0]
 
 
@@ -135,7 +144,7 @@ def test_constraints_exclude_variants_and_say_why(tmp_path):
     )
     advice = advise(store=store, params_budget="18k")
     assert advice.recommendation == "gelu"
-    excluded = {a["ffn"]: a["excluded"] for a in advice.alternatives if "excluded" in a}
+    excluded = {a.ffn: a.excluded for a in advice.alternatives if isinstance(a, ExcludedAlternative)}
     assert "exceed the budget" in excluded["swiglu"] and "diverged" in excluded["geglu"]
     with pytest.raises(ValueError, match="no measured variant can be recommended: .*exceed the budget"):
         advise(store=store, params_budget=1000)
@@ -161,7 +170,7 @@ def test_pretrained_config_keeps_its_activation(tmp_path, config, ffn, act):
     path.write_text(json.dumps(config))
     advice = advise(pretrained=str(path), store=tmp_path / "ignored.db")
     assert advice.recommendation == ffn and advice.basis == "pretrained"
-    assert advice.evidence["act"] == act
+    assert advice.evidence.model.act == act
     get_ffn_spec(ffn)  # a variant ffnlab can build
     assert advise(pretrained=str(tmp_path)).recommendation == ffn  # the folder holding config.json
     with warnings.catch_warnings():
@@ -198,7 +207,7 @@ def test_pretrained_bert_says_why(tmp_path):
 def test_known_model_names(family):
     advice = advise(pretrained=family.example)
     assert advice.recommendation == family.ffn
-    assert family.hf_act in advice.evidence["source"]
+    assert family.hf_act in advice.evidence.model.source
 
 
 def test_unknown_model_name_lists_known_ones():
@@ -210,13 +219,13 @@ def test_without_store_cites_the_published_source():
     # a size at the published scale prefers nothing (with nothing stated, the first-attempt rule would pick)
     advice = advise(model_size="350M")
     table = SHAZEER_2020_65K
-    assert advice.basis == "published" and advice.evidence["kind"] == "published"
+    assert advice.basis == "published" and isinstance(advice.evidence, PublishedEvidence)
     assert advice.recommendation == min(table.values, key=table.values.get)
-    assert advice.evidence["arxiv"] == "2002.05202" and "Shazeer 2020" in advice.evidence["source"]
+    assert advice.evidence.tables[0].arxiv == "2002.05202" and "Shazeer 2020" in advice.evidence.tables[0].source
     assert "published results" in advice.reasons[0] and "Table 1" in advice.reasons[0]
     assert advice.command.startswith("ffnlab compare --variants ")
     for a in advice.alternatives:
-        assert a["published"] == table.values[a["ffn"]]
+        assert isinstance(a, PublishedAlternative) and a.published == table.values[a.ffn]
 
 
 def test_published_cost_sensitive_picks_the_cheapest_tied_variant():
@@ -467,7 +476,7 @@ def test_a_budget_that_rules_out_the_best_variant_changes_the_published_pick():
     free = advise(model_size="350M", seq_len=2048)
     tight = advise(model_size="350M", seq_len=2048, memory_budget=(DENSE_350M + GATED_350M) / 2)
     assert free.recommendation == "geglu" and tight.recommendation == "gelu"
-    excluded = {a["ffn"]: a["excluded"] for a in tight.alternatives if "excluded" in a}
+    excluded = {a.ffn: a.excluded for a in tight.alternatives if isinstance(a, PublishedAlternative) and a.excluded}
     assert set(excluded) == {"geglu", "swiglu", "reglu", "bilinear", "glu"}
     assert "exceeds the budget" in excluded["geglu"]
     # without a model size nothing can be estimated: the pick stays, and the advice says what is missing

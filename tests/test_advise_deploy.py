@@ -81,7 +81,7 @@ def test_the_measured_deployment_picks_what_its_numbers_favour(tmp_path, hardwar
     store = with_deployment(fabricated_store(tmp_path / "s.db", TRAINED), base_rows() + int8_rows)
     advice = advise(store=store, hardware=hardware)
     assert advice.recommendation == ffn and advice.branch == "pretrain/measured"
-    assert advice.evidence["deployment"]["pick"] == pick
+    assert advice.evidence.deployment.pick == pick
     assert "implementation" not in advice.to_json()  # (a store's advice names a variant; the row is in the reasons)
     (measured,) = [r for r in advice.rules if r.rule == "deploy-measured"]
     assert measured.evidence == "measured" and pick in measured.text
@@ -97,18 +97,18 @@ def test_the_loss_budget_and_the_noise_decide_which_rows_compete(tmp_path):
     gap = LOSS_BUDGET + 0.01  # beyond the budget...
     with_deployment(store, base_rows() + [deployed("relu", "int8/eager/int8-dynamic", 4.0, 1.95 + gap)])
     advice = advise(store=store, hardware="cpu")
-    assert advice.evidence["deployment"]["pick"] == "relu fp32/eager"  # the fastest row left
+    assert advice.evidence.deployment.pick == "relu fp32/eager"  # the fastest row left
     assert any(r.startswith("The fastest row, relu int8/eager/int8-dynamic (4 ms), is out") for r in advice.reasons)
-    rows = {r["row"]: r for r in advice.evidence["deployment"]["rows"]}
-    assert rows["relu int8/eager/int8-dynamic"]["acceptable"] is False
-    assert rows["relu int8/eager/int8-dynamic"]["gap_vs_reference"] == pytest.approx(gap)
+    rows = {w.label: w for w in advice.evidence.deployment.choice.rows}
+    assert rows["relu int8/eager/int8-dynamic"].acceptable is False
+    assert rows["relu int8/eager/int8-dynamic"].gap == pytest.approx(gap)
     # ...but within the noise: its 95% CI paired over seeds reaches 0
     noisy = deployed("relu", "int8/eager/int8-dynamic", 4.0, 1.95 + gap, jitter=(0.06, -0.07, 0.01))
     with_deployment(store, base_rows() + [noisy])
     advice = advise(store=store, hardware="cpu")
-    assert advice.evidence["deployment"]["pick"] == "relu int8/eager/int8-dynamic"
-    (row,) = [r for r in advice.evidence["deployment"]["rows"] if r["row"] == "relu int8/eager/int8-dynamic"]
-    assert row["acceptable"] and row["gap_ci"][0] <= 0 < row["gap_vs_reference"]
+    assert advice.evidence.deployment.pick == "relu int8/eager/int8-dynamic"
+    (row,) = [w for w in advice.evidence.deployment.choice.rows if w.label == "relu int8/eager/int8-dynamic"]
+    assert row.acceptable and row.ci[0] <= 0 < row.gap
 
 
 def test_on_mobile_the_int8_rows_weigh_most(tmp_path):
@@ -120,9 +120,9 @@ def test_on_mobile_the_int8_rows_weigh_most(tmp_path):
     ]
     store = with_deployment(fabricated_store(tmp_path / "s.db", TRAINED), rows)
     cpu, mobile = advise(store=store, hardware="cpu"), advise(store=store, deploy="edge")
-    assert (cpu.recommendation, cpu.evidence["deployment"]["pick"]) == ("relu", "relu fp32/onnxruntime")
-    assert (mobile.recommendation, mobile.evidence["deployment"]["pick"]) == ("gelu", "gelu int8/eager/int8-dynamic")
-    assert mobile.evidence["deployment"]["rule"]["int8_only"] and not cpu.evidence["deployment"]["rule"]["int8_only"]
+    assert (cpu.recommendation, cpu.evidence.deployment.pick) == ("relu", "relu fp32/onnxruntime")
+    assert (mobile.recommendation, mobile.evidence.deployment.pick) == ("gelu", "gelu int8/eager/int8-dynamic")
+    assert mobile.evidence.deployment.choice.int8_only and not cpu.evidence.deployment.choice.int8_only
     (rule,) = [r for r in mobile.rules if r.rule == "deploy-mobile-int8"]
     assert "int8 rows weigh most" in rule.text and rule.evidence == "rule of thumb"
     assert any(r.startswith("gelu has the best mean") for r in cpu.reasons)  # the training numbers, still quoted
@@ -133,7 +133,7 @@ def test_on_mobile_the_int8_rows_weigh_most(tmp_path):
     ]
     with_deployment(store, rows)
     mobile = advise(store=store, hardware="mobile")
-    assert mobile.evidence["deployment"]["pick"] == "relu fp32/onnxruntime"
+    assert mobile.evidence.deployment.pick == "relu fp32/onnxruntime"
     assert any(r.startswith("No int8 row keeps the quality (the nearest, gelu int8") for r in mobile.reasons)
 
 
@@ -143,7 +143,7 @@ def test_without_deploy_json_the_advice_is_unchanged_and_points_at_ffnlab_deploy
     store = fabricated_store(tmp_path / "s.db", TRAINED)
     advice = advise(store=store, hardware="mobile")
     pointer = [r for r in advice.reasons if f"`ffnlab deploy --store {store}`" in r]
-    assert len(pointer) == 1 and "deployment" not in advice.evidence
+    assert len(pointer) == 1 and advice.evidence.deployment is None
     monkeypatch.setattr(from_store, "deployment_advice", lambda *a, **kw: None)  # the advice before deploy.json
     before = advise(store=store, hardware="mobile")
     assert advice.to_json() == {**before.to_json(), "reasons": before.reasons + pointer}
@@ -156,7 +156,7 @@ def test_without_deploy_json_the_advice_is_unchanged_and_points_at_ffnlab_deploy
 def test_a_deployment_that_does_not_apply_is_not_used_and_says_why(tmp_path):
     store = with_deployment(fabricated_store(tmp_path / "s.db", TRAINED), base_rows() + RELU_INT8_WINS, d_model=64)
     advice = advise(store=store, hardware="mobile")
-    assert advice.recommendation == "gelu" and "deployment" not in advice.evidence
+    assert advice.recommendation == "gelu" and advice.evidence.deployment is None
     assert any("was not used: it measured a model of d_model 64" in r for r in advice.reasons)
     with_deployment(store, base_rows() + RELU_INT8_WINS)
     gpu = advise(store=store, hardware="gpu", latency_sensitive=True)
@@ -176,15 +176,15 @@ def test_a_budget_keeps_an_excluded_variant_out_of_the_deployment(tmp_path):
     store = fabricated_store(tmp_path / "s.db", TRAINED, params={"relu": 20_000, "gelu": 16_000})
     with_deployment(store, base_rows() + RELU_INT8_WINS)
     advice = advise(store=store, hardware="mobile", params_budget="18k")
-    assert advice.recommendation == "gelu" and advice.evidence["deployment"]["pick"] == "gelu int8/eager/int8-dynamic"
-    assert {r["ffn"] for r in advice.evidence["deployment"]["rows"]} == {"gelu"}
+    assert advice.recommendation == "gelu" and advice.evidence.deployment.pick == "gelu int8/eager/int8-dynamic"
+    assert {w.row.ffn for w in advice.evidence.deployment.choice.rows} == {"gelu"}
 
 
 def test_a_checkpoint_for_inference_learns_how_to_run_its_variant(tmp_path):
     store = with_deployment(fabricated_store(tmp_path / "s.db", TRAINED), base_rows() + RELU_INT8_WINS)
     advice = advise(situation="inference", pretrained="bert-base-uncased", deploy="edge", store=store)
     assert advice.recommendation == "gelu" and advice.branch == "inference/pretrained"  # the checkpoint's, always
-    assert advice.evidence["deployment"]["pick"] == "gelu int8/eager/int8-dynamic"
+    assert advice.evidence.deployment.pick == "gelu int8/eager/int8-dynamic"
     assert advice.implementation.endswith(
         "measured fastest within the quality budget: gelu int8/eager/int8-dynamic (deploy.json)"
     )
@@ -194,7 +194,7 @@ def test_a_checkpoint_for_inference_learns_how_to_run_its_variant(tmp_path):
     plain = advise(
         situation="inference", pretrained="bert-base-uncased", deploy="edge", store=tmp_path / "other" / "s.db"
     )
-    assert any("`ffnlab deploy --store" in r for r in plain.reasons) and "deployment" not in plain.evidence
+    assert any("`ffnlab deploy --store" in r for r in plain.reasons) and plain.evidence.deployment is None
 
 
 def test_advise_json_carries_the_measured_deployment_as_strict_json(run_cli, tmp_path):
@@ -240,6 +240,6 @@ def test_a_damaged_deploy_json_is_said_to_be_damaged_and_the_advice_stands_witho
     (line,) = [r for r in advice.reasons if "deploy.json" in r]
     assert line.startswith(f"The deployment beside {store} was not used: the deployment file {tmp_path}/deploy.json")
     assert DAMAGED[form] in line and "the file is damaged: measure it again" in line
-    assert advice.recommendation == "gelu" and "deployment" not in advice.evidence  # as without deploy.json
+    assert advice.recommendation == "gelu" and advice.evidence.deployment is None  # as without deploy.json
     code, out, err = run_cli("advise", "--store", store, "--hardware", "mobile")
     assert code == 0 and err == "" and "the file is damaged" in out

@@ -111,19 +111,19 @@ def test_with_a_model_size_the_memory_estimate_replaces_the_vram_rule():
 def test_a_model_too_large_for_the_memory_gets_gelu_at_a_smaller_width(hardware, size):
     advice = advise(hardware=hardware, model_size=size)  # was: "no published variant fits the budgets"
     assert advice.recommendation == "gelu" and advice.decided_by == ["memory-fit"]
-    fits, stated = advice.evidence["fits"], model_shape(advice.situation.model_size)
-    assert fits["d_model"] < stated.d_model and fits["d_model"] % 64 == 0 and fits["n_layers"] == stated.n_layers
+    fits, stated = advice.evidence.fits.shape, model_shape(advice.situation.model_size)
+    assert fits.d_model < stated.d_model and fits.d_model % 64 == 0 and fits.n_layers == stated.n_layers
     budget = HARDWARE_MEMORY[hardware]
-    narrower, wider = narrower_shape(stated, fits["d_model"]), narrower_shape(stated, fits["d_model"] + 64)
-    assert narrower.params == fits["params"]
+    narrower, wider = narrower_shape(stated, fits.d_model), narrower_shape(stated, fits.d_model + 64)
+    assert narrower.params == fits.params and advice.evidence.fits.ffn == "gelu"
     assert training_memory_estimate("gelu", narrower.params, narrower, 2048) <= budget  # the widest that fits
     assert training_memory_estimate("gelu", wider.params, wider, 2048) > budget
-    assert any("smaller width" in r and f"d_model {fits['d_model']}" in r for r in advice.reasons)
+    assert any("smaller width" in r and f"d_model {fits.d_model}" in r for r in advice.reasons)
 
 
 def test_the_planned_depth_is_kept_when_the_width_shrinks():
     advice = advise(hardware="gpu-16gb", model_size="1B", depth=8)
-    assert advice.evidence["fits"]["n_layers"] == 8 and advice.recommendation == "gelu"
+    assert advice.evidence.fits.shape.n_layers == 8 and advice.recommendation == "gelu"
 
 
 @pytest.mark.parametrize(

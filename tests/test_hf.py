@@ -426,7 +426,7 @@ def test_one_reader_of_a_configs_activation_agrees_with_every_caller(name, tmp_p
     assert config_activation(config.to_dict()) == found  # the same from what config.json holds
     (tmp_path / "config.json").write_text(config.to_json_string())
     advice = advise(pretrained=str(tmp_path))  # `ffnlab advise --pretrained FOLDER`
-    assert advice.recommendation == own and advice.evidence["act"] == model_activation(config)
+    assert advice.recommendation == own and advice.evidence.model.act == model_activation(config)
 
 
 def test_the_reader_says_where_the_activation_is_named_and_whether_it_gates():

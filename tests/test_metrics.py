@@ -42,7 +42,8 @@ def test_a_metric_declared_once_reaches_all_five_outputs(monkeypatch, tmp_path):
     page, md = report.html.read_text(), report.markdown.read_text()
     assert page.count("toy1001.0") == 4 and "toy score" in page and "toy1001.0" in md  # ranking and cost tables
     advice = advise(store=store)
-    assert [v["toy_score"] for v in advice.evidence["variants"].values()] == [1001.0, 1001.0]  # the evidence
+    evidence = advice.to_json()["evidence"]  # advise --json
+    assert [v["toy_score"] for v in evidence["variants"].values()] == [1001.0, 1001.0]  # the evidence
 
 
 def test_every_metric_reads_a_field_runs_have_and_shows_in_known_tables():

@@ -196,13 +196,15 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
     assert advice["evidence"]["scaling"]["swiglu"]["multiplier"] == row["multiplier"]
     assert any(r.startswith("Scaling study (") for r in advice["reasons"])
     from ffnlab.study.advise.from_store import scaling_reasons
+    from ffnlab.study.scaling import ScalingFits
 
     bent = {
         **scaling,
         "variants": {**scaling["variants"], "relu": {**scaling["variants"]["relu"], "lack_of_fit_p": 1e-6}},
     }
     bent["variants"]["swiglu"] = {**row, "multiplier": 1.9, "multiplier_ci": [1.4, 2.4]}
-    (line,) = scaling_reasons("relu", bent)  # the baseline chosen, a better-scaling variant named, misfit said
+    fits = ScalingFits.from_json(bent)
+    (line,) = scaling_reasons("relu", fits)  # the baseline chosen, a better-scaling variant named, misfit said
     assert "swiglu is worth 1.90x" in line and "misses the measured points" in line
     code, _, err = run_cli("report", "--store", store)
     page, md = (tmp_path / "report" / "report.html").read_text(), (tmp_path / "report" / "summary.md").read_text()

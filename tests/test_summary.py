@@ -90,7 +90,7 @@ def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_stor
     for cell_advice in advice.cells:
         printed_cell = by_axes(printed["cells"])[json.dumps(cell_advice.cell, sort_keys=True)]
         for row in printed_cell["variants"]:
-            evidence = cell_advice.evidence["variants"][row["ffn"]]
+            evidence = cell_advice.to_json()["evidence"]["variants"][row["ffn"]]  # advise --json
             for field in SHARED:
                 assert evidence[field] == row[field], (cell_advice.cell, row["ffn"], field)
     pre, post = (

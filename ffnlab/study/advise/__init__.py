@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ffnlab.study.advise.advice import Advice, format_advice
+from ffnlab.study.advise.evidence import PretrainedEvidence
 from ffnlab.study.advise.flow import Deploy, Hardware, Priority, Stage, Symptom, TaskType, rule_line
 from ffnlab.study.advise.from_checkpoint import advise_pretrained
 from ffnlab.study.advise.from_deployment import deployment_advice
@@ -138,7 +139,10 @@ def with_checkpoint_deployment(advice: Advice, store: str | Path, situation: Sit
             f"The training measurements in {store} were not used: they compare training from scratch, which "
             "starting from a checkpoint is not; its measured deployment was, for how to run the checkpoint's variant."
         )
-    evidence = {**advice.evidence, "deployment": deployment.evidence} if deployment.evidence else advice.evidence
+    evidence = advice.evidence
+    if deployment.evidence:
+        assert isinstance(evidence, PretrainedEvidence)  # (a checkpoint's advice)
+        evidence = replace(evidence, deployment=deployment.evidence)
     implementation = advice.implementation
     if implementation and deployment.pick:
         implementation += f"; measured fastest within the quality budget: {deployment.pick} (deploy.json)"

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from ffnlab._util.text import key_values
+from ffnlab.study.advise.evidence import Alternative, Evidence
 from ffnlab.study.advise.flow import SYMPTOM_NAMES, Check, Rule
 from ffnlab.study.advise.situation import Situation
 
@@ -29,8 +30,8 @@ class Advice:
     basis: Basis  # the source of evidence: a pretrained model, measurements in a store, published results; or
     # checks, where a symptom is troubleshot instead of a variant picked
     reasons: list[str]  # sentences; an applied rule's marked with its evidence
-    evidence: dict[str, Any]  # the JSON object of what it rests on, "kind" naming the basis
-    alternatives: list[dict[str, Any]]  # a JSON object per other variant: its numbers, or why it is out
+    evidence: Evidence  # what it rests on, of the basis's kind (evidence.py)
+    alternatives: list[Alternative]  # every other variant: its numbers, or why it is out
     cells: list[Advice] | None = None  # measured with several cells left: each cell's own advice
     command: str | None = None  # the `ffnlab compare` command that measures the question on your data
     cell: dict[str, Any] | None = None  # one cell's advice: the cell's axis values
@@ -47,8 +48,8 @@ class Advice:
             "recommendation": self.recommendation,
             "basis": self.basis,
             "reasons": self.reasons,
-            "evidence": self.evidence,
-            "alternatives": self.alternatives,
+            "evidence": self.evidence.to_json(),
+            "alternatives": [a.to_json() for a in self.alternatives],
             "cells": None if self.cells is None else [c.to_json() for c in self.cells],
             "command": self.command,
             "cell": self.cell,
@@ -72,35 +73,17 @@ def format_advice(advice: Advice) -> str:
     out += [f"  - {r}" for r in advice.reasons]
     if advice.alternatives:
         out += ["", "alternatives:"]
-        out += [f"  - {alternative_line(a)}" for a in advice.alternatives]
+        out += [f"  - {a.line()}" for a in advice.alternatives]
     if advice.checks:
         out += ["", f"checks for {SYMPTOM_NAMES[advice.checks[0].symptom]}, in order:"]
         for n, check in enumerate(advice.checks, 1):
             out += [f"  {n}. {check.check} ({check.source}): {check.why}", f"     measure: {check.command}"]
-    ev = advice.evidence
-    if ev["kind"] == "published":
-        out += ["", f"source: {ev['source']}, arXiv:{ev['arxiv']}, {ev['tables'][0]['table']}"]
-    elif ev["kind"] == "pretrained":
-        out += ["", f"source: {ev['source']}"]
+    source = advice.evidence.source_line()
+    if source:
+        out += ["", source]
     for cell in advice.cells or []:
         body = format_advice(replace(cell, command=None)).splitlines()
         out += ["", f"cell {key_values(cell.cell or {})}:"] + [f"  {line}" if line else "" for line in body]
     if advice.command:
         out += ["", f"measure it on your data: {advice.command}"]
     return "\n".join(out)
-
-
-def alternative_line(alternative: dict[str, Any]) -> str:
-    """One alternative as a line: why it is out, its measured or published numbers, or why not."""
-    a = alternative
-    if "excluded" in a:
-        return f"{a['ffn']}: excluded, {a['excluded']}"
-    if "summary" in a:
-        return f"{a['ffn']}: {a['summary']}"
-    if "published" in a:
-        std = f" (std {a['std']:.3f})" if a.get("std") is not None else ""
-        return (
-            f"{a['ffn']}: {a['published']:.3f}{std} at 65,536 steps, "
-            f"{a['delta_vs_recommendation']:+.3f} vs the recommendation"
-        )
-    return f"{a['ffn']}: {a['why_not']}"

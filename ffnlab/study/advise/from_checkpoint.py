@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from ffnlab._util.names import closest
@@ -17,6 +17,7 @@ from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.kernels.fused import FUSED_ACTS
 from ffnlab.run.presets import DEFAULT_PRESET, preset_config
 from ffnlab.study.advise.advice import Advice
+from ffnlab.study.advise.evidence import PretrainedEvidence, RejectedAlternative
 from ffnlab.study.advise.flow import Rule, apply_rule, rule_line
 from ffnlab.study.advise.situation import Situation
 from ffnlab.study.published import MODEL_FAMILIES
@@ -122,15 +123,12 @@ def advise_pretrained(pretrained: str, situation: Situation) -> Advice:
     ]
     if model.ffn is None:
         reasons.append(f"ffnlab has no entry for '{model.act}', so it cannot measure this model's FFN itself.")
-    alternatives = [
-        {
-            "ffn": "any other",
-            "why_not": "invalidates the pre-trained FFN weights; if you must, follow the fine-tuning rule and measure "
-            "the swap (command below)"
-            if stage == "finetune"
-            else "invalidates the pre-trained FFN weights; compare activations only when training from scratch",
-        }
-    ]
+    why_not = (
+        "invalidates the pre-trained FFN weights; if you must, follow the fine-tuning rule and measure the swap "
+        "(command below)"
+        if stage == "finetune"
+        else "invalidates the pre-trained FFN weights; compare activations only when training from scratch"
+    )
     rules, how, command = [apply_rule(STAGE_RULES[stage], act=model.act)], None, None
     if stage == "inference":
         how, more = implementation(model, situation.hardware)
@@ -142,8 +140,8 @@ def advise_pretrained(pretrained: str, situation: Situation) -> Advice:
         recommendation=ffn,
         basis="pretrained",
         reasons=reasons + [rule_line(r) for r in rules],
-        evidence={"kind": "pretrained", **asdict(model)},
-        alternatives=alternatives,
+        evidence=PretrainedEvidence(model),
+        alternatives=[RejectedAlternative("any other", why_not)],
         rules=rules,
         implementation=how,
         command=command,

@@ -56,7 +56,7 @@ class DeploymentAdvice:
     ffn: str | None
     rules: list[Rule]
     reasons: list[str]  # the trade-off, the hardware caveat, or why the deployment was not used
-    evidence: dict[str, Any] | None  # None where there is no deployment to quote
+    evidence: DeploymentEvidence | None  # None where there is no deployment to quote
     pick: str | None = None  # the picked row's label: 'relu int8/eager/int8-dynamic'
 
     @property
@@ -266,7 +266,7 @@ def deployment_advice(
         choice.pick.row.ffn,
         deployment_rules(choice, situation, path, machine),
         deployment_reasons(choice, situation, result, machine, variants, deployed, model is None),
-        deployment_evidence_json(choice, result, path, machine),
+        DeploymentEvidence(choice, result, path, machine),
         choice.pick.label,
     )
 
@@ -344,27 +344,40 @@ def deployment_reasons(
     return reasons + ([caveat] if caveat else [])
 
 
-def deployment_evidence_json(choice: DeployChoice, result: DeployResult, path: Path, machine: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DeploymentEvidence:
     """The evidence's 'deployment' object: the file, the machine, the rule, the pick and every weighed row."""
-    env, setup = result.environment, result.setup
-    return {
-        "file": str(path),
-        "measured_on": machine,
-        "machine": {
-            "cpu": env.get("cpu"),
-            "cpu_flags": env.get("cpu_flags"),
-            "gpu": env.get("gpu"),
-            "device": setup.get("device"),
-            "threads": setup.get("threads"),
-            "torch": env.get("torch"),
-        },
-        "model": {k: result.model.get(k) for k in ("d_model", "n_layers", "context", "params")},
-        "rule": {
-            "reference": choice.reference.label,
-            "loss_budget_nats": LOSS_BUDGET,
-            "latency_tie": LATENCY_TIE,
-            "int8_only": choice.int8_only,
-        },
-        "pick": choice.pick.label,
-        "rows": [w.to_json() for w in choice.rows],
-    }
+
+    choice: DeployChoice
+    result: DeployResult
+    path: Path
+    machine: str  # where it was measured, in words (`measured_on`)
+
+    @property
+    def pick(self) -> str:
+        """The picked row's label: 'relu int8/eager/int8-dynamic'."""
+        return self.choice.pick.label
+
+    def to_json(self) -> dict[str, Any]:
+        choice, env, setup = self.choice, self.result.environment, self.result.setup
+        return {
+            "file": str(self.path),
+            "measured_on": self.machine,
+            "machine": {
+                "cpu": env.get("cpu"),
+                "cpu_flags": env.get("cpu_flags"),
+                "gpu": env.get("gpu"),
+                "device": setup.get("device"),
+                "threads": setup.get("threads"),
+                "torch": env.get("torch"),
+            },
+            "model": {k: self.result.model.get(k) for k in ("d_model", "n_layers", "context", "params")},
+            "rule": {
+                "reference": choice.reference.label,
+                "loss_budget_nats": LOSS_BUDGET,
+                "latency_tie": LATENCY_TIE,
+                "int8_only": choice.int8_only,
+            },
+            "pick": self.pick,
+            "rows": [w.to_json() for w in choice.rows],
+        }

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ffnlab.study.advise.advice import Advice
+from ffnlab.study.advise.evidence import MeasuredCellsEvidence, MeasuredEvidence, PretrainedEvidence
 from ffnlab.study.advise.from_store import advise_measured
 from ffnlab.study.advise.situation import Situation
 
@@ -38,6 +39,8 @@ def advise_lora(checkpoint: Advice, store: str | Path, situation: Situation) -> 
     """A checkpoint's PEFT advice (`advise_pretrained`) with the LoRA study of that checkpoint in `store` (`measures`)
     measured first: its recommendation where the measurement separates the variants, the rule of thumb after it."""
     measured = advise_measured(store, situation)
+    assert isinstance(measured.evidence, MeasuredEvidence | MeasuredCellsEvidence)
+    assert isinstance(checkpoint.evidence, PretrainedEvidence)
     kept, folder = checkpoint.recommendation, lora_folder(store)
     head = (
         f"Measured under LoRA in {store}: fine-tuned from {folder} with every pretrained weight frozen, the FFN's "
@@ -52,5 +55,5 @@ def advise_lora(checkpoint: Advice, store: str | Path, situation: Situation) -> 
         measured,
         reasons=[head, *measured.reasons, verdict, *checkpoint.reasons],
         rules=checkpoint.rules + measured.rules,
-        evidence={**measured.evidence, "checkpoint": checkpoint.evidence},
+        evidence=replace(measured.evidence, checkpoint=checkpoint.evidence),
     )

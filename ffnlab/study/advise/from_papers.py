@@ -4,13 +4,13 @@ said to be such, with the `ffnlab compare` command that would measure the questi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ffnlab._util.text import human_bytes
 from ffnlab.core.activations import ACTIVATIONS
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.study.advise.advice import Advice
 from ffnlab.study.advise.command import compare_command
+from ffnlab.study.advise.evidence import Alternative, NarrowerModel, PublishedAlternative, PublishedEvidence
 from ffnlab.study.advise.flow import (
     CHECKS,
     DEFAULT_SEQ_LEN,
@@ -174,16 +174,13 @@ def advise_published(situation: Situation) -> Advice:
     # what the rules prefer is measured too, beside the published best ('gated' names no one variant)
     preferred = [p for r in preferences(situation) for p in r.picks if p != "gated"]
     variants = list(dict.fromkeys([choice, best, *tied, *preferred, "gelu", "relu"]))
-    evidence = published_evidence_json(table, long_run)
-    if picked.fit_shape:
-        shape = picked.fit_shape
-        evidence["fits"] = {"ffn": choice, "d_model": shape.d_model, "n_layers": shape.n_layers, "params": shape.params}
+    fits = NarrowerModel(choice, picked.fit_shape) if picked.fit_shape else None
     return Advice(
         recommendation=choice,
         basis="published",
         reasons=reasons,
-        evidence=evidence,
-        alternatives=published_alternatives_json(table, long_run, choice, picked.excluded),
+        evidence=PublishedEvidence((table, long_run), fits),
+        alternatives=published_alternatives(table, long_run, choice, picked.excluded),
         command=compare_command(
             variants,
             None,
@@ -237,42 +234,21 @@ def published_situation_reasons(situation: Situation, picked: PublishedChoice) -
     return reasons
 
 
-def published_alternatives_json(
+def published_alternatives(
     table: PublishedTable, long_run: PublishedTable, choice: str, excluded: dict[str, str] | None = None
-) -> list[dict[str, Any]]:
-    """A JSON object for every other variant of the table, best first: its published numbers and gap to the
-    choice, and why a budget rules it out where one does."""
+) -> list[Alternative]:
+    """Every other variant of the table, best first: its published numbers and gap to the choice, and why a
+    budget rules it out where one does."""
     values, excluded = table.values, excluded or {}
     return [
-        {
-            "ffn": n,
-            "published": values[n],
-            "std": table.spread.get(n),
-            "published_524k": long_run.values[n],
-            "delta_vs_recommendation": round(values[n] - values[choice], 3),
-            **({"excluded": excluded[n]} if n in excluded else {}),
-        }
+        PublishedAlternative(
+            ffn=n,
+            published=values[n],
+            std=table.spread.get(n),
+            published_524k=long_run.values[n],
+            delta_vs_recommendation=round(values[n] - values[choice], 3),
+            excluded=excluded.get(n),
+        )
         for n in sorted(values, key=values.__getitem__)
         if n != choice
     ]
-
-
-def published_evidence_json(*tables: PublishedTable) -> dict[str, Any]:
-    """The JSON object of the source and the numbers of the published tables the advice rests on (all from
-    one paper)."""
-    return {
-        "kind": "published",
-        "source": tables[0].source,
-        "arxiv": tables[0].arxiv,
-        "tables": [
-            {
-                "table": t.table,
-                "metric": t.metric,
-                "setup": t.setup,
-                "values": t.values,
-                "spread": t.spread,
-                "paper_names": t.names,
-            }
-            for t in tables
-        ],
-    }

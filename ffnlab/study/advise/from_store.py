@@ -4,7 +4,7 @@ differences over seeds, under the situation's parameter, memory and latency cons
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,42 +12,28 @@ from ffnlab._util.text import and_list, human, human_bytes, key_values, sci
 from ffnlab.run.config import TrainConfig
 from ffnlab.study.advise.advice import Advice
 from ffnlab.study.advise.command import compare_command
+from ffnlab.study.advise.evidence import (
+    Alternative,
+    ExcludedAlternative,
+    MeasuredAlternative,
+    MeasuredCellsEvidence,
+    MeasuredEvidence,
+    StudyFacts,
+)
 from ffnlab.study.advise.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_flop_share, rule_line
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.rules import decided_line, narrow, picks_text, preferences
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.metrics import ranking_metric, shown_in
+from ffnlab.study.metrics import ranking_metric
 from ffnlab.study.plan import CellKey, config_value, group_key, set_field
-from ffnlab.study.records import Cell, VariantRow
-from ffnlab.study.scaling import LOF_ALPHA
+from ffnlab.study.records import AcrossCells, Cell, VariantRow
+from ffnlab.study.scaling import LOF_ALPHA, ScalingFits
 from ffnlab.study.stats import MIN_PAIRS, holm, paired_diff
 
 ALPHA = 0.05
 # Step-time difference below which two variants count as equally fast: CPU timings of small
 # models on a shared machine jitter by several percent.
 SPEED_TOLERANCE = 0.05
-
-
-@dataclass(frozen=True)
-class StudyFacts:
-    """What an advice says of the study it was measured in (the start of its evidence)."""
-
-    store: str
-    task: str
-    metric: str  # the ranking metric
-    higher_is_better: bool
-    n_layers: int  # of the study's runs, or of the cell advised on where depth is an axis
-    d_model: int  # likewise, where width is an axis
-    context: int  # likewise, where context is an axis
-    data: str
-    tokenizer: str
-    match: str  # what the FFNs were matched in
-    seeds: int
-    baseline: str
-    device: str  # where the runs were timed ('?' when unknown)
-    init: str  # the FFN init of every variant
-    scaling: dict[str, Any] | None  # the compute multipliers of a scaling study (Summary.scaling)
-    across_cells: dict[str, Any] | None  # whether each gap changes between cells (Summary.across_cells)
 
 
 @dataclass(frozen=True)
@@ -100,8 +86,8 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
         baseline=summary.baseline,
         device=env.get("device", "?"),
         init=cfg.model.init,
-        scaling=summary.scaling.to_json() if summary.scaling and summary.scaling.fits else None,
-        across_cells=summary.across_cells.to_json() if summary.across_cells else None,
+        scaling=summary.scaling if summary.scaling and summary.scaling.fits else None,
+        across_cells=summary.across_cells,
     )
     configs: dict[CellKey, TrainConfig] = {}
     base = cfg.to_dict()
@@ -111,19 +97,6 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
                 run = set_field(run, path, config_value(base, path))
             configs.setdefault(group_key(run, study), run)
     return cells, facts, CellSettings(configs, study.per_variant)
-
-
-# the statistics of the ranking metric an advice quotes for each measured variant; its metrics are the
-# ones METRICS marks for the evidence
-EVIDENCE_STATS = ("mean", "ci_low", "ci_high", "n_seeds", "delta", "delta_ci_low", "delta_ci_high", "p_adj",
-                  "significant", "diverged", "values")  # fmt: skip
-
-
-def variant_evidence_json(row: VariantRow) -> dict[str, Any]:
-    """The JSON object an advice's evidence quotes of a measured variant: its statistics and its 'evidence'
-    metrics."""
-    metrics = {m.name: row.metrics.get(m.name) for m in shown_in("evidence")}
-    return {**{k: getattr(row, k) for k in EVIDENCE_STATS}, **metrics}
 
 
 def step_time_spread(row: VariantRow) -> float | None:
@@ -182,7 +155,7 @@ def advise_measured(store_path: str | Path, situation: Situation) -> Advice:
         recommendation=next(iter(picks)) if agree else "depends on the cell",
         basis="measured",
         reasons=reasons,
-        evidence={"kind": "measured", **asdict(facts), "cells": [a.evidence for a in advices]},
+        evidence=MeasuredCellsEvidence(facts, [cell_evidence(a) for a in advices]),
         alternatives=[],
         cells=advices,
         command=advices[0].command,
@@ -341,7 +314,7 @@ def gaps_to_best(variants: dict[str, VariantRow], best: str, eligible: list[str]
     paired = {n: paired_diff(variants[n].values, variants[best].values) for n in eligible if n != best}
     adjusted = holm([d.p for d in paired.values()])
     return {
-        n: GapToBest(**d.to_json(), p_adj=p_adj, significant=p_adj is not None and p_adj < ALPHA)
+        n: GapToBest(d.n, d.delta, d.ci_low, d.ci_high, d.p, p_adj, significant=p_adj is not None and p_adj < ALPHA)
         for (n, d), p_adj in zip(paired.items(), adjusted)
     }
 
@@ -367,21 +340,9 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation, settings: C
     if deployment:
         rules += deployment.rules
         reasons += deployment.lines
-    reasons += scaling_reasons(weighed.choice, facts.scaling)
+    reasons += scaling_reasons(weighed.choice, facts.scaling.fits if facts.scaling else None)
     reasons += across_reasons(weighed.choice, facts.across_cells)
-    evidence = {
-        "kind": "measured",
-        **asdict(facts),
-        "axes": cell.axes,
-        "variants": {n: variant_evidence_json(row) for n, row in weighed.variants.items()},
-    }
-    if deployment and deployment.evidence:
-        evidence["deployment"] = deployment.evidence
-    if facts.scaling:
-        evidence["scaling"] = {
-            n: {k: r[k] for k in ("multiplier", "multiplier_ci", "E", "alpha")}
-            for n, r in facts.scaling["variants"].items()
-        }
+    evidence = MeasuredEvidence(facts, cell.axes, weighed.variants, deployment.evidence if deployment else None)
     # the variants the rules prefer that the store did not measure, named, so that the command measures them
     unmeasured = [p for r in weighed.against for p in r.picks if p != "gated" and p not in weighed.variants]
     variants = list(dict.fromkeys([*weighed.variants, *unmeasured]))
@@ -390,7 +351,7 @@ def advise_cell(cell: Cell, facts: StudyFacts, situation: Situation, settings: C
         basis="measured",
         reasons=reasons,
         evidence=evidence,
-        alternatives=measured_alternatives_json(weighed),
+        alternatives=measured_alternatives(weighed),
         command=compare_command(
             variants, facts.data, situation.depth, max(5, facts.seeds), settings.of(cell), settings.per_variant
         ),
@@ -427,19 +388,19 @@ def against_line(rule: Rule, weighed: CellChoice, store: str) -> str:
     )
 
 
-def scaling_reasons(choice: str, scaling: dict[str, Any] | None) -> list[str]:
+def scaling_reasons(choice: str, fits: ScalingFits | None) -> list[str]:
     """What the store's compute multipliers say about the choice: its own sentence, and the variant with
     the largest multiplier whose interval is above 1 when that is another one."""
-    if not scaling:
+    if not fits:
         return []
-    rows, baseline = scaling["variants"], scaling["baseline"]
-    lines = [s for s in scaling["sentences"] if s.startswith(f"{choice} ")]
+    laws, baseline = fits.variants, fits.baseline
+    lines = [s for s in fits.sentences if s.startswith(f"{choice} ")]
     if choice == baseline:
         lines.append(f"{choice} is the baseline of the scaling fits (multiplier 1 by definition).")
-    worth = {n: r["multiplier"] for n, r in rows.items() if n != baseline and (r["multiplier_ci"][0] or 0) > 1}
+    worth = {n: law.multiplier for n, law in laws.items() if n != baseline and (law.multiplier_ci[0] or 0) > 1}
     top = max(worth, key=worth.__getitem__, default=None)
     if top is not None and top != choice:
-        misfit = any((rows[n]["lack_of_fit_p"] or 1) < LOF_ALPHA for n in (top, baseline))
+        misfit = any((laws[n].lack_of_fit_p or 1) < LOF_ALPHA for n in (top, baseline))
         lines.append(
             f"By the scaling fits {top} is worth {worth[top]:.2f}x {baseline}'s compute (interval above 1), more "
             f"than {choice}: where the compute budget matters more than the constraints above, consider {top}"
@@ -449,16 +410,16 @@ def scaling_reasons(choice: str, scaling: dict[str, Any] | None) -> list[str]:
                 else "."
             )
         )
-    where = f"{sci(scaling['compute_range'][0])}-{sci(scaling['compute_range'][1])} FLOPs"
+    where = f"{sci(fits.compute_range[0])}-{sci(fits.compute_range[1])} FLOPs"
     return [f"Scaling study ({where}, advice at the largest size): " + " ".join(lines)] if lines else []
 
 
-def across_reasons(choice: str, across: dict[str, Any] | None) -> list[str]:
+def across_reasons(choice: str, across: AcrossCells | None) -> list[str]:
     """Whether the choice's gap to the baseline, and the best mean, hold in the study's other cells."""
     if not across:
         return []
-    lines = [s for s in across["sentences"] if s.startswith(f"{choice}'s gap") or s.startswith("The best mean")]
-    return [f"Across the study's {len(across['cells'])} cells: " + " ".join(lines)] if lines else []
+    lines = [s for s in across.sentences if s.startswith(f"{choice}'s gap") or s.startswith("The best mean")]
+    return [f"Across the study's {len(across.cells)} cells: " + " ".join(lines)] if lines else []
 
 
 def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation: Situation) -> list[str]:
@@ -563,30 +524,35 @@ def caveat_reasons(weighed: CellChoice, facts: StudyFacts, situation: Situation)
     return reasons
 
 
-def measured_alternatives_json(weighed: CellChoice) -> list[dict[str, Any]]:
-    """A JSON object for every variant but the recommended one: why excluded, or its numbers against the
-    recommendation."""
+def measured_alternatives(weighed: CellChoice) -> list[Alternative]:
+    """Every variant but the recommended one: why excluded, or its numbers against the recommendation."""
     variants, choice = weighed.variants, weighed.choice
-    alternatives: list[dict[str, Any]] = []
+    alternatives: list[Alternative] = []
     for n in variants:
         if n == choice:
             continue
         if n in weighed.excluded:
-            alternatives.append({"ffn": n, "excluded": weighed.excluded[n]})
+            alternatives.append(ExcludedAlternative(n, weighed.excluded[n]))
             continue
         d = paired_diff(variants[n].values, variants[choice].values)
         gap, step_time, choice_step_time = weighed.diffs.get(n), weighed.step_time(n), weighed.step_time(choice)
         alternatives.append(
-            {
-                "ffn": n,
-                "mean": weighed.mean[n],
-                "delta_vs_recommendation": d.delta,
-                "ci": [d.ci_low, d.ci_high],
-                "p": d.p,
-                "p_adj_vs_best": gap.p_adj if gap else None,
-                "step_time_ratio": step_time / choice_step_time if step_time and choice_step_time else None,
-                "params": variants[n].metrics.get("params"),
-                "summary": f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
-            }
+            MeasuredAlternative(
+                ffn=n,
+                mean=weighed.mean[n],
+                delta_vs_recommendation=d.delta,
+                ci=[d.ci_low, d.ci_high],
+                p=d.p,
+                p_adj_vs_best=gap.p_adj if gap else None,
+                step_time_ratio=step_time / choice_step_time if step_time and choice_step_time else None,
+                params=variants[n].metrics.get("params"),
+                summary=f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
+            )
         )
     return alternatives
+
+
+def cell_evidence(advice: Advice) -> MeasuredEvidence:
+    """The evidence of a cell's advice (`advise_cell`)."""
+    assert isinstance(advice.evidence, MeasuredEvidence)
+    return advice.evidence

@@ -5,11 +5,12 @@ the seed's, where issue #38 gives it (init and lr before the activation), else f
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 from ffnlab._util.text import and_list
 from ffnlab.study.advise.advice import Advice
+from ffnlab.study.advise.evidence import ChecksEvidence
 from ffnlab.study.advise.flow import CHECKS, SYMPTOM_NAMES, apply_rule, rule_line
 from ffnlab.study.advise.situation import Situation
 
@@ -32,12 +33,7 @@ def advise_symptom(situation: Situation) -> Advice:
         recommendation="no variant: check " + ", then ".join(c.check for c in checks),
         basis="checks",
         reasons=reasons,
-        evidence={
-            "kind": "checks",
-            "symptom": symptom,
-            "source": rule.source,
-            "quotes": [asdict(q) for q in rule.quotes],
-        },
+        evidence=ChecksEvidence(symptom, rule.source, rule.quotes),
         alternatives=[],
         rules=[rule],
         checks=checks,

@@ -9,13 +9,13 @@ set FFNLAB_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import re
 import signal
-import sqlite3
 import sys
 import warnings
+from collections.abc import Sequence
+from typing import Any, NoReturn, TypeAlias
 
 from ffnlab._util.names import closest
 from ffnlab._util.signals import stop_within
@@ -34,6 +34,7 @@ from ffnlab.commands import (
     cmd_train,
 )
 from ffnlab.core.model import ModelConfig
+from ffnlab.errors import internal_error, user_error
 from ffnlab.flags import UsageError, add_config_flags, add_study_flags, csv_list, int_list, positive_float, positive_int
 from ffnlab.run.config import TrainConfig
 from ffnlab.run.presets import DEFAULT_PRESET, PRESETS
@@ -41,28 +42,33 @@ from ffnlab.study.store import DEFAULT_PATH as DEFAULT_STORE
 
 
 class Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         # only whole flag names: argparse would read `--seed -1` as `--seeds -1`, a prefix of another flag
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
         # NOTE: argparse takes '-1e-3', '-inf' for flags ('expected one argument'); no flag starts with
         # '-' and a digit, '.', 'inf' or 'nan', so such a word is a (negative) value
         self._negative_number_matcher = re.compile(r"^-(\.?\d|inf|nan)", re.IGNORECASE)
 
-    def error(self, message):  # one line, not argparse's usage block
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         # what argparse echoes here is what the user typed (a value, a choice, stray arguments): each
         # long word shortened as ffnlab's own errors echo names, so a 100k-character value is not printed
         raise UsageError(re.sub(r"[^\s']{61,}", lambda word: shorten(word.group()), message))
 
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
+    def parse_known_args(  # type: ignore[override]  # one of typeshed's overloads: ffnlab passes no namespace
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
         for action in self._actions:  # NOTE: argparse turns '--flag=--' into [] and skips the type check
-            if action.option_strings and action.nargs is None and getattr(namespace, action.dest, None) == []:
+            if action.option_strings and action.nargs is None and getattr(parsed, action.dest, None) == []:
                 self.error(f"argument {action.option_strings[-1]}: expected a value, got '--'")
         for word in extras:  # a flag this command does not have: name the nearest one it has
             if word.startswith("--"):
                 flag = word.split("=", 1)[0]
                 self.error(f"{self.prog} has no flag {flag}{closest(flag, self._option_string_actions)}; see --help")
-        return namespace, extras
+        return parsed, extras
+
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[Parser]"  # what add_subparsers returns
 
 
 def jobs_arg(text: str) -> int | str:
@@ -132,7 +138,7 @@ PROFILE_HELP = (
 )
 
 
-def add_compare_parser(sub) -> None:
+def add_compare_parser(sub: Subcommands) -> None:
     """compare: the Study's flags (ffnlab.flags.add_study_flags), the run's, and how the study runs and reports."""
     p = sub.add_parser("compare", help="multi-seed comparison of FFN variants with statistics (the main job)")
     add_study_flags(p)
@@ -190,7 +196,7 @@ def add_compare_parser(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def add_data_parser(sub) -> None:
+def add_data_parser(sub: Subcommands) -> None:
     """data prepare: a corpus tokenised once into a folder of token files that --data reads (ffnlab.data.prepared)."""
     p = sub.add_parser("data", help="prepare a corpus once as token files that train and compare read (--data DIR)")
     tasks = p.add_subparsers(dest="data_command", required=True, parser_class=Parser)
@@ -216,7 +222,7 @@ def add_data_parser(sub) -> None:
     p.set_defaults(func=cmd_data_prepare)
 
 
-def add_tool_parsers(sub) -> None:
+def add_tool_parsers(sub: Subcommands) -> None:
     """numerics, export, bench and deploy."""
     p = sub.add_parser("numerics", help="forward/backward error of every activation against a float64 reference")
     p.add_argument("names", nargs="?", default=None, help="comma-separated activations (default: all)")
@@ -268,7 +274,7 @@ def add_tool_parsers(sub) -> None:
     add_deploy_parser(sub)
 
 
-def add_deploy_parser(sub) -> None:
+def add_deploy_parser(sub: Subcommands) -> None:
     """deploy: a store's trained runs (--store) or fresh models (--ffn and the sizes); unset flags keep
     the library's defaults (ffnlab.tools.deploy.run_deploy)."""
     p = sub.add_parser("deploy", help="inference cost (and, from a store, quality) per variant, precision, runtime")
@@ -293,7 +299,7 @@ def add_deploy_parser(sub) -> None:
     p.set_defaults(func=cmd_deploy)
 
 
-def add_study_tool_parsers(sub) -> None:
+def add_study_tool_parsers(sub: Subcommands) -> None:
     """report, plot and advise."""
     p = sub.add_parser("report", help="HTML report, Markdown summary and figures of the latest study in a store")
     p.add_argument("--store", default=str(DEFAULT_STORE), help="SQLite run store")
@@ -322,7 +328,7 @@ def add_study_tool_parsers(sub) -> None:
     add_advise_parser(sub)
 
 
-def add_advise_parser(sub) -> None:
+def add_advise_parser(sub: Subcommands) -> None:
     """advise: one flag per field of the situation (ffnlab.study.advise.Situation), the inputs of the decision
     flow (ffnlab.study.advise.flow); --store is where measurements come from, --json how the advice is printed."""
     from ffnlab.study.advise import Situation
@@ -341,32 +347,7 @@ def add_advise_parser(sub) -> None:
     p.set_defaults(func=cmd_advise)
 
 
-# failures that come from what the user asked for (a name, a size, a path, a store): one line, exit 2
-USER_ERRORS = (
-    UsageError,
-    ValueError,
-    FileNotFoundError,
-    NotADirectoryError,
-    IsADirectoryError,
-    PermissionError,
-    UnicodeDecodeError,
-    MemoryError,
-    OverflowError,
-    sqlite3.Error,
-)
-# a disk that takes no more: the user's to fix, not a bug (the OSError names the file: ffnlab._util.files)
-DISK_ERRORS = {
-    errno.ENOSPC: "no space left on device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-}
-PATH_ERRORS = {  # a path the user gave that the file system cannot take: what is wrong, what to do
-    errno.ENAMETOOLONG: ("file name too long", "use a shorter path"),
-    errno.ELOOP: ("too many levels of symbolic links", "a link on the path points back into it"),
-}
-
-
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI. Exit 0 on success, 1 when runs did not finish or on an internal error (one line,
     the full trace written to a file it names), 2 on a user error (one line naming the problem)."""
     previous_format, warnings.formatwarning = warnings.formatwarning, one_line_warning
@@ -379,7 +360,7 @@ def main(argv=None) -> int:
         warnings.formatwarning = previous_format
 
 
-def run_command(argv) -> int:
+def run_command(argv: Sequence[str] | None) -> int:
     """main() without the signal handling."""
     try:
         args = build_parser().parse_args(argv)
@@ -400,39 +381,6 @@ def run_command(argv) -> int:
             return internal_error(e)
         print(f"ffnlab: error: {message}", file=sys.stderr)
         return 2
-
-
-def user_error(e: Exception) -> str | None:
-    """The one line a user error ends with; None when `e` is ffnlab's own bug."""
-    if isinstance(e, OSError) and e.errno in DISK_ERRORS:
-        return DISK_ERRORS[e.errno] + (f" writing {e.filename}" if e.filename else "")
-    if isinstance(e, OSError) and e.errno in PATH_ERRORS:
-        what, hint = PATH_ERRORS[e.errno]
-        return f"{what}{f': {shorten(e.filename, 120)}' if e.filename else ''}; {hint}"
-    if not isinstance(e, USER_ERRORS):
-        return None
-    message = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if isinstance(e, sqlite3.Error):
-        return f"the run store cannot be used ({type(e).__name__}: {message}); check --store"
-    if isinstance(e, (MemoryError, OverflowError)):
-        return f"the requested sizes do not fit ({type(e).__name__}{': ' + message if str(e) else ''})"
-    return message
-
-
-def internal_error(e: Exception) -> int:
-    """A bug: one line, and the trace where it can be read and reported; exit status 1."""
-    import tempfile
-    import traceback
-
-    fd, trace = tempfile.mkstemp(prefix="ffnlab-error-", suffix=".txt")
-    with os.fdopen(fd, "w") as f:
-        traceback.print_exception(e, file=f)
-    first = str(e).splitlines()[0] if str(e) else ""
-    print(
-        f"ffnlab: internal error: {type(e).__name__}{': ' + first if first else ''} (full trace in {trace})",
-        file=sys.stderr,
-    )
-    return 1
 
 
 if __name__ == "__main__":

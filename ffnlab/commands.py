@@ -4,6 +4,7 @@ returns. cli.py declares the subcommands and their flags; a mistake in the flags
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ffnlab.study.records import Summary
 
 
-def cmd_list(args):
+def cmd_list(args: argparse.Namespace) -> None:
     from dataclasses import asdict
 
     from ffnlab.core.catalog import format_list, format_schedule, list_rows, schedule_sizes
@@ -38,7 +39,7 @@ def cmd_list(args):
     print(json.dumps([asdict(row) for row in rows], indent=1) if args.json else format_list(rows, args.d_model))
 
 
-def cmd_train(args):
+def cmd_train(args: argparse.Namespace) -> int | None:
     from ffnlab.run.distributed import RankFailed, leave, this_rank
     from ffnlab.run.result_text import format_run
     from ffnlab.run.train import progress_bar, train
@@ -50,7 +51,7 @@ def cmd_train(args):
     cfg = config_from_sources(base, file, run_flags(args))
     if args.print_config:
         print(to_toml(file_fields(cfg)))
-        return
+        return None
     if args.command == "finetune" and not cfg.init_from:
         raise UsageError("finetune needs --from FOLDER, a save_pretrained folder")
     if args.save_pretrained:  # a folder, written when the run has finished: checked now, not then
@@ -80,11 +81,12 @@ def cmd_train(args):
     if args.json:
         printed = {k: v for k, v in result.to_dict().items() if k not in ("history", "config")}
         print(json.dumps(printed | ({"profile": profile.to_json()} if profile else {}), indent=1))
-        return
+        return None
     print(format_run(result))
+    return None
 
 
-def cmd_compare(args):
+def cmd_compare(args: argparse.Namespace) -> int:
     from ffnlab.study.compare import compare
 
     if args.log_to:
@@ -150,7 +152,7 @@ def incomplete(summary: Summary) -> int:
     return 1 if missing else 0
 
 
-def cmd_data_prepare(args):
+def cmd_data_prepare(args: argparse.Namespace) -> None:
     if args.workers:  # tokenizers' thread pool reads it when it starts, at the first batch
         os.environ["RAYON_NUM_THREADS"] = str(args.workers)
     from ffnlab.data.prepared import prepare
@@ -164,7 +166,7 @@ def cmd_data_prepare(args):
     )
 
 
-def cmd_numerics(args):
+def cmd_numerics(args: argparse.Namespace) -> None:
     from ffnlab.tools.numerics import format_numerics, parse_range, run_numerics, to_json
 
     lo, hi = parse_range(args.range)
@@ -172,14 +174,14 @@ def cmd_numerics(args):
     print(to_json(report) if args.json else format_numerics(report))
 
 
-def cmd_export(args):
+def cmd_export(args: argparse.Namespace) -> None:
     from ffnlab.tools.export import OPSET, export_variant, format_export
 
     report = export_variant(args.ffn, args.out, args.model, args.d_model, args.n_layers, args.opset or OPSET)
     print(json.dumps(report, indent=1) if args.json else format_export(report))
 
 
-def cmd_bench(args):
+def cmd_bench(args: argparse.Namespace) -> None:
     from ffnlab.tools.bench import format_bench, run_bench
 
     log = None if args.json else (lambda line: print(f"bench: {line}", file=sys.stderr, flush=True))
@@ -195,7 +197,7 @@ def cmd_bench(args):
     print(json.dumps(result, indent=1) if args.json else format_bench(result))
 
 
-def cmd_report(args):
+def cmd_report(args: argparse.Namespace) -> None:
     from ffnlab.study.report import write_report
 
     files = write_report(args.store, args.out, baseline=args.baseline, layer=args.layer, numerics=args.numerics)
@@ -207,7 +209,7 @@ def cmd_report(args):
         print(f"ffnlab: warning: {problem}", file=sys.stderr)
 
 
-def cmd_plot(args):
+def cmd_plot(args: argparse.Namespace) -> None:
     from ffnlab.study.plots import activation_labels, activations_figure, figure_format, save
 
     figure_format(args.out)  # a bad extension or place fails before any drawing
@@ -217,7 +219,7 @@ def cmd_plot(args):
     print(f"wrote {args.out}")
 
 
-def cmd_advise(args):
+def cmd_advise(args: argparse.Namespace) -> None:
     from ffnlab.study.advise import Situation, advice_for, format_advice
     from ffnlab.study.advise.from_lora import lora_checkpoint
 
@@ -230,7 +232,7 @@ MODEL_SIZES = ("d_model", "n_layers", "n_heads", "context", "vocab_size")  # dep
 TIMING = ("precisions", "runtimes", "batch", "seq", "repeats", "warmup", "threads")  # unset: the library's defaults
 
 
-def cmd_deploy(args):
+def cmd_deploy(args: argparse.Namespace) -> int:
     from ffnlab.study.deployment import deploy_store, deployment_path, save_deployment
     from ffnlab.tools.deploy import format_deploy, run_deploy
 
@@ -260,7 +262,7 @@ def cmd_deploy(args):
     return 0
 
 
-def check_deploy_flags(args) -> None:
+def check_deploy_flags(args: argparse.Namespace) -> None:
     """A UsageError for flags `deploy` cannot act on, before anything is measured or written."""
     if args.store is None and args.ffn is None:
         raise UsageError("deploy measures a store's trained runs (--store STORE) or fresh models (--ffn gelu,relu)")

@@ -94,10 +94,10 @@ def semicolon_list(text: str) -> list[str]:
     return csv_list(text, ";")
 
 
-def number_list(kind: type, what: str) -> Callable[[str], list]:
+def number_list(kind: type[Number], what: str) -> Callable[[str], list[Number]]:
     """An argparse type for comma-separated positive numbers of `kind`, named `<kind>_list`."""
 
-    def parse(text: str) -> list:
+    def parse(text: str) -> list[Number]:
         try:
             values = [kind(t) for t in csv_list(text)]
         except ValueError:
@@ -113,10 +113,11 @@ def number_list(kind: type, what: str) -> Callable[[str], list]:
 int_list = number_list(int, "integers")
 float_list = number_list(float, "numbers")
 # a list field's flag: comma-separated items of the list's type
-LIST_TYPES: dict[type | None, Callable[[str], list]] = {int: int_list, float: float_list, str: csv_list}
+ListParser = Callable[[str], list[int]] | Callable[[str], list[float]] | Callable[[str], list[str]]
+LIST_TYPES: dict[type | None, ListParser] = {int: int_list, float: float_list, str: csv_list}
 
 
-def flag_parser(hint) -> tuple[Callable | None, tuple | None]:
+def flag_parser(hint: object) -> tuple[Callable[[str], object] | None, tuple[object, ...] | None]:
     """(how the flag reads its value, choices) for a field typed `hint`: a scalar as its type, `list[X]`
     comma-separated (LIST_TYPES); (None, None) for a field no flag sets (a table, a nested config)."""
     if typing.get_origin(hint) is list:
@@ -164,7 +165,7 @@ def kept_message(parse: Callable[[str], object]) -> Callable[[str], object]:
     return parse_flag
 
 
-def default_text(f: Field) -> str:
+def default_text(f: Field[Any]) -> str:
     """A field's default as its flag's help shows it: a list comma-separated, as the flag takes it."""
     default = f.default_factory() if f.default_factory is not MISSING else f.default
     default = None if default is MISSING else default

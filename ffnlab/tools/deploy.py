@@ -49,7 +49,8 @@ from ffnlab._util.text import first_line, num, shorten
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, Transformer, model_param_count
 from ffnlab.tools.bench import measure_machine, peak_bytes_during, timed
-from ffnlab.tools.quantize import SCHEMES, quantize_model, quantize_onnx, quiet_libraries, torchao_version
+from ffnlab.tools.quantize import SCHEMES, quantize_model, quantize_onnx, torchao_version
+from ffnlab.tools.quantize import quiet_libraries as quiet_libraries  # re-exported: study.deployment quiets with it
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 RUNTIMES = ("eager", "compile", "onnxruntime")

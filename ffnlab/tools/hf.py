@@ -24,12 +24,13 @@ import copy
 import functools
 import hashlib
 import json
+import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +67,15 @@ from ffnlab.tools.quantize import quiet_libraries
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
     from transformers.pytorch_utils import Conv1D
+
+
+class AutoModelClass(Protocol):
+    """The calls ffnlab makes of a transformers Auto class (AutoModelForCausalLM, ...), typed here: transformers
+    leaves `from_config` unannotated and `from_pretrained`'s return too."""
+
+    def from_config(self, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel: ...
+
+    def from_pretrained(self, pretrained_model_name_or_path: str, *model_args: Any, **kwargs: Any) -> Any: ...
 
 
 class UnsupportedModelError(ValueError):
@@ -185,7 +195,7 @@ def ffnlab_to_hf(name: str, key: str = "hidden_act") -> str:
     return "gated-" + ("gelu_python" if hf == "gelu" else hf)
 
 
-def _get(config, key):
+def _get(config: object, key: str) -> Any:  # a config value, of any JSON type
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
@@ -211,7 +221,7 @@ class ConfigActivation:
         return _gated_name(act) if self.gated else act
 
 
-def config_activation(config: dict | PretrainedConfig, where: str = "config") -> ConfigActivation:
+def config_activation(config: dict[str, Any] | PretrainedConfig, where: str = "config") -> ConfigActivation:
     """Which activation a Hugging Face config's FFN runs: the one home of that question (swap_ffn, fine-tuning's
     own variant and `ffnlab advise --pretrained` read it here).
 
@@ -236,7 +246,7 @@ def config_activation(config: dict | PretrainedConfig, where: str = "config") ->
     return ConfigActivation(key, value, name, _get(config, "model_type") in GATED_MODEL_TYPES, overridden)
 
 
-def family_defaults(config: dict) -> PretrainedConfig | None:
+def family_defaults(config: dict[str, Any]) -> PretrainedConfig | None:
     """The config transformers builds for `config`'s model_type with nothing given: its defaults, which a
     config.json that leaves a field out runs with (a Llama config without hidden_act runs silu); None for a
     model_type transformers does not know."""
@@ -249,7 +259,7 @@ def family_defaults(config: dict) -> PretrainedConfig | None:
         return CONFIG_MAPPING[model_type]()
 
 
-def model_activation(config: dict | PretrainedConfig) -> str:
+def model_activation(config: dict[str, Any] | PretrainedConfig) -> str:
     """ffnlab activation (exact expression) that a Hugging Face config's FFN runs (`config_activation`).
 
     ValueError where ffnlab has none. Where hidden_act and hidden_activation are both set and differ (Gemma
@@ -270,7 +280,7 @@ def model_activation(config: dict | PretrainedConfig) -> str:
 # ---- families: where the FFNs are and how to read and replace them ---------------------------
 
 
-def _linear(prefix: str, lin, transpose: bool = False) -> dict:
+def _linear(prefix: str, lin: nn.Linear | Conv1D, transpose: bool = False) -> dict[str, torch.Tensor]:
     """A Linear's tensors under `prefix`; transpose for GPT-2's Conv1D, which stores (in, out)."""
     out = {f"{prefix}.weight": lin.weight.t() if transpose else lin.weight}
     if lin.bias is not None:
@@ -278,39 +288,44 @@ def _linear(prefix: str, lin, transpose: bool = False) -> dict:
     return out
 
 
-def _replace(model, path: str, new: nn.Module) -> dict:
+def _replace(model: nn.Module, path: str, new: nn.Module) -> dict[str, nn.Module]:
     old = model.get_submodule(path)
     model.set_submodule(path, new)
     return {path: old}
 
 
-def _install_gpt2(model, path, ffn):
+def _install_gpt2(model: nn.Module, path: str, ffn: nn.Module) -> dict[str, nn.Module]:
     # GPT2MLP ends with dropout(resid_pdrop) on its output; keep it there
-    return _replace(model, path, nn.Sequential(ffn, nn.Dropout(model.get_submodule(path).dropout.p)))
+    unit: Any = model.get_submodule(path)  # a GPT2MLP, read by attribute name as Family's units are
+    return _replace(model, path, nn.Sequential(ffn, nn.Dropout(unit.dropout.p)))
 
 
-def _install_bert(model, path, ffn):
+def _install_bert(model: nn.Module, path: str, ffn: nn.Module) -> dict[str, nn.Module]:
     # BERT splits the FFN: intermediate = act(dense(h)), output = LayerNorm(dropout(dense(.)) + h).
     # The whole ffnlab FFN takes output.dense's place and intermediate becomes an identity, so the
     # FFN stays one module while BertOutput keeps its dropout, residual and LayerNorm.
     return {**_replace(model, f"{path}.intermediate", nn.Identity()), **_replace(model, f"{path}.output.dense", ffn)}
 
 
-def _t5_weights(ff) -> dict:
+def _t5_weights(ff: Any) -> dict[str, torch.Tensor]:
     if hasattr(ff, "wi_0"):  # T5DenseGatedActDense: wo(act(wi_0 x) * wi_1 x): wi_0 is the gate
         return {**_linear("w_gate", ff.wi_0), **_linear("w_up", ff.wi_1), **_linear("w_down", ff.wo)}
     return {**_linear("w_in", ff.wi), **_linear("w_out", ff.wo)}
 
 
-def _has(*paths):
+def _has(*paths: str) -> Callable[[str, Any], bool]:
     """is_ffn test: the module has every dotted attribute path (gone once swapped, so no double swap)."""
 
-    def attr(m, dotted):
+    def attr(m: object, dotted: str) -> object:
         for name in dotted.split("."):
             m = getattr(m, name, None)
         return m
 
     return lambda path, m: all(attr(m, p) is not None for p in paths)
+
+
+# a family's install: (model, path, ffn) -> {path: module it replaced}
+Install = Callable[[nn.Module, str, nn.Module], dict[str, nn.Module]]
 
 
 @dataclass(frozen=True)
@@ -322,10 +337,11 @@ class Family:
     # NOTE: a unit is the architecture's own module (GPT2MLP, BertLayer, ...), read by attribute
     # name (unit.c_fc, unit.intermediate.dense), so it is typed Any rather than nn.Module
     is_ffn: Callable[[str, Any], bool]  # (path, module) -> is this module one FFN unit
-    weights: Callable[[Any], dict]  # unit -> its tensors under ffnlab's names
-    install: Callable = _replace  # (model, path, ffn) -> {path: module it replaced}
+    weights: Callable[[Any], dict[str, torch.Tensor]]  # unit -> its tensors under ffnlab's names
+    install: Install = _replace  # puts the ffnlab FFN at the unit's path
     hidden_dropout: Callable[[Any], float] = lambda unit: 0.0  # dropout after the activation
-    tasks: dict = field(default_factory=dict)  # task -> config overrides (tokens: fine-tuning only, load_pretrained)
+    # task -> config overrides (tokens: fine-tuning only, load_pretrained)
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 FAMILIES: dict[str, Family] = {
@@ -371,7 +387,7 @@ def _supported() -> str:
     return "; ".join(f"{name} ({', '.join(f.model_types)})" for name, f in FAMILIES.items())
 
 
-def model_family(model: nn.Module | dict | PretrainedConfig) -> tuple[str, Family]:
+def model_family(model: nn.Module | dict[str, Any] | PretrainedConfig) -> tuple[str, Family]:
     """(name, Family) of a Hugging Face model (or config) by its model_type; UnsupportedModelError else."""
     config = getattr(model, "config", model)
     model_type = _get(config, "model_type")
@@ -412,7 +428,9 @@ def swap_width(spec: FFNSpec, own: FFNSpec, d_model: int, d_ff: int, bias: bool,
     return hidden_dim_for_target(spec, d_model, target, match, bias)
 
 
-def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden: float, exact: bool = False) -> FFN:
+def _make_ffn(
+    spec: FFNSpec, acts: tuple[str, ...], d_model: int, d_ff: int, bias: bool, p_hidden: float, exact: bool = False
+) -> FFN:
     """ffnlab FFN of `spec`'s kind running `acts`, each followed by dropout p_hidden if non-zero.
 
     NOTE: in a gated FFN the dropout falls on act(gate) before the product; the mask scales the
@@ -421,7 +439,7 @@ def _make_ffn(spec: FFNSpec, acts, d_model: int, d_ff: int, bias: bool, p_hidden
     bf16/fp16 in fp32, which would change the numbers of a model whose weights carried over.
     """
 
-    def act(name):
+    def act(name: str) -> nn.Module:
         a = get_activation(name)
         return nn.Sequential(a, nn.Dropout(p_hidden)) if p_hidden else a
 
@@ -542,7 +560,7 @@ def restore_ffn(model: nn.Module, replaced: dict[str, nn.Module]) -> None:
 DIGEST_KEY = "ffnlab_ffn_digest"
 
 
-def ffn_digest(description: dict) -> torch.Tensor:
+def ffn_digest(description: dict[str, Any]) -> torch.Tensor:
     """sha256 of an FFN description ({"ffn", "match"}) as 32 uint8s: a buffer, so it is saved in the
     safetensors weights beside the FFNs it describes."""
     digest = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).digest()
@@ -557,19 +575,22 @@ def _tied_to(model: nn.Module, key: str, loaded: set[int]) -> bool:
 
 
 @contextlib.contextmanager
-def quiet_transformers():
+def quiet_transformers() -> Iterator[None]:
     """transformers without its progress bars and warnings (load and save report nothing we need)."""
-    from transformers.utils import logging
+    from transformers.utils import logging as hf_logging
 
-    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
+    # transformers leaves these two unannotated
+    disable_bars: Callable[[], None] = hf_logging.disable_progress_bar
+    enable_bars: Callable[[], None] = hf_logging.enable_progress_bar
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity(logging.ERROR)
+    disable_bars()
     try:
         yield
     finally:
-        logging.set_verbosity(verbosity)
+        hf_logging.set_verbosity(verbosity)
         if bars:
-            logging.enable_progress_bar()
+            enable_bars()
 
 
 def import_models() -> None:
@@ -593,7 +614,7 @@ class LocalOnly(TypedDict):
 LOCAL_ONLY = LocalOnly(local_files_only=True, trust_remote_code=False)
 
 
-def folder_config(folder: str | os.PathLike) -> dict:
+def folder_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """The config.json of a local save_pretrained folder as a dict, checked before transformers reads
     the folder. ValueError, one line, when `folder` is not a folder (a Hub name such as 'gpt2' is
     never downloaded), has no config.json that parses, has a file transformers would open that is no
@@ -630,19 +651,20 @@ def check_folder_files(path: Path) -> None:
         check_readable(file, "the weights file")
 
 
-def local_config(folder: str | os.PathLike, **overrides) -> PretrainedConfig:
+def local_config(folder: str | os.PathLike[str], **overrides: Any) -> PretrainedConfig:
     """The PretrainedConfig of a local save_pretrained folder (`folder_config`) of a supported family,
     with `overrides`; ValueError, one line, for a config that transformers refuses."""
     from transformers import AutoConfig
 
     model_family(folder_config(folder))  # UnsupportedModelError (a ValueError) names the supported ones
     try:
-        return AutoConfig.from_pretrained(os.fspath(folder), **LOCAL_ONLY, **overrides)
+        config: PretrainedConfig = AutoConfig.from_pretrained(os.fspath(folder), **LOCAL_ONLY, **overrides)
+        return config
     except Exception as e:  # transformers' validators raise their own types, over several lines
         raise ValueError(f"{folder}/config.json is not a valid config: {' '.join(str(e).split())[:300]}") from None
 
 
-def save_unswapped(model: PreTrainedModel, folder: str | os.PathLike) -> None:
+def save_unswapped(model: PreTrainedModel, folder: str | os.PathLike[str]) -> None:
     """Save a swapped model as a plain Hugging Face folder (`from_pretrained` loads it): its config
     names the swapped activation and its FFN weights sit in the architecture's own modules.
 
@@ -683,7 +705,7 @@ def save_unswapped(model: PreTrainedModel, folder: str | os.PathLike) -> None:
         plain.save_pretrained(os.fspath(tmp), safe_serialization=True)
 
 
-def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> nn.Module:
+def load_swapped(folder: str | os.PathLike[str], model_class: type[PreTrainedModel] | None = None) -> nn.Module:
     """A model that `swap_ffn` changed and `save_pretrained` wrote to `folder`, loaded back (eval mode).
 
     The architecture comes from config.json (`model_class`, default its `architectures[0]`), the
@@ -757,7 +779,7 @@ def load_swapped(folder: str | os.PathLike, model_class: type | None = None) -> 
             f"{folder} does not fit {model_class.__name__} with {info['ffn']} FFNs: "
             f"unexpected {sorted(unexpected)[:3]}, missing {sorted(untied)[:3]}"
         )
-    return model.eval()
+    return nn.Module.eval(model)  # what PreTrainedModel.eval does; transformers leaves that one unannotated
 
 
 def ffn_modules(model: nn.Module) -> list[FFN]:
@@ -780,7 +802,8 @@ class ProjectionAct(nn.Module):
         self.proj, self.act = proj, act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.proj(x))
+        out: torch.Tensor = self.act(self.proj(x))
+        return out
 
 
 class FusedQKVAct(nn.Module):
@@ -796,7 +819,9 @@ class FusedQKVAct(nn.Module):
         return torch.cat([self.acts[key](t) if key in self.acts else t for key, t in parts.items()], dim=-1)
 
 
-def _qkv_wrappers(family_name: str, path: str, module: Any, acts: dict) -> dict[str, ProjectionAct | FusedQKVAct]:
+def _qkv_wrappers(
+    family_name: str, path: str, module: Any, acts: dict[str, Any]
+) -> dict[str, ProjectionAct | FusedQKVAct]:
     """{path of a projection: its replacement} for one module (any of the model's, read by attribute
     name): empty unless it is an attention."""
     if family_name == "gpt2":
@@ -885,7 +910,7 @@ class HFModelConfig:
     n_layers: int
     n_classes: int
     init: str
-    hf_config: dict  # the full Hugging Face config, as built
+    hf_config: dict[str, Any]  # the full Hugging Face config, as built
     attn_act: str | None = None  # activations on q, k, v (swap_attn_act)
     pad_id: int | None = None  # examples padded with this id (a pretrained tokenizer's): masked from attention
     segment_sep_id: int | None = None  # with pad_id, for a model with token types: the id that ends a pair's first
@@ -943,7 +968,7 @@ def model_inputs(idx: torch.Tensor, pad_id: int | None, segment_sep_id: int | No
 SUB_CONFIGS = ("text_config", "decoder", "generator", "text_encoder")
 
 
-def load_hf_config(config_path_or_dict: str | os.PathLike | dict | PretrainedConfig) -> dict:
+def load_hf_config(config_path_or_dict: str | os.PathLike[str] | dict[str, Any] | PretrainedConfig) -> dict[str, Any]:
     """A Hugging Face config as a dict: from a JSON file (a regular file, `ffnlab._util.reading`), a dict or a
     PretrainedConfig. ValueError naming the file if it cannot be read or parsed, has no model_type, or holds a
     composite model's text part where a supported family's model_type is a single model."""
@@ -982,7 +1007,7 @@ DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers"
 
 
 def _hf_config_for(
-    config: dict, family: Family, task: str, vocab_size: int | None, context: int | None, n_classes: int
+    config: dict[str, Any], family: Family, task: str, vocab_size: int | None, context: int | None, n_classes: int
 ) -> PretrainedConfig:
     """The PretrainedConfig to build: `config` without its provenance fields and any auto_map (the model
     is built from model_type, never from code a config points to), with the task's overrides, no KV
@@ -1014,7 +1039,7 @@ def _hf_config_for(
     return hf_config
 
 
-def hf_shape(config: dict, task: str, context: int) -> dict[str, int]:
+def hf_shape(config: dict[str, Any], task: str, context: int) -> dict[str, int]:
     """The shape of the model build_hf_model builds from `config` for `task` at `context` (which replaces the
     config's own, as in training): n_layers, n_heads, d_model and context, read through transformers' names
     for them (GPT-2's n_layer, n_head, n_embd)."""
@@ -1038,7 +1063,7 @@ def _init_ffns_seeded(hf: nn.Module, init: Init, seed: int) -> None:
 
 
 def build_hf_model(
-    config_path_or_dict: str | os.PathLike | dict | PretrainedConfig,
+    config_path_or_dict: str | os.PathLike[str] | dict[str, Any] | PretrainedConfig,
     ffn: str,
     match: Match = "params",
     seed: int = 0,
@@ -1075,7 +1100,7 @@ def build_hf_model(
 
     import_models()
     hf_config = _hf_config_for(config, family, task, vocab_size, context, n_classes)
-    auto = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
+    auto: AutoModelClass = AutoModelForCausalLM if task == "lm" else AutoModelForSequenceClassification
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         torch.manual_seed(seed)
         warnings.simplefilter("ignore", PretrainedWeightsWarning)  # nothing pretrained here

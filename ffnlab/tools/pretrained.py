@@ -27,7 +27,7 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -42,6 +42,7 @@ from ffnlab.tools.hf import (
     FAMILIES,
     HEAD_TASKS,
     LOCAL_ONLY,
+    AutoModelClass,
     HFModel,
     HFModelConfig,
     PretrainedWeightsWarning,
@@ -63,15 +64,6 @@ if TYPE_CHECKING:
     from ffnlab.data.checkpoint_tokenizer import CheckpointTokenizer
 
 TASK_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.tasks)  # what fine-tuning supports
-
-
-class AutoModelClass(Protocol):
-    """The calls ffnlab makes of a transformers Auto class (AutoModelForCausalLM, ...), typed here: transformers
-    leaves `from_config` unannotated and `from_pretrained`'s return too."""
-
-    def from_config(self, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel: ...
-
-    def from_pretrained(self, pretrained_model_name_or_path: str, *model_args: Any, **kwargs: Any) -> Any: ...
 
 
 def check_folder(folder: str | os.PathLike[str]) -> dict[str, Any]:

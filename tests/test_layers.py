@@ -115,12 +115,3 @@ def test_the_readme_architecture_names_every_module_and_only_those():
     assert files - named == set(), "modules the README's architecture section does not name"
     diagram = set(re.findall(r"^(\w+)/ ", section, re.M))
     assert diagram == set(LAYERS) - {"cli"}
-
-
-def test_no_function_in_the_package_is_longer_than_80_lines():
-    long = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
-                long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}")
-    assert long == []

@@ -31,7 +31,7 @@ def median_step(log_every: int, steps: int, precision: str) -> float:
     cfg = replace(standard(), max_steps=steps, eval_every=steps, log_every=log_every, precision=precision, threads=1)
     # the mean, not the median: gradient statistics run on one step in log_every, which a median skips
     result = train(cfg)
-    return result.train_seconds / result.steps  # one evaluation, at the end, in both
+    return result.costs.train_seconds / result.steps  # one evaluation, at the end, in both
 
 
 def main() -> None:

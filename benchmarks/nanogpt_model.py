@@ -76,8 +76,8 @@ def train_gpt(nanogpt: Path, config: dict, x: torch.Tensor, y: torch.Tensor) -> 
     result = train(TrainConfig.from_dict(config), model_factory=build)
     return {
         "loss": mean_loss(built[-1], x, y),
-        "own_loss": result.final_val_loss,
-        "train_s": result.train_seconds,
+        "own_loss": result.val.loss,
+        "train_s": result.costs.train_seconds,
         "status": result.status,
     }
 

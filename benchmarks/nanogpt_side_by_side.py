@@ -202,11 +202,11 @@ def run_ffnlab(
         side="ffnlab",
         steps=r.steps,
         loss=mean_loss(built[-1], x, y),
-        own_loss=r.final_val_loss,
-        train_s=r.train_seconds,
-        ms_per_iter=round(r.step_time_s * 1e3, 2),
-        tokens_per_s=round(r.tokens_per_s),
-        first_step_s=r.first_step_s,
+        own_loss=r.val.loss,
+        train_s=r.costs.train_seconds,
+        ms_per_iter=round(r.costs.step_time_s * 1e3, 2),
+        tokens_per_s=round(r.costs.tokens_per_s),
+        first_step_s=r.costs.first_step_s,
     )
 
 
@@ -215,7 +215,7 @@ def fresh_first_step(cfg: TrainConfig) -> float:
     the recipe trained for 2 steps in a subprocess, its first_step_s."""
     code = (
         "import json, sys\nfrom ffnlab.run.config import TrainConfig\nfrom ffnlab.run.train import train\n"
-        "print(train(TrainConfig.from_dict(json.loads(sys.argv[1]))).first_step_s)"
+        "print(train(TrainConfig.from_dict(json.loads(sys.argv[1]))).costs.first_step_s)"
     )
     short = replace(cfg, max_steps=2, eval_every=2).to_dict()
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}

@@ -54,12 +54,12 @@ def placement_runs(base: TrainConfig, seeds: int, log=print) -> dict[str, dict]:
             untrained = r.history["val"][0]["loss"]
             diverged = r.status == "diverged"
             record["untrained"].append(untrained)
-            record["final"].append(None if diverged else r.final_val_loss)
+            record["final"].append(None if diverged else r.val.loss)
             record["diverged"].append(diverged)
-            fails = failed_completely(untrained, r.final_val_loss, diverged)
+            fails = failed_completely(untrained, r.val.loss, diverged)
             log(
                 f"| {position} | {seed} | {r.status}{f' ({r.diverged_kind})' if diverged else ''} | {untrained:.4f} "
-                f"| {'-' if diverged else f'{r.final_val_loss:.4f}'} | {'yes' if fails else 'no'} "
+                f"| {'-' if diverged else f'{r.val.loss:.4f}'} | {'yes' if fails else 'no'} "
                 f"| {time.perf_counter() - start:.1f} |"
             )
         m = mean_ci([f for f in record["final"] if f is not None])

@@ -96,8 +96,8 @@ def cpu_row(name: str, batch_size: int, steps: int) -> str:
     cfg = preset_config(name)
     short = replace(cfg, batch_size=batch_size, max_steps=steps, eval_batches=1, final_eval_batches=1, device="cpu")
     result = train(short)
-    step_s = result.step_time_s
-    seconds_per_flop = step_s / train_flops(result.flops_per_token, batch_size * cfg.model.context)
+    step_s = result.costs.step_time_s
+    seconds_per_flop = step_s / train_flops(result.costs.flops_per_token, batch_size * cfg.model.context)
     per_token = forward_flops_per_token(cfg, cfg.model.ffn)
     preset_step = seconds_per_flop * train_flops(per_token, cfg.batch_size * cfg.model.context)
     total = seconds_per_flop * run_flops(cfg, per_token)

@@ -133,7 +133,7 @@ TIMED_TRAIN = (
     "def seen(step, total, m):\n"
     "    first or first.append(time.perf_counter() - t0)\n"
     "r = train(TrainConfig.from_dict(json.loads(sys.argv[1])), progress=seen)\n"
-    "print(json.dumps({'first_step_s': first[0] if first else -1, 'tokens_per_s': r.tokens_per_s}))\n"
+    "print(json.dumps({'first_step_s': first[0] if first else -1, 'tokens_per_s': r.costs.tokens_per_s}))\n"
 )
 
 

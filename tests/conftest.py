@@ -95,9 +95,10 @@ def not_a_file(folder, kind: str, name: str = "config.json"):
 
 
 def run_result(**fields):
-    """A `RunResult` with plausible values in every field, `fields` replacing some: test fixtures are built
-    from the real type, so a misspelt or stale field fails instead of passing unread."""
-    from ffnlab.run.config import RunResult
+    """A `RunResult` with plausible values in every field, `fields` (keys of its flat JSON, `RunResult.to_dict`)
+    replacing some: test fixtures are built by the real type's reader, so a misspelt or stale key fails instead
+    of passing unread."""
+    from ffnlab.run.result import RunResult
 
     loss = fields.get("final_val_loss", 2.0)
     values = dict(
@@ -111,7 +112,7 @@ def run_result(**fields):
         n_loss_spikes=0, max_grad_norm=1.0, ffn_grad_mean=0.0, ffn_grad_std=1e-3, behaviour={}, dead_frac=None,
         learned={}, vocab_size=65, device="cpu", precision="fp32", threads=1, history={}, events=[], config={},
     )  # fmt: skip
-    return RunResult(**{**values, **fields})
+    return RunResult.from_dict({**values, **fields})
 
 
 def variant_row(ffn, **fields):

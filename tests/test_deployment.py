@@ -48,7 +48,7 @@ def test_each_row_has_its_cost_and_its_quality_paired_over_seeds(store):
     with Store(store, create=False) as s:
         stored = {(r.config["model"]["ffn"], r.config["qat_from"]): [] for r in s.runs()}
         for r in s.runs():
-            stored[(r.config["model"]["ffn"], r.config["qat_from"])].append(r.result.final_val_loss)
+            stored[(r.config["model"]["ffn"], r.config["qat_from"])].append(r.result.val.loss)
     for (ffn, qat, label), r in rows.items():
         assert r.reason is None and r.latency.threads == 1 and r.quality.seeds == [0, 1]
         assert r.quality.val_loss_delta.n == 2 and r.quality.test_loss is not None

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ffnlab.run.config import ModelConfig, RunResult, TrainConfig
+from ffnlab.run.config import ModelConfig, TrainConfig
+from ffnlab.run.result import RunResult
 from ffnlab.run.train import train
 from tests.conftest import TINY_MODEL
 
@@ -38,20 +39,20 @@ def test_two_processes_equal_one_process_at_the_same_global_batch():
     one = train(replace(BASE, batch_size=8, max_steps=6))
     two = train(replace(BASE, nproc=2, max_steps=6))
     assert two.config["nproc"] == 2 and two.config["batch_size"] == 4
-    assert abs(two.final_val_loss - one.final_val_loss) < 1e-5
-    assert abs(two.final_test_loss - one.final_test_loss) < 1e-5
+    assert abs(two.val.loss - one.val.loss) < 1e-5
+    assert abs(two.test.loss - one.test.loss) < 1e-5
 
 
 def test_two_processes_sum_gradients_as_one_process_accumulating_them():
     # the same sums in the same order (each rank's micro-batch, then the average over two), step after step
     accumulated = train(replace(BASE, grad_accum=2, max_steps=6))
     two = train(replace(BASE, nproc=2, max_steps=6))
-    assert abs(two.final_val_loss - accumulated.final_val_loss) < 1e-6
+    assert abs(two.val.loss - accumulated.val.loss) < 1e-6
     curve = [v["loss"] for v in accumulated.history["val"]]
     assert [v["loss"] for v in two.history["val"]] == pytest.approx(curve, abs=1e-6)
     # a rank that left out its share, or drew another one, would be far off
     alone = train(replace(BASE, max_steps=6))
-    assert abs(alone.final_val_loss - accumulated.final_val_loss) > 1e-3
+    assert abs(alone.val.loss - accumulated.val.loss) > 1e-3
 
 
 def ranks_of(root: int) -> list[int]:
@@ -189,7 +190,7 @@ def ddp_and_sharded(tmp_path_factory) -> dict[str, tuple[RunResult, Path]]:
 
 def test_a_sharded_run_computes_what_ddp_computes(ddp_and_sharded):
     (ddp, _), (sharded, _) = ddp_and_sharded["ddp"], ddp_and_sharded["sharded"]
-    assert sharded.config["shard"] and abs(sharded.final_val_loss - ddp.final_val_loss) < 1e-6
+    assert sharded.config["shard"] and abs(sharded.val.loss - ddp.val.loss) < 1e-6
     for whole, pieces in zip(ddp.history["grad_ffn"], sharded.history["grad_ffn"], strict=True):  # over all shards
         assert pieces == pytest.approx(whole, rel=1e-4, abs=1e-9)
 

@@ -325,7 +325,7 @@ def test_compare_from_a_folder_keeps_and_swaps_with_its_own_tokenizer(folders, d
     for record in records:
         assert record.config["tokenizer"] == "pretrained"
         assert record.config["special_tokens"] == ("lm" not in case)
-        assert record.result.status == "finished" and record.result.final_val_loss is not None
+        assert record.result.status == "finished" and record.result.val.loss is not None
 
 
 def test_a_tagger_is_scored_once_per_word_not_per_sub_token(folders, data):

@@ -359,12 +359,12 @@ def test_compare_on_glue_prints_each_tasks_official_metrics_and_the_glue_score(r
     for ffn in ("gelu", "swiglu"):
         for seed in (0, 1):
             cola, stsb = results[("cola", ffn, seed)], results[("stsb", ffn, seed)]
-            want = glue_score({"cola": cola.final_test_mcc,
-                               "stsb": task_score([stsb.final_test_pearson, stsb.final_test_spearman])})  # fmt: skip
+            want = glue_score({"cola": cola.test.mcc,
+                               "stsb": task_score([stsb.test.pearson, stsb.test.spearman])})  # fmt: skip
             assert agg["values"][ffn][str(seed)] == pytest.approx(want)
         mean = sum(agg["values"][ffn].values()) / 2
         assert next(r for r in agg["variants"] if r["ffn"] == ffn)["mean"] == pytest.approx(mean)
-        pearsons = [results[("stsb", ffn, s)].final_test_pearson for s in (0, 1)]
+        pearsons = [results[("stsb", ffn, s)].test.pearson for s in (0, 1)]
         assert agg["scores"][ffn][1] == pytest.approx(sum(pearsons) / 2)
         assert cells["stsb"][ffn]["glue_score"] is not None and cells["cola"][ffn]["final_test_mcc"] is not None
     pages = [p.read_text(encoding="utf-8") for p in (tmp_path / "report").glob("*") if p.suffix in (".html", ".md")]

@@ -112,10 +112,10 @@ def test_only_the_adapters_and_the_head_train_and_every_frozen_weight_stays_the_
             if plain in folder:  # the same name in the folder (every weight but a swapped FFN's)
                 assert torch.equal(p, folder[plain]), name
             frozen += p.numel()
-    assert result.trainable_params == trainable and frozen > 5 * trainable
+    assert result.costs.trainable_params == trainable and frozen > 5 * trainable
     assert any(".lora_B." in name for name in start)
     ffn_grads = [k for row in result.history["grad_ffn"] for k in row if k != "step"]
-    assert ffn_grads == [] and result.ffn_grad_mean is None  # the frozen FFN has no gradients to summarise
+    assert ffn_grads == [] and result.monitors.ffn_grad_mean is None  # the frozen FFN has no gradients to summarise
 
 
 def test_the_optimiser_gets_only_the_trainable_parameters(folders):
@@ -326,7 +326,7 @@ def test_a_lora_run_on_the_folders_own_tokenizer_loads_back_with_its_padding(
     cfg = TrainConfig(model=ModelConfig(ffn=ffn, task=task, context=CONTEXT), init_from=str(folder), data=str(data),
                       tokenizer="pretrained", peft="lora", max_steps=3, **SMALL)  # fmt: skip
     model, start, result = trained(cfg, pretrained_path=tmp_path / "adapter")
-    assert result.status == "finished" and 0 < result.trainable_params < result.params / 5
+    assert result.status == "finished" and 0 < result.costs.trainable_params < result.costs.params / 5
     assert all(".lora_" in n or ".modules_to_save." in n for n, p in model.named_parameters() if p.requires_grad)
     tokenizer = read_checkpoint_tokenizer(str(folder))
     pad = tokenizer.pad_id

@@ -1,16 +1,19 @@
 import csv
 import math
-from dataclasses import fields
+import operator
+from dataclasses import field, fields, make_dataclass
 
 import pytest
 
-from ffnlab.run.config import RunResult
+from ffnlab.run import result
+from ffnlab.run.result import SPLITS, Evaluation
 from ffnlab.study import metrics
 from ffnlab.study.advise import advise
 from ffnlab.study.load import load_study
 from ffnlab.study.metrics import (
     METRICS,
     TABLES,
+    Measured,
     Metric,
     exp_mean,
     mean_of,
@@ -20,8 +23,10 @@ from ffnlab.study.metrics import (
     ranking_metric,
 )
 from ffnlab.study.report import write_report
+from ffnlab.study.store import Store
 from ffnlab.study.summary import summarize_study
 from ffnlab.study.table import format_table, write_csv
+from tests import test_advise
 from tests.conftest import run_result
 from tests.test_advise import fabricated_store
 
@@ -46,10 +51,45 @@ def test_a_metric_declared_once_reaches_all_five_outputs(monkeypatch, tmp_path):
     assert [v["toy_score"] for v in evidence["variants"].values()] == [1001.0, 1001.0]  # the evidence
 
 
+def test_a_measured_quantity_is_one_field_on_its_record_and_one_entry_in_the_table(monkeypatch, tmp_path):
+    # a copy of the records whose Evaluation measures one more quantity (a Brier score), and a copy of the table
+    # with one more entry reading it: nothing else is edited, and it reaches the store and all five outputs
+    measured = make_dataclass("Evaluation", [("brier", float | None, field(default=None))], bases=(Evaluation,),
+                              frozen=True)  # fmt: skip
+    monkeypatch.setattr(result, "Evaluation", measured)
+    brier = Metric("final_val_brier", "val Brier", "", "lower", Measured("val", "brier"), format=lambda v: f"b{v:.3f}",
+                   tables=("ranking", "evidence"))  # fmt: skip
+    monkeypatch.setattr(metrics, "METRICS", (*METRICS, brier))
+    # each run as train() would record it: evaluate() returned 'brier', 0.01 x (seed + 1)
+    with_brier = lambda **f: run_result(**f, final_val_brier=0.01 * (f["seed"] + 1))
+    monkeypatch.setattr(test_advise, "run_result", with_brier)
+    store = test_advise.fabricated_store(tmp_path / "s.db", {"relu": 2.0, "gelu": 1.9})  # seeds 0, 1, 2
+    with Store(store) as db:  # the store kept it, and reads it back
+        assert {r.result.val.brier for r in db.runs()} == {0.01, 0.02, 0.03}
+    study, runs, _ = load_study(store)
+    assert Evaluation.measured({"loss": 2.0, "brier": 0.5}) == Evaluation(loss=2.0, ppl=math.exp(2.0))  # the
+    # record as it is has no such field: measured() keeps the quantities its fields name
+    summary = summarize_study(study, store, runs)
+    assert "val Brier" in format_table(summary) and "b0.020" in format_table(summary)  # the terminal
+    assert [r["final_val_brier"] for r in summary.to_json()["variants"]] == [pytest.approx(0.02)] * 2  # --json
+    write_csv(summary, tmp_path / "t.csv")
+    with open(tmp_path / "t.csv") as f:
+        assert [float(r["final_val_brier"]) for r in csv.DictReader(f)] == [pytest.approx(0.02)] * 2  # --csv
+    report = write_report(store, tmp_path / "report")
+    assert "val Brier" in report.html.read_text() and "b0.020" in report.markdown.read_text()  # the report
+    advice = advise(store=store)
+    evidence = advice.to_json()["evidence"]  # advise --json
+    assert [v["final_val_brier"] for v in evidence["variants"].values()] == [pytest.approx(0.02)] * 2
+
+
 def test_every_metric_reads_a_field_runs_have_and_shows_in_known_tables():
-    names = {f.name for f in fields(RunResult)}
+    quantities = {f.name for f in fields(Evaluation)}
     for m in METRICS:
-        assert not isinstance(m.source, str) or m.source in names, m.name
+        if isinstance(m.source, Measured):  # a quantity of a split's Evaluation, named by its key in the JSON
+            assert m.source.split in SPLITS and m.source.quantity in quantities, m.name
+            assert m.name == m.source.key or not m.name.startswith(("final_", "noisy_")), m.name
+        elif isinstance(m.source, str):  # a field of one of the result's records
+            operator.attrgetter(m.source)(run_result())
         assert set(m.tables) <= set(TABLES) and set(m.tasks) <= {"lm", "cls", "image", "tokens", "reg"}, m.name
         m.value(run_result())  # computed sources read fields that exist
     assert len({m.name for m in METRICS}) == len(METRICS)

@@ -158,8 +158,8 @@ def test_a_prepared_folder_trains_to_the_loss_of_its_text(tmp_path):
     prepare(str(tmp_path / "c.txt"), tmp_path / "tokens")
     from_text = train(tiny_config(str(tmp_path / "c.txt")))
     from_tokens = train(tiny_config(str(tmp_path / "tokens")))
-    assert from_tokens.final_val_loss == pytest.approx(from_text.final_val_loss, abs=1e-6)
-    assert from_tokens.final_test_loss == pytest.approx(from_text.final_test_loss, abs=1e-6)
+    assert from_tokens.val.loss == pytest.approx(from_text.val.loss, abs=1e-6)
+    assert from_tokens.test.loss == pytest.approx(from_text.test.loss, abs=1e-6)
     assert from_tokens.vocab_size == from_text.vocab_size
 
 

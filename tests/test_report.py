@@ -124,7 +124,7 @@ def test_report_data_rows_match_the_store(smoke_store):
     with Store(smoke_store, create=False) as s:
         finals = {}
         for r in s.runs(status="finished"):
-            finals.setdefault(r.result.ffn, []).append(r.result.final_val_loss)
+            finals.setdefault(r.result.ffn, []).append(r.result.val.loss)
     for row in view.cell.variants:
         assert row.mean == pytest.approx(sum(finals[row.ffn]) / 2)
         assert sorted(row.values.values()) == sorted(finals[row.ffn])

@@ -178,12 +178,15 @@ def test_compare_scale_fits_compute_from_the_stored_runs(run_cli, tmp_path):
         results = [r.result for r in db.runs(status="finished")]
     assert len(results) == 12
     for r in results:
-        assert r.train_flops == 3 * r.flops_per_token * r.tokens
-    by_width = sorted({(r.config["model"]["d_model"], r.train_flops) for r in results if r.ffn == "relu"})
+        assert r.costs.train_flops == 3 * r.costs.flops_per_token * r.costs.tokens
+    by_width = sorted({(r.config["model"]["d_model"], r.costs.train_flops) for r in results if r.ffn == "relu"})
     assert [c for _, c in by_width] == sorted(c for _, c in by_width) and len(by_width) == 3  # compute grows
     points = sorted(c for c, _, _ in row["points"])
-    assert points == sorted(r.train_flops for r in results if r.ffn == "swiglu")
-    assert scaling["compute_range"] == [min(r.train_flops for r in results), max(r.train_flops for r in results)]
+    assert points == sorted(r.costs.train_flops for r in results if r.ffn == "swiglu")
+    assert scaling["compute_range"] == [
+        min(r.costs.train_flops for r in results),
+        max(r.costs.train_flops for r in results),
+    ]
     assert json.loads(json.dumps(StudyScaling.from_json(scaling).to_json())) == scaling  # as protocol.json reads it
     code, out, _ = run_cli(*SCALE_ARGS, "--store", store)  # finished: read back from the store
     assert code == 0 and "scaling over width 8/16/24" in out and "swiglu reaches relu's loss with" in out

@@ -233,7 +233,7 @@ def test_nan_and_inf_round_trip(store):
     store.finish("r1", run_result(status="diverged", final_val_loss=NAN, max_grad_norm=INF))
     run = store.get("r1")
     assert math.isnan(run.config["x"]) and run.config["y"] == [INF, -INF]
-    assert math.isnan(run.result.final_val_loss) and run.result.max_grad_norm == INF
+    assert math.isnan(run.result.val.loss) and run.result.monitors.max_grad_norm == INF
     values = [v for _, _, v in store.metrics("r1")]
     assert math.isnan(values[0]) and values[1:] == [INF, -INF]
     assert math.isnan(store.events("r1")[0]["value"])

@@ -163,7 +163,7 @@ def deterministic(store_path):
         for r in s.runs():
             out[r.id] = (
                 r.status,
-                r.result.final_val_loss,
+                r.result.val.loss,
                 r.result.steps,
                 [m for m in s.metrics(r.id) if m[1] in ("train_loss", "val_loss")],
             )
@@ -267,7 +267,7 @@ def test_a_ray_task_returns_what_the_driver_records_and_never_opens_the_store(tm
         s.claim(run_id(cfg), cfg.to_dict())
         s.start(run_id(cfg))
         assert record_returned(s, store, cfg, returned) == "finished"
-        assert s.get(run_id(cfg)).result.final_val_loss == returned.result.final_val_loss
+        assert s.get(run_id(cfg)).result.val.loss == returned.result.val.loss
     assert (store.parent / "weights" / f"{run_id(cfg)}.safetensors").read_bytes() == returned.weights
     bad = train_on_worker({**cfg.to_dict(), "data": str(tmp_path / "missing.txt")}, str(tmp_path / "worker"))
     assert bad.result is None and bad.weights is None and "missing.txt" in bad.error and bad.env["python"]
@@ -290,7 +290,7 @@ def test_how_a_study_is_scheduled_never_changes_its_numbers(tmp_path):
         store = tmp_path / f"j{jobs}.db"
         run_study(smoke_study(base=replace(preset_config("smoke"), precision="fp32")), store, jobs=jobs, quiet=True)
         with Store(store, create=False) as s:
-            finals[jobs] = {r.id: (r.result.final_val_loss, r.result.threads) for r in s.runs()}
+            finals[jobs] = {r.id: (r.result.val.loss, r.result.threads) for r in s.runs()}
     assert finals[1] == finals[2] and {t for _, t in finals[1].values()} == {1}
     assert torch.get_num_threads() == before
 

@@ -36,7 +36,7 @@ def test_same_seed_gives_bitwise_identical_losses():
     b = train(tiny(seed=1, model=replace(TINY, ffn="swiglu"), precision="fp32"))
     c = train(tiny(seed=2, model=replace(TINY, ffn="swiglu"), precision="fp32"))
     assert a.history["train_loss"] == b.history["train_loss"]
-    assert a.final_val_loss == b.final_val_loss
+    assert a.val.loss == b.val.loss
     assert a.history["train_loss"] != c.history["train_loss"]
 
 
@@ -44,16 +44,18 @@ def test_result_records_curves_costs_and_behaviour():
     r = train(tiny(model=replace(TINY, ffn="reglu")))
     assert r.status == "finished" and r.steps == 20
     assert [v["step"] for v in r.history["val"]] == [0, 10, 20]
-    assert r.final_val_ppl == pytest.approx(math.exp(r.final_val_loss))
-    assert r.tokens_per_s > 0 and r.train_mem_bytes > 0 and r.params > 0 and r.flops_per_token > 0
-    layer = r.behaviour["blocks.0.ffn"]
+    assert r.val.ppl == pytest.approx(math.exp(r.val.loss))
+    assert (
+        r.costs.tokens_per_s > 0 and r.memory.train_mem_bytes > 0 and r.costs.params > 0 and r.costs.flops_per_token > 0
+    )
+    layer = r.monitors.behaviour["blocks.0.ffn"]
     assert 0 <= layer["dead_frac"] <= 1 and 0 < layer["zero_frac"] < 1  # relu gate: some exact zeros
     assert layer["std_pre"] > 0 and layer["max_abs_hidden"] > 0
     assert any(k.startswith("grad_norm/blocks.0.ffn") for k in r.history["grad_ffn"][0])
-    assert r.noisy_val_loss is not None and r.noisy_val_loss != r.final_val_loss
-    assert r.final_test_loss is not None and r.final_test_loss != r.final_val_loss  # held-out plays, not val
-    assert r.ffn_grad_std > 0 and r.ffn_grad_mean is not None
-    assert r.learned == {}  # relu gates learn no activation parameters
+    assert r.noisy_val.loss is not None and r.noisy_val.loss != r.val.loss
+    assert r.test.loss is not None and r.test.loss != r.val.loss  # held-out plays, not val
+    assert r.monitors.ffn_grad_std > 0 and r.monitors.ffn_grad_mean is not None
+    assert r.monitors.learned == {}  # relu gates learn no activation parameters
     json.dumps(r.to_dict())  # serialisable
 
 
@@ -62,21 +64,23 @@ def test_memory_figures_do_not_depend_on_run_order():
     small = tiny(**short)
     large = tiny(**short, model=replace(TINY, d_model=128, n_layers=3, n_heads=4))
     big, after_big = train(large), train(small)
-    assert after_big.train_mem_bytes < big.train_mem_bytes
-    assert train(small).train_mem_bytes == after_big.train_mem_bytes  # the same figure in any order
+    assert after_big.memory.train_mem_bytes < big.memory.train_mem_bytes
+    assert train(small).memory == after_big.memory  # the same figure in any order
     # the parts: fp32 params and grads, AdamW's two moments, activations of one B x T forward
-    assert after_big.param_bytes == after_big.grad_bytes == 4 * after_big.params
-    assert 2 * after_big.param_bytes <= after_big.optimizer_bytes < 2 * after_big.param_bytes + 1024
-    assert after_big.saved_bytes > 8 * 32 * 32 * 4  # at least one (B, T, d_model) fp32 tensor
-    assert after_big.cuda_peak_bytes is None  # CPU run: no allocator peak to report
+    assert after_big.memory.param_bytes == after_big.memory.grad_bytes == 4 * after_big.costs.params
+    assert (
+        2 * after_big.memory.param_bytes <= after_big.memory.optimizer_bytes < 2 * after_big.memory.param_bytes + 1024
+    )
+    assert after_big.memory.saved_bytes > 8 * 32 * 32 * 4  # at least one (B, T, d_model) fp32 tensor
+    assert after_big.memory.cuda_peak_bytes is None  # CPU run: no allocator peak to report
 
 
 def test_learned_activation_parameters_are_reported():
     r = train(tiny(model=replace(TINY, ffn="swish_beta"), max_steps=10))
-    beta = r.learned["blocks.0.ffn"]["beta"]
+    beta = r.monitors.learned["blocks.0.ffn"]["beta"]
     assert isinstance(beta, float) and beta != 1.0  # trained away from its init
     r = train(tiny(model=replace(TINY, ffn="switch"), max_steps=10))
-    weights = r.learned["blocks.0.ffn"]["weights"]
+    weights = r.monitors.learned["blocks.0.ffn"]["weights"]
     assert set(weights) == {"relu", "gelu", "silu"} and sum(weights.values()) == pytest.approx(1.0)
 
 
@@ -84,7 +88,7 @@ def test_absurd_learning_rate_diverges_without_raising():
     r = train(tiny(lr=1e6, min_lr=1e5, warmup_steps=0, grad_clip=1e9, max_steps=50))
     assert r.status == "diverged"
     assert r.diverged_step is not None and r.diverged_step < 50
-    assert r.final_val_loss is None
+    assert r.val.loss is None
     assert any(e["kind"] == "nonfinite" for e in r.events) and r.diverged_kind == "nonfinite"
 
 
@@ -126,7 +130,7 @@ def test_a_loss_that_climbs_from_4_4_to_19_4_diverges_without_a_nan():
     r = train(
         tiny(max_steps=400, diverge_factor=3.0, diverge_steps=50), model_factory=lambda cfg, seed: ClimbingLoss(losses)
     )
-    assert r.status == "diverged" and r.diverged_kind == "blowup" and r.final_val_loss is None
+    assert r.status == "diverged" and r.diverged_kind == "blowup" and r.val.loss is None
     (event,) = [e for e in r.events if e["kind"] == "blowup"]
     assert r.diverged_step == event["step"] and event["since"] == event["step"] - 49
     assert event["loss"] > 3.0 * event["best"] and r.steps < 400
@@ -149,7 +153,7 @@ def test_spike_detector():
 
 def test_classification_task_reports_accuracy():
     r = train(tiny(model=replace(TINY, task="cls", ffn="gelu"), max_steps=10))
-    assert r.status == "finished" and 0.0 <= r.final_val_acc <= 1.0
+    assert r.status == "finished" and 0.0 <= r.val.acc <= 1.0
     assert r.config["model"]["task"] == "cls"
 
 
@@ -206,8 +210,8 @@ def test_bf16_training_is_deterministic_and_learns():
     assert a.history["train_loss"] == b.history["train_loss"]
     losses = [v["loss"] for v in a.history["val"]]
     assert losses[-1] < losses[0] - 0.5, losses
-    assert abs(a.final_val_loss - fp32.final_val_loss) < 0.1  # mixed precision, not a different run
-    assert a.first_step_s > 0 and a.tokens_per_s > 0
+    assert abs(a.val.loss - fp32.val.loss) < 0.1  # mixed precision, not a different run
+    assert a.costs.first_step_s > 0 and a.costs.tokens_per_s > 0
 
 
 @pytest.mark.parametrize(
@@ -466,12 +470,12 @@ def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp
         r = train(replace(cfg, checkpoint_dir=str(ckpt)))
     assert not (tmp_path / "pwned").exists()
     assert r.status == "finished" and r.history["train_loss"] == full.history["train_loss"]
-    assert r.final_val_loss == full.final_val_loss
+    assert r.val.loss == full.val.loss
 
 
 def test_switch_x_reports_its_mean_gate_weights_per_layer():
     r = train(tiny(model=replace(TINY, ffn="switch_x:gelu+silu+relu"), max_steps=4, eval_every=4))
-    weights = r.learned["blocks.0.ffn"]["weights"]
+    weights = r.monitors.learned["blocks.0.ffn"]["weights"]
     assert set(weights) == {"gelu", "silu", "relu"} and sum(weights.values()) == pytest.approx(1.0)
     assert weights != pytest.approx({"gelu": 1 / 3, "silu": 1 / 3, "relu": 1 / 3}, abs=1e-6)  # the gate trained
 
@@ -495,7 +499,7 @@ def test_schedule_run_reports_ffn_params_summed_over_its_layers():
     from ffnlab.core.ffn import layer_sizes
 
     r = train(tiny(model=replace(TINY, n_layers=2, ffn="gelu*1+swiglu*1"), max_steps=2, eval_every=2, eval_batches=1))
-    assert r.ffn_params == sum(row["params"] for row in layer_sizes("gelu*1+swiglu*1", 2, 32))
+    assert r.costs.ffn_params == sum(row["params"] for row in layer_sizes("gelu*1+swiglu*1", 2, 32))
 
 
 # ---- quantisation-aware training (qat_from) --------------------------------------------------------
@@ -522,8 +526,8 @@ def test_a_qat_run_converts_and_evaluates_to_its_own_final_loss(tmp_path):
     batches = eval_set(splits["val"], "lm", cfg.final_eval_batches, cfg.batch_size, TINY.context)
     fp32 = lambda: torch.autocast("cpu", enabled=False)
     int8 = evaluate(quantize_model(model, "int8-dynamic"), batches, "lm", fp32)
-    assert int8["loss"] == pytest.approx(r.final_val_loss, abs=1e-4)
-    assert evaluate(model, batches, "lm", fp32)["loss"] != r.final_val_loss  # the float model is another one
+    assert int8["loss"] == pytest.approx(r.val.loss, abs=1e-4)
+    assert evaluate(model, batches, "lm", fp32)["loss"] != r.val.loss  # the float model is another one
 
 
 def test_a_qat_run_resumed_past_its_start_ends_as_uninterrupted(tmp_path):
@@ -536,7 +540,7 @@ def test_a_qat_run_resumed_past_its_start_ends_as_uninterrupted(tmp_path):
     assert json.loads((tmp_path / "latest.json").read_text())["step"] == 6
     resumed = train(cfg)
     assert resumed.history["train_loss"] == full.history["train_loss"]
-    assert resumed.final_val_loss == full.final_val_loss
+    assert resumed.val.loss == full.val.loss
 
 
 def test_qat_from_is_a_fraction_and_part_of_the_run_id():
@@ -555,9 +559,9 @@ def test_a_tagger_learns_conll_names_and_ends_with_span_f1(tmp_path):
     cfg = tiny(model=replace(TINY, task="tokens", context=16), data=str(tmp_path / "ner"), max_steps=30, eval_every=15)
     r = train(cfg)
     assert r.status == "finished" and r.task == "tokens" and r.config["tokenizer"] == "word"  # 'char' read as 'word'
-    assert r.final_val_f1 > 0.8 and r.final_test_f1 > 0.8 and r.final_val_acc > 0.9 and r.noisy_val_f1 is not None
+    assert r.val.f1 > 0.8 and r.test.f1 > 0.8 and r.val.acc > 0.9 and r.noisy_val.f1 is not None
     assert r.history["val"][0]["acc"] < 0.8 < r.history["val"][-1]["acc"]  # accuracy per word, padding left out
-    assert r.final_val_loss == pytest.approx(r.history["val"][-1]["loss"], rel=0.5)
+    assert r.val.loss == pytest.approx(r.history["val"][-1]["loss"], rel=0.5)
 
 
 def test_cli_tagger_prints_span_f1_and_a_line_without_a_tag_exits_2(run_cli, tmp_path):
@@ -586,10 +590,10 @@ def test_checkpointing_keeps_less_for_backward_and_the_same_losses(kind):
     plain = train(cfg)
     ck = train(replace(cfg, model=replace(cfg.model, activation_checkpointing=kind)))
     assert ck.history["train_loss"] == pytest.approx(plain.history["train_loss"], rel=1e-6, abs=1e-6)
-    assert ck.final_val_loss == pytest.approx(plain.final_val_loss, rel=1e-6, abs=1e-6)
+    assert ck.val.loss == pytest.approx(plain.val.loss, rel=1e-6, abs=1e-6)
     # what is recomputed is not kept: the training memory drops by exactly the saved-for-backward difference
-    assert ck.saved_bytes < plain.saved_bytes
-    assert plain.train_mem_bytes - ck.train_mem_bytes == plain.saved_bytes - ck.saved_bytes
+    assert ck.memory.saved_bytes < plain.memory.saved_bytes
+    assert plain.memory.train_mem_bytes - ck.memory.train_mem_bytes == plain.memory.saved_bytes - ck.memory.saved_bytes
     assert ck.config["model"]["activation_checkpointing"] == kind
 
 
@@ -732,7 +736,7 @@ def test_a_hugging_face_model_checkpoints_its_layers():
     plain = train(cfg)
     ck = train(replace(cfg, model=replace(TINY, activation_checkpointing="block")))
     assert ck.history["train_loss"] == pytest.approx(plain.history["train_loss"], rel=1e-6, abs=1e-6)
-    assert ck.saved_bytes < plain.saved_bytes
+    assert ck.memory.saved_bytes < plain.memory.saved_bytes
 
 
 def test_fp16_trains_with_a_gradient_scaler():
@@ -740,8 +744,8 @@ def test_fp16_trains_with_a_gradient_scaler():
     fp32 = train(tiny(precision="fp32", max_steps=10, eval_every=10))
     assert r.status == "finished" and r.steps == 10 and r.precision == r.config["precision"] == "fp16"
     assert r.history["train_loss"] != fp32.history["train_loss"]  # it ran in fp16 ...
-    assert r.final_val_loss == pytest.approx(fp32.final_val_loss, abs=0.05)  # ... and learned as fp32 did
-    assert r.saved_bytes < fp32.saved_bytes  # half-width activations kept for backward
+    assert r.val.loss == pytest.approx(fp32.val.loss, abs=0.05)  # ... and learned as fp32 did
+    assert r.memory.saved_bytes < fp32.memory.saved_bytes  # half-width activations kept for backward
 
 
 def big_first_scale(monkeypatch, init_scale: float) -> None:
@@ -778,7 +782,7 @@ def test_fp16_resumes_with_its_scale(monkeypatch, tmp_path):
     assert any(e["kind"] == "fp16_skip" for e in full.events)
     resumed = train(cfg)
     assert resumed.history["train_loss"] == full.history["train_loss"]
-    assert resumed.final_val_loss == full.final_val_loss
+    assert resumed.val.loss == full.val.loss
 
 
 def test_fp16_is_refused_in_one_line_where_torch_has_no_fp16_autocast(monkeypatch, run_cli, tmp_path):
@@ -830,6 +834,6 @@ def test_a_regressor_learns_a_number_per_text_and_reports_its_correlations(tmp_p
     data = str(regression_csv(tmp_path / "reg.csv"))
     r = train(tiny(data=data, model=replace(TINY, task="reg"), max_steps=60, lr=1e-2, batch_size=16, precision="fp32"))
     untrained = r.history["val"][0]["loss"]  # the mean squared error of the untrained model
-    assert r.task == "reg" and r.final_val_loss < untrained / 10
-    assert r.final_val_pearson > 0.8 and r.final_val_spearman > 0.8 and r.final_test_pearson > 0.8
-    assert r.final_val_acc is None and r.final_val_mcc is None and r.noisy_val_pearson is not None
+    assert r.task == "reg" and r.val.loss < untrained / 10
+    assert r.val.pearson > 0.8 and r.val.spearman > 0.8 and r.test.pearson > 0.8
+    assert r.val.acc is None and r.val.mcc is None and r.noisy_val.pearson is not None

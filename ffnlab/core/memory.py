@@ -56,7 +56,8 @@ def optimizer_bytes(opt: torch.optim.Optimizer) -> int:
 
 
 class TrainingMemory(TypedDict):
-    """A training step's memory in bytes, by part and in all (RunResult fields of the same names)."""
+    """A training step's memory in bytes, by part and in all (the fields of the same names of a run's
+    `ffnlab.run.result.Memory`)."""
 
     param_bytes: int
     grad_bytes: int

@@ -1,4 +1,5 @@
-"""What defines one run (`TrainConfig`, whose JSON is stored beside every result) and what it measured (`RunResult`)."""
+"""What defines one run (`TrainConfig`, whose JSON is stored beside every result); what it measured is
+`ffnlab.run.result.RunResult`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from ffnlab.data.tokenizer import check_tokenizer_name, check_word_vocab
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)
 PEFT_METHODS = ("lora",)  # TrainConfig.peft's choices (ffnlab.tools.lora)
-Outcome = Literal["finished", "diverged"]  # how a run ended (a RunResult's status)
 DIVERGENCE = ("nonfinite", "blowup")  # the kinds of divergence, the event kinds that end a run
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -307,83 +307,3 @@ def identity(cfg: TrainConfig) -> dict:
             if mine[key] is not None and (version == 1 or mine[key] != default[key]):
                 (out[table] if table else out)[key] = mine[key]
     return out
-
-
-@dataclass
-class RunResult:
-    """What one run measured. `to_dict()` is what the store keeps (the sweep files `history` and
-    `events` in tables of their own); metrics a run could not measure (a diverged run's final
-    loss, a split too small to evaluate) are None."""
-
-    ffn: str
-    seed: int
-    status: Outcome
-    task: str
-    steps: int
-    final_val_loss: float | None  # mean over the final_eval_batches fixed validation batches
-    final_val_ppl: float | None  # exp(final_val_loss)
-    final_val_acc: float | None  # classification: accuracy; tagging (task tokens): accuracy per word
-    final_test_loss: float | None  # the test split: where a tuned comparison reports (lr chosen on val)
-    final_test_acc: float | None
-    noisy_val_loss: float | None  # robustness: validation loss with noise on the embeddings
-    noisy_val_acc: float | None
-    diverged_step: int | None
-    diverged_kind: str | None  # 'nonfinite' (a NaN or inf loss or gradient) or 'blowup' (TrainConfig.diverge_factor)
-    params: int
-    ffn_params: int
-    flops_per_token: int  # forward, whole model
-    tokens: int
-    train_flops: int  # training compute: 3 x flops_per_token x tokens (ffnlab.run.train.train_flops)
-    tokens_per_s: float | None  # tokens per step over the median step time
-    step_time_s: float
-    first_step_s: float | None
-    train_seconds: float
-    wall_seconds: float
-    # memory (ffnlab.core.memory): counted from the tensors, the same whatever ran before in the process
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    saved_bytes: int  # kept for backward by one training forward pass
-    train_mem_bytes: int  # the sum of the four above
-    cuda_peak_bytes: int | None  # the CUDA allocator's peak since the run started
-    n_grad_spikes: int
-    n_loss_spikes: int
-    max_grad_norm: float | None  # largest global gradient norm before clipping
-    ffn_grad_mean: float | None  # mean over logged steps and FFN layers of the FFN weights' gradient mean
-    ffn_grad_std: float | None  # ... and of its std
-    behaviour: dict  # per FFN layer: dead units, sparsity, activation scale (ActivationProbe)
-    dead_frac: float | None
-    learned: dict  # per FFN layer: learned parameters of a learnable activation (beta, tau, mixture weights)
-    vocab_size: int
-    device: str
-    precision: str
-    threads: int  # bf16 results depend on it at the 1e-4 level
-    history: dict
-    events: list
-    config: dict
-    trainable_params: int | None = None  # the parameters the optimiser updated: all of them, but under LoRA its
-    # adapters and a classifier's new head (ffnlab.tools.lora); None in results from before it was recorded
-    # classification only (cls, image): macro-averaged F1 over the classes (ffnlab.run.scores.macro_f1); task
-    # tokens only: span F1 as seqeval computes it (ffnlab.data.tagging.span_f1). With defaults, as fields added
-    # later are, so a result built before them (by a caller older than the task) still builds
-    final_val_macro_f1: float | None = None
-    final_test_macro_f1: float | None = None
-    final_val_f1: float | None = None
-    final_test_f1: float | None = None
-    noisy_val_f1: float | None = None
-    # GLUE's official metrics (ffnlab.run.scores): classification, Matthews correlation (CoLA) and with two classes
-    # F1 of class 1 (MRPC, QQP); task reg, Pearson (which ranks it) and Spearman correlation (STS-B); its MSE is the
-    # loss. None where undefined (a constant prediction has no correlation)
-    final_val_mcc: float | None = None
-    final_test_mcc: float | None = None
-    final_val_binary_f1: float | None = None
-    final_test_binary_f1: float | None = None
-    final_val_pearson: float | None = None
-    final_test_pearson: float | None = None
-    noisy_val_pearson: float | None = None
-    final_val_spearman: float | None = None
-    final_test_spearman: float | None = None
-    final_test_mismatched_acc: float | None = None  # MNLI's mismatched dev set, a further test set (ffnlab.data.glue)
-
-    def to_dict(self) -> dict:
-        return asdict(self)

@@ -32,7 +32,8 @@ from ffnlab._util.signals import stop_within
 from ffnlab._util.text import one_line_warning
 
 if TYPE_CHECKING:
-    from ffnlab.run.config import RunResult, TrainConfig
+    from ffnlab.run.config import TrainConfig
+    from ffnlab.run.result import RunResult
 
 
 @dataclass(frozen=True)

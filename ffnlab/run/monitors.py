@@ -3,7 +3,7 @@
 Gradient statistics of each FFN, gradient-norm and loss spikes against a running median, a loss that blows
 up without going non-finite (`BlowupWatch`), an
 activation probe for dead units, sparsity and activation scale, and the learned parameters of
-learnable activations; `monitor_summary` turns what they saw into RunResult fields.
+learnable activations; `monitor_summary` turns what they saw into a run's `Monitors` record.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
 from torch import nn
 
 from ffnlab.core.activations import InputMixture
 from ffnlab.core.ffn import DenseFFN, GatedFFN
+from ffnlab.run.result import Monitors
 
 SPIKE_WINDOW = 50  # a spike is judged against the median of this many previous values
 
@@ -204,32 +205,19 @@ def ffn_grad_average(grad_rows: list[dict], stat: str) -> float | None:
     return statistics.mean(values) if values else None
 
 
-class MonitorFields(TypedDict):
-    """The RunResult fields the monitors fill (a TypedDict, so RunResult(**fields) is type-checked)."""
-
-    n_grad_spikes: int
-    n_loss_spikes: int
-    max_grad_norm: float | None
-    ffn_grad_mean: float | None
-    ffn_grad_std: float | None
-    behaviour: dict[str, dict[str, float]]
-    dead_frac: float | None
-    learned: dict[str, dict]
-
-
 def monitor_summary(
     hist: dict, behaviour: dict[str, dict[str, float]], ffns: NamedFFNs, mixtures: dict | None = None
-) -> MonitorFields:
-    """The RunResult fields the monitors fill: spike counts, the largest gradient norm, FFN gradient
-    statistics, behaviour and its mean dead fraction, and the learned activation parameters (with
-    switch_x's mean mixture weights, `mixtures`)."""
-    return {
-        "n_grad_spikes": sum(e["kind"] == "grad_spike" for e in hist["events"]),
-        "n_loss_spikes": sum(e["kind"] == "loss_spike" for e in hist["events"]),
-        "max_grad_norm": max(hist["grad_norm"], default=None),
-        "ffn_grad_mean": ffn_grad_average(hist["grad_ffn"], "grad_mean"),
-        "ffn_grad_std": ffn_grad_average(hist["grad_ffn"], "grad_std"),
-        "behaviour": behaviour,
-        "dead_frac": statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
-        "learned": learned_params(ffns, mixtures),
-    }
+) -> Monitors:
+    """What the monitors saw of a run: spike counts, the largest gradient norm, FFN gradient statistics,
+    behaviour and its mean dead fraction, and the learned activation parameters (with switch_x's mean
+    mixture weights, `mixtures`)."""
+    return Monitors(
+        n_grad_spikes=sum(e["kind"] == "grad_spike" for e in hist["events"]),
+        n_loss_spikes=sum(e["kind"] == "loss_spike" for e in hist["events"]),
+        max_grad_norm=max(hist["grad_norm"], default=None),
+        ffn_grad_mean=ffn_grad_average(hist["grad_ffn"], "grad_mean"),
+        ffn_grad_std=ffn_grad_average(hist["grad_ffn"], "grad_std"),
+        behaviour=behaviour,
+        dead_frac=statistics.mean(b["dead_frac"] for b in behaviour.values()) if behaviour else None,
+        learned=learned_params(ffns, mixtures),
+    )

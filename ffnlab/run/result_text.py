@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ffnlab.run.config import RunResult
+from ffnlab.run.result import RunResult
 
 
 def format_run(r: RunResult) -> str:
@@ -12,9 +12,9 @@ def format_run(r: RunResult) -> str:
     f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
     first = r.history["val"][0] if r.history["val"] else None
     lines = [
-        f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.final_val_loss)}"
+        f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.val.loss)}"
         + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
-        + f", {r.params:,} params, {r.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.train_seconds:.1f} s"
+        + f", {r.costs.params:,} params, {r.costs.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.costs.train_seconds:.1f} s"
     ]
     if r.config.get("nproc", 1) * r.config.get("grad_accum", 1) > 1:
         c = r.config
@@ -25,45 +25,41 @@ def format_run(r: RunResult) -> str:
     if r.task == "lm":
         unit = " per word" if r.config.get("tokenizer") == "word" else ""  # a loss per token is per word then
         lines.append(
-            f"  perplexity{unit} {f(r.final_val_ppl, 2)}, test loss {f(r.final_test_loss)}, "
-            f"with embedding noise {f(r.noisy_val_loss)}"
+            f"  perplexity{unit} {f(r.val.ppl, 2)}, test loss {f(r.test.loss)}, "
+            f"with embedding noise {f(r.noisy_val.loss)}"
         )
     elif r.task == "tokens":
         # no F1 beside an accuracy: the split was evaluated, but its sentences hold no entity span (span_f1)
         f1 = lambda v, acc: "undefined" if v is None and acc is not None else f(v)
         val, test, noisy = (
-            f1(r.final_val_f1, r.final_val_acc),
-            f1(r.final_test_f1, r.final_test_acc),
-            f1(r.noisy_val_f1, r.noisy_val_acc),
+            f1(r.val.f1, r.val.acc),
+            f1(r.test.f1, r.test.acc),
+            f1(r.noisy_val.f1, r.noisy_val.acc),
         )
         lines.append(
             f"  span F1 {val}, test {test}, with embedding noise {noisy}; "
-            f"token accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}"
+            f"token accuracy {f(r.val.acc)}, test {f(r.test.acc)}"
         )
         if "undefined" in (val, test, noisy):
             lines.append("  span F1 is undefined where the sentences evaluated hold no entity span: 0/0, not 0")
     elif r.task == "reg":  # its loss is the mean squared error; a correlation with a constant prediction is 0/0
         lines.append(
-            f"  Pearson {f(r.final_val_pearson)}, test {f(r.final_test_pearson)}, with embedding noise "
-            f"{f(r.noisy_val_pearson)}; Spearman {f(r.final_val_spearman)}, test {f(r.final_test_spearman)}; "
-            f"MSE {f(r.final_val_loss)}, test {f(r.final_test_loss)}"
+            f"  Pearson {f(r.val.pearson)}, test {f(r.test.pearson)}, with embedding noise "
+            f"{f(r.noisy_val.pearson)}; Spearman {f(r.val.spearman)}, test {f(r.test.spearman)}; "
+            f"MSE {f(r.val.loss)}, test {f(r.test.loss)}"
         )
     else:
         lines.append(
-            f"  accuracy {f(r.final_val_acc)}, test {f(r.final_test_acc)}, with embedding noise {f(r.noisy_val_acc)}; "
-            f"macro-F1 {f(r.final_val_macro_f1)}, test {f(r.final_test_macro_f1)}"
-            + (f"; Matthews {f(r.final_val_mcc)}, test {f(r.final_test_mcc)}" if r.final_val_mcc is not None else "")
-            + (
-                f"; F1 {f(r.final_val_binary_f1)}, test {f(r.final_test_binary_f1)}"
-                if r.final_val_binary_f1 is not None
-                else ""
-            )
+            f"  accuracy {f(r.val.acc)}, test {f(r.test.acc)}, with embedding noise {f(r.noisy_val.acc)}; "
+            f"macro-F1 {f(r.val.macro_f1)}, test {f(r.test.macro_f1)}"
+            + (f"; Matthews {f(r.val.mcc)}, test {f(r.test.mcc)}" if r.val.mcc is not None else "")
+            + (f"; F1 {f(r.val.binary_f1)}, test {f(r.test.binary_f1)}" if r.val.binary_f1 is not None else "")
         )  # Matthews and F1 of class 1 (two classes) where measured: GLUE's metrics for CoLA, MRPC and QQP
     lines.append(
-        f"  memory {r.train_mem_bytes / 2**20:.1f} MiB (params {r.param_bytes / 2**20:.1f}, grads "
-        f"{r.grad_bytes / 2**20:.1f}, optimizer {r.optimizer_bytes / 2**20:.1f}, saved for backward "
-        f"{r.saved_bytes / 2**20:.1f}{checkpointing_text(r)})"
-        + (f", CUDA peak {r.cuda_peak_bytes / 2**20:.1f} MiB" if r.cuda_peak_bytes is not None else "")
+        f"  memory {r.memory.train_mem_bytes / 2**20:.1f} MiB (params {r.memory.param_bytes / 2**20:.1f}, grads "
+        f"{r.memory.grad_bytes / 2**20:.1f}, optimizer {r.memory.optimizer_bytes / 2**20:.1f}, saved for backward "
+        f"{r.memory.saved_bytes / 2**20:.1f}{checkpointing_text(r)})"
+        + (f", CUDA peak {r.memory.cuda_peak_bytes / 2**20:.1f} MiB" if r.memory.cuda_peak_bytes is not None else "")
     )
     skips = [e for e in r.events if e["kind"] == "fp16_skip"]
     if skips:
@@ -73,15 +69,17 @@ def format_run(r: RunResult) -> str:
         )
     from ffnlab.tools.lora import trained_text
 
-    if trained := trained_text(r.config, r.trainable_params, r.params):  # a fine-tune: what trained, what not
+    if trained := trained_text(
+        r.config, r.costs.trainable_params, r.costs.params
+    ):  # a fine-tune: what trained, what not
         lines.append(f"  trained: {trained}")
-    grads = f"FFN gradient mean {f(r.ffn_grad_mean, 6)} std {f(r.ffn_grad_std, 6)}"
+    grads = f"FFN gradient mean {f(r.monitors.ffn_grad_mean, 6)} std {f(r.monitors.ffn_grad_std, 6)}"
     if r.config.get("peft"):  # LoRA: the FFN is frozen, its gradient monitors saw none
         grads = "FFN frozen (no gradients)"
     lines.append(
-        f"  {grads}, spikes {r.n_grad_spikes} gradient / {r.n_loss_spikes} loss, dead units {f(r.dead_frac, 3)}"
+        f"  {grads}, spikes {r.monitors.n_grad_spikes} gradient / {r.monitors.n_loss_spikes} loss, dead units {f(r.monitors.dead_frac, 3)}"
     )
-    for layer, values in r.learned.items():
+    for layer, values in r.monitors.learned.items():
         lines.append(f"  learned {layer}: {json.dumps(values)}")
     return "\n".join(lines)
 

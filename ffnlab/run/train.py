@@ -37,7 +37,7 @@ from torch.autograd.profiler import record_function
 from ffnlab._util.files import check_free_space, check_output_folder
 from ffnlab._util.machine import check_threads
 from ffnlab.core.ffn import FFN, MixFFN, ffn_flops_per_token, spec_of
-from ffnlab.core.memory import TrainingMemory, saved_bytes, training_memory
+from ffnlab.core.memory import saved_bytes, training_memory
 from ffnlab.core.model import (
     IGNORE_INDEX,
     ModelConfig,
@@ -61,7 +61,7 @@ from ffnlab.run.checkpoint import (
     save_weights,
     trainer_state,
 )
-from ffnlab.run.config import DIVERGENCE, Outcome, RunResult, TrainConfig
+from ffnlab.run.config import DIVERGENCE, TrainConfig
 from ffnlab.run.device import (
     check_fits,
     hold_freed_heap,
@@ -94,6 +94,7 @@ from ffnlab.run.monitors import (
     named_ffns,
     spike_events,
 )
+from ffnlab.run.result import Costs, Evaluation, Memory, Outcome, RunResult
 from ffnlab.run.scores import classifier_scores, regression_scores
 
 if TYPE_CHECKING:
@@ -628,7 +629,7 @@ def train(
         check_free_space(pretrained_path, 4 * n_params, f"the save_pretrained folder ({n_params:,} parameters)")
     cfg, model, opt, hist, step, total = setup.cfg, setup.model, setup.opt, setup.hist, setup.step, setup.total
     progress = progress if setup.ranks.main else None  # rank 0 alone reports
-    status: Outcome = "finished"
+    status = Outcome.FINISHED
     blowup = BlowupWatch(cfg.diverge_factor, cfg.diverge_steps)
     blowup.replay(hist["train_loss"])  # a resumed run goes on from where its history left the watch
     if step == 0:  # the untrained model's loss anchors every curve
@@ -652,7 +653,7 @@ def train(
         if outcome == "skipped":
             continue  # fp16 overflowed: the same step again, on the next batch
         if outcome == "nonfinite":
-            status = "diverged"
+            status = Outcome.DIVERGED
             break
         hist["events"] += spike_events(step, grad_norm, loss_value, hist, cfg.spike_factor)
         hist["train_loss"].append(loss_value)
@@ -660,7 +661,7 @@ def train(
         hist["step_time"].append(time.perf_counter() - t_step)
         if blowup.update(hist["train_loss"]):  # stayed far above its best loss: no NaN, but diverged all the same
             hist["events"].append(blowup.event(step, loss_value))
-            status = "diverged"
+            status = Outcome.DIVERGED
             break
         step += 1
         if step % cfg.eval_every == 0 or step == total:
@@ -792,14 +793,13 @@ def finish(
     weights and save_pretrained folder, then the RunResult of everything the run measured."""
     hist = setup.hist
     evals = FinalEvaluations()
-    if status == "finished":
+    if status is Outcome.FINISHED:
         evals = final_evaluations(setup, step, train_seconds)
         if not math.isfinite(evals.final["loss"]):
-            status = "diverged"
+            status = Outcome.DIVERGED
             hist["events"].append({"step": step, "kind": "nonfinite", "loss": str(evals.final["loss"])})
         else:
             save_final(setup, weights_path, pretrained_path)
-    final, noisy, test = evals.final, evals.noisy, evals.test
     diverged: dict[str, Any] = next((e for e in hist["events"] if e["kind"] in DIVERGENCE), {})
     return RunResult(
         ffn=setup.model_cfg.ffn,
@@ -807,32 +807,15 @@ def finish(
         status=status,
         task=setup.task,
         steps=step,
-        final_val_loss=final.get("loss"),
-        final_val_ppl=math.exp(final["loss"]) if final else None,
-        final_val_acc=final.get("acc"),
-        final_test_loss=test.get("loss"),
-        final_test_acc=test.get("acc"),
-        noisy_val_loss=noisy.get("loss"),
-        noisy_val_acc=noisy.get("acc"),
-        final_val_macro_f1=final.get("macro_f1"),
-        final_test_macro_f1=test.get("macro_f1"),
-        final_val_f1=final.get("f1"),
-        final_test_f1=test.get("f1"),
-        noisy_val_f1=noisy.get("f1"),
-        final_val_mcc=final.get("mcc"),
-        final_test_mcc=test.get("mcc"),
-        final_val_binary_f1=final.get("binary_f1"),
-        final_test_binary_f1=test.get("binary_f1"),
-        final_val_pearson=final.get("pearson"),
-        final_test_pearson=test.get("pearson"),
-        noisy_val_pearson=noisy.get("pearson"),
-        final_val_spearman=final.get("spearman"),
-        final_test_spearman=test.get("spearman"),
-        final_test_mismatched_acc=evals.more_tests.get("test_mismatched", {}).get("acc"),
+        val=Evaluation.measured(evals.final),
+        test=Evaluation.measured(evals.test),
+        noisy_val=Evaluation.measured(evals.noisy),
+        test_mismatched=Evaluation.measured(evals.more_tests.get("test_mismatched", {})),
+        costs=measured_costs(setup, step, train_seconds),
+        memory=measured_memory(setup),
+        monitors=monitor_summary(hist, evals.behaviour, setup.ffns, evals.mixtures),
         diverged_step=diverged.get("step"),
         diverged_kind=diverged.get("kind"),
-        **measured_costs(setup, step, train_seconds),
-        **monitor_summary(hist, evals.behaviour, setup.ffns, evals.mixtures),
         vocab_size=setup.vocab_size,
         device=setup.device,
         precision=setup.cfg.precision,
@@ -906,26 +889,8 @@ def final_evaluations(setup: Setup, step: int, train_seconds: float) -> FinalEva
     )
 
 
-class Costs(TrainingMemory):
-    """The RunResult fields of what a run cost (a TypedDict, so RunResult(**costs) is type-checked)."""
-
-    params: int
-    ffn_params: int
-    flops_per_token: int
-    tokens: int
-    train_flops: int
-    tokens_per_s: float | None
-    step_time_s: float
-    first_step_s: float | None
-    train_seconds: float
-    wall_seconds: float
-    cuda_peak_bytes: int | None
-    trainable_params: int  # what the optimiser updates (LoRA: its adapters and a new head)
-
-
 def measured_costs(setup: Setup, step: int, train_seconds: float) -> Costs:
-    """The RunResult fields of what the run cost: parameters, FLOPs per token, tokens and their rate,
-    step and wall times, training memory."""
+    """What the run cost: parameters, FLOPs per token, tokens and their rate, step and wall times."""
     model, mcfg, step_time = setup.model, setup.model_cfg, setup.hist["step_time"]
     step_times = step_time[1:] or step_time  # the first step includes warm-up
     median_step = statistics.median(step_times) if step_times else float("nan")
@@ -933,21 +898,25 @@ def measured_costs(setup: Setup, step: int, train_seconds: float) -> Costs:
     d_model, n_layers = getattr(own, "d_model", mcfg.d_model), getattr(own, "n_layers", mcfg.n_layers)
     n_out = mcfg.vocab_size if setup.task == "lm" else mcfg.n_classes
     flops_per_token = model_flops_per_token(model, d_model, n_layers, mcfg.context, n_out)
-    return {
-        "params": param_count(model),
-        "trainable_params": sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values()),
-        "ffn_params": sum(p.numel() for _, f in setup.ffns for p in f.parameters()),
-        "flops_per_token": flops_per_token,
-        "tokens": step * setup.tokens_per_step,
-        "train_flops": train_flops(flops_per_token, step * setup.tokens_per_step),
-        "tokens_per_s": setup.tokens_per_step / median_step if step_times else None,
-        "step_time_s": median_step,
-        "first_step_s": step_time[0] if step_time else None,
-        "train_seconds": train_seconds,
-        "wall_seconds": time.perf_counter() - setup.started,
-        **training_memory(model, setup.opt, setup.saved),
-        "cuda_peak_bytes": torch.cuda.max_memory_allocated() if setup.device == "cuda" else None,
-    }
+    return Costs(
+        params=param_count(model),
+        trainable_params=sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values()),
+        ffn_params=sum(p.numel() for _, f in setup.ffns for p in f.parameters()),
+        flops_per_token=flops_per_token,
+        tokens=step * setup.tokens_per_step,
+        train_flops=train_flops(flops_per_token, step * setup.tokens_per_step),
+        tokens_per_s=setup.tokens_per_step / median_step if step_times else None,
+        step_time_s=median_step,
+        first_step_s=step_time[0] if step_time else None,
+        train_seconds=train_seconds,
+        wall_seconds=time.perf_counter() - setup.started,
+    )
+
+
+def measured_memory(setup: Setup) -> Memory:
+    """A training step's memory (ffnlab.core.memory.training_memory) and, on CUDA, the allocator's peak."""
+    peak = torch.cuda.max_memory_allocated() if setup.device == "cuda" else None
+    return Memory(**training_memory(setup.model, setup.opt, setup.saved), cuda_peak_bytes=peak)
 
 
 # ---- progress bar -------------------------------------------------------------------------------

@@ -30,8 +30,9 @@ from ffnlab.core.ffn import single_ffn_spec
 from ffnlab.data.batches import check_data
 from ffnlab.data.load import load_data
 from ffnlab.run.checkpoint import remove_checkpoints
-from ffnlab.run.config import RunResult, TrainConfig
+from ffnlab.run.config import TrainConfig
 from ffnlab.run.device import check_fits, resolve_device
+from ffnlab.run.result import RunResult
 from ffnlab.run.train import Progress, check_shard, data_args, data_model_config, train
 from ffnlab.study.mirror import mirror_runs
 from ffnlab.study.plan import Study, iter_plan, plan, plan_precision, run_count, run_id, study_id

@@ -1,23 +1,27 @@
 """The one table of metrics: every quantity a comparison reports about a variant, declared once.
 
 Each `Metric` says what it is called, its unit, which direction is better, where a run's value comes
-from (a `RunResult` field, or a function of the result), how a variant's seeds are reduced to one
+from (a quantity of one split's `Evaluation`, `Measured`; a field of one of the result's records, by its
+attribute path, 'costs.params'; or a function of the result), how a variant's seeds are reduced to one
 number, how it is printed, which tables show it and whether a task ranks by it. The terminal table,
 `compare --json` and `--csv`, the report's tables and advise's evidence all iterate `METRICS`, so a
-new metric is one entry here (and its test), nothing else.
+new measured metric is one field on its record (`ffnlab.run.result`) and one entry here (and its test),
+nothing else.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ffnlab._util.text import human, num
 from ffnlab.data.glue import GlueTask, is_glue, parse_glue
-from ffnlab.run.config import RunResult
+from ffnlab.run.result import SPLITS as SPLIT_KEYS
+from ffnlab.run.result import RunResult
 from ffnlab.run.scores import task_score
 
 # the tables a metric can appear in: the ranking (terminal and report), the report's cost, stability and
@@ -115,16 +119,37 @@ def learned_text(learned: dict[str, dict[str, Any]]) -> str:
     return "; ".join(parts) or "-"
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A metric's source where it is one quantity of one split's `Evaluation`: Measured("val", "loss") reads
+    `result.val.loss`; `on` is the same quantity on another split (the test twin of a ranking metric)."""
+
+    split: str  # a RunResult field holding an Evaluation: 'val', 'test', 'noisy_val'
+    quantity: str  # a field of `ffnlab.run.result.Evaluation`: 'loss', 'acc', 'f1', ...
+
+    def __call__(self, r: RunResult) -> float | None:
+        value: float | None = getattr(getattr(r, self.split), self.quantity)
+        return value
+
+    def on(self, split: str) -> Measured:
+        return replace(self, split=split)
+
+    @property
+    def key(self) -> str:
+        """Its key in a result's flat JSON, and the name of a metric of it: 'final_val_loss'."""
+        return f"{SPLIT_KEYS[self.split]}_{self.quantity}"
+
+
 def ranked(r: RunResult, split: str) -> float | None:
-    """The run's ranking metric on `split`: 'final_val', 'final_test' or 'noisy_val' (val with embedding noise),
-    the RunResult field named as the ranking metric's ('final_val_f1' -> 'final_test_f1')."""
-    value: float | None = getattr(r, ranking_metric(r.task).name.replace("final_val", split))
-    return value
+    """The run's ranking metric on `split`: 'val', 'test' or 'noisy_val' (val with embedding noise)."""
+    source = ranking_metric(r.task).source
+    assert isinstance(source, Measured)  # a ranking metric is one split's quantity
+    return source.on(split)(r)
 
 
 def on_test(r: RunResult) -> float | None:
     """The run's ranking metric on the test split."""
-    return ranked(r, "final_test")
+    return ranked(r, "test")
 
 
 def under_noise(r: RunResult) -> float | None:
@@ -134,7 +159,7 @@ def under_noise(r: RunResult) -> float | None:
 
 def noise_effect(r: RunResult) -> float | None:
     """How much the embedding noise moved the validation metric."""
-    clean = ranked(r, "final_val")
+    clean = ranked(r, "val")
     noisy = under_noise(r)
     return None if noisy is None or clean is None else noisy - clean
 
@@ -147,7 +172,7 @@ def glue_task_of(r: RunResult) -> GlueTask | None:
 
 def official_metrics(r: RunResult, task: GlueTask) -> dict[str, float | None]:
     """A GLUE run's official metrics on its test split (GLUE's dev set), by name: {'binary_f1': .., 'acc': ..}."""
-    return {m: getattr(r, f"final_test_{m}") for m in task.metrics}
+    return {m: getattr(r.test, m) for m in task.metrics}
 
 
 def glue_task_score(r: RunResult) -> float | None:
@@ -162,7 +187,8 @@ def glue_task_score(r: RunResult) -> float | None:
 
 def sparsity(r: RunResult) -> float | None:
     """The fraction of exact zeros in the FFN's hidden activations, averaged over layers."""
-    return mean_of([b.get("zero_frac") for b in r.behaviour.values()]) if r.behaviour else None
+    behaviour = r.monitors.behaviour
+    return mean_of([b.get("zero_frac") for b in behaviour.values()]) if behaviour else None
 
 
 @dataclass(frozen=True)
@@ -173,7 +199,8 @@ class Metric:
     label: str  # its column heading
     unit: str  # '' for a count or a fraction
     better: Better | None  # None: neither direction is better (a setting, a count of parameters)
-    source: str | Callable[[RunResult], Any]  # a RunResult field, or a function of one run's result
+    source: Measured | str | Callable[[RunResult], Any]  # a split's quantity; the attribute path of a field of a
+    # result's record ('costs.params'), or a function of one run's result
     reduce: Callable[[Sequence[Any]], Any] = mean_of  # the variant's seeds -> one value
     format: Callable[[Any], str] = num
     tables: tuple[str, ...] = ()  # where it is shown, of TABLES; compare --json always holds it
@@ -199,7 +226,21 @@ class Metric:
 
     def value(self, result: RunResult) -> Any:
         """This metric of one run."""
-        return getattr(result, self.source) if isinstance(self.source, str) else self.source(result)
+        return operator.attrgetter(self.source)(result) if isinstance(self.source, str) else self.source(result)
+
+    def on(self, split: str) -> Metric:
+        """This metric on another split of the same runs ('val loss' -> 'test loss', named by its key in a
+        result's JSON, 'final_test_loss'); ValueError for a metric that is not one split's quantity."""
+        if not isinstance(self.source, Measured):
+            raise ValueError(f"metric '{self.name}' is not measured on a split")
+        source = self.source.on(split)
+        label = " ".join(
+            [
+                split if split in SPLITS else split.replace("_", " "),
+                *(w for w in self.label.split(" ") if w not in SPLITS),
+            ]
+        )
+        return replace(self, name=source.key, label=label, source=source)
 
     def of(self, results: Sequence[RunResult], task: str) -> Any:
         """This metric of a variant: its seeds' values reduced; None for a task it is not measured for."""
@@ -209,73 +250,73 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("final_val_loss", "val loss", "nats", "lower", "final_val_loss", ranks=("lm",), tasks=("lm",)),
-    Metric("final_val_acc", "val acc", "", "higher", "final_val_acc", ranks=("cls", "image"),
+    Metric("final_val_loss", "val loss", "nats", "lower", Measured("val", "loss"), ranks=("lm",), tasks=("lm",)),
+    Metric("final_val_acc", "val acc", "", "higher", Measured("val", "acc"), ranks=("cls", "image"),
            tasks=("cls", "image")),
-    Metric("final_val_f1", "val F1", "", "higher", "final_val_f1", ranks=("tokens",), tasks=("tokens",),
+    Metric("final_val_f1", "val F1", "", "higher", Measured("val", "f1"), ranks=("tokens",), tasks=("tokens",),
            undefined="the validation sentences evaluated hold no entity span, so span F1 is 0/0"),
-    Metric("final_val_pearson", "val Pearson", "", "higher", "final_val_pearson", ranks=("reg",), tasks=("reg",),
+    Metric("final_val_pearson", "val Pearson", "", "higher", Measured("val", "pearson"), ranks=("reg",), tasks=("reg",),
            undefined="the predictions on the validation examples are constant, so Pearson's r is 0/0"),
-    Metric("ppl", "perplexity", "", "lower", "final_val_loss", exp_mean, lambda v: num(v, 2), ("signals", "seed002"),
+    Metric("ppl", "perplexity", "", "lower", Measured("val", "loss"), exp_mean, lambda v: num(v, 2), ("signals", "seed002"),
            tasks=("lm",)),
     Metric("test_mean", "test", "", "ranking", on_test, tables=("ranking", "signals")),
-    Metric("final_val_macro_f1", "val macro-F1", "", "higher", "final_val_macro_f1", tables=("ranking", "signals"),
+    Metric("final_val_macro_f1", "val macro-F1", "", "higher", Measured("val", "macro_f1"), tables=("ranking", "signals"),
            tasks=("cls", "image")),  # shown beside accuracy, which ranks: macro-F1 weighs every class alike
-    Metric("final_test_macro_f1", "test macro-F1", "", "higher", "final_test_macro_f1", tables=("signals",),
+    Metric("final_test_macro_f1", "test macro-F1", "", "higher", Measured("test", "macro_f1"), tables=("signals",),
            tasks=("cls", "image")),
     Metric("noisy_mean", "with embedding noise", "", "ranking", under_noise, tables=("signals",)),
     Metric("noise_delta", "noise effect", "", None, noise_effect, format=lambda v: "-" if v is None else f"{v:+.4f}",
            tables=("ranking", "signals")),
-    Metric("val_mse", "val MSE", "", "lower", "final_val_loss", tables=("ranking", "signals"), tasks=("reg",)),
-    Metric("final_val_spearman", "val Spearman", "", "higher", "final_val_spearman", tables=("ranking", "signals"),
+    Metric("val_mse", "val MSE", "", "lower", Measured("val", "loss"), tables=("ranking", "signals"), tasks=("reg",)),
+    Metric("final_val_spearman", "val Spearman", "", "higher", Measured("val", "spearman"), tables=("ranking", "signals"),
            tasks=("reg",)),
-    Metric("final_test_spearman", "test Spearman", "", "higher", "final_test_spearman", tables=("signals",),
+    Metric("final_test_spearman", "test Spearman", "", "higher", Measured("test", "spearman"), tables=("signals",),
            tasks=("reg",)),  # STS-B's second metric, beside Pearson's r
-    Metric("final_val_mcc", "val Matthews", "", "higher", "final_val_mcc", tables=("signals",), tasks=("cls",)),
-    Metric("final_test_mcc", "test Matthews", "", "higher", "final_test_mcc", tables=("signals",), tasks=("cls",)),
-    Metric("final_val_binary_f1", "val F1 of class 1", "", "higher", "final_val_binary_f1", tables=("signals",),
+    Metric("final_val_mcc", "val Matthews", "", "higher", Measured("val", "mcc"), tables=("signals",), tasks=("cls",)),
+    Metric("final_test_mcc", "test Matthews", "", "higher", Measured("test", "mcc"), tables=("signals",), tasks=("cls",)),
+    Metric("final_val_binary_f1", "val F1 of class 1", "", "higher", Measured("val", "binary_f1"), tables=("signals",),
            tasks=("cls",)),  # two classes only: MRPC's and QQP's F1
-    Metric("final_test_binary_f1", "test F1 of class 1", "", "higher", "final_test_binary_f1", tables=("signals",),
+    Metric("final_test_binary_f1", "test F1 of class 1", "", "higher", Measured("test", "binary_f1"), tables=("signals",),
            tasks=("cls",)),
-    Metric("token_acc", "token acc", "", "higher", "final_val_acc", tables=("ranking", "signals"), tasks=("tokens",)),
-    Metric("test_token_acc", "test token acc", "", "higher", "final_test_acc", tables=("signals",), tasks=("tokens",)),
+    Metric("token_acc", "token acc", "", "higher", Measured("val", "acc"), tables=("ranking", "signals"), tasks=("tokens",)),
+    Metric("test_token_acc", "test token acc", "", "higher", Measured("test", "acc"), tables=("signals",), tasks=("tokens",)),
     Metric("glue_score", "GLUE score", "", "higher", glue_task_score, tasks=("cls", "reg")),  # a GLUE task's
     # score on GLUE's dev set; over a study's tasks, the GLUE score (ffnlab.study.summary.glue_aggregate)
-    Metric("params", "params", "", None, "params", first_of, human, ("ranking", "cost", "evidence")),
-    Metric("flops_per_token", "FLOPs/token", "FLOPs", None, "flops_per_token", first_of, human, ("cost",),
+    Metric("params", "params", "", None, "costs.params", first_of, human, ("ranking", "cost", "evidence")),
+    Metric("flops_per_token", "FLOPs/token", "FLOPs", None, "costs.flops_per_token", first_of, human, ("cost",),
            task_labels=(("image", "FLOPs/patch"),)),
-    Metric("tokens_per_s", "tokens/s", "tokens/s", "higher", "tokens_per_s", format=human,
+    Metric("tokens_per_s", "tokens/s", "tokens/s", "higher", "costs.tokens_per_s", format=human,
            tables=("ranking", "cost", "evidence"), task_labels=(("image", "patches/s"),)),
-    Metric("step_time_s", "step time (ms)", "s", "lower", "step_time_s", median_of, ms,
+    Metric("step_time_s", "step time (ms)", "s", "lower", "costs.step_time_s", median_of, ms,
            ("cost", "seed002", "evidence")),
-    Metric("step_time_range", "seeds' range (ms)", "s", None, "step_time_s", range_of, ms_range, ("cost",), csv=False),
-    Metric("train_seconds", "train time (s)", "s", "lower", "train_seconds", format=lambda v: num(v, 1),
+    Metric("step_time_range", "seeds' range (ms)", "s", None, "costs.step_time_s", range_of, ms_range, ("cost",), csv=False),
+    Metric("train_seconds", "train time (s)", "s", "lower", "costs.train_seconds", format=lambda v: num(v, 1),
            tables=("cost",)),
-    Metric("train_mem_bytes", "training memory", "B", "lower", "train_mem_bytes", max_of, lambda v: human(v, "B"),
+    Metric("train_mem_bytes", "training memory", "B", "lower", "memory.train_mem_bytes", max_of, lambda v: human(v, "B"),
            ("ranking", "cost", "seed002", "evidence")),
-    Metric("param_bytes", "parameters", "B", "lower", "param_bytes", max_of, lambda v: human(v, "B")),
-    Metric("grad_bytes", "gradients", "B", "lower", "grad_bytes", max_of, lambda v: human(v, "B")),
-    Metric("optimizer_bytes", "optimizer state", "B", "lower", "optimizer_bytes", max_of, lambda v: human(v, "B")),
-    Metric("saved_bytes", "saved for backward", "B", "lower", "saved_bytes", max_of, lambda v: human(v, "B"),
+    Metric("param_bytes", "parameters", "B", "lower", "memory.param_bytes", max_of, lambda v: human(v, "B")),
+    Metric("grad_bytes", "gradients", "B", "lower", "memory.grad_bytes", max_of, lambda v: human(v, "B")),
+    Metric("optimizer_bytes", "optimizer state", "B", "lower", "memory.optimizer_bytes", max_of, lambda v: human(v, "B")),
+    Metric("saved_bytes", "saved for backward", "B", "lower", "memory.saved_bytes", max_of, lambda v: human(v, "B"),
            ("cost",)),
-    Metric("cuda_peak_bytes", "CUDA peak", "B", "lower", "cuda_peak_bytes", max_of, lambda v: human(v, "B"),
+    Metric("cuda_peak_bytes", "CUDA peak", "B", "lower", "memory.cuda_peak_bytes", max_of, lambda v: human(v, "B"),
            ("seed002",)),  # seed 002's peak memory where the runs measured it, training memory's otherwise
-    Metric("grad_spikes", "gradient spikes", "", "lower", "n_grad_spikes", sum, str, ("stability",)),
-    Metric("loss_spikes", "loss spikes", "", "lower", "n_loss_spikes", sum, str, ("stability",)),
-    Metric("stability_events", "events", "", "lower", lambda r: r.n_grad_spikes + r.n_loss_spikes, sum, str,
+    Metric("grad_spikes", "gradient spikes", "", "lower", "monitors.n_grad_spikes", sum, str, ("stability",)),
+    Metric("loss_spikes", "loss spikes", "", "lower", "monitors.n_loss_spikes", sum, str, ("stability",)),
+    Metric("stability_events", "events", "", "lower", lambda r: r.monitors.n_grad_spikes + r.monitors.n_loss_spikes, sum, str,
            ("ranking", "seed002"), csv=False),
     Metric("nonfinite_runs", "non-finite runs", "", "lower", lambda r: int(r.status == "diverged" and r.diverged_kind
            != "blowup"), sum, str, ("stability",), ended=True),  # before diverged_kind, every divergence was one
     Metric("blowup_runs", "blown-up runs", "", "lower", lambda r: int(r.diverged_kind == "blowup"), sum, str,
            ("stability",), ended=True),
-    Metric("max_grad_norm", "max gradient norm", "", "lower", "max_grad_norm", max_of, lambda v: num(v, 3),
+    Metric("max_grad_norm", "max gradient norm", "", "lower", "monitors.max_grad_norm", max_of, lambda v: num(v, 3),
            ("stability",)),
-    Metric("dead_frac", "dead units", "", "lower", "dead_frac", format=lambda v: num(v, 3),
+    Metric("dead_frac", "dead units", "", "lower", "monitors.dead_frac", format=lambda v: num(v, 3),
            tables=("ranking", "stability")),
     Metric("sparsity", "sparsity", "", None, sparsity, format=lambda v: num(v, 3), tables=("stability",)),
-    Metric("ffn_grad_mean", "FFN grad mean", "", None, "ffn_grad_mean", format=three_digits, tables=("stability",)),
-    Metric("ffn_grad_std", "FFN grad std", "", None, "ffn_grad_std", format=three_digits, tables=("stability",)),
-    Metric("learned", "learned activation parameters", "", None, "learned", learned_mean, learned_text,
+    Metric("ffn_grad_mean", "FFN grad mean", "", None, "monitors.ffn_grad_mean", format=three_digits, tables=("stability",)),
+    Metric("ffn_grad_std", "FFN grad std", "", None, "monitors.ffn_grad_std", format=three_digits, tables=("stability",)),
+    Metric("learned", "learned activation parameters", "", None, "monitors.learned", learned_mean, learned_text,
            ("signals",), csv=False),
 )  # fmt: skip
 
@@ -297,9 +338,19 @@ def ranking_metric(task: str) -> Metric:
     raise ValueError(f"no ranking metric for task '{task}'")
 
 
+def ranked_metric(name: str) -> Metric:
+    """The ranking metric `name` names, on the split it names: 'final_test_f1' is span F1 on the test split (a
+    tuned cell compares there); ValueError naming the valid ones otherwise."""
+    ranking = [m.on(split) for m in METRICS if m.ranks for split in ("val", "test")]
+    for m in ranking:
+        if m.name == name:
+            return m
+    raise ValueError(f"unknown ranking metric '{name}'; valid: {', '.join(m.name for m in ranking)}")
+
+
 def ranked_task(name: str) -> str:
     """The task whose ranking metric `name` is, on val or test ('final_test_f1' -> 'tokens'); 'lm' if none."""
-    return next((task for m in METRICS if m.name == name.replace("_test_", "_val_") for task in m.ranks), "lm")
+    return next((task for m in METRICS if m.ranks and name in (m.name, m.on("test").name) for task in m.ranks), "lm")
 
 
 def row_metrics() -> list[Metric]:

@@ -19,7 +19,7 @@ import enum
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ffnlab.run.config import RunResult
+from ffnlab.run.result import RunResult
 from ffnlab.study.metrics import ranked_task, row_metrics
 from ffnlab.study.published import RankAgreement
 from ffnlab.study.scaling import ScalingFits
@@ -44,19 +44,6 @@ class RunStatus(enum.StrEnum):
     def final(self) -> bool:
         """Ended: finished, diverged or failed (a failed run may be started again)."""
         return self.done or self is RunStatus.FAILED
-
-
-def result_from_dict(d: dict[str, Any]) -> RunResult:
-    """A stored result (its fields' kinds checked by the store) as a `RunResult`. The store keeps curves
-    and events in tables of their own, and a field added since an older store was written reads as
-    empty; ValueError naming the keys `RunResult` does not have (the store was edited or damaged)."""
-    names = [f.name for f in fields(RunResult)]
-    unknown = sorted(set(d) - set(names))
-    if unknown:
-        raise ValueError(f"its result has keys a run result does not: {', '.join(unknown)}")
-    empty: dict[str, Any] = {"history": {}, "events": [], "behaviour": {}, "learned": {}, "config": {}}
-    values: dict[str, Any] = {name: d.get(name, empty.get(name)) for name in names}
-    return RunResult(**values)
 
 
 @dataclass(frozen=True)

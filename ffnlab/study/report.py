@@ -533,7 +533,7 @@ def cell_report(
             losses.append(series.get("val_loss", {}))
             times.append(series.get("val_time", {}))
             depth_runs.setdefault(v, []).append((cfg.seed, cfg.warmup_steps, series))
-            for name, b in rec.result.behaviour.items():
+            for name, b in rec.result.monitors.behaviour.items():
                 layers.setdefault(name, []).append(b)
         curves[v] = seed_band(losses)
         time_curves[v] = time_band(losses, times)

@@ -43,9 +43,9 @@ from typing import Any, Self
 from ffnlab._util.jsonio import field_problem, json_kind, json_safe
 from ffnlab._util.machine import environment
 from ffnlab._util.text import shorten
-from ffnlab.run.config import RunResult
+from ffnlab.run.result import RunResult, result_problem
 from ffnlab.study.plan import Study
-from ffnlab.study.records import RunRecord, RunStatus, result_from_dict
+from ffnlab.study.records import RunRecord, RunStatus
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = pathlib.Path("ffnlab-runs") / "ffnlab.db"
@@ -436,12 +436,14 @@ class Store:
         """A `runs` row as a RunRecord; ValueError naming the store and the run when a column was damaged."""
         rid, config_text, status_text, result_text, env_text, sweep, attempts, created_at, started_at, finished_at = row
         config = self._object(config_text, f"run {rid}'s config")
-        stored = self._object_or_none(result_text, f"run {rid}'s result", RunResult)
+        stored = self._object_or_none(result_text, f"run {rid}'s result")
+        if stored is not None and (problem := result_problem(stored)):
+            raise self._damaged(f"run {rid}'s result: {problem}")
         env = self._object_or_none(env_text, f"run {rid}'s environment")
         try:
             status = RunStatus(status_text)
             error = stored.get("error") if status is RunStatus.FAILED and stored else None
-            result = result_from_dict(stored) if status.done and stored is not None else None
+            result = RunResult.from_dict(stored) if status.done and stored is not None else None
         except ValueError as e:
             raise self._damaged(f"run {rid}: {e}") from None
         attempts = self._number(attempts, f"run {rid}'s attempts", int)

@@ -24,10 +24,18 @@ from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import describe_attn_act, parse_attn_act, qkv_act_spec
 from ffnlab.data.glue import GlueTask, is_glue, parse_glue
 from ffnlab.data.pairs import is_pair, text_fields
-from ffnlab.run.config import RunResult, TrainConfig
+from ffnlab.run.config import TrainConfig
+from ffnlab.run.result import RunResult
 from ffnlab.run.scores import glue_score
 from ffnlab.run.train import train_flops
-from ffnlab.study.metrics import glue_task_score, mean_of, official_metrics, ranking_metric, row_metrics
+from ffnlab.study.metrics import (
+    glue_task_score,
+    mean_of,
+    official_metrics,
+    ranked_metric,
+    ranking_metric,
+    row_metrics,
+)
 from ffnlab.study.plan import TUNED_AXES, CellKey, Study, gated_variants, group_key, plan, plan_precision, run_id
 from ffnlab.study.published import RankAgreement, rank_agreement
 from ffnlab.study.records import (
@@ -55,11 +63,6 @@ CellRuns = list[tuple[TrainConfig, RunRecord | None]]
 def seeds_text(seeds: dict[str, list[int]]) -> str:
     """'relu seeds 0, 1; gelu seed 2': a verdict's runs left out, per variant."""
     return "; ".join(f"{v} seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))}" for v, ss in seeds.items())
-
-
-def test_field(task: str) -> str:
-    """The result field of the task's ranking metric on the test split: what a tuned comparison compares."""
-    return ranking_metric(task).name.replace("_val_", "_test_")
 
 
 def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: int, axes: dict[str, Any]) -> Cell:
@@ -107,7 +110,7 @@ def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: i
         values[v][cfg.seed] = value
         results[v].append(result)
     stats = compare(values, baseline, higher_is_better=ranking.better == "higher", diverged=diverged, level=LEVEL)
-    test = test_field(task)
+    test = ranking.on("test")  # what a tuned comparison compares
     rows = []
     for row in stats.variants:
         done = sorted(results[row.ffn], key=lambda r: r.seed)
@@ -115,7 +118,7 @@ def summarize_cell(items: CellRuns, variants: list[str], baseline: str, seeds: i
             VariantRow.of(
                 row,
                 values={s: x for s, x in sorted(values[row.ffn].items()) if math.isfinite(x)},
-                test_values={r.seed: getattr(r, test) for r in done if getattr(r, test) is not None},
+                test_values={r.seed: x for r in done if (x := test.value(r)) is not None},
                 runs=runs[row.ffn],
                 metrics={m.name: m.of(ended[row.ffn] if m.ended else done, task) for m in row_metrics()},
             )
@@ -179,7 +182,7 @@ def tuned_cells(cells: list[Cell], axes: Sequence[str] = ("lr",)) -> list[Cell]:
             Cell(
                 axes={**dict(key), **{a: "tuned" for a in axes}},
                 task=group[0].task,
-                metric=group[0].metric.replace("_val_", "_test_"),
+                metric=ranked_metric(group[0].metric).on("test").name,
                 baseline=stats.baseline,
                 metric_direction=stats.metric_direction,
                 alpha=stats.alpha,
@@ -470,7 +473,8 @@ def scaling_of(study: Study, items: CellRuns, extrapolate_to: float | None = Non
         if cfg.seed >= study.seeds or rec is None or rec.result is None:
             continue  # noise-floor seeds are unpaired; unfinished runs have no point yet
         res = rec.result
-        compute = res.train_flops or train_flops(res.flops_per_token, res.tokens)  # older stores
+        costs = res.costs
+        compute = costs.train_flops or train_flops(costs.flops_per_token, costs.tokens)  # older stores
         loss = ranking.value(res) if rec.status is RunStatus.FINISHED else None
         runs.append(ScalingRun(cfg.model.ffn, cfg.seed, compute, loss or math.nan))
     try:
@@ -485,7 +489,8 @@ def trainable_of(cells: dict[CellKey, CellRuns]) -> tuple[int, int] | None:
     """(parameters trained, parameters) of the study's first run with a result that counted them: the same for
     every variant of a fine-tune, whose swap changes an activation only; None before any run finished."""
     results = (rec.result for items in cells.values() for _, rec in items if rec is not None and rec.result)
-    return next(((r.trainable_params, r.params) for r in results if r.trainable_params is not None), None)
+    costs = (r.costs for r in results)
+    return next(((c.trainable_params, c.params) for c in costs if c.trainable_params is not None), None)
 
 
 def settings_of(

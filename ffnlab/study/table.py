@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ffnlab._util.files import write_atomic
 from ffnlab._util.text import key_values, num, sci
-from ffnlab.study.metrics import metric, shown_in
+from ffnlab.study.metrics import metric, ranked_metric, shown_in
 from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.records import (
     AcrossCells,
@@ -60,8 +60,7 @@ def text_table(table: Table, indent: str = "") -> list[str]:
 
 def metric_label(cell: Cell) -> str:
     """The short name of the cell's ranking metric, on its split: 'val loss', 'test acc'."""
-    label = metric(cell.metric.replace("_test_", "_val_")).label
-    return label.replace("val", "test") if "_test_" in cell.metric else label
+    return ranked_metric(cell.metric).label
 
 
 def delta_text(row: VariantStats, baseline: str) -> str:

@@ -51,7 +51,7 @@ def placement_runs(base: TrainConfig, seeds: int, log=print) -> dict[str, dict]:
             cfg = replace(base, seed=seed, model=replace(base.model, act_position=position))
             start = time.perf_counter()
             r = train(cfg)
-            untrained = r.history["val"][0]["loss"]
+            untrained = r.history.val[0].loss
             diverged = r.status == "diverged"
             record["untrained"].append(untrained)
             record["final"].append(None if diverged else r.val.loss)

@@ -161,7 +161,7 @@ def test_a_folder_the_previous_version_wrote_resumes_and_is_marked(tmp_path):
     (folder / MARKER).unlink()  # now as the previous version left it
     assert sorted(os.listdir(folder)) == ["latest.json", "model-3.safetensors", "state-3.pt"]
     resumed = train(replace(cfg, checkpoint_dir=str(folder)))
-    assert resumed.history["train_loss"] == full.history["train_loss"]
+    assert resumed.history.train_loss == full.history.train_loss
     assert resumed.val.loss == full.val.loss
     assert sorted(os.listdir(folder)) == sorted([MARKER, "latest.json", "model-6.safetensors", "state-6.pt"])
 

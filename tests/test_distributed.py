@@ -48,8 +48,8 @@ def test_two_processes_sum_gradients_as_one_process_accumulating_them():
     accumulated = train(replace(BASE, grad_accum=2, max_steps=6))
     two = train(replace(BASE, nproc=2, max_steps=6))
     assert abs(two.val.loss - accumulated.val.loss) < 1e-6
-    curve = [v["loss"] for v in accumulated.history["val"]]
-    assert [v["loss"] for v in two.history["val"]] == pytest.approx(curve, abs=1e-6)
+    curve = [v.loss for v in accumulated.history.val]
+    assert [v.loss for v in two.history.val] == pytest.approx(curve, abs=1e-6)
     # a rank that left out its share, or drew another one, would be far off
     alone = train(replace(BASE, max_steps=6))
     assert abs(alone.val.loss - accumulated.val.loss) > 1e-3
@@ -191,8 +191,8 @@ def ddp_and_sharded(tmp_path_factory) -> dict[str, tuple[RunResult, Path]]:
 def test_a_sharded_run_computes_what_ddp_computes(ddp_and_sharded):
     (ddp, _), (sharded, _) = ddp_and_sharded["ddp"], ddp_and_sharded["sharded"]
     assert sharded.config["shard"] and abs(sharded.val.loss - ddp.val.loss) < 1e-6
-    for whole, pieces in zip(ddp.history["grad_ffn"], sharded.history["grad_ffn"], strict=True):  # over all shards
-        assert pieces == pytest.approx(whole, rel=1e-4, abs=1e-9)
+    for whole, pieces in zip(ddp.history.grad_ffn, sharded.history.grad_ffn, strict=True):  # over all shards
+        assert pieces.step == whole.step and pieces.stats == pytest.approx(whole.stats, rel=1e-4, abs=1e-9)
 
 
 def test_a_sharded_run_saves_what_ddp_saves_in_the_files_of_an_unsharded_run(ddp_and_sharded):

@@ -111,7 +111,7 @@ def test_a_tiny_run_on_digits_finishes_with_accuracy():
     assert r.status == "finished" and r.task == "image" and r.steps == 40
     assert 0 <= r.val.acc <= 1 and r.test.acc is not None and r.noisy_val.acc is not None
     assert r.val.acc > 0.2  # ten classes: chance is 0.1
-    assert r.history["val"][-1]["loss"] < r.history["val"][0]["loss"]
+    assert r.history.val[-1].loss < r.history.val[0].loss
     assert r.costs.tokens == 40 * 32 * 16  # 16 patches of 2x2 in an 8x8 digit
     assert r.config["model"]["image_size"] is None  # the stored config says what was asked: the data's size
     json.dumps(r.to_dict())

@@ -114,7 +114,7 @@ def test_only_the_adapters_and_the_head_train_and_every_frozen_weight_stays_the_
             frozen += p.numel()
     assert result.costs.trainable_params == trainable and frozen > 5 * trainable
     assert any(".lora_B." in name for name in start)
-    ffn_grads = [k for row in result.history["grad_ffn"] for k in row if k != "step"]
+    ffn_grads = [k for row in result.history.grad_ffn for k in row.stats]
     assert ffn_grads == [] and result.monitors.ffn_grad_mean is None  # the frozen FFN has no gradients to summarise
 
 

@@ -49,8 +49,8 @@ def test_keep_starts_at_the_pretrained_loss(pretrained):
     folder, before = pretrained
     setup = prepare(tiny("swiglu", init_from=str(folder)))
     start = evaluate(setup.model, setup.val_batches, "lm", setup.autocast)["loss"]
-    assert start == pytest.approx(before.history["val"][-1]["loss"], abs=1e-5)  # the same weights, same batches
-    assert start < before.history["val"][0]["loss"] - 0.3  # far below a random init's loss
+    assert start == pytest.approx(before.history.val[-1].loss, abs=1e-5)  # the same weights, same batches
+    assert start < before.history.val[0].loss - 0.3  # far below a random init's loss
     assert setup.cfg.init_digest == folder_digest(folder)
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ffnlab.run.result import Evaluation, Outcome, RunResult, result_problem
+from ffnlab.run.result import Evaluation, History, Outcome, RunResult, result_problem
 from tests.conftest import run_result
 
 DATA = Path(__file__).parent / "data"
@@ -38,7 +38,7 @@ def test_results_stored_by_the_flat_record_read_back_into_the_records():
 def test_an_older_result_without_the_later_fields_reads_them_as_empty():
     flat = {k: v for k, v in run_result().to_dict().items() if k not in ("behaviour", "learned", "history", "events")}
     r = RunResult.from_dict(flat)
-    assert (r.monitors.behaviour, r.monitors.learned, r.history, r.events) == ({}, {}, {}, [])
+    assert (r.monitors.behaviour, r.monitors.learned, r.history, r.events) == ({}, {}, History(), ())
 
 
 def test_a_stale_key_or_a_value_of_the_wrong_kind_is_named():

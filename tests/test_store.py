@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ffnlab._util import machine
+from ffnlab.run.result import History
 from ffnlab.study.records import RunStatus
 from ffnlab.study.store import SCHEMA_VERSION, Store, environment
 from tests.conftest import run_result
@@ -139,12 +140,14 @@ def test_lifecycle_claim_start_finish(store):
     run = store.get("r1")
     assert run.status is RunStatus.RUNNING and run.attempts == 1 and run.started_at >= run.created_at
     assert run.env["python"] and "torch" in run.env and "git_rev" in run.env
-    result = run_result(final_val_loss=3.21, history={"val": [{"step": 1, "loss": 3.3}]}, events=[{"step": 1}])
+    result = run_result(
+        final_val_loss=3.21, history={"val": [{"step": 1, "loss": 3.3}]}, events=[{"step": 1, "kind": "loss_spike"}]
+    )
     store.finish("r1", result)
     run = store.get("r1")
     assert run.status is RunStatus.FINISHED and run.done and run.finished_at >= run.started_at
     # the result comes back whole, but for the curves and events, which live in tables of their own
-    assert run.result == replace(result, history={}, events=[])
+    assert run.result == replace(result, history=History(), events=())
     assert store.get("missing") is None
 
 

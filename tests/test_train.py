@@ -35,15 +35,15 @@ def test_same_seed_gives_bitwise_identical_losses():
     a = train(tiny(seed=1, model=replace(TINY, ffn="swiglu"), precision="fp32"))
     b = train(tiny(seed=1, model=replace(TINY, ffn="swiglu"), precision="fp32"))
     c = train(tiny(seed=2, model=replace(TINY, ffn="swiglu"), precision="fp32"))
-    assert a.history["train_loss"] == b.history["train_loss"]
+    assert a.history.train_loss == b.history.train_loss
     assert a.val.loss == b.val.loss
-    assert a.history["train_loss"] != c.history["train_loss"]
+    assert a.history.train_loss != c.history.train_loss
 
 
 def test_result_records_curves_costs_and_behaviour():
     r = train(tiny(model=replace(TINY, ffn="reglu")))
     assert r.status == "finished" and r.steps == 20
-    assert [v["step"] for v in r.history["val"]] == [0, 10, 20]
+    assert [v.step for v in r.history.val] == [0, 10, 20]
     assert r.val.ppl == pytest.approx(math.exp(r.val.loss))
     assert (
         r.costs.tokens_per_s > 0 and r.memory.train_mem_bytes > 0 and r.costs.params > 0 and r.costs.flops_per_token > 0
@@ -51,7 +51,7 @@ def test_result_records_curves_costs_and_behaviour():
     layer = r.monitors.behaviour["blocks.0.ffn"]
     assert 0 <= layer["dead_frac"] <= 1 and 0 < layer["zero_frac"] < 1  # relu gate: some exact zeros
     assert layer["std_pre"] > 0 and layer["max_abs_hidden"] > 0
-    assert any(k.startswith("grad_norm/blocks.0.ffn") for k in r.history["grad_ffn"][0])
+    assert any(k.startswith("grad_norm/blocks.0.ffn") for k in r.history.grad_ffn[0].stats)
     assert r.noisy_val.loss is not None and r.noisy_val.loss != r.val.loss
     assert r.test.loss is not None and r.test.loss != r.val.loss  # held-out plays, not val
     assert r.monitors.ffn_grad_std > 0 and r.monitors.ffn_grad_mean is not None
@@ -89,7 +89,7 @@ def test_absurd_learning_rate_diverges_without_raising():
     assert r.status == "diverged"
     assert r.diverged_step is not None and r.diverged_step < 50
     assert r.val.loss is None
-    assert any(e["kind"] == "nonfinite" for e in r.events) and r.diverged_kind == "nonfinite"
+    assert any(e.kind == "nonfinite" for e in r.events) and r.diverged_kind == "nonfinite"
 
 
 def test_blowup_watch_needs_the_loss_above_the_bound_for_the_stated_steps():
@@ -131,9 +131,9 @@ def test_a_loss_that_climbs_from_4_4_to_19_4_diverges_without_a_nan():
         tiny(max_steps=400, diverge_factor=3.0, diverge_steps=50), model_factory=lambda cfg, seed: ClimbingLoss(losses)
     )
     assert r.status == "diverged" and r.diverged_kind == "blowup" and r.val.loss is None
-    (event,) = [e for e in r.events if e["kind"] == "blowup"]
-    assert r.diverged_step == event["step"] and event["since"] == event["step"] - 49
-    assert event["loss"] > 3.0 * event["best"] and r.steps < 400
+    (event,) = [e for e in r.events if e.kind == "blowup"]
+    assert r.diverged_step == event.step and event.detail["since"] == event.step - 49
+    assert event.detail["loss"] > 3.0 * event.detail["best"] and r.steps < 400
     watch = BlowupWatch(10.0, 50)  # the same losses never stay 10x the best for 50 steps
     assert not any(watch.update(losses[: i + 1]) for i in range(len(losses)))
 
@@ -173,7 +173,7 @@ def test_a_floor_above_the_learning_rate_is_refused():
 
 def test_validation_loss_falls_on_bundled_corpus():
     r = train(tiny(max_steps=60, lr=3e-3, eval_every=20))
-    losses = [v["loss"] for v in r.history["val"]]
+    losses = [v.loss for v in r.history.val]
     assert losses[0] > 4.0 and losses[-1] < losses[0] - 0.5, losses  # from ln(vocab) to well below
 
 
@@ -207,8 +207,8 @@ def test_bf16_training_is_deterministic_and_learns():
     a = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
     b = train(tiny(precision="bf16", max_steps=60, lr=3e-3, eval_every=20))
     fp32 = train(tiny(precision="fp32", max_steps=60, lr=3e-3, eval_every=20))
-    assert a.history["train_loss"] == b.history["train_loss"]
-    losses = [v["loss"] for v in a.history["val"]]
+    assert a.history.train_loss == b.history.train_loss
+    losses = [v.loss for v in a.history.val]
     assert losses[-1] < losses[0] - 0.5, losses
     assert abs(a.val.loss - fp32.val.loss) < 0.1  # mixed precision, not a different run
     assert a.costs.first_step_s > 0 and a.costs.tokens_per_s > 0
@@ -469,7 +469,7 @@ def test_a_damaged_checkpoint_is_discarded_and_the_run_ends_as_uninterrupted(tmp
     with pytest.warns(CheckpointWarning, match=f"discarding the unreadable checkpoint in {ckpt}"):
         r = train(replace(cfg, checkpoint_dir=str(ckpt)))
     assert not (tmp_path / "pwned").exists()
-    assert r.status == "finished" and r.history["train_loss"] == full.history["train_loss"]
+    assert r.status == "finished" and r.history.train_loss == full.history.train_loss
     assert r.val.loss == full.val.loss
 
 
@@ -539,7 +539,7 @@ def test_a_qat_run_resumed_past_its_start_ends_as_uninterrupted(tmp_path):
     full = train(cfg)  # leaves its step-6 checkpoint, past QAT's start at step 4
     assert json.loads((tmp_path / "latest.json").read_text())["step"] == 6
     resumed = train(cfg)
-    assert resumed.history["train_loss"] == full.history["train_loss"]
+    assert resumed.history.train_loss == full.history.train_loss
     assert resumed.val.loss == full.val.loss
 
 
@@ -560,8 +560,8 @@ def test_a_tagger_learns_conll_names_and_ends_with_span_f1(tmp_path):
     r = train(cfg)
     assert r.status == "finished" and r.task == "tokens" and r.config["tokenizer"] == "word"  # 'char' read as 'word'
     assert r.val.f1 > 0.8 and r.test.f1 > 0.8 and r.val.acc > 0.9 and r.noisy_val.f1 is not None
-    assert r.history["val"][0]["acc"] < 0.8 < r.history["val"][-1]["acc"]  # accuracy per word, padding left out
-    assert r.val.loss == pytest.approx(r.history["val"][-1]["loss"], rel=0.5)
+    assert r.history.val[0].acc < 0.8 < r.history.val[-1].acc  # accuracy per word, padding left out
+    assert r.val.loss == pytest.approx(r.history.val[-1].loss, rel=0.5)
 
 
 def test_cli_tagger_prints_span_f1_and_a_line_without_a_tag_exits_2(run_cli, tmp_path):
@@ -589,7 +589,7 @@ def test_checkpointing_keeps_less_for_backward_and_the_same_losses(kind):
     cfg = tiny(precision="fp32", max_steps=6, eval_every=6, model=replace(TINY, ffn="swiglu", dropout=0.1))
     plain = train(cfg)
     ck = train(replace(cfg, model=replace(cfg.model, activation_checkpointing=kind)))
-    assert ck.history["train_loss"] == pytest.approx(plain.history["train_loss"], rel=1e-6, abs=1e-6)
+    assert ck.history.train_loss == pytest.approx(plain.history.train_loss, rel=1e-6, abs=1e-6)
     assert ck.val.loss == pytest.approx(plain.val.loss, rel=1e-6, abs=1e-6)
     # what is recomputed is not kept: the training memory drops by exactly the saved-for-backward difference
     assert ck.memory.saved_bytes < plain.memory.saved_bytes
@@ -605,7 +605,7 @@ def test_compiled_runs_train_as_eager_does_checkpointed_or_not(kind):
     cfg = tiny(precision="fp32", max_steps=4, eval_every=4, model=replace(TINY, activation_checkpointing=kind))
     eager, compiled = train(cfg), train(replace(cfg, compile=True))
     assert compiled.status == "finished" and compiled.config["compile"]
-    assert compiled.history["train_loss"] == pytest.approx(eager.history["train_loss"], rel=1e-4, abs=1e-5)
+    assert compiled.history.train_loss == pytest.approx(eager.history.train_loss, rel=1e-4, abs=1e-5)
 
 
 def test_compile_uses_the_cpp_wrapper_on_the_cpu_unless_checkpointing(monkeypatch):
@@ -735,7 +735,7 @@ def test_a_hugging_face_model_checkpoints_its_layers():
     cfg = tiny(precision="fp32", hf_config=LLAMA, max_steps=3, eval_every=3, final_eval_batches=2)
     plain = train(cfg)
     ck = train(replace(cfg, model=replace(TINY, activation_checkpointing="block")))
-    assert ck.history["train_loss"] == pytest.approx(plain.history["train_loss"], rel=1e-6, abs=1e-6)
+    assert ck.history.train_loss == pytest.approx(plain.history.train_loss, rel=1e-6, abs=1e-6)
     assert ck.memory.saved_bytes < plain.memory.saved_bytes
 
 
@@ -743,7 +743,7 @@ def test_fp16_trains_with_a_gradient_scaler():
     r = train(tiny(precision="fp16", max_steps=10, eval_every=10))
     fp32 = train(tiny(precision="fp32", max_steps=10, eval_every=10))
     assert r.status == "finished" and r.steps == 10 and r.precision == r.config["precision"] == "fp16"
-    assert r.history["train_loss"] != fp32.history["train_loss"]  # it ran in fp16 ...
+    assert r.history.train_loss != fp32.history.train_loss  # it ran in fp16 ...
     assert r.val.loss == pytest.approx(fp32.val.loss, abs=0.05)  # ... and learned as fp32 did
     assert r.memory.saved_bytes < fp32.memory.saved_bytes  # half-width activations kept for backward
 
@@ -758,11 +758,11 @@ def big_first_scale(monkeypatch, init_scale: float) -> None:
 def test_fp16_overflow_skips_the_update_without_divergence(monkeypatch):
     big_first_scale(monkeypatch, 2.0**40)
     r = train(tiny(precision="fp16", max_steps=6, eval_every=6))
-    skips = [e for e in r.events if e["kind"] == "fp16_skip"]
-    assert len(skips) >= 3 and [e["scale"] for e in skips[:3]] == [2.0**39, 2.0**38, 2.0**37]
+    skips = [e for e in r.events if e.kind == "fp16_skip"]
+    assert len(skips) >= 3 and [e.detail["scale"] for e in skips[:3]] == [2.0**39, 2.0**38, 2.0**37]
     assert r.status == "finished" and r.diverged_kind is None
-    assert r.steps == 6 and len(r.history["train_loss"]) == 6  # a skipped update is not a step
-    assert all(math.isfinite(g) for g in r.history["grad_norm"])
+    assert r.steps == 6 and len(r.history.train_loss) == 6  # a skipped update is not a step
+    assert all(math.isfinite(g) for g in r.history.grad_norm)
 
 
 def test_fp16_diverges_when_the_scale_collapses(monkeypatch):
@@ -772,16 +772,16 @@ def test_fp16_diverges_when_the_scale_collapses(monkeypatch):
     monkeypatch.setattr(train_module, "FP16_MIN_SCALE", 2.0**39)  # the second overflow takes the scale under it
     r = train(tiny(precision="fp16", max_steps=6, eval_every=6))
     assert r.status == "diverged" and r.diverged_kind == "nonfinite" and r.diverged_step == 0 and r.steps == 0
-    assert [e["kind"] for e in r.events] == ["fp16_skip", "fp16_skip", "nonfinite"]
+    assert [e.kind for e in r.events] == ["fp16_skip", "fp16_skip", "nonfinite"]
 
 
 def test_fp16_resumes_with_its_scale(monkeypatch, tmp_path):
     big_first_scale(monkeypatch, 2.0**30)  # skipped updates: a resumed run at the first scale would skip again
     cfg = tiny(precision="fp16", max_steps=8, eval_every=4, checkpoint_every=6, checkpoint_dir=str(tmp_path))
     full = train(cfg)  # leaves its step-6 checkpoint
-    assert any(e["kind"] == "fp16_skip" for e in full.events)
+    assert any(e.kind == "fp16_skip" for e in full.events)
     resumed = train(cfg)
-    assert resumed.history["train_loss"] == full.history["train_loss"]
+    assert resumed.history.train_loss == full.history.train_loss
     assert resumed.val.loss == full.val.loss
 
 
@@ -833,7 +833,7 @@ def regression_csv(path, n: int = 300):
 def test_a_regressor_learns_a_number_per_text_and_reports_its_correlations(tmp_path):
     data = str(regression_csv(tmp_path / "reg.csv"))
     r = train(tiny(data=data, model=replace(TINY, task="reg"), max_steps=60, lr=1e-2, batch_size=16, precision="fp32"))
-    untrained = r.history["val"][0]["loss"]  # the mean squared error of the untrained model
+    untrained = r.history.val[0].loss  # the mean squared error of the untrained model
     assert r.task == "reg" and r.val.loss < untrained / 10
     assert r.val.pearson > 0.8 and r.val.spearman > 0.8 and r.test.pearson > 0.8
     assert r.val.acc is None and r.val.mcc is None and r.noisy_val.pearson is not None

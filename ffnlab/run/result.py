@@ -5,6 +5,9 @@
     Costs       parameters, FLOPs, tokens and the times the run took
     Memory      a training step's memory, by part, and the CUDA allocator's peak
     Monitors    what the training monitors saw: spikes, gradient statistics, FFN behaviour, learned parameters
+    History     the curves: training loss and gradient norm per step, the validation curve (`CurvePoint`),
+                the FFN gradient statistics of each logged step (`GradStats`)
+    Event       what the monitors noted at a step: a spike, a non-finite loss, a blow-up, an fp16 skip
     RunResult   one run: the records above, and what identifies the run
 
 A new measured quantity is one field on its record (and one entry of `ffnlab.study.metrics.METRICS` to report
@@ -110,6 +113,88 @@ class Monitors:
     learned: dict[str, dict[str, Any]]  # per FFN layer: a learnable activation's parameters (beta, tau, mixtures)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CurvePoint(Evaluation):
+    """One point of the validation curve: `evaluate` on the eval_batches batches, every eval_every steps."""
+
+    step: int
+    time: float | None = None  # seconds trained by then
+
+    def to_json(self) -> dict[str, Any]:
+        """{'step', the quantities evaluate measured, 'time'}: a point as `train --out` and the store's curves
+        (val_loss, val_acc, val_time, ...) keep it. Perplexity is left out: the loss gives it."""
+        measured = {k: v for k, v in asdict(self).items() if k in names(Evaluation) and k != "ppl" and v is not None}
+        return {"step": self.step, **measured, "time": self.time}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CurvePoint:
+        quantities = {k: v for k, v in d.items() if k not in ("step", "time")}
+        return cls(step=d["step"], time=d.get("time"), **asdict(Evaluation.measured(quantities)))
+
+
+@dataclass(frozen=True)
+class GradStats:
+    """The FFN weights' gradient statistics at one logged step (every log_every): 'grad_mean/<weight>',
+    'grad_std/<weight>', 'grad_norm/<weight>' (ffnlab.run.monitors.grad_stats)."""
+
+    step: int
+    stats: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, **self.stats}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GradStats:
+        return cls(d["step"], {k: v for k, v in d.items() if k != "step"})
+
+
+@dataclass(frozen=True)
+class History:
+    """A run's curves. The store keeps them in its metrics table, not in the result (`Store.metrics`)."""
+
+    train_loss: tuple[float, ...] = ()  # every step's
+    grad_norm: tuple[float, ...] = ()  # every step's global gradient norm, before clipping
+    val: tuple[CurvePoint, ...] = ()
+    grad_ffn: tuple[GradStats, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "train_loss": list(self.train_loss),
+            "grad_norm": list(self.grad_norm),
+            "val": [p.to_json() for p in self.val],
+            "grad_ffn": [g.to_json() for g in self.grad_ffn],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> History:
+        """The curves from their JSON (`to_json`, or the training loop's own lists); a curve not there is empty."""
+        return cls(
+            train_loss=tuple(d.get("train_loss", ())),
+            grad_norm=tuple(d.get("grad_norm", ())),
+            val=tuple(CurvePoint.from_json(p) for p in d.get("val", ())),
+            grad_ffn=tuple(GradStats.from_json(g) for g in d.get("grad_ffn", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """What the monitors noted at a step, and what its kind records (the value, the median it was judged against,
+    the fp16 scale). Kinds: 'grad_spike', 'loss_spike' (ffnlab.run.monitors.spike_events), 'nonfinite',
+    'blowup' (the two that end a run, ffnlab.run.config.DIVERGENCE) and 'fp16_skip'."""
+
+    step: int
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """{'step', 'kind', ...detail}: an event as the store keeps it (`Store.add_events`)."""
+        return {"step": self.step, "kind": self.kind, **self.detail}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Event:
+        return cls(d["step"], d["kind"], {k: v for k, v in d.items() if k not in ("step", "kind")})
+
+
 # each split's Evaluation, and the prefix of its keys in the flat JSON: 'final_val' + 'loss' -> 'final_val_loss'
 SPLITS = {
     "val": "final_val",
@@ -146,8 +231,8 @@ class RunResult:
     device: str
     precision: str
     threads: int  # bf16 results depend on it at the 1e-4 level
-    history: dict[str, list[Any]] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    history: History = History()  # empty in a result read from the store, which keeps curves apart
+    events: tuple[Event, ...] = ()  # ... and events
     config: dict[str, Any] = field(default_factory=dict)
     test_mismatched: Evaluation = Evaluation()  # MNLI's mismatched dev set, a further test set (ffnlab.data.glue)
 
@@ -160,6 +245,10 @@ class RunResult:
                 out.update({f"{SPLITS[f.name]}_{k}": v for k, v in asdict(value).items()})
             elif f.name in RECORDS:
                 out.update(asdict(value))
+            elif f.name == "history":
+                out["history"] = self.history.to_json()
+            elif f.name == "events":
+                out["events"] = [e.to_json() for e in self.events]
             else:
                 out[f.name] = value.value if isinstance(value, Outcome) else value
         return out
@@ -184,7 +273,12 @@ class RunResult:
             name: record(**{k: d.get(k, EMPTY.get(k)) for k in names(record)}) for name, record in RECORDS.items()
         }
         top = {k: d.get(k, EMPTY.get(k)) for k in names(cls) if k not in SPLITS and k not in RECORDS}
-        return cls(**{**top, **splits, **records, "status": Outcome(str(top["status"]))})
+        typed = {
+            "status": Outcome(str(top["status"])),
+            "history": History.from_json(top["history"] or {}),
+            "events": tuple(Event.from_json(e) for e in top["events"] or ()),
+        }
+        return cls(**{**top, **splits, **records, **typed})
 
 
 def names(record: type) -> list[str]:

@@ -10,10 +10,10 @@ from ffnlab.run.result import RunResult
 def format_run(r: RunResult) -> str:
     """A finished run in a few lines: loss, what it cost, and what the monitors saw."""
     f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
-    first = r.history["val"][0] if r.history["val"] else None
+    first = r.history.val[0] if r.history.val else None
     lines = [
         f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.val.loss)}"
-        + (f" (step {first['step']}: {first['loss']:.4f})" if first else "")
+        + (f" (step {first.step}: {f(first.loss)})" if first else "")
         + f", {r.costs.params:,} params, {r.costs.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.costs.train_seconds:.1f} s"
     ]
     if r.config.get("nproc", 1) * r.config.get("grad_accum", 1) > 1:
@@ -61,7 +61,7 @@ def format_run(r: RunResult) -> str:
         f"{r.memory.saved_bytes / 2**20:.1f}{checkpointing_text(r)})"
         + (f", CUDA peak {r.memory.cuda_peak_bytes / 2**20:.1f} MiB" if r.memory.cuda_peak_bytes is not None else "")
     )
-    skips = [e for e in r.events if e["kind"] == "fp16_skip"]
+    skips = [e for e in r.events if e.kind == "fp16_skip"]
     if skips:
         lines.append(
             f"  fp16: the gradient scaler skipped {len(skips)} update(s) whose gradients overflowed, each trained "

@@ -94,7 +94,7 @@ from ffnlab.run.monitors import (
     named_ffns,
     spike_events,
 )
-from ffnlab.run.result import Costs, Evaluation, Memory, Outcome, RunResult
+from ffnlab.run.result import Costs, Evaluation, Event, History, Memory, Outcome, RunResult
 from ffnlab.run.scores import classifier_scores, regression_scores
 
 if TYPE_CHECKING:
@@ -820,8 +820,8 @@ def finish(
         device=setup.device,
         precision=setup.cfg.precision,
         threads=torch.get_num_threads(),
-        history={key: hist[key] for key in ("train_loss", "grad_norm", "val", "grad_ffn")},
-        events=hist["events"],
+        history=History.from_json(hist),  # the loop's lists are the curves' JSON
+        events=tuple(Event.from_json(e) for e in hist["events"]),
         config=setup.cfg.to_dict(),
     )
 

@@ -84,14 +84,14 @@ def run_lock(store_path: Path, rid: str, wait: bool) -> Iterator[bool]:
 def record(store: Store, rid: str, run: RunResult, env: dict[str, Any] | None = None) -> None:
     """Write a run's curves, events and result to the store; the status is written last."""
     hist = run.history
-    rows = [(i + 1, "train_loss", v) for i, v in enumerate(hist["train_loss"])]
-    rows += [(i + 1, "grad_norm", v) for i, v in enumerate(hist["grad_norm"])]
-    for row in hist["val"]:
-        rows += [(row["step"], f"val_{k}", v) for k, v in row.items() if k != "step"]
-    for row in hist["grad_ffn"]:
-        rows += [(row["step"], k, v) for k, v in row.items() if k != "step"]
+    rows = [(i + 1, "train_loss", v) for i, v in enumerate(hist.train_loss)]
+    rows += [(i + 1, "grad_norm", v) for i, v in enumerate(hist.grad_norm)]
+    for point in hist.val:  # val_loss, val_acc, ..., val_time
+        rows += [(point.step, f"val_{k}", v) for k, v in point.to_json().items() if k != "step"]
+    for grads in hist.grad_ffn:
+        rows += [(grads.step, k, v) for k, v in grads.stats.items()]
     store.add_metrics(rid, rows)
-    store.add_events(rid, run.events)
+    store.add_events(rid, [e.to_json() for e in run.events])
     store.finish(rid, run, env)
 
 

@@ -286,7 +286,8 @@ def names(record: type) -> list[str]:
 
 
 def flat_keys() -> Iterator[tuple[str, tuple[type, str]]]:
-    """Each key of a result's flat JSON, with the record and field it holds: ('final_val_loss', (Evaluation, 'loss'))."""
+    """Each key of a result's flat JSON, with the record and field it holds: ('final_val_loss', (Evaluation,
+    'loss'))."""
     for name in names(RunResult):
         if name in SPLITS:
             yield from ((f"{SPLITS[name]}_{k}", (Evaluation, k)) for k in names(Evaluation))

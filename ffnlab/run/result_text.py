@@ -14,7 +14,8 @@ def format_run(r: RunResult) -> str:
     lines = [
         f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.val.loss)}"
         + (f" (step {first.step}: {f(first.loss)})" if first else "")
-        + f", {r.costs.params:,} params, {r.costs.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, {r.costs.train_seconds:.1f} s"
+        + f", {r.costs.params:,} params, {r.costs.tokens_per_s or 0:,.0f} tokens/s in {r.precision}, "
+        + f"{r.costs.train_seconds:.1f} s"
     ]
     if r.config.get("nproc", 1) * r.config.get("grad_accum", 1) > 1:
         c = r.config
@@ -69,15 +70,15 @@ def format_run(r: RunResult) -> str:
         )
     from ffnlab.tools.lora import trained_text
 
-    if trained := trained_text(
-        r.config, r.costs.trainable_params, r.costs.params
-    ):  # a fine-tune: what trained, what not
+    # a fine-tune: what trained, what not
+    if trained := trained_text(r.config, r.costs.trainable_params, r.costs.params):
         lines.append(f"  trained: {trained}")
     grads = f"FFN gradient mean {f(r.monitors.ffn_grad_mean, 6)} std {f(r.monitors.ffn_grad_std, 6)}"
     if r.config.get("peft"):  # LoRA: the FFN is frozen, its gradient monitors saw none
         grads = "FFN frozen (no gradients)"
     lines.append(
-        f"  {grads}, spikes {r.monitors.n_grad_spikes} gradient / {r.monitors.n_loss_spikes} loss, dead units {f(r.monitors.dead_frac, 3)}"
+        f"  {grads}, spikes {r.monitors.n_grad_spikes} gradient / {r.monitors.n_loss_spikes} loss, "
+        f"dead units {f(r.monitors.dead_frac, 3)}"
     )
     for layer, values in r.monitors.learned.items():
         lines.append(f"  learned {layer}: {json.dumps(values)}")

@@ -19,6 +19,7 @@ from ffnlab.study.metrics import (
     mean_of,
     metric,
     range_of,
+    ranked_metric,
     ranked_task,
     ranking_metric,
 )
@@ -102,6 +103,13 @@ def test_the_ranking_metric_follows_the_task():
     assert [ranked_task(m) for m in ("final_test_f1", "final_val_acc", "final_val_loss")] == ["tokens", "cls", "lm"]
     assert ranking_metric("image").name == "final_val_acc"  # a ViT classifies, as cls does
     assert ranking_metric("reg").name == "final_val_pearson" and ranked_task("final_test_pearson") == "reg"
+    # a ranking metric on the test split, as a tuned cell names it: the same quantity, read from the test split
+    test_f1 = ranked_metric("final_test_f1")
+    assert (test_f1.label, test_f1.split, ranking_metric("tokens").split) == ("test F1", "test", "val")
+    assert test_f1.value(run_result(task="tokens", final_val_f1=0.5, final_test_f1=0.25)) == 0.25
+    assert ranking_metric("lm").on("test").name == "final_test_loss" and metric("params").split is None
+    with pytest.raises(ValueError, match="unknown ranking metric 'final_test_macro_f1'; valid: final_val_loss"):
+        ranked_metric("final_test_macro_f1")
     # what advice calls a difference in it: a tagger's is span F1, not accuracy
     assert [ranking_metric(t).quantity() for t in ("lm", "cls", "tokens")] == ["loss", "accuracy", "F1"]
     with pytest.raises(ValueError, match="no ranking metric for task 'audio'"):

@@ -228,6 +228,11 @@ class Metric:
         """This metric of one run."""
         return operator.attrgetter(self.source)(result) if isinstance(self.source, str) else self.source(result)
 
+    @property
+    def split(self) -> str | None:
+        """The split it is measured on ('val', 'test', 'noisy_val'); None for a metric of the whole run."""
+        return self.source.split if isinstance(self.source, Measured) else None
+
     def on(self, split: str) -> Metric:
         """This metric on another split of the same runs ('val loss' -> 'test loss', named by its key in a
         result's JSON, 'final_test_loss'); ValueError for a metric that is not one split's quantity."""

@@ -24,7 +24,7 @@ from ffnlab.study.advise.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_f
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.rules import decided_line, narrow, picks_text, preferences
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.metrics import ranking_metric
+from ffnlab.study.metrics import ranked_metric, ranking_metric
 from ffnlab.study.plan import CellKey, config_value, group_key, set_field
 from ffnlab.study.records import AcrossCells, Cell, VariantRow
 from ffnlab.study.scaling import LOF_ALPHA, ScalingFits
@@ -436,7 +436,7 @@ def choice_reasons(weighed: CellChoice, cell: Cell, facts: StudyFacts, situation
     reasons = [f"Measured in {where}" + (f", cell {cell_where}" if cell_where else "") + "."]
     leaders = [n for n in eligible if mean[n] == mean[best]]  # an exact tie shares the best mean
     has = f"{best} has" if len(leaders) == 1 else f"{and_list(leaders)} tie for"
-    split = facts.metric.removeprefix("final_").split("_")[0]  # where the cell ranks: 'val' or 'test'
+    split = ranked_metric(facts.metric).split  # where the cell ranks: 'val' or 'test'
     if choice == best:
         reasons.append(
             f"{has} the best mean final {split} {ranking_metric(facts.task).quantity()} "

@@ -22,6 +22,7 @@ import re
 import stat
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,6 +34,9 @@ from ffnlab._util.text import first_few
 MARKER = ".ffnlab-checkpoints"
 LATEST = "latest.json"
 MARKER_TEXT = "ffnlab's checkpoints of one training run; ffnlab deletes only the files it wrote here.\n"
+# what `trainer_state` builds and `load_checkpoint` returns: a plain dict of tensors and plain data, the form
+# torch.load(weights_only=True) reads back (a record type would not load under weights_only)
+TrainerState = dict[str, Any]
 
 
 class CheckpointWarning(UserWarning):
@@ -131,11 +135,11 @@ def save_weights(model: nn.Module | dict[str, torch.Tensor], path: Path) -> None
 def trainer_state(
     step: int,
     elapsed: float,
-    hist: dict,
+    hist: dict[str, list[Any]],
     opt: torch.optim.Optimizer,
     gen: torch.Generator,
     scaler: torch.amp.GradScaler,
-) -> dict:
+) -> TrainerState:
     """What a run needs besides the weights to go on from `step` exactly as if never stopped."""
     return {
         "step": step,
@@ -148,7 +152,7 @@ def trainer_state(
     }
 
 
-def save_checkpoint(directory: Path, model: nn.Module | dict[str, torch.Tensor], state: dict) -> None:
+def save_checkpoint(directory: Path, model: nn.Module | dict[str, torch.Tensor], state: TrainerState) -> None:
     """Weights to safetensors (`save_weights`: a module, or a sharded model's gathered state dict) and the trainer
     state (`trainer_state`) to a torch file, each written atomically; `latest.json` is switched last, so a kill
     leaves the previous pair usable. The marker comes first: from then on the folder is ffnlab's, which deletes the
@@ -179,7 +183,7 @@ def remove_checkpoints(directory: Path) -> None:
 
 def load_checkpoint(
     directory: Path, model: nn.Module, opt: torch.optim.Optimizer, gen: torch.Generator, scaler: torch.amp.GradScaler
-) -> dict | None:
+) -> TrainerState | None:
     """Resume from the latest checkpoint: weights into `model`, optimizer and gradient-scaler state, data and
     torch RNG; returns the trainer state, or None when there is no checkpoint. ValueError for a folder
     `check_checkpoint_folder` refuses.
@@ -226,9 +230,10 @@ def load_checkpoint(
     return state
 
 
-def load_state(path: Path) -> dict:
-    """A trainer state, loaded with weights_only (tensors and plain data: a pickle cannot run code); ValueError
-    in ffnlab's words where torch refuses the file, whose own message advises the unsafe way round it."""
+def load_state(path: Path) -> object:
+    """What a trainer state file holds (load_checkpoint checks that it is one), loaded with weights_only (tensors
+    and plain data: a pickle cannot run code); ValueError in ffnlab's words where torch refuses the file, whose
+    own message advises the unsafe way round it."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's notes on the pickle protocol of a file it then refuses

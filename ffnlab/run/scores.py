@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 
-def check_pairs(true: Sequence, predicted: Sequence, what: str) -> None:
+def check_pairs(true: Sequence[object], predicted: Sequence[object], what: str) -> None:
     """ValueError for no examples or lists of different lengths."""
     if not len(true) or len(true) != len(predicted):
         raise ValueError(

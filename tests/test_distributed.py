@@ -166,11 +166,15 @@ def test_auto_jobs_count_each_runs_processes(monkeypatch):
 
 
 def test_a_study_says_its_global_batch():
+    from ffnlab.study.plan import Study
     from ffnlab.study.render import global_batch
+    from ffnlab.study.summary import settings_of
 
-    assert global_batch({"batch_size": 16}) == "16"
-    said = global_batch({"batch_size": 4, "nproc": 2, "grad_accum": 3})
-    assert said == "24 (4 per forward pass x 2 processes x 3 accumulated)"
+    def said(**batch: int) -> str:
+        return global_batch(settings_of(Study(variants=["relu"], seeds=2, base=replace(BASE, **batch))))
+
+    assert said(batch_size=16) == "16"
+    assert said(batch_size=4, nproc=2, grad_accum=3) == "24 (4 per forward pass x 2 processes x 3 accumulated)"
 
 
 SHARDED = replace(BASE, model=replace(MODEL, n_layers=2), nproc=2, max_steps=6, log_every=2, checkpoint_every=2)

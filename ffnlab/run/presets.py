@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ffnlab._util.names import closest
 from ffnlab._util.text import shorten
@@ -98,7 +99,7 @@ def shazeer() -> TrainConfig:
                device="auto")  # fmt: skip
 
 
-def run(model: ModelConfig, every: int, **fields) -> TrainConfig:
+def run(model: ModelConfig, every: int, **fields: Any) -> TrainConfig:
     """A preset's TrainConfig: evaluated and checkpointed `every` steps."""
     return TrainConfig(model=model, eval_every=every, checkpoint_every=every, **fields)
 
@@ -127,7 +128,7 @@ PRESETS: dict[str, Preset] = {
 DEFAULT_PRESET = "standard"  # what `compare` starts from without --preset
 
 
-def preset_config(name: str, model: dict | None = None, **overrides) -> TrainConfig:
+def preset_config(name: str, model: dict[str, Any] | None = None, **overrides: Any) -> TrainConfig:
     """The preset's TrainConfig with `model=` fields and other fields overridden (validated by the dataclasses)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset '{shorten(name)}'{closest(name, PRESETS)}; valid: {', '.join(PRESETS)}")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ffnlab.core.ffn import get_ffn_spec
-from ffnlab.run.train import TrainConfig
+from ffnlab.run.config import TrainConfig
 from ffnlab.study.plan import AXES, Study, config_value, default_baseline, plan, run_id
 from ffnlab.study.records import RunRecord
 from ffnlab.study.store import Store

@@ -29,8 +29,8 @@ from ffnlab._util.jsonio import json_kind
 from ffnlab._util.text import first_line
 from ffnlab.core.ffn import get_ffn_spec
 from ffnlab.core.model import ModelConfig, Transformer
+from ffnlab.run.config import TrainConfig
 from ffnlab.run.profile import StepProfile
-from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
 from ffnlab.study.deployment import damaged, deployment_path, load_deployment
 from ffnlab.study.execute import weights_path

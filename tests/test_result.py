@@ -54,3 +54,16 @@ def test_an_evaluation_keeps_what_its_fields_name_and_its_perplexity():
     assert e == Evaluation(loss=2.0, ppl=math.exp(2.0), acc=0.5)
     assert Evaluation.measured({"loss": 1e4}).ppl == math.inf  # exp overflows a float
     assert Evaluation.measured({}) == Evaluation()  # a split too small to evaluate
+
+
+def test_code_written_before_the_records_still_reads_a_result_with_a_warning():
+    from ffnlab.run.config import RunResult as Moved  # where it was before 0.3
+
+    result = run_result(final_val_loss=2.5, params=1234)
+    assert Moved is RunResult
+    with pytest.warns(DeprecationWarning, match=r"RunResult.final_val_loss is RunResult.val.loss since ffnlab 0.3"):
+        assert result.final_val_loss == 2.5 == result.val.loss
+    with pytest.warns(DeprecationWarning, match=r"RunResult.params is RunResult.costs.params"):
+        assert result.params == 1234
+    with pytest.raises(AttributeError, match="no attribute 'final_val_lss'"):
+        result.final_val_lss  # noqa: B018

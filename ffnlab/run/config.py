@@ -12,6 +12,7 @@ from ffnlab.core.model import ModelConfig
 from ffnlab.data.glue import glue_fields
 from ffnlab.data.pairs import check_pair_context, check_pair_task, is_pair, text_fields
 from ffnlab.data.tokenizer import check_tokenizer_name, check_word_vocab
+from ffnlab.run.result import RunResult as RunResult  # moved to ffnlab.run.result; imported here for code before 0.3
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 PRECISIONS = get_args(Precision)

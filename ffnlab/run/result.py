@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ffnlab._util.jsonio import field_problem
 
@@ -253,6 +254,22 @@ class RunResult:
                 out[f.name] = value.value if isinstance(value, Outcome) else value
         return out
 
+    if not TYPE_CHECKING:  # typed code reads the records; this is for code written before them
+
+        def __getattr__(self, name: str) -> Any:
+            """A flat name of results before 0.3 ('final_val_loss'), read from its record (`val.loss`) with a
+            DeprecationWarning; those names go in 0.4."""
+            path = old_names().get(name)
+            if path is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            attr, sub = path
+            warnings.warn(
+                f"RunResult.{name} is RunResult.{attr}.{sub} since ffnlab 0.3; the flat name goes in 0.4",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(getattr(self, attr), sub)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
         """A result from its flat JSON (`to_dict`, of this ffnlab or an older one: a key an older one did not
@@ -295,6 +312,13 @@ def flat_keys() -> Iterator[tuple[str, tuple[type, str]]]:
             yield from ((k, (RECORDS[name], k)) for k in names(RECORDS[name]))
         else:
             yield name, (RunResult, name)
+
+
+def old_names() -> dict[str, tuple[str, str]]:
+    """Each flat key of a result that is a field of a record, with its path: 'final_val_loss' -> ('val', 'loss'),
+    'params' -> ('costs', 'params')."""
+    paths = {f"{prefix}_{k}": (name, k) for name, prefix in SPLITS.items() for k in names(Evaluation)}
+    return paths | {k: (name, k) for name, record in RECORDS.items() for k in names(record)}
 
 
 def result_problem(d: dict[str, Any]) -> str | None:

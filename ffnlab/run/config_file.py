@@ -11,15 +11,19 @@ from __future__ import annotations
 import json
 import tomllib
 import typing
+from collections.abc import Mapping
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ffnlab._util.names import closest
 from ffnlab._util.reading import read_text
 from ffnlab.core.model import ModelConfig
 from ffnlab.data.checkpoint_tokenizer import check_tokenizer_files, has_tokenizer
 from ffnlab.run.config import TrainConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # fields a run computes, never read from a file: a value there would change the run's identity, not what it trains
 COMPUTED = {
@@ -30,13 +34,15 @@ COMPUTED = {
 # a config file holds a few KiB of settings (a Hugging Face config's table included): a larger file is
 # something else given by mistake (a data set), and reading stops here instead of filling memory
 MAX_CONFIG_BYTES = 2**20
+# a table's type: a config dataclass (its fields are the table's keys), or a dict of each key's type hint
+TableType = type | dict[str, Any]
 # the tables of a run's config file: its top level and [model]
-RUN_TABLES: dict[str, type | dict] = {"": TrainConfig, "model": ModelConfig}
+RUN_TABLES: dict[str, TableType] = {"": TrainConfig, "model": ModelConfig}
 # TrainConfig's own fields, ModelConfig's in their table
 RUN_FIELDS = [f.name for f in fields(TrainConfig) if f.name != "model"]
 
 
-def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConfig:
+def config_from_sources(base: TrainConfig, file: dict[str, Any], flags: dict[str, Any]) -> TrainConfig:
     """Copy of `base` (a preset's config) with the --config file's fields, then every flag given over them.
     `file` and `flags` have one shape, the file's: TrainConfig's fields, 'model' for ModelConfig's (other
     tables are not the run's). Then the rules a run adds: max_seconds alone sets max_steps to 10**9, so that
@@ -71,7 +77,7 @@ def config_from_sources(base: TrainConfig, file: dict, flags: dict) -> TrainConf
     return replace(base, model=replace(base.model, **model), **run)
 
 
-def flag_type(hint) -> tuple[type | None, tuple | None]:
+def flag_type(hint: object) -> tuple[type | None, tuple[str, ...] | None]:
     """(python type, choices) of a field's type hint, as a flag takes it and a file's value is checked:
     `X | None` -> X, `Literal[...]` -> str and its values; (None, None) for any other type."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -79,10 +85,10 @@ def flag_type(hint) -> tuple[type | None, tuple | None]:
         return str, tuple(typing.get_args(hint))
     if args and type(None) in typing.get_args(hint):
         return flag_type(args[0])
-    return (hint, None) if hint in (int, float, str, bool) else (None, None)
+    return (hint, None) if isinstance(hint, type) and hint in (int, float, str, bool) else (None, None)
 
 
-def read_toml(path: str | Path, tables: dict[str, type | dict]) -> dict:
+def read_toml(path: str | Path, tables: Mapping[str, TableType]) -> dict[str, Any]:
     """A config file as a dict, every key checked against its type: top-level keys against tables[''], each
     [table] against its own. A table's type is a dataclass (its fields) or a dict {key: type}. ValueError
     naming the file and the first problem."""
@@ -121,7 +127,7 @@ def types_of(table: Any) -> dict[str, Any]:
     return types
 
 
-def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
+def checked_table(data: dict[str, Any], types: Mapping[str, Any], path: Path, table: str) -> dict[str, Any]:
     """`data`, the [table] of the config file `path` ('' its top level), with each key known to `types` and
     its value checked against its type (checked_value); ValueError naming the first unknown key."""
     where = f"[{table}] " if table else ""
@@ -139,7 +145,7 @@ def checked_table(data: dict, types: dict, path: Path, table: str) -> dict:
 TYPE_NAMES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
 
 
-def checked_value(value, hint, path: Path, table: str, key: str):
+def checked_value(value: object, hint: object, path: Path, table: str, key: str) -> object:
     """The value of `key` in the [table] of the config file `path`, checked against its type `hint`: a table
     key by key, `list[X]` and `dict[str, X]` item by item, a flag's type as the flag takes it (scalar_value).
     ValueError naming the file, the key and the type otherwise."""
@@ -159,7 +165,7 @@ def checked_value(value, hint, path: Path, table: str, key: str):
     return scalar_value(value, hint, what)
 
 
-def scalar_value(value, hint, what: str):
+def scalar_value(value: object, hint: object, what: str) -> object:
     """`value` read from a file for a field typed `hint` (an int where a float belongs becomes a float, so
     the run's identity is the flag's); ValueError naming `what`, the type and the choices otherwise."""
     kind, choices = flag_type(hint)
@@ -182,14 +188,15 @@ def field_types(cls: Any) -> dict[str, Any]:
     return types
 
 
-def file_fields(cfg) -> dict:
+def file_fields(cfg: DataclassInstance) -> dict[str, Any]:
     """A config dataclass's fields as a --config file holds them (what read_toml reads back to the same
     config): a nested config as a dict, for a [table]; the COMPUTED fields left out."""
     values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name not in COMPUTED}
-    return {name: file_fields(v) if is_dataclass(v) else v for name, v in values.items()}
+    # a nested config is a dataclass instance (is_dataclass is also true of a dataclass's class)
+    return {name: file_fields(v) if is_dataclass(v) and not isinstance(v, type) else v for name, v in values.items()}
 
 
-def toml_value(value) -> str:
+def toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -199,7 +206,7 @@ def toml_value(value) -> str:
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
-def to_toml(data: dict, table: str = "") -> str:
+def to_toml(data: Mapping[str, object], table: str = "") -> str:
     """`data` as TOML (None values left out: they mean "the default"), nested dicts as [tables]."""
     scalars = [f"{k} = {toml_value(v)}" for k, v in data.items() if v is not None and not isinstance(v, dict)]
     out = ([f"[{table}]"] if table and scalars else []) + scalars

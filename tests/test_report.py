@@ -118,6 +118,24 @@ def test_report_files(report, smoke_store):
     assert html.escape(summarize_study(study, smoke_store, runs).cells[0].verdict) in page
 
 
+def test_the_report_shows_the_summary_it_is_given_and_summarises_nothing_again(smoke_store, tmp_path, monkeypatch):
+    """compare hands its summary to the report, which then summarises the store no second time."""
+    from ffnlab.study import compare as compare_module
+    from ffnlab.study import report as report_module
+    from ffnlab.study.compare import compare
+
+    study, runs, _ = load_study(smoke_store)
+    summary = summarize_study(study, smoke_store, runs)
+    summary.cells[0].verdict = "the verdict compare computed"
+    monkeypatch.setattr(report_module, "summarize", lambda *a, **k: pytest.fail("the report summarised again"))
+    data = report_data(smoke_store, study, runs, attention=False, summary=summary)
+    assert data.cells[0].cell.verdict == "the verdict compare computed"
+    handed = {}
+    monkeypatch.setattr(compare_module, "run_study", lambda *a, **k: summary)
+    monkeypatch.setattr(compare_module, "write_report", lambda store, **k: handed.update(k))
+    assert compare(study, tmp_path / "s.db").summary is summary and handed["summary"] is summary
+
+
 def test_report_data_rows_match_the_store(smoke_store):
     data = report_data(smoke_store, attention=False)
     view = data.cells[0]

@@ -380,14 +380,16 @@ def test_settings_per_variant_are_the_users_unless_the_protocol_chose_them(tmp_p
     """--opt gelu:lr=1e-3 was described as 'tuned on validation', though the user set it."""
     from ffnlab.run.presets import preset_config
     from ffnlab.study.plan import Study
-    from ffnlab.study.protocol import Protocol, protocol_path
+    from ffnlab.study.protocol import Protocol, load_protocol, protocol_path
     from ffnlab.study.summary import chosen_by_protocol, settings_of
 
     store = tmp_path / "s.db"
     study = Study(["relu", "gelu"], 2, preset_config("smoke"), per_variant={"gelu": {"lr": 1e-3, "warmup_steps": 2}})
 
     def per_variant_row(study):
-        return dict(settings_of(study, chosen_by_protocol(study, store)).not_equal)["per-variant settings"]
+        return dict(settings_of(study, chosen_by_protocol(study, load_protocol(store))).not_equal)[
+            "per-variant settings"
+        ]
 
     assert per_variant_row(study) == (
         "lr, warmup_steps set per variant (gelu: lr 0.001, warmup_steps 2) by the user; the rest of the schedule as "

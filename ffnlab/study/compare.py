@@ -80,8 +80,10 @@ def compare(
         write_csv(result.summary, csv)
     if ranked:
         ranked(result)
-    if report:
-        result.report = write_report(store, study=study)
+    if report:  # the report of the study as given: with the protocol, that is its first stage (every variant at the
+        # same settings), whose summary its stages hold
+        shown = result.protocol.stages[0][1] if result.protocol else result.summary
+        result.report = write_report(store, study=study, summary=shown)
     return result
 
 

@@ -38,7 +38,16 @@ from ffnlab.study.load import load_study
 from ffnlab.study.metrics import mean_of
 from ffnlab.study.plan import Study
 from ffnlab.study.protocol import Protocol, load_protocol
-from ffnlab.study.records import AcrossCells, Aggregate, Cell, RunRecord, RunStatus, StudyScaling, StudySettings
+from ffnlab.study.records import (
+    AcrossCells,
+    Aggregate,
+    Cell,
+    RunRecord,
+    RunStatus,
+    StudyScaling,
+    StudySettings,
+    Summary,
+)
 from ffnlab.study.render import (
     FIGURES_DIR,
     REPORT_HTML,
@@ -640,15 +649,21 @@ def report_data(
     layer: int | None = None,
     numerics: bool = False,
     attention: bool = True,
+    summary: Summary | None = None,
 ) -> ReportData:
     """Everything the report shows: the summary, settings, environment and per cell of the study its
-    rows, curves, traces, behaviour and attention maps."""
+    rows, curves, traces, behaviour and attention maps.
+
+    `summary` is the study's summary where the caller holds it (`compare`'s); without it, it is computed here,
+    once. The figures' data (curves, traces, behaviour, attention) is read from the store either way."""
     store_path = Path(store_path)
     others = 0
     if study is None:
         study, runs, others = load_study(store_path, baseline)
     records = study_records(study, store_path, runs)
-    summary = summarize(study, records, store_path)
+    protocol = load_protocol(store_path)
+    if summary is None:
+        summary = summarize(study, records, store_path, protocol if study.per_variant else None)
     done = [rec for items in records.values() for _, rec in items if rec is not None and rec.done]
     if not done:
         raise ValueError(f"run store {store_path} holds no finished runs of this study; run `ffnlab compare` first")
@@ -677,7 +692,7 @@ def report_data(
         profiles=load_profiles(store_path),
         deployment=deployment,
         deployment_error=deployment_error,
-        protocol=load_protocol(store_path),
+        protocol=protocol,
         generated=datetime.datetime.now().isoformat(timespec="seconds"),
         aggregate=summary.aggregate,
     )
@@ -721,9 +736,11 @@ def write_report(
     baseline: str | None = None,
     layer: int | None = None,
     numerics: bool = False,
+    summary: Summary | None = None,
 ) -> ReportFiles:
     """Render the report of a store and write report.html, summary.md and figures/*.png into
-    `out_dir` (default: `report/` beside the store). Returns the written paths.
+    `out_dir` (default: `report/` beside the store). Returns the written paths. `summary`: the study's summary
+    where the caller already holds it (`compare`), so that it is not computed twice (`report_data`).
 
     Everything is rendered in memory first, then written whole to a temporary folder moved into place
     (`atomic_folder`), so a failure (a full disk) leaves neither a half-written report nor an empty
@@ -732,15 +749,15 @@ def write_report(
     if not store_path.is_file():
         raise ValueError(f"no run store at {store_path}; run `ffnlab compare` first or pass --store")
     out_dir = check_output_folder(out_dir or default_out_dir(store_path), "the report")
-    data = report_data(store_path, study, runs, baseline, layer, numerics)
+    data = report_data(store_path, study, runs, baseline, layer, numerics, summary=summary)
     figures = render_figures(data)
     page = render_html(data, figures)
-    summary = render_markdown(data, figures)
+    markdown = render_markdown(data, figures)
     with atomic_folder(out_dir) as tmp:
         (tmp / FIGURES_DIR).mkdir()
         for name, png in figures.items():
             (tmp / FIGURES_DIR / name).write_bytes(png)
-        (tmp / SUMMARY_MD).write_text(summary, encoding="utf-8")
+        (tmp / SUMMARY_MD).write_text(markdown, encoding="utf-8")
         (tmp / REPORT_HTML).write_text(page, encoding="utf-8")
     unshown = [e for e in (data.deployment_error, data.numerics and data.numerics.error) if e]
     return ReportFiles(

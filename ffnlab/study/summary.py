@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ffnlab._util.text import and_list, key_values
 from ffnlab.core.activations import ACTIVATIONS
@@ -54,6 +54,9 @@ from ffnlab.study.records import (
 from ffnlab.study.scaling import ScalingRun, fit_scaling
 from ffnlab.study.stats import MIN_PAIRS, VariantStats, compare, gap_heterogeneity, holm, seed_noise
 from ffnlab.study.store import Store
+
+if TYPE_CHECKING:  # the protocol runs studies, which this module summarises
+    from ffnlab.study.protocol import Protocol
 
 LEVEL = 0.95
 # a cell's planned runs: each config with its store record (None where not yet run)
@@ -420,17 +423,23 @@ def summarize_study(
 ) -> Summary:
     """The study's summary: one `summarize_cell` per cell of its axes (never merged), plus, with an lr axis,
     the tuned comparison (`tuned_cells`), and with --scale axes the loss-vs-compute fits (`scaling_of`;
-    `extrapolate_to` FLOPs adds a multiplier there, marked as an extrapolation)."""
-    return summarize(study, study_records(study, store_path, runs), store_path, extrapolate_to)
+    `extrapolate_to` FLOPs adds a multiplier there, marked as an extrapolation). Reads the store and, where the
+    study sets anything per variant, the protocol.json beside it; `summarize` then reads no file."""
+    from ffnlab.study.protocol import load_protocol  # the protocol runs studies, which this module summarises
+
+    protocol = load_protocol(store_path) if study.per_variant else None
+    return summarize(study, study_records(study, store_path, runs), store_path, protocol, extrapolate_to)
 
 
 def summarize(
     study: Study,
     cells: dict[CellKey, CellRuns],
     store_path: str | os.PathLike[str],
+    protocol: Protocol | None = None,
     extrapolate_to: float | None = None,
 ) -> Summary:
-    """`summarize_study` of the runs `study_records` read."""
+    """`summarize_study` of the runs `study_records` read, without reading a file: `store_path` only names the
+    store in the summary, and `protocol` is the store's protocol.json (`load_protocol`), None where it has none."""
     baseline = study.baseline
     assert baseline is not None  # Study.__post_init__ names one
     out_cells = [
@@ -441,7 +450,7 @@ def summarize(
         store=str(store_path),
         baseline=baseline,
         seeds=study.seeds,
-        settings=settings_of(study, chosen_by_protocol(study, store_path), trainable_of(cells)),
+        settings=settings_of(study, chosen_by_protocol(study, protocol), trainable_of(cells)),
         cells=out_cells,
         across_cells=across_cells(out_cells, baseline, out_cells[0].alpha),
         aggregate=aggregate(out_cells, baseline) + glue_aggregate(study, cells),
@@ -454,13 +463,10 @@ def summarize(
     )
 
 
-def chosen_by_protocol(study: Study, store_path: str | os.PathLike[str]) -> bool:
+def chosen_by_protocol(study: Study, protocol: Protocol | None) -> bool:
     """Whether the study's per-variant settings are those the validation protocol chose for the store
-    (its protocol.json's choice, `ffnlab.study.protocol`), not ones the user set."""
-    from ffnlab.study.protocol import load_protocol  # the protocol runs studies, which this module summarises
-
-    protocol = load_protocol(store_path) if study.per_variant else None
-    return protocol is not None and protocol.choice == study.per_variant
+    (`protocol`, its protocol.json: `ffnlab.study.protocol.load_protocol`), not ones the user set."""
+    return bool(study.per_variant) and protocol is not None and protocol.choice == study.per_variant
 
 
 def scaling_of(study: Study, items: CellRuns, extrapolate_to: float | None = None) -> StudyScaling:

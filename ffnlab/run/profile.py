@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol, TypedDict, cast
 
 import torch
 from torch import nn
 from torch.autograd.profiler import record_function
+from torch.utils.hooks import RemovableHandle
 
 from ffnlab._util.machine import check_threads
 from ffnlab.core.ffn import DenseFFN, GatedFFN, MixFFN
@@ -73,13 +75,13 @@ class StepProfile:
     operators: list[Share]  # the operators with the most time of their own, over the whole step
     kinds: list[Share] = field(default_factory=list)  # the step's own time by kind of work (KINDS, then OTHER)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> StepProfile:
+    def from_json(cls, d: dict[str, Any]) -> StepProfile:
         """A profile read back from `to_json` (profiles.json beside a store; one written before `kinds` has none)."""
-        shares = lambda rows: [Share(**row) for row in rows]
+        shares: Callable[[list[dict[str, Any]]], list[Share]] = lambda rows: [Share(**row) for row in rows]
         kinds = shares(d.get("kinds", []))
         return cls(**{**d, "parts": shares(d["parts"]), "operators": shares(d["operators"]), "kinds": kinds})
 
@@ -99,11 +101,13 @@ def part_of(name: str, module: nn.Module, in_ffn: bool) -> str | None:
 @contextlib.contextmanager
 def labelled(model: nn.Module) -> Iterator[None]:
     """Each labelled module's forward inside a profiler range named after its part, while the block runs."""
-    handles, open_ranges = [], []
+    handles: list[RemovableHandle] = []
+    open_ranges: list[record_function] = []  # entered and not yet left, the innermost last
 
-    def enter(label: str) -> Callable:
+    def enter(label: str) -> Callable[[nn.Module, object], None]:
         def hook(module: nn.Module, args: object) -> None:
-            open_ranges.append(record_function(label).__enter__())
+            # torch leaves __enter__ unannotated; entered directly, as a wrapper would add its own time to the range
+            open_ranges.append(record_function(label).__enter__())  # type: ignore[no-untyped-call]
 
         return hook
 
@@ -150,7 +154,8 @@ def profiled(setup: Setup, steps: int, warmup: int, top: int) -> StepProfile:
     with hooks, c_stderr_silenced(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
-    events = prof.key_averages()
+    # NOTE: FunctionEventAvg declares its key str | None until an event is added; key_averages adds one to each
+    events = cast(Sequence[Average], prof.key_averages())
     return StepProfile(
         ffn=setup.model_cfg.ffn,
         precision=setup.cfg.precision,
@@ -160,10 +165,32 @@ def profiled(setup: Setup, steps: int, warmup: int, top: int) -> StepProfile:
     )
 
 
-def step_shares(events: list, steps: int, top: int) -> dict:
+class Average(Protocol):
+    """What `step_shares` reads of one of the profiler's averages over an operator or range (FunctionEventAvg)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def cpu_time_total(self) -> float: ...
+    @property
+    def self_cpu_time_total(self) -> float: ...
+
+
+class StepShares(TypedDict):
+    """A StepProfile's times, as `step_shares` reads them from the profiler."""
+
+    step_ms: float
+    parts: list[Share]
+    operators: list[Share]
+    kinds: list[Share]
+
+
+def step_shares(events: Sequence[Average], steps: int, top: int) -> StepShares:
     """step_ms, parts and operators from the profiler's averages (microseconds over all profiled steps)."""
     inclusive = {e.key: e.cpu_time_total / 1e3 / steps for e in events}
-    own = lambda label: inclusive.get(label, 0.0)
+    own: Callable[[str], float] = lambda label: inclusive.get(label, 0.0)
     step_ms = sum(own(p) for p in PHASES)
     ffn = own("ffn")
     parts = {
@@ -177,7 +204,7 @@ def step_shares(events: list, steps: int, top: int) -> dict:
     parts |= {"backward": own("backward"), "optimizer (clip, AdamW, zero)": own("optimizer")}
     labels = {*PHASES, "attention", "ffn", "ffn in", "ffn out", "norms"}
     ops = sorted((e for e in events if e.key not in labels), key=lambda e: e.self_cpu_time_total, reverse=True)
-    share = lambda ms: ms / step_ms if step_ms else 0.0
+    share: Callable[[float], float] = lambda ms: ms / step_ms if step_ms else 0.0
     kinds = dict.fromkeys([name for name, _ in KINDS] + [OTHER], 0.0)
     for e in events:  # every operator's own time, the labels' included (their own time is dispatch and hooks)
         kind = next((name for name, test in KINDS if test(e.key)), OTHER)

@@ -1,6 +1,7 @@
 """The report's gradients by depth (issue #27, item 7): the FFN gradient norm by layer per variant, and the claim
 that GELU gives the bottom layers larger updates, tested on each run's bottom/top gradient-norm ratio."""
 
+import json
 import math
 
 import numpy as np
@@ -10,7 +11,11 @@ from scipy import stats as sps
 
 from ffnlab.run.train import TrainConfig
 from ffnlab.study import plots
-from ffnlab.study.report import (
+from ffnlab.study.compare import Comparison
+from ffnlab.study.load import load_study
+from ffnlab.study.report import report_data, write_report
+from ffnlab.study.store import Store
+from ffnlab.study.summary import (
     FAILS,
     HOLDS,
     NOT_SEPARATED,
@@ -18,11 +23,9 @@ from ffnlab.study.report import (
     ffn_layer,
     layer_grad_norms,
     layer_grads,
-    report_data,
     run_depth,
-    write_report,
+    summarize_study,
 )
-from ffnlab.study.store import Store
 from ffnlab.tools import claims as cl
 from tests.test_report import PNG_MAGIC, fabricated_study
 
@@ -134,7 +137,7 @@ def test_the_claim_is_a_row_of_claims_json_that_says_it_needs_a_study():
 
 
 def test_the_figure_draws_a_line_with_error_bars_per_variant_and_a_log_axis_over_a_wide_span():
-    from ffnlab.study.report import VariantDepth
+    from ffnlab.study.records import VariantDepth
     from ffnlab.study.stats import mean_ci
 
     def depth(mean, low, high):
@@ -199,6 +202,23 @@ def test_the_report_shows_the_figure_the_ratios_and_the_verdict_of_each_cell(mad
     assert "step &ge; 5" in section  # the smoke preset's warm-up, in the caption
     md = files.markdown.read_text()
     assert "**Gradients by depth:**" in md and ": holds (gelu vs relu" in md and "figures/layer_grads_2.png" in md
+
+
+def test_compare_json_holds_the_claim_by_depth_as_the_report_shows_it(made_up):
+    study, runs, _ = load_study(made_up)
+    printed = json.loads(json.dumps(Comparison(summarize_study(study, made_up, runs)).to_json()))  # compare --json
+    cells = {c["axes"]["depth"]: c["depth"] for c in printed["cells"]}
+    assert "1 layer" in cells[1]["note"]
+    deep = cells[2]
+    assert deep["claim"]["verdict"] == HOLDS and deep["claim"]["measured"] == "higher"
+    assert set(deep["variants"]) == set(RATIOS)
+    for variant, ratios in RATIOS.items():
+        assert list(deep["variants"][variant]["ratios"].values()) == pytest.approx(ratios, rel=1e-12)
+    (gap,) = deep["claim"]["gaps"]
+    gelu_over_relu = math.exp(float(np.mean(np.log(RATIOS["gelu"]) - np.log(RATIOS["relu"]))))
+    assert gap["other"] == "relu" and gap["factor"] == pytest.approx(gelu_over_relu, rel=1e-12)
+    shown = {view.cell.axes["depth"]: view.layer_grads for view in report_data(made_up, attention=False).cells}
+    assert shown[1] == cells[1]["note"] and json.loads(json.dumps(shown[2].to_json())) == deep
 
 
 def test_a_study_without_gelu_shows_the_figure_and_says_why_the_claim_is_not_tested(tmp_path):

@@ -99,6 +99,21 @@ def test_compare_report_and_advise_give_identical_numbers_per_cell(two_axis_stor
     assert pre["variants"][0]["mean"] != post["variants"][0]["mean"]  # different cells, different numbers
 
 
+def test_compare_json_holds_the_gradients_by_depth_the_report_shows(two_axis_store):
+    store, printed = two_axis_store
+    shown = {
+        json.dumps(view.cell.axes, sort_keys=True): view.layer_grads
+        for view in report_data(store, attention=False).cells
+    }
+    assert set(shown) == set(by_axes(printed["cells"]))
+    for key, cell in by_axes(printed["cells"]).items():
+        grads = shown[key]
+        assert cell["depth"] == ({"note": grads} if isinstance(grads, str) else json.loads(json.dumps(grads.to_json())))
+        # 8 steps, the norms logged at step 0 only: within the warm-up, so none to test on (numbers: test_layer_grads)
+        why = "1 layer" if cell["axes"]["depth"] == 1 else "no per-layer FFN gradient norms after warm-up"
+        assert why in cell["depth"]["note"]
+
+
 def test_every_gap_is_tested_across_the_cells_in_every_output(two_axis_store):
     store, printed = two_axis_store
     across = printed["across_cells"]
@@ -263,7 +278,9 @@ def test_compare_json_of_a_recorded_store_of_each_task_is_unchanged(run_cli, tmp
     assert printed.pop("store") == "store.db"
     recorded = json.loads((DATA / "recorded_study" / "compare.json").read_text())[task]
     assert_holds(recorded, printed)
-    assert_holds(printed, recorded, "compare --json (no key added)")
+    # the one key added since: each cell's gradients by depth, here a note (the store holds no logged norms)
+    assert all(set(cell.pop("depth")) == {"note"} for cell in printed["cells"])
+    assert_holds(printed, recorded, "compare --json (no other key added)")
 
 
 def test_the_stability_table_counts_non_finite_and_blown_up_runs_apart():

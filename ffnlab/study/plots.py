@@ -37,8 +37,9 @@ from ffnlab.study.scaling import ScalingFits
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only its name is needed here
 
+    from ffnlab.study.records import VariantDepth
     from ffnlab.study.render import ParetoPoint
-    from ffnlab.study.report import Band, Behaviour, Trace, VariantDepth  # the report's data (report.py imports this)
+    from ffnlab.study.report import Band, Behaviour, Trace  # the report's data (report.py imports this)
 
 # Okabe & Ito 2008, "Color Universal Design"; yellow last: it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")

@@ -3,6 +3,7 @@
     RunRecord      one stored run: its config, status and result (`Store.get`, `Store.runs`)
     VariantRow     one variant in one cell: the paired statistics of the ranking metric and every metric
     Cell           one combination of a study's axis values: its rows, best first, and its verdict
+    LayerGrads     a cell's FFN gradient norms by depth and the claim tested on them (`DepthClaim`)
     AcrossCells    whether each variant's gap to the baseline changes between the cells
     Aggregate      a GLUE-style average over the datasets of a data axis, per variant, paired by seed
     StudyScaling   a scaling study's loss-vs-compute fits (`ffnlab.study.scaling.ScalingFits`), or why none
@@ -16,6 +17,7 @@ and `advise`) reads these types; `to_json` writes the documented JSON from them.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -23,7 +25,7 @@ from ffnlab.run.result import RunResult
 from ffnlab.study.metrics import ranked_task, row_metrics
 from ffnlab.study.published import RankAgreement
 from ffnlab.study.scaling import ScalingFits
-from ffnlab.study.stats import Direction, GapTest, SeedNoise, VariantStats
+from ffnlab.study.stats import Direction, GapTest, MeanCI, PairedDiff, SeedNoise, VariantStats
 
 
 class RunStatus(enum.StrEnum):
@@ -150,6 +152,9 @@ class Cell:
     noise_floor: SeedNoise | None = None  # the baseline's seed-to-seed spread over its extra seeds
     tuned_axes: list[str] = field(default_factory=list)  # a tuned cell: the axes chosen per variant
     selected_on: str | None = None  # a tuned cell: the metric the settings were chosen by
+    # the FFN gradient norms by depth and the claim tested on them, or why there are none; None: not computed
+    # (a tuned cell, or a summary read from a file that predates it)
+    depth: LayerGrads | str | None = None
 
     def row(self, ffn: str) -> VariantRow:
         return next(r for r in self.variants if r.ffn == ffn)
@@ -172,6 +177,8 @@ class Cell:
             out["literature"] = self.literature.to_json()
         if self.noise_floor is not None:
             out["noise_floor"] = self.noise_floor.to_json()
+        if self.depth is not None:
+            out["depth"] = {"note": self.depth} if isinstance(self.depth, str) else self.depth.to_json()
         return out
 
     @classmethod
@@ -192,7 +199,107 @@ class Cell:
             noise_floor=SeedNoise(**d["noise_floor"]) if "noise_floor" in d else None,
             tuned_axes=d.get("tuned_axes", []),
             selected_on=d.get("selected_on"),
+            depth=LayerGrads.from_json(d["depth"]) if "depth" in d else None,
         )
+
+
+# ---- FFN gradients by depth: the figure's numbers and the claim that GELU gives the bottom layers larger updates ----
+
+
+def exp_or_none(x: float | None) -> float | None:
+    return None if x is None else math.exp(x)
+
+
+@dataclass(frozen=True)
+class VariantDepth:
+    """One variant's FFN gradient norms by depth over seeds, as the figure draws them, and its bottom/top ratio."""
+
+    seeds: list[int]  # the runs drawn
+    layers: list[int]  # 0 = bottom
+    mean: list[float]  # per layer, the mean over seeds of each run's median norm
+    low: list[float]  # the lowest seed's
+    high: list[float]  # the highest seed's
+    ratios: dict[int, float]  # seed -> its bottom/top ratio
+    ratio: MeanCI  # their mean over seeds and its t-interval
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ratios": {str(s): r for s, r in self.ratios.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> VariantDepth:
+        return cls(**{**d, "ratios": seed_keys(d["ratios"]), "ratio": MeanCI(**d["ratio"])})
+
+
+@dataclass(frozen=True)
+class RatioGap:
+    """GELU's bottom/top ratio against another variant's, paired over seeds on the log scale (`depth_claim`)."""
+
+    other: str
+    log_gap: PairedDiff  # log(GELU's ratio) - log(the other's), over the seeds both have
+    p_adj: float | None  # Holm over the other variants
+    verdict: str  # HOLDS, FAILS or NOT_SEPARATED for this pair
+
+    def factor(self) -> tuple[float | None, float | None, float | None]:
+        """(GELU's ratio / the other's, and its interval): the log gap and its interval exponentiated."""
+        g = self.log_gap
+        return exp_or_none(g.delta), exp_or_none(g.ci_low), exp_or_none(g.ci_high)
+
+    def to_json(self) -> dict[str, Any]:
+        """The pair's JSON, with GELU's ratio over the other's and its interval (`factor`) beside the log gap."""
+        factor, low, high = self.factor()
+        return {**asdict(self), "factor": factor, "factor_ci_low": low, "factor_ci_high": high}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RatioGap:
+        return cls(d["other"], PairedDiff(**d["log_gap"]), d["p_adj"], d["verdict"])
+
+
+@dataclass(frozen=True)
+class DepthClaim:
+    """The claim that GELU gives the bottom layers relatively larger updates, tested on per-seed bottom/top ratios."""
+
+    variant: str  # whose claim: CLAIM_VARIANT
+    gaps: list[RatioGap]  # it against each other variant
+    verdict: str | None  # HOLDS, FAILS or NOT_SEPARATED; None: no test (`reason`)
+    reason: str  # why there is no verdict, '' where there is one
+    measured: str  # the claims row's measured value: 'higher', 'lower' or 'not separated'; '-' without a test
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "gaps": [g.to_json() for g in self.gaps]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> DepthClaim:
+        return cls(d["variant"], [RatioGap.from_json(g) for g in d["gaps"]], d["verdict"], d["reason"], d["measured"])
+
+
+@dataclass(frozen=True)
+class LayerGrads:
+    """A cell's FFN gradient norms by depth per variant (`layer_grads`) and the claim tested on them."""
+
+    variants: dict[str, VariantDepth]
+    claim: DepthClaim
+    warmup_steps: list[int]  # the runs' warm-up steps: the steps before these are left out
+    steps: tuple[int, int]  # the fewest and the most logged steps after warm-up a run's numbers rest on
+    left_out: list[str]  # 'relu seed 2': finished runs that logged no per-layer norm after warm-up
+
+    def to_json(self) -> dict[str, Any]:
+        """compare --json's `depth` of a cell."""
+        return {
+            "variants": {v: d.to_json() for v, d in self.variants.items()},
+            "claim": self.claim.to_json(),
+            "warmup_steps": self.warmup_steps,
+            "steps": list(self.steps),
+            "left_out": self.left_out,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LayerGrads | str:
+        """A cell's `depth` read back from `to_json`, or the note saying why there are no numbers."""
+        if "note" in d:
+            return str(d["note"])
+        variants = {v: VariantDepth.from_json(x) for v, x in d["variants"].items()}
+        low, high = d["steps"]
+        return cls(variants, DepthClaim.from_json(d["claim"]), d["warmup_steps"], (low, high), d["left_out"])
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,8 @@ from ffnlab.tools.deploy import CPU_FLAGS
 if TYPE_CHECKING:  # report.py renders through this module
     from matplotlib.figure import Figure
 
-    from ffnlab.study.report import AttentionMaps, DepthClaim, LayerGrads, ReportData
+    from ffnlab.study.records import DepthClaim, LayerGrads
+    from ffnlab.study.report import AttentionMaps, ReportData
     from ffnlab.tools.deploy import Delta, DeployResult, DeployRow, Latency
 
 # the report folder's layout, which the Markdown summary links into

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from ffnlab.study.records import (
     AcrossCells,
     Aggregate,
     Cell,
+    LayerGrads,
     RunRecord,
     RunStatus,
     StudyScaling,
@@ -62,9 +62,9 @@ from ffnlab.study.render import (
     render_html,
     render_markdown,
 )
-from ffnlab.study.stats import MeanCI, PairedDiff, holm, mean_ci, paired_diff
+from ffnlab.study.stats import mean_ci
 from ffnlab.study.store import Store
-from ffnlab.study.summary import study_records, summarize
+from ffnlab.study.summary import study_grad_norms, study_records, summarize
 from ffnlab.tools.deploy import DeployResult
 
 NUMERICS_JSON = "numerics.json"  # beside the store, written by `ffnlab report --numerics`
@@ -278,207 +278,6 @@ class Trace:
     diverged: int | None  # the step it went non-finite
 
 
-# ---- FFN gradients by depth (issue #27): the figure's numbers and the bottom/top claim --------------
-
-GRAD_NORM = "grad_norm/"  # the store's per-FFN gradient norms, 'grad_norm/blocks.0.ffn' (ffnlab.run.monitors)
-CLAIM_VARIANT = "gelu"  # the claim is GELU's: the dense GELU variant's ratio against every other variant's
-HOLDS, FAILS, NOT_SEPARATED = "holds", "does not hold", "not separated by these seeds"
-
-
-def ffn_layer(name: str) -> int | None:
-    """The block an FFN module sits in: the first number in its name ('blocks.3.ffn' -> 3; a mixed FFN's branch
-    'blocks.3.ffn.branches.1' -> 3; a Hugging Face model's 'model.layers.2.mlp' -> 2); None without one."""
-    match = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
-    return int(match.group(1)) if match else None
-
-
-def layer_grad_norms(series: dict[str, dict[int, float]], warmup_steps: int) -> dict[int, dict[int, float]]:
-    """layer -> {step: the norm of that layer's FFN gradient} at the steps logged after warm-up
-    (step >= warmup_steps: the learning rate has reached its peak), finite values only.
-
-    series: a run's stored metrics, name -> {step: value}. A mixed FFN's branches are logged apart; a layer's
-    norm is that of their joint gradient, sqrt(sum of the branches' squared norms)."""
-    squares: dict[int, dict[int, float]] = {}
-    for name, values in series.items():
-        layer = ffn_layer(name.removeprefix(GRAD_NORM)) if name.startswith(GRAD_NORM) else None
-        if layer is None:
-            continue
-        for step, norm in values.items():
-            if step >= warmup_steps and math.isfinite(norm):
-                squares.setdefault(layer, {})
-                squares[layer][step] = squares[layer].get(step, 0.0) + norm * norm
-    return {layer: {step: math.sqrt(sq) for step, sq in by_step.items()} for layer, by_step in sorted(squares.items())}
-
-
-@dataclass(frozen=True)
-class RunDepth:
-    """One run's FFN gradient norms by depth (`run_depth`), over the steps it logged after warm-up."""
-
-    seed: int
-    layers: dict[int, float]  # layer (0 = bottom) -> the median over those steps of its FFN's gradient norm
-    ratio: float | None  # the median over those steps of layer 0's norm / the top layer's; None: no such step
-    steps: int  # logged steps after warm-up
-
-
-def run_depth(seed: int, series: dict[str, dict[int, float]], warmup_steps: int) -> RunDepth | None:
-    """A run's per-layer FFN gradient norms, median over the steps logged after warm-up, and its bottom/top ratio:
-    at each such step, layer 0's norm over the top layer's (the step's overall gradient scale cancels), then the
-    median over steps. None where the run logged no per-layer norm after warm-up."""
-    norms = layer_grad_norms(series, warmup_steps)
-    if not norms:
-        return None
-    bottom, top = norms.get(0, {}), norms[max(norms)]
-    ratios = [bottom[s] / top[s] for s in bottom.keys() & top.keys() if top[s] > 0]
-    return RunDepth(
-        seed=seed,
-        layers={layer: statistics.median(by_step.values()) for layer, by_step in norms.items()},
-        ratio=statistics.median(ratios) if ratios and len(norms) > 1 else None,
-        steps=len({step for by_step in norms.values() for step in by_step}),
-    )
-
-
-@dataclass(frozen=True)
-class VariantDepth:
-    """One variant's FFN gradient norms by depth over seeds, as the figure draws them, and its bottom/top ratio."""
-
-    seeds: list[int]  # the runs drawn
-    layers: list[int]  # 0 = bottom
-    mean: list[float]  # per layer, the mean over seeds of each run's median norm
-    low: list[float]  # the lowest seed's
-    high: list[float]  # the highest seed's
-    ratios: dict[int, float]  # seed -> its bottom/top ratio
-    ratio: MeanCI  # their mean over seeds and its t-interval
-
-
-def variant_depth(runs: list[RunDepth], level: float) -> VariantDepth:
-    """A variant's runs by depth: per layer the seeds' mean and range, and the mean of their ratios with its
-    t-interval."""
-    layers = sorted({layer for r in runs for layer in r.layers})
-    per_layer = [[r.layers[layer] for r in runs if layer in r.layers] for layer in layers]
-    ratios = {r.seed: r.ratio for r in runs if r.ratio is not None}
-    return VariantDepth(
-        seeds=[r.seed for r in runs],
-        layers=layers,
-        mean=[statistics.mean(values) for values in per_layer],
-        low=[min(values) for values in per_layer],
-        high=[max(values) for values in per_layer],
-        ratios=ratios,
-        ratio=mean_ci(list(ratios.values()), level),
-    )
-
-
-def exp_or_none(x: float | None) -> float | None:
-    return None if x is None else math.exp(x)
-
-
-@dataclass(frozen=True)
-class RatioGap:
-    """GELU's bottom/top ratio against another variant's, paired over seeds on the log scale (`depth_claim`)."""
-
-    other: str
-    log_gap: PairedDiff  # log(GELU's ratio) - log(the other's), over the seeds both have
-    p_adj: float | None  # Holm over the other variants
-    verdict: str  # HOLDS, FAILS or NOT_SEPARATED for this pair
-
-    def factor(self) -> tuple[float | None, float | None, float | None]:
-        """(GELU's ratio / the other's, and its interval): the log gap and its interval exponentiated."""
-        g = self.log_gap
-        return exp_or_none(g.delta), exp_or_none(g.ci_low), exp_or_none(g.ci_high)
-
-
-@dataclass(frozen=True)
-class DepthClaim:
-    """The claim that GELU gives the bottom layers relatively larger updates, tested on per-seed bottom/top ratios."""
-
-    variant: str  # whose claim: CLAIM_VARIANT
-    gaps: list[RatioGap]  # it against each other variant
-    verdict: str | None  # HOLDS, FAILS or NOT_SEPARATED; None: no test (`reason`)
-    reason: str  # why there is no verdict, '' where there is one
-    measured: str  # the claims row's measured value: 'higher', 'lower' or 'not separated'; '-' without a test
-
-
-def pair_verdict(delta: float | None, p_adj: float | None, alpha: float) -> str:
-    """HOLDS when GELU's log ratio is significantly higher (Holm-adjusted p below alpha), FAILS when significantly
-    lower, NOT_SEPARATED otherwise (no test below MIN_PAIRS seeds counts as not separated)."""
-    if delta is None or p_adj is None or p_adj >= alpha or delta == 0:
-        return NOT_SEPARATED
-    return HOLDS if delta > 0 else FAILS
-
-
-def depth_claim(ratios: dict[str, dict[int, float]], alpha: float = 0.05, level: float = 0.95) -> DepthClaim:
-    """Test the claim on bottom/top ratios, variant -> {seed: ratio}: GELU's log ratio against each other variant's,
-    paired over seeds (`paired_diff`), Holm-corrected over the other variants. It holds when GELU's ratio is
-    significantly higher than every other variant's, does not hold when it is significantly lower than some
-    variant's, and is not separated by these seeds otherwise."""
-    if CLAIM_VARIANT not in ratios:
-        return DepthClaim(
-            CLAIM_VARIANT,
-            [],
-            None,
-            f"the study has no {CLAIM_VARIANT} variant, and the claim is {CLAIM_VARIANT}'s",
-            "-",
-        )
-    others = [v for v in ratios if v != CLAIM_VARIANT]
-    if not others:
-        return DepthClaim(
-            CLAIM_VARIANT, [], None, f"the study has no variant besides {CLAIM_VARIANT} to compare with", "-"
-        )
-
-    def logs(by_seed: dict[int, float]) -> dict[int, float]:
-        return {s: math.log(r) if r > 0 else math.nan for s, r in by_seed.items()}
-
-    pairs = [paired_diff(logs(ratios[CLAIM_VARIANT]), logs(ratios[v]), level) for v in others]
-    adjusted = holm([d.p for d in pairs])
-    gaps = [RatioGap(v, d, p, pair_verdict(d.delta, p, alpha)) for v, d, p in zip(others, pairs, adjusted)]
-    verdicts = {g.verdict for g in gaps}
-    verdict = FAILS if FAILS in verdicts else HOLDS if verdicts == {HOLDS} else NOT_SEPARATED
-    measured = {HOLDS: "higher", FAILS: "lower", NOT_SEPARATED: "not separated"}[verdict]
-    return DepthClaim(CLAIM_VARIANT, gaps, verdict, "", measured)
-
-
-@dataclass(frozen=True)
-class LayerGrads:
-    """A cell's FFN gradient norms by depth per variant (`layer_grads`) and the claim tested on them."""
-
-    variants: dict[str, VariantDepth]
-    claim: DepthClaim
-    warmup_steps: list[int]  # the runs' warm-up steps: the steps before these are left out
-    steps: tuple[int, int]  # the fewest and the most logged steps after warm-up a run's numbers rest on
-    left_out: list[str]  # 'relu seed 2': finished runs that logged no per-layer norm after warm-up
-
-
-def layer_grads(
-    runs: dict[str, list[tuple[int, int, dict[str, dict[int, float]]]]], n_layers: int, alpha: float, level: float
-) -> LayerGrads | str:
-    """Per variant, the FFN gradient norm by layer and the bottom/top ratio over seeds, and the claim tested on
-    the ratios; a note saying why there are none where the models have one layer or the store holds no per-layer
-    norms. runs: variant -> (seed, warm-up steps, the run's metrics: name -> {step: value}) of its finished runs."""
-    if n_layers < 2:
-        return f"the models have {n_layers} layer: gradients by depth need at least 2 (--layers 2 or a depth axis)"
-    depths: dict[str, list[RunDepth]] = {}
-    left_out = []
-    for variant, items in runs.items():
-        for seed, warmup, series in items:
-            depth = run_depth(seed, series, warmup)
-            if depth is None:
-                left_out.append(f"{variant} seed {seed}")
-            else:
-                depths.setdefault(variant, []).append(depth)
-    if not any(len(r.layers) > 1 for rs in depths.values() for r in rs):
-        return (
-            "the store holds no per-layer FFN gradient norms after warm-up for these runs (they are logged every "
-            "log_every steps from step 0: a run shorter than its warm-up logs none after it)"
-        )
-    variants = {v: variant_depth(rs, level) for v, rs in depths.items()}
-    return LayerGrads(
-        variants=variants,
-        claim=depth_claim({v: d.ratios for v, d in variants.items()}, alpha, level),
-        warmup_steps=sorted({warmup for items in runs.values() for _, warmup, _ in items}),
-        steps=(min(r.steps for rs in depths.values() for r in rs), max(r.steps for rs in depths.values() for r in rs)),
-        left_out=left_out,
-    )
-
-
 # quantity -> its mean over seeds (None: no finite value), per FFN layer, per variant
 Behaviour = dict[str, dict[str, dict[str, float | None]]]
 
@@ -493,7 +292,14 @@ class CellReport:
     traces: dict[str, list[Trace]]  # variant -> one per seed
     behaviour: Behaviour  # variant -> per FFN layer, dead units and sparsity, mean over seeds
     attention: AttentionMaps | str | None  # `attention_data`'s maps or its note, None where not drawn
-    layer_grads: LayerGrads | str  # FFN gradient norms by depth (`layer_grads`), or why there are none
+
+    @property
+    def layer_grads(self) -> LayerGrads | str:
+        """The cell's FFN gradient norms by depth and the claim tested on them, as its summary holds them
+        (`ffnlab.study.summary.layer_grads`), or why there are none."""
+        if self.cell.depth is None:
+            return "the summary holds no FFN gradient norms by depth (it was made without the store's logged norms)"
+        return self.cell.depth
 
 
 def run_trace(store: Store, rid: str, grad_norm: dict[int, float]) -> Trace:
@@ -526,13 +332,12 @@ def cell_report(
     time_curves: dict[str, Band[float]] = {}
     traces: dict[str, list[Trace]] = {}
     behaviour: Behaviour = {}
-    depth_runs: dict[str, list[tuple[int, int, dict[str, dict[int, float]]]]] = {}
     for v, runs in by_variant.items():
         losses: list[dict[int, float]] = []
         times: list[dict[int, float]] = []
         traces[v] = []
         layers: dict[str, list[dict[str, Any]]] = {}
-        for cfg, rec in runs:
+        for _, rec in runs:
             series: dict[str, dict[int, float]] = {}
             for step, name, value in store.metrics(rec.id):
                 series.setdefault(name, {})[step] = value
@@ -541,7 +346,6 @@ def cell_report(
                 continue
             losses.append(series.get("val_loss", {}))
             times.append(series.get("val_time", {}))
-            depth_runs.setdefault(v, []).append((cfg.seed, cfg.warmup_steps, series))
             for name, b in rec.result.monitors.behaviour.items():
                 layers.setdefault(name, []).append(b)
         curves[v] = seed_band(losses)
@@ -551,9 +355,7 @@ def cell_report(
             for name, bs in layers.items()
         }
     drawn = attention_data(store_path, by_variant, layer) if attention else None
-    n_layers = max((c.model.n_layers for c, _ in items), default=0)  # one depth per cell
-    grads = layer_grads(depth_runs, n_layers, cell.alpha, cell.level)
-    return CellReport(cell, curves, time_curves, traces, behaviour, drawn, grads)
+    return CellReport(cell, curves, time_curves, traces, behaviour, drawn)
 
 
 @dataclass(frozen=True)
@@ -663,7 +465,8 @@ def report_data(
     records = study_records(study, store_path, runs)
     protocol = load_protocol(store_path)
     if summary is None:
-        summary = summarize(study, records, store_path, protocol if study.per_variant else None)
+        grad_norms = study_grad_norms(store_path, records, study.seeds)
+        summary = summarize(study, records, store_path, protocol if study.per_variant else None, grad_norms=grad_norms)
     done = [rec for items in records.values() for _, rec in items if rec is not None and rec.done]
     if not done:
         raise ValueError(f"run store {store_path} holds no finished runs of this study; run `ffnlab compare` first")

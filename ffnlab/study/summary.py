@@ -6,15 +6,19 @@ here, so the three can never disagree about a number.
 
 Stored runs (`RunRecord`) become a `Summary` of `Cell`s, each with a `VariantRow` per variant: the paired
 statistics of `ffnlab.study.stats.compare` on the task's ranking metric, the per-seed values they came
-from, and every other metric of `ffnlab.study.metrics.METRICS` over the variant's finished seeds.
+from, and every other metric of `ffnlab.study.metrics.METRICS` over the variant's finished seeds, and the cell's FFN
+gradient norms by depth with the claim tested on them (`layer_grads`), which `compare --json` and the report share.
+`summarize_study` reads the store; `summarize` reads no file.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,16 +47,29 @@ from ffnlab.study.records import (
     Aggregate,
     Cell,
     Controls,
+    DepthClaim,
     GapAcrossCells,
+    LayerGrads,
+    RatioGap,
     RunRecord,
     RunStatus,
     StudyScaling,
     StudySettings,
     Summary,
+    VariantDepth,
     VariantRow,
 )
 from ffnlab.study.scaling import ScalingRun, fit_scaling
-from ffnlab.study.stats import MIN_PAIRS, VariantStats, compare, gap_heterogeneity, holm, seed_noise
+from ffnlab.study.stats import (
+    MIN_PAIRS,
+    VariantStats,
+    compare,
+    gap_heterogeneity,
+    holm,
+    mean_ci,
+    paired_diff,
+    seed_noise,
+)
 from ffnlab.study.store import Store
 
 if TYPE_CHECKING:  # the protocol runs studies, which this module summarises
@@ -377,6 +394,185 @@ def glue_average(study: Study, group: list[tuple[str, CellRuns]], axes: dict[str
                      columns=columns, note=GLUE_NOTE)  # fmt: skip
 
 
+# ---- FFN gradients by depth (issue #27): the figure's numbers and the bottom/top claim --------------
+
+GRAD_NORM = "grad_norm/"  # the store's per-FFN gradient norms, 'grad_norm/blocks.0.ffn' (ffnlab.run.monitors)
+CLAIM_VARIANT = "gelu"  # the claim is GELU's: the dense GELU variant's ratio against every other variant's
+HOLDS, FAILS, NOT_SEPARATED = "holds", "does not hold", "not separated by these seeds"
+
+
+def ffn_layer(name: str) -> int | None:
+    """The block an FFN module sits in: the first number in its name ('blocks.3.ffn' -> 3; a mixed FFN's branch
+    'blocks.3.ffn.branches.1' -> 3; a Hugging Face model's 'model.layers.2.mlp' -> 2); None without one."""
+    match = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
+    return int(match.group(1)) if match else None
+
+
+def layer_grad_norms(series: dict[str, dict[int, float]], warmup_steps: int) -> dict[int, dict[int, float]]:
+    """layer -> {step: the norm of that layer's FFN gradient} at the steps logged after warm-up
+    (step >= warmup_steps: the learning rate has reached its peak), finite values only.
+
+    series: a run's stored metrics, name -> {step: value}. A mixed FFN's branches are logged apart; a layer's
+    norm is that of their joint gradient, sqrt(sum of the branches' squared norms)."""
+    squares: dict[int, dict[int, float]] = {}
+    for name, values in series.items():
+        layer = ffn_layer(name.removeprefix(GRAD_NORM)) if name.startswith(GRAD_NORM) else None
+        if layer is None:
+            continue
+        for step, norm in values.items():
+            if step >= warmup_steps and math.isfinite(norm):
+                squares.setdefault(layer, {})
+                squares[layer][step] = squares[layer].get(step, 0.0) + norm * norm
+    return {layer: {step: math.sqrt(sq) for step, sq in by_step.items()} for layer, by_step in sorted(squares.items())}
+
+
+@dataclass(frozen=True)
+class RunDepth:
+    """One run's FFN gradient norms by depth (`run_depth`), over the steps it logged after warm-up."""
+
+    seed: int
+    layers: dict[int, float]  # layer (0 = bottom) -> the median over those steps of its FFN's gradient norm
+    ratio: float | None  # the median over those steps of layer 0's norm / the top layer's; None: no such step
+    steps: int  # logged steps after warm-up
+
+
+def run_depth(seed: int, series: dict[str, dict[int, float]], warmup_steps: int) -> RunDepth | None:
+    """A run's per-layer FFN gradient norms, median over the steps logged after warm-up, and its bottom/top ratio:
+    at each such step, layer 0's norm over the top layer's (the step's overall gradient scale cancels), then the
+    median over steps. None where the run logged no per-layer norm after warm-up."""
+    norms = layer_grad_norms(series, warmup_steps)
+    if not norms:
+        return None
+    bottom, top = norms.get(0, {}), norms[max(norms)]
+    ratios = [bottom[s] / top[s] for s in bottom.keys() & top.keys() if top[s] > 0]
+    return RunDepth(
+        seed=seed,
+        layers={layer: statistics.median(by_step.values()) for layer, by_step in norms.items()},
+        ratio=statistics.median(ratios) if ratios and len(norms) > 1 else None,
+        steps=len({step for by_step in norms.values() for step in by_step}),
+    )
+
+
+def variant_depth(runs: list[RunDepth], level: float) -> VariantDepth:
+    """A variant's runs by depth: per layer the seeds' mean and range, and the mean of their ratios with its
+    t-interval."""
+    layers = sorted({layer for r in runs for layer in r.layers})
+    per_layer = [[r.layers[layer] for r in runs if layer in r.layers] for layer in layers]
+    ratios = {r.seed: r.ratio for r in runs if r.ratio is not None}
+    return VariantDepth(
+        seeds=[r.seed for r in runs],
+        layers=layers,
+        mean=[statistics.mean(values) for values in per_layer],
+        low=[min(values) for values in per_layer],
+        high=[max(values) for values in per_layer],
+        ratios=ratios,
+        ratio=mean_ci(list(ratios.values()), level),
+    )
+
+
+def pair_verdict(delta: float | None, p_adj: float | None, alpha: float) -> str:
+    """HOLDS when GELU's log ratio is significantly higher (Holm-adjusted p below alpha), FAILS when significantly
+    lower, NOT_SEPARATED otherwise (no test below MIN_PAIRS seeds counts as not separated)."""
+    if delta is None or p_adj is None or p_adj >= alpha or delta == 0:
+        return NOT_SEPARATED
+    return HOLDS if delta > 0 else FAILS
+
+
+def depth_claim(ratios: dict[str, dict[int, float]], alpha: float = 0.05, level: float = 0.95) -> DepthClaim:
+    """Test the claim on bottom/top ratios, variant -> {seed: ratio}: GELU's log ratio against each other variant's,
+    paired over seeds (`paired_diff`), Holm-corrected over the other variants. It holds when GELU's ratio is
+    significantly higher than every other variant's, does not hold when it is significantly lower than some
+    variant's, and is not separated by these seeds otherwise."""
+    if CLAIM_VARIANT not in ratios:
+        return DepthClaim(
+            CLAIM_VARIANT,
+            [],
+            None,
+            f"the study has no {CLAIM_VARIANT} variant, and the claim is {CLAIM_VARIANT}'s",
+            "-",
+        )
+    others = [v for v in ratios if v != CLAIM_VARIANT]
+    if not others:
+        return DepthClaim(
+            CLAIM_VARIANT, [], None, f"the study has no variant besides {CLAIM_VARIANT} to compare with", "-"
+        )
+
+    def logs(by_seed: dict[int, float]) -> dict[int, float]:
+        return {s: math.log(r) if r > 0 else math.nan for s, r in by_seed.items()}
+
+    pairs = [paired_diff(logs(ratios[CLAIM_VARIANT]), logs(ratios[v]), level) for v in others]
+    adjusted = holm([d.p for d in pairs])
+    gaps = [RatioGap(v, d, p, pair_verdict(d.delta, p, alpha)) for v, d, p in zip(others, pairs, adjusted)]
+    verdicts = {g.verdict for g in gaps}
+    verdict = FAILS if FAILS in verdicts else HOLDS if verdicts == {HOLDS} else NOT_SEPARATED
+    measured = {HOLDS: "higher", FAILS: "lower", NOT_SEPARATED: "not separated"}[verdict]
+    return DepthClaim(CLAIM_VARIANT, gaps, verdict, "", measured)
+
+
+def layer_grads(
+    runs: dict[str, list[tuple[int, int, dict[str, dict[int, float]]]]], n_layers: int, alpha: float, level: float
+) -> LayerGrads | str:
+    """Per variant, the FFN gradient norm by layer and the bottom/top ratio over seeds, and the claim tested on
+    the ratios; a note saying why there are none where the models have one layer or the store holds no per-layer
+    norms. runs: variant -> (seed, warm-up steps, the run's metrics: name -> {step: value}) of its finished runs."""
+    if n_layers < 2:
+        return f"the models have {n_layers} layer: gradients by depth need at least 2 (--layers 2 or a depth axis)"
+    depths: dict[str, list[RunDepth]] = {}
+    left_out = []
+    for variant, items in runs.items():
+        for seed, warmup, series in items:
+            depth = run_depth(seed, series, warmup)
+            if depth is None:
+                left_out.append(f"{variant} seed {seed}")
+            else:
+                depths.setdefault(variant, []).append(depth)
+    if not any(len(r.layers) > 1 for rs in depths.values() for r in rs):
+        return (
+            "the store holds no per-layer FFN gradient norms after warm-up for these runs (they are logged every "
+            "log_every steps from step 0: a run shorter than its warm-up logs none after it)"
+        )
+    variants = {v: variant_depth(rs, level) for v, rs in depths.items()}
+    return LayerGrads(
+        variants=variants,
+        claim=depth_claim({v: d.ratios for v, d in variants.items()}, alpha, level),
+        warmup_steps=sorted({warmup for items in runs.values() for _, warmup, _ in items}),
+        steps=(min(r.steps for rs in depths.values() for r in rs), max(r.steps for rs in depths.values() for r in rs)),
+        left_out=left_out,
+    )
+
+
+# run id -> its logged per-FFN gradient norms, metric name ('grad_norm/blocks.0.ffn') -> {step: value}
+GradNorms = dict[str, dict[str, dict[int, float]]]
+
+
+def study_grad_norms(store_path: str | os.PathLike[str], cells: dict[CellKey, CellRuns], seeds: int) -> GradNorms:
+    """The per-FFN gradient norms (GRAD_NORM) the store logged for each finished paired run of `cells` (an empty
+    series for a run that logged none), which `summarize` tests the claim by depth on."""
+    out: GradNorms = {}
+    with Store(Path(store_path), read_only=True) as store:
+        for cfg, rec in (item for items in cells.values() for item in items):
+            if rec is None or rec.status is not RunStatus.FINISHED or rec.result is None or cfg.seed >= seeds:
+                continue
+            series = out.setdefault(rec.id, {})
+            for step, name, value in store.metrics(rec.id):
+                if name.startswith(GRAD_NORM):
+                    series.setdefault(name, {})[step] = value
+    return out
+
+
+def cell_depth(
+    items: CellRuns, grad_norms: GradNorms, variants: list[str], alpha: float, level: float
+) -> LayerGrads | str:
+    """`layer_grads` of one cell: its finished paired runs' norms (`study_grad_norms`), per variant in the
+    study's order, at the cell's depth."""
+    runs: dict[str, list[tuple[int, int, dict[str, dict[int, float]]]]] = {v: [] for v in variants}
+    for cfg, rec in items:
+        if rec is not None and rec.id in grad_norms:
+            runs[cfg.model.ffn].append((cfg.seed, cfg.warmup_steps, grad_norms[rec.id]))
+    n_layers = max((cfg.model.n_layers for cfg, _ in items), default=0)  # one depth per cell
+    return layer_grads({v: r for v, r in runs.items() if r}, n_layers, alpha, level)
+
+
 # ---- words for the numbers, shared by the terminal table and the report ----------------------------
 
 
@@ -428,7 +624,9 @@ def summarize_study(
     from ffnlab.study.protocol import load_protocol  # the protocol runs studies, which this module summarises
 
     protocol = load_protocol(store_path) if study.per_variant else None
-    return summarize(study, study_records(study, store_path, runs), store_path, protocol, extrapolate_to)
+    cells = study_records(study, store_path, runs)
+    grad_norms = study_grad_norms(store_path, cells, study.seeds)
+    return summarize(study, cells, store_path, protocol, extrapolate_to, grad_norms)
 
 
 def summarize(
@@ -437,14 +635,20 @@ def summarize(
     store_path: str | os.PathLike[str],
     protocol: Protocol | None = None,
     extrapolate_to: float | None = None,
+    grad_norms: GradNorms | None = None,
 ) -> Summary:
     """`summarize_study` of the runs `study_records` read, without reading a file: `store_path` only names the
-    store in the summary, and `protocol` is the store's protocol.json (`load_protocol`), None where it has none."""
+    store in the summary, `protocol` is the store's protocol.json (`load_protocol`), None where it has none, and
+    `grad_norms` the runs' per-FFN gradient norms (`study_grad_norms`) each cell's claim by depth is tested on
+    (None: not read, and the cells have no `depth`)."""
     baseline = study.baseline
     assert baseline is not None  # Study.__post_init__ names one
     out_cells = [
         summarize_cell(items, study.variants, baseline, study.seeds, dict(key)) for key, items in cells.items()
     ]
+    if grad_norms is not None:
+        for cell, items in zip(out_cells, cells.values()):
+            cell.depth = cell_depth(items, grad_norms, study.variants, cell.alpha, cell.level)
     tuned = [a for a in TUNED_AXES if a in study.axes]
     return Summary(
         store=str(store_path),

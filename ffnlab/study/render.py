@@ -378,7 +378,7 @@ def attention_table(attention: AttentionMaps) -> Table | None:
     return Table(["variant", "entropy (nats)", "even attention", "weights < 0.01"], rows)
 
 
-# ---- gradients by depth: the per-layer FFN gradient norms and the claim tested on them (report.layer_grads) ----
+# ---- gradients by depth: the per-layer FFN gradient norms and the claim tested on them (summary.layer_grads) ----
 
 DEPTH_FIGURE = "layer_grads"  # + the cell's suffix + .png
 CLAIM_MEASURE = "layer_grad_ratio"  # the claim's row in ffnlab/tools/claims.json: its id, words and source

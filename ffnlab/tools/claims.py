@@ -214,7 +214,7 @@ def measure_recorded_placement(position: str, runs: dict[str, dict[str, Any]]) -
 
 def measure_layer_grad_ratio() -> dict[str, Any]:
     """Not measured here: it needs a trained study. `ffnlab report` measures it from a store (the 'Gradients by
-    depth' section, ffnlab.study.report.layer_grads): per run, layer 0's FFN gradient norm over the top layer's,
+    depth' section, ffnlab.study.summary.layer_grads): per run, layer 0's FFN gradient norm over the top layer's,
     the median over the steps logged after warm-up; GELU's against each other variant's, paired over seeds on
     the log scale. The tools layer trains nothing and reads no store, so every value is None here."""
     return {"gelu_vs_others": None}

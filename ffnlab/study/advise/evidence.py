@@ -185,8 +185,20 @@ Evidence = MeasuredEvidence | MeasuredCellsEvidence | PublishedEvidence | Pretra
 # ---- alternatives --------------------------------------------------------------------------------------
 
 
+class AlternativeRecord:
+    """What every alternative is: its part of `advise --json` (its fields, by default) and its line of text."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class MeasuredAlternative:
+class MeasuredAlternative(AlternativeRecord):
     """A measured variant in the running but not picked: its numbers against the recommendation."""
 
     ffn: str
@@ -199,29 +211,23 @@ class MeasuredAlternative:
     params: float | None
     summary: str  # the difference and the costs in words
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
     def line(self) -> str:
         return f"{self.ffn}: {self.summary}"
 
 
 @dataclass(frozen=True)
-class ExcludedAlternative:
+class ExcludedAlternative(AlternativeRecord):
     """A measured variant out of the running: diverged, without a value, or over a budget."""
 
     ffn: str
     excluded: str  # why
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def line(self) -> str:
         return f"{self.ffn}: excluded, {self.excluded}"
 
 
 @dataclass(frozen=True)
-class PublishedAlternative:
+class PublishedAlternative(AlternativeRecord):
     """Another variant of the published table: its numbers, its gap to the pick, and why a budget rules it out
     where one does."""
 
@@ -247,14 +253,11 @@ class PublishedAlternative:
 
 
 @dataclass(frozen=True)
-class RejectedAlternative:
+class RejectedAlternative(AlternativeRecord):
     """What the advice rules out whatever the numbers, and why: another activation than a checkpoint's."""
 
     ffn: str  # 'any other'
     why_not: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def line(self) -> str:
         return f"{self.ffn}: {self.why_not}"

@@ -342,6 +342,11 @@ def metric(name: str) -> Metric:
     raise ValueError(f"unknown metric '{name}'; valid: {', '.join(m.name for m in METRICS)}")
 
 
+# the metrics code reads by name, looked up once: a renamed entry fails at import, not as a silent None
+STEP_TIME, STEP_TIME_RANGE = metric("step_time_s"), metric("step_time_range")
+PARAMS, TRAIN_MEMORY, CUDA_PEAK = metric("params"), metric("train_mem_bytes"), metric("cuda_peak_bytes")
+
+
 def ranking_metric(task: str) -> Metric:
     """The metric a comparison of `task` ranks by: validation loss for an LM, accuracy for a classifier (cls,
     image), span F1 for a tagger (tokens), Pearson's r for a regressor (reg: scale-free, STS-B's first metric)."""

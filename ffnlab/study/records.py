@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ffnlab.run.result import RunResult
-from ffnlab.study.metrics import ranked_task, row_metrics
+from ffnlab.study.metrics import Metric, ranked_task, row_metrics
 from ffnlab.study.published import RankAgreement
 from ffnlab.study.scaling import ScalingFits
 from ffnlab.study.stats import Direction, GapTest, MeanCI, PairedDiff, SeedNoise, VariantStats
@@ -104,6 +104,10 @@ class VariantRow(VariantStats):
             metrics=metrics or {},
             tuned=tuned or {},
         )
+
+    def value(self, m: Metric) -> Any:
+        """The row's value of the metric table's entry `m` (None where its task does not measure it)."""
+        return self.metrics.get(m.name)
 
     def to_json(self) -> dict[str, Any]:
         """The row as compare --json writes it: statistics, per-seed values and metrics side by side."""

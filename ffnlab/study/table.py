@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ffnlab._util.files import write_atomic
 from ffnlab._util.text import key_values, num, sci
-from ffnlab.study.metrics import metric, ranked_metric, shown_in
+from ffnlab.study.metrics import CUDA_PEAK, STEP_TIME, metric, ranked_metric, shown_in
 from ffnlab.study.protocol import STAGE_TITLES
 from ffnlab.study.records import (
     AcrossCells,
@@ -104,7 +104,7 @@ def ranking_table(cell: Cell) -> Table:
             p_label(r, cell.baseline),
             str(r.n_seeds),
             str(r.diverged),
-            *(m.format(r.metrics.get(m.name)) for m in shown),
+            *(m.format(r.value(m)) for m in shown),
         ]  # fmt: skip
         for r in cell.variants
     ]
@@ -132,7 +132,7 @@ def metric_table(cell: Cell, table: str, leave_out: tuple[str, ...] = ()) -> Tab
     named in `leave_out` are not shown."""
     shown = [m for m in shown_in(table, cell.task) if m.name not in leave_out]
     head = ["ffn", *(m.heading(cell.task) for m in shown)]
-    rows = [[r.ffn, *(m.format(r.metrics.get(m.name)) for m in shown)] for r in cell.variants]
+    rows = [[r.ffn, *(m.format(r.value(m)) for m in shown)] for r in cell.variants]
     text = tuple(j + 1 for j, m in enumerate(shown) if m.name == "learned")
     return Table(head, rows, (0, *text))
 
@@ -140,9 +140,9 @@ def metric_table(cell: Cell, table: str, leave_out: tuple[str, ...] = ()) -> Tab
 def cost_table(cell: Cell) -> Table:
     """The cost metrics, and each variant's step time against the baseline's."""
     table = metric_table(cell, "cost")
-    base = cell.row(cell.baseline).metrics.get("step_time_s")
+    base = cell.row(cell.baseline).value(STEP_TIME)
     for r, row in zip(cell.variants, table.rows):
-        own = r.metrics.get("step_time_s")
+        own = r.value(STEP_TIME)
         row.append(f"{(own / base - 1) * 100:+.0f}%" if own and base else "-")
     table.head.append("step time vs baseline")
     return table
@@ -161,7 +161,7 @@ def seed002_table(cell: Cell) -> Table:
     """Seed 002's four columns as ffnlab measured them: perplexity, step time, peak memory and stability events
     (gradient and loss spikes). Peak memory is the CUDA allocator's where a run measured it, else the training
     memory counted from the tensors; the column's heading says which."""
-    on_gpu = any(r.metrics.get("cuda_peak_bytes") is not None for r in cell.variants)
+    on_gpu = any(r.value(CUDA_PEAK) is not None for r in cell.variants)
     return metric_table(cell, "seed002", leave_out=("train_mem_bytes",) if on_gpu else ("cuda_peak_bytes",))
 
 

@@ -58,7 +58,7 @@ EVIDENCE_STATS = ("mean", "ci_low", "ci_high", "n_seeds", "delta", "delta_ci_low
 
 def variant_json(row: VariantRow) -> dict[str, Any]:
     """What an advice's evidence quotes of a measured variant: its statistics and its 'evidence' metrics."""
-    metrics = {m.name: row.metrics.get(m.name) for m in shown_in("evidence")}
+    metrics = {m.name: row.value(m) for m in shown_in("evidence")}
     return {**{k: getattr(row, k) for k in EVIDENCE_STATS}, **metrics}
 
 

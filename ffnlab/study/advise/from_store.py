@@ -24,7 +24,7 @@ from ffnlab.study.advise.flow import LONG_CONTEXT_SHARE, Rule, apply_rule, ffn_f
 from ffnlab.study.advise.from_deployment import deployment_advice
 from ffnlab.study.advise.rules import decided_line, narrow, picks_text, preferences
 from ffnlab.study.advise.situation import Situation
-from ffnlab.study.metrics import ranked_metric, ranking_metric
+from ffnlab.study.metrics import PARAMS, STEP_TIME, STEP_TIME_RANGE, TRAIN_MEMORY, ranked_metric, ranking_metric
 from ffnlab.study.plan import CellKey, config_value, group_key, set_field
 from ffnlab.study.records import AcrossCells, Cell, VariantRow
 from ffnlab.study.scaling import LOF_ALPHA, ScalingFits
@@ -101,7 +101,7 @@ def measured_cells(store_path: str | Path, depth: int | None) -> tuple[list[Cell
 
 def step_time_spread(row: VariantRow) -> float | None:
     """The slowest seed's median step over the fastest's: above 1.5 the machine was busy."""
-    span = row.metrics.get("step_time_range")
+    span = row.value(STEP_TIME_RANGE)
     return span[1] / span[0] if span and span[0] else None
 
 
@@ -114,7 +114,7 @@ def exclusion(row: VariantRow, situation: Situation) -> str | None:
     if row.mean is None:
         return "no finite value of the ranking metric"
     params_budget, memory_budget = situation.params_budget, situation.memory_budget
-    params, memory = row.metrics.get("params"), row.metrics.get("train_mem_bytes")
+    params, memory = row.value(PARAMS), row.value(TRAIN_MEMORY)
     if params_budget and params and params > params_budget:
         return f"{human(params)} parameters exceed the budget of {human(params_budget)}"
     if memory_budget and memory and memory > memory_budget:
@@ -218,14 +218,13 @@ class CellChoice:
 
     def costs(self, name: str, ref: str) -> str:
         """'step time -12%, params +0%, training memory +8%': `name` relative to `ref`."""
-        v, r = self.variants[name].metrics, self.variants[ref].metrics
-        return (
-            f"step time {pct(v['step_time_s'], r['step_time_s'])}, params {pct(v['params'], r['params'])}, "
-            f"training memory {pct(v['train_mem_bytes'], r['train_mem_bytes'])}"
-        )
+        v, r = self.variants[name], self.variants[ref]
+        step, params, memory = (pct(v.value(m), r.value(m)) for m in (STEP_TIME, PARAMS, TRAIN_MEMORY))
+        return f"step time {step}, params {params}, training memory {memory}"
 
     def step_time(self, name: str) -> float | None:
-        return self.variants[name].metrics.get("step_time_s")
+        time: float | None = self.variants[name].value(STEP_TIME)
+        return time
 
 
 def eligible_variants(cell: Cell, situation: Situation) -> list[str]:
@@ -269,7 +268,7 @@ def choose_in_cell(cell: Cell, facts: StudyFacts, situation: Situation, deployed
         return sign * mean[n]
 
     def step_time(n: str) -> float:
-        return variants[n].metrics.get("step_time_s") or math.inf
+        return variants[n].value(STEP_TIME) or math.inf
 
     best = min(eligible, key=better_first)
     diffs = gaps_to_best(variants, best, eligible)
@@ -545,7 +544,7 @@ def measured_alternatives(weighed: CellChoice) -> list[Alternative]:
                 p=d.p,
                 p_adj_vs_best=gap.p_adj if gap else None,
                 step_time_ratio=step_time / choice_step_time if step_time and choice_step_time else None,
-                params=variants[n].metrics.get("params"),
+                params=variants[n].value(PARAMS),
                 summary=f"{weighed.versus(n, choice)}; {weighed.costs(n, choice)}",
             )
         )

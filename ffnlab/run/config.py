@@ -36,7 +36,7 @@ class TrainConfig:
     """Everything that defines a run; `asdict` of it is stored beside the result."""
 
     model: ModelConfig = field(default_factory=ModelConfig)  # vocab_size is set from the tokenizer
-    hf_config: dict | None = None  # a Hugging Face config: train that architecture instead (FFN swapped)
+    hf_config: dict[str, Any] | None = None  # a Hugging Face config: train that architecture instead (FFN swapped)
     init_from: str | None = None  # a save_pretrained folder to fine-tune from (its architecture and weights);
     # model.ffn is then the activation it runs after a weight-keeping swap (ffnlab.tools.pretrained)
     init_digest: str | None = None  # sha256 of that folder's config and weights, set when planned or run
@@ -110,7 +110,7 @@ class TrainConfig:
     lora_targets: str | None = None  # comma-separated names of the modules LoRA adapts (query,value); None: peft's
     # default for the model's family (BERT query,value; GPT-2 c_attn; LLaMA q_proj,v_proj), set when the run starts
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.model, dict):
             self.model = ModelConfig(**self.model)
         if glue := glue_fields(self.data):  # one GLUE task trains as GLUE has it: its task type and columns
@@ -184,7 +184,7 @@ class TrainConfig:
             raise ValueError(f"unknown device '{self.device}'; valid: {', '.join(DEVICES)}")
         check_peft(self)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
@@ -193,7 +193,7 @@ class TrainConfig:
         return self.batch_size * self.nproc * self.grad_accum
 
     @classmethod
-    def from_dict(cls, d: dict) -> TrainConfig:
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -297,10 +297,10 @@ IDENTITY_FIELDS: dict[int, tuple[str, ...]] = {
 NOT_IDENTITY = ("checkpoint_dir",)  # where a run keeps its checkpoints is not what it computes
 
 
-def identity(cfg: TrainConfig) -> dict:
+def identity(cfg: TrainConfig) -> dict[str, Any]:
     """The part of a run's config its id hashes (IDENTITY_FIELDS), nested as the config is."""
     config, defaults = cfg.to_dict(), TrainConfig().to_dict()
-    out: dict = {"model": {}}
+    out: dict[str, Any] = {"model": {}}
     for version, names in IDENTITY_FIELDS.items():
         for name in names:
             table, _, key = name.rpartition(".")

@@ -52,7 +52,9 @@ def spike(value: float, history: list[float], factor: float, window: int = SPIKE
     return len(recent) >= 10 and value > factor * statistics.median(recent)
 
 
-def spike_events(step: int, grad_norm: float, loss: float, hist: dict, factor: float) -> list[dict]:
+def spike_events(
+    step: int, grad_norm: float, loss: float, hist: dict[str, list[Any]], factor: float
+) -> list[dict[str, Any]]:
     """The 'grad_spike' and 'loss_spike' events of a step, judged against the history before it."""
     events = []
     for kind, value, series in (("grad_spike", grad_norm, hist["grad_norm"]), ("loss_spike", loss, hist["train_loss"])):
@@ -173,7 +175,7 @@ class ActivationProbe:
 
 def learned_params(
     ffns: Iterable[tuple[str, nn.Module]], mixtures: dict[str, dict[str, float]] | None = None
-) -> dict[str, dict]:
+) -> dict[str, dict[str, Any]]:
     """Per FFN layer, the learned parameters of its activation: {"beta": 1.3}, {"tau": 0.9}, or a
     switch's mixture {"weights": {"relu": 0.2, ...}}; layers without any are left out. A switch_x
     layer's gate depends on the token, so its "weights" are the average over the evaluated tokens,
@@ -198,7 +200,7 @@ def learned_params(
     return out
 
 
-def ffn_grad_average(grad_rows: list[dict], stat: str) -> float | None:
+def ffn_grad_average(grad_rows: list[dict[str, float]], stat: str) -> float | None:
     """Mean over logged steps and layers of one FFN gradient statistic, 'grad_mean' or 'grad_std'
     (None if nothing was logged)."""
     values = [v for row in grad_rows for k, v in row.items() if k.startswith(stat + "/") and math.isfinite(v)]
@@ -206,7 +208,10 @@ def ffn_grad_average(grad_rows: list[dict], stat: str) -> float | None:
 
 
 def monitor_summary(
-    hist: dict, behaviour: dict[str, dict[str, float]], ffns: NamedFFNs, mixtures: dict | None = None
+    hist: dict[str, list[Any]],
+    behaviour: dict[str, dict[str, float]],
+    ffns: NamedFFNs,
+    mixtures: dict[str, dict[str, float]] | None = None,
 ) -> Monitors:
     """What the monitors saw of a run: spike counts, the largest gradient norm, FFN gradient statistics,
     behaviour and its mean dead fraction, and the learned activation parameters (with switch_x's mean

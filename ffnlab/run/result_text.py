@@ -7,9 +7,20 @@ import json
 from ffnlab.run.result import RunResult
 
 
+def decimals(value: float | None, digits: int = 4) -> str:
+    """`value` to `digits` decimals; '-' for None, a quantity not measured."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def span_f1_text(f1: float | None, acc: float | None) -> str:
+    """A span F1 as `decimals`; 'undefined' where the split was evaluated (it has a token accuracy) but its
+    sentences hold no entity span (span_f1: 0/0)."""
+    return "undefined" if f1 is None and acc is not None else decimals(f1)
+
+
 def format_run(r: RunResult) -> str:
     """A finished run in a few lines: loss, what it cost, and what the monitors saw."""
-    f = lambda v, d=4: "-" if v is None else f"{v:.{d}f}"
+    f = decimals
     first = r.history.val[0] if r.history.val else None
     lines = [
         f"{r.ffn}: {r.status} after {r.steps} steps, val loss {f(r.val.loss)}"
@@ -30,12 +41,10 @@ def format_run(r: RunResult) -> str:
             f"with embedding noise {f(r.noisy_val.loss)}"
         )
     elif r.task == "tokens":
-        # no F1 beside an accuracy: the split was evaluated, but its sentences hold no entity span (span_f1)
-        f1 = lambda v, acc: "undefined" if v is None and acc is not None else f(v)
         val, test, noisy = (
-            f1(r.val.f1, r.val.acc),
-            f1(r.test.f1, r.test.acc),
-            f1(r.noisy_val.f1, r.noisy_val.acc),
+            span_f1_text(r.val.f1, r.val.acc),
+            span_f1_text(r.test.f1, r.test.acc),
+            span_f1_text(r.noisy_val.f1, r.noisy_val.acc),
         )
         lines.append(
             f"  span F1 {val}, test {test}, with embedding noise {noisy}; "

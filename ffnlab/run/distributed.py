@@ -141,7 +141,7 @@ def whole_weights(model: nn.Module, ranks: Ranks) -> dict[str, torch.Tensor]:
     return {name: cast(torch.Tensor, tensor) for name, tensor in whole.items() if name in kept}
 
 
-def whole_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer, ranks: Ranks) -> dict:
+def whole_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer, ranks: Ranks) -> dict[str, Any]:
     """A sharded model's optimizer state gathered whole onto rank 0's CPU (empty on the others; a collective), in
     the unsharded optimizer's `state_dict()` form (parameters numbered in the order of its groups), so a run with
     or without --shard resumes from it."""
@@ -159,7 +159,7 @@ def whole_optimizer_state(model: nn.Module, opt: torch.optim.Optimizer, ranks: R
     }
 
 
-def gradient_sync(module: object, sync: bool) -> contextlib.AbstractContextManager:
+def gradient_sync(module: object, sync: bool) -> contextlib.AbstractContextManager[None]:
     """Where a step accumulates micro-batches, DDP's `no_sync` for all but the last: the gradients are averaged
     over the ranks once, when the last backward has added its part."""
     if sync or not isinstance(module, DistributedDataParallel):
@@ -215,8 +215,8 @@ class RankFailed(Exception):
 def launch(
     cfg: TrainConfig,
     show_progress: bool = False,
-    weights_path: str | os.PathLike | None = None,
-    pretrained_path: str | os.PathLike | None = None,
+    weights_path: str | os.PathLike[str] | None = None,
+    pretrained_path: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """Train `cfg` in cfg.nproc processes started by torchrun's launcher (a standalone rendezvous on this
     machine, no restarts) and return rank 0's result. Each rank runs one thread unless cfg.threads says more,
@@ -242,7 +242,8 @@ def launch(
             returned = elastic_launch(config, rank_main)(*args)
         except ChildFailedError as e:
             raise failure(e, cfg) from None
-    return returned[0]
+    result: RunResult = returned[0]  # rank 0's return value (the launcher's dict of them is untyped)
+    return result
 
 
 def failure(e: Exception, cfg: TrainConfig) -> Exception:
@@ -266,11 +267,11 @@ def failure(e: Exception, cfg: TrainConfig) -> Exception:
 
 
 def rank_main(
-    cfg_dict: dict,
+    cfg_dict: dict[str, Any],
     parent: int,
     show_progress: bool,
-    weights_path: str | os.PathLike | None,
-    pretrained_path: str | os.PathLike | None,
+    weights_path: str | os.PathLike[str] | None,
+    pretrained_path: str | os.PathLike[str] | None,
 ) -> RunResult | None:
     """One rank of `launch`: train, and return the result from rank 0 (the others return None)."""
     from ffnlab.run.config import TrainConfig

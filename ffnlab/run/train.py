@@ -110,14 +110,19 @@ FP16_MIN_SCALE = 1.0
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # the precisions that autocast, and to what
 
 ModelFactory = Callable[[ModelConfig, int], nn.Module]  # (model config, seed) -> module(idx, targets)
-Progress = Callable[[int, int, dict], None]  # (step, total, {"loss", "lr", "elapsed"})
-Autocast = Callable[[], contextlib.AbstractContextManager]
+Progress = Callable[[int, int, dict[str, float]], None]  # (step, total, {"loss", "lr", "elapsed"})
+Autocast = Callable[[], contextlib.AbstractContextManager[None]]
 
 
 # ---- data -------------------------------------------------------------------------------------
 
 
-def data_args(cfg: TrainConfig) -> tuple:
+# load_data's arguments: data, task, tokenizer, vocab_size, text_field, label_field, folder, example_context,
+# image_size, channels, ids_vocab
+DataArgs = tuple[str, str, str, int | None, str, str, str | None, int | None, int | None, int | None, int | None]
+
+
+def data_args(cfg: TrainConfig) -> DataArgs:
     """The arguments of `load_data` for a config (the folder only for its 'pretrained' tokenizer)."""
     folder = cfg.init_from if cfg.tokenizer == "pretrained" else None
     vocab_size = {"bpe": cfg.bpe_vocab, "word": cfg.word_vocab}.get(cfg.tokenizer)
@@ -171,7 +176,7 @@ def data_classes(cfg: TrainConfig, found: int | None) -> int:
 # ---- model, schedule and optimiser ------------------------------------------------------------
 
 
-def hf_factory(hf_config: dict) -> ModelFactory:
+def hf_factory(hf_config: dict[str, Any]) -> ModelFactory:
     """model_factory building a Hugging Face architecture from its config with the FFN swapped."""
     from ffnlab.tools.hf import build_hf_model
 
@@ -221,7 +226,8 @@ def hf_checkpointing(model: HFModel, mcfg: ModelConfig) -> HFModel:
         if hasattr(model.hf, "activation_checkpointing_enable"):  # transformers 5's name; the old one warns there
             model.hf.activation_checkpointing_enable(non_reentrant)
         else:
-            model.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs=non_reentrant)
+            # transformers leaves gradient_checkpointing_enable unannotated
+            model.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs=non_reentrant)  # type: ignore[no-untyped-call]
     return model
 
 
@@ -442,7 +448,7 @@ class Setup:
     splits: dict[str, Split]
     val_batches: list[Batch]  # the fixed batches of the validation curve
     model: nn.Module
-    step_fn: Callable  # the model, compiled when cfg.compile, in DDP when the run has more than one process
+    step_fn: nn.Module  # the model, compiled when cfg.compile, in DDP when the run has more than one process
     opt: torch.optim.AdamW
     gen: torch.Generator  # the data order
     ffns: NamedFFNs  # what the monitors watch
@@ -453,7 +459,7 @@ class Setup:
     saved: int  # bytes one training step keeps for backward
     step: int
     elapsed: float  # seconds trained before this process (a resumed run)
-    hist: dict
+    hist: dict[str, list[Any]]  # new_history's lists
     checkpoint_dir: Path | None
     started: float  # time.perf_counter() when the run began
     qat: bool = False  # the model is fake-quantised (start_qat)
@@ -464,7 +470,7 @@ class Setup:
         return self.model_cfg.task
 
 
-def step_function(model: nn.Module, cfg: TrainConfig, device: str) -> Callable:
+def step_function(model: nn.Module, cfg: TrainConfig, device: str) -> Callable[..., Any]:
     """What a training step calls: the model, or with cfg.compile the model under torch.compile."""
     if not cfg.compile:
         return model
@@ -478,7 +484,7 @@ def step_function(model: nn.Module, cfg: TrainConfig, device: str) -> Callable:
     return torch.compile(model, dynamic=False, options={"cpp_wrapper": True} if cpp_wrapper else None)
 
 
-def parallel_step(model: nn.Module, cfg: TrainConfig, device: str, ranks: Ranks) -> Callable:
+def parallel_step(model: nn.Module, cfg: TrainConfig, device: str, ranks: Ranks) -> nn.Module:
     """`step_function`, in DDP where the run has more than one process (compiled first, as DDP expects)."""
     step = step_function(model, cfg, device)
     assert isinstance(step, nn.Module)  # torch.compile's is a module too
@@ -597,8 +603,8 @@ def train(
     cfg: TrainConfig,
     progress: Progress | None = None,
     model_factory: ModelFactory | None = None,
-    weights_path: str | os.PathLike | None = None,
-    pretrained_path: str | os.PathLike | None = None,
+    weights_path: str | os.PathLike[str] | None = None,
+    pretrained_path: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """Run one training and return what it measured.
 
@@ -674,7 +680,7 @@ def train(
     return finish(setup, status, step, time.perf_counter() - t0, weights_path, pretrained_path)
 
 
-def check_shard(cfg: TrainConfig, pretrained_path: str | os.PathLike | None = None) -> None:
+def check_shard(cfg: TrainConfig, pretrained_path: str | os.PathLike[str] | None = None) -> None:
     """ValueError where a sharded run (cfg.shard) has one process, or asks for what is not built for a model in
     pieces over the ranks: quantisation-aware training, a save_pretrained folder."""
     if cfg.nproc == 1 and not started_by_torchrun():
@@ -786,8 +792,8 @@ def finish(
     status: Outcome,
     step: int,
     train_seconds: float,
-    weights_path: str | os.PathLike | None = None,
-    pretrained_path: str | os.PathLike | None = None,
+    weights_path: str | os.PathLike[str] | None = None,
+    pretrained_path: str | os.PathLike[str] | None = None,
 ) -> RunResult:
     """Wrap a run up: a finished run's final evaluations (it is 'diverged' if they are not finite),
     weights and save_pretrained folder, then the RunResult of everything the run measured."""
@@ -826,7 +832,9 @@ def finish(
     )
 
 
-def save_final(setup: Setup, weights_path: str | os.PathLike | None, pretrained_path: str | os.PathLike | None) -> None:
+def save_final(
+    setup: Setup, weights_path: str | os.PathLike[str] | None, pretrained_path: str | os.PathLike[str] | None
+) -> None:
     """A finished run's weights (safetensors) and its Hugging Face model as a save_pretrained folder;
     a swapped model is saved with its original FFN modules, so the folder loads with from_pretrained; a LoRA run
     saves its adapter (ffnlab.tools.lora.save_adapter), which loads onto the base with peft. Called in
@@ -928,7 +936,7 @@ def progress_bar(prefix: str = "", stream: TextIO | None = None) -> Progress:
     last = [0.0]
     out = stream or sys.stderr
 
-    def show(step: int, total: int, m: dict) -> None:
+    def show(step: int, total: int, m: dict[str, float]) -> None:
         now = time.perf_counter()
         if now - last[0] < 0.2 and step != total:
             return

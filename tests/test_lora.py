@@ -18,17 +18,9 @@ from ffnlab.tools.hf import build_hf_model, save_unswapped
 from ffnlab.tools.lora import load_adapter
 from ffnlab.tools.pretrained import load_pretrained
 from tests.conftest import assert_close
+from tests.test_pretrained import GPT2, LLAMA  # the same tiny shapes
 
 BERT = dict(model_type="bert", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
-GPT2 = dict(model_type="gpt2", n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)
-LLAMA = dict(
-    model_type="llama",
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
 FAMILIES = {"bert": (BERT, "gelu", "silu"), "gpt2": (GPT2, "gelu_new", "relu"), "llama": (LLAMA, "swiglu", "geglu")}
 VOCAB, CONTEXT = 256, 32  # the byte tokenizer's vocabulary
 SMALL = dict(batch_size=4, eval_every=100, eval_batches=1, final_eval_batches=1, precision="fp32", warmup_steps=1)

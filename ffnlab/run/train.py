@@ -572,31 +572,14 @@ def prepare(cfg: TrainConfig, model_factory: ModelFactory | None = None) -> Setu
 
         shard(model, opt, ranks)
     step_fn = parallel_step(model, cfg, device, ranks)
-    return Setup(
-        cfg=cfg,
-        model_cfg=mcfg,
-        device=device,
-        ranks=ranks,
-        vocab_size=tok.vocab_size,
-        splits=splits,
-        val_batches=val_batches,
-        model=model,
-        step_fn=step_fn,
-        opt=opt,
-        gen=gen,
-        ffns=named_ffns(model),
-        autocast=autocast,
-        scaler=scaler,
-        total=math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps,
-        tokens_per_step=tokens_per_step,
-        saved=saved,
-        step=step,
-        elapsed=elapsed,
-        hist=hist,
-        checkpoint_dir=checkpoint_dir,
-        started=started,
-        tags=list(corpus.classes or []) if task == "tokens" else [],
-    )
+    total = math.ceil(cfg.max_tokens / tokens_per_step) if cfg.max_tokens else cfg.max_steps
+    return Setup(cfg=cfg, model_cfg=mcfg, device=device, ranks=ranks,  # the run
+                 vocab_size=tok.vocab_size, splits=splits, val_batches=val_batches,  # its data
+                 tags=list(corpus.classes or []) if task == "tokens" else [],
+                 model=model, step_fn=step_fn, ffns=named_ffns(model), opt=opt, gen=gen,  # the model, its optimiser
+                 autocast=autocast, scaler=scaler, saved=saved,  # and its precision
+                 total=total, tokens_per_step=tokens_per_step,  # the budget
+                 step=step, elapsed=elapsed, hist=hist, checkpoint_dir=checkpoint_dir, started=started)  # fmt: skip
 
 
 def train(
